@@ -1,0 +1,188 @@
+"""One config object describes every model of the family; presets are overrides.
+
+A model variant of the paper (DARE, TWIN, TWIN-hard, ...) is a configuration of
+the shared layers, never a separate model class. `ModelConfig` is the only
+thing `dare_tf.models.DareModel` reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+COUPLINGS = ("shared", "decoupled", "four", "projection")
+SEARCHES = ("soft", "hard", "none")
+SCORERS = ("dot", "din")
+INITIALIZERS = ("reference", "keras")
+AUX_ATTENTIONS = ("all", "retrieved")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Everything that defines a long-sequence CTR model of the DARE family.
+
+    Attributes:
+        num_items: item vocabulary size, padding row 0 included (dense ids
+            1..num_items-1, as `spec.json` states it).
+        num_categories: category vocabulary size, padding row 0 included.
+        max_len: history length L the model is built for.
+        embedding_dim: item and category representation embedding width.
+        position_dim: position ("time") representation embedding width.
+        attention_embedding_dim: item and category attention embedding width
+            (DARE's inference-acceleration knob); `None` means embedding_dim.
+            Only `decoupled` and `four` couplings may set it differently.
+        attention_position_dim: position attention embedding width; `None`
+            means position_dim.
+        num_positions: rows of the position tables (reference: 2000).
+        coupling: `shared` (TWIN, DIN: one set of tables), `decoupled` (DARE:
+            attention and representation tables), `four` (TWIN-4E), or
+            `projection` (TWIN w/ proj.: shared tables and 12 linear maps).
+        search: `soft` (top-K by attention score), `hard` (same category,
+            most recent K) or `none` (attend over the whole history: DIN).
+        scorer: `dot` (scaled dot product, semantic and position parts
+            scaled separately) or `din` (DIN's learnable activation unit).
+        top_k: K, behaviours kept by the search stage.
+        use_position: embed position ids (DIN does not).
+        target_aware: feed the target-aware representation v_t * h.
+        use_history_mean: also feed the mean history representation (and its
+            product with v_t); off in the published runs.
+        use_aux_loss: add the auxiliary head's cross entropy to the loss.
+        aux_attention: `all`: the auxiliary head sees attention over every
+            non-padded slot, as the reference code computes it; `retrieved`:
+            it sees the same top-K pooling as the main head.
+        mlp_units: hidden widths of the main prediction MLP.
+        aux_mlp_units: hidden widths of the auxiliary MLP.
+        din_units: hidden width of DIN's activation unit.
+        prelu_init: initial PReLU slope where `initializer` is `keras`.
+        l2: L2 penalty on all non-bias, non-embedding weights.
+        initializer: `reference`: every non-bias parameter ~ N(0, 0.01) and
+            biases as PyTorch initialises them (reference.md); `keras`: Keras
+            defaults for dense layers, embeddings ~ N(0, 0.01).
+    """
+
+    num_items: int
+    num_categories: int
+    max_len: int = 200
+    embedding_dim: int = 16
+    position_dim: int = 16
+    attention_embedding_dim: int | None = None
+    attention_position_dim: int | None = None
+    num_positions: int = 2000
+    coupling: str = "decoupled"
+    search: str = "soft"
+    scorer: str = "dot"
+    top_k: int = 20
+    use_position: bool = True
+    target_aware: bool = True
+    use_history_mean: bool = False
+    use_aux_loss: bool = True
+    aux_attention: str = "all"
+    mlp_units: tuple[int, ...] = (200, 80)
+    aux_mlp_units: tuple[int, ...] = (200,)
+    din_units: int = 36
+    prelu_init: float = 0.1
+    l2: float = 1e-6
+    initializer: str = "reference"
+
+    def __post_init__(self):
+        # Tuples survive JSON round trips as lists; normalise them back.
+        object.__setattr__(self, "mlp_units", tuple(self.mlp_units))
+        object.__setattr__(self, "aux_mlp_units", tuple(self.aux_mlp_units))
+        self.validate()
+
+    @property
+    def attention_dim(self) -> int:
+        if self.attention_embedding_dim is None:
+            return self.embedding_dim
+        return self.attention_embedding_dim
+
+    @property
+    def attention_pos_dim(self) -> int:
+        if not self.use_position:
+            return 0
+        if self.attention_position_dim is None:
+            return self.position_dim
+        return self.attention_position_dim
+
+    @property
+    def representation_pos_dim(self) -> int:
+        return self.position_dim if self.use_position else 0
+
+    @property
+    def representation_width(self) -> int:
+        """Width of v_t and of every history representation vector."""
+        return 2 * self.embedding_dim + self.representation_pos_dim
+
+    @property
+    def attention_width(self) -> int:
+        return 2 * self.attention_dim + self.attention_pos_dim
+
+    def validate(self) -> None:
+        def check(ok, field, message):
+            if not ok:
+                raise ValueError(f"ModelConfig.{field}: {message}")
+
+        check(self.coupling in COUPLINGS, "coupling", f"{self.coupling!r} is not one of {COUPLINGS}")
+        check(self.search in SEARCHES, "search", f"{self.search!r} is not one of {SEARCHES}")
+        check(self.scorer in SCORERS, "scorer", f"{self.scorer!r} is not one of {SCORERS}")
+        check(self.initializer in INITIALIZERS, "initializer",
+              f"{self.initializer!r} is not one of {INITIALIZERS}")
+        check(self.aux_attention in AUX_ATTENTIONS, "aux_attention",
+              f"{self.aux_attention!r} is not one of {AUX_ATTENTIONS}")
+        for name in ("num_items", "num_categories"):
+            check(getattr(self, name) >= 2, name,
+                  f"must be >= 2 (padding row 0 plus at least one id), got {getattr(self, name)}")
+        for name in ("max_len", "embedding_dim", "top_k"):
+            check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
+        check(self.attention_dim >= 1, "attention_embedding_dim", f"must be >= 1, got {self.attention_dim}")
+        if self.use_position:
+            check(self.position_dim >= 1, "position_dim", "must be >= 1 when use_position is on")
+            check(self.attention_pos_dim >= 1, "attention_position_dim",
+                  "must be >= 1 when use_position is on")
+            check(self.max_len < self.num_positions, "num_positions",
+                  f"position ids run 0..max_len={self.max_len}, so num_positions must exceed "
+                  f"max_len; got {self.num_positions}")
+        if self.coupling in ("shared", "projection"):
+            check(self.attention_dim == self.embedding_dim
+                  and self.attention_pos_dim == self.representation_pos_dim,
+                  "attention_embedding_dim",
+                  f"coupling={self.coupling!r} uses one set of tables, so attention dims must "
+                  "equal the representation dims; use coupling='decoupled' (DARE) to set them apart")
+        check(not (self.scorer == "din" and self.coupling != "shared"), "scorer",
+              "the DIN activation unit reads one set of tables; use coupling='shared'")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["mlp_units"] = list(self.mlp_units)
+        d["aux_mlp_units"] = list(self.aux_mlp_units)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ModelConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"ModelConfig: unknown field(s) {unknown}; known fields: {sorted(known)}")
+        return cls(**d)
+
+
+# Each preset is a small dict of overrides of ModelConfig (reference.md's
+# configurations of the paper's Table 1).
+PRESETS: dict[str, dict[str, Any]] = {
+    "dare": dict(coupling="decoupled", search="soft"),
+    "twin": dict(coupling="shared", search="soft"),
+    "twin_hard": dict(coupling="shared", search="hard"),
+    "twin_proj": dict(coupling="projection", search="soft"),
+    "twin_no_tr": dict(coupling="shared", search="soft", target_aware=False),
+    "twin_4e": dict(coupling="four", search="soft"),
+    "din": dict(coupling="shared", search="none", scorer="din", use_position=False),
+}
+
+
+def make_config(preset: str, num_items: int, num_categories: int, **overrides) -> ModelConfig:
+    """Builds the `ModelConfig` of a named preset with overrides applied."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; known presets: {sorted(PRESETS)}")
+    fields = dict(PRESETS[preset])
+    fields.update(overrides)
+    return ModelConfig.from_dict(dict(num_items=num_items, num_categories=num_categories, **fields))

@@ -1,0 +1,216 @@
+"""BehaviorEmbedding: attention and representation embeddings of target and history."""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+COUPLINGS = ("shared", "decoupled", "four", "projection")
+_FIELDS = ("item", "category", "position")
+_ROLES = ("target_attention", "history_attention", "target_representation", "history_representation")
+
+
+@keras.saving.register_keras_serializable(package="dare_tf")
+class BehaviorEmbedding(keras.layers.Layer):
+    """Embeds a target and its behaviour history for attention and for representation.
+
+    Each behaviour (and the target) is `concat(item_emb, category_emb,
+    position_emb)`. History slot `j` of `L` has position id `L - j` (the most
+    recent slot, last, gets 1); the target has position id 0
+    (reference.md, "Input sample").
+
+    Which tables serve which role is the `coupling`:
+    - `shared` (TWIN, DIN): one set of tables for attention and representation.
+    - `decoupled` (DARE): an attention set and a representation set; the
+      attention widths are free (`attention_embedding_dim`,
+      `attention_position_dim`), which shrinks the search stage.
+    - `four` (TWIN-4E): attention/representation x target/history sets.
+    - `projection` (TWIN w/ proj.): shared tables, then a square linear map
+      without bias per field and per role: 12 maps.
+
+    Args:
+        num_items: item vocabulary size including padding row 0.
+        num_categories: category vocabulary size including padding row 0.
+        embedding_dim: representation width of the item and category tables.
+        position_dim: representation width of the position table.
+        attention_embedding_dim: attention width of item and category tables
+            (`decoupled` and `four` only); defaults to `embedding_dim`.
+        attention_position_dim: attention width of the position table;
+            defaults to `position_dim`.
+        num_positions: rows of each position table.
+        coupling: one of `shared`, `decoupled`, `four`, `projection`.
+        use_position: whether position embeddings are part of each vector.
+        embeddings_initializer: initializer of every table.
+        projection_initializer: initializer of the `projection` maps.
+        projection_regularizer: regularizer of the `projection` maps.
+
+    Call arguments:
+        target_item, target_category: int tensors `[B]`.
+        history_items, history_categories: int tensors `[B, L]`, 0 = padding.
+
+    Returns:
+        A dict with `target_attention` `[B, Da]`, `history_attention`
+        `[B, L, Da]`, `target_representation` `[B, Dr]` and
+        `history_representation` `[B, L, Dr]`, where
+        `Da = 2 * attention_embedding_dim + attention_position_dim` and
+        `Dr = 2 * embedding_dim + position_dim`.
+
+    Example:
+    >>> layer = BehaviorEmbedding(100, 10, embedding_dim=8, position_dim=4,
+    ...                           attention_embedding_dim=4, coupling="decoupled")
+    >>> out = layer(ops.array([3]), ops.array([1]),
+    ...             ops.array([[0, 5, 7]]), ops.array([[0, 2, 1]]))
+    >>> tuple(out["history_attention"].shape), tuple(out["target_representation"].shape)
+    ((1, 3, 12), (1, 20))
+
+    References:
+        Feng et al., "Long-Sequence Recommendation Models Need Decoupled
+        Embeddings", ICLR 2025, https://arxiv.org/abs/2410.02604
+    """
+
+    def __init__(
+        self,
+        num_items: int,
+        num_categories: int,
+        embedding_dim: int = 16,
+        position_dim: int = 16,
+        attention_embedding_dim: int | None = None,
+        attention_position_dim: int | None = None,
+        num_positions: int = 2000,
+        coupling: str = "decoupled",
+        use_position: bool = True,
+        embeddings_initializer="random_normal",
+        projection_initializer="random_normal",
+        projection_regularizer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if coupling not in COUPLINGS:
+            raise ValueError(f"BehaviorEmbedding: coupling={coupling!r} is not one of {COUPLINGS}")
+        self.num_items = num_items
+        self.num_categories = num_categories
+        self.embedding_dim = embedding_dim
+        self.position_dim = position_dim
+        self.attention_embedding_dim = attention_embedding_dim
+        self.attention_position_dim = attention_position_dim
+        self.num_positions = num_positions
+        self.coupling = coupling
+        self.use_position = use_position
+        self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
+        self.projection_initializer = keras.initializers.get(projection_initializer)
+        self.projection_regularizer = keras.regularizers.get(projection_regularizer)
+        att_dim = embedding_dim if attention_embedding_dim is None else attention_embedding_dim
+        att_pos = position_dim if attention_position_dim is None else attention_position_dim
+        if coupling in ("shared", "projection") and (att_dim, att_pos) != (embedding_dim, position_dim):
+            raise ValueError(
+                f"BehaviorEmbedding: coupling={coupling!r} shares tables between attention and "
+                f"representation, so attention dims ({att_dim}, {att_pos}) must equal the "
+                f"representation dims ({embedding_dim}, {position_dim})")
+        self._widths = {
+            "attention": (att_dim, att_pos),
+            "representation": (embedding_dim, position_dim),
+        }
+        # Role -> name of the table set it reads.
+        if coupling in ("shared", "projection"):
+            self._table_of_role = {role: "shared" for role in _ROLES}
+        elif coupling == "decoupled":
+            self._table_of_role = {role: role.split("_")[1] for role in _ROLES}
+        else:
+            self._table_of_role = {role: role for role in _ROLES}
+
+    def _set_widths(self, table_set: str) -> tuple[int, int]:
+        if table_set == "shared":
+            return self._widths["representation"]
+        return self._widths["attention" if "attention" in table_set else "representation"]
+
+    def build(self, *args, **kwargs):
+        self.tables: dict[str, dict[str, keras.Variable]] = {}
+        for table_set in dict.fromkeys(self._table_of_role.values()):
+            dim, pos_dim = self._set_widths(table_set)
+            sizes = {"item": (self.num_items, dim), "category": (self.num_categories, dim)}
+            if self.use_position:
+                sizes["position"] = (self.num_positions, pos_dim)
+            self.tables[table_set] = {
+                field: self.add_weight(
+                    shape=shape, initializer=self.embeddings_initializer,
+                    name=f"{table_set}_{field}_embedding")
+                for field, shape in sizes.items()
+            }
+        self.projections: dict[str, keras.Variable] = {}
+        if self.coupling == "projection":
+            for role in _ROLES:
+                for field in self._fields():
+                    width = self.position_dim if field == "position" else self.embedding_dim
+                    self.projections[f"{role}_{field}"] = self.add_weight(
+                        shape=(width, width), initializer=self.projection_initializer,
+                        regularizer=self.projection_regularizer,
+                        name=f"{role}_{field}_projection")
+        self.built = True
+
+    def _fields(self) -> tuple[str, ...]:
+        return _FIELDS if self.use_position else _FIELDS[:2]
+
+    def table_names(self) -> dict[str, str]:
+        """Maps each role to the name of the table set that serves it."""
+        return dict(self._table_of_role)
+
+    def call(self, target_item, target_category, history_items, history_categories):
+        history_items = ops.convert_to_tensor(history_items)
+        length = history_items.shape[1]
+        if self.use_position and length is not None and length >= self.num_positions:
+            raise ValueError(
+                f"BehaviorEmbedding: history length {length} needs position ids up to {length}, "
+                f"but the position tables have only num_positions={self.num_positions} rows")
+        ids = {
+            "target": {"item": target_item, "category": target_category},
+            "history": {"item": history_items, "category": history_categories},
+        }
+        if self.use_position:
+            # reference.md: slot j of L gets position id L - j; the target gets 0.
+            positions = ops.arange(ops.shape(history_items)[1], 0, -1, dtype="int32")
+            ids["history"]["position"] = ops.broadcast_to(
+                ops.expand_dims(positions, 0), ops.shape(history_items))
+            ids["target"]["position"] = ops.zeros_like(ops.convert_to_tensor(target_item), dtype="int32")
+        outputs = {}
+        for role in _ROLES:
+            tables = self.tables[self._table_of_role[role]]
+            parts = []
+            for field in self._fields():
+                vectors = ops.take(tables[field], ids[role.split("_")[0]][field], axis=0)
+                if self.projections:
+                    vectors = ops.matmul(vectors, self.projections[f"{role}_{field}"])
+                parts.append(vectors)
+            outputs[role] = ops.concatenate(parts, axis=-1)
+        return outputs
+
+    def compute_output_spec(self, target_item, target_category, history_items, history_categories):
+        b, length = history_items.shape[0], history_items.shape[1]
+        (ad, ap), (rd, rp) = self._widths["attention"], self._widths["representation"]
+        if not self.use_position:
+            ap = rp = 0
+        da, dr = 2 * ad + ap, 2 * rd + rp
+        spec = lambda shape: keras.KerasTensor(shape, dtype=self.compute_dtype)  # noqa: E731
+        return {
+            "target_attention": spec((b, da)),
+            "history_attention": spec((b, length, da)),
+            "target_representation": spec((b, dr)),
+            "history_representation": spec((b, length, dr)),
+        }
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_items=self.num_items,
+            num_categories=self.num_categories,
+            embedding_dim=self.embedding_dim,
+            position_dim=self.position_dim,
+            attention_embedding_dim=self.attention_embedding_dim,
+            attention_position_dim=self.attention_position_dim,
+            num_positions=self.num_positions,
+            coupling=self.coupling,
+            use_position=self.use_position,
+            embeddings_initializer=keras.initializers.serialize(self.embeddings_initializer),
+            projection_initializer=keras.initializers.serialize(self.projection_initializer),
+            projection_regularizer=keras.regularizers.serialize(self.projection_regularizer),
+        )
+        return config

@@ -1,0 +1,87 @@
+"""TargetAttentionPooling: the modelling stage over retrieved behaviours."""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+
+def masked_softmax(scores, mask):
+    """Softmax over the last axis of float32 `scores` where `mask`; 0 elsewhere.
+
+    A row with no valid entry gets all-zero weights (never NaN).
+    """
+    scores = ops.cast(scores, "float32")
+    mask = ops.cast(mask, "bool")
+    scores = ops.where(mask, scores, ops.full_like(scores, -1e30))
+    scores = scores - ops.stop_gradient(ops.max(scores, axis=-1, keepdims=True))
+    weights = ops.where(mask, ops.exp(scores), ops.zeros_like(scores))
+    total = ops.sum(weights, axis=-1, keepdims=True)
+    return weights / ops.maximum(total, 1e-30)
+
+
+@keras.saving.register_keras_serializable(package="dare_tf")
+class TargetAttentionPooling(keras.layers.Layer):
+    """Attention-weighted sum of retrieved representation vectors, target-aware.
+
+    With weights `w = softmax(scores)` over valid slots (float32),
+    `h = sum_i w_i e_i`; with `target_aware=True` the output is
+    `concat(h, v_t * h)`, where `v_t * h = sum_i w_i (e_i * v_t)` is the
+    paper's target-aware representation (TR).
+
+    Args:
+        target_aware: also return the target-aware representation `v_t * h`.
+
+    Call arguments:
+        target: target representation `v_t` `[B, D]`.
+        values: history representations `[B, L, D]`.
+        scores: attention scores `[B, K]` of the slots to pool.
+        mask: `[B, K]` bool, False for padding (weight 0).
+        positions: `[B, K]` int slot indices into `values`; `None` pools
+            `values` directly (then K = L).
+        return_attention_weights: also return the weights `[B, K]`.
+
+    Returns:
+        `[B, 2D]` (`[B, D]` without `target_aware`), and the weights if asked.
+        A row without any valid slot pools to zeros.
+
+    Example:
+    >>> pool = TargetAttentionPooling()
+    >>> out = pool(ops.ones((1, 2)), ops.ones((1, 3, 2)), ops.zeros((1, 2)),
+    ...            ops.array([[True, False]]), positions=ops.array([[2, 0]]))
+    >>> tuple(out.shape)
+    (1, 4)
+
+    References:
+        Feng et al., "Long-Sequence Recommendation Models Need Decoupled
+        Embeddings", ICLR 2025, Eq. for target-aware representation.
+    """
+
+    def __init__(self, target_aware: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        self.target_aware = target_aware
+
+    def call(self, target, values, scores, mask, positions=None, return_attention_weights=False):
+        weights = masked_softmax(scores, mask)  # [B, K] float32
+        if positions is not None:
+            values = ops.take_along_axis(
+                values, ops.expand_dims(ops.cast(positions, "int32"), -1), axis=1)  # [B, K, D]
+        pooled = ops.einsum("bk,bkd->bd", ops.cast(weights, values.dtype), values)
+        if self.target_aware:
+            pooled = ops.concatenate([pooled, ops.cast(target, pooled.dtype) * pooled], axis=-1)
+        if return_attention_weights:
+            return pooled, weights
+        return pooled
+
+    def compute_output_spec(self, target, values, scores, mask, positions=None,
+                            return_attention_weights=False):
+        width = values.shape[-1] * (2 if self.target_aware else 1)
+        pooled = keras.KerasTensor((values.shape[0], width), dtype=self.compute_dtype)
+        if return_attention_weights:
+            return pooled, keras.KerasTensor(scores.shape, dtype="float32")
+        return pooled
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(target_aware=self.target_aware)
+        return config

@@ -1,0 +1,47 @@
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
+
+
+def random_batch(rng, batch, length, num_items, num_categories, lengths=None):
+    """Random model inputs; history b has `lengths[b]` real (non-padding) slots, left-padded."""
+    if lengths is None:
+        lengths = rng.integers(0, length + 1, batch)
+    hist_items = rng.integers(1, num_items, (batch, length))
+    hist_categories = rng.integers(1, num_categories, (batch, length))
+    for b, n in enumerate(lengths):
+        hist_items[b, : length - n] = 0
+        hist_categories[b, : length - n] = 0
+    return {
+        "target_item": rng.integers(1, num_items, batch),
+        "target_category": rng.integers(1, num_categories, batch),
+        "hist_items": hist_items,
+        "hist_categories": hist_categories,
+    }
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)
+
+
+def planted_presence_task(rng, n, length, num_items=200, num_categories=21):
+    """Toy task: label = the target's category occurs among the real history slots.
+
+    Each item has one fixed category; histories have 1..length real slots. With
+    20 categories and ~length/2 slots, about half of the labels are positive.
+    """
+    item_category = np.concatenate([[0], rng.integers(1, num_categories, num_items - 1)])
+    lengths = rng.integers(1, length + 1, n)
+    x = random_batch(rng, n, length, num_items, num_categories, lengths)
+    x["hist_categories"] = item_category[x["hist_items"]]
+    x["target_category"] = item_category[x["target_item"]]
+    y = np.array([tc in set(hc[hc > 0]) for tc, hc in zip(x["target_category"], x["hist_categories"])])
+    return x, y.astype(np.float32)

@@ -1,0 +1,224 @@
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import dare_tf
+from dare_tf import build_model
+from dare_tf.layers import (BehaviorEmbedding, DINAttention, PredictionHead,
+                            TargetAttentionPooling, TopKBehaviorSearch)
+
+from tests.conftest import planted_presence_task, random_batch
+
+NUM_ITEMS, NUM_CATS, LENGTH = 60, 7, 12
+
+
+def exact_auc(y, p):
+    pos, neg = p[y == 1], p[y == 0]
+    return ((pos[:, None] > neg[None]).sum() + 0.5 * (pos[:, None] == neg[None]).sum()) / (len(pos) * len(neg))
+
+
+def expected_param_count(cfg):
+    """The parameter count implied by reference.md for a config."""
+    def tables(dim, pos_dim):
+        n = cfg.num_items * dim + cfg.num_categories * dim
+        return n + (cfg.num_positions * pos_dim if cfg.use_position else 0)
+
+    d, dp = cfg.embedding_dim, cfg.position_dim
+    da, dpa = cfg.attention_dim, cfg.attention_pos_dim
+    emb = {
+        "shared": tables(d, dp),
+        "decoupled": tables(d, dp) + tables(da, dpa),
+        "four": 2 * (tables(d, dp) + tables(da, dpa)),
+        "projection": tables(d, dp) + 4 * (2 * d * d + (dp * dp if cfg.use_position else 0)),
+    }[cfg.coupling]
+    width = 2 * d + (dp if cfg.use_position else 0)
+    features = width * (3 if cfg.target_aware else 2)
+
+    def mlp(fan_in, units):
+        n = 4 * fan_in  # BatchNorm gamma, beta, moving mean, moving variance
+        for u in units:
+            n += fan_in * u + u + 1  # dense + one PReLU slope
+            fan_in = u
+        return n + fan_in * 2 + 2
+
+    total = emb + mlp(features, cfg.mlp_units)
+    if cfg.use_aux_loss:
+        total += mlp(features, cfg.aux_mlp_units)
+    if cfg.scorer == "din":
+        total += 4 * width * cfg.din_units + cfg.din_units + 1 + cfg.din_units + 1
+    return total
+
+
+@pytest.mark.parametrize("preset", sorted(dare_tf.PRESETS))
+def test_parameter_count_matches_reference_formula(preset):
+    model = build_model(preset, 1000, 50, max_len=200)
+    assert model.count_params() == expected_param_count(model.model_config)
+
+
+def test_parameter_count_paper_scale_dare():
+    # Taobao vocabulary, d=16: the item tables dominate.
+    model = build_model("dare", 4_068_791, 9_408, embedding_dim=16)
+    assert model.count_params() == expected_param_count(model.model_config)
+    assert model.count_params() > 2 * 4_068_791 * 16
+
+
+def _tables(model):
+    return {f"{s}/{f}": v for s, fields in model.embedding.tables.items() for f, v in fields.items()}
+
+
+def _route_gradients(model, x):
+    """Gradients of the search scores and of the pooled vectors (scores held fixed)."""
+    emb_layer, tables = model.embedding, _tables(model)
+    with tf.GradientTape(persistent=True) as tape:
+        emb = emb_layer(x["target_item"], x["target_category"], x["hist_items"], x["hist_categories"])
+        mask = x["hist_items"] > 0
+        positions, scores, valid = model.search(emb["target_attention"], emb["history_attention"], mask)
+        pooled = model.pooling(emb["target_representation"], emb["history_representation"],
+                               tf.stop_gradient(scores), valid, positions=positions)
+        score_sum = tf.reduce_sum(tf.where(valid, scores, 0.0) * tf.range(1.0, scores.shape[1] + 1.0))
+        pooled_sum = tf.reduce_sum(pooled * tf.range(1.0, pooled.shape[1] + 1.0))
+    def norm(g):
+        return 0.0 if g is None else float(tf.norm(tf.convert_to_tensor(g)))
+    return ({k: norm(tape.gradient(score_sum, v)) for k, v in tables.items()},
+            {k: norm(tape.gradient(pooled_sum, v)) for k, v in tables.items()})
+
+
+def test_dare_routes_gradients_to_separate_tables(rng):
+    x = random_batch(rng, 8, LENGTH, NUM_ITEMS, NUM_CATS, lengths=[LENGTH] * 8)
+    model = build_model("dare", NUM_ITEMS, NUM_CATS, max_len=LENGTH, top_k=4, initializer="keras", seed=0)
+    via_scores, via_pooled = _route_gradients(model, x)
+    for name in via_scores:
+        if name.startswith("attention/"):
+            assert via_scores[name] > 0 and via_pooled[name] == 0, name
+        else:
+            assert via_scores[name] == 0 and via_pooled[name] > 0, name
+    # The full training loss reaches both sets.
+    with tf.GradientTape() as tape:
+        loss = model.loss_terms(np.ones(8), model.forward(x, training=True))["total"]
+    grads = tape.gradient(loss, list(_tables(model).values()))
+    assert all(float(tf.norm(tf.convert_to_tensor(g))) > 0 for g in grads)
+
+
+def test_twin_single_table_receives_both_gradients(rng):
+    x = random_batch(rng, 8, LENGTH, NUM_ITEMS, NUM_CATS, lengths=[LENGTH] * 8)
+    model = build_model("twin", NUM_ITEMS, NUM_CATS, max_len=LENGTH, top_k=4, initializer="keras", seed=0)
+    via_scores, via_pooled = _route_gradients(model, x)
+    assert set(via_scores) == {"shared/item", "shared/category", "shared/position"}
+    for name in via_scores:
+        assert via_scores[name] > 0 and via_pooled[name] > 0, name
+
+
+def test_dare_small_attention_dim_trains_end_to_end(rng):
+    x, y = planted_presence_task(rng, 6000, 20)
+    xt, yt = planted_presence_task(np.random.default_rng(7), 1000, 20)
+    model = build_model("dare", 200, 21, max_len=20, top_k=5, embedding_dim=32,
+                        attention_embedding_dim=8, attention_position_dim=8, seed=0)
+    emb = model.embedding(*(xt[k][:2] for k in dare_tf.INPUT_KEYS))
+    assert emb["history_attention"].shape[-1] == 2 * 8 + 8
+    assert emb["history_representation"].shape[-1] == 2 * 32 + 16
+    model.compile(optimizer=keras.optimizers.Adam(0.01))
+    history = model.fit(x, y, batch_size=256, epochs=4, verbose=0)
+    losses = history.history["loss"]
+    assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
+    auc = exact_auc(yt, model.predict(xt, batch_size=500, verbose=0))
+    assert auc > 0.75, auc
+
+
+@pytest.mark.parametrize("preset", sorted(dare_tf.PRESETS))
+def test_saving_round_trip_every_preset(tmp_path, rng, preset):
+    x = random_batch(rng, 4, LENGTH, NUM_ITEMS, NUM_CATS)
+    model = build_model(preset, NUM_ITEMS, NUM_CATS, max_len=LENGTH, top_k=4, initializer="keras", seed=1)
+    path = str(tmp_path / f"{preset}.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert isinstance(loaded, dare_tf.DareModel)
+    assert loaded.model_config == model.model_config
+    a, b = model.explain(x), loaded.explain(x)
+    for k in a:
+        np.testing.assert_array_equal(np.asarray(a[k]), np.asarray(b[k]))
+
+
+@pytest.mark.parametrize("preset", sorted(dare_tf.PRESETS))
+def test_xla_and_bfloat16_match_default_path(rng, preset):
+    x = random_batch(rng, 16, LENGTH, NUM_ITEMS, NUM_CATS)
+    model = build_model(preset, NUM_ITEMS, NUM_CATS, max_len=LENGTH, top_k=4, initializer="keras", seed=2)
+    for table in model.embedding.weights:  # spread the embeddings so outputs differ per sample
+        table.assign(rng.normal(0, 0.5, table.shape))
+    expected = np.asarray(model(x))
+    assert expected.std() > 1e-3  # outputs vary across samples, so agreement is meaningful
+    jit = tf.function(lambda inputs: model(inputs), jit_compile=True)
+    np.testing.assert_allclose(np.asarray(jit(x)), expected, atol=1e-5)
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        half = build_model(preset, NUM_ITEMS, NUM_CATS, max_len=LENGTH, top_k=4, initializer="keras")
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    half.set_weights(model.get_weights())
+    out = half.explain(x)
+    assert out["probability"].dtype == tf.float32 and out["attention_weights"].dtype == tf.float32
+    assert half.embedding.compute_dtype == "bfloat16"
+    # bfloat16 keeps 8 mantissa bits: agreement within 0.02 in probability.
+    np.testing.assert_allclose(np.asarray(out["probability"]), expected, atol=0.02)
+
+
+LAYERS = [
+    (BehaviorEmbedding, dict(num_items=NUM_ITEMS, num_categories=NUM_CATS, embedding_dim=4,
+                             position_dim=2, attention_embedding_dim=3, num_positions=20)),
+    (TopKBehaviorSearch, dict(top_k=3, mode="hard", position_dim=2)),
+    (TargetAttentionPooling, dict(target_aware=False)),
+    (DINAttention, dict(units=5, initializer="reference", l2=1e-6, seed=4)),
+    (PredictionHead, dict(units=(6, 3), initializer="reference", l2=1e-6, seed=5)),
+]
+
+
+@pytest.mark.parametrize("cls,kwargs", LAYERS, ids=[c.__name__ for c, _ in LAYERS])
+def test_layer_get_config_round_trip(cls, kwargs):
+    layer = cls(**kwargs)
+    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
+    assert type(restored) is cls
+    assert restored.get_config() == layer.get_config()
+
+
+def _functional_model(length, num_items, num_categories):
+    inputs = {k: keras.Input(shape=(length,) if k.startswith("hist") else (), dtype="int32", name=k)
+              for k in dare_tf.INPUT_KEYS}
+    emb = BehaviorEmbedding(num_items, num_categories, embedding_dim=8, position_dim=4,
+                            attention_embedding_dim=8, num_positions=length + 1, coupling="decoupled")(
+        inputs["target_item"], inputs["target_category"], inputs["hist_items"], inputs["hist_categories"])
+    mask = keras.ops.greater(inputs["hist_items"], 0)
+    positions, scores, valid = TopKBehaviorSearch(top_k=4, position_dim=4)(
+        emb["target_attention"], emb["history_attention"], mask)
+    pooled = TargetAttentionPooling()(emb["target_representation"], emb["history_representation"],
+                                      scores, valid, positions=positions)
+    h = keras.layers.Concatenate()([emb["target_representation"], pooled])
+    h = keras.layers.Dense(32, activation="relu")(h)
+    return keras.Model(inputs, keras.layers.Dense(1, activation="sigmoid")(h)[:, 0])
+
+
+def test_user_functional_model_learns_planted_task(rng, tmp_path):
+    x, y = planted_presence_task(rng, 8000, 20)
+    xt, yt = planted_presence_task(np.random.default_rng(99), 2000, 20)
+    assert 0.3 < y.mean() < 0.7
+    model = _functional_model(20, 200, 21)
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="binary_crossentropy")
+    model.fit(x, y, batch_size=128, epochs=6, verbose=0)
+    p = model.predict(xt, batch_size=500, verbose=0)
+    auc = exact_auc(yt, p)
+    assert auc > 0.9, auc
+    path = str(tmp_path / "functional.keras")
+    model.save(path)
+    np.testing.assert_allclose(keras.saving.load_model(path).predict(xt, verbose=0), p, atol=1e-6)
+
+
+def test_input_errors(rng):
+    model = build_model("dare", NUM_ITEMS, NUM_CATS, max_len=LENGTH, top_k=4)
+    x = random_batch(rng, 2, LENGTH, NUM_ITEMS, NUM_CATS)
+    with pytest.raises(KeyError, match="lack \\['hist_categories'\\]"):
+        model({k: v for k, v in x.items() if k != "hist_categories"})
+    with pytest.raises(ValueError, match="built for max_len=12"):
+        model(random_batch(rng, 2, LENGTH + 1, NUM_ITEMS, NUM_CATS))
+    with pytest.raises(ValueError, match="unknown preset 'sim'"):
+        build_model("sim", 10, 3)
+    with pytest.raises(ValueError, match="ModelConfig.attention_embedding_dim"):
+        build_model("twin", 10, 3, attention_embedding_dim=4)
