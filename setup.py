@@ -17,6 +17,7 @@ setup(
         "numpy",
         "absl-py",
         "tqdm",
+        "pyarrow>=14",
     ],
     extras_require={"test": ["pytest"], "plot": ["matplotlib"]},
     entry_points={

@@ -1,0 +1,121 @@
+"""Speed of the layers and presets: forward+backward samples/s and the search stage alone.
+
+Usage: python benchmarks/bench_layers.py [--quick] [--json PATH]
+
+Part 1: every preset at L=200, K=20, d=16, batch 256 and 2048, XLA on and off.
+Part 2: the search stage alone (attention-table lookup, scores, top-K) for
+attention dims 64/32/16 per field and L = 200, 1,000, 10,000; it prints the
+64 -> 32 speed-up and the growth of time per behaviour from L=200 to 10,000.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import dare_tf  # noqa: E402
+from benchmarks.common import print_table, time_call, write_json  # noqa: E402
+from dare_tf.layers import BehaviorEmbedding, TopKBehaviorSearch  # noqa: E402
+
+NUM_ITEMS, NUM_CATEGORIES = 50_000, 1_000
+
+
+def random_inputs(rng, batch, length):
+    return {
+        "target_item": tf.constant(rng.integers(1, NUM_ITEMS, batch), tf.int32),
+        "target_category": tf.constant(rng.integers(1, NUM_CATEGORIES, batch), tf.int32),
+        "hist_items": tf.constant(rng.integers(1, NUM_ITEMS, (batch, length)), tf.int32),
+        "hist_categories": tf.constant(rng.integers(1, NUM_CATEGORIES, (batch, length)), tf.int32),
+    }
+
+
+def bench_presets(rng, batches, min_seconds):
+    rows = []
+    for preset in sorted(dare_tf.PRESETS):
+        model = dare_tf.build_model(preset, NUM_ITEMS, NUM_CATEGORIES, max_len=200, top_k=20,
+                                    embedding_dim=16, seed=0)
+        labels = {b: tf.constant(rng.integers(0, 2, b), tf.float32) for b in batches}
+        for batch in batches:
+            x = random_inputs(rng, batch, 200)
+            row = {"preset": preset, "batch": batch}
+            for jit in (False, True):
+                @tf.function(jit_compile=jit)
+                def step(inputs, y):
+                    with tf.GradientTape() as tape:
+                        loss = model.loss_terms(y, model.forward(inputs, training=True))["total"]
+                    return tape.gradient(loss, model.trainable_variables)
+
+                seconds = time_call(lambda: step(x, labels[batch]), min_seconds)
+                row["xla" if jit else "graph"] = batch / seconds
+            row["xla/graph"] = row["xla"] / row["graph"]
+            rows.append(row)
+            print(f"  {preset} batch={batch}: graph {row['graph']:.0f}/s, xla {row['xla']:.0f}/s", flush=True)
+    return rows
+
+
+def bench_search(rng, dims, lengths, batch, min_seconds):
+    rows = []
+    for dim in dims:
+        # One attention width per field (item, category, position), so halving
+        # the attention dim halves every vector the search reads.
+        emb = BehaviorEmbedding(NUM_ITEMS, NUM_CATEGORIES, embedding_dim=dim, position_dim=dim,
+                                num_positions=max(lengths) + 1, coupling="shared")
+        search = TopKBehaviorSearch(20, "soft", position_dim=dim)
+        for length in lengths:
+            x = random_inputs(rng, batch, length)
+            for jit in (False, True):
+                @tf.function(jit_compile=jit)
+                def run(inputs):
+                    e = emb(inputs["target_item"], inputs["target_category"],
+                            inputs["hist_items"], inputs["hist_categories"])
+                    return search(e["target_attention"], e["history_attention"],
+                                  inputs["hist_items"] > 0)
+
+                seconds = time_call(lambda: run(x), min_seconds)
+                rows.append({"attention_dim": dim, "L": length, "xla": jit, "batch": batch,
+                             "ms": seconds * 1e3, "ns_per_behaviour": seconds / (batch * length) * 1e9})
+                print(f"  dim={dim} L={length} xla={jit}: {seconds * 1e3:.2f} ms", flush=True)
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer and shorter measurements")
+    parser.add_argument("--json", default=None, help="output JSON path")
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    min_seconds = 0.5 if args.quick else 2.0
+    print(f"TensorFlow {tf.__version__}, {os.cpu_count()} CPUs")
+    print("Part 1: forward+backward samples/s (L=200, K=20, d=16, vocab 50k items)")
+    presets = bench_presets(rng, [256] if args.quick else [256, 2048], min_seconds)
+    print_table(presets, ["preset", "batch", "graph", "xla", "xla/graph"])
+
+    print("Part 2: search stage alone (lookup + scores + top-20), batch 128")
+    lengths = [200, 1_000] if args.quick else [200, 1_000, 10_000]
+    search = bench_search(rng, [64, 32, 16], lengths, 128, min_seconds)
+    print_table(search, ["attention_dim", "L", "xla", "ms", "ns_per_behaviour"])
+
+    summary = []
+    for jit in (False, True):
+        ms = {(r["attention_dim"], r["L"]): r for r in search if r["xla"] == jit}
+        for length in lengths:
+            summary.append({"xla": jit, "L": length, "metric": "speed-up 64->32",
+                            "value": ms[(64, length)]["ms"] / ms[(32, length)]["ms"], "target": ">= 1.7"})
+        for dim in (64, 32, 16):
+            summary.append({"xla": jit, "L": f"{lengths[0]}->{lengths[-1]}", "metric": f"ns/behaviour growth d={dim}",
+                            "value": ms[(dim, lengths[-1])]["ns_per_behaviour"] / ms[(dim, lengths[0])]["ns_per_behaviour"],
+                            "target": "<= 1.2"})
+    print("Targets")
+    print_table(summary, ["xla", "L", "metric", "value", "target"])
+    write_json("bench_layers", {"presets": presets, "search": search, "summary": summary}, args.json)
+
+
+if __name__ == "__main__":
+    main()

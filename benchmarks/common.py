@@ -1,0 +1,51 @@
+"""Shared helpers of the benchmark programs: timing, a printed table, JSON output."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+
+RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def time_call(fn, min_seconds: float = 1.0, warmup: int = 2, max_iters: int = 200) -> float:
+    """Median seconds per call of `fn` over repeated calls lasting >= `min_seconds`."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    start = time.perf_counter()
+    while (time.perf_counter() - start < min_seconds or len(times) < 3) and len(times) < max_iters:
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def print_table(rows: list[dict], columns: list[str]) -> str:
+    def fmt(v):
+        if isinstance(v, float):
+            return f"{v:,.3g}" if abs(v) < 100 else f"{v:,.0f}"
+        return str(v)
+
+    widths = {c: max(len(c), *(len(fmt(r.get(c, ""))) for r in rows)) for c in columns}
+    lines = ["| " + " | ".join(c.ljust(widths[c]) for c in columns) + " |",
+             "|" + "|".join("-" * (widths[c] + 2) for c in columns) + "|"]
+    for r in rows:
+        lines.append("| " + " | ".join(fmt(r.get(c, "")).rjust(widths[c]) for c in columns) + " |")
+    text = "\n".join(lines)
+    print(text, flush=True)
+    return text
+
+
+def write_json(name: str, payload: dict, path: str | None = None) -> str:
+    path = path or os.path.join(RESULTS_DIR, f"{name}.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    payload = dict(payload, machine={"platform": platform.platform(), "cpus": os.cpu_count()},
+                   written=time.strftime("%Y-%m-%dT%H:%M:%S"))
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=2)
+    print(f"wrote {path}")
+    return path

@@ -1,0 +1,236 @@
+import csv
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from dare_tf.input_pipeline import make_dataset
+from dare_tf.spec import DatasetSpec, read_id_map
+from data.logs import BadLineError
+from data.protocol import Protocol, prepare
+
+from tests.conftest import REPO, SHARED_DATA
+
+TAOBAO = os.path.join(SHARED_DATA, "taobao", "UserBehavior_sample.csv")
+TMALL = os.path.join(SHARED_DATA, "tmall", "user_log_format1_sample.csv")
+FEATURES = {
+    "uid": tf.io.FixedLenFeature([], tf.int64), "target_item": tf.io.FixedLenFeature([], tf.int64),
+    "target_category": tf.io.FixedLenFeature([], tf.int64), "label": tf.io.FixedLenFeature([], tf.int64),
+    "hist_items": tf.io.FixedLenFeature([200], tf.int64), "hist_categories": tf.io.FixedLenFeature([200], tf.int64),
+}
+
+
+def read_split(directory, split):
+    spec = DatasetSpec.load(directory)
+    records = [r.numpy() for p in spec.shard_paths(directory, split) for r in tf.data.TFRecordDataset(p)]
+    parsed = tf.io.parse_example(records, FEATURES) if records else {}
+    return records, {k: v.numpy() for k, v in parsed.items()}
+
+
+def raw_click_sequences(path, dataset):
+    """Independent recount: each user's clicks (raw item, raw category), in protocol order."""
+    seqs = {}
+    with open(path, newline="") as f:
+        rows = csv.reader(f)
+        if dataset == "tmall":
+            next(rows)
+        for row in rows:
+            if dataset == "taobao" and row[3] == "pv":
+                seqs.setdefault(row[0], []).append((row[1], row[2], 0))
+            elif dataset == "tmall" and row[6] == "0":
+                seqs.setdefault(row[0], []).append((row[1], row[2], int(row[5])))
+    if dataset == "tmall":
+        seqs = {u: sorted(s, key=lambda r: r[2]) for u, s in seqs.items()}  # sorted() is stable
+    return seqs
+
+
+@pytest.fixture(scope="module")
+def taobao(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("prep") / "taobao")
+    return out, prepare("taobao", TAOBAO, out, Protocol(seed=1))
+
+
+@pytest.fixture(scope="module")
+def tmall(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("prep") / "tmall")
+    return out, prepare("tmall", TMALL, out, Protocol(seed=1))
+
+
+def check_protocol(directory, spec, raw_path, dataset, users_expected, n_check=6):
+    assert spec.users == users_expected
+    assert spec.counts == {"train": users_expected * 19 * 3, "val": users_expected * 3,
+                           "test": users_expected * 3}
+    raw_items = read_id_map(directory, "item")
+    raw_cats = read_id_map(directory, "category")
+    raw_users = read_id_map(directory, "user")
+    assert spec.num_items == len(raw_items) + 1 and spec.num_categories == len(raw_cats) + 1
+    seqs = raw_click_sequences(raw_path, dataset)
+    assert sum(len(s) >= 210 for s in seqs.values()) == users_expected
+    for split in ("train", "val", "test"):
+        _, ex = read_split(directory, split)
+        labels = ex["label"].reshape(-1, 3)
+        assert (labels == [1, 0, 0]).all()  # one positive, then its two negatives
+        clicked = {u: {r[0] for r in s} for u, s in seqs.items()}
+        for i in range(len(ex["label"])):
+            if ex["label"][i] == 0:
+                user = raw_users[ex["uid"][i] - 1]
+                assert raw_items[ex["target_item"][i] - 1] not in clicked[user]
+        # History windows of several users recounted from the raw file.
+        offsets = {"train": [3 + 5 * j for j in range(19)], "val": [2], "test": [1]}[split]
+        for g in range(0, len(ex["label"]) // 3, max(1, len(ex["label"]) // 3 // n_check)):
+            row = 3 * g
+            user = raw_users[ex["uid"][row] - 1]
+            seq = seqs[user]
+            pos = len(seq) - offsets[g % len(offsets)]
+            assert (raw_items[ex["target_item"][row] - 1], raw_cats[ex["target_category"][row] - 1]) == seq[pos][:2]
+            window = seq[max(0, pos - 200): pos]
+            hist = [(raw_items[i - 1], raw_cats[c - 1]) for i, c in
+                    zip(ex["hist_items"][row], ex["hist_categories"][row]) if i > 0]
+            assert hist == [r[:2] for r in window]
+            assert (ex["hist_items"][row][: 200 - len(window)] == 0).all()
+
+
+def test_taobao_sample_follows_protocol(taobao):
+    directory, spec = taobao
+    check_protocol(directory, spec, TAOBAO, "taobao", 86)
+    assert spec.source["rows"] == 94225 and spec.source["bad_lines"] == 0
+    assert len(spec.source["sha256"]) == 64
+
+
+def test_tmall_sample_follows_protocol(tmall):
+    directory, spec = tmall
+    check_protocol(directory, spec, TMALL, "tmall", 120)
+    # The raw file really has unordered rows, empty brand_id and same-day clicks.
+    with open(TMALL) as f:
+        rows = [line.rstrip("\n").split(",") for line in f][1:]
+    assert any(r[4] == "" for r in rows)
+    per_user = {}
+    for r in rows:
+        per_user.setdefault(r[0], []).append(int(r[5]))
+    assert any(t != sorted(t) for t in per_user.values())
+    assert any(len(set(t)) < len(t) for t in per_user.values())
+
+
+def test_same_seed_identical_other_seed_changes_negatives_only(taobao, tmp_path):
+    directory, _ = taobao
+    again = str(tmp_path / "again")
+    other = str(tmp_path / "other")
+    prepare("taobao", TAOBAO, again, Protocol(seed=1))
+    prepare("taobao", TAOBAO, other, Protocol(seed=2))
+    for split in ("train", "val", "test"):
+        with open(os.path.join(directory, f"{split}-00000.tfrecord"), "rb") as a, \
+                open(os.path.join(again, f"{split}-00000.tfrecord"), "rb") as b:
+            assert a.read() == b.read()
+        _, x = read_split(directory, split)
+        _, y = read_split(other, split)
+        neg = x["label"] == 0
+        for k in ("uid", "label", "hist_items", "hist_categories"):
+            np.testing.assert_array_equal(x[k], y[k])
+        np.testing.assert_array_equal(x["target_item"][~neg], y["target_item"][~neg])
+        assert (x["target_item"][neg] != y["target_item"][neg]).mean() > 0.9
+
+
+def test_pipeline_reads_back_what_was_written(taobao):
+    directory, spec = taobao
+    _, written = read_split(directory, "val")
+    batches = list(make_dataset(directory, "val", batch_size=50, deterministic=True))
+    assert [len(b[1]) for b in batches] == [50] * 5 + [8]
+    feats = {k: np.concatenate([b[0][k].numpy() for b in batches]) for k in batches[0][0]}
+    labels = np.concatenate([b[1].numpy() for b in batches])
+    np.testing.assert_array_equal(labels, written["label"])
+    for k, v in feats.items():
+        np.testing.assert_array_equal(v, written[k])
+    # Shuffled training input holds the same examples, in a different order.
+    train = list(make_dataset(directory, "train", batch_size=1000, deterministic=True, seed=3))
+    items = np.concatenate([b[0]["target_item"].numpy() for b in train])
+    _, written_train = read_split(directory, "train")
+    assert sorted(items) == sorted(written_train["target_item"])
+    assert not np.array_equal(items, written_train["target_item"])
+    again = np.concatenate([b[0]["target_item"].numpy() for b in make_dataset(
+        directory, "train", batch_size=1000, deterministic=True, seed=3)])
+    np.testing.assert_array_equal(items, again)
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+GOOD = "".join(f"{u},{i},{i % 3},pv,{1511500000 + i}\n" for u in (1, 2) for i in range(10 * u, 10 * u + 30)) \
+    + "3,500,1,pv,1511500000\n"
+
+
+@pytest.mark.parametrize("bad,message", [
+    ("7,8,9,pv\n", "expected 5 comma-separated fields, got 4"),
+    ("7,8,9,pv,1,2\n", "expected 5 comma-separated fields, got 6"),
+    ("7,x8,9,pv,1\n", "field 'item' is not an integer: 'x8'"),
+    ("7,8,9,click,1\n", "unknown behavior 'click'"),
+])
+def test_bad_taobao_line_names_file_line_and_content(tmp_path, bad, message):
+    lines = GOOD.splitlines(keepends=True)
+    path = write(tmp_path, "log.csv", "".join(lines[:5] + [bad] + lines[5:]))
+    with pytest.raises(BadLineError) as err:
+        prepare("taobao", path, str(tmp_path / "out"), Protocol(min_clicks=20, train_targets=2))
+    assert f"{path}:6: {message}" in str(err.value)
+    assert repr(bad.strip()) in str(err.value)
+    assert not os.path.exists(tmp_path / "out")
+    spec = prepare("taobao", path, str(tmp_path / "out"), Protocol(min_clicks=20, train_targets=2),
+                   skip_bad_lines=True)
+    assert spec.source["bad_lines"] == 1 and spec.users == 2
+
+
+def test_bad_tmall_action_and_header(tmp_path):
+    header = "user_id,item_id,cat_id,seller_id,brand_id,time_stamp,action_type\n"
+    body = "".join(f"{u},{i},{i % 3},5,,{1100 + i},0\n" for u in (1, 2) for i in range(10 * u, 10 * u + 30))
+    path = write(tmp_path, "log.csv", header + body + "3,4,5,6,7,1101,9\n")
+    with pytest.raises(BadLineError, match=r"log.csv:62: unknown action_type '9'"):
+        prepare("tmall", path, str(tmp_path / "o"), Protocol(min_clicks=20, train_targets=2))
+    path = write(tmp_path, "nohead.csv", body)
+    with pytest.raises(ValueError, match=r"nohead.csv:1: expected the tmall header"):
+        prepare("tmall", path, str(tmp_path / "o"), Protocol(min_clicks=20, train_targets=2))
+
+
+def test_missing_empty_and_no_qualifying_users(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.csv: input log not found"):
+        prepare("taobao", str(tmp_path / "nope.csv"), str(tmp_path / "o"))
+    with pytest.raises(ValueError, match="empty.csv: input log is empty"):
+        prepare("taobao", write(tmp_path, "empty.csv", ""), str(tmp_path / "o"))
+    with pytest.raises(ValueError, match="no user has >= 210 clicks \\(the longest history has 30\\)"):
+        prepare("taobao", write(tmp_path, "short.csv", GOOD), str(tmp_path / "o"))
+    with pytest.raises(ValueError, match="--min_clicks=5: must be >= 94"):
+        prepare("taobao", write(tmp_path, "short.csv", GOOD), str(tmp_path / "o"), Protocol(min_clicks=5))
+    assert not os.path.exists(tmp_path / "o")
+
+
+def test_rewrite_replaces_old_shards_and_failure_keeps_old(tmp_path, monkeypatch):
+    path = write(tmp_path, "log.csv", GOOD)
+    out = str(tmp_path / "out")
+    prepare("taobao", path, out, Protocol(min_clicks=20, train_targets=2, examples_per_shard=4))
+    assert len(os.listdir(out)) > 8
+    spec = prepare("taobao", path, out, Protocol(min_clicks=20, train_targets=2))
+    assert sorted(os.listdir(out)) == sorted(
+        ["spec.json", "item_ids.txt", "category_ids.txt", "user_ids.txt",
+         "train-00000.tfrecord", "val-00000.tfrecord", "test-00000.tfrecord"])
+    import data.protocol as protocol
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("killed midway")
+    monkeypatch.setattr(protocol, "encode_int64_examples", boom)
+    with pytest.raises(RuntimeError, match="killed midway"):
+        prepare("taobao", path, out, Protocol(min_clicks=20, train_targets=2, seed=9))
+    assert DatasetSpec.load(out) == spec
+    assert sorted(os.listdir(tmp_path)) == ["log.csv", "out"]  # no staging directory left
+
+
+def test_command_line(tmp_path):
+    out = str(tmp_path / "cli")
+    result = subprocess.run(
+        [sys.executable, "-m", "data.prepare", "--dataset=taobao", f"--input={TAOBAO}",
+         f"--output_dir={out}", "--seed=4"], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "86 users" in result.stdout
+    assert DatasetSpec.load(out).protocol["seed"] == 4
