@@ -26,7 +26,7 @@ from dare_tf.example_codec import encode_int64_examples
 from dare_tf.spec import ID_MAP_FILES, SPEC_FILE, SPLITS, DatasetSpec
 from data.logs import FORMATS, Clicks, read_clicks
 
-USERS_PER_CHUNK = 2048
+USERS_PER_CHUNK = 256
 MAX_NEGATIVE_ROUNDS = 1000
 
 
@@ -132,33 +132,36 @@ def _history(items, categories, starts, targets, max_len):
 
 
 class _ShardWriter:
+    """Buffers serialized examples of one split and writes each full shard in
+    one call of TF's C++ TFRecord writer (no per-record Python call)."""
+
     def __init__(self, directory: str, split: str, per_shard: int):
         self.directory, self.split, self.per_shard = directory, split, per_shard
         self.names: list[str] = []
         self.count = 0
-        self._writer = None
-        self._in_shard = 0
+        self._pending: list[np.ndarray] = []
+        self._pending_count = 0
 
-    def write(self, records) -> None:
-        for record in records:
-            if self._writer is None or self._in_shard >= self.per_shard:
-                self._open()
-            self._writer.write(record)
-            self._in_shard += 1
+    def write(self, records: np.ndarray) -> None:
+        self._pending.append(records)
+        self._pending_count += len(records)
         self.count += len(records)
+        while self._pending_count >= self.per_shard:
+            self._flush(self.per_shard)
 
-    def _open(self):
-        if self._writer is not None:
-            self._writer.close()
+    def _flush(self, size: int) -> None:
+        records = np.concatenate(self._pending) if self._pending else np.zeros(0, object)
+        shard, rest = records[:size], records[size:]
+        self._pending, self._pending_count = ([rest] if len(rest) else []), len(rest)
         name = f"{self.split}-{len(self.names):05d}.tfrecord"
-        self._writer = tf.io.TFRecordWriter(os.path.join(self.directory, name))
+        path = os.path.join(self.directory, name)
+        tf.data.experimental.TFRecordWriter(path).write(
+            tf.data.Dataset.from_tensor_slices(tf.constant(shard, tf.string)))
         self.names.append(name)
-        self._in_shard = 0
 
-    def close(self):
-        if self._writer is None:  # an empty split still gets one (empty) shard
-            self._open()
-        self._writer.close()
+    def close(self) -> None:
+        if self._pending_count or not self.names:  # an empty split still gets one (empty) shard
+            self._flush(self._pending_count)
 
 
 def _write_id_map(path: str, raw_ids: np.ndarray) -> None:
@@ -206,7 +209,7 @@ def build_examples(clicks: Clicks, protocol: Protocol, directory: str) -> dict:
             targets = (ends[:, None] - off[None, :]).reshape(-1)  # [U * n]
             owner = np.repeat(users, len(off))
             hist_i, hist_c = _history(seq_items, seq_categories, np.repeat(starts[users], len(off)),
-                                      targets, protocol.max_len)
+                                      targets, protocol.max_len)  # one history per target
             neg = negatives[:, used: used + len(off) * protocol.negatives].reshape(-1, protocol.negatives)
             used += len(off) * protocol.negatives
             # Each target gives [positive, negative_1, ..., negative_n], in that order.
@@ -218,9 +221,7 @@ def build_examples(clicks: Clicks, protocol: Protocol, directory: str) -> dict:
                     np.arange(len(target_items)) % group == 0,
                     seq_categories[np.repeat(targets, group)], item_category[target_items]),
                 "label": np.tile(np.eye(1, group, dtype=np.int64)[0], len(targets)),
-                "hist_items": np.repeat(hist_i, group, axis=0),
-                "hist_categories": np.repeat(hist_c, group, axis=0),
-            })
+            }, shared={"hist_items": hist_i, "hist_categories": hist_c}, group=group)
             writers[split].write(records)
         logging.info("users %d/%d", min(lo + USERS_PER_CHUNK, len(qualifying)), len(qualifying))
     for w in writers.values():

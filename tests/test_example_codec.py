@@ -35,3 +35,15 @@ def test_errors():
     with pytest.raises(ValueError, match="must be \\[N\\] or \\[N, k>=1\\]"):
         encode_int64_examples({"a": np.zeros((3, 0), int)})
     assert len(encode_int64_examples({"a": np.zeros((0, 2), int)})) == 0
+
+
+def test_shared_rows_are_repeated_per_group(rng):
+    hist = rng.integers(0, 10**6, (4, 9))
+    label = np.tile([1, 0, 0], 4)
+    records = encode_int64_examples({"label": label}, shared={"hist": hist}, group=3)
+    parsed = tf.io.parse_example(list(records), {"label": tf.io.FixedLenFeature([], tf.int64),
+                                                 "hist": tf.io.FixedLenFeature([9], tf.int64)})
+    np.testing.assert_array_equal(parsed["hist"].numpy(), np.repeat(hist, 3, axis=0))
+    np.testing.assert_array_equal(parsed["label"].numpy(), label)
+    with pytest.raises(ValueError, match="feature 'hist' has 12 records, expected 11"):
+        encode_int64_examples({"label": label[:11]}, shared={"hist": hist}, group=3)
