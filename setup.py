@@ -18,6 +18,7 @@ setup(
         "absl-py",
         "tqdm",
         "pyarrow>=14",
+        "tensorboard>=2.16",
     ],
     extras_require={"test": ["pytest"], "plot": ["matplotlib"]},
     entry_points={

@@ -58,6 +58,9 @@ class ModelConfig:
         initializer: `reference`: every non-bias parameter ~ N(0, 0.01) and
             biases as PyTorch initialises them (reference.md); `keras`: Keras
             defaults for dense layers, embeddings ~ N(0, 0.01).
+        synchronized_batch_norm: BatchNorm statistics over the global batch
+            across replicas (set by the trainers under a distribution
+            strategy, so N replicas train like one process).
     """
 
     num_items: int
@@ -83,6 +86,7 @@ class ModelConfig:
     prelu_init: float = 0.1
     l2: float = 1e-6
     initializer: str = "reference"
+    synchronized_batch_norm: bool = False
 
     def __post_init__(self):
         # Tuples survive JSON round trips as lists; normalise them back.

@@ -60,7 +60,8 @@ class DareModel(keras.Model):
             attention_position_dim=cfg.attention_position_dim,
             num_positions=cfg.num_positions, coupling=cfg.coupling, use_position=cfg.use_position,
             embeddings_initializer=normal(0),
-            projection_initializer=normal(1) if ref else "glorot_uniform",
+            projection_initializer=normal(1) if ref else keras.initializers.GlorotUniform(
+                None if seed is None else seed + 1),
             projection_regularizer=keras.regularizers.L2(cfg.l2) if cfg.l2 else None,
             name="behavior_embedding")
         sub_seed = lambda i: None if seed is None else seed + 100 * i  # noqa: E731
@@ -76,12 +77,12 @@ class DareModel(keras.Model):
         self.pooling = TargetAttentionPooling(cfg.target_aware, name="pooling")
         self.head = PredictionHead(cfg.mlp_units, initializer=cfg.initializer,
                                    prelu_init=cfg.prelu_init, l2=cfg.l2, seed=sub_seed(2),
-                                   name="head")
+                                   synchronized=cfg.synchronized_batch_norm, name="head")
         self.aux_head = None
         if cfg.use_aux_loss:
             self.aux_head = PredictionHead(cfg.aux_mlp_units, initializer=cfg.initializer,
-                                           prelu_init=cfg.prelu_init, l2=cfg.l2,
-                                           seed=sub_seed(3), name="aux_head")
+                                           prelu_init=cfg.prelu_init, l2=cfg.l2, seed=sub_seed(3),
+                                           synchronized=cfg.synchronized_batch_norm, name="aux_head")
 
     # -- inputs -----------------------------------------------------------
     def dummy_inputs(self, batch_size: int = 2) -> dict[str, np.ndarray]:

@@ -150,11 +150,12 @@ def _ground_truth(cfg, world, cats, lengths, flat_items, rng, max_lag=200, pairs
     n_users = cats.shape[0]
     last = lengths - 1
     per_lag = []
-    for lag in range(1, max_lag + 1):
+    for lag in range(1, min(max_lag, cfg.max_length - 1) + 1):
         # (user, position) pairs whose behaviour `lag` steps back exists.
         users = rng.integers(0, n_users, pairs)
-        ok = lengths[users] > lag
-        users = users[ok]
+        users = users[lengths[users] > lag]
+        if len(users) == 0:
+            continue
         t = lag + (rng.random(len(users)) * (lengths[users] - lag)).astype(np.int64)
         target, behaviour = cats[users, t], cats[users, t - lag]
         per_lag.append({

@@ -57,18 +57,19 @@ class DINAttention(keras.layers.Layer):
         width = keys_shape[-1]
         reg = keras.regularizers.L2(self.l2) if self.l2 else None
         ref = self.initializer == "reference"
-        normal = lambda i: keras.initializers.RandomNormal(  # noqa: E731
-            0.0, 0.01, seed=None if self.seed is None else self.seed + i)
+        seed = lambda i: None if self.seed is None else self.seed + i  # noqa: E731
+        normal = lambda i: keras.initializers.RandomNormal(0.0, 0.01, seed=seed(i))  # noqa: E731
+        glorot = lambda i: keras.initializers.GlorotUniform(seed(i))  # noqa: E731
         self.hidden = keras.layers.Dense(
             self.units, kernel_regularizer=reg,
-            kernel_initializer=normal(0) if ref else "glorot_uniform",
+            kernel_initializer=normal(0) if ref else glorot(0),
             bias_initializer=TorchDefaultBias(4 * width, self.seed) if ref else "zeros",
             dtype=self.dtype_policy, name="hidden")
         self.activation = keras.layers.PReLU(
             alpha_initializer=normal(1) if ref else keras.initializers.Constant(self.prelu_init),
             alpha_regularizer=reg, shared_axes=[1, 2], dtype=self.dtype_policy, name="prelu")
         self.out = keras.layers.Dense(
-            1, kernel_regularizer=reg, kernel_initializer=normal(2) if ref else "glorot_uniform",
+            1, kernel_regularizer=reg, kernel_initializer=normal(2) if ref else glorot(2),
             bias_initializer=TorchDefaultBias(self.units, self.seed) if ref else "zeros",
             dtype=self.dtype_policy, name="output")
         self.hidden.build((None, None, 4 * width))

@@ -42,6 +42,7 @@ class PredictionHead(keras.layers.Layer):
         prelu_init: initial slope where `initializer` is `keras`.
         l2: L2 penalty on kernels, BatchNorm gammas and PReLU slopes.
         seed: seed for the `reference` initializers.
+        synchronized: BatchNorm statistics over all replicas' batches.
 
     Call arguments:
         features: `[B, F]`.
@@ -57,8 +58,9 @@ class PredictionHead(keras.layers.Layer):
     """
 
     def __init__(self, units=(200, 80), initializer: str = "keras", prelu_init: float = 0.1,
-                 l2: float = 0.0, seed: int | None = None, **kwargs):
+                 l2: float = 0.0, seed: int | None = None, synchronized: bool = False, **kwargs):
         super().__init__(**kwargs)
+        self.synchronized = synchronized
         if initializer not in ("reference", "keras"):
             raise ValueError(f"PredictionHead: initializer={initializer!r} is not 'reference' or 'keras'")
         self.units = tuple(units)
@@ -71,11 +73,14 @@ class PredictionHead(keras.layers.Layer):
         seed = None if self.seed is None else self.seed + offset
         return keras.initializers.RandomNormal(0.0, 0.01, seed=seed)
 
+    def _glorot(self, offset):
+        return keras.initializers.GlorotUniform(None if self.seed is None else self.seed + offset)
+
     def build(self, input_shape):
         reg = keras.regularizers.L2(self.l2) if self.l2 else None
         ref = self.initializer == "reference"
         self.norm = keras.layers.BatchNormalization(
-            momentum=0.9, epsilon=1e-5, gamma_regularizer=reg,
+            momentum=0.9, epsilon=1e-5, gamma_regularizer=reg, synchronized=self.synchronized,
             gamma_initializer=self._normal(0) if ref else "ones", name="batch_norm")
         self.norm.build(input_shape)
         self.dense_layers, self.activations = [], []
@@ -83,7 +88,7 @@ class PredictionHead(keras.layers.Layer):
         for i, width in enumerate(self.units + (2,)):
             dense = keras.layers.Dense(
                 width, kernel_regularizer=reg,
-                kernel_initializer=self._normal(2 * i + 1) if ref else "glorot_uniform",
+                kernel_initializer=self._normal(2 * i + 1) if ref else self._glorot(2 * i + 1),
                 bias_initializer=TorchDefaultBias(fan_in, self.seed) if ref else "zeros",
                 name=f"dense_{i}",
                 # Logits and softmax stay float32 under mixed precision.
@@ -112,5 +117,6 @@ class PredictionHead(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(units=list(self.units), initializer=self.initializer,
-                      prelu_init=self.prelu_init, l2=self.l2, seed=self.seed)
+                      prelu_init=self.prelu_init, l2=self.l2, seed=self.seed,
+                      synchronized=self.synchronized)
         return config
