@@ -18,7 +18,7 @@ flags.DEFINE_integer("max_len", 200, "History length L.")
 flags.DEFINE_integer("train_targets", 19, "Train targets per user: x_{T-2-stride*j}.")
 flags.DEFINE_integer("stride", 5, "Clicks between consecutive train targets.")
 flags.DEFINE_integer("negatives", 2, "Negatives per positive.")
-flags.DEFINE_integer("examples_per_shard", 100_000, "Examples per TFRecord shard.")
+flags.DEFINE_integer("examples_per_shard", 50_000, "Examples per TFRecord shard.")
 flags.DEFINE_bool("skip_bad_lines", False, "Skip and count malformed lines instead of stopping.")
 flags.mark_flags_as_required(["dataset", "input", "output_dir"])
 

@@ -38,7 +38,7 @@ class Protocol:
     train_targets: int = 19
     stride: int = 5
     negatives: int = 2
-    examples_per_shard: int = 100_000
+    examples_per_shard: int = 50_000
 
     def validate(self) -> None:
         # The earliest train target x_{T-2-stride*(n-1)} (1-based) must have a click before it.
@@ -84,7 +84,7 @@ class _NegativeSampler:
         self.cdf = np.cumsum(freq)
         self.total = int(self.cdf[-1])
         self.num_items = num_items
-        self.clicked = np.unique(users * num_items + items)  # sorted (user, item) keys
+        self.clicked = np.unique(users.astype(np.int64) * num_items + items)  # sorted (user, item) keys
         self.rng = np.random.default_rng(seed)
         self.distinct_clicked = np.bincount(self.clicked // num_items)
         self.clickable = int((freq > 0).sum())
@@ -93,7 +93,7 @@ class _NegativeSampler:
         return np.searchsorted(self.cdf, self.rng.random(size) * self.total, side="right")
 
     def _clicked(self, users: np.ndarray, items: np.ndarray) -> np.ndarray:
-        keys = users * self.num_items + items
+        keys = users.astype(np.int64) * self.num_items + items
         pos = np.minimum(np.searchsorted(self.clicked, keys), len(self.clicked) - 1)
         return self.clicked[pos] == keys
 
@@ -176,6 +176,9 @@ def build_examples(clicks: Clicks, protocol: Protocol, directory: str) -> dict:
     user, raw_users = dense_ids(clicks.user)
     item, raw_items = dense_ids(clicks.item)
     category, raw_categories = dense_ids(clicks.category)
+    # The raw-id columns are no longer needed: release them (peak memory).
+    clicks.user = clicks.item = clicks.category = clicks.time = None
+    user, item, category = user.astype(np.int32), item.astype(np.int32), category.astype(np.int32)
     num_items, num_categories = len(raw_items) + 1, len(raw_categories) + 1
     # An item's category is the last one seen for it (the reference overwrites).
     last = len(item) - 1 - np.unique(item[::-1], return_index=True)[1]
@@ -255,11 +258,12 @@ def prepare(dataset: str, input_path: str, output_dir: str, protocol: Protocol =
     fmt = FORMATS[dataset]
     start = time.perf_counter()
     clicks = read_clicks(input_path, fmt, skip_bad_lines=skip_bad_lines)
+    n_clicks = int(len(clicks.user))
     if clicks.bad_lines:
         logging.warning("%s: skipped %d bad line(s)", input_path, clicks.bad_lines)
-    if len(clicks.user) == 0:
+    if n_clicks == 0:
         raise ValueError(f"{input_path}: no click rows ({fmt.action} == {fmt.click!r}) in {clicks.rows} rows")
-    logging.info("read %d rows, %d clicks in %.1fs", clicks.rows, len(clicks.user), time.perf_counter() - start)
+    logging.info("read %d rows, %d clicks in %.1fs", clicks.rows, n_clicks, time.perf_counter() - start)
     if dataset == "tmall":
         clicks = time_sorted(clicks)
     output_dir = os.path.abspath(output_dir)
@@ -272,7 +276,7 @@ def prepare(dataset: str, input_path: str, output_dir: str, protocol: Protocol =
         spec = DatasetSpec(
             dataset=dataset, max_len=protocol.max_len, protocol=dataclasses.asdict(protocol),
             source=dict(path=os.path.abspath(input_path), sha256=clicks.sha256, rows=clicks.rows,
-                        clicks=int(len(clicks.user)), bad_lines=clicks.bad_lines),
+                        clicks=n_clicks, bad_lines=clicks.bad_lines),
             **fields)
         with open(os.path.join(staging, SPEC_FILE), "w") as f:
             f.write(spec.to_json())
