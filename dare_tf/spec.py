@@ -25,8 +25,10 @@ class DatasetSpec:
 
     Attributes:
         dataset: `taobao`, `tmall` (or the name of a synthetic log's format).
-        num_items, num_categories, num_users: vocabulary sizes including
-            padding row 0 (dense ids run 1..num_x - 1).
+        num_items, num_categories: vocabulary sizes: padding row 0, dense
+            ids 1..num_x - 2 in order of first appearance, and the
+            out-of-vocabulary row num_x - 1 (serving maps unknown ids there).
+        num_users: users in the log plus padding row 0.
         max_len: history length L of every example.
         users: users that qualified (>= min_clicks clicks).
         counts: examples per split.
@@ -48,6 +50,14 @@ class DatasetSpec:
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+    @property
+    def oov_item(self) -> int:
+        return self.num_items - 1
+
+    @property
+    def oov_category(self) -> int:
+        return self.num_categories - 1
 
     def shard_paths(self, data_dir: str, split: str) -> list[str]:
         if split not in self.shards:

@@ -29,8 +29,8 @@ def main(argv):
                         train_targets=FLAGS.train_targets, stride=FLAGS.stride,
                         negatives=FLAGS.negatives, examples_per_shard=FLAGS.examples_per_shard)
     spec = prepare(FLAGS.dataset, FLAGS.input, FLAGS.output_dir, protocol, FLAGS.skip_bad_lines)
-    print(f"{FLAGS.output_dir}: {spec.users} users, {spec.num_items - 1} items, "
-          f"{spec.num_categories - 1} categories, examples {spec.counts}")
+    print(f"{FLAGS.output_dir}: {spec.users} users, {spec.num_items - 2} items, "
+          f"{spec.num_categories - 2} categories, examples {spec.counts}")
 
 
 def run():

@@ -179,7 +179,9 @@ def build_examples(clicks: Clicks, protocol: Protocol, directory: str) -> dict:
     # The raw-id columns are no longer needed: release them (peak memory).
     clicks.user = clicks.item = clicks.category = clicks.time = None
     user, item, category = user.astype(np.int32), item.astype(np.int32), category.astype(np.int32)
-    num_items, num_categories = len(raw_items) + 1, len(raw_categories) + 1
+    # Row 0 is padding and the last row is out-of-vocabulary (never trained on;
+    # serving maps unknown raw ids there).
+    num_items, num_categories = len(raw_items) + 2, len(raw_categories) + 2
     # An item's category is the last one seen for it (the reference overwrites).
     last = len(item) - 1 - np.unique(item[::-1], return_index=True)[1]
     item_category = np.zeros(num_items, np.int64)
@@ -191,7 +193,7 @@ def build_examples(clicks: Clicks, protocol: Protocol, directory: str) -> dict:
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     qualifying = np.nonzero(lengths >= protocol.min_clicks)[0]
     logging.info("%d users, %d qualify (>= %d clicks); %d items, %d categories",
-                 len(raw_users), len(qualifying), protocol.min_clicks, num_items - 1, num_categories - 1)
+                 len(raw_users), len(qualifying), protocol.min_clicks, len(raw_items), len(raw_categories))
     if len(qualifying) == 0:
         raise ValueError(f"no user has >= {protocol.min_clicks} clicks (the longest history has "
                          f"{int(lengths.max())}); lower --min_clicks or use a larger log")

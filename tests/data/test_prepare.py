@@ -66,7 +66,9 @@ def check_protocol(directory, spec, raw_path, dataset, users_expected, n_check=6
     raw_items = read_id_map(directory, "item")
     raw_cats = read_id_map(directory, "category")
     raw_users = read_id_map(directory, "user")
-    assert spec.num_items == len(raw_items) + 1 and spec.num_categories == len(raw_cats) + 1
+    # Padding row 0, the dense ids, and the out-of-vocabulary row last.
+    assert spec.num_items == len(raw_items) + 2 and spec.num_categories == len(raw_cats) + 2
+    assert spec.oov_item == spec.num_items - 1
     seqs = raw_click_sequences(raw_path, dataset)
     assert sum(len(s) >= 210 for s in seqs.values()) == users_expected
     for split in ("train", "val", "test"):

@@ -1,0 +1,255 @@
+"""SavedModel export for TensorFlow Serving: raw ids in, click probability out.
+
+`export_saved_model(model, data_dir, export_base, model_name)` writes
+`export_base/model_name/<version>/` (built aside, then renamed, so TF Serving
+never sees a half-written version) with these signatures:
+
+- `serving_default` (Predict): int64 `target_item`, `target_category` `[B]`
+  and `hist_items`, `hist_categories` `[B, T]` of RAW ids, any T, oldest
+  first; ids <= 0 in a history are padding. Raw ids are mapped in-graph
+  through the dataset's id maps; unknown ids (negative targets included) go
+  to the out-of-vocabulary row. Histories are clipped or left-padded to the
+  model's L, keeping the most recent. Output: `probability` `[B]`.
+- `explain` (Predict): also `history_index` `[B, K]` (index into the
+  request's history, -1 for none) and `attention_weight` `[B, K]`.
+- `classify` (Classify) and `regress` (Regress): serialized `tf.Example`s
+  as `inputs` with the same four int64 features (histories as lists);
+  outputs `classes` and `scores` (`[1 - p, p]`), or `outputs` (`p`).
+
+plus `assets.extra/tf_serving_warmup_requests`, and beside the model
+directory `models.config` and `batching_parameters.txt` for the
+`tensorflow/serving` container.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import uuid
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from dare_tf.models import DareModel
+from dare_tf.spec import ID_MAP_FILES, DatasetSpec, read_id_map
+
+SERVING_INPUTS = ("target_item", "target_category", "hist_items", "hist_categories")
+CLASSIFY_METHOD = "tensorflow/serving/classify"
+REGRESS_METHOD = "tensorflow/serving/regress"
+PREDICT_METHOD = "tensorflow/serving/predict"
+WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
+
+
+class _IdTable:
+    """Raw id -> dense id through an id-map file (raw id of dense id k on line k),
+    shipped as a SavedModel asset; unknown ids map to the OOV row."""
+
+    def __init__(self, path: str, oov: int):
+        self.oov = oov
+        self.table = tf.lookup.StaticHashTable(
+            tf.lookup.TextFileInitializer(path, tf.int64, tf.lookup.TextFileIndex.WHOLE_LINE,
+                                          tf.int64, tf.lookup.TextFileIndex.LINE_NUMBER),
+            default_value=-1)
+
+    def lookup(self, raw):
+        line = self.table.lookup(raw)
+        return tf.where(line >= 0, line + 1, tf.constant(self.oov, tf.int64))
+
+
+class _ServingGraph:
+    """The in-graph preprocessing and the endpoint functions around a model."""
+
+    def __init__(self, model: DareModel, data_dir: str):
+        spec = DatasetSpec.load(data_dir)
+        cfg = model.model_config
+        if (cfg.num_items, cfg.num_categories) != (spec.num_items, spec.num_categories):
+            raise ValueError(
+                f"model vocabularies ({cfg.num_items} items, {cfg.num_categories} categories) do not match "
+                f"{data_dir}/spec.json ({spec.num_items}, {spec.num_categories})")
+        self.model = model
+        self.max_len = cfg.max_len
+        self.items = _IdTable(os.path.join(data_dir, ID_MAP_FILES["item"]), spec.oov_item)
+        self.categories = _IdTable(os.path.join(data_dir, ID_MAP_FILES["category"]), spec.oov_category)
+        try:
+            self.raw_examples = {"target_item": int(read_id_map(data_dir, "item")[0]),
+                                 "target_category": int(read_id_map(data_dir, "category")[0])}
+        except ValueError as e:
+            raise ValueError(f"{data_dir}: id maps hold non-integer raw ids ({e}); serving takes int64 ids") from e
+
+    def model_inputs(self, target_item, target_category, hist_items, hist_categories):
+        """Raw ids -> the model's dense inputs; also the left padding and the request's T."""
+        batch = tf.shape(target_item)[0]
+        checks = [
+            tf.debugging.assert_equal(tf.shape(target_category)[0], batch,
+                                      message="target_category and target_item batch sizes differ"),
+            tf.debugging.assert_equal(tf.shape(hist_items)[0], batch,
+                                      message="hist_items and target_item batch sizes differ"),
+            tf.debugging.assert_equal(tf.shape(hist_categories), tf.shape(hist_items),
+                                      message="hist_categories and hist_items shapes differ"),
+        ]
+        with tf.control_dependencies(checks):
+            length = tf.shape(hist_items)[1]
+            hist_items = hist_items[:, -self.max_len:]
+            hist_categories = hist_categories[:, -self.max_len:]
+        pad = self.max_len - tf.shape(hist_items)[1]
+        real = hist_items > 0
+        dense_items = tf.where(real, self.items.lookup(hist_items), 0)
+        dense_cats = tf.where(real, self.categories.lookup(hist_categories), 0)
+        paddings = [[0, 0], [pad, 0]]
+        inputs = {
+            "target_item": self.items.lookup(target_item),
+            "target_category": self.categories.lookup(target_category),
+            "hist_items": tf.reshape(tf.pad(dense_items, paddings), [-1, self.max_len]),
+            "hist_categories": tf.reshape(tf.pad(dense_cats, paddings), [-1, self.max_len]),
+        }
+        return inputs, pad, length
+
+    def predict(self, target_item, target_category, hist_items, hist_categories):
+        inputs, _, _ = self.model_inputs(target_item, target_category, hist_items, hist_categories)
+        return {"probability": self.model(inputs, training=False)}
+
+    def explain(self, target_item, target_category, hist_items, hist_categories):
+        inputs, pad, length = self.model_inputs(target_item, target_category, hist_items, hist_categories)
+        out = self.model.explain(inputs)
+        slots = tf.cast(out["positions"], tf.int32)
+        index = slots - pad + tf.maximum(length - self.max_len, 0)
+        weight = out["attention_weights"]
+        return {
+            "probability": out["probability"],
+            "history_index": tf.cast(tf.where((slots >= pad) & (weight > 0), index, -1), tf.int64),
+            "attention_weight": weight,
+        }
+
+    def parse_examples(self, serialized):
+        spec = {
+            "target_item": tf.io.FixedLenFeature([], tf.int64),
+            "target_category": tf.io.FixedLenFeature([], tf.int64),
+            "hist_items": tf.io.VarLenFeature(tf.int64),
+            "hist_categories": tf.io.VarLenFeature(tf.int64),
+        }
+        parsed = tf.io.parse_example(serialized, spec)
+        return (parsed["target_item"], parsed["target_category"],
+                _left_aligned(parsed["hist_items"]), _left_aligned(parsed["hist_categories"]))
+
+    def classify(self, inputs):
+        p = self.predict(*self.parse_examples(inputs))["probability"]
+        classes = tf.tile(tf.constant([["0", "1"]]), [tf.shape(p)[0], 1])
+        return {"classes": classes, "scores": tf.stack([1.0 - p, p], axis=1)}
+
+    def regress(self, inputs):
+        return {"outputs": self.predict(*self.parse_examples(inputs))["probability"]}
+
+
+def _left_aligned(sparse: tf.SparseTensor) -> tf.Tensor:
+    """Dense [B, T] of variable-length rows, each right-aligned (left-padded with 0)."""
+    dense = tf.sparse.to_dense(sparse, default_value=0)
+    lengths = tf.cast(tf.RaggedTensor.from_sparse(sparse).row_lengths(), tf.int32)
+    width = tf.shape(dense)[1]
+    index = tf.range(width)[None, :] - (width - lengths)[:, None]
+    valid = index >= 0
+    return tf.where(valid, tf.gather(dense, tf.maximum(index, 0), batch_dims=1), tf.zeros_like(dense))
+
+
+def _signatures(graph: _ServingGraph) -> dict:
+    int_vec = lambda name: tf.TensorSpec([None], tf.int64, name=name)  # noqa: E731
+    int_mat = lambda name: tf.TensorSpec([None, None], tf.int64, name=name)  # noqa: E731
+    raw = [int_vec("target_item"), int_vec("target_category"), int_mat("hist_items"), int_mat("hist_categories")]
+    examples = [tf.TensorSpec([None], tf.string, name="inputs")]
+    return {
+        "serving_default": (graph.predict, raw),
+        "explain": (graph.explain, raw),
+        "classify": (graph.classify, examples),
+        "regress": (graph.regress, examples),
+    }
+
+
+def _set_method_names(export_dir: str) -> None:
+    """Keras writes every signature as Predict; TF Serving's Classify and
+    Regress APIs need their own method names."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    path = os.path.join(export_dir, "saved_model.pb")
+    proto = saved_model_pb2.SavedModel()
+    with open(path, "rb") as f:
+        proto.ParseFromString(f.read())
+    for meta_graph in proto.meta_graphs:
+        meta_graph.signature_def["classify"].method_name = CLASSIFY_METHOD
+        meta_graph.signature_def["regress"].method_name = REGRESS_METHOD
+    with open(path, "wb") as f:
+        f.write(proto.SerializeToString())
+
+
+def warmup_requests(model_name: str, raw: dict, max_len: int):
+    """PredictionLogs of a batch-1 and a batch-8 request (tensorflow-serving-api protos)."""
+    from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
+
+    logs = []
+    for batch in (1, 8):
+        request = predict_pb2.PredictRequest()
+        request.model_spec.name = model_name
+        request.model_spec.signature_name = "serving_default"
+        values = {
+            "target_item": np.full([batch], raw["target_item"], np.int64),
+            "target_category": np.full([batch], raw["target_category"], np.int64),
+            "hist_items": np.full([batch, max_len], raw["target_item"], np.int64),
+            "hist_categories": np.full([batch, max_len], raw["target_category"], np.int64),
+        }
+        for name, value in values.items():
+            request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
+        logs.append(prediction_log_pb2.PredictionLog(
+            predict_log=prediction_log_pb2.PredictLog(request=request)))
+    return logs
+
+
+def next_version(model_base: str) -> int:
+    versions = [int(d) for d in os.listdir(model_base) if re.fullmatch(r"\d+", d)] if os.path.isdir(model_base) else []
+    return max(versions, default=0) + 1
+
+
+def write_server_configs(export_base: str, model_name: str, max_batch_size: int = 256) -> None:
+    """`models.config` (paths as inside the tensorflow/serving container) and
+    `batching_parameters.txt` in `export_base`."""
+    with open(os.path.join(export_base, "models.config"), "w") as f:
+        f.write("model_config_list {\n  config {\n"
+                f"    name: '{model_name}'\n    base_path: '/models/{model_name}'\n"
+                "    model_platform: 'tensorflow'\n  }\n}\n")
+    with open(os.path.join(export_base, "batching_parameters.txt"), "w") as f:
+        f.write(f"max_batch_size {{ value: {max_batch_size} }}\n"
+                "batch_timeout_micros { value: 1000 }\n"
+                "max_enqueued_batches { value: 100 }\n"
+                "num_batch_threads { value: 4 }\n"
+                "pad_variable_length_inputs: true\n")
+
+
+def export_saved_model(model: DareModel, data_dir: str, export_base: str, model_name: str,
+                       version: int | None = None) -> str:
+    """Writes a TF-Serving-ready version directory; returns its path."""
+    graph = _ServingGraph(model, data_dir)
+    model_base = os.path.join(export_base, model_name)
+    os.makedirs(model_base, exist_ok=True)
+    version = next_version(model_base) if version is None else version
+    final = os.path.join(model_base, str(version))
+    if os.path.exists(final):
+        raise FileExistsError(f"{final} exists: TF Serving versions are immutable; pick another --version")
+    staging = os.path.join(model_base, f".tmp-{version}-{uuid.uuid4().hex[:8]}")
+    try:
+        archive = keras.export.ExportArchive()
+        archive.track(model)
+        archive.track(graph.items.table)
+        archive.track(graph.categories.table)
+        for name, (fn, signature) in _signatures(graph).items():
+            archive.add_endpoint(name, fn, input_signature=signature)
+        archive.write_out(staging, verbose=False)
+        _set_method_names(staging)
+        os.makedirs(os.path.join(staging, "assets.extra"), exist_ok=True)
+        with tf.io.TFRecordWriter(os.path.join(staging, WARMUP_FILE)) as writer:
+            for log in warmup_requests(model_name, graph.raw_examples, graph.max_len):
+                writer.write(log.SerializeToString())
+        os.rename(staging, final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    write_server_configs(export_base, model_name)
+    return final

@@ -1,0 +1,260 @@
+"""A TEST STAND-IN for TensorFlow Serving: PredictionService over an exported SavedModel.
+
+The real `tensorflow_model_server` binary cannot be installed on our build
+machines. This server implements the official `tensorflow.serving.
+PredictionService` gRPC protos (Predict, Classify, Regress, GetModelMetadata)
+and the REST `:predict` endpoint for one model, so that the client, the
+export and the load benchmark can be tested end to end. It mimics the real
+server's contract where our tests depend on it (INVALID_ARGUMENT for bad
+inputs, NOT_FOUND for unknown models or signatures) but it is not TF Serving:
+no request batching, no version policies, no hot reload. Deploy with the
+`tensorflow/serving` container (see the README).
+
+Usage: python -m serving.testing.server --model_base=exports/dare --model_name=dare --port=8500
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from concurrent import futures
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import grpc
+import numpy as np
+import tensorflow as tf
+from tensorflow.core.protobuf import saved_model_pb2
+from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2, predict_pb2,
+                                     prediction_service_pb2_grpc, regression_pb2)
+
+DEFAULT_SIGNATURE = "serving_default"
+
+
+class ServingError(Exception):
+    def __init__(self, code: grpc.StatusCode, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+def latest_version(model_base: str) -> int:
+    versions = [int(d) for d in os.listdir(model_base) if re.fullmatch(r"\d+", d)] if os.path.isdir(model_base) else []
+    if not versions:
+        raise FileNotFoundError(f"{model_base}: no numeric version directory")
+    return max(versions)
+
+
+class LoadedModel:
+    """One SavedModel version and its signature definitions."""
+
+    def __init__(self, model_base: str, model_name: str, version: int | None = None):
+        self.name = model_name
+        self.version = latest_version(model_base) if version is None else version
+        path = os.path.join(model_base, str(self.version))
+        self.module = tf.saved_model.load(path)
+        proto = saved_model_pb2.SavedModel()
+        with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+            proto.ParseFromString(f.read())
+        self.signature_defs = {k: v for k, v in proto.meta_graphs[0].signature_def.items()
+                               if not k.startswith("__")}
+        self.lock = threading.Lock()
+
+    def signature(self, model_spec, method: str):
+        if model_spec.name != self.name:
+            raise ServingError(grpc.StatusCode.NOT_FOUND, f"Servable not found for request: {model_spec.name}")
+        if model_spec.HasField("version") and model_spec.version.value != self.version:
+            raise ServingError(grpc.StatusCode.NOT_FOUND,
+                               f"Servable not found: {model_spec.name} version {model_spec.version.value}")
+        name = model_spec.signature_name or DEFAULT_SIGNATURE
+        if name not in self.signature_defs:
+            raise ServingError(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"Serving signature key \"{name}\" not found.")
+        definition = self.signature_defs[name]
+        if definition.method_name != method:
+            raise ServingError(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"Expected {method} signature method_name, got {definition.method_name}")
+        return name, definition
+
+    def run(self, name: str, definition, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        expected = set(definition.inputs)
+        if set(inputs) != expected:
+            raise ServingError(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"input keys {sorted(inputs)} do not match the signature's {sorted(expected)}")
+        feed = {}
+        for key, value in inputs.items():
+            want = tf.dtypes.as_dtype(definition.inputs[key].dtype)
+            if value.dtype != want.as_numpy_dtype and not (want == tf.string and value.dtype == object):
+                raise ServingError(grpc.StatusCode.INVALID_ARGUMENT,
+                                   f"Expects arg[{key}] to be {want.name} but {tf.as_dtype(value.dtype).name} "
+                                   "is provided")
+            feed[key] = tf.constant(value, want)
+        try:
+            outputs = self.module.signatures[name](**feed)
+        except (tf.errors.InvalidArgumentError, ValueError, TypeError) as e:
+            message = " ".join(getattr(e, "message", str(e)).split())
+            raise ServingError(grpc.StatusCode.INVALID_ARGUMENT, message[:2000]) from e
+        return {k: v.numpy() for k, v in outputs.items()}
+
+
+def _examples(input_proto) -> np.ndarray:
+    kind = input_proto.WhichOneof("kind")
+    if kind != "example_list":
+        raise ServingError(grpc.StatusCode.INVALID_ARGUMENT, "Input must hold an example_list")
+    return np.array([e.SerializeToString() for e in input_proto.example_list.examples], dtype=object)
+
+
+class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
+    def __init__(self, model: LoadedModel):
+        self.model = model
+
+    def _guard(self, context, fn):
+        try:
+            return fn()
+        except ServingError as e:
+            context.abort(e.code, str(e))
+
+    def _spec(self, spec, signature_name):
+        spec.name = self.model.name
+        spec.version.value = self.model.version
+        spec.signature_name = signature_name
+
+    def Predict(self, request, context):
+        def handle():
+            name, definition = self.model.signature(request.model_spec, "tensorflow/serving/predict")
+            try:
+                inputs = {k: tf.make_ndarray(v) for k, v in request.inputs.items()}
+            except Exception as e:  # a malformed TensorProto
+                raise ServingError(grpc.StatusCode.INVALID_ARGUMENT, f"bad input tensor: {e}") from e
+            outputs = self.model.run(name, definition, inputs)
+            wanted = list(request.output_filter) or list(outputs)
+            response = predict_pb2.PredictResponse()
+            self._spec(response.model_spec, name)
+            for key in wanted:
+                if key not in outputs:
+                    raise ServingError(grpc.StatusCode.INVALID_ARGUMENT, f"output_filter names unknown {key!r}")
+                response.outputs[key].CopyFrom(tf.make_tensor_proto(outputs[key]))
+            return response
+        return self._guard(context, handle)
+
+    def Classify(self, request, context):
+        def handle():
+            name, definition = self.model.signature(request.model_spec, "tensorflow/serving/classify")
+            outputs = self.model.run(name, definition, {"inputs": _examples(request.input)})
+            response = classification_pb2.ClassificationResponse()
+            self._spec(response.model_spec, name)
+            for labels, scores in zip(outputs["classes"], outputs["scores"]):
+                row = response.result.classifications.add()
+                for label, score in zip(labels, scores):
+                    row.classes.add(label=label.decode(), score=float(score))
+            return response
+        return self._guard(context, handle)
+
+    def Regress(self, request, context):
+        def handle():
+            name, definition = self.model.signature(request.model_spec, "tensorflow/serving/regress")
+            outputs = self.model.run(name, definition, {"inputs": _examples(request.input)})
+            response = regression_pb2.RegressionResponse()
+            self._spec(response.model_spec, name)
+            for value in outputs["outputs"]:
+                response.result.regressions.add(value=float(value))
+            return response
+        return self._guard(context, handle)
+
+    def GetModelMetadata(self, request, context):
+        def handle():
+            if request.model_spec.name != self.model.name:
+                raise ServingError(grpc.StatusCode.NOT_FOUND, f"Servable not found: {request.model_spec.name}")
+            if list(request.metadata_field) != ["signature_def"]:
+                raise ServingError(grpc.StatusCode.INVALID_ARGUMENT,
+                                   "Metadata field signature_def is the only one supported")
+            response = get_model_metadata_pb2.GetModelMetadataResponse()
+            self._spec(response.model_spec, "")
+            signatures = get_model_metadata_pb2.SignatureDefMap()
+            for key, value in self.model.signature_defs.items():
+                signatures.signature_def[key].CopyFrom(value)
+            response.metadata["signature_def"].Pack(signatures)
+            return response
+        return self._guard(context, handle)
+
+
+class _RestHandler(BaseHTTPRequestHandler):
+    model: LoadedModel
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def _reply(self, code: int, payload: dict):
+        body = json.dumps(payload).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        match = re.fullmatch(r"/v1/models/([^/:]+)(?:/versions/(\d+))?:predict", self.path)
+        if not match or match.group(1) != self.model.name:
+            return self._reply(404, {"error": f"Servable not found for request: {self.path}"})
+        try:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            name = body.get("signature_name", DEFAULT_SIGNATURE)
+            definition = self.model.signature_defs.get(name)
+            if definition is None:
+                raise ServingError(grpc.StatusCode.INVALID_ARGUMENT, f"Serving signature key \"{name}\" not found.")
+            if "inputs" in body:  # columnar format
+                columns, rows = body["inputs"], False
+            elif "instances" in body:  # row format
+                instances = body["instances"]
+                columns, rows = {k: [inst[k] for inst in instances] for k in instances[0]}, True
+            else:
+                raise ServingError(grpc.StatusCode.INVALID_ARGUMENT, "body needs 'inputs' or 'instances'")
+            feed = {k: np.array(v, dtype=tf.dtypes.as_dtype(definition.inputs[k].dtype).as_numpy_dtype)
+                    if k in definition.inputs else np.array(v) for k, v in columns.items()}
+            outputs = self.model.run(name, definition, feed)
+        except ServingError as e:
+            return self._reply(400, {"error": str(e)})
+        except (ValueError, KeyError, IndexError, TypeError, json.JSONDecodeError) as e:
+            return self._reply(400, {"error": f"malformed request: {e}"})
+        if rows:
+            n = len(next(iter(outputs.values())))
+            return self._reply(200, {"predictions": [{k: v[i].tolist() for k, v in outputs.items()} for i in range(n)]})
+        return self._reply(200, {"outputs": {k: v.tolist() for k, v in outputs.items()}})
+
+
+def serve(model_base: str, model_name: str, port: int = 0, rest_port: int | None = None,
+          workers: int = 16):
+    """Starts the gRPC (and optionally REST) stand-in; returns (grpc_server, grpc_port, http_server)."""
+    model = LoadedModel(model_base, model_name)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers),
+                         options=[("grpc.max_receive_message_length", 64 << 20)])
+    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(PredictionService(model), server)
+    bound = server.add_insecure_port(f"localhost:{port}")
+    server.start()
+    http = None
+    if rest_port is not None:
+        handler = type("Handler", (_RestHandler,), {"model": model})
+        http = ThreadingHTTPServer(("localhost", rest_port), handler)
+        threading.Thread(target=http.serve_forever, daemon=True).start()
+    return server, bound, http
+
+
+def main(argv):
+    from absl import flags
+    del argv
+    f = flags.FLAGS
+    server, port, http = serve(f.model_base, f.model_name, f.port, f.rest_port)
+    print(f"serving {f.model_name} on gRPC localhost:{port}"
+          + (f" and REST localhost:{http.server_address[1]}" if http else ""), flush=True)
+    server.wait_for_termination()
+
+
+if __name__ == "__main__":
+    from absl import app, flags
+
+    flags.DEFINE_string("model_base", None, "Directory holding numeric version directories.")
+    flags.DEFINE_string("model_name", None, "Model name clients use.")
+    flags.DEFINE_integer("port", 8500, "gRPC port (0 picks a free one).")
+    flags.DEFINE_integer("rest_port", None, "REST port (none: no REST).")
+    flags.mark_flags_as_required(["model_base", "model_name"])
+    app.run(main)

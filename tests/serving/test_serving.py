@@ -1,0 +1,196 @@
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import grpc
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from dare_tf import build_model
+from dare_tf import export as export_lib
+from dare_tf.spec import DatasetSpec, read_id_map
+from data.protocol import Protocol, prepare
+from serving.client import ServingClient, make_example, pad_histories, rest_predict
+from serving.testing.server import serve
+
+from tests.conftest import SHARED_DATA
+
+L = 20
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("serving")
+    data_dir = str(root / "data")
+    prepare("taobao", os.path.join(SHARED_DATA, "taobao", "UserBehavior_sample.csv"), data_dir,
+            Protocol(max_len=L))
+    spec = DatasetSpec.load(data_dir)
+    model = build_model("dare", spec.num_items, spec.num_categories, max_len=L, top_k=5,
+                        initializer="keras", seed=3)
+    rng = np.random.default_rng(0)
+    for table in model.embedding.weights:  # spread embeddings: predictions differ per request
+        table.assign(rng.normal(0, 0.5, table.shape))
+    path = export_lib.export_saved_model(model, data_dir, str(root / "exports"), "dare")
+    server, port, http = serve(str(root / "exports" / "dare"), "dare", 0, rest_port=0)
+    yield dict(root=root, data_dir=data_dir, spec=spec, model=model, path=path, port=port,
+               rest=f"http://localhost:{http.server_address[1]}")
+    server.stop(0)
+    http.shutdown()
+
+
+def raw_maps(data_dir):
+    items = {int(r): i + 1 for i, r in enumerate(read_id_map(data_dir, "item"))}
+    cats = {int(r): i + 1 for i, r in enumerate(read_id_map(data_dir, "category"))}
+    return items, cats
+
+
+def requests(data_dir, rng, n=12):
+    """Raw-id requests with histories of 1, < L, = L and > L behaviours, and unknown ids."""
+    items = [int(r) for r in read_id_map(data_dir, "item")]
+    cats = [int(r) for r in read_id_map(data_dir, "category")]
+    lengths = [1, 5, L, L + 13] * (n // 4)
+    hist_items = [list(rng.choice(items, k)) for k in lengths]
+    hist_cats = [list(rng.choice(cats, k)) for k in lengths]
+    hist_items[1][0] = 987654321987  # unknown history item -> OOV row
+    return (np.array(rng.choice(items, n)), np.array(rng.choice(cats, n)), hist_items, hist_cats)
+
+
+def in_process(setup, target_items, target_cats, hist_items, hist_cats):
+    """The Keras model on the same requests, raw ids mapped in numpy."""
+    items, cats = raw_maps(setup["data_dir"])
+    spec = setup["spec"]
+    def dense_hist(histories, table, oov):
+        out = np.zeros((len(histories), L), np.int64)
+        for r, h in enumerate(histories):
+            h = [table.get(x, oov) if x > 0 else 0 for x in h][-L:]
+            out[r, L - len(h):] = h
+        return out
+    x = {"target_item": np.array([items.get(i, spec.oov_item) for i in target_items]),
+         "target_category": np.array([cats.get(c, spec.oov_category) for c in target_cats]),
+         "hist_items": dense_hist(hist_items, items, spec.oov_item),
+         "hist_categories": dense_hist(hist_cats, cats, spec.oov_category)}
+    return np.asarray(setup["model"](x)), setup["model"].explain(x)
+
+
+def test_exported_predictions_equal_keras_model(setup, rng):
+    req = requests(setup["data_dir"], rng)
+    expected, _ = in_process(setup, *req)
+    assert expected.std() > 1e-3
+    loaded = tf.saved_model.load(setup["path"])
+    got = loaded.signatures["serving_default"](
+        target_item=tf.constant(req[0], tf.int64), target_category=tf.constant(req[1], tf.int64),
+        hist_items=tf.constant(pad_histories(req[2])), hist_categories=tf.constant(pad_histories(req[3])))
+    np.testing.assert_allclose(got["probability"].numpy(), expected, atol=1e-5)
+
+
+def test_saved_model_cli_lists_signatures_and_methods(setup):
+    cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+    out = subprocess.run([cli, "show", "--dir", setup["path"], "--all"], capture_output=True, text=True,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")).stdout
+    for name, method in [("serving_default", "predict"), ("explain", "predict"),
+                         ("classify", "classify"), ("regress", "regress")]:
+        block = out.split(f"signature_def['{name}']:")[1].split("signature_def[")[0]
+        assert f"Method name is: tensorflow/serving/{method}" in block, block
+        if method == "predict":
+            for key in ("target_item", "target_category", "hist_items", "hist_categories"):
+                assert f"inputs['{key}'] tensor_info:\n        dtype: DT_INT64" in block
+        else:
+            assert "inputs['inputs'] tensor_info:\n        dtype: DT_STRING" in block
+    assert os.path.exists(os.path.join(setup["path"], "assets.extra", "tf_serving_warmup_requests"))
+    base = os.path.dirname(os.path.dirname(setup["path"]))
+    assert "base_path: '/models/dare'" in open(os.path.join(base, "models.config")).read()
+    assert "max_batch_size" in open(os.path.join(base, "batching_parameters.txt")).read()
+
+
+def test_client_predict_classify_regress_metadata_rest(setup, rng):
+    req = requests(setup["data_dir"], rng)
+    expected, explained = in_process(setup, *req)
+    client = ServingClient(f"localhost:{setup['port']}", "dare")
+    np.testing.assert_allclose(client.predict(*req)["probability"], expected, atol=1e-5)
+    examples = [make_example(*row) for row in zip(*req)]
+    scores = client.classify(examples)
+    np.testing.assert_allclose(scores[:, 1], expected, atol=1e-5)
+    np.testing.assert_allclose(scores.sum(1), 1.0, atol=1e-6)
+    np.testing.assert_allclose(client.regress(examples), expected, atol=1e-5)
+    meta = client.metadata()
+    assert meta["serving_default"]["inputs"]["hist_items"] == "int64"
+    assert meta["classify"]["method"] == "tensorflow/serving/classify"
+    rest = rest_predict(setup["rest"], "dare", {
+        "target_item": req[0], "target_category": req[1],
+        "hist_items": pad_histories(req[2]), "hist_categories": pad_histories(req[3])})
+    np.testing.assert_allclose(rest["probability"], expected, atol=1e-5)
+    # explain: indices point into the request's own history.
+    out = client.explain(*req)
+    np.testing.assert_allclose(out["attention_weight"], np.asarray(explained["attention_weights"]), atol=1e-5)
+    for row, history in enumerate(req[2]):
+        idx = out["history_index"][row]
+        real = idx[idx >= 0]
+        assert len(real) == min(len(history), L, 5)
+        assert real.max() < len(history) and real.min() >= max(0, len(history) - L)
+
+
+def test_bad_inputs_give_defined_results_or_invalid_argument(setup):
+    client = ServingClient(f"localhost:{setup['port']}", "dare", retries=0)
+    good = {"target_item": np.array([1, 2], np.int64), "target_category": np.array([1, 2], np.int64),
+            "hist_items": np.array([[0, 5], [7, -3]], np.int64), "hist_categories": np.array([[0, 5], [7, 1]], np.int64)}
+    # Unknown and negative ids are defined: OOV rows, padding in histories.
+    neg = dict(good, target_item=np.array([-1, 10**15], np.int64))
+    assert np.all(np.isfinite(client.predict_tensors(neg)["probability"]))
+    cases = [
+        (dict(good, hist_items=good["hist_items"].astype(np.int32)), "Expects arg\\[hist_items\\] to be int64"),
+        (dict(good, target_category=np.array([1], np.int64)), "batch sizes differ"),
+        (dict(good, hist_categories=np.array([[1, 2, 3], [1, 2, 3]], np.int64)), "shapes differ"),
+        ({k: v for k, v in good.items() if k != "hist_items"}, "do not match the signature"),
+    ]
+    for inputs, message in cases:
+        with pytest.raises(grpc.RpcError) as err:
+            client.predict_tensors(inputs)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert err.value.details() and __import__("re").search(message, err.value.details()), err.value.details()
+    with pytest.raises(grpc.RpcError) as err:
+        ServingClient(f"localhost:{setup['port']}", "nope", retries=0).predict_tensors(good)
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    # Still serving.
+    assert client.predict_tensors(good)["probability"].shape == (2,)
+
+
+def test_client_retries_until_the_server_is_up(setup, tmp_path):
+    import socket
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    started = []
+    timer = threading.Timer(1.0, lambda: started.append(
+        serve(os.path.dirname(setup["path"]), "dare", port)[0]))
+    timer.start()
+    client = ServingClient(f"localhost:{port}", "dare", timeout=2.0, retries=6, backoff=0.25)
+    try:
+        assert "serving_default" in client.metadata()
+    finally:
+        timer.join()
+        for server in started:
+            server.stop(0)
+    with pytest.raises(grpc.RpcError) as err:
+        ServingClient(f"localhost:{port}", "dare", timeout=0.5, retries=1, backoff=0.05).metadata()
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_failed_export_leaves_no_partial_version(setup, monkeypatch):
+    base = str(setup["root"] / "failing")
+    def boom(*args, **kwargs):
+        raise RuntimeError("disk full")
+    monkeypatch.setattr(export_lib, "warmup_requests", boom)
+    with pytest.raises(RuntimeError, match="disk full"):
+        export_lib.export_saved_model(setup["model"], setup["data_dir"], base, "dare")
+    assert os.listdir(os.path.join(base, "dare")) == []
+    monkeypatch.undo()
+    path = export_lib.export_saved_model(setup["model"], setup["data_dir"], base, "dare")
+    assert os.path.basename(path) == "1"
+    assert os.path.basename(export_lib.export_saved_model(setup["model"], setup["data_dir"], base, "dare")) == "2"
+    with pytest.raises(FileExistsError, match="immutable"):
+        export_lib.export_saved_model(setup["model"], setup["data_dir"], base, "dare", version=2)
+    shutil.rmtree(base)
