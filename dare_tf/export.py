@@ -23,6 +23,7 @@ directory `models.config` and `batching_parameters.txt` for the
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -253,3 +254,16 @@ def export_saved_model(model: DareModel, data_dir: str, export_base: str, model_
         raise
     write_server_configs(export_base, model_name)
     return final
+
+
+def export_run(run_dir: str, export_base: str, model_name: str, data_dir: str | None = None,
+               version: int | None = None) -> str:
+    """Exports the best seed (highest validation AUC) of a finished training run."""
+    path = os.path.join(run_dir, "results.json")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} not found: is {run_dir!r} a finished training run?")
+    with open(path) as f:
+        results = json.load(f)
+    best = max(results["per_seed"], key=lambda r: r["val"]["auc"])
+    model = keras.saving.load_model(os.path.join(run_dir, f"seed_{best['seed']}", "model.keras"))
+    return export_saved_model(model, data_dir or results["data_dir"], export_base, model_name, version)

@@ -107,13 +107,24 @@ class DareModel(keras.Model):
         return ti, tc, hi, hc
 
     # -- forward ----------------------------------------------------------
-    def forward(self, inputs, training=False) -> dict:
+    def lookup_embeddings(self, inputs) -> dict:
+        """The embedding-table rows of a batch (see `BehaviorEmbedding.lookup`)."""
+        return self.embedding.lookup(*self._unpack(inputs))
+
+    def forward(self, inputs, training=False, gathered=None) -> dict:
         """All outputs: `probability`, `aux_probability` (with the auxiliary
-        head), `positions` `[B, K]` and `attention_weights` `[B, K]`."""
+        head), `positions` `[B, K]` and `attention_weights` `[B, K]`.
+
+        `gathered`: the batch's table rows from `lookup_embeddings`, when the
+        caller looked them up itself (to keep sparse gradients outside XLA).
+        """
         cfg = self.model_config
         target_item, target_category, hist_items, hist_categories = self._unpack(inputs)
         mask = ops.greater(hist_items, 0)
-        emb = self.embedding(target_item, target_category, hist_items, hist_categories)
+        if gathered is None:
+            emb = self.embedding(target_item, target_category, hist_items, hist_categories)
+        else:
+            emb = self.embedding.combine(gathered)
         v_t = emb["target_representation"]
         values = emb["history_representation"]
         query, keys = emb["target_attention"], emb["history_attention"]

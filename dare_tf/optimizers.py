@@ -7,6 +7,13 @@ import tensorflow as tf
 from keras import ops
 
 
+def _read_rows(variable, rows):
+    """Gathers rows straight from the resource variable. Converting the whole
+    variable to a tensor first (as `ops.take` does) copies every row when the
+    same step later scatters into it."""
+    return tf.gather(getattr(variable, "value", variable), rows)
+
+
 @keras.saving.register_keras_serializable(package="dare_tf")
 class LazyAdam(keras.optimizers.Adam):
     """Adam whose sparse (embedding) updates touch only the rows in the batch.
@@ -42,8 +49,8 @@ class LazyAdam(keras.optimizers.Adam):
             1 - ops.power(beta_1, step))
         index = self._get_variable_index(variable)
         m, v = self._momentums[index], self._velocities[index]
-        m_rows = beta_1 * ops.take(m, rows, axis=0) + (1 - beta_1) * grad
-        v_rows = beta_2 * ops.take(v, rows, axis=0) + (1 - beta_2) * ops.square(grad)
+        m_rows = beta_1 * _read_rows(m, rows) + (1 - beta_1) * grad
+        v_rows = beta_2 * _read_rows(v, rows) + (1 - beta_2) * ops.square(grad)
         self.assign(m, tf.IndexedSlices(m_rows, rows))
         self.assign(v, tf.IndexedSlices(v_rows, rows))
         self.assign_sub(variable, tf.IndexedSlices(alpha * m_rows / (ops.sqrt(v_rows) + self.epsilon), rows))

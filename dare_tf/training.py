@@ -148,6 +148,53 @@ def _atomic_json(path: str, payload) -> None:
     os.replace(tmp, path)
 
 
+def make_train_step(model: DareModel, optimizer, strategy=None, jit_compile: bool = True):
+    """`step(x, y) -> mean loss`: forward, backward and optimizer update.
+
+    - Dense Adam with XLA: the whole step is one XLA cluster (the optimizer's
+      elementwise maths fuses into a few passes over the tables).
+    - LazyAdam with XLA: the embedding rows are gathered outside XLA, so the
+      tables' gradients stay sparse `IndexedSlices`; the rest of the forward
+      and backward pass is compiled; only the batch's rows are updated.
+    - Under a distribution strategy (jit_compile off): one graph per replica
+      (synchronised BatchNorm cannot sit in a nested compiled function).
+    """
+    strategy = strategy or tf.distribute.get_strategy()
+    replicas = strategy.num_replicas_in_sync
+    variables = model.trainable_variables
+    sparse = isinstance(optimizer, LazyAdam)
+
+    def loss_of(x, y, gathered=None):
+        return model.loss_terms(y, model.forward(x, training=True, gathered=gathered))["total"]
+
+    if jit_compile and not sparse:
+        @tf.function(jit_compile=True)
+        def fused_step(x, y):
+            with tf.GradientTape() as tape:
+                loss = loss_of(x, y)
+            optimizer.apply(tape.gradient(loss, variables), variables)
+            return loss
+
+        return fused_step
+
+    compiled_loss = tf.function(loss_of, jit_compile=True) if jit_compile else loss_of
+
+    def replica_step(x, y):
+        with tf.GradientTape() as tape:
+            gathered = model.lookup_embeddings(x) if jit_compile else None
+            loss = compiled_loss(x, y, gathered) if jit_compile else loss_of(x, y)
+            scaled = loss / replicas
+        optimizer.apply(tape.gradient(scaled, variables), variables)
+        return loss
+
+    @tf.function
+    def step(x, y):
+        loss = strategy.run(replica_step, args=(x, y))
+        return strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
+
+    return step
+
+
 class _SeedRun:
     """One seed: model, optimizer, checkpoint, the compiled steps."""
 
@@ -198,40 +245,16 @@ class _SeedRun:
 
     # -- compiled steps ----------------------------------------------------
     def _build_steps(self, distributed: bool) -> None:
-        model, optimizer, strategy = self.model, self.optimizer, self.strategy
-        replicas = strategy.num_replicas_in_sync
-        jit = self.config.jit_compile and not distributed
-
-        def gradients(x, y):
-            with tf.GradientTape() as tape:
-                terms = model.loss_terms(y, model.forward(x, training=True))
-                scaled = terms["total"] / replicas
-            return terms["total"], tape.gradient(scaled, model.trainable_variables)
-
-        if jit:
-            # Single device only: a nested function inside strategy.run cannot
-            # hold the synchronised BatchNorm's cross-replica calls.
-            gradients = tf.function(gradients, jit_compile=True)
-
-        def replica_step(x, y):
-            # The optimizer stays outside XLA: LazyAdam's sparse row updates
-            # have dynamic shapes.
-            loss, grads = gradients(x, y)
-            optimizer.apply(grads, model.trainable_variables)
-            return loss
-
-        @tf.function
-        def train_step(x, y):
-            loss = strategy.run(replica_step, args=(x, y))
-            return strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
-
+        model = self.model
+        self.train_step = make_train_step(model, self.optimizer, self.strategy,
+                                          jit_compile=self.config.jit_compile and not distributed)
         bn_training = self.config.reference_mode  # the reference never enters inference mode
 
         @tf.function(jit_compile=self.config.jit_compile)
         def predict(x):
             return model.forward(x, training=bn_training)["probability"]
 
-        self.train_step, self.predict = train_step, predict
+        self.predict = predict
 
     # -- data ------------------------------------------------------------------
     def _epoch_dataset(self, epoch: int, skip: int):

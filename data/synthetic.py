@@ -15,9 +15,12 @@ About 10% extra rows are buy/cart/fav events, which preparation drops.
 `<output>.truth.json` holds the generator's parameters; per history lag, the
 probability that the behaviour's category equals (or is related to) the
 next click's category and the mutual information between the two
-categories; and `oracle_auc`, the test AUC of the generator's own
-probability of the next click against popularity-sampled negatives: the
-AUC a perfect model could reach on this log.
+categories; and `generator_auc`, the test AUC that the generator's own
+probability of the last click reaches against negatives drawn as the
+protocol draws them (by popularity, never an item the user clicked). It is
+a reference point, not a ceiling: that rejection makes "the item is already
+in the history" a signal the generator's probability does not use, and
+trained models do use it.
 """
 
 from __future__ import annotations
@@ -164,8 +167,8 @@ def _ground_truth(cfg, world, cats, lengths, flat_items, rng, max_lag=200, pairs
             "p_related_category": float((world.related[behaviour] == target).mean()),
             "mutual_information": _mutual_information(behaviour, target, cfg.categories),
         })
-    # Oracle: the generator's own P(next item | session state, user) for the
-    # last click against 2 popularity-sampled negatives per user.
+    # The generator's own P(next item | session state, user) for the last click
+    # against 2 negatives per user drawn as data.prepare draws them.
     item_freq = np.bincount(flat_items, minlength=len(world.item_cat)).astype(float)
     neg_cdf = np.cumsum(item_freq / item_freq.sum())
     scores, labels = [], []
@@ -173,14 +176,19 @@ def _ground_truth(cfg, world, cats, lengths, flat_items, rng, max_lag=200, pairs
     for u in range(n_users):
         p_cat = world.next_category_probs(cats[u, last[u] - 1], u)
         pos = flat_items[starts[u] + last[u]]
-        negs = np.minimum(np.searchsorted(neg_cdf, rng.random(2)), len(neg_cdf) - 1)
+        clicked = set(flat_items[starts[u]: starts[u] + lengths[u]].tolist())
+        negs = []
+        while len(negs) < 2:
+            n = int(min(np.searchsorted(neg_cdf, rng.random()), len(neg_cdf) - 1))
+            if n not in clicked:
+                negs.append(n)
         for item, label in [(pos, 1)] + [(n, 0) for n in negs]:
             scores.append(p_cat[world.item_cat[item]] * world.item_p_in_cat[item])
             labels.append(label)
     scores, labels = np.array(scores), np.array(labels)
     pos_s, neg_s = scores[labels == 1], scores[labels == 0]
     auc = ((pos_s[:, None] > neg_s[None]).mean() + 0.5 * (pos_s[:, None] == neg_s[None]).mean())
-    return {"config": dataclasses.asdict(cfg), "oracle_auc": float(auc), "per_lag": per_lag}
+    return {"config": dataclasses.asdict(cfg), "generator_auc": float(auc), "per_lag": per_lag}
 
 
 def write(cfg: SyntheticConfig, output: str) -> dict:
@@ -196,23 +204,21 @@ def write(cfg: SyntheticConfig, output: str) -> dict:
     return truth
 
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string("output", None, "Path of the Taobao-format CSV to write.")
-for _field in dataclasses.fields(SyntheticConfig):
-    _kind = flags.DEFINE_integer if _field.type in (int, "int") else flags.DEFINE_float
-    _kind(_field.name, _field.default, f"SyntheticConfig.{_field.name}")
-
-
 def main(argv):
     del argv
+    FLAGS = flags.FLAGS
     if not FLAGS.output:
         raise app.UsageError("--output is required")
     cfg = SyntheticConfig(**{f.name: getattr(FLAGS, f.name) for f in dataclasses.fields(SyntheticConfig)})
     truth = write(cfg, FLAGS.output)
-    print(f"{FLAGS.output}: {truth['rows']} rows; oracle test AUC {truth['oracle_auc']:.4f}")
+    print(f"{FLAGS.output}: {truth['rows']} rows; generator's own test AUC {truth['generator_auc']:.4f}")
 
 
 def run():
+    flags.DEFINE_string("output", None, "Path of the Taobao-format CSV to write.")
+    for field in dataclasses.fields(SyntheticConfig):
+        define = flags.DEFINE_integer if field.type in (int, "int") else flags.DEFINE_float
+        define(field.name, field.default, f"SyntheticConfig.{field.name}")
     app.run(main)
 
 

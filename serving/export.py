@@ -8,13 +8,9 @@ the dataset's id maps in-graph, and writes EXPORT_BASE/MODEL_NAME/<version>/
 atomically, plus EXPORT_BASE/models.config and batching_parameters.txt.
 """
 
-import json
-import os
-
-import keras
 from absl import app, flags
 
-from dare_tf.export import export_saved_model
+from dare_tf.export import export_run
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", None, "A training run directory (holds results.json).")
@@ -23,18 +19,6 @@ flags.DEFINE_string("model_name", None, "Name the model is served under.")
 flags.DEFINE_string("data_dir", None, "Prepared dataset of the id maps; default: the run's data_dir.")
 flags.DEFINE_integer("version", None, "Version number; default: the next free one.")
 flags.mark_flags_as_required(["run_dir", "export_base", "model_name"])
-
-
-def export_run(run_dir: str, export_base: str, model_name: str, data_dir: str | None = None,
-               version: int | None = None) -> str:
-    path = os.path.join(run_dir, "results.json")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path} not found: is {run_dir!r} a finished training run?")
-    with open(path) as f:
-        results = json.load(f)
-    best = max(results["per_seed"], key=lambda r: r["val"]["auc"])
-    model = keras.saving.load_model(os.path.join(run_dir, f"seed_{best['seed']}", "model.keras"))
-    return export_saved_model(model, data_dir or results["data_dir"], export_base, model_name, version)
 
 
 def main(argv):

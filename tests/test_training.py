@@ -45,14 +45,14 @@ FAST = dict(batch_size=256, eval_batch_size=512, epochs=1, eval_every=40, learni
 
 def test_planted_log_dare_and_twin_learn_and_fixed_seed_reproduces(planted, tmp_path):
     data_dir, truth = planted
-    # The generator's own probabilities reach this AUC against popularity negatives.
-    assert truth["oracle_auc"] > 0.8
+    # The generator's own next-click probability reaches this AUC on such a log.
+    assert truth["generator_auc"] > 0.75
     aucs = {}
     for preset in ("dare", "twin"):
         results = train(data_dir, str(tmp_path / preset), TrainConfig(preset=preset, **FAST))
         aucs[preset] = results["test"]["auc"]
         assert all(np.isfinite(v) for v in results["test"].values())
-    # Well above chance; the oracle bounds what any model can reach.
+    # Well above chance (0.5), in the range of the generator's own AUC.
     assert min(aucs.values()) > 0.7, aucs
     again = train(data_dir, str(tmp_path / "dare_again"), TrainConfig(preset="dare", **FAST))
     assert again["test"]["auc"] == pytest.approx(aucs["dare"], abs=1e-6)

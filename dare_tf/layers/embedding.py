@@ -154,7 +154,10 @@ class BehaviorEmbedding(keras.layers.Layer):
         """Maps each role to the name of the table set that serves it."""
         return dict(self._table_of_role)
 
-    def call(self, target_item, target_category, history_items, history_categories):
+    def lookup(self, target_item, target_category, history_items, history_categories) -> dict:
+        """Table rows of every (table set, side, field): `"{set}/{side}/{field}"` ->
+        `[B, d]` or `[B, L, d]`. Each table is gathered once per side, so its
+        gradient stays a sparse `tf.IndexedSlices` (rows of the batch only)."""
         history_items = ops.convert_to_tensor(history_items)
         length = history_items.shape[1]
         if self.use_position and length is not None and length >= self.num_positions:
@@ -171,17 +174,31 @@ class BehaviorEmbedding(keras.layers.Layer):
             ids["history"]["position"] = ops.broadcast_to(
                 ops.expand_dims(positions, 0), ops.shape(history_items))
             ids["target"]["position"] = ops.zeros_like(ops.convert_to_tensor(target_item), dtype="int32")
+        gathered = {}
+        for role in _ROLES:
+            table_set, side = self._table_of_role[role], role.split("_")[0]
+            for field in self._fields():
+                key = f"{table_set}/{side}/{field}"
+                if key not in gathered:
+                    gathered[key] = ops.take(self.tables[table_set][field], ids[side][field], axis=0)
+        return gathered
+
+    def combine(self, gathered: dict) -> dict:
+        """The four role embeddings from `lookup`'s rows (projections applied)."""
         outputs = {}
         for role in _ROLES:
-            tables = self.tables[self._table_of_role[role]]
+            table_set, side = self._table_of_role[role], role.split("_")[0]
             parts = []
             for field in self._fields():
-                vectors = ops.take(tables[field], ids[role.split("_")[0]][field], axis=0)
+                vectors = gathered[f"{table_set}/{side}/{field}"]
                 if self.projections:
                     vectors = ops.matmul(vectors, self.projections[f"{role}_{field}"])
                 parts.append(vectors)
             outputs[role] = ops.concatenate(parts, axis=-1)
         return outputs
+
+    def call(self, target_item, target_category, history_items, history_categories):
+        return self.combine(self.lookup(target_item, target_category, history_items, history_categories))
 
     def compute_output_spec(self, target_item, target_category, history_items, history_categories):
         b, length = history_items.shape[0], history_items.shape[1]

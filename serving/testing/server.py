@@ -6,8 +6,9 @@ PredictionService` gRPC protos (Predict, Classify, Regress, GetModelMetadata)
 and the REST `:predict` endpoint for one model, so that the client, the
 export and the load benchmark can be tested end to end. It mimics the real
 server's contract where our tests depend on it (INVALID_ARGUMENT for bad
-inputs, NOT_FOUND for unknown models or signatures) but it is not TF Serving:
-no request batching, no version policies, no hot reload. Deploy with the
+inputs, NOT_FOUND for unknown models or signatures) and merges concurrent
+Predict requests as TF Serving's batching does, but it is not TF Serving:
+no version policies, no hot reload, no model-config file. Deploy with the
 `tensorflow/serving` container (see the README).
 
 Usage: python -m serving.testing.server --model_base=exports/dare --model_name=dare --port=8500
@@ -17,8 +18,10 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import threading
+import time
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -104,9 +107,71 @@ def _examples(input_proto) -> np.ndarray:
     return np.array([e.SerializeToString() for e in input_proto.example_list.examples], dtype=object)
 
 
+class Batcher:
+    """Merges concurrent Predict requests into one call, like TF Serving's
+    `--enable_batching`: requests of the same signature whose inputs share a
+    batch size within the request and the same trailing shapes are
+    concatenated (up to `max_batch_size` rows, waiting at most `timeout_s`
+    for more), run once, and split back."""
+
+    def __init__(self, model: LoadedModel, max_batch_size: int = 256, timeout_s: float = 0.002):
+        self.model, self.max_batch_size, self.timeout_s = model, max_batch_size, timeout_s
+        self.queue: queue.Queue = queue.Queue()
+        threading.Thread(target=self._loop, daemon=True).start()
+
+    @staticmethod
+    def _key(name, inputs):
+        sizes = {v.shape[0] if v.ndim else None for v in inputs.values()}
+        if len(sizes) != 1 or None in sizes:
+            return None  # not row-aligned: run alone (the signature reports the error)
+        return (name, tuple(sorted((k, v.shape[1:], v.dtype.str) for k, v in inputs.items())))
+
+    def run(self, name, definition, inputs):
+        key = self._key(name, inputs)
+        if key is None:
+            return self.model.run(name, definition, inputs)
+        done = futures.Future()
+        self.queue.put((key, name, definition, inputs, done))
+        return done.result()
+
+    def _loop(self):
+        while True:
+            pending = [self.queue.get()]
+            deadline = time.perf_counter() + self.timeout_s
+            rows = next(iter(pending[0][3].values())).shape[0]
+            while rows < self.max_batch_size:
+                try:
+                    item = self.queue.get(timeout=max(deadline - time.perf_counter(), 0))
+                except queue.Empty:
+                    break
+                pending.append(item)
+                rows += next(iter(item[3].values())).shape[0]
+            groups: dict = {}
+            for item in pending:
+                groups.setdefault(item[0], []).append(item)
+            for items in groups.values():
+                self._run_group(items)
+
+    def _run_group(self, items):
+        _, name, definition, _, _ = items[0]
+        sizes = [next(iter(it[3].values())).shape[0] for it in items]
+        merged = {k: np.concatenate([it[3][k] for it in items]) for k in items[0][3]}
+        try:
+            outputs = self.model.run(name, definition, merged)
+        except Exception as e:  # every request of the group gets the error
+            for it in items:
+                it[4].set_exception(e)
+            return
+        start = 0
+        for it, size in zip(items, sizes):
+            it[4].set_result({k: v[start: start + size] for k, v in outputs.items()})
+            start += size
+
+
 class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
-    def __init__(self, model: LoadedModel):
+    def __init__(self, model: LoadedModel, batcher: Batcher | None = None):
         self.model = model
+        self.batcher = batcher
 
     def _guard(self, context, fn):
         try:
@@ -126,7 +191,8 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
                 inputs = {k: tf.make_ndarray(v) for k, v in request.inputs.items()}
             except Exception as e:  # a malformed TensorProto
                 raise ServingError(grpc.StatusCode.INVALID_ARGUMENT, f"bad input tensor: {e}") from e
-            outputs = self.model.run(name, definition, inputs)
+            runner = self.batcher.run if self.batcher else self.model.run
+            outputs = runner(name, definition, inputs)
             wanted = list(request.output_filter) or list(outputs)
             response = predict_pb2.PredictResponse()
             self._spec(response.model_spec, name)
@@ -223,12 +289,13 @@ class _RestHandler(BaseHTTPRequestHandler):
 
 
 def serve(model_base: str, model_name: str, port: int = 0, rest_port: int | None = None,
-          workers: int = 16):
+          workers: int = 16, batching: bool = True):
     """Starts the gRPC (and optionally REST) stand-in; returns (grpc_server, grpc_port, http_server)."""
     model = LoadedModel(model_base, model_name)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers),
                          options=[("grpc.max_receive_message_length", 64 << 20)])
-    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(PredictionService(model), server)
+    service = PredictionService(model, Batcher(model) if batching else None)
+    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(service, server)
     bound = server.add_insecure_port(f"localhost:{port}")
     server.start()
     http = None
@@ -243,7 +310,7 @@ def main(argv):
     from absl import flags
     del argv
     f = flags.FLAGS
-    server, port, http = serve(f.model_base, f.model_name, f.port, f.rest_port)
+    server, port, http = serve(f.model_base, f.model_name, f.port, f.rest_port, batching=f.batching)
     print(f"serving {f.model_name} on gRPC localhost:{port}"
           + (f" and REST localhost:{http.server_address[1]}" if http else ""), flush=True)
     server.wait_for_termination()
@@ -256,5 +323,6 @@ if __name__ == "__main__":
     flags.DEFINE_string("model_name", None, "Model name clients use.")
     flags.DEFINE_integer("port", 8500, "gRPC port (0 picks a free one).")
     flags.DEFINE_integer("rest_port", None, "REST port (none: no REST).")
+    flags.DEFINE_bool("batching", True, "Merge concurrent Predict requests (like --enable_batching).")
     flags.mark_flags_as_required(["model_base", "model_name"])
     app.run(main)
