@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-COUPLINGS = ("shared", "decoupled", "four", "projection")
+from dare_tf.layers.embedding import COUPLINGS
+
 SEARCHES = ("soft", "hard", "none")
 SCORERS = ("dot", "din")
 INITIALIZERS = ("reference", "keras")

@@ -204,9 +204,15 @@ def warmup_requests(model_name: str, raw: dict, max_len: int):
     return logs
 
 
+def versions(model_base: str) -> list[int]:
+    """The numeric version directories TF Serving would load from `model_base`."""
+    if not os.path.isdir(model_base):
+        return []
+    return sorted(int(d) for d in os.listdir(model_base) if re.fullmatch(r"\d+", d))
+
+
 def next_version(model_base: str) -> int:
-    versions = [int(d) for d in os.listdir(model_base) if re.fullmatch(r"\d+", d)] if os.path.isdir(model_base) else []
-    return max(versions, default=0) + 1
+    return max(versions(model_base), default=0) + 1
 
 
 def write_server_configs(export_base: str, model_name: str, max_batch_size: int = 256) -> None:

@@ -133,12 +133,14 @@ def _task_id(strategy) -> int:
 
 
 def _is_chief(strategy) -> bool:
+    """The task that writes results: the only one, the `chief`, or worker 0 of a chief-less cluster."""
     resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or not resolver.cluster_spec().as_dict():
+    cluster = resolver.cluster_spec().as_dict() if resolver is not None else {}
+    if not cluster:
         return True
-    task_type, task_id = resolver.task_type, resolver.task_id
-    return task_type is None or (task_type in ("chief", "worker") and task_id == 0
-                                 and "chief" not in resolver.cluster_spec().as_dict()) or task_type == "chief"
+    if "chief" in cluster:
+        return resolver.task_type == "chief"
+    return resolver.task_type == "worker" and resolver.task_id == 0
 
 
 def _atomic_json(path: str, payload) -> None:
@@ -167,8 +169,9 @@ def make_train_step(model: DareModel, optimizer, strategy=None, jit_compile: boo
     def loss_of(x, y, gathered=None):
         return model.loss_terms(y, model.forward(x, training=True, gathered=gathered))["total"]
 
+    # No data-dependent Python control flow here: AutoGraph is not needed.
     if jit_compile and not sparse:
-        @tf.function(jit_compile=True)
+        @tf.function(jit_compile=True, autograph=False)
         def fused_step(x, y):
             with tf.GradientTape() as tape:
                 loss = loss_of(x, y)
@@ -177,7 +180,7 @@ def make_train_step(model: DareModel, optimizer, strategy=None, jit_compile: boo
 
         return fused_step
 
-    compiled_loss = tf.function(loss_of, jit_compile=True) if jit_compile else loss_of
+    compiled_loss = tf.function(loss_of, jit_compile=True, autograph=False) if jit_compile else loss_of
 
     def replica_step(x, y):
         with tf.GradientTape() as tape:
@@ -187,7 +190,7 @@ def make_train_step(model: DareModel, optimizer, strategy=None, jit_compile: boo
         optimizer.apply(tape.gradient(scaled, variables), variables)
         return loss
 
-    @tf.function
+    @tf.function(autograph=False)
     def step(x, y):
         loss = strategy.run(replica_step, args=(x, y))
         return strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
@@ -250,7 +253,7 @@ class _SeedRun:
                                           jit_compile=self.config.jit_compile and not distributed)
         bn_training = self.config.reference_mode  # the reference never enters inference mode
 
-        @tf.function(jit_compile=self.config.jit_compile)
+        @tf.function(jit_compile=self.config.jit_compile, autograph=False)
         def predict(x):
             return model.forward(x, training=bn_training)["probability"]
 

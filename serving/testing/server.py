@@ -32,6 +32,8 @@ from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2, predict_pb2,
                                      prediction_service_pb2_grpc, regression_pb2)
 
+from dare_tf.export import versions
+
 DEFAULT_SIGNATURE = "serving_default"
 
 
@@ -42,10 +44,10 @@ class ServingError(Exception):
 
 
 def latest_version(model_base: str) -> int:
-    versions = [int(d) for d in os.listdir(model_base) if re.fullmatch(r"\d+", d)] if os.path.isdir(model_base) else []
-    if not versions:
+    found = versions(model_base)
+    if not found:
         raise FileNotFoundError(f"{model_base}: no numeric version directory")
-    return max(versions)
+    return found[-1]
 
 
 class LoadedModel:
@@ -114,7 +116,7 @@ class Batcher:
     concatenated (up to `max_batch_size` rows, waiting at most `timeout_s`
     for more), run once, and split back."""
 
-    def __init__(self, model: LoadedModel, max_batch_size: int = 256, timeout_s: float = 0.002):
+    def __init__(self, model: LoadedModel, max_batch_size: int = 256, timeout_s: float = 0.001):
         self.model, self.max_batch_size, self.timeout_s = model, max_batch_size, timeout_s
         self.queue: queue.Queue = queue.Queue()
         threading.Thread(target=self._loop, daemon=True).start()
