@@ -9,7 +9,6 @@ import time
 import numpy as np
 import pytest
 
-from dare_tf.spec import DatasetSpec
 from dare_tf.training import NonFiniteLossError, TrainConfig, train
 from data.protocol import Protocol, prepare
 from data.synthetic import SyntheticConfig, write
