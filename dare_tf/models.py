@@ -107,9 +107,9 @@ class DareModel(keras.Model):
         return ti, tc, hi, hc
 
     # -- forward ----------------------------------------------------------
-    def lookup_embeddings(self, inputs) -> dict:
+    def lookup_embeddings(self, inputs, sparse_reads: bool = False) -> dict:
         """The embedding-table rows of a batch (see `BehaviorEmbedding.lookup`)."""
-        return self.embedding.lookup(*self._unpack(inputs))
+        return self.embedding.lookup(*self._unpack(inputs), sparse_reads=sparse_reads)
 
     def forward(self, inputs, training=False, gathered=None) -> dict:
         """All outputs: `probability`, `aux_probability` (with the auxiliary
@@ -190,7 +190,10 @@ class DareModel(keras.Model):
 
         x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
         with tf.GradientTape() as tape:
-            out = self.forward(x, training=True)
+            # An optimizer with row-wise updates (LazyAdam) wants row-wise reads.
+            gathered = (self.lookup_embeddings(x, sparse_reads=True)
+                        if getattr(self.optimizer, "sparse_updates", False) else None)
+            out = self.forward(x, training=True, gathered=gathered)
             loss = self.loss_terms(y, out)["total"]
         grads = tape.gradient(loss, self.trainable_variables)
         self.optimizer.apply(grads, self.trainable_variables)

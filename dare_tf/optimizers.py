@@ -7,12 +7,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-
-def _read_rows(variable, rows):
-    """Gathers rows straight from the resource variable. Converting the whole
-    variable to a tensor first (as `ops.take` does) copies every row when the
-    same step later scatters into it."""
-    return tf.gather(variable.value if isinstance(variable, keras.Variable) else variable, rows)
+from dare_tf.layers.embedding import gather_rows
 
 
 @keras.saving.register_keras_serializable(package="dare_tf")
@@ -68,20 +63,59 @@ class LazyAdam(FusedAdam):
         the "lazy" sparse variant of TensorFlow Addons' LazyAdam.
     """
 
+    sparse_updates = True  # read tables with `gather_rows(..., sparse_read=True)`
+
     def update_step(self, gradient, variable, learning_rate):
         if not isinstance(gradient, tf.IndexedSlices):
             return super().update_step(gradient, variable, learning_rate)
         dtype = variable.dtype
-        rows, position = tf.unique(gradient.indices)
-        grad = tf.math.unsorted_segment_sum(tf.cast(gradient.values, dtype), position, tf.shape(rows)[0])
         step = ops.cast(self.iterations + 1, dtype)
         beta_1, beta_2 = ops.cast(self.beta_1, dtype), ops.cast(self.beta_2, dtype)
-        alpha = ops.cast(learning_rate, dtype) * ops.sqrt(1 - ops.power(beta_2, step)) / (
-            1 - ops.power(beta_1, step))
+        hyper = (ops.cast(learning_rate, dtype) * ops.sqrt(1 - ops.power(beta_2, step)) / (
+            1 - ops.power(beta_1, step)), beta_1, beta_2, ops.cast(self.epsilon, dtype))
         index = self._get_variable_index(variable)
         m, v = self._momentums[index], self._velocities[index]
-        m_rows = beta_1 * _read_rows(m, rows) + (1 - beta_1) * grad
-        v_rows = beta_2 * _read_rows(v, rows) + (1 - beta_2) * ops.square(grad)
-        self.assign(m, tf.IndexedSlices(m_rows, rows))
-        self.assign(v, tf.IndexedSlices(v_rows, rows))
-        self.assign_sub(variable, tf.IndexedSlices(alpha * m_rows / (ops.sqrt(v_rows) + self.epsilon), rows))
+        values, rows = tf.cast(gradient.values, dtype), gradient.indices
+        table_rows, entries = variable.shape[0], values.shape[0]
+        if table_rows is not None and entries is not None and table_rows <= entries:
+            # A table no bigger than the batch's lookups (positions, categories, a small
+            # vocabulary): masked update of the whole table, in place, compiled.
+            news = _masked_adam(*map(tf.convert_to_tensor, (variable, m, v)), values, rows, *hyper)
+            for target, new in zip((variable, m, v), news):
+                self.assign(target, new)
+            return
+        # Every entry keeps its place (static shape, so the maths compiles once); entries
+        # with the same row get the same summed gradient and so compute and write the same
+        # new values.
+        new_w, new_m, new_v = _adam_rows(
+            values, tf.unique(rows).idx, gather_rows(variable, rows), gather_rows(m, rows),
+            gather_rows(v, rows), *hyper)
+        self.assign(m, tf.IndexedSlices(new_m, rows))
+        self.assign(v, tf.IndexedSlices(new_v, rows))
+        self.assign(variable, tf.IndexedSlices(new_w, rows))
+
+
+def _adam(grad, w, m, v, alpha, beta_1, beta_2, epsilon):
+    m = beta_1 * m + (1 - beta_1) * grad
+    v = beta_2 * v + (1 - beta_2) * tf.square(grad)
+    return w - alpha * m / (tf.sqrt(v) + epsilon), m, v
+
+
+@tf.function(jit_compile=True, autograph=False)
+def _adam_rows(values, segments, w, m, v, alpha, beta_1, beta_2, epsilon):
+    """Adam on gathered rows `[N, d]`; `segments[i]` numbers the distinct row of entry
+    `i`. Duplicate entries' gradients are summed (XLA's scatter-add is several times
+    faster than TensorFlow's `unsorted_segment_sum` kernel on CPU)."""
+    grad = tf.gather(tf.math.unsorted_segment_sum(values, segments, tf.shape(values)[0]), segments)
+    return _adam(grad, w, m, v, alpha, beta_1, beta_2, epsilon)
+
+
+@tf.function(jit_compile=True, autograph=False)
+def _masked_adam(w, m, v, values, rows, alpha, beta_1, beta_2, epsilon):
+    """New values of whole tables `w`, `m`, `v`: Adam on the rows `rows` names, the
+    other rows unchanged."""
+    size = w.shape[0]
+    grad = tf.math.unsorted_segment_sum(values, rows, size)
+    touched = tf.math.unsorted_segment_max(tf.ones_like(rows, dtype=tf.int32), rows, size)[:, None] > 0
+    return [tf.where(touched, new, old)
+            for old, new in zip((w, m, v), _adam(grad, w, m, v, alpha, beta_1, beta_2, epsilon))]

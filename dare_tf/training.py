@@ -164,16 +164,17 @@ def make_train_step(model: DareModel, optimizer, strategy=None, jit_compile: boo
       embedding gradients are compiled (XLA's scatter is ~10x faster than
       TensorFlow's here); the update runs TensorFlow's fused Adam kernel
       (XLA's elementwise Adam costs several times more on CPU).
-    - LazyAdam with XLA: the embedding rows are gathered outside XLA, so the
-      tables' gradients stay sparse `IndexedSlices`; the rest of the forward
-      and backward pass is compiled; only the batch's rows are updated.
+    - LazyAdam: the embedding rows are read row by row outside XLA (see
+      `gather_rows`), so the tables' gradients stay sparse `IndexedSlices`;
+      the rest of the forward and backward pass is compiled; only the
+      batch's rows are updated.
     - Under a distribution strategy (jit_compile off): one graph per replica
       (synchronised BatchNorm cannot sit in a nested compiled function).
     """
     strategy = strategy or tf.distribute.get_strategy()
     replicas = strategy.num_replicas_in_sync
     variables = model.trainable_variables
-    sparse = isinstance(optimizer, LazyAdam)
+    sparse = getattr(optimizer, "sparse_updates", False)
 
     def loss_of(x, y, gathered=None):
         return model.loss_terms(y, model.forward(x, training=True, gathered=gathered))["total"]
@@ -198,8 +199,8 @@ def make_train_step(model: DareModel, optimizer, strategy=None, jit_compile: boo
 
     def replica_step(x, y):
         with tf.GradientTape() as tape:
-            gathered = model.lookup_embeddings(x) if jit_compile else None
-            loss = compiled_loss(x, y, gathered) if jit_compile else loss_of(x, y)
+            gathered = model.lookup_embeddings(x, sparse_reads=sparse) if jit_compile or sparse else None
+            loss = compiled_loss(x, y, gathered)
             scaled = loss / replicas
         optimizer.apply(tape.gradient(scaled, variables), variables)
         return loss
@@ -266,11 +267,16 @@ class _SeedRun:
                                           jit_compile=self.config.jit_compile and not distributed)
         bn_training = self.config.reference_mode  # the reference never enters inference mode
 
-        @tf.function(jit_compile=self.config.jit_compile, autograph=False)
-        def predict(x):
-            return model.forward(x, training=bn_training)["probability"]
+        sparse = getattr(self.optimizer, "sparse_updates", False)
 
-        self.predict = predict
+        @tf.function(jit_compile=self.config.jit_compile, autograph=False)
+        def forward(x, gathered):
+            return model.forward(x, training=bn_training, gathered=gathered)["probability"]
+
+        # Tables that LazyAdam updates row by row are read row by row (see gather_rows).
+        self.predict = tf.function(
+            lambda x: forward(x, model.lookup_embeddings(x, sparse_reads=True) if sparse else None),
+            autograph=False)
 
     # -- data ------------------------------------------------------------------
     def _epoch_dataset(self, epoch: int, skip: int):

@@ -1,6 +1,6 @@
 """Test helper: trains one seed with a strategy, then saves that process's final weights.
 
-Usage: python tests/multiworker_helper.py STRATEGY DATA_DIR OUTPUT_DIR WEIGHTS_OUT
+Usage: python tests/multiworker_helper.py STRATEGY DATA_DIR OUTPUT_DIR WEIGHTS_OUT [MAX_STEPS [OPTIMIZER]]
 (the caller sets TF_CONFIG for multi_worker).
 """
 
@@ -15,11 +15,11 @@ from dare_tf import training  # noqa: E402
 from dare_tf.spec import DatasetSpec  # noqa: E402
 
 
-def main(strategy_name, data_dir, output_dir, weights_out, max_steps="6"):
+def main(strategy_name, data_dir, output_dir, weights_out, max_steps="6", optimizer="adam"):
     strategy = training.make_strategy(strategy_name, cpu_devices=2 if strategy_name == "mirrored" else 0)
     config = training.TrainConfig(
         preset="dare", batch_size=258, eval_batch_size=258, epochs=1, eval_every=100, max_steps=int(max_steps),
-        strategy=strategy_name, jit_compile=False, model_overrides=dict(initializer="keras", top_k=5))
+        strategy=strategy_name, jit_compile=False, optimizer=optimizer, model_overrides=dict(initializer="keras", top_k=5))
     run = training._SeedRun(data_dir, os.path.join(output_dir, "seed_0"), config, 0,
                             DatasetSpec.load(data_dir), strategy, training._is_chief(strategy))
     run.run()

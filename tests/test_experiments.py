@@ -46,12 +46,14 @@ def test_reproduce_writes_table_and_export_cli_serves_a_cell(taobao, tmp_path):
     assert os.path.exists(tmp_path / "exports" / "dare" / "1" / "saved_model.pb")
 
 
-def test_mirrored_over_two_cpu_devices_matches_one_process(taobao, tmp_path):
+@pytest.mark.parametrize("optimizer", ["adam", "lazy_adam"])
+def test_mirrored_over_two_cpu_devices_matches_one_process(taobao, tmp_path, optimizer):
     helper = os.path.join(REPO, "tests", "multiworker_helper.py")
     runs = {}
     for strategy in ("default", "mirrored"):
         done = subprocess.run([sys.executable, helper, strategy, taobao, str(tmp_path / strategy),
-                               str(tmp_path / f"{strategy}.npz"), "2"], env=ENV, capture_output=True, text=True)
+                               str(tmp_path / f"{strategy}.npz"), "2", optimizer],
+                              env=ENV, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr[-3000:]
         runs[strategy] = np.load(tmp_path / f"{strategy}.npz")
     for key in runs["default"]:

@@ -1,5 +1,6 @@
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from dare_tf.optimizers import LazyAdam
@@ -57,3 +58,101 @@ def test_fused_adam_equals_keras_adam(rng):
         step_b(grad)
     assert np.abs(a.numpy() - init).max() > 1e-3  # it moved
     np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-7)
+
+
+def numpy_lazy_adam(init, batches, lr, beta_1=0.9, beta_2=0.999, epsilon=1e-7):
+    """Brute-force lazy Adam: sum duplicate rows, update moments and weights of the
+    looked-up rows only."""
+    w, m, v = init.astype(np.float64), np.zeros(init.shape), np.zeros(init.shape)
+    for t, (ids, grads) in enumerate(batches, start=1):
+        g = np.zeros(init.shape)
+        np.add.at(g, ids, grads)
+        rows = np.unique(ids)
+        m[rows] = beta_1 * m[rows] + (1 - beta_1) * g[rows]
+        v[rows] = beta_2 * v[rows] + (1 - beta_2) * g[rows] ** 2
+        alpha = lr * np.sqrt(1 - beta_2 ** t) / (1 - beta_1 ** t)
+        w[rows] -= alpha * m[rows] / (np.sqrt(v[rows]) + epsilon)
+    return w, m, v
+
+
+@pytest.mark.parametrize("rows,entries", [(40, 6), (5, 12)], ids=["row-path", "masked-table-path"])
+def test_lazy_adam_equals_numpy_lazy_adam(rng, rows, entries):
+    # More table rows than entries: rows are gathered, updated and scattered back.
+    # No more rows than entries: the table is updated whole under a mask.
+    init = rng.normal(size=(rows, 3)).astype("float32")
+    # Each step looks up a different window of rows: rows looked up earlier but not
+    # now must stay put (dense Adam would move them), and the last row never moves.
+    width = max(2, (rows - 1) // 2)
+    batches = []
+    for t in range(4):
+        window = (np.arange(width) + t) % (rows - 1)
+        batches.append((rng.choice(window, entries), rng.normal(size=(entries, 3))))
+    assert any(len(np.unique(ids)) < entries for ids, _ in batches)  # duplicates occur
+    assert set(batches[0][0]) - set(batches[-1][0])  # rows left behind
+    table = keras.Variable(init)
+    optimizer = LazyAdam(0.05)
+    optimizer.build([table])
+    step = tf.function(lambda ids, g: optimizer.apply(
+        [tf.IndexedSlices(g, ids, dense_shape=tf.constant(init.shape))], [table]))
+    for ids, grads in batches:
+        step(tf.constant(ids, tf.int32), tf.constant(grads, tf.float32))
+    w, m, v = numpy_lazy_adam(init, batches, 0.05)
+    np.testing.assert_allclose(table.numpy(), w, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(optimizer._momentums[0].numpy(), m, rtol=1e-5, atol=1e-7)
+    # 1 - beta_2 = 0.001 is 4.7e-5 off in float32 (as in Keras's Adam).
+    np.testing.assert_allclose(optimizer._velocities[0].numpy(), v, rtol=1e-4, atol=1e-9)
+    never = np.setdiff1d(np.arange(rows), np.concatenate([ids for ids, _ in batches]))
+    assert len(never) > 0
+    np.testing.assert_array_equal(table.numpy()[never], init[never])
+
+
+@pytest.mark.parametrize("sparse_read", [True, False])
+def test_gather_rows_values_and_sparse_gradient(rng, sparse_read):
+    from dare_tf.layers import gather_rows
+
+    init = rng.normal(size=(7, 2)).astype("float32")
+    table = keras.Variable(init)
+    ids = np.array([[3, 0, 3], [6, 1, 2]])
+    with tf.GradientTape() as tape:
+        rows = gather_rows(table, tf.constant(ids), "float32", sparse_read=sparse_read)
+        loss = tf.reduce_sum(rows * rows)
+    np.testing.assert_array_equal(rows.numpy(), init[ids])
+    grad = tape.gradient(loss, table.value)
+    assert isinstance(grad, tf.IndexedSlices)
+    expected = np.zeros_like(init)
+    np.add.at(expected, ids.ravel(), 2 * init[ids.ravel()])
+    np.testing.assert_allclose(tf.convert_to_tensor(grad).numpy(), expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("how", ["train_step_xla", "train_step_graph", "model_fit"])
+def test_lazy_adam_training_touches_only_looked_up_rows(rng, how):
+    import dare_tf
+    from dare_tf.training import make_optimizer, make_train_step
+    from tests.conftest import random_batch
+
+    # Item (1,000 rows) and position (2,000 rows) tables have more rows than the
+    # 32 x 13 looked-up entries: the row path; category tables (20 rows): the masked path.
+    model = dare_tf.build_model("dare", 1000, 20, max_len=12, top_k=4, seed=0)
+    x = {k: tf.constant(v, tf.int32) for k, v in random_batch(rng, 32, 12, 100, 20).items()}
+    y = tf.constant(rng.integers(0, 2, 32), tf.float32)
+    tables = {t.path: t for t in model.trainable_variables if "_embedding" in t.path}
+    before = {p: t.numpy() for p, t in tables.items()}
+    optimizer = make_optimizer("lazy_adam", 0.01)
+    if how == "model_fit":
+        model.compile(optimizer=optimizer)
+        model.fit(x, y, batch_size=32, epochs=3, verbose=0)
+    else:
+        step = make_train_step(model, optimizer, jit_compile=how == "train_step_xla")
+        for _ in range(3):
+            assert np.isfinite(step(x, y).numpy())
+    ids = {"item": np.concatenate([x["target_item"].numpy(), x["hist_items"].numpy().ravel()]),
+           "category": np.concatenate([x["target_category"].numpy(), x["hist_categories"].numpy().ravel()]),
+           "position": np.arange(13)}  # the target's 0 and history slots' 1..12
+    assert len(tables) == 6
+    for path, table in tables.items():
+        field = path.split("_")[-2]
+        seen = np.unique(ids[field])
+        unseen = np.setdiff1d(np.arange(table.shape[0]), seen)
+        after = table.numpy()
+        np.testing.assert_array_equal(after[unseen], before[path][unseen], err_msg=path)
+        assert np.abs(after[seen] - before[path][seen]).max() > 1e-4, path
