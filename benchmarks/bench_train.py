@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -84,7 +85,11 @@ def bench_auc(data_dir, work_dir):
     for optimizer in ("adam", "lazy_adam"):
         config = TrainConfig(preset="dare", optimizer=optimizer, batch_size=512, eval_batch_size=2048, epochs=1,
                              eval_every=60, learning_rate=0.005, seeds=(0, 1))
-        results = train(data_dir, os.path.join(work_dir, optimizer), config)
+        run_dir = os.path.join(work_dir, optimizer)
+        # train() reuses finished seeds of a run directory: start clean so that no result
+        # of an earlier benchmark (or an earlier version of the code) is reported.
+        shutil.rmtree(run_dir, ignore_errors=True)
+        results = train(data_dir, run_dir, config)
         rows.append({"optimizer": optimizer, "test_auc": results["test"]["auc"],
                      "test_auc_std": results["test_std"]["auc"], "test_gauc": results["test"]["gauc"]})
     return rows
