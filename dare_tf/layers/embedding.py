@@ -220,16 +220,20 @@ class BehaviorEmbedding(keras.layers.Layer):
 
     def combine(self, gathered: dict) -> dict:
         """The four role embeddings from `lookup`'s rows (projections applied)."""
-        outputs = {}
+        outputs, joined = {}, {}
         for role in _ROLES:
             table_set, side = self._table_of_role[role], role.split("_")[0]
+            if not self.projections and (table_set, side) in joined:
+                # Shared tables: attention and representation are the same vectors.
+                outputs[role] = joined[(table_set, side)]
+                continue
             parts = []
             for field in self._fields():
                 vectors = gathered[f"{table_set}/{side}/{field}"]
                 if self.projections:
                     vectors = ops.matmul(vectors, self.projections[f"{role}_{field}"])
                 parts.append(vectors)
-            outputs[role] = ops.concatenate(parts, axis=-1)
+            outputs[role] = joined[(table_set, side)] = ops.concatenate(parts, axis=-1)
         return outputs
 
     def call(self, target_item, target_category, history_items, history_categories):

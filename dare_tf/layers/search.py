@@ -24,9 +24,11 @@ def scaled_dot_scores(query, keys, position_dim: int = 0):
     if not position_dim:
         return ops.einsum("bd,bld->bl", query, keys) / float(width) ** 0.5
     sem = width - position_dim
-    semantic = ops.einsum("bd,bld->bl", query[:, :sem], keys[:, :, :sem]) / float(sem) ** 0.5
-    position = ops.einsum("bd,bld->bl", query[:, sem:], keys[:, :, sem:]) / float(position_dim) ** 0.5
-    return semantic + position
+    # One product over the whole width with the query's parts pre-scaled: the [B, L, D]
+    # keys are read once and never sliced (a slice is a copy outside XLA).
+    scale = ops.concatenate([ops.full((sem,), float(sem) ** -0.5, "float32"),
+                             ops.full((position_dim,), float(position_dim) ** -0.5, "float32")])
+    return ops.einsum("bd,bld->bl", query * scale, keys)
 
 
 @keras.saving.register_keras_serializable(package="dare_tf")
