@@ -1,6 +1,6 @@
 """Speed of the layers and presets: forward+backward samples/s and the search stage alone.
 
-Usage: python benchmarks/bench_layers.py [--quick] [--json PATH]
+Usage: python benchmarks/bench_layers.py [--quick] [--parts presets,search] [--json PATH]
 
 Part 1: every preset at L=200, K=20, d=16, batch 256 and 2048, XLA on and off.
 Part 2: the search stage alone (attention-table lookup, scores, top-K) for
@@ -60,46 +60,70 @@ def bench_presets(rng, batches, min_seconds):
     return rows
 
 
-def bench_search(rng, dims, lengths, batch, min_seconds):
-    rows = []
+def bench_search(rng, dims, lengths, batch, min_seconds, rounds=3):
+    """ms per search call for each attention dim. The dims are timed in turn, `rounds`
+    times, and each keeps its median, so a slow spell of the machine hits all of them."""
+    searches = {}
     for dim in dims:
         # One attention width per field (item, category, position), so halving
         # the attention dim halves every vector the search reads.
-        emb = BehaviorEmbedding(NUM_ITEMS, NUM_CATEGORIES, embedding_dim=dim, position_dim=dim,
-                                num_positions=max(lengths) + 1, coupling="shared")
-        search = TopKBehaviorSearch(20, "soft", position_dim=dim)
-        for length in lengths:
-            x = random_inputs(rng, batch, length)
-            for jit in (False, True):
-                @tf.function(jit_compile=jit)
-                def run(inputs):
+        searches[dim] = (BehaviorEmbedding(NUM_ITEMS, NUM_CATEGORIES, embedding_dim=dim, position_dim=dim,
+                                           num_positions=max(lengths) + 1, coupling="shared"),
+                         TopKBehaviorSearch(20, "soft", position_dim=dim))
+    rows = []
+    for length in lengths:
+        x = random_inputs(rng, batch, length)
+        for jit in (False, True):
+            runs = {}
+            for dim, (emb, search) in searches.items():
+                def run(inputs, emb=emb, search=search):
                     e = emb(inputs["target_item"], inputs["target_category"],
                             inputs["hist_items"], inputs["hist_categories"])
-                    return search(e["target_attention"], e["history_attention"],
-                                  inputs["hist_items"] > 0)
+                    return search(e["target_attention"], e["history_attention"], inputs["hist_items"] > 0)
 
-                seconds = time_call(lambda: run(x), min_seconds)
+                runs[dim] = tf.function(run, jit_compile=jit)
+            times = {dim: [] for dim in dims}
+            for _ in range(rounds):
+                for dim in dims:
+                    times[dim].append(time_call(lambda: runs[dim](x), min_seconds))
+            for dim in dims:
+                seconds = float(np.median(times[dim]))
                 rows.append({"attention_dim": dim, "L": length, "xla": jit, "batch": batch,
                              "ms": seconds * 1e3, "ns_per_behaviour": seconds / (batch * length) * 1e9})
-                print(f"  dim={dim} L={length} xla={jit}: {seconds * 1e3:.2f} ms", flush=True)
+                print(f"  dim={dim} L={length} xla={jit}: {seconds * 1e3:.2f} ms "
+                      f"(rounds: {', '.join(f'{t * 1e3:.2f}' for t in times[dim])})", flush=True)
     return rows
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer and shorter measurements")
+    parser.add_argument("--parts", default="presets,search",
+                        help="comma-separated parts to run: presets (part 1), search (part 2)")
     parser.add_argument("--json", default=None, help="output JSON path")
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
+    if parts - {"presets", "search"}:
+        parser.error(f"--parts: unknown {sorted(parts - {'presets', 'search'})}; expected presets, search")
     rng = np.random.default_rng(0)
     min_seconds = 0.5 if args.quick else 2.0
     print(f"TensorFlow {tf.__version__}, {os.cpu_count()} CPUs")
-    print("Part 1: forward+backward samples/s (L=200, K=20, d=16, vocab 50k items)")
-    presets = bench_presets(rng, [256] if args.quick else [256, 2048], min_seconds)
-    print_table(presets, ["preset", "batch", "graph", "xla", "xla/graph"])
+    payload = {}
+    if "presets" in parts:
+        print("Part 1: forward+backward samples/s (L=200, K=20, d=16, vocab 50k items)")
+        payload["presets"] = bench_presets(rng, [256] if args.quick else [256, 2048], min_seconds)
+        print_table(payload["presets"], ["preset", "batch", "graph", "xla", "xla/graph"])
+    if "search" in parts:
+        payload.update(search_part(rng, args))
+    write_json("bench_layers", payload, args.json)
 
+
+def search_part(rng, args) -> dict:
     print("Part 2: search stage alone (lookup + scores + top-20), batch 128")
     lengths = [200, 1_000] if args.quick else [200, 1_000, 10_000]
-    search = bench_search(rng, [64, 32, 16], lengths, 128, min_seconds)
+    search = bench_search(rng, [64, 32, 16], lengths, 128, 0.25 if args.quick else 1.0,
+                          rounds=1 if args.quick else 3)
+    search.sort(key=lambda r: (r["attention_dim"] != 64, r["attention_dim"] != 32, r["L"], r["xla"]))
     print_table(search, ["attention_dim", "L", "xla", "ms", "ns_per_behaviour"])
 
     summary = []
@@ -114,7 +138,7 @@ def main():
                             "target": "<= 1.2"})
     print("Targets")
     print_table(summary, ["xla", "L", "metric", "value", "target"])
-    write_json("bench_layers", {"presets": presets, "search": search, "summary": summary}, args.json)
+    return {"search": search, "summary": summary}
 
 
 if __name__ == "__main__":
