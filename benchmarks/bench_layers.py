@@ -21,7 +21,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import dare_tf  # noqa: E402
-from benchmarks.common import print_table, time_call, write_json  # noqa: E402
+from benchmarks.common import print_table, selected_parts, time_call, write_json  # noqa: E402
 from dare_tf.layers import BehaviorEmbedding, TopKBehaviorSearch  # noqa: E402
 
 NUM_ITEMS, NUM_CATEGORIES = 50_000, 1_000
@@ -102,9 +102,7 @@ def main():
                         help="comma-separated parts to run: presets (part 1), search (part 2)")
     parser.add_argument("--json", default=None, help="output JSON path")
     args = parser.parse_args()
-    parts = set(args.parts.split(","))
-    if parts - {"presets", "search"}:
-        parser.error(f"--parts: unknown {sorted(parts - {'presets', 'search'})}; expected presets, search")
+    parts = selected_parts(parser, args.parts, ("presets", "search"))
     rng = np.random.default_rng(0)
     min_seconds = 0.5 if args.quick else 2.0
     print(f"TensorFlow {tf.__version__}, {os.cpu_count()} CPUs")

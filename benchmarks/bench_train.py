@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import dare_tf  # noqa: E402
-from benchmarks.common import print_table, time_call, write_json  # noqa: E402
+from benchmarks.common import print_table, selected_parts, time_call, write_json  # noqa: E402
 from dare_tf.training import make_optimizer, make_train_step  # noqa: E402
 
 TAOBAO_ITEMS, TAOBAO_CATEGORIES = 4_068_791, 9_408
@@ -108,10 +108,7 @@ def main():
     min_seconds = 0.5 if args.quick else 2.0
     sizes = [256] if args.quick else [256, 2048]
     print(f"TensorFlow {tf.__version__}, {os.cpu_count()} CPUs")
-    parts = set(args.parts.split(","))
-    unknown = parts - {"presets", "vocabulary", ""}
-    if unknown:
-        parser.error(f"--parts: unknown {sorted(unknown)}; expected presets, vocabulary")
+    parts = selected_parts(parser, args.parts, ("presets", "vocabulary"))
     payload = {}
     if "presets" in parts:
         print("Part 1: samples/s per preset (L=200, K=20, d=16, 50k items; train = forward+backward+Adam)")

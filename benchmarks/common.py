@@ -24,6 +24,15 @@ def time_call(fn, min_seconds: float = 1.0, warmup: int = 2, max_iters: int = 20
     return times[len(times) // 2]
 
 
+def selected_parts(parser, value: str, allowed: tuple[str, ...]) -> set[str]:
+    """The parts a comma-separated `--parts` value names; a usage error for unknown ones."""
+    parts = {part for part in value.split(",") if part}
+    unknown = parts - set(allowed)
+    if unknown:
+        parser.error(f"--parts: unknown {sorted(unknown)}; expected some of {', '.join(allowed)}")
+    return parts
+
+
 def print_table(rows: list[dict], columns: list[str]) -> str:
     def fmt(v):
         if isinstance(v, float):
