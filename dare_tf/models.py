@@ -169,6 +169,10 @@ class DareModel(keras.Model):
         out = self.forward(inputs, training=False)
         return {k: out[k] for k in ("probability", "positions", "attention_weights")}
 
+    def batch_norm_layers(self) -> list:
+        """The BatchNormalization layers (one in front of each prediction head's MLP)."""
+        return [head.norm for head in (self.head, self.aux_head) if head is not None]
+
     def build(self, input_shape=None):
         if not self.built:
             self.forward(self.dummy_inputs(), training=False)

@@ -67,6 +67,13 @@ class TrainConfig:
         max_steps: stop each seed after this many steps (None: all epochs).
         shuffle_buffer: examples in the shuffle buffer.
         log_every: steps between loss summaries.
+        bn_statistics_batches: before each evaluation, BatchNorm's moving
+            statistics are set to the average statistics of this many training
+            batches under the current weights. The moving average of training
+            lags behind weights that move fast: TWIN on the demo log evaluated
+            at logloss 2.60 with it, 0.29 after the refresh. 0 turns it off.
+            Not used in reference mode (which evaluates with per-batch
+            statistics).
     """
 
     preset: str = "dare"
@@ -84,6 +91,7 @@ class TrainConfig:
     max_steps: int | None = None
     shuffle_buffer: int = 100_000
     log_every: int = 50
+    bn_statistics_batches: int = 30
 
     def __post_init__(self):
         object.__setattr__(self, "seeds", tuple(self.seeds))
@@ -94,6 +102,7 @@ class TrainConfig:
             (self.eval_batch_size >= 1, "eval_batch_size", "must be >= 1"),
             (self.epochs >= 1, "epochs", "must be >= 1"),
             (self.eval_every >= 1, "eval_every", "must be >= 1"),
+            (self.bn_statistics_batches >= 0, "bn_statistics_batches", "must be >= 0"),
             (len(self.seeds) >= 1, "seeds", "needs at least one seed"),
         ]
         for ok, name, message in checks:
@@ -213,6 +222,39 @@ def make_train_step(model: DareModel, optimizer, strategy=None, jit_compile: boo
     return step
 
 
+def make_statistics_step(model: DareModel, strategy=None, jit_compile: bool = True):
+    """`step(x, weight)`: a forward pass in training mode and no weight update.
+
+    Each BatchNorm layer's moving statistics become `(1 - weight) * moving +
+    weight * (the batch's statistics)`. With `weight = 1 / i` for the i-th of
+    n batches they end as the plain average over those n batches under the
+    current weights, whatever they held before ("precise BatchNorm").
+    Synchronised across replicas under a strategy.
+    """
+    strategy = strategy or tf.distribute.get_strategy()
+    norms = model.batch_norm_layers()
+
+    def forward(x, weight):
+        # Keras's BatchNormalization reads `self.momentum` when it is traced: for this
+        # function only, that is `1 - weight`, a tensor.
+        momenta = [bn.momentum for bn in norms]
+        for bn in norms:
+            bn.momentum = 1.0 - weight
+        try:
+            return model.forward(x, training=True)["probability"]
+        finally:
+            for bn, momentum in zip(norms, momenta):
+                bn.momentum = momentum
+
+    compiled = tf.function(forward, jit_compile=jit_compile, autograph=False)
+
+    @tf.function(autograph=False)
+    def step(x, weight):
+        strategy.run(compiled, args=(x, weight))
+
+    return step
+
+
 class _SeedRun:
     """One seed: model, optimizer, checkpoint, the compiled steps."""
 
@@ -265,6 +307,8 @@ class _SeedRun:
         model = self.model
         self.train_step = make_train_step(model, self.optimizer, self.strategy,
                                           jit_compile=self.config.jit_compile and not distributed)
+        self.statistics_step = make_statistics_step(model, self.strategy,
+                                                    jit_compile=self.config.jit_compile and not distributed)
         bn_training = self.config.reference_mode  # the reference never enters inference mode
 
         sparse = getattr(self.optimizer, "sparse_updates", False)
@@ -280,7 +324,11 @@ class _SeedRun:
 
     # -- data ------------------------------------------------------------------
     def _epoch_dataset(self, epoch: int, skip: int):
-        """This epoch's batches (order fixed by seed and epoch), `skip` already trained.
+        """This epoch's batches (order fixed by seed and epoch), `skip` already trained."""
+        return self._train_batches(self.seed * 1000 + epoch, self.config.shuffle_buffer, skip=skip)
+
+    def _train_batches(self, seed: int, shuffle_buffer: int, skip: int = 0, take: int | None = None):
+        """Training batches in an order fixed by `seed`.
 
         Distributed, every input pipeline reads the same global batches and
         keeps its slice of each, so N workers together train on exactly the
@@ -290,11 +338,12 @@ class _SeedRun:
 
         def dataset_fn(context=None):
             ds = make_dataset(self.data_dir, "train", cfg.batch_size, shuffle=True,
-                              shuffle_buffer=cfg.shuffle_buffer, deterministic=True,
-                              seed=self.seed * 1000 + epoch, spec=self.spec,
-                              drop_remainder=context is not None)
+                              shuffle_buffer=shuffle_buffer, deterministic=True, seed=seed,
+                              spec=self.spec, drop_remainder=context is not None)
             if skip:
                 ds = ds.skip(skip)
+            if take is not None:
+                ds = ds.take(take)
             if context is None:
                 return ds
             size = cfg.batch_size // context.num_input_pipelines
@@ -380,7 +429,21 @@ class _SeedRun:
         bar.close()
         return self._finish()
 
+    def refresh_batch_norm_statistics(self) -> None:
+        """Sets BatchNorm's moving statistics to the average batch statistics of
+        `bn_statistics_batches` training batches (in a fixed order) under the
+        current weights; no weight changes."""
+        cfg = self.config
+        if cfg.reference_mode or not cfg.bn_statistics_batches:
+            return
+        # A small shuffle buffer: a mixed sample of the training split, cheap to fill.
+        batches = self._train_batches(self.seed * 1000 + 999, min(cfg.shuffle_buffer, 8 * cfg.batch_size),
+                                      take=cfg.bn_statistics_batches)
+        for i, (x, _) in enumerate(batches, start=1):
+            self.statistics_step({k: x[k] for k in INPUT_KEYS}, tf.constant(1.0 / i, tf.float32))
+
     def _checkpoint_and_evaluate(self, step, epoch, loss, writer, seconds) -> None:
+        self.refresh_batch_norm_statistics()
         val = self.evaluate("val")
         improved = val["auc"] > float(self.best_auc)
         if improved:

@@ -144,3 +144,59 @@ def test_two_workers_train_identically_and_match_one_process(taobao, tmp_path):
         # the all-reduce moves a weight by a small fraction of the 0.01 step.
         np.testing.assert_allclose(w0[key], one[key], atol=2e-3)
     assert os.path.exists(tmp_path / "multi" / "seed_0" / "checkpoints")
+
+
+def test_batch_norm_statistics_refresh_fits_the_current_weights(planted, tmp_path):
+    import keras
+    import tensorflow as tf
+
+    from dare_tf import training
+    from dare_tf.input_pipeline import make_dataset
+    from dare_tf.models import INPUT_KEYS
+    from dare_tf.spec import DatasetSpec
+
+    data_dir, _ = planted
+
+    def seed_run(name, **changes):
+        config = TrainConfig(preset="twin", **dict(FAST, **changes))
+        return training._SeedRun(data_dir, str(tmp_path / name), config, 0, DatasetSpec.load(data_dir),
+                                 tf.distribute.get_strategy(), True)
+
+    x, _ = next(iter(make_dataset(data_dir, "val", 512, shuffle=False)))
+    x = {k: x[k] for k in INPUT_KEYS}
+    for name, changes, refreshes in (("on", {}, True), ("reference", dict(reference_mode=True), False),
+                                     ("off", dict(bn_statistics_batches=0), False)):
+        run = seed_run(name, **changes)
+        for step, (batch, labels) in enumerate(run._epoch_dataset(0, 0)):  # some signal to calibrate
+            run.train_step({k: batch[k] for k in INPUT_KEYS}, labels)
+            if step == 40:
+                break
+        norms = [layer for layer in run.model._flatten_layers() if isinstance(layer, keras.layers.BatchNormalization)]
+        assert norms
+        for bn in norms:  # stale statistics, as after weights that moved fast
+            bn.moving_mean.assign(bn.moving_mean + 1.0)
+            bn.moving_variance.assign(bn.moving_variance * 4.0)
+        stale = [bn.moving_mean.numpy().copy() for bn in norms]
+        trainable = [w.numpy().copy() for w in run.model.trainable_weights]
+        stale_p = run.model.forward(x, training=False)["probability"].numpy()
+        run.refresh_batch_norm_statistics()
+        fresh_p = run.model.forward(x, training=False)["probability"].numpy()
+        for w, before in zip(run.model.trainable_weights, trainable):
+            np.testing.assert_array_equal(w.numpy(), before)  # no weight update
+        if not refreshes:
+            for bn, before in zip(norms, stale):
+                np.testing.assert_array_equal(bn.moving_mean.numpy(), before)
+            continue
+        # An exact average over the same batches: what the statistics held before is gone.
+        refreshed = [(bn.moving_mean.numpy(), bn.moving_variance.numpy()) for bn in norms]
+        for bn in norms:
+            bn.moving_mean.assign(bn.moving_mean - 7.0)
+            bn.moving_variance.assign(bn.moving_variance * 0.01)
+        run.refresh_batch_norm_statistics()
+        for bn, (mean, variance) in zip(norms, refreshed):
+            np.testing.assert_allclose(bn.moving_mean.numpy(), mean, rtol=1e-4, atol=1e-6)
+            np.testing.assert_allclose(bn.moving_variance.numpy(), variance, rtol=1e-4, atol=1e-7)
+        # The batch's own statistics (this call also moves the moving ones; it comes last).
+        batch_p = run.model.forward(x, training=True)["probability"].numpy()
+        stale_gap, fresh_gap = np.abs(stale_p - batch_p).mean(), np.abs(fresh_p - batch_p).mean()
+        assert stale_gap > 0.05 and fresh_gap < stale_gap / 5, (stale_gap, fresh_gap)

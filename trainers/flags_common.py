@@ -27,6 +27,9 @@ flags.DEFINE_integer("cpu_devices", 0, "Split the CPU into this many logical dev
 flags.DEFINE_bool("jit_compile", True, "Compile forward and backward passes with XLA.")
 flags.DEFINE_integer("max_steps", None, "Stop each seed after this many steps.")
 flags.DEFINE_integer("shuffle_buffer", 100_000, "Examples in the shuffle buffer.")
+flags.DEFINE_integer("bn_statistics_batches", 30,
+                     "Training batches run forward before each evaluation so that BatchNorm's moving "
+                     "statistics match the current weights (0: off; unused with --reference_mode).")
 
 
 def model_overrides() -> dict:
@@ -44,6 +47,7 @@ def train_config(preset: str, **changes) -> TrainConfig:
         eval_batch_size=FLAGS.eval_batch_size, learning_rate=FLAGS.learning_rate, epochs=FLAGS.epochs,
         seeds=tuple(int(s) for s in FLAGS.seeds), eval_every=FLAGS.eval_every, optimizer=FLAGS.optimizer,
         reference_mode=FLAGS.reference_mode, strategy=FLAGS.strategy, jit_compile=FLAGS.jit_compile,
-        max_steps=FLAGS.max_steps, shuffle_buffer=FLAGS.shuffle_buffer)
+        max_steps=FLAGS.max_steps, shuffle_buffer=FLAGS.shuffle_buffer,
+        bn_statistics_batches=FLAGS.bn_statistics_batches)
     fields.update(changes)
     return TrainConfig(**fields)
