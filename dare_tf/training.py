@@ -222,35 +222,41 @@ def make_train_step(model: DareModel, optimizer, strategy=None, jit_compile: boo
     return step
 
 
-def make_statistics_step(model: DareModel, strategy=None, jit_compile: bool = True):
+def make_statistics_step(model: DareModel, strategy=None, jit_compile: bool = True,
+                         sparse_reads: bool = False):
     """`step(x, weight)`: a forward pass in training mode and no weight update.
 
     Each BatchNorm layer's moving statistics become `(1 - weight) * moving +
     weight * (the batch's statistics)`. With `weight = 1 / i` for the i-th of
     n batches they end as the plain average over those n batches under the
     current weights, whatever they held before ("precise BatchNorm").
-    Synchronised across replicas under a strategy.
+    Synchronised across replicas under a strategy. `sparse_reads`: read the
+    embedding rows row by row (tables that LazyAdam updates; see `gather_rows`).
     """
     strategy = strategy or tf.distribute.get_strategy()
     norms = model.batch_norm_layers()
 
-    def forward(x, weight):
+    def forward(x, weight, gathered):
         # Keras's BatchNormalization reads `self.momentum` when it is traced: for this
         # function only, that is `1 - weight`, a tensor.
         momenta = [bn.momentum for bn in norms]
         for bn in norms:
             bn.momentum = 1.0 - weight
         try:
-            return model.forward(x, training=True)["probability"]
+            return model.forward(x, training=True, gathered=gathered)["probability"]
         finally:
             for bn, momentum in zip(norms, momenta):
                 bn.momentum = momentum
 
     compiled = tf.function(forward, jit_compile=jit_compile, autograph=False)
 
+    def replica_step(x, weight):
+        gathered = model.lookup_embeddings(x, sparse_reads=True) if sparse_reads else None
+        return compiled(x, weight, gathered)
+
     @tf.function(autograph=False)
     def step(x, weight):
-        strategy.run(compiled, args=(x, weight))
+        strategy.run(replica_step, args=(x, weight))
 
     return step
 
@@ -307,17 +313,16 @@ class _SeedRun:
         model = self.model
         self.train_step = make_train_step(model, self.optimizer, self.strategy,
                                           jit_compile=self.config.jit_compile and not distributed)
-        self.statistics_step = make_statistics_step(model, self.strategy,
-                                                    jit_compile=self.config.jit_compile and not distributed)
-        bn_training = self.config.reference_mode  # the reference never enters inference mode
-
+        # Tables that LazyAdam updates row by row are read row by row (see gather_rows).
         sparse = getattr(self.optimizer, "sparse_updates", False)
+        self.statistics_step = make_statistics_step(
+            model, self.strategy, jit_compile=self.config.jit_compile and not distributed, sparse_reads=sparse)
+        bn_training = self.config.reference_mode  # the reference never enters inference mode
 
         @tf.function(jit_compile=self.config.jit_compile, autograph=False)
         def forward(x, gathered):
             return model.forward(x, training=bn_training, gathered=gathered)["probability"]
 
-        # Tables that LazyAdam updates row by row are read row by row (see gather_rows).
         self.predict = tf.function(
             lambda x: forward(x, model.lookup_embeddings(x, sparse_reads=True) if sparse else None),
             autograph=False)

@@ -164,7 +164,8 @@ def test_batch_norm_statistics_refresh_fits_the_current_weights(planted, tmp_pat
 
     x, _ = next(iter(make_dataset(data_dir, "val", 512, shuffle=False)))
     x = {k: x[k] for k in INPUT_KEYS}
-    for name, changes, refreshes in (("on", {}, True), ("reference", dict(reference_mode=True), False),
+    for name, changes, refreshes in (("on", {}, True), ("lazy_adam", dict(optimizer="lazy_adam"), True),
+                                     ("reference", dict(reference_mode=True), False),
                                      ("off", dict(bn_statistics_batches=0), False)):
         run = seed_run(name, **changes)
         for step, (batch, labels) in enumerate(run._epoch_dataset(0, 0)):  # some signal to calibrate
