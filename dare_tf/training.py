@@ -248,7 +248,8 @@ def make_statistics_step(model: DareModel, strategy=None, jit_compile: bool = Tr
             for bn, momentum in zip(norms, momenta):
                 bn.momentum = momentum
 
-    compiled = tf.function(forward, jit_compile=jit_compile, autograph=False)
+    # As in `make_train_step`: synchronised BatchNorm cannot sit in a nested tf.function.
+    compiled = tf.function(forward, jit_compile=True, autograph=False) if jit_compile else forward
 
     def replica_step(x, weight):
         gathered = model.lookup_embeddings(x, sparse_reads=True) if sparse_reads else None
