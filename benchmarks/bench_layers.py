@@ -121,7 +121,7 @@ def search_part(rng, args) -> dict:
     lengths = [200, 1_000] if args.quick else [200, 1_000, 10_000]
     search = bench_search(rng, [64, 32, 16], lengths, 128, 0.25 if args.quick else 1.0,
                           rounds=1 if args.quick else 3)
-    search.sort(key=lambda r: (r["attention_dim"] != 64, r["attention_dim"] != 32, r["L"], r["xla"]))
+    search.sort(key=lambda r: (-r["attention_dim"], r["L"], r["xla"]))
     print_table(search, ["attention_dim", "L", "xla", "ms", "ns_per_behaviour"])
 
     summary = []

@@ -205,12 +205,17 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
             return response
         return self._guard(context, handle)
 
+    def _run_examples(self, request, method: str, response):
+        """Runs a Classify/Regress request's tf.Examples; fills the response's model spec."""
+        name, definition = self.model.signature(request.model_spec, method)
+        outputs = self.model.run(name, definition, {"inputs": _examples(request.input)})
+        self._spec(response.model_spec, name)
+        return outputs
+
     def Classify(self, request, context):
         def handle():
-            name, definition = self.model.signature(request.model_spec, "tensorflow/serving/classify")
-            outputs = self.model.run(name, definition, {"inputs": _examples(request.input)})
             response = classification_pb2.ClassificationResponse()
-            self._spec(response.model_spec, name)
+            outputs = self._run_examples(request, "tensorflow/serving/classify", response)
             for labels, scores in zip(outputs["classes"], outputs["scores"]):
                 row = response.result.classifications.add()
                 for label, score in zip(labels, scores):
@@ -220,10 +225,8 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
 
     def Regress(self, request, context):
         def handle():
-            name, definition = self.model.signature(request.model_spec, "tensorflow/serving/regress")
-            outputs = self.model.run(name, definition, {"inputs": _examples(request.input)})
             response = regression_pb2.RegressionResponse()
-            self._spec(response.model_spec, name)
+            outputs = self._run_examples(request, "tensorflow/serving/regress", response)
             for value in outputs["outputs"]:
                 response.result.regressions.add(value=float(value))
             return response
