@@ -1,14 +1,25 @@
-"""dare-tf: DARE (ICLR 2025) and its baselines as Keras 3 layers and programs."""
+"""dare-tf: DARE (ICLR 2025) and its baselines as Keras 3 layers and programs.
+
+Installs one package, `dare_tf`. The absl programs of the repository's
+`data/`, `serving/` and `trainers/` folders are installed inside it, as
+`dare_tf._programs.{data,serving,trainers}`, and exposed as console scripts;
+from a checkout they also run as `python -m trainers.train` and so on.
+"""
 
 from setuptools import find_packages, setup
 
+PROGRAMS = {"data": "data", "serving": "serving", "trainers": "trainers"}
+
 setup(
     name="dare-tf",
-    version="0.1.0",
+    version="0.2.0",
     description="Decoupled-embedding long-sequence recommendation (DARE, TWIN, DIN) in Keras 3",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    packages=find_packages(include=["dare_tf*", "trainers*", "serving*", "data*"]),
+    packages=find_packages(include=["dare_tf", "dare_tf.*"]) + [f"dare_tf._programs.{p}" for p in PROGRAMS]
+    + ["dare_tf._programs"],
+    package_dir={"dare_tf._programs": "dare_tf/_programs",
+                 **{f"dare_tf._programs.{p}": folder for p, folder in PROGRAMS.items()}},
     python_requires=">=3.10",
     install_requires=[
         "tensorflow>=2.16,<2.22",
@@ -16,19 +27,20 @@ setup(
         "tensorflow-serving-api>=2.16",
         "numpy",
         "absl-py",
-        "tqdm",
         "pyarrow>=14",
         "tensorboard>=2.16",
     ],
-    extras_require={"test": ["pytest"], "plot": ["matplotlib"]},
+    extras_require={"test": ["pytest"], "jax": ["jax"]},
     entry_points={
         "console_scripts": [
-            "dare-prepare=data.prepare:run",
-            "dare-synthetic=data.synthetic:run",
-            "dare-train=trainers.train:run",
-            "dare-reproduce=trainers.reproduce:run",
-            "dare-export=serving.export:run",
-            "dare-client=serving.client:run",
+            "dare-prepare=dare_tf._programs.data.prepare:run",
+            "dare-synthetic=dare_tf._programs.data.synthetic:run",
+            "dare-train=dare_tf._programs.trainers.train:run",
+            "dare-reproduce=dare_tf._programs.trainers.reproduce:run",
+            "dare-demo=dare_tf._programs.trainers.demo:run",
+            "dare-export=dare_tf._programs.serving.export:run",
+            "dare-client=dare_tf._programs.serving.client:run",
+            "dare-standin-server=dare_tf._programs.serving.standin_server:run",
         ]
     },
 )

@@ -52,7 +52,8 @@ def main():
         users = max(10, int(target / 1.1 / 275))  # ~275 clicks per user plus 10% other events
         if not os.path.exists(log):
             subprocess.run([sys.executable, "-m", "data.synthetic", f"--output={log}", f"--users={users}",
-                            "--items=1000000", "--categories=5000"], cwd=REPO, check=True,
+                            "--items=1000000", "--categories=5000", "--min_length=150", "--max_length=400",
+                            "--length_median=275", "--length_sigma=0.3"], cwd=REPO, check=True,
                            capture_output=True)
         with open(log, "rb") as f:
             n_rows = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 24), b""))

@@ -1,128 +1,259 @@
-"""Training and evaluation throughput, and dense Adam vs LazyAdam at Taobao's vocabulary.
+"""Training and evaluation throughput: the Keras train step, vocabularies, the
+trainer end to end, and an A/B against an earlier commit.
 
-Usage: python benchmarks/bench_train.py [--quick] [--parts presets,vocabulary]
-                                        [--auc_data_dir DIR] [--json PATH]
+Usage: python benchmarks/bench_train.py [--backend tensorflow|jax] [--quick]
+           [--parts presets,vocabulary,end_to_end,ab] [--baseline_ref REF] [--json PATH]
 
-Part 1: train-step (forward, backward, Adam update) and evaluation samples/s
-  of every preset at the reference configuration (L=200, K=20, d=16), batch
-  256 and 2048, XLA on and off, on a 50k-item vocabulary (the size of the
-  3,000-user log the issue's PyTorch baseline figures were taken on).
-Part 2: DARE train steps at Taobao's real vocabulary (4,068,791 items,
-  9,408 categories) with dense Adam (reference) and LazyAdam, batch 256
-  and 2048, beside the same at 1M and 50k items: a step should cost the
-  same whatever the vocabulary.
-Part 3 (with --auc_data_dir): test AUC of DARE trained with each optimizer
-  on a prepared dataset (same seed and schedule).
-Inputs are random in-memory batches, so the input pipeline is not timed.
+presets: samples/s of the compiled Keras train step (forward, backward,
+  optimizer update; what `model.fit` runs per batch) and of prediction, for
+  every preset at the reference configuration (L=200, K=20, d=16), batch 256
+  and 2048, 50k items. Inputs are in-memory batches.
+vocabulary: DARE train steps at 50k, 1M and Taobao's 4,068,791 items with
+  dense Adam and LazyAdam (TensorFlow only).
+end_to_end: `trainers.train`'s library call on a generated 1M-row
+  Taobao-format log (3,000 users, ~171k training examples): training and
+  evaluation samples/s inside the real program, wall time, beside the
+  isolated step on the same machine in the same run.
+ab: the train step of this checkout against `--baseline_ref` (default: the
+  last commit before the `model.fit` trainer), each measured in its own
+  process, alternating, 3 rounds; medians and ratios.
+With `--backend jax` (or KERAS_BACKEND=jax) the presets part runs on JAX
+(Keras Adam; no TensorFlow needed).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
+import subprocess
 import sys
+import tempfile
+import time
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-import dare_tf  # noqa: E402
-from benchmarks.common import print_table, selected_parts, time_call, write_json  # noqa: E402
-from dare_tf.training import make_optimizer, make_train_step  # noqa: E402
 
 TAOBAO_ITEMS, TAOBAO_CATEGORIES = 4_068_791, 9_408
 SMALL_ITEMS, SMALL_CATEGORIES = 50_000, 1_000
+BASELINE_REF = "6978cd8"  # the last commit with the hand-written training loop
+
+# Times `rounds` calls of the compiled train step of one configuration; prints samples/s.
+STEP_SCRIPT = r"""
+import os, sys, time, json
+sys.path.insert(0, sys.argv[1])
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+import numpy as np
+preset, items, cats, batch, optimizer, seconds = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], float(sys.argv[7])
+import dare_tf
+rng = np.random.default_rng(0)
+x = {"target_item": rng.integers(1, items, batch).astype("int32"),
+     "target_category": rng.integers(1, cats, batch).astype("int32"),
+     "hist_items": rng.integers(1, items, (batch, 200)).astype("int32"),
+     "hist_categories": rng.integers(1, cats, (batch, 200)).astype("int32")}
+y = rng.integers(0, 2, batch).astype("float32")
+model = dare_tf.build_model(preset, items, cats, max_len=200, top_k=20, seed=0)
+import dare_tf.training as training
+if hasattr(training, "make_train_step"):  # the hand-written loop's step (baseline commits)
+    import tensorflow as tf
+    step_fn = training.make_train_step(model, training.make_optimizer(optimizer, 0.01), jit_compile=True)
+    xt = {k: tf.constant(v) for k, v in x.items()}; yt = tf.constant(y)
+    step = lambda: step_fn(xt, yt)
+else:  # Keras's train function, as model.fit runs it (the trainer's settings)
+    import tensorflow as tf
+    model = dare_tf.build_model(preset, items, cats, max_len=200, top_k=20, seed=0,
+                                sparse_embedding_gradients=optimizer == "lazy_adam")
+    model.compile(optimizer=training.make_optimizer(optimizer, 0.01))
+    model.make_train_function()
+    iterator = iter(tf.data.Dataset.from_tensors((x, y)).repeat())
+    step = lambda: model.train_function(iterator)
+for _ in range(3):
+    step()
+times = []
+start = time.perf_counter()
+while time.perf_counter() - start < seconds or len(times) < 5:
+    t0 = time.perf_counter(); out = step(); float(out["loss"] if isinstance(out, dict) else out)
+    times.append(time.perf_counter() - t0)
+times.sort()
+print(json.dumps({"samples_per_s": batch / times[len(times) // 2]}))
+"""
 
 
-def batch(rng, size, num_items, num_categories, length=200):
-    return ({"target_item": tf.constant(rng.integers(1, num_items, size), tf.int32),
-             "target_category": tf.constant(rng.integers(1, num_categories, size), tf.int32),
-             "hist_items": tf.constant(rng.integers(1, num_items, (size, length)), tf.int32),
-             "hist_categories": tf.constant(rng.integers(1, num_categories, (size, length)), tf.int32)},
-            tf.constant(rng.integers(0, 2, size), tf.float32))
+def _step_in_process(root, preset, items, cats, batch, optimizer, seconds):
+    done = subprocess.run([sys.executable, "-c", STEP_SCRIPT, root, preset, str(items), str(cats), str(batch),
+                           optimizer, str(seconds)], capture_output=True, text=True, cwd=root,
+                          env=dict(os.environ, KERAS_BACKEND="tensorflow"))
+    if done.returncode:
+        raise RuntimeError(done.stderr[-2000:])
+    return json.loads(done.stdout.strip().splitlines()[-1])["samples_per_s"]
 
 
-def bench_presets(rng, sizes, min_seconds):
+def bench_ab(baseline_ref, quick):
+    """This checkout vs `baseline_ref`, alternating processes, median of 3 rounds."""
+    import numpy as np
+
+    worktree = tempfile.mkdtemp(prefix="dare_baseline_")
+    subprocess.run(["git", "worktree", "add", "--detach", "-f", worktree, baseline_ref], cwd=REPO, check=True,
+                   capture_output=True)
+    cases = [("dare", SMALL_ITEMS, SMALL_CATEGORIES, "50k items")]
+    if not quick:
+        cases.append(("dare", TAOBAO_ITEMS, TAOBAO_CATEGORIES, "Taobao 4.07M items"))
     rows = []
-    for preset in sorted(dare_tf.PRESETS):
-        model = dare_tf.build_model(preset, SMALL_ITEMS, SMALL_CATEGORIES, max_len=200, top_k=20, seed=0)
-        for size in sizes:
-            x, y = batch(rng, size, SMALL_ITEMS, SMALL_CATEGORIES)
-            row = {"preset": preset, "batch": size}
-            for jit in (False, True):
-                step = make_train_step(model, make_optimizer("adam", 0.01), jit_compile=jit)
-                row["train_xla" if jit else "train"] = size / time_call(lambda: step(x, y), min_seconds)
-                predict = tf.function(lambda inputs: model(inputs, training=False), jit_compile=jit)
-                row["eval_xla" if jit else "eval"] = size / time_call(lambda: predict(x), min_seconds)
-            rows.append(row)
-            print(f"  {preset} batch={size}: {row}", flush=True)
+    try:
+        for preset, items, cats, label in cases:
+            for optimizer in ("adam", "lazy_adam"):
+                for batch in ((256,) if quick else (256, 2048)):
+                    rates = {"now": [], "baseline": []}
+                    for _ in range(3):
+                        for name, root in (("baseline", worktree), ("now", REPO)):
+                            rates[name].append(_step_in_process(root, preset, items, cats, batch, optimizer,
+                                                                1.0 if quick else 3.0))
+                    row = {"vocabulary": label, "optimizer": optimizer, "batch": batch,
+                           "baseline": float(np.median(rates["baseline"])), "now": float(np.median(rates["now"]))}
+                    row["now/baseline"] = row["now"] / row["baseline"]
+                    rows.append(row)
+                    print(f"  {row}", flush=True)
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", worktree], cwd=REPO, capture_output=True)
+        shutil.rmtree(worktree, ignore_errors=True)
     return rows
 
 
-def bench_vocab(rng, sizes, min_seconds):
+def bench_presets(sizes, min_seconds):
+    import keras
+    import numpy as np
+
+    import dare_tf
+    from benchmarks.common import time_call
+
+    rng = np.random.default_rng(0)
+    tf_backend = keras.backend.backend() == "tensorflow"
+    rows = []
+    for preset in sorted(dare_tf.PRESETS):
+        for size in sizes:
+            x = {"target_item": rng.integers(1, SMALL_ITEMS, size).astype("int32"),
+                 "target_category": rng.integers(1, SMALL_CATEGORIES, size).astype("int32"),
+                 "hist_items": rng.integers(1, SMALL_ITEMS, (size, 200)).astype("int32"),
+                 "hist_categories": rng.integers(1, SMALL_CATEGORIES, (size, 200)).astype("int32")}
+            y = rng.integers(0, 2, size).astype("float32")
+            model = dare_tf.build_model(preset, SMALL_ITEMS, SMALL_CATEGORIES, max_len=200, top_k=20, seed=0,
+                                        sparse_embedding_gradients=False)
+            if tf_backend:
+                from dare_tf.optimizers import FusedAdam
+
+                optimizer = FusedAdam(0.01)
+            else:
+                optimizer = keras.optimizers.Adam(0.01)
+            model.compile(optimizer=optimizer)
+            row = {"preset": preset, "batch": size, "backend": keras.backend.backend()}
+            # model.fit's own step: one batch per call (train_on_batch runs the same train function).
+            row["train"] = size / time_call(lambda: model.train_on_batch(x, y), min_seconds)
+            row["predict"] = size / time_call(lambda: model.predict_on_batch(x), min_seconds)
+            rows.append(row)
+            print(f"  {row}", flush=True)
+    return rows
+
+
+def bench_vocab(sizes, min_seconds):
     rows = []
     for items, cats, label in ((SMALL_ITEMS, SMALL_CATEGORIES, "50k items"),
                                (1_000_000, TAOBAO_CATEGORIES, "1M items"),
                                (TAOBAO_ITEMS, TAOBAO_CATEGORIES, "Taobao 4.07M items")):
-        model = dare_tf.build_model("dare", items, cats, max_len=200, top_k=20, seed=0)
-        for name in ("adam", "lazy_adam"):
+        for optimizer in ("adam", "lazy_adam"):
             for size in sizes:
-                x, y = batch(rng, size, items, cats)
-                step = make_train_step(model, make_optimizer(name, 0.01), jit_compile=True)
-                rate = size / time_call(lambda: step(x, y), min_seconds)
-                rows.append({"vocabulary": label, "optimizer": name, "batch": size, "train_samples_per_s": rate})
-                print(f"  {label} {name} batch={size}: {rate:.0f}/s", flush=True)
-        del model
+                rate = _step_in_process(REPO, "dare", items, cats, size, optimizer, min_seconds)
+                rows.append({"vocabulary": label, "optimizer": optimizer, "batch": size, "train_samples_per_s": rate})
+                print(f"  {label} {optimizer} batch={size}: {rate:.0f}/s", flush=True)
     return rows
 
 
-def bench_auc(data_dir, work_dir):
-    from dare_tf.training import TrainConfig, train
+def bench_end_to_end(work_dir, quick):
+    """trainers.train's library call on a generated 1M-row log; samples/s inside the program."""
+    from dare_tf.data.protocol import prepare
+    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.data.synthetic import SyntheticConfig, write
+    from dare_tf.training import TrainConfig, read_history, train
+
+    log = os.path.join(work_dir, "log_1m.csv")
+    data_dir = os.path.join(work_dir, "prepared_1m")
+    users = 600 if quick else 3000
+    if not os.path.exists(os.path.join(data_dir, "spec.json")):
+        write(SyntheticConfig(users=users, items=50_000, categories=1_000, min_length=300, max_length=366,
+                              length_median=333, length_sigma=0.05, seed=0), log)
+        prepare("taobao", log, data_dir)
+    spec = DatasetSpec.load(data_dir)
     rows = []
     for optimizer in ("adam", "lazy_adam"):
-        config = TrainConfig(preset="dare", optimizer=optimizer, batch_size=512, eval_batch_size=2048, epochs=1,
-                             eval_every=60, learning_rate=0.005, seeds=(0, 1))
-        run_dir = os.path.join(work_dir, optimizer)
-        # train() reuses finished seeds of a run directory: start clean so that no result
-        # of an earlier benchmark (or an earlier version of the code) is reported.
+        config = TrainConfig(preset="dare", optimizer=optimizer, batch_size=256, eval_batch_size=8192, epochs=2,
+                             eval_every=300, verbose=0, model_overrides=dict(embedding_dim=16))
+        run_dir = os.path.join(work_dir, f"run_{optimizer}")
         shutil.rmtree(run_dir, ignore_errors=True)
+        start = time.perf_counter()
         results = train(data_dir, run_dir, config)
-        rows.append({"optimizer": optimizer, "test_auc": results["test"]["auc"],
-                     "test_auc_std": results["test_std"]["auc"], "test_gauc": results["test"]["gauc"]})
+        wall = time.perf_counter() - start
+        history = read_history(os.path.join(run_dir, "seed_0"))
+        timing = history[-1]["timing"]
+        steps = results["per_seed"][0]["steps"]
+        rows.append({
+            "optimizer": optimizer, "train_examples": spec.counts["train"], "steps": steps,
+            "evaluations": len(history), "wall_s": wall,
+            "train_samples_per_s": steps * config.batch_size / timing["train_seconds"],
+            "eval_samples_per_s": sum(h["timing"]["val_examples"] for h in history)
+            / sum(h["timing"]["val_seconds"] for h in history),
+            "bn_refresh_s_per_eval": sum(h["timing"]["bn_seconds"] for h in history) / len(history),
+            "isolated_step_samples_per_s": _step_in_process(REPO, "dare", spec.num_items, spec.num_categories,
+                                                            config.batch_size, optimizer, 3.0),
+            "test_auc": results["test"]["auc"],
+        })
+        rows[-1]["train/isolated"] = rows[-1]["train_samples_per_s"] / rows[-1]["isolated_step_samples_per_s"]
+        print(f"  {rows[-1]}", flush=True)
     return rows
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=["tensorflow", "jax"], default=None)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--parts", default="presets,vocabulary",
-                        help="comma-separated parts to run: presets (part 1), vocabulary (part 2)")
-    parser.add_argument("--auc_data_dir", default=None, help="prepared dataset for the optimizer AUC check")
-    parser.add_argument("--work_dir", default="/tmp/bench_train_runs")
+    parser.add_argument("--parts", default="presets,vocabulary")
+    parser.add_argument("--baseline_ref", default=BASELINE_REF)
+    parser.add_argument("--work_dir", default=os.path.join(tempfile.gettempdir(), "dare_bench_train"))
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    rng = np.random.default_rng(0)
+    if args.backend:
+        os.environ["KERAS_BACKEND"] = args.backend
+    from benchmarks.common import print_table, selected_parts, write_json
+
+    import keras
+
+    parts = selected_parts(parser, args.parts, ("presets", "vocabulary", "end_to_end", "ab"))
+    if keras.backend.backend() != "tensorflow" and parts - {"presets"}:
+        parser.error("only --parts=presets runs on JAX (the others use TensorFlow's optimizers or tf.data)")
     min_seconds = 0.5 if args.quick else 2.0
     sizes = [256] if args.quick else [256, 2048]
-    print(f"TensorFlow {tf.__version__}, {os.cpu_count()} CPUs")
-    parts = selected_parts(parser, args.parts, ("presets", "vocabulary"))
-    payload = {}
+    print(f"Keras {keras.__version__} on {keras.backend.backend()}, {os.cpu_count()} CPUs")
+    payload = {"backend": keras.backend.backend()}
     if "presets" in parts:
-        print("Part 1: samples/s per preset (L=200, K=20, d=16, 50k items; train = forward+backward+Adam)")
-        payload["presets"] = bench_presets(rng, sizes, min_seconds)
-        print_table(payload["presets"], ["preset", "batch", "train", "train_xla", "eval", "eval_xla"])
+        print("presets: samples/s (L=200, K=20, d=16, 50k items; train = Keras train step with Adam)")
+        payload["presets"] = bench_presets(sizes, min_seconds)
+        print_table(payload["presets"], ["preset", "batch", "train", "predict"])
     if "vocabulary" in parts:
-        print("Part 2: DARE train samples/s by vocabulary and optimizer (XLA)")
-        payload["vocabulary"] = bench_vocab(rng, sizes, min_seconds)
+        print("vocabulary: DARE train samples/s by vocabulary and optimizer")
+        payload["vocabulary"] = bench_vocab(sizes, min_seconds)
         print_table(payload["vocabulary"], ["vocabulary", "optimizer", "batch", "train_samples_per_s"])
-    if args.auc_data_dir:
-        print("Part 3: test AUC of DARE with each optimizer (2 seeds)")
-        payload["optimizer_auc"] = bench_auc(args.auc_data_dir, args.work_dir)
-        print_table(payload["optimizer_auc"], ["optimizer", "test_auc", "test_auc_std", "test_gauc"])
-    write_json("bench_train", payload, args.json)
+    if "end_to_end" in parts:
+        os.makedirs(args.work_dir, exist_ok=True)
+        print("end_to_end: the trainer on a generated 1M-row log (DARE, d=16, batch 256, 2 epochs)")
+        payload["end_to_end"] = bench_end_to_end(args.work_dir, args.quick)
+        print_table(payload["end_to_end"], ["optimizer", "train_examples", "steps", "evaluations", "wall_s",
+                                            "train_samples_per_s", "isolated_step_samples_per_s", "train/isolated",
+                                            "eval_samples_per_s", "bn_refresh_s_per_eval", "test_auc"])
+    if "ab" in parts:
+        print(f"ab: DARE train step, this checkout vs {args.baseline_ref} (median of 3 alternating rounds)")
+        payload["ab"] = bench_ab(args.baseline_ref, args.quick)
+        print_table(payload["ab"], ["vocabulary", "optimizer", "batch", "baseline", "now", "now/baseline"])
+    write_json(f"bench_train_{keras.backend.backend()}", payload, args.json)
 
 
 if __name__ == "__main__":

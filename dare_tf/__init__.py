@@ -1,13 +1,37 @@
 """dare-tf: DARE and its baselines for long-sequence recommendation, in Keras 3.
 
-Public API: what is imported here. Everything else is private.
+Public API (everything else is private, by a leading underscore or by not
+being listed here):
+
+- `dare_tf.layers`: the Keras layers (any backend).
+- `dare_tf.DareModel`, `dare_tf.build_model`, `dare_tf.ModelConfig`,
+  `dare_tf.PRESETS`, `dare_tf.make_config` (also as `dare_tf.models`,
+  `dare_tf.config`): the models (any backend).
+- `dare_tf.metrics`: exact AUC, GAUC, category AUC, logloss (numpy).
+- `dare_tf.data`: schema and dataset spec (pure Python); preparation,
+  synthetic logs and the tf.data pipeline (TensorFlow).
+- `dare_tf.optimizers`: `FusedAdam`, `LazyAdam` (TensorFlow).
+- `dare_tf.training`: `train`, `TrainConfig` and the callbacks (TensorFlow).
+- `dare_tf.serving`: export, client, the stand-in test server (TensorFlow).
+
+With the TensorFlow backend (the default) `import dare_tf` also registers the
+optimizers, so that saved models that were compiled with them load.
 """
 
-from dare_tf import layers
-from dare_tf.config import PRESETS, ModelConfig, make_config
-from dare_tf.models import INPUT_KEYS, DareModel, build_model, click_cross_entropy
+from dare_tf._startup import import_tensorflow_quietly as _quiet
 
-__version__ = "0.1.0"
+_quiet()  # before keras imports TensorFlow: filters its harmless start-up lines
+
+import keras as _keras  # noqa: E402
+
+from dare_tf import config, data, layers, metrics, models  # noqa: E402
+from dare_tf.config import PRESETS, ModelConfig, make_config  # noqa: E402
+from dare_tf.models import INPUT_KEYS, DareModel, build_model, click_cross_entropy  # noqa: E402
+
+if _keras.backend.backend() == "tensorflow":
+    from dare_tf import optimizers  # noqa: E402,F401
+
+__version__ = "0.2.0"
 
 __all__ = [
     "INPUT_KEYS",
@@ -16,6 +40,10 @@ __all__ = [
     "ModelConfig",
     "build_model",
     "click_cross_entropy",
+    "config",
+    "data",
     "layers",
     "make_config",
+    "metrics",
+    "models",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import os
 
-from dare_tf.spec import DatasetSpec
+from dare_tf.data.spec import DatasetSpec
 from dare_tf.training import train
 
 

@@ -2,27 +2,33 @@
 
 from __future__ import annotations
 
+import threading
+
 import keras
 import numpy as np
 from keras import ops
 
 from dare_tf.config import ModelConfig, make_config
+from dare_tf.data.spec import MODEL_INPUTS as INPUT_KEYS
 from dare_tf.layers import (BehaviorEmbedding, DINAttention, PredictionHead,
                             TargetAttentionPooling, TopKBehaviorSearch, scaled_dot_scores)
 
-INPUT_KEYS = ("target_item", "target_category", "hist_items", "hist_categories")
 # reference.md adds 1e-8 to the softmax output before the log.
 LOG_EPSILON = 1e-8
 
 
-def click_cross_entropy(labels, probability):
-    """Mean two-class cross entropy as the reference computes it: -log(p_label + 1e-8)."""
-    labels = ops.reshape(labels, (-1,))
-    probability = ops.clip(ops.cast(probability, "float32"), 0.0, 1.0)
+def click_cross_entropy(labels, probability, sample_weight=None):
+    """Two-class cross entropy as the reference computes it, `-log(p_label + 1e-8)`,
+    averaged over the batch (Keras's `sum_over_batch_size`: `sum(w * l) / B`)."""
+    labels = ops.reshape(ops.cast(labels, "float32"), (-1,))
+    probability = ops.clip(ops.reshape(ops.cast(probability, "float32"), (-1,)), 0.0, 1.0)
     # Pick the label's probability first: written as y*log(p + e) + (1-y)*log(1 - p + e),
     # graph rewriting folds 1 + e to 1 and turns 0 * log(0) into NaN.
     chosen = ops.where(ops.greater(labels, 0.5), probability, 1.0 - probability)
-    return -ops.mean(ops.log(chosen + LOG_EPSILON))
+    losses = -ops.log(chosen + LOG_EPSILON)
+    if sample_weight is not None:
+        losses = losses * ops.reshape(ops.cast(sample_weight, "float32"), (-1,))
+    return ops.mean(losses)
 
 
 @keras.saving.register_keras_serializable(package="dare_tf")
@@ -43,13 +49,50 @@ class DareModel(keras.Model):
     Returns:
         float32 click probability `[B]`. `forward` returns also the auxiliary
         probability, the retrieved positions and their attention weights.
+
+    Training follows Keras conventions: `compile(optimizer=..., metrics=...)`
+    (no `loss=`: the model's `compute_loss` is the click cross entropy, plus
+    the auxiliary head's, plus L2, honouring `sample_weight`), then `fit`,
+    `evaluate`, `predict`, on the TensorFlow and the JAX backends.
+
+    Args:
+        config: a `ModelConfig` (or its dict).
+        seed: initializer seed.
+        jit_compile_dense: TensorFlow backend only: compile the model's forward
+            pass (and the L2 term) with XLA inside Keras's train step, whose
+            optimizer update stays outside XLA (TensorFlow's fused Adam kernel
+            is several times faster than XLA's on CPU, and row-wise updates
+            cannot be compiled). Keep Keras's own `compile(jit_compile=...)`
+            off on TensorFlow. JAX jits the whole step itself.
+        sparse_embedding_gradients: TensorFlow backend: read the table rows
+            outside the compiled function, so that the tables' gradients are
+            sparse (the batch's rows only). Row-wise optimizers
+            (`dare_tf.optimizers.LazyAdam`) need this, and it keeps a step's
+            cost independent of the vocabulary. False reads the rows inside
+            it and gives dense gradients, which is faster for optimizers that
+            update every row anyway (Adam) at small vocabularies.
+
+    Example:
+    >>> model = build_model("dare", num_items=50, num_categories=5, max_len=8, top_k=3)
+    >>> model.compile(optimizer="adam")
+    >>> x = model.dummy_inputs(4); y = np.array([1.0, 0.0, 1.0, 0.0])
+    >>> float(model.evaluate(x, y, verbose=0)) > 0
+    True
     """
 
-    def __init__(self, config: ModelConfig | dict, seed: int | None = None, **kwargs):
+    def __init__(self, config: ModelConfig | dict, seed: int | None = None,
+                 jit_compile_dense: bool = True, sparse_embedding_gradients: bool = True, **kwargs):
         super().__init__(**kwargs)
         cfg = config if isinstance(config, ModelConfig) else ModelConfig.from_dict(config)
         self.model_config = cfg
         self.seed = seed
+        self.jit_compile_dense = jit_compile_dense
+        self.sparse_embedding_gradients = sparse_embedding_gradients
+        # The auxiliary head's output and the L2 term of the current step, handed from
+        # `call` to `compute_loss` (per thread: mirrored replicas trace in threads of
+        # their own).
+        self._step_outputs = threading.local()
+        self._compiled_stages = {}
         ref = cfg.initializer == "reference"
         normal = lambda i: keras.initializers.RandomNormal(  # noqa: E731
             0.0, 0.01, seed=None if seed is None else seed + i)
@@ -107,24 +150,47 @@ class DareModel(keras.Model):
         return ti, tc, hi, hc
 
     # -- forward ----------------------------------------------------------
-    def lookup_embeddings(self, inputs, sparse_reads: bool = False) -> dict:
-        """The embedding-table rows of a batch (see `BehaviorEmbedding.lookup`)."""
-        return self.embedding.lookup(*self._unpack(inputs), sparse_reads=sparse_reads)
-
-    def forward(self, inputs, training=False, gathered=None) -> dict:
+    def forward(self, inputs, training=False) -> dict:
         """All outputs: `probability`, `aux_probability` (with the auxiliary
-        head), `positions` `[B, K]` and `attention_weights` `[B, K]`.
+        head), `positions` `[B, K]`, `attention_weights` `[B, K]`, and the
+        head inputs `features` (and `aux_features`)."""
+        ids = self._unpack(inputs)
+        if not self.embedding.built:
+            self.embedding.build()
+        return self._compiled(training)(ids)
 
-        `gathered`: the batch's table rows from `lookup_embeddings`, when the
-        caller looked them up itself (to keep sparse gradients outside XLA).
-        """
+    def _compiled(self, training: bool):
+        """`ids -> outputs`: the lookups and the dense stages, with the dense stages
+        (and with `sparse_embedding_gradients=False` the lookups too) compiled by
+        XLA on TensorFlow where that is possible."""
+        def stages(ids, rows=None):
+            return self._stages(self.embedding.lookup(*ids) if rows is None else rows, ids, training)
+
+        compile_ = keras.backend.backend() == "tensorflow" and self.jit_compile_dense
+        if compile_:
+            import tensorflow as tf
+
+            # Synchronised BatchNorm (several replicas) cannot sit in a nested compiled function.
+            compile_ = not (self.model_config.synchronized_batch_norm
+                            or tf.distribute.get_strategy().num_replicas_in_sync > 1)
+        if not compile_:
+            return stages
+        if training not in self._compiled_stages:
+            import tensorflow as tf
+
+            compiled = tf.function(stages, jit_compile=True, autograph=False)
+            if self.sparse_embedding_gradients:
+                # Lookups outside the compiled function: the tables' gradients stay sparse.
+                self._compiled_stages[training] = lambda ids: compiled(ids, self.embedding.lookup(*ids))
+            else:
+                self._compiled_stages[training] = compiled
+        return self._compiled_stages[training]
+
+    def _stages(self, rows, ids, training) -> dict:
         cfg = self.model_config
-        target_item, target_category, hist_items, hist_categories = self._unpack(inputs)
+        target_item, target_category, hist_items, hist_categories = ids
         mask = ops.greater(hist_items, 0)
-        if gathered is None:
-            emb = self.embedding(target_item, target_category, hist_items, hist_categories)
-        else:
-            emb = self.embedding.combine(gathered)
+        emb = self.embedding.combine(rows)
         v_t = emb["target_representation"]
         values = emb["history_representation"]
         query, keys = emb["target_attention"], emb["history_attention"]
@@ -151,81 +217,105 @@ class DareModel(keras.Model):
             m = ops.cast(ops.expand_dims(mask, -1), values.dtype)
             mean = ops.sum(values * m, axis=1) / (ops.sum(m, axis=1) + 1.0)
             features += [mean, v_t * mean] if cfg.target_aware else [mean]
+        features = ops.concatenate(features, axis=-1)
         outputs = {
-            "probability": self.head(ops.concatenate(features, axis=-1), training=training),
+            "probability": self.head(features, training=training),
             "positions": positions,
             "attention_weights": weights,
+            "features": features,
         }
         if self.aux_head is not None:
-            outputs["aux_probability"] = self.aux_head(
-                ops.concatenate([v_t, aux_pooled], axis=-1), training=training)
+            outputs["aux_features"] = ops.concatenate([v_t, aux_pooled], axis=-1)
+            outputs["aux_probability"] = self.aux_head(outputs["aux_features"], training=training)
+        if training:  # the L2 term, computed with the rest (inside the compiled function)
+            outputs["regularization"] = self._regularization()
         return outputs
 
+    def _regularization(self):
+        losses = self.losses
+        if not losses:
+            return ops.zeros((), "float32")
+        return ops.sum(ops.stack([ops.cast(loss, "float32") for loss in losses]))
+
     def call(self, inputs, training=False):
-        return self.forward(inputs, training=training)["probability"]
+        out = self.forward(inputs, training=training)
+        self._step_outputs.value = out
+        return out["probability"]
 
     def explain(self, inputs) -> dict:
         """Probability with the retrieved history positions and attention weights."""
         out = self.forward(inputs, training=False)
         return {k: out[k] for k in ("probability", "positions", "attention_weights")}
 
-    def batch_norm_layers(self) -> list:
-        """The BatchNormalization layers (one in front of each prediction head's MLP)."""
-        return [head.norm for head in (self.head, self.aux_head) if head is not None]
+    def batch_norm_layers(self) -> dict:
+        """Head input name (`features`, `aux_features`) -> the BatchNormalization
+        layer in front of that prediction head's MLP."""
+        heads = {"features": self.head, "aux_features": self.aux_head}
+        return {name: head.norm for name, head in heads.items() if head is not None}
 
     def build(self, input_shape=None):
         if not self.built:
-            self.forward(self.dummy_inputs(), training=False)
+            self.embedding.build()
+            # Eagerly, uncompiled: the sub-layers create their weights here.
+            ids = self._unpack(self.dummy_inputs())
+            self._stages(self.embedding.lookup(*ids), ids, False)
         self.built = True
 
-    # -- loss and training ----------------------------------------------
-    def loss_terms(self, labels, outputs) -> dict:
-        """`click` + `aux` (if any) + `regularization` (L2) = `total`."""
-        click = click_cross_entropy(labels, outputs["probability"])
-        aux = (click_cross_entropy(labels, outputs["aux_probability"])
-               if "aux_probability" in outputs else ops.zeros((), "float32"))
-        reg = ops.cast(ops.sum(ops.stack(self.losses)), "float32") if self.losses else ops.zeros((), "float32")
+    # -- loss ------------------------------------------------------------
+    def loss_terms(self, labels, outputs, sample_weight=None) -> dict:
+        """`click` + `aux` (if any) + `regularization` (L2) = `total`, float32."""
+        click = click_cross_entropy(labels, outputs["probability"], sample_weight)
+        aux = (click_cross_entropy(labels, outputs["aux_probability"], sample_weight)
+               if outputs.get("aux_probability") is not None else ops.zeros((), "float32"))
+        reg = outputs.get("regularization")
+        reg = self._regularization() if reg is None else reg
         return {"click": click, "aux": aux, "regularization": reg, "total": click + aux + reg}
 
-    def train_step(self, data):
-        # model.fit support (TensorFlow backend): the auxiliary loss needs the
-        # auxiliary head's output, which `call` does not return.
-        import tensorflow as tf
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        """The training objective of `fit` and the loss of `evaluate`: `loss_terms(...)["total"]`.
 
-        x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
-        with tf.GradientTape() as tape:
-            # An optimizer with row-wise updates (LazyAdam) wants row-wise reads.
-            gathered = (self.lookup_embeddings(x, sparse_reads=True)
-                        if getattr(self.optimizer, "sparse_updates", False) else None)
-            out = self.forward(x, training=True, gathered=gathered)
-            loss = self.loss_terms(y, out)["total"]
-        grads = tape.gradient(loss, self.trainable_variables)
-        self.optimizer.apply(grads, self.trainable_variables)
-        for metric in self.metrics:
-            if metric.name == "loss":
-                metric.update_state(loss)
-            else:
-                metric.update_state(y, out["probability"])
-        return {m.name: m.result() for m in self.metrics}
+        `y_pred` is `call`'s probability; the auxiliary head's output of the
+        same call is taken from the model (Keras's `compute_loss` sees only
+        `call`'s return value).
+        """
+        if getattr(self, "_compile_loss", None) is not None:
+            raise ValueError("DareModel computes its own loss (click + auxiliary cross entropy + L2, "
+                             "see DareModel.compute_loss): compile it without `loss=`")
+        step = getattr(self._step_outputs, "value", None) or {}
+        outputs = {"probability": y_pred, "aux_probability": step.get("aux_probability"),
+                   "regularization": step.get("regularization")}
+        total = self.loss_terms(y, outputs, sample_weight)["total"]
+        if keras.backend.backend() == "tensorflow":
+            import tensorflow as tf
+
+            # Keras's convention under a distribution strategy: each replica returns its
+            # share, the gradients are summed over replicas.
+            if tf.distribute.has_strategy() and tf.distribute.in_cross_replica_context() is False:
+                total = total / tf.distribute.get_strategy().num_replicas_in_sync
+        return total
 
     def get_config(self):
-        return {"config": self.model_config.to_dict(), "seed": self.seed, "name": self.name}
+        return {"config": self.model_config.to_dict(), "seed": self.seed, "name": self.name,
+                "jit_compile_dense": self.jit_compile_dense,
+                "sparse_embedding_gradients": self.sparse_embedding_gradients}
 
     @classmethod
     def from_config(cls, config):
         return cls(ModelConfig.from_dict(config["config"]), seed=config.get("seed"),
-                   name=config.get("name"))
+                   name=config.get("name"), jit_compile_dense=config.get("jit_compile_dense", True),
+                   sparse_embedding_gradients=config.get("sparse_embedding_gradients", True))
 
 
 def build_model(preset: str, num_items: int, num_categories: int, max_len: int = 200,
-                seed: int | None = None, **overrides) -> DareModel:
-    """Builds a named preset (`dare`, `twin`, `twin_hard`, `twin_proj`,
-    `twin_no_tr`, `twin_4e`, `din`) as a built `DareModel`.
+                seed: int | None = None, jit_compile_dense: bool = True,
+                sparse_embedding_gradients: bool = True, **overrides) -> DareModel:
+    """Builds a named preset (`dare_tf.PRESETS`) as a built `DareModel`.
 
     `num_items` and `num_categories` are vocabulary sizes including padding
     row 0; `overrides` are `ModelConfig` fields.
     """
     config = make_config(preset, num_items, num_categories, max_len=max_len, **overrides)
-    model = DareModel(config, seed=seed, name=preset)
+    model = DareModel(config, seed=seed, name=preset, jit_compile_dense=jit_compile_dense,
+                      sparse_embedding_gradients=sparse_embedding_gradients)
     model.build()
     return model

@@ -1,5 +1,11 @@
 """Adam with TensorFlow's fused kernel (`FusedAdam`), and `LazyAdam`, which
-updates only the embedding rows seen in the batch."""
+updates only the embedding rows seen in the batch.
+
+TensorFlow only: both are Keras optimizers for the TensorFlow backend (they
+call TensorFlow kernels). Each handles sparse `tf.IndexedSlices` gradients
+(what an embedding lookup produces) by itself; the model does not know which
+optimizer trains it. On JAX use any `keras.optimizers` optimizer.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,6 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from dare_tf.layers.embedding import gather_rows
 
 
 @keras.saving.register_keras_serializable(package="dare_tf")
@@ -18,8 +23,10 @@ class FusedAdam(keras.optimizers.Adam):
     `v = b2 v + (1 - b2) g^2`, `w -= lr sqrt(1 - b2^t) / (1 - b1^t) m / (sqrt(v) + eps)`,
     but in one multi-threaded pass per variable instead of a chain of
     elementwise ops (about 0.6 ms instead of several ms for a 50k x 16 table
-    on 2 cores). Under a distribution strategy, and for sparse gradients, it
-    falls back to Keras's update.
+    on 2 cores). A sparse `tf.IndexedSlices` gradient is first summed into a
+    dense one by an XLA-compiled scatter (about 10x faster than TensorFlow's
+    own kernel on CPU). Under a distribution strategy it falls back to Keras's
+    update.
 
     Args: as `keras.optimizers.Adam` (amsgrad is not supported).
     """
@@ -30,7 +37,10 @@ class FusedAdam(keras.optimizers.Adam):
             raise ValueError(f"{type(self).__name__} does not support amsgrad")
 
     def update_step(self, gradient, variable, learning_rate):
-        if isinstance(gradient, tf.IndexedSlices) or tf.distribute.has_strategy():
+        if isinstance(gradient, tf.IndexedSlices):
+            gradient = _densify(tf.cast(gradient.values, variable.dtype), gradient.indices,
+                                int(variable.shape[0]))
+        if tf.distribute.has_strategy():
             return super().update_step(gradient, variable, learning_rate)
         dtype = variable.dtype
         step = ops.cast(self.iterations + 1, dtype)
@@ -63,8 +73,6 @@ class LazyAdam(FusedAdam):
         the "lazy" sparse variant of TensorFlow Addons' LazyAdam.
     """
 
-    sparse_updates = True  # read tables with `gather_rows(..., sparse_read=True)`
-
     def update_step(self, gradient, variable, learning_rate):
         if not isinstance(gradient, tf.IndexedSlices):
             return super().update_step(gradient, variable, learning_rate)
@@ -88,11 +96,23 @@ class LazyAdam(FusedAdam):
         # with the same row get the same summed gradient and so compute and write the same
         # new values.
         new_w, new_m, new_v = _adam_rows(
-            values, tf.unique(rows).idx, gather_rows(variable, rows), gather_rows(m, rows),
-            gather_rows(v, rows), *hyper)
+            values, tf.unique(rows).idx, _read_rows(variable, rows), _read_rows(m, rows),
+            _read_rows(v, rows), *hyper)
         self.assign(m, tf.IndexedSlices(new_m, rows))
         self.assign(v, tf.IndexedSlices(new_v, rows))
         self.assign(variable, tf.IndexedSlices(new_w, rows))
+
+
+def _read_rows(variable, rows):
+    """Rows of a variable read straight from it (`ResourceGather`): once a variable has
+    been updated row by row, a dense read would copy all of it."""
+    return tf.gather(variable.value if isinstance(variable, keras.Variable) else variable, rows)
+
+
+@tf.function(jit_compile=True, autograph=False)
+def _densify(values, rows, num_rows):
+    """The dense gradient `[num_rows, d]` of a sparse one (duplicate rows summed)."""
+    return tf.math.unsorted_segment_sum(values, rows, num_rows)
 
 
 def _adam(grad, w, m, v, alpha, beta_1, beta_2, epsilon):

@@ -1,16 +1,27 @@
-"""Training and evaluation: resumable, multi-seed, optionally distributed.
+"""Training and evaluation on `model.fit`: resumable, multi-seed, optionally distributed.
 
-`train(data_dir, output_dir, TrainConfig(...))` trains one model per seed on a
-prepared dataset, evaluates validation metrics every `eval_every` steps,
-keeps the best-on-validation weights, reports test metrics of those, and
-writes `output_dir/results.json` (mean, std and per-seed values).
+TensorFlow only (tf.data, tf.distribute, checkpoints). `train(data_dir,
+output_dir, TrainConfig(...))` trains one model per seed on a prepared
+dataset with `DareModel.fit` and these callbacks:
 
-Kill-safety: each seed's run directory holds a checkpoint (model, optimizer,
-step, best score) written at every evaluation and epoch end, and the metric
-history as JSON lines. Started again with the same arguments, a run restores
-the latest checkpoint, drops history lines after it, rebuilds that epoch's
-input order (deterministic per seed and epoch) and skips the batches
-already trained on; finished seeds are not trained again.
+- `ExactValidation`: every `eval_every` steps (a Keras "epoch" here is
+  `eval_every` steps of one continuous input stream) and at the end, refreshes
+  BatchNorm's statistics, computes the exact validation metrics (AUC, GAUC,
+  category AUC, logloss), keeps the best-on-validation weights, appends the
+  metric history, and writes a checkpoint;
+- `StopOnNonFiniteLoss`: stops with `NonFiniteLossError` naming the step;
+- `StopAtStep`: ends training after `epochs` passes (or `max_steps`);
+- Keras's `TensorBoard` and progress bar.
+
+Test metrics of the best weights, overall and by history length, go to
+`output_dir/results.json` (mean, std and per-seed values).
+
+Kill-safety: a run directory records its full effective configuration and
+the dataset's fingerprint (`run_config.json`); started again with the same
+configuration, each seed restores its latest checkpoint, drops history
+lines after it and continues the same input stream (fixed per seed and
+epoch) from the next batch; finished seeds are reused. Another configuration
+is refused with the fields that differ, unless `overwrite=True`.
 """
 
 from __future__ import annotations
@@ -19,29 +30,42 @@ import dataclasses
 import json
 import math
 import os
+import re
+import shutil
 import time
-from typing import Any
+from typing import Any, Callable
 
 import keras
 import numpy as np
 import tensorflow as tf
 from absl import logging
-from tqdm import tqdm
 
 from dare_tf import metrics
+from dare_tf._files import atomic_json, describe_entries
 from dare_tf.config import make_config
-from dare_tf.input_pipeline import make_dataset
-from dare_tf.models import INPUT_KEYS, DareModel
+from dare_tf.data.pipeline import make_dataset
+from dare_tf.data.spec import HIST_ITEMS, MODEL_INPUTS, TARGET_CATEGORY, USER, DatasetSpec
+from dare_tf.models import DareModel
 from dare_tf.optimizers import FusedAdam, LazyAdam
-from dare_tf.spec import DatasetSpec
 
 STRATEGIES = ("default", "mirrored", "multi_worker")
 OPTIMIZERS = ("adam", "lazy_adam")
+RUN_CONFIG = "run_config.json"
 BEST_WEIGHTS = "best.weights.h5"
 HISTORY = "history.jsonl"
 SEED_RESULT = "result.json"
 RESULTS = "results.json"
 METRICS = ("auc", "gauc", "category_auc", "logloss")
+# Settings that change what a run prints, not what it computes.
+PRESENTATION_FIELDS = ("verbose",)
+
+
+class NonFiniteLossError(FloatingPointError):
+    """The training loss became NaN or infinite."""
+
+
+class RunConfigMismatchError(ValueError):
+    """A run directory holds a run with another configuration."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,10 +87,10 @@ class TrainConfig:
             per-batch statistics, last partial batch dropped).
         strategy: `default`, `mirrored` (local devices) or `multi_worker`
             (`tf.distribute.MultiWorkerMirroredStrategy` from TF_CONFIG).
-        jit_compile: compile the forward and backward pass with XLA.
+        jit_compile: compile everything after the embedding lookups with XLA.
         max_steps: stop each seed after this many steps (None: all epochs).
         shuffle_buffer: examples in the shuffle buffer.
-        log_every: steps between loss summaries.
+        log_every: steps between TensorBoard loss summaries.
         bn_statistics_batches: before each evaluation, BatchNorm's moving
             statistics are set to the average statistics of this many training
             batches under the current weights. The moving average of training
@@ -74,12 +98,15 @@ class TrainConfig:
             at logloss 2.60 with it, 0.29 after the refresh. 0 turns it off.
             Not used in reference mode (which evaluates with per-batch
             statistics).
+        steps_per_execution: training steps per call of the compiled train
+            function (Keras `steps_per_execution`).
+        verbose: 0 silent, 1 Keras progress bar, 2 one line per evaluation.
     """
 
     preset: str = "dare"
     model_overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
     batch_size: int = 2048
-    eval_batch_size: int = 2048
+    eval_batch_size: int = 8192
     learning_rate: float = 0.01
     epochs: int = 2
     seeds: tuple[int, ...] = (0,)
@@ -92,26 +119,32 @@ class TrainConfig:
     shuffle_buffer: int = 100_000
     log_every: int = 50
     bn_statistics_batches: int = 30
+    steps_per_execution: int = 1
+    verbose: int = 1
 
     def __post_init__(self):
-        object.__setattr__(self, "seeds", tuple(self.seeds))
+        object.__setattr__(self, "seeds", tuple(int(s) for s in self.seeds))
         checks = [
             (self.optimizer in OPTIMIZERS, "optimizer", f"must be one of {OPTIMIZERS}"),
             (self.strategy in STRATEGIES, "strategy", f"must be one of {STRATEGIES}"),
             (self.batch_size >= 1, "batch_size", "must be >= 1"),
             (self.eval_batch_size >= 1, "eval_batch_size", "must be >= 1"),
+            (math.isfinite(self.learning_rate) and self.learning_rate > 0, "learning_rate",
+             "must be a finite number > 0"),
             (self.epochs >= 1, "epochs", "must be >= 1"),
             (self.eval_every >= 1, "eval_every", "must be >= 1"),
+            (self.max_steps is None or self.max_steps >= 1, "max_steps", "must be >= 1"),
+            (self.shuffle_buffer >= 1, "shuffle_buffer", "must be >= 1"),
+            (self.log_every >= 1, "log_every", "must be >= 1"),
             (self.bn_statistics_batches >= 0, "bn_statistics_batches", "must be >= 0"),
+            (self.steps_per_execution >= 1, "steps_per_execution", "must be >= 1"),
+            (self.verbose in (0, 1, 2), "verbose", "must be 0, 1 or 2"),
             (len(self.seeds) >= 1, "seeds", "needs at least one seed"),
+            (len(set(self.seeds)) == len(self.seeds), "seeds", "must not repeat a seed"),
         ]
         for ok, name, message in checks:
             if not ok:
-                raise ValueError(f"TrainConfig.{name}={getattr(self, name)!r}: {message}")
-
-
-class NonFiniteLossError(FloatingPointError):
-    """The training loss became NaN or infinite."""
+                raise ValueError(f"{name}={getattr(self, name)!r}: {message}")
 
 
 def make_strategy(name: str, cpu_devices: int = 0) -> tf.distribute.Strategy:
@@ -130,10 +163,10 @@ def make_strategy(name: str, cpu_devices: int = 0) -> tf.distribute.Strategy:
         return tf.distribute.MirroredStrategy()
     if name == "multi_worker":
         if "TF_CONFIG" not in os.environ:
-            raise ValueError("--strategy=multi_worker needs the TF_CONFIG environment variable "
+            raise ValueError("strategy=multi_worker needs the TF_CONFIG environment variable "
                              "(cluster and task); see the README")
         return tf.distribute.MultiWorkerMirroredStrategy()
-    raise ValueError(f"unknown strategy {name!r}; expected one of {STRATEGIES}")
+    raise ValueError(f"strategy={name!r}: expected one of {STRATEGIES}")
 
 
 def _task_id(strategy) -> int:
@@ -152,147 +185,203 @@ def _is_chief(strategy) -> bool:
     return resolver.task_type == "worker" and resolver.task_id == 0
 
 
-def _atomic_json(path: str, payload) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(payload, f, indent=2, sort_keys=True, default=float)
-    os.replace(tmp, path)
-
-
 def make_optimizer(name: str, learning_rate: float):
     """`adam`: Adam (TensorFlow's fused kernel for dense updates); `lazy_adam`: LazyAdam."""
     if name not in OPTIMIZERS:
-        raise ValueError(f"unknown optimizer {name!r}; expected one of {OPTIMIZERS}")
+        raise ValueError(f"optimizer={name!r}: expected one of {OPTIMIZERS}")
     return (LazyAdam if name == "lazy_adam" else FusedAdam)(learning_rate=learning_rate)
 
 
-def make_train_step(model: DareModel, optimizer, strategy=None, jit_compile: bool = True):
-    """`step(x, y) -> mean loss`: forward, backward and optimizer update.
+# -- evaluation -------------------------------------------------------------------
 
-    - Dense Adam with XLA: forward, backward and the densification of the
-      embedding gradients are compiled (XLA's scatter is ~10x faster than
-      TensorFlow's here); the update runs TensorFlow's fused Adam kernel
-      (XLA's elementwise Adam costs several times more on CPU).
-    - LazyAdam: the embedding rows are read row by row outside XLA (see
-      `gather_rows`), so the tables' gradients stay sparse `IndexedSlices`;
-      the rest of the forward and backward pass is compiled; only the
-      batch's rows are updated.
-    - Under a distribution strategy (jit_compile off): one graph per replica
-      (synchronised BatchNorm cannot sit in a nested compiled function).
-    """
-    strategy = strategy or tf.distribute.get_strategy()
-    replicas = strategy.num_replicas_in_sync
-    variables = model.trainable_variables
-    sparse = getattr(optimizer, "sparse_updates", False)
-
-    def loss_of(x, y, gathered=None):
-        return model.loss_terms(y, model.forward(x, training=True, gathered=gathered))["total"]
-
-    # No data-dependent Python control flow here: AutoGraph is not needed.
-    if jit_compile and not sparse:
-        @tf.function(jit_compile=True, autograph=False)
-        def dense_gradients(x, y):
-            with tf.GradientTape() as tape:
-                loss = loss_of(x, y)
-            return loss, [tf.convert_to_tensor(g) for g in tape.gradient(loss, variables)]
-
-        @tf.function(autograph=False)
-        def dense_step(x, y):
-            loss, grads = dense_gradients(x, y)
-            optimizer.apply(grads, variables)
-            return loss
-
-        return dense_step
-
-    compiled_loss = tf.function(loss_of, jit_compile=True, autograph=False) if jit_compile else loss_of
-
-    def replica_step(x, y):
-        with tf.GradientTape() as tape:
-            gathered = model.lookup_embeddings(x, sparse_reads=sparse) if jit_compile or sparse else None
-            loss = compiled_loss(x, y, gathered)
-            scaled = loss / replicas
-        optimizer.apply(tape.gradient(scaled, variables), variables)
-        return loss
-
-    @tf.function(autograph=False)
-    def step(x, y):
-        loss = strategy.run(replica_step, args=(x, y))
-        return strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
-
-    return step
+def history_length_buckets(max_len: int) -> list[tuple[str, int, int]]:
+    """(name, lowest, highest) history-length buckets: 1-9, 10-49, 50-(L-1), and
+    `full` (= L), cut where L is shorter."""
+    edges, buckets = [1, 10, 50], []
+    for lo, hi in zip(edges, edges[1:] + [max_len]):
+        hi = min(hi, max_len) - 1
+        if lo <= hi:
+            buckets.append((f"{lo}-{hi}", lo, hi))
+    return buckets + [("full", max_len, max_len)]
 
 
-def make_statistics_step(model: DareModel, strategy=None, jit_compile: bool = True,
-                         sparse_reads: bool = False):
-    """`step(x, weight)`: a forward pass in training mode and no weight update.
+def metrics_by_history_length(outputs: dict[str, np.ndarray], max_len: int) -> dict[str, dict]:
+    """Metrics and example count per history-length bucket (empty buckets left out)."""
+    out = {}
+    lengths = outputs["history_length"]
+    for name, lo, hi in [("0", 0, 0)] + history_length_buckets(max_len):
+        sel = (lengths >= lo) & (lengths <= hi)
+        if sel.any():
+            out[name] = dict(count=int(sel.sum()), **metrics.evaluate(
+                outputs["labels"][sel], outputs["probabilities"][sel], outputs["users"][sel],
+                outputs["categories"][sel]))
+    return out
 
-    Each BatchNorm layer's moving statistics become `(1 - weight) * moving +
-    weight * (the batch's statistics)`. With `weight = 1 / i` for the i-th of
-    n batches they end as the plain average over those n batches under the
-    current weights, whatever they held before ("precise BatchNorm").
-    Synchronised across replicas under a strategy. `sparse_reads`: read the
-    embedding rows row by row (tables that LazyAdam updates; see `gather_rows`).
-    """
-    strategy = strategy or tf.distribute.get_strategy()
+
+def _compiled(model: DareModel, what: str, training: bool = False):
+    """The model's graph function for `predict` (probabilities of a feature dict) or
+    `features` (the inputs of its BatchNorm layers), traced once per model."""
+    cache = model.__dict__.setdefault("_dare_training_functions", {})
+    if (what, training) not in cache:
+        if what == "predict":
+            fn = lambda x: model({k: x[k] for k in MODEL_INPUTS}, training=training)  # noqa: E731
+        else:
+            norms = model.batch_norm_layers()
+            fn = lambda x: {k: tf.cast(v, tf.float32)  # noqa: E731
+                            for k, v in model.forward(x, training=False).items() if k in norms}
+        cache[(what, training)] = tf.function(fn, autograph=False, reduce_retracing=True)
+    return cache[(what, training)]
+
+
+def predict_split(model: DareModel, data_dir: str, split: str, batch_size: int, spec: DatasetSpec,
+                  drop_remainder: bool = False, training: bool = False) -> dict[str, np.ndarray]:
+    """Predictions over a whole split: `labels`, `probabilities`, `users`,
+    `categories` and `history_length` arrays, in the split's order."""
+    ds = make_dataset(data_dir, split, batch_size, shuffle=False, drop_remainder=drop_remainder,
+                      deterministic=True, spec=spec)
+    predict = _compiled(model, "predict", training)
+    parts: dict[str, list] = {k: [] for k in ("labels", "probabilities", "users", "categories",
+                                                "history_length")}
+    for x, y in ds:
+        parts["probabilities"].append(predict(x).numpy())
+        parts["labels"].append(y.numpy())
+        parts["users"].append(x[USER].numpy())
+        parts["categories"].append(x[TARGET_CATEGORY].numpy())
+        parts["history_length"].append((x[HIST_ITEMS].numpy() > 0).sum(axis=1))
+    if not parts["labels"]:
+        raise ValueError(f"{data_dir}: the {split} split has no complete batch of {batch_size}")
+    return {k: np.concatenate(v) for k, v in parts.items()}
+
+
+def evaluate_outputs(outputs: dict[str, np.ndarray]) -> dict[str, float]:
+    return metrics.evaluate(outputs["labels"], outputs["probabilities"], outputs["users"],
+                            outputs["categories"])
+
+
+def refresh_batch_norm_statistics(model: DareModel, batches) -> None:
+    """Sets each BatchNorm layer's moving mean and variance to the average of the
+    per-batch statistics of its input over `batches` (feature dicts) under the
+    current weights ("precise BatchNorm"); no weight changes."""
     norms = model.batch_norm_layers()
+    features = _compiled(model, "features")
+    sums: dict[str, list] = {}
+    count = 0
+    for x in batches:
+        for name, value in features({k: x[k] for k in MODEL_INPUTS}).items():
+            mean, variance = tf.nn.moments(value, axes=[0])
+            total = sums.setdefault(name, [0.0, 0.0])
+            total[0] += mean.numpy()
+            total[1] += variance.numpy()
+        count += 1
+    for name, (mean, variance) in sums.items():
+        norms[name].moving_mean.assign(mean / count)
+        norms[name].moving_variance.assign(variance / count)
 
-    def forward(x, weight, gathered):
-        # Keras's BatchNormalization reads `self.momentum` when it is traced: for this
-        # function only, that is `1 - weight`, a tensor.
-        momenta = [bn.momentum for bn in norms]
-        for bn in norms:
-            bn.momentum = 1.0 - weight
-        try:
-            return model.forward(x, training=True, gathered=gathered)["probability"]
-        finally:
-            for bn, momentum in zip(norms, momenta):
-                bn.momentum = momentum
 
-    # As in `make_train_step`: synchronised BatchNorm cannot sit in a nested tf.function.
-    compiled = tf.function(forward, jit_compile=True, autograph=False) if jit_compile else forward
+# -- callbacks ----------------------------------------------------------------------
 
-    def replica_step(x, weight):
-        gathered = model.lookup_embeddings(x, sparse_reads=True) if sparse_reads else None
-        return compiled(x, weight, gathered)
+class StopOnNonFiniteLoss(keras.callbacks.Callback):
+    """Raises `NonFiniteLossError` naming the step when the training loss becomes NaN or infinite."""
 
-    @tf.function(autograph=False)
-    def step(x, weight):
-        strategy.run(replica_step, args=(x, weight))
+    def __init__(self, describe: Callable[[int], str]):
+        super().__init__()
+        self.describe = describe
 
-    return step
+    def on_train_batch_end(self, batch, logs=None):
+        loss = float((logs or {}).get("loss", 0.0))
+        if not math.isfinite(loss):
+            step = int(self.model.optimizer.iterations.numpy())
+            raise NonFiniteLossError(f"training loss became {loss} at step {step} ({self.describe(step)}); "
+                                     "lower --learning_rate or check the data")
 
+
+class StopAtStep(keras.callbacks.Callback):
+    """Ends `fit` after the optimizer's step `total_steps` (mid-epoch if need be)."""
+
+    def __init__(self, total_steps: int):
+        super().__init__()
+        self.total_steps = total_steps
+
+    def on_train_batch_end(self, batch, logs=None):
+        if int(self.model.optimizer.iterations.numpy()) >= self.total_steps:
+            self.model.stop_training = True
+
+
+class ExactValidation(keras.callbacks.Callback):
+    """At the end of each Keras epoch (`eval_every` steps): BatchNorm refresh,
+    exact validation metrics, best weights, history line, checkpoint; the
+    metrics go into the epoch's logs as `val_*` (TensorBoard, progress bar)."""
+
+    def __init__(self, run: "_SeedRun"):
+        super().__init__()
+        self.run = run
+        self.fit_started = time.perf_counter()
+        self.evaluating = 0.0
+
+    def on_train_begin(self, logs=None):
+        self.fit_started, self.evaluating = time.perf_counter(), 0.0
+
+    def on_epoch_end(self, epoch, logs=None):
+        run = self.run
+        step = int(self.model.optimizer.iterations.numpy())
+        started = time.perf_counter()
+        run.refresh_batch_norm_statistics()
+        refreshed = time.perf_counter()
+        outputs = run.predict("val")
+        val = evaluate_outputs(outputs)
+        predicted = time.perf_counter()
+        timing = {"train_seconds": started - self.fit_started - self.evaluating,
+                  "bn_seconds": refreshed - started, "val_seconds": predicted - refreshed,
+                  "val_examples": int(len(outputs["labels"]))}
+        improved = val["auc"] > float(run.best_auc)
+        if improved:
+            run.best_auc.assign(val["auc"])
+            run.best_step.assign(step)
+            tmp = os.path.join(run.work_dir, f"best.tmp-{os.getpid()}.weights.h5")
+            self.model.save_weights(tmp)
+            os.replace(tmp, os.path.join(run.work_dir, BEST_WEIGHTS))
+        if logs is not None:
+            logs.update({f"val_{k}": v for k, v in val.items()})
+        # History first, then the checkpoint: a kill between the two re-runs
+        # these steps, and resuming drops history lines past the checkpoint.
+        run.append_history({"step": step, "epoch": step // run.steps_per_epoch,
+                            "train_loss": float((logs or {}).get("loss", float("nan"))), "val": val,
+                            "best": improved, "seconds": time.perf_counter() - run.started, "timing": timing})
+        run.manager.save(checkpoint_number=step)
+        run.report(step, val, improved)
+        self.evaluating += time.perf_counter() - started
+
+
+# -- one seed -------------------------------------------------------------------------
 
 class _SeedRun:
-    """One seed: model, optimizer, checkpoint, the compiled steps."""
+    """One seed: its model, optimizer, checkpoint, input stream and history."""
 
-    def __init__(self, data_dir: str, run_dir: str, config: TrainConfig, seed: int,
-                 spec: DatasetSpec, strategy, chief: bool):
+    def __init__(self, data_dir: str, run_dir: str, config: TrainConfig, seed: int, spec: DatasetSpec,
+                 strategy, chief: bool, model_config, report: Callable[[str], None]):
         self.data_dir, self.run_dir, self.config, self.seed = data_dir, run_dir, config, seed
-        self.spec, self.strategy, self.chief = spec, strategy, chief
+        self.spec, self.strategy, self.chief, self.model_config = spec, strategy, chief, model_config
+        self._print = report
         os.makedirs(run_dir, exist_ok=True)
-        distributed = strategy.num_replicas_in_sync > 1 or config.strategy != "default"
-        self.distributed = distributed
-        if distributed and config.batch_size % strategy.num_replicas_in_sync:
-            raise ValueError(f"--batch_size={config.batch_size} must be divisible by the "
+        self.distributed = strategy.num_replicas_in_sync > 1 or config.strategy != "default"
+        if self.distributed and config.batch_size % strategy.num_replicas_in_sync:
+            raise ValueError(f"batch_size={config.batch_size} must be divisible by the "
                              f"{strategy.num_replicas_in_sync} replicas")
-        overrides = dict(config.model_overrides)
-        if config.reference_mode:
-            overrides.setdefault("initializer", "reference")
-        overrides.setdefault("max_len", spec.max_len)
-        if distributed:
-            overrides["synchronized_batch_norm"] = True
-        self.model_config = make_config(config.preset, spec.num_items, spec.num_categories, **overrides)
         keras.utils.set_random_seed(seed)
         with strategy.scope():
-            self.model = DareModel(self.model_config, seed=seed, name=config.preset)
+            # Row-wise updates need sparse table gradients; dense Adam updates every row
+            # anyway and is faster with the lookups inside the compiled forward pass.
+            self.model = DareModel(model_config, seed=seed, name=config.preset,
+                                   jit_compile_dense=config.jit_compile,
+                                   sparse_embedding_gradients=config.optimizer == "lazy_adam")
             self.model.build()
-            self.optimizer = make_optimizer(config.optimizer, config.learning_rate)
-            self.optimizer.build(self.model.trainable_variables)
-        # Loop bookkeeping lives outside the strategy: plain host-side variables.
-        self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+            self.model.compile(optimizer=make_optimizer(config.optimizer, config.learning_rate),
+                               metrics=[keras.metrics.AUC(name="auc", num_thresholds=1000)],
+                               steps_per_execution=config.steps_per_execution)
+            self.model.optimizer.build(self.model.trainable_variables)
         self.best_auc = tf.Variable(-1.0, dtype=tf.float64, trainable=False, name="best_val_auc")
         self.best_step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="best_step")
-        self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, step=self.step,
+        self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.model.optimizer,
                                               best_auc=self.best_auc, best_step=self.best_step)
         # Non-chief workers save too (checkpointing is collective), into their own scratch
         # directory, where they also keep their copy of the best weights.
@@ -301,89 +390,68 @@ class _SeedRun:
         self.manager = tf.train.CheckpointManager(
             self.checkpoint, os.path.join(self.work_dir, "checkpoints"), max_to_keep=2)
         count = spec.counts["train"]
-        self.steps_per_epoch = count // config.batch_size if distributed else math.ceil(count / config.batch_size)
+        self.steps_per_epoch = (count // config.batch_size if self.distributed
+                                else math.ceil(count / config.batch_size))
         if self.steps_per_epoch == 0:
-            raise ValueError(f"{data_dir}: the train split is empty")
+            raise ValueError(f"{data_dir}: the train split has fewer examples ({count}) than one "
+                             f"batch ({config.batch_size})")
         self.total_steps = self.steps_per_epoch * config.epochs
         if config.max_steps is not None:
             self.total_steps = min(self.total_steps, config.max_steps)
-        self._build_steps(distributed)
+        self.started = time.perf_counter()
 
-    # -- compiled steps ----------------------------------------------------
-    def _build_steps(self, distributed: bool) -> None:
-        model = self.model
-        self.train_step = make_train_step(model, self.optimizer, self.strategy,
-                                          jit_compile=self.config.jit_compile and not distributed)
-        # Tables that LazyAdam updates row by row are read row by row (see gather_rows).
-        sparse = getattr(self.optimizer, "sparse_updates", False)
-        self.statistics_step = make_statistics_step(
-            model, self.strategy, jit_compile=self.config.jit_compile and not distributed, sparse_reads=sparse)
-        bn_training = self.config.reference_mode  # the reference never enters inference mode
-
-        @tf.function(jit_compile=self.config.jit_compile, autograph=False)
-        def forward(x, gathered):
-            return model.forward(x, training=bn_training, gathered=gathered)["probability"]
-
-        self.predict = tf.function(
-            lambda x: forward(x, model.lookup_embeddings(x, sparse_reads=True) if sparse else None),
-            autograph=False)
-
-    # -- data ------------------------------------------------------------------
-    def _epoch_dataset(self, epoch: int, skip: int):
-        """This epoch's batches (order fixed by seed and epoch), `skip` already trained."""
-        return self._train_batches(self.seed * 1000 + epoch, self.config.shuffle_buffer, skip=skip)
-
-    def _train_batches(self, seed: int, shuffle_buffer: int, skip: int = 0, take: int | None = None):
-        """Training batches in an order fixed by `seed`.
+    # -- data ---------------------------------------------------------------------------
+    def _epoch_batches(self, epoch: int, shuffle_buffer: int | None = None):
+        """Training batches of one pass, in an order fixed by seed and epoch.
 
         Distributed, every input pipeline reads the same global batches and
         keeps its slice of each, so N workers together train on exactly the
         global batch one process would (the last partial batch is dropped).
         """
-        cfg = self.config
+        return make_dataset(self.data_dir, "train", self.config.batch_size, shuffle=True,
+                            shuffle_buffer=shuffle_buffer or self.config.shuffle_buffer, deterministic=True,
+                            seed=self.seed * 1000 + epoch, spec=self.spec, drop_remainder=self.distributed)
 
-        def dataset_fn(context=None):
-            ds = make_dataset(self.data_dir, "train", cfg.batch_size, shuffle=True,
-                              shuffle_buffer=shuffle_buffer, deterministic=True, seed=seed,
-                              spec=self.spec, drop_remainder=context is not None)
-            if skip:
-                ds = ds.skip(skip)
-            if take is not None:
-                ds = ds.take(take)
-            if context is None:
-                return ds
-            size = cfg.batch_size // context.num_input_pipelines
-            lo = context.input_pipeline_id * size
-            ds = ds.map(lambda x, y: (tf.nest.map_structure(lambda t: t[lo: lo + size], x), y[lo: lo + size]))
-            return ds.rebatch(context.get_per_replica_batch_size(cfg.batch_size))
-
+    def train_stream(self, skip: int):
+        """All training batches from step `skip` on: epoch after epoch, features and label."""
+        first = skip // self.steps_per_epoch
+        ds = None
+        for epoch in range(first, self.config.epochs):
+            part = self._epoch_batches(epoch).take(self.steps_per_epoch)
+            ds = part if ds is None else ds.concatenate(part)
+        ds = ds.skip(skip - first * self.steps_per_epoch).take(self.total_steps - skip)
+        ds = ds.map(lambda x, y: ({k: x[k] for k in MODEL_INPUTS}, y))
         if not self.distributed:
-            return dataset_fn()
+            return ds.prefetch(tf.data.AUTOTUNE)
+        replicas = self.strategy.num_replicas_in_sync
+        per_replica = self.config.batch_size // replicas
+
+        def dataset_fn(context):
+            size = self.config.batch_size // context.num_input_pipelines
+            lo = context.input_pipeline_id * size
+            sliced = ds.map(lambda x, y: (tf.nest.map_structure(lambda t: t[lo: lo + size], x), y[lo: lo + size]))
+            return sliced.rebatch(per_replica)
+
         return self.strategy.distribute_datasets_from_function(dataset_fn)
 
-    def evaluate(self, split: str) -> dict[str, float]:
-        ds = make_dataset(self.data_dir, split, self.config.eval_batch_size, shuffle=False,
-                          drop_remainder=self.config.reference_mode, deterministic=True, spec=self.spec)
-        labels, probs, users, cats = [], [], [], []
-        for x, y in ds:
-            probs.append(self.predict({k: x[k] for k in INPUT_KEYS}).numpy())
-            labels.append(y.numpy())
-            users.append(x["uid"].numpy())
-            cats.append(x["target_category"].numpy())
-        if not labels:
-            raise ValueError(f"{self.data_dir}: the {split} split has no complete batch of "
-                             f"{self.config.eval_batch_size}")
-        return metrics.evaluate(*(np.concatenate(a) for a in (labels, probs, users, cats)))
+    def predict(self, split: str) -> dict[str, np.ndarray]:
+        return predict_split(self.model, self.data_dir, split, self.config.eval_batch_size, self.spec,
+                             drop_remainder=self.config.reference_mode, training=self.config.reference_mode)
 
-    # -- history -----------------------------------------------------------------
+    def refresh_batch_norm_statistics(self) -> None:
+        cfg = self.config
+        if cfg.reference_mode or not cfg.bn_statistics_batches:
+            return
+        # A small shuffle buffer: a mixed sample of the training split, cheap to fill.
+        batches = self._epoch_batches(999, min(cfg.shuffle_buffer, 8 * cfg.batch_size))
+        refresh_batch_norm_statistics(self.model, (x for x, _ in batches.take(cfg.bn_statistics_batches)))
+
+    # -- history and reporting ---------------------------------------------------------
     def _history_path(self) -> str:
         return os.path.join(self.run_dir, HISTORY)
 
     def read_history(self) -> list[dict]:
-        if not os.path.exists(self._history_path()):
-            return []
-        with open(self._history_path()) as f:
-            return [json.loads(line) for line in f if line.strip()]
+        return read_history(self.run_dir)
 
     def _truncate_history(self, step: int) -> None:
         kept = [h for h in self.read_history() if h["step"] <= step]
@@ -393,81 +461,41 @@ class _SeedRun:
                 f.writelines(json.dumps(h) + "\n" for h in kept)
             os.replace(tmp, self._history_path())
 
-    def _append_history(self, entry: dict) -> None:
+    def append_history(self, entry: dict) -> None:
         if self.chief:
             with open(self._history_path(), "a") as f:
                 f.write(json.dumps(entry, default=float) + "\n")
 
-    # -- the loop ------------------------------------------------------------------
+    def report(self, step: int, val: dict, improved: bool) -> None:
+        if self.chief and self.config.verbose == 2:
+            self._print(f"{self.config.preset} on {self.spec.dataset} {os.path.basename(self.data_dir)} seed "
+                        f"{self.seed}, step {step}/{self.total_steps}: validation "
+                        + " ".join(f"{k} {v:.4f}" for k, v in val.items()) + (" (best)" if improved else ""))
+
+    # -- the run ---------------------------------------------------------------------------
     def run(self) -> dict:
         cfg = self.config
         if self.manager.latest_checkpoint:
             self.checkpoint.restore(self.manager.latest_checkpoint).assert_existing_objects_matched()
             logging.info("seed %d: resumed from %s at step %d", self.seed, self.manager.latest_checkpoint,
-                         int(self.step))
-        self._truncate_history(int(self.step))
-        writer = tf.summary.create_file_writer(os.path.join(self.run_dir, "tensorboard")) if self.chief \
-            else tf.summary.create_noop_writer()
-        step = int(self.step)
-        bar = tqdm(total=self.total_steps, initial=step, desc=f"{cfg.preset} seed {self.seed}",
-                   disable=None, dynamic_ncols=True)
-        started = time.perf_counter()
-        while step < self.total_steps:
-            epoch, in_epoch = divmod(step, self.steps_per_epoch)
-            for x, y in self._epoch_dataset(epoch, in_epoch):
-                loss = float(self.train_step({k: x[k] for k in INPUT_KEYS}, y))
-                step += 1
-                self.step.assign(step)
-                if not math.isfinite(loss):
-                    raise NonFiniteLossError(
-                        f"training loss became {loss} at step {step} (epoch {epoch}, seed {self.seed}) of "
-                        f"{cfg.preset}; lower --learning_rate or check the data")
-                bar.update(1)
-                if step % cfg.log_every == 0 or step == 1:
-                    bar.set_postfix(loss=f"{loss:.4f}")
-                    with writer.as_default():
-                        tf.summary.scalar("train/loss", loss, step=step)
-                end_of_epoch = step % self.steps_per_epoch == 0
-                if step % cfg.eval_every == 0 or step == self.total_steps or end_of_epoch:
-                    self._checkpoint_and_evaluate(step, epoch, loss, writer, time.perf_counter() - started)
-                if step >= self.total_steps or end_of_epoch:
-                    break
-        bar.close()
+                         int(self.model.optimizer.iterations.numpy()))
+        step = int(self.model.optimizer.iterations.numpy())
+        self._truncate_history(step)
+        if step < self.total_steps:
+            callbacks = [
+                StopOnNonFiniteLoss(lambda s: f"epoch {(s - 1) // self.steps_per_epoch}, seed {self.seed} "
+                                              f"of {cfg.preset}"),
+                StopAtStep(self.total_steps),
+                ExactValidation(self),
+            ]
+            if self.chief:
+                callbacks.append(keras.callbacks.TensorBoard(os.path.join(self.run_dir, "tensorboard"),
+                                                             update_freq=cfg.log_every))
+            fit = _fit_distributed if self.distributed else keras.Model.fit
+            fit(self.model, self.train_stream(step), steps_per_epoch=cfg.eval_every,
+                epochs=math.ceil(self.total_steps / cfg.eval_every), initial_epoch=step // cfg.eval_every,
+                callbacks=callbacks, shuffle=False, verbose=1 if cfg.verbose == 1 and self.chief else 0)
         return self._finish()
-
-    def refresh_batch_norm_statistics(self) -> None:
-        """Sets BatchNorm's moving statistics to the average batch statistics of
-        `bn_statistics_batches` training batches (in a fixed order) under the
-        current weights; no weight changes."""
-        cfg = self.config
-        if cfg.reference_mode or not cfg.bn_statistics_batches:
-            return
-        # A small shuffle buffer: a mixed sample of the training split, cheap to fill.
-        batches = self._train_batches(self.seed * 1000 + 999, min(cfg.shuffle_buffer, 8 * cfg.batch_size),
-                                      take=cfg.bn_statistics_batches)
-        for i, (x, _) in enumerate(batches, start=1):
-            self.statistics_step({k: x[k] for k in INPUT_KEYS}, tf.constant(1.0 / i, tf.float32))
-
-    def _checkpoint_and_evaluate(self, step, epoch, loss, writer, seconds) -> None:
-        self.refresh_batch_norm_statistics()
-        val = self.evaluate("val")
-        improved = val["auc"] > float(self.best_auc)
-        if improved:
-            self.best_auc.assign(val["auc"])
-            self.best_step.assign(step)
-            tmp = os.path.join(self.work_dir, "best.tmp.weights.h5")
-            self.model.save_weights(tmp)
-            os.replace(tmp, os.path.join(self.work_dir, BEST_WEIGHTS))
-        with writer.as_default():
-            for name, value in val.items():
-                tf.summary.scalar(f"val/{name}", value, step=step)
-        # History first, then the checkpoint: a kill between the two re-runs
-        # these steps, and resuming drops history lines past the checkpoint.
-        self._append_history({"step": step, "epoch": epoch, "train_loss": loss, "val": val,
-                              "best": improved, "seconds": seconds})
-        self.manager.save(checkpoint_number=step)
-        logging.info("seed %d step %d: val %s%s", self.seed, step,
-                     {k: round(v, 5) for k, v in val.items()}, " (best)" if improved else "")
 
     def _finish(self) -> dict:
         best = os.path.join(self.work_dir, BEST_WEIGHTS)
@@ -475,18 +503,134 @@ class _SeedRun:
             self.model.load_weights(best)
         history = self.read_history()
         best_entry = next((h for h in history if h["step"] == int(self.best_step)), None)
+        test = self.predict("test")
         result = {
             "seed": self.seed,
-            "steps": int(self.step),
+            "steps": int(self.model.optimizer.iterations.numpy()),
             "best_step": int(self.best_step),
-            "val": best_entry["val"] if best_entry else self.evaluate("val"),
-            "test": self.evaluate("test"),
+            "val": best_entry["val"] if best_entry else evaluate_outputs(self.predict("val")),
+            "test": evaluate_outputs(test),
+            "test_by_history_length": metrics_by_history_length(test, self.model_config.max_len),
             "model_config": self.model_config.to_dict(),
         }
         if self.chief:
-            _atomic_json(os.path.join(self.run_dir, SEED_RESULT), result)
             self.model.save(os.path.join(self.run_dir, "model.keras"))
+            atomic_json(os.path.join(self.run_dir, SEED_RESULT), result)
         return result
+
+
+def _fit_distributed(model, dataset, steps_per_epoch, epochs, initial_epoch, callbacks, verbose, shuffle):
+    """`model.fit` for a dataset that a distribution strategy already distributed
+    (each input pipeline keeps its slice of every global batch, so N replicas
+    train on exactly the batches one process would).
+
+    Measured with Keras 3.15.1 on TF 2.21: `fit` cannot take a distributed
+    dataset (it tries to convert its per-replica values to tensors); under
+    `MultiWorkerMirroredStrategy` Keras's own train function fails when it
+    reduces the scalar logs ("Invalid reduction dimension 0 for input with 0
+    dimensions"); under `MirroredStrategy` over 2 logical CPUs, `fit` with a
+    plain dataset ran, but its weights after 2 steps differed from one
+    process's by up to 0.04 (this loop: < 2e-3, the float-order noise of the
+    all-reduce). This loop runs the model's own `train_step` (the one `fit`
+    runs, with the same `compute_loss`) in `strategy.run`, reduces its logs
+    over replicas, and drives the same callbacks.
+    """
+    del shuffle
+    strategy = model.distribute_strategy
+    callbacks = keras.callbacks.CallbackList(callbacks, model=model, add_progbar=bool(verbose),
+                                             verbose=verbose, epochs=epochs, steps=steps_per_epoch)
+
+    @tf.function(autograph=False)
+    def train_function(iterator):
+        logs = strategy.run(model.train_step, args=(next(iterator),))
+        return {k: strategy.reduce("MEAN", v, axis=None) for k, v in logs.items()}
+
+    iterator = iter(dataset)
+    model.stop_training = False
+    callbacks.on_train_begin()
+    for epoch in range(initial_epoch, epochs):
+        model.reset_metrics()
+        callbacks.on_epoch_begin(epoch)
+        logs = {}
+        for batch in range(steps_per_epoch):
+            callbacks.on_train_batch_begin(batch)
+            try:
+                logs = train_function(iterator)
+            except (StopIteration, tf.errors.OutOfRangeError):
+                model.stop_training = True
+                break
+            logs = {k: float(v) for k, v in model._get_metrics_result_or_logs(logs).items()}
+            callbacks.on_train_batch_end(batch, logs)
+            if model.stop_training:
+                break
+        callbacks.on_epoch_end(epoch, dict(logs))
+        if model.stop_training:
+            break
+    callbacks.on_train_end()
+
+
+def read_history(run_dir: str) -> list[dict]:
+    """The evaluation history of one seed's run directory (one dict per evaluation)."""
+    path = os.path.join(run_dir, HISTORY)
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+# -- the run directory ---------------------------------------------------------------
+
+def run_identity(config: TrainConfig, model_config, spec: DatasetSpec) -> dict:
+    """What defines a run's results: the training and model configurations and the dataset."""
+    train = {k: v for k, v in dataclasses.asdict(config).items() if k not in PRESENTATION_FIELDS}
+    train["seeds"] = list(train["seeds"])
+    return {"train_config": train, "model_config": model_config.to_dict(),
+            "dataset": {"name": spec.dataset, "fingerprint": spec.fingerprint()}}
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _own_entries(output_dir: str) -> list[str]:
+    """The entries of a run directory that `train` (and its programs) wrote."""
+    own = re.compile(r"seed_\d+|results\.json|run_config\.json|flags\.txt|curves\.png")
+    return sorted(e for e in os.listdir(output_dir) if own.fullmatch(e)) if os.path.isdir(output_dir) else []
+
+
+def check_run_dir(output_dir: str, identity: dict, overwrite: bool = False) -> None:
+    """Refuses (`RunConfigMismatchError`) to continue a run directory that holds a
+    run of another configuration or dataset, naming the fields that differ;
+    `overwrite=True` removes that run's files (only those) instead."""
+    path = os.path.join(output_dir, RUN_CONFIG)
+    if os.path.exists(path):
+        with open(path) as f:
+            recorded = json.load(f)
+        old, new = _flatten(recorded), _flatten(json.loads(json.dumps(identity)))
+        differ = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+        if not differ:
+            return
+        detail = "; ".join(f"{k}: {old.get(k)!r} in the run, {new.get(k)!r} now" for k in differ[:8])
+        more = f" (and {len(differ) - 8} more)" if len(differ) > 8 else ""
+        problem = f"{output_dir} holds a run with another configuration: {detail}{more}"
+    elif _own_entries(output_dir):
+        problem = (f"{output_dir} holds a run without {RUN_CONFIG} (written by an older version): "
+                   f"{describe_entries(output_dir)}; its configuration cannot be checked")
+    else:
+        return
+    if not overwrite:
+        raise RunConfigMismatchError(f"{problem}. Use another output directory, or --overwrite to "
+                                     "discard that run")
+    for entry in _own_entries(output_dir):
+        target = os.path.join(output_dir, entry)
+        shutil.rmtree(target) if os.path.isdir(target) else os.remove(target)
+    logging.warning("%s: discarded the previous run (--overwrite)", output_dir)
 
 
 def summarize(per_seed: list[dict]) -> dict:
@@ -495,17 +639,66 @@ def summarize(per_seed: list[dict]) -> dict:
         values = {m: np.array([r[split][m] for r in per_seed], float) for m in METRICS}
         out[split] = {m: float(v.mean()) for m, v in values.items()}
         out[f"{split}_std"] = {m: float(v.std(ddof=1)) if len(v) > 1 else 0.0 for m, v in values.items()}
+    buckets = {}
+    for r in per_seed:
+        for name, entry in r.get("test_by_history_length", {}).items():
+            buckets.setdefault(name, []).append(entry)
+    out["test_by_history_length"] = {
+        name: {"count": entries[0]["count"], **{m: float(np.mean([e[m] for e in entries])) for m in METRICS}}
+        for name, entries in buckets.items()}
     return out
 
 
+def format_results(results: dict) -> str:
+    """The test metrics overall and by history length, as a Markdown table."""
+    rows = [("all", {"count": None, **results["test"]})]
+    rows += list(results.get("test_by_history_length", {}).items())
+    lines = ["| history length | examples | " + " | ".join(METRICS) + " |", "|---" * (len(METRICS) + 2) + "|"]
+    for name, entry in rows:
+        count = "" if entry["count"] is None else f"{entry['count']:,}"
+        lines.append(f"| {name} | {count} | " + " | ".join(f"{entry[m]:.4f}" for m in METRICS) + " |")
+    return "\n".join(lines)
+
+
+def effective_model_config(config: TrainConfig, spec: DatasetSpec, strategy):
+    """The `ModelConfig` a run trains: the preset, the overrides, and what the
+    dataset (vocabularies, L) and the strategy (synchronised BatchNorm) imply."""
+    distributed = strategy.num_replicas_in_sync > 1 or config.strategy != "default"
+    overrides = dict(config.model_overrides)
+    if config.reference_mode:
+        overrides.setdefault("initializer", "reference")
+    overrides.setdefault("max_len", spec.max_len)
+    if distributed:
+        overrides["synchronized_batch_norm"] = True
+    model_config = make_config(config.preset, spec.num_items, spec.num_categories, **overrides)
+    if model_config.search != "none" and model_config.top_k > model_config.max_len:
+        raise ValueError(f"top_k={model_config.top_k} is larger than the history length "
+                         f"max_len={model_config.max_len} of the dataset")
+    return model_config
+
+
 def train(data_dir: str, output_dir: str, config: TrainConfig,
-          strategy: tf.distribute.Strategy | None = None) -> dict:
-    """Trains every seed of `config` (resuming or skipping finished ones) and
-    writes `output_dir/results.json`; returns its content."""
+          strategy: tf.distribute.Strategy | None = None, overwrite: bool = False,
+          report: Callable[[str], None] = print, flags_text: str | None = None) -> dict:
+    """Trains every seed of `config` (resuming or reusing finished ones) and
+    writes `output_dir/results.json`; returns its content.
+
+    `report` receives one line per validation (with `verbose=2`);
+    `flags_text`, the program's effective flags, is written to
+    `output_dir/flags.txt` (a flagfile that reproduces the run).
+    """
     spec = DatasetSpec.load(data_dir)
     strategy = strategy or make_strategy(config.strategy)
     chief = _is_chief(strategy)
-    os.makedirs(output_dir, exist_ok=True)
+    model_config = effective_model_config(config, spec, strategy)
+    identity = run_identity(config, model_config, spec)
+    if chief:
+        check_run_dir(output_dir, identity, overwrite)
+        os.makedirs(output_dir, exist_ok=True)
+        atomic_json(os.path.join(output_dir, RUN_CONFIG), identity)
+        if flags_text is not None:
+            with open(os.path.join(output_dir, "flags.txt"), "w") as f:
+                f.write(flags_text)
     per_seed = []
     for seed in config.seeds:
         run_dir = os.path.join(output_dir, f"seed_{seed}")
@@ -515,15 +708,16 @@ def train(data_dir: str, output_dir: str, config: TrainConfig,
                 per_seed.append(json.load(f))
             logging.info("seed %d: already finished, reusing %s", seed, done)
             continue
-        per_seed.append(_SeedRun(data_dir, run_dir, config, seed, spec, strategy, chief).run())
+        per_seed.append(_SeedRun(data_dir, run_dir, config, seed, spec, strategy, chief, model_config,
+                                 report).run())
     results = {
         "data_dir": os.path.abspath(data_dir),
         "dataset": spec.dataset,
-        "config": dataclasses.asdict(config),
+        "config": identity["train_config"],
         "seeds": list(config.seeds),
         **summarize(per_seed),
         "per_seed": per_seed,
     }
     if chief:
-        _atomic_json(os.path.join(output_dir, RESULTS), results)
+        atomic_json(os.path.join(output_dir, RESULTS), results)
     return results

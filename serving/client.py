@@ -1,203 +1,62 @@
-"""Client of a served DARE-family model: gRPC (tensorflow-serving-api) and REST.
+"""Sends a request to a served DARE-family model (gRPC or REST) and prints the answer.
 
-Library:
-    client = ServingClient("localhost:8500", "dare")
-    client.predict([item], [category], [[h1, h2, ...]], [[c1, c2, ...]])["probability"]
+Usage:
+  python -m serving.client --server=localhost:8500 --model_name=dare --request_json=req.json
+  python -m serving.client --rest_url=http://localhost:8501 --model_name=dare --request_json=req.json
+  python -m serving.client --server=localhost:8500 --model_name=dare --metadata
 
-Command line:
-    python -m serving.client --server=localhost:8500 --model_name=dare --request_json=req.json
-    python -m serving.client --server=localhost:8500 --model_name=dare --metadata
-
-`req.json` holds lists `target_item`, `target_category` and lists of lists
-`hist_items`, `hist_categories` (raw ids, oldest first, any lengths).
+req.json holds lists `target_item`, `target_category` and lists of lists
+`hist_items`, `hist_categories` (raw integer ids, oldest first, any lengths).
 """
 
-from __future__ import annotations
-
 import json
-import time
-import urllib.error
-import urllib.request
-from typing import Sequence
 
-import grpc
-import numpy as np
-import tensorflow as tf
-from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2, predict_pb2,
-                                     prediction_service_pb2_grpc, regression_pb2)
+from absl import app, flags
 
-RETRYABLE = (grpc.StatusCode.UNAVAILABLE,)
+import dare_tf.cli
 
-
-def pad_histories(histories: Sequence[Sequence[int]]) -> np.ndarray:
-    """Variable-length histories (oldest first) -> int64 [B, T], left-padded with 0."""
-    width = max((len(h) for h in histories), default=0)
-    out = np.zeros((len(histories), max(width, 1)), np.int64)
-    for row, history in enumerate(histories):
-        if len(history):
-            out[row, out.shape[1] - len(history):] = history
-    return out
-
-
-def make_example(target_item: int, target_category: int, hist_items: Sequence[int],
-                 hist_categories: Sequence[int]) -> tf.train.Example:
-    """The tf.Example the `classify` and `regress` signatures parse."""
-    feature = lambda values: tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))  # noqa: E731
-    return tf.train.Example(features=tf.train.Features(feature={
-        "target_item": feature([target_item]), "target_category": feature([target_category]),
-        "hist_items": feature(hist_items), "hist_categories": feature(hist_categories)}))
-
-
-class ServingClient:
-    """gRPC client of TF Serving's PredictionService for one model.
-
-    Args:
-        target: `host:port` of the gRPC endpoint.
-        model_name: the served model's name.
-        timeout: seconds per call.
-        retries: extra attempts after UNAVAILABLE, with exponential backoff.
-        backoff: seconds before the first retry.
-        version: a model version to pin (None: the latest).
-    """
-
-    def __init__(self, target: str, model_name: str, timeout: float = 5.0, retries: int = 3,
-                 backoff: float = 0.1, version: int | None = None):
-        self.model_name, self.timeout, self.retries, self.backoff, self.version = (
-            model_name, timeout, retries, backoff, version)
-        self.channel = grpc.insecure_channel(target, options=[("grpc.max_receive_message_length", 64 << 20)])
-        self.stub = prediction_service_pb2_grpc.PredictionServiceStub(self.channel)
-
-    def close(self) -> None:
-        self.channel.close()
-
-    def _spec(self, spec, signature_name: str = "") -> None:
-        spec.name = self.model_name
-        if signature_name:
-            spec.signature_name = signature_name
-        if self.version is not None:
-            spec.version.value = self.version
-
-    def _call(self, method, request):
-        delay = self.backoff
-        for attempt in range(self.retries + 1):
-            try:
-                return method(request, timeout=self.timeout)
-            except grpc.RpcError as e:
-                if e.code() not in RETRYABLE or attempt == self.retries:
-                    raise
-                time.sleep(delay)
-                delay *= 2
-
-    def predict_tensors(self, inputs: dict[str, np.ndarray], signature: str = "serving_default") -> dict:
-        """Predict with ready-made input arrays; returns the outputs as numpy arrays."""
-        request = predict_pb2.PredictRequest()
-        self._spec(request.model_spec, signature)
-        for name, value in inputs.items():
-            request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
-        response = self._call(self.stub.Predict, request)
-        return {k: tf.make_ndarray(v) for k, v in response.outputs.items()}
-
-    def predict(self, target_items, target_categories, hist_items, hist_categories,
-                signature: str = "serving_default") -> dict:
-        """Many users in one request: histories may have different lengths."""
-        return self.predict_tensors({
-            "target_item": np.asarray(target_items, np.int64),
-            "target_category": np.asarray(target_categories, np.int64),
-            "hist_items": pad_histories(hist_items),
-            "hist_categories": pad_histories(hist_categories),
-        }, signature)
-
-    def explain(self, target_items, target_categories, hist_items, hist_categories) -> dict:
-        """`probability`, `attention_weight` `[B, K]` and `history_index` `[B, K]`:
-        the index of each retrieved behaviour in that user's own history list
-        (-1 for none)."""
-        out = self.predict(target_items, target_categories, hist_items, hist_categories, signature="explain")
-        width = max(max((len(h) for h in hist_items), default=0), 1)
-        shift = width - np.array([len(h) for h in hist_items])[:, None]  # the client's left padding
-        index = out["history_index"]
-        out["history_index"] = np.where(index >= 0, index - shift, -1)
-        return out
-
-    def _input(self, request, examples):
-        for example in examples:
-            request.input.example_list.examples.add().CopyFrom(example)
-
-    def classify(self, examples: Sequence[tf.train.Example], signature: str = "classify") -> np.ndarray:
-        """Scores `[B, 2]` (no click, click) through the Classify API."""
-        request = classification_pb2.ClassificationRequest()
-        self._spec(request.model_spec, signature)
-        self._input(request, examples)
-        response = self._call(self.stub.Classify, request)
-        return np.array([[c.score for c in row.classes] for row in response.result.classifications])
-
-    def regress(self, examples: Sequence[tf.train.Example], signature: str = "regress") -> np.ndarray:
-        """Click probabilities `[B]` through the Regress API."""
-        request = regression_pb2.RegressionRequest()
-        self._spec(request.model_spec, signature)
-        self._input(request, examples)
-        response = self._call(self.stub.Regress, request)
-        return np.array([r.value for r in response.result.regressions])
-
-    def metadata(self) -> dict:
-        """Signature name -> {method, inputs: {name: dtype}, outputs: {name: dtype}}."""
-        request = get_model_metadata_pb2.GetModelMetadataRequest()
-        self._spec(request.model_spec)
-        request.metadata_field.append("signature_def")
-        response = self._call(self.stub.GetModelMetadata, request)
-        signatures = get_model_metadata_pb2.SignatureDefMap()
-        response.metadata["signature_def"].Unpack(signatures)
-        describe = lambda m: {k: tf.dtypes.as_dtype(v.dtype).name for k, v in m.items()}  # noqa: E731
-        return {name: {"method": d.method_name, "inputs": describe(d.inputs), "outputs": describe(d.outputs)}
-                for name, d in signatures.signature_def.items()}
-
-
-def rest_predict(base_url: str, model_name: str, inputs: dict, signature: str = "serving_default",
-                 timeout: float = 5.0) -> dict:
-    """TF Serving REST predict (columnar `inputs` format); returns the `outputs` dict."""
-    body = json.dumps({"signature_name": signature,
-                       "inputs": {k: np.asarray(v).tolist() for k, v in inputs.items()}}).encode()
-    request = urllib.request.Request(f"{base_url.rstrip('/')}/v1/models/{model_name}:predict", data=body,
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return json.loads(response.read())["outputs"]
-    except urllib.error.HTTPError as e:
-        raise RuntimeError(f"REST predict failed ({e.code}): {e.read().decode(errors='replace')}") from e
+FLAGS = flags.FLAGS
+flags.DEFINE_string("server", "localhost:8500", "gRPC host:port.")
+flags.DEFINE_string("rest_url", None, "Use REST at this base URL (http://host:8501) instead of gRPC.")
+flags.DEFINE_string("model_name", None, "Served model name.")
+flags.DEFINE_enum("signature", "serving_default", ["serving_default", "explain"], "Signature to call.")
+flags.DEFINE_string("request_json", None, "JSON file with the request (see above).")
+flags.DEFINE_bool("metadata", False, "Print the model's signatures and exit.")
+flags.DEFINE_float("timeout", 5.0, "Seconds per call.", lower_bound=0.001)
+flags.DEFINE_integer("retries", 3, "Retries after UNAVAILABLE.", lower_bound=0)
+flags.adopt_module_key_flags(dare_tf.cli)
+flags.mark_flags_as_required(["model_name"])
 
 
 def main(argv):
-    from absl import flags
     del argv
-    f = flags.FLAGS
-    client = ServingClient(f.server, f.model_name, timeout=f.timeout, retries=f.retries)
-    if f.metadata:
+    from dare_tf.data.spec import MODEL_INPUTS
+    from dare_tf.serving.client import ServingClient, request_tensors, rest_predict
+
+    client = ServingClient(FLAGS.server, FLAGS.model_name, timeout=FLAGS.timeout, retries=FLAGS.retries)
+    if FLAGS.metadata:
         print(json.dumps(client.metadata(), indent=2))
         return
-    with open(f.request_json) as fh:
-        req = json.load(fh)
-    args = (req["target_item"], req["target_category"], req["hist_items"], req["hist_categories"])
-    if f.rest_url:
-        out = rest_predict(f.rest_url, f.model_name, {
-            "target_item": args[0], "target_category": args[1],
-            "hist_items": pad_histories(args[2]), "hist_categories": pad_histories(args[3])}, f.signature)
+    if not FLAGS.request_json:
+        raise app.UsageError("--request_json is required (or --metadata)")
+    with open(FLAGS.request_json) as f:
+        try:
+            request = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{FLAGS.request_json}: not valid JSON ({e})") from e
+    missing = [k for k in MODEL_INPUTS if k not in request]
+    if missing:
+        raise ValueError(f"{FLAGS.request_json}: missing field(s) {missing}")
+    inputs = request_tensors(*(request[k] for k in MODEL_INPUTS))
+    if FLAGS.rest_url:
+        out = rest_predict(FLAGS.rest_url, FLAGS.model_name, inputs, FLAGS.signature, FLAGS.timeout)
     else:
-        out = {k: v.tolist() for k, v in client.predict(*args, signature=f.signature).items()}
+        out = {k: v.tolist() for k, v in client.predict_tensors(inputs, FLAGS.signature).items()}
     print(json.dumps(out, indent=2))
 
 
 def run():
-    from absl import app, flags
-
-    flags.DEFINE_string("server", "localhost:8500", "gRPC host:port.")
-    flags.DEFINE_string("rest_url", None, "Use REST at this base URL (http://host:8501) instead of gRPC.")
-    flags.DEFINE_string("model_name", None, "Served model name.")
-    flags.DEFINE_string("signature", "serving_default", "serving_default or explain.")
-    flags.DEFINE_string("request_json", None, "JSON file with the request (see the module docstring).")
-    flags.DEFINE_bool("metadata", False, "Print the model's signatures and exit.")
-    flags.DEFINE_float("timeout", 5.0, "Seconds per call.")
-    flags.DEFINE_integer("retries", 3, "Retries after UNAVAILABLE.")
-    flags.mark_flags_as_required(["model_name"])
-    app.run(main)
+    dare_tf.cli.run(main)
 
 
 if __name__ == "__main__":

@@ -8,26 +8,29 @@ the dataset's id maps in-graph, and writes EXPORT_BASE/MODEL_NAME/<version>/
 atomically, plus EXPORT_BASE/models.config and batching_parameters.txt.
 """
 
-from absl import app, flags
+from absl import flags
 
-from dare_tf.export import export_run
+import dare_tf.cli
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", None, "A training run directory (holds results.json).")
 flags.DEFINE_string("export_base", None, "Base directory of the served models.")
 flags.DEFINE_string("model_name", None, "Name the model is served under.")
 flags.DEFINE_string("data_dir", None, "Prepared dataset of the id maps; default: the run's data_dir.")
-flags.DEFINE_integer("version", None, "Version number; default: the next free one.")
+flags.DEFINE_integer("version", None, "Version number; default: the next free one.", lower_bound=1)
+flags.adopt_module_key_flags(dare_tf.cli)
 flags.mark_flags_as_required(["run_dir", "export_base", "model_name"])
 
 
 def main(argv):
     del argv
+    from dare_tf.serving.export import export_run
+
     print(export_run(FLAGS.run_dir, FLAGS.export_base, FLAGS.model_name, FLAGS.data_dir, FLAGS.version))
 
 
 def run():
-    app.run(main)
+    dare_tf.cli.run(main)
 
 
 if __name__ == "__main__":

@@ -45,3 +45,13 @@ def planted_presence_task(rng, n, length, num_items=200, num_categories=21):
     x["target_category"] = item_category[x["target_item"]]
     y = np.array([tc in set(hc[hc > 0]) for tc, hc in zip(x["target_category"], x["hist_categories"])])
     return x, y.astype(np.float32)
+
+
+@pytest.fixture(scope="session")
+def taobao(tmp_path_factory):
+    """The real Taobao sample, prepared once per test session (default protocol, seed 0)."""
+    from dare_tf.data.protocol import prepare
+
+    out = str(tmp_path_factory.mktemp("prepared") / "taobao_sample")
+    prepare("taobao", os.path.join(SHARED_DATA, "taobao", "UserBehavior_sample.csv"), out)
+    return out

@@ -12,16 +12,19 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 from dare_tf import training  # noqa: E402
-from dare_tf.spec import DatasetSpec  # noqa: E402
+from dare_tf.data.spec import DatasetSpec  # noqa: E402
 
 
 def main(strategy_name, data_dir, output_dir, weights_out, max_steps="6", optimizer="adam"):
     strategy = training.make_strategy(strategy_name, cpu_devices=2 if strategy_name == "mirrored" else 0)
     config = training.TrainConfig(
         preset="dare", batch_size=258, eval_batch_size=258, epochs=1, eval_every=100, max_steps=int(max_steps),
-        strategy=strategy_name, jit_compile=False, optimizer=optimizer, model_overrides=dict(initializer="keras", top_k=5))
-    run = training._SeedRun(data_dir, os.path.join(output_dir, "seed_0"), config, 0,
-                            DatasetSpec.load(data_dir), strategy, training._is_chief(strategy))
+        strategy=strategy_name, jit_compile=False, optimizer=optimizer, verbose=0,
+        model_overrides=dict(initializer="keras", top_k=5))
+    spec = DatasetSpec.load(data_dir)
+    run = training._SeedRun(data_dir, os.path.join(output_dir, "seed_0"), config, 0, spec, strategy,
+                            training._is_chief(strategy), training.effective_model_config(config, spec, strategy),
+                            print)
     run.run()
     np.savez(weights_out, *[w for w in run.model.get_weights()])
 

@@ -8,24 +8,19 @@ import pytest
 
 from dare_tf.experiments import reproduce
 from dare_tf.training import TrainConfig, make_strategy
-from data.protocol import prepare
+from dare_tf.data.protocol import prepare
 
 from tests.conftest import REPO, SHARED_DATA
 
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
 
 
-@pytest.fixture(scope="module")
-def taobao(tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("prep") / "taobao_sample")
-    prepare("taobao", os.path.join(SHARED_DATA, "taobao", "UserBehavior_sample.csv"), out)
-    return out
-
-
+@pytest.mark.slow
 def test_reproduce_writes_table_and_export_cli_serves_a_cell(taobao, tmp_path):
     def config_for(model, dim):
         return TrainConfig(preset=model, batch_size=256, eval_batch_size=512, epochs=1, eval_every=4,
-                           max_steps=4, seeds=(0, 1), model_overrides=dict(embedding_dim=dim, top_k=10))
+                           max_steps=4, seeds=(0, 1), model_overrides=dict(embedding_dim=dim, top_k=10),
+                           jit_compile=False, verbose=0)
 
     out = str(tmp_path / "grid")
     columns, cells = reproduce([taobao], ["dare", "din"], [8], out, config_for, make_strategy("default"))
@@ -46,6 +41,7 @@ def test_reproduce_writes_table_and_export_cli_serves_a_cell(taobao, tmp_path):
     assert os.path.exists(tmp_path / "exports" / "dare" / "1" / "saved_model.pb")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("optimizer", ["adam", "lazy_adam"])
 def test_mirrored_over_two_cpu_devices_matches_one_process(taobao, tmp_path, optimizer):
     helper = os.path.join(REPO, "tests", "multiworker_helper.py")

@@ -126,20 +126,6 @@ def test_dare_small_attention_dim_trains_end_to_end(rng):
 
 
 @pytest.mark.parametrize("preset", sorted(dare_tf.PRESETS))
-def test_saving_round_trip_every_preset(tmp_path, rng, preset):
-    x = random_batch(rng, 4, LENGTH, NUM_ITEMS, NUM_CATS)
-    model = build_model(preset, NUM_ITEMS, NUM_CATS, max_len=LENGTH, top_k=4, initializer="keras", seed=1)
-    path = str(tmp_path / f"{preset}.keras")
-    model.save(path)
-    loaded = keras.saving.load_model(path)
-    assert isinstance(loaded, dare_tf.DareModel)
-    assert loaded.model_config == model.model_config
-    a, b = model.explain(x), loaded.explain(x)
-    for k in a:
-        np.testing.assert_array_equal(np.asarray(a[k]), np.asarray(b[k]))
-
-
-@pytest.mark.parametrize("preset", sorted(dare_tf.PRESETS))
 def test_xla_and_bfloat16_match_default_path(rng, preset):
     x = random_batch(rng, 16, LENGTH, NUM_ITEMS, NUM_CATS)
     model = build_model(preset, NUM_ITEMS, NUM_CATS, max_len=LENGTH, top_k=4, initializer="keras", seed=2)
@@ -160,24 +146,6 @@ def test_xla_and_bfloat16_match_default_path(rng, preset):
     assert half.embedding.compute_dtype == "bfloat16"
     # bfloat16 keeps 8 mantissa bits: agreement within 0.02 in probability.
     np.testing.assert_allclose(np.asarray(out["probability"]), expected, atol=0.02)
-
-
-LAYERS = [
-    (BehaviorEmbedding, dict(num_items=NUM_ITEMS, num_categories=NUM_CATS, embedding_dim=4,
-                             position_dim=2, attention_embedding_dim=3, num_positions=20)),
-    (TopKBehaviorSearch, dict(top_k=3, mode="hard", position_dim=2)),
-    (TargetAttentionPooling, dict(target_aware=False)),
-    (DINAttention, dict(units=5, initializer="reference", l2=1e-6, seed=4)),
-    (PredictionHead, dict(units=(6, 3), initializer="reference", l2=1e-6, seed=5)),
-]
-
-
-@pytest.mark.parametrize("cls,kwargs", LAYERS, ids=[c.__name__ for c, _ in LAYERS])
-def test_layer_get_config_round_trip(cls, kwargs):
-    layer = cls(**kwargs)
-    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
-    assert type(restored) is cls
-    assert restored.get_config() == layer.get_config()
 
 
 def _functional_model(length, num_items, num_categories):

@@ -106,45 +106,50 @@ def test_lazy_adam_equals_numpy_lazy_adam(rng, rows, entries):
     np.testing.assert_array_equal(table.numpy()[never], init[never])
 
 
-@pytest.mark.parametrize("sparse_read", [True, False])
-def test_gather_rows_values_and_sparse_gradient(rng, sparse_read):
-    from dare_tf.layers import gather_rows
+def test_embedding_lookup_gives_sparse_gradients(rng):
+    from dare_tf.layers import BehaviorEmbedding
 
-    init = rng.normal(size=(7, 2)).astype("float32")
-    table = keras.Variable(init)
+    layer = BehaviorEmbedding(7, 5, embedding_dim=2, position_dim=2, num_positions=8, coupling="shared")
     ids = np.array([[3, 0, 3], [6, 1, 2]])
     with tf.GradientTape() as tape:
-        rows = gather_rows(table, tf.constant(ids), "float32", sparse_read=sparse_read)
-        loss = tf.reduce_sum(rows * rows)
-    np.testing.assert_array_equal(rows.numpy(), init[ids])
+        out = layer(np.array([1, 2]), np.array([1, 1]), ids, np.ones_like(ids))
+        loss = tf.reduce_sum(out["history_representation"] ** 2)
+    table = layer.tables["shared"]["item"]
     grad = tape.gradient(loss, table.value)
     assert isinstance(grad, tf.IndexedSlices)
+    init = table.numpy()
     expected = np.zeros_like(init)
     np.add.at(expected, ids.ravel(), 2 * init[ids.ravel()])
     np.testing.assert_allclose(tf.convert_to_tensor(grad).numpy(), expected, rtol=1e-6)
 
 
-@pytest.mark.parametrize("how", ["train_step_xla", "train_step_graph", "model_fit"])
-def test_lazy_adam_training_touches_only_looked_up_rows(rng, how):
+def test_fused_adam_sparse_gradients_equal_dense_adam(rng):
+    from dare_tf.optimizers import FusedAdam
+
+    init = rng.normal(size=(12, 3)).astype("float32")
+    batches = [(np.array([1, 3, 1]), rng.normal(size=(3, 3))), (np.array([3, 5]), rng.normal(size=(2, 3)))]
+    fused = run(FusedAdam(0.1), keras.Variable(init), batches)
+    dense = run(keras.optimizers.Adam(0.1), keras.Variable(init), batches, dense=True)
+    np.testing.assert_allclose(fused, dense, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("jit_compile_dense", [True, False])
+def test_lazy_adam_training_touches_only_looked_up_rows(rng, jit_compile_dense):
     import dare_tf
-    from dare_tf.training import make_optimizer, make_train_step
+    from dare_tf.training import make_optimizer
     from tests.conftest import random_batch
 
     # Item (1,000 rows) and position (2,000 rows) tables have more rows than the
     # 32 x 13 looked-up entries: the row path; category tables (20 rows): the masked path.
-    model = dare_tf.build_model("dare", 1000, 20, max_len=12, top_k=4, seed=0)
+    model = dare_tf.build_model("dare", 1000, 20, max_len=12, top_k=4, seed=0,
+                                jit_compile_dense=jit_compile_dense)
     x = {k: tf.constant(v, tf.int32) for k, v in random_batch(rng, 32, 12, 100, 20).items()}
     y = tf.constant(rng.integers(0, 2, 32), tf.float32)
     tables = {t.path: t for t in model.trainable_variables if "_embedding" in t.path}
     before = {p: t.numpy() for p, t in tables.items()}
-    optimizer = make_optimizer("lazy_adam", 0.01)
-    if how == "model_fit":
-        model.compile(optimizer=optimizer)
-        model.fit(x, y, batch_size=32, epochs=3, verbose=0)
-    else:
-        step = make_train_step(model, optimizer, jit_compile=how == "train_step_xla")
-        for _ in range(3):
-            assert np.isfinite(step(x, y).numpy())
+    model.compile(optimizer=make_optimizer("lazy_adam", 0.01))
+    history = model.fit(x, y, batch_size=32, epochs=3, verbose=0)
+    assert np.all(np.isfinite(history.history["loss"]))
     ids = {"item": np.concatenate([x["target_item"].numpy(), x["hist_items"].numpy().ravel()]),
            "category": np.concatenate([x["target_category"].numpy(), x["hist_categories"].numpy().ravel()]),
            "position": np.arange(13)}  # the target's 0 and history slots' 1..12

@@ -10,20 +10,13 @@ import numpy as np
 import pytest
 
 from dare_tf.training import NonFiniteLossError, TrainConfig, train
-from data.protocol import Protocol, prepare
-from data.synthetic import SyntheticConfig, write
+from dare_tf.data.protocol import Protocol, prepare
+from dare_tf.data.synthetic import SyntheticConfig, write
 
 from tests.conftest import REPO, SHARED_DATA
 
 TAOBAO = os.path.join(SHARED_DATA, "taobao", "UserBehavior_sample.csv")
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
-
-
-@pytest.fixture(scope="module")
-def taobao(tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("prep") / "taobao")
-    prepare("taobao", TAOBAO, out)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -38,10 +31,12 @@ def planted(tmp_path_factory):
     return out, truth
 
 
+# XLA is tested in tests/test_models.py; graph mode keeps these runs short.
 FAST = dict(batch_size=256, eval_batch_size=512, epochs=1, eval_every=40, learning_rate=0.005,
-            model_overrides=dict(top_k=10))
+            model_overrides=dict(top_k=10), jit_compile=False, verbose=0)
 
 
+@pytest.mark.slow
 def test_planted_log_dare_and_twin_learn_and_fixed_seed_reproduces(planted, tmp_path):
     data_dir, truth = planted
     # The generator's own next-click probability reaches this AUC on such a log.
@@ -60,7 +55,7 @@ def test_planted_log_dare_and_twin_learn_and_fixed_seed_reproduces(planted, tmp_
 def test_real_taobao_sample_trains_with_finite_metrics(taobao, tmp_path):
     results = train(taobao, str(tmp_path / "run"), TrainConfig(
         preset="dare", batch_size=256, eval_batch_size=256, epochs=1, eval_every=10, max_steps=12,
-        seeds=(0, 1), reference_mode=True))
+        seeds=(0, 1), reference_mode=True, verbose=0))
     with open(tmp_path / "run" / "results.json") as f:
         on_disk = json.load(f)
     for key in ("auc", "gauc", "category_auc", "logloss"):
@@ -74,17 +69,19 @@ def test_real_taobao_sample_trains_with_finite_metrics(taobao, tmp_path):
 
 def test_nan_loss_stops_with_the_step(taobao, tmp_path):
     config = TrainConfig(preset="twin", batch_size=256, eval_batch_size=256, epochs=1, learning_rate=1e30,
-                         max_steps=15, eval_every=100, model_overrides=dict(initializer="keras"))
-    with pytest.raises(NonFiniteLossError, match=r"training loss became (nan|inf) at step \d+ \(epoch 0, seed 0\)"):
+                         max_steps=15, eval_every=100, model_overrides=dict(initializer="keras"), jit_compile=False,
+                         verbose=0)
+    with pytest.raises(NonFiniteLossError, match=r"training loss became (nan|inf) at step \d+ \(epoch 0, seed 0 of twin\)"):
         train(taobao, str(tmp_path / "nan"), config)
 
 
 def _train_command(data_dir, out):
     return [sys.executable, "-m", "trainers.train", "--model=dare", f"--data_dir={data_dir}",
             f"--output_dir={out}", "--batch_size=128", "--eval_batch_size=512", "--epochs=2",
-            "--eval_every=5", "--max_steps=30", "--top_k=10"]
+            "--eval_every=5", "--max_steps=30", "--top_k=10", "--nojit_compile", "--verbose=0"]
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_without_lost_or_repeated_steps(taobao, tmp_path):
     out = str(tmp_path / "killed")
     proc = subprocess.Popen(_train_command(taobao, out), cwd=REPO, env=ENV,
@@ -119,6 +116,7 @@ def _free_port():
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_workers_train_identically_and_match_one_process(taobao, tmp_path):
     helper = os.path.join(REPO, "tests", "multiworker_helper.py")
     single = subprocess.run([sys.executable, helper, "default", taobao, str(tmp_path / "single"),
@@ -147,33 +145,30 @@ def test_two_workers_train_identically_and_match_one_process(taobao, tmp_path):
 
 
 def test_batch_norm_statistics_refresh_fits_the_current_weights(planted, tmp_path):
-    import keras
     import tensorflow as tf
 
     from dare_tf import training
-    from dare_tf.input_pipeline import make_dataset
-    from dare_tf.models import INPUT_KEYS
-    from dare_tf.spec import DatasetSpec
+    from dare_tf.data.pipeline import make_dataset
+    from dare_tf.data.spec import MODEL_INPUTS, DatasetSpec
 
     data_dir, _ = planted
+    spec = DatasetSpec.load(data_dir)
 
     def seed_run(name, **changes):
         config = TrainConfig(preset="twin", **dict(FAST, **changes))
-        return training._SeedRun(data_dir, str(tmp_path / name), config, 0, DatasetSpec.load(data_dir),
-                                 tf.distribute.get_strategy(), True)
+        strategy = tf.distribute.get_strategy()
+        return training._SeedRun(data_dir, str(tmp_path / name), config, 0, spec, strategy, True,
+                                 training.effective_model_config(config, spec, strategy), print)
 
     x, _ = next(iter(make_dataset(data_dir, "val", 512, shuffle=False)))
-    x = {k: x[k] for k in INPUT_KEYS}
+    x = {k: x[k] for k in MODEL_INPUTS}
     for name, changes, refreshes in (("on", {}, True), ("lazy_adam", dict(optimizer="lazy_adam"), True),
                                      ("reference", dict(reference_mode=True), False),
                                      ("off", dict(bn_statistics_batches=0), False)):
         run = seed_run(name, **changes)
-        for step, (batch, labels) in enumerate(run._epoch_dataset(0, 0)):  # some signal to calibrate
-            run.train_step({k: batch[k] for k in INPUT_KEYS}, labels)
-            if step == 40:
-                break
-        norms = [layer for layer in run.model._flatten_layers() if isinstance(layer, keras.layers.BatchNormalization)]
-        assert norms
+        run.model.fit(run.train_stream(0).take(40), verbose=0)  # some signal to calibrate
+        norms = list(run.model.batch_norm_layers().values())
+        assert len(norms) == 2
         for bn in norms:  # stale statistics, as after weights that moved fast
             bn.moving_mean.assign(bn.moving_mean + 1.0)
             bn.moving_variance.assign(bn.moving_variance * 4.0)
@@ -201,3 +196,118 @@ def test_batch_norm_statistics_refresh_fits_the_current_weights(planted, tmp_pat
         batch_p = run.model.forward(x, training=True)["probability"].numpy()
         stale_gap, fresh_gap = np.abs(stale_p - batch_p).mean(), np.abs(fresh_p - batch_p).mean()
         assert stale_gap > 0.05 and fresh_gap < stale_gap / 5, (stale_gap, fresh_gap)
+
+
+# -- issue 10: a run directory never mixes configurations ---------------------------------------
+
+TINY = dict(batch_size=256, eval_batch_size=1024, epochs=1, eval_every=5, max_steps=5, bn_statistics_batches=2,
+            model_overrides=dict(top_k=5), verbose=0, jit_compile=False)
+
+
+def test_rerun_with_other_flags_is_refused_naming_the_fields(taobao, tmp_path):
+    from dare_tf.training import RunConfigMismatchError
+
+    out = str(tmp_path / "run")
+    first = train(taobao, out, TrainConfig(preset="dare", **TINY))
+    again = train(taobao, out, TrainConfig(preset="dare", **TINY))  # identical: reused
+    assert again["test"] == first["test"]
+    before = open(os.path.join(out, "results.json")).read()
+    changed = dict(TINY, learning_rate=0.02, model_overrides=dict(top_k=5, embedding_dim=8))
+    with pytest.raises(RunConfigMismatchError) as err:
+        train(taobao, out, TrainConfig(preset="twin", **changed))
+    message = str(err.value)
+    for field in ("train_config.preset: 'dare' in the run, 'twin' now", "train_config.learning_rate",
+                  "model_config.embedding_dim: 16 in the run, 8 now", "model_config.coupling"):
+        assert field in message, message
+    assert open(os.path.join(out, "results.json")).read() == before  # untouched
+    (tmp_path / "run" / "my_notes.txt").write_text("keep")
+    result = train(taobao, out, TrainConfig(preset="twin", **changed), overwrite=True)
+    assert result["config"]["preset"] == "twin"
+    assert json.load(open(os.path.join(out, "run_config.json")))["model_config"]["embedding_dim"] == 8
+    assert (tmp_path / "run" / "my_notes.txt").read_text() == "keep"
+
+
+def test_another_dataset_in_the_same_run_dir_is_refused(taobao, planted, tmp_path):
+    from dare_tf.training import RunConfigMismatchError
+
+    out = str(tmp_path / "run")
+    train(taobao, out, TrainConfig(preset="dare", **TINY))
+    with pytest.raises(RunConfigMismatchError, match="dataset.fingerprint"):
+        train(planted[0], out, TrainConfig(preset="dare", **TINY))
+
+
+def test_results_report_metrics_by_history_length(planted, tmp_path):
+    from dare_tf import metrics
+    from dare_tf.training import format_results, history_length_buckets
+
+    assert [b[0] for b in history_length_buckets(200)] == ["1-9", "10-49", "50-199", "full"]
+    assert [b[0] for b in history_length_buckets(30)] == ["1-9", "10-29", "full"]
+    data_dir, _ = planted
+    results = train(data_dir, str(tmp_path / "run"), TrainConfig(preset="dare", **TINY))
+    buckets = results["test_by_history_length"]
+    spec = json.load(open(os.path.join(data_dir, "spec.json")))
+    assert sum(b["count"] for b in buckets.values()) == spec["counts"]["test"]
+    for entry in buckets.values():
+        assert set(entry) == {"count", "auc", "gauc", "category_auc", "logloss"}
+    table = format_results(results)
+    assert "| full |" in table and "| all |" in table
+    assert metrics.auc([0, 1], [0.2, 0.9]) == 1.0
+
+
+@pytest.mark.slow
+def test_trainer_command_line_errors_and_flag_file(taobao, tmp_path):
+    out = str(tmp_path / "cli")
+    base = [sys.executable, "-m", "trainers.train", f"--data_dir={taobao}", f"--output_dir={out}"]
+    cases = [(["--learning_rate=-1"], 2, "--learning_rate=-1.0: must be a finite number > 0"),
+             (["--top_k=500"], 1, "--top_k=500 is larger than the history length max_len=200"),
+             (["--coupling=nope"], 2, "--coupling=nope: value should be one of"),
+             ([f"--data_dir={tmp_path}/nowhere"], 1, "spec.json not found")]
+    for args, code, message in cases:
+        result = subprocess.run(base + args, cwd=REPO, env=ENV, capture_output=True, text=True)
+        assert result.returncode == code, (args, result.stderr[-2000:])
+        assert "Traceback" not in result.stderr and message in result.stderr.strip().splitlines()[-1], result.stderr
+    help_text = subprocess.run([sys.executable, "-m", "trainers.train", "--help"], cwd=REPO, env=ENV,
+                               capture_output=True, text=True).stdout
+    for flag in ("--learning_rate", "--attention_embedding_dim", "--coupling", "--top_k", "--l2", "--mlp_units",
+                 "--bn_statistics_batches", "--model", "--overwrite"):
+        assert flag in help_text, flag
+    done = subprocess.run(base + ["--flagfile=configs/smoke.flags", "--nojit_compile"], cwd=REPO, env=ENV,
+                          capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    flags_txt = open(os.path.join(out, "flags.txt")).read()
+    assert "--max_steps=3" in flags_txt and "--model=dare" in flags_txt
+
+
+def test_keras_compile_fit_evaluate_give_the_trainers_loss_on_the_same_batch(taobao, tmp_path):
+    """The README's Keras example and trainers.train compute one loss."""
+    import keras
+    import tensorflow as tf
+
+    import dare_tf
+    from dare_tf import training
+    from dare_tf.data.pipeline import make_dataset
+    from dare_tf.data.spec import MODEL_INPUTS, DatasetSpec
+
+    spec = DatasetSpec.load(taobao)
+    config = TrainConfig(preset="dare", **TINY)
+    strategy = tf.distribute.get_strategy()
+    run = training._SeedRun(taobao, str(tmp_path / "run"), config, 0, spec, strategy, True,
+                            training.effective_model_config(config, spec, strategy), print)
+    x, y = next(iter(make_dataset(taobao, "train", 256, shuffle=False)))
+    x = {k: x[k].numpy() for k in MODEL_INPUTS}
+    y = y.numpy()
+    # The README's way: build, compile, evaluate / fit on the same batch, same weights.
+    readme = dare_tf.build_model("dare", spec.num_items, spec.num_categories, max_len=spec.max_len, top_k=5,
+                                 seed=0)
+    readme.set_weights(run.model.get_weights())
+    readme.compile(optimizer=keras.optimizers.Adam(0.005))
+    expected = run.model.loss_terms(y, run.model.forward(x, training=False))["total"]
+    np.testing.assert_allclose(readme.evaluate(x, y, batch_size=256, verbose=0), float(expected), rtol=1e-5)
+    trainer_eval = run.model.evaluate(x, y, batch_size=256, verbose=0, return_dict=True)
+    np.testing.assert_allclose(trainer_eval["loss"], float(expected), rtol=1e-5)
+    # One training step of each (BatchNorm in training mode): the loss before the update agrees.
+    trainer_loss = run.model.train_on_batch(x, y, return_dict=True)["loss"]
+    readme_loss = readme.train_on_batch(x, y)
+    np.testing.assert_allclose(trainer_loss, readme_loss, rtol=1e-4)
+    assert np.isfinite(trainer_loss) and trainer_loss > 0.5  # two cross entropies near log 2 each

@@ -13,34 +13,45 @@ import dataclasses
 
 from absl import app, flags
 
-from dare_tf.experiments import reproduce
-from dare_tf.training import make_strategy
-from trainers import flags_common
+import dare_tf.cli
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("data_dirs", None, "Prepared datasets (columns of the table).")
 flags.DEFINE_list("models", ["dare", "twin", "twin_hard", "twin_proj", "twin_no_tr", "twin_4e", "din"],
                   "Presets (rows of the table).")
 flags.DEFINE_list("dims", ["16"], "Embedding dims.")
-flags.DEFINE_string("metric", "auc", "Test metric in the table: auc, gauc, category_auc or logloss.")
+flags.DEFINE_enum("metric", "auc", ["auc", "gauc", "category_auc", "logloss"], "Test metric in the table.")
 flags.DEFINE_string("output_dir", None, "Where runs and tables go.")
+dare_tf.cli.define_train_flags(with_model=False)
+flags.adopt_module_key_flags(dare_tf.cli)
 flags.mark_flags_as_required(["data_dirs", "output_dir"])
 
 
 def main(argv):
     del argv
-    strategy = make_strategy(FLAGS.strategy, FLAGS.cpu_devices)
+    from dare_tf.config import PRESETS
+    from dare_tf.experiments import reproduce
+    from dare_tf.training import make_strategy
+
+    unknown = sorted(set(FLAGS.models) - set(PRESETS))
+    if unknown:
+        raise app.UsageError(f"--models: unknown preset(s) {unknown}; known: {sorted(PRESETS)}")
+    try:
+        dims = [int(d) for d in FLAGS.dims]
+    except ValueError:
+        raise app.UsageError(f"--dims={','.join(FLAGS.dims)}: expected comma-separated integers") from None
+    base = dare_tf.cli.train_config_from_flags(preset=FLAGS.models[0])
+    strategy = make_strategy(base.strategy, FLAGS.cpu_devices)
 
     def config_for(model, dim):
-        config = flags_common.train_config(model)
-        return dataclasses.replace(config, model_overrides=dict(config.model_overrides, embedding_dim=int(dim)))
+        return dataclasses.replace(base, preset=model,
+                                   model_overrides=dict(base.model_overrides, embedding_dim=dim))
 
-    reproduce(FLAGS.data_dirs, FLAGS.models, [int(d) for d in FLAGS.dims], FLAGS.output_dir, config_for,
-              strategy, FLAGS.metric)
+    reproduce(FLAGS.data_dirs, FLAGS.models, dims, FLAGS.output_dir, config_for, strategy, FLAGS.metric)
 
 
 def run():
-    app.run(main)
+    dare_tf.cli.run(main)
 
 
 if __name__ == "__main__":

@@ -1,36 +1,44 @@
-"""Trains one preset on a prepared dataset; writes OUT/results.json.
+"""Trains one model preset on a prepared dataset; writes OUT/results.json.
 
 Usage:
   python -m trainers.train --model=dare --data_dir=data/prepared/taobao --output_dir=runs/dare
-  python -m trainers.train --flagfile=configs/dare_taobao.flags
+  python -m trainers.train --flagfile=configs/dare_taobao.flags --data_dir=data/prepared/taobao --output_dir=runs/dare_taobao
 
-Started again with the same command, a killed run resumes from its last checkpoint.
+Vocabulary sizes and the history length come from the dataset's spec.json.
+Started again with the same flags, a killed run resumes from its last
+checkpoint; other flags on a finished or started run are refused (--overwrite
+discards that run). The effective flags are written to OUT/flags.txt.
 """
 
 import json
 
-from absl import app, flags
+from absl import flags
 
-import dare_tf
-from dare_tf.training import make_strategy, train
-from trainers import flags_common
+import dare_tf.cli
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("model", "dare", sorted(dare_tf.PRESETS), "Model preset.")
 flags.DEFINE_string("data_dir", None, "Prepared dataset (python -m data.prepare).")
 flags.DEFINE_string("output_dir", None, "Run directory (checkpoints, history, results.json).")
+flags.DEFINE_bool("overwrite", False, "Discard a run of another configuration in --output_dir.")
+dare_tf.cli.define_train_flags()
+flags.adopt_module_key_flags(dare_tf.cli)
 flags.mark_flags_as_required(["data_dir", "output_dir"])
 
 
 def main(argv):
     del argv
-    strategy = make_strategy(FLAGS.strategy, FLAGS.cpu_devices)
-    results = train(FLAGS.data_dir, FLAGS.output_dir, flags_common.train_config(FLAGS.model), strategy)
+    from dare_tf import training
+
+    config = dare_tf.cli.train_config_from_flags()
+    strategy = training.make_strategy(config.strategy, FLAGS.cpu_devices)
+    results = training.train(FLAGS.data_dir, FLAGS.output_dir, config, strategy, overwrite=FLAGS.overwrite,
+                             flags_text=FLAGS.flags_into_string())
+    print(training.format_results(results))
     print(json.dumps({"test": results["test"], "test_std": results["test_std"]}, indent=2))
 
 
 def run():
-    app.run(main)
+    dare_tf.cli.run(main)
 
 
 if __name__ == "__main__":

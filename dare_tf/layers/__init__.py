@@ -1,7 +1,7 @@
 """Keras 3 layers of the DARE model family; each is Keras-serializable."""
 
 from dare_tf.layers.din_attention import DINAttention
-from dare_tf.layers.embedding import BehaviorEmbedding, gather_rows
+from dare_tf.layers.embedding import BehaviorEmbedding
 from dare_tf.layers.head import PredictionHead, TorchDefaultBias
 from dare_tf.layers.pooling import TargetAttentionPooling, masked_softmax
 from dare_tf.layers.search import TopKBehaviorSearch, scaled_dot_scores
@@ -13,7 +13,6 @@ __all__ = [
     "TargetAttentionPooling",
     "TopKBehaviorSearch",
     "TorchDefaultBias",
-    "gather_rows",
     "masked_softmax",
     "scaled_dot_scores",
 ]

@@ -10,31 +10,20 @@ _FIELDS = ("item", "category", "position")
 _ROLES = ("target_attention", "history_attention", "target_representation", "history_representation")
 
 
-def gather_rows(table, rows, dtype=None, sparse_read=True):
-    """Rows `rows` of an embedding table (a `keras.Variable`, a backend variable or a
-    tensor), cast to `dtype`.
+def _take_rows(table, rows, dtype=None):
+    """Rows `rows` of an embedding table, cast to `dtype`; the table's gradient is
+    sparse (the batch's rows only).
 
-    TensorFlow keeps a variable in one of two modes, and mixing them costs a
-    copy of the whole table per access. `sparse_read=True` reads only the
-    rows, straight from the resource (`ResourceGather`): right for a table
-    that an optimizer updates row by row (LazyAdam), because after one sparse
-    update every dense read of the variable copies it (a 4M-row table: ~25 ms).
-    `sparse_read=False` is `ops.take` on a dense read: right for a table that
-    is updated densely (Adam); with row-wise reads of its 4M-row tables, the
-    dense Adam step fell from ~1,600 to ~1,300 samples/s (every dense update
-    then copies the table first). Either way the gradient is a sparse
-    `tf.IndexedSlices` of the batch's rows.
-
-    Example:
-    >>> table = keras.Variable([[0.0, 0.0], [1.0, 2.0], [3.0, 4.0]])
-    >>> ops.convert_to_numpy(gather_rows(table, ops.array([[2, 1]]))).tolist()
-    [[[3.0, 4.0], [1.0, 2.0]]]
+    On TensorFlow the rows are read straight from the variable
+    (`ResourceGather`), outside any XLA cluster (see `DareModel`): an
+    optimizer that updates rows in place (`dare_tf.optimizers.LazyAdam`) puts
+    the variable in TensorFlow's copy-on-read mode, in which every dense read
+    copies the whole table (~25 ms for a 4M x 16 table). Other backends use
+    `ops.take`.
     """
-    if sparse_read and keras.backend.backend() == "tensorflow":
+    if keras.backend.backend() == "tensorflow":
         import tensorflow as tf
 
-        # On a tf.Variable (what a keras.Variable wraps; Keras hands optimizers either):
-        # ResourceGather.
         values = tf.gather(table.value if isinstance(table, keras.Variable) else table, rows)
     else:
         values = ops.take(table, rows, axis=0)
@@ -186,13 +175,10 @@ class BehaviorEmbedding(keras.layers.Layer):
         """Maps each role to the name of the table set that serves it."""
         return dict(self._table_of_role)
 
-    def lookup(self, target_item, target_category, history_items, history_categories,
-               sparse_reads: bool = False) -> dict:
+    def lookup(self, target_item, target_category, history_items, history_categories) -> dict:
         """Table rows of every (table set, side, field): `"{set}/{side}/{field}"` ->
         `[B, d]` or `[B, L, d]`. Each table is gathered once per side, so its
-        gradient stays a sparse `tf.IndexedSlices` (rows of the batch only).
-        `sparse_reads`: read the rows from the variables directly, for tables
-        updated row by row (see `gather_rows`)."""
+        gradient stays sparse (rows of the batch only)."""
         history_items = ops.convert_to_tensor(history_items)
         length = history_items.shape[1]
         if self.use_position and length is not None and length >= self.num_positions:
@@ -215,8 +201,8 @@ class BehaviorEmbedding(keras.layers.Layer):
             for field in self._fields():
                 key = f"{table_set}/{side}/{field}"
                 if key not in gathered:
-                    gathered[key] = gather_rows(self.tables[table_set][field], ids[side][field],
-                                                self.compute_dtype, sparse_read=sparse_reads)
+                    gathered[key] = _take_rows(self.tables[table_set][field], ids[side][field],
+                                               self.compute_dtype)
         return gathered
 
     def combine(self, gathered: dict) -> dict:

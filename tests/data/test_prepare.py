@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from dare_tf.input_pipeline import make_dataset
-from dare_tf.spec import DatasetSpec, read_id_map
-from data.logs import BadLineError
-from data.protocol import Protocol, prepare
+from dare_tf.data.pipeline import make_dataset
+from dare_tf.data.spec import DatasetSpec, read_id_map
+from dare_tf.data.logs import BadLineError
+from dare_tf.data.protocol import Protocol, prepare
 
 from tests.conftest import REPO, SHARED_DATA
 
@@ -203,7 +203,7 @@ def test_missing_empty_and_no_qualifying_users(tmp_path):
         prepare("taobao", write(tmp_path, "empty.csv", ""), str(tmp_path / "o"))
     with pytest.raises(ValueError, match="no user has >= 210 clicks \\(the longest history has 30\\)"):
         prepare("taobao", write(tmp_path, "short.csv", GOOD), str(tmp_path / "o"))
-    with pytest.raises(ValueError, match="--min_clicks=5: must be >= 94"):
+    with pytest.raises(ValueError, match="min_clicks=5: must be >= 94"):
         prepare("taobao", write(tmp_path, "short.csv", GOOD), str(tmp_path / "o"), Protocol(min_clicks=5))
     assert not os.path.exists(tmp_path / "o")
 
@@ -217,7 +217,7 @@ def test_rewrite_replaces_old_shards_and_failure_keeps_old(tmp_path, monkeypatch
     assert sorted(os.listdir(out)) == sorted(
         ["spec.json", "item_ids.txt", "category_ids.txt", "user_ids.txt",
          "train-00000.tfrecord", "val-00000.tfrecord", "test-00000.tfrecord"])
-    import data.protocol as protocol
+    import dare_tf.data.protocol as protocol
 
     def boom(*args, **kwargs):
         raise RuntimeError("killed midway")
@@ -236,3 +236,98 @@ def test_command_line(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "86 users" in result.stdout
     assert DatasetSpec.load(out).protocol["seed"] == 4
+
+
+# -- issue 10: never delete what preparation did not write -----------------------------------
+
+def _small(tmp_path):
+    return write(tmp_path, "log.csv", GOOD), Protocol(min_clicks=20, train_targets=2)
+
+
+def test_refuses_a_directory_with_other_files_and_keeps_them(tmp_path):
+    from dare_tf.data.protocol import OutputDirError
+
+    path, protocol = _small(tmp_path)
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    with pytest.raises(OutputDirError, match=r"mine is not empty and is not a dataset prepared by dare_tf.*'notes.txt'"):
+        prepare("taobao", path, str(out), protocol)
+    assert (out / "notes.txt").read_text() == "keep me"
+    assert sorted(os.listdir(tmp_path)) == ["log.csv", "mine"]
+
+
+def test_refuses_the_input_logs_own_folder_and_a_file(tmp_path):
+    from dare_tf.data.protocol import OutputDirError
+
+    path, protocol = _small(tmp_path)
+    with pytest.raises(OutputDirError, match="contains the input log"):
+        prepare("taobao", path, str(tmp_path), protocol)
+    assert os.path.exists(path)
+    target = tmp_path / "afile"
+    target.write_text("x")
+    with pytest.raises(OutputDirError, match="afile exists and is not a directory"):
+        prepare("taobao", path, str(target), protocol)
+    assert target.read_text() == "x"
+    assert sorted(os.listdir(tmp_path)) == ["afile", "log.csv"]  # no NAME.old-* left behind
+
+
+def test_replaces_its_own_dataset_but_not_one_with_extra_files(tmp_path):
+    from dare_tf.data.protocol import OutputDirError
+
+    path, protocol = _small(tmp_path)
+    out = tmp_path / "out"
+    prepare("taobao", path, str(out), protocol)
+    prepare("taobao", path, str(out), protocol)  # its own: replaced
+    (out / "analysis.ipynb").write_text("{}")
+    with pytest.raises(OutputDirError, match="also holds files preparation did not write: 'analysis.ipynb'"):
+        prepare("taobao", path, str(out), protocol)
+    assert (out / "analysis.ipynb").exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    prepare("taobao", path, str(empty), protocol)  # empty: fine
+    assert DatasetSpec.load(str(empty)).counts
+
+
+def test_stale_staging_of_a_dead_process_is_removed_live_ones_kept(tmp_path):
+    path, protocol = _small(tmp_path)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    stale = tmp_path / f".out.tmp-{dead}-0123abcd"
+    stale.mkdir()
+    (stale / "train-00000.tfrecord").write_bytes(b"x" * 100)
+    live = tmp_path / f".out.tmp-{os.getppid()}-89abcdef"
+    live.mkdir()
+    other = tmp_path / f".other.tmp-{dead}-0123abcd"
+    other.mkdir()
+    prepare("taobao", path, str(tmp_path / "out"), protocol)
+    assert not stale.exists()
+    assert live.exists() and other.exists()
+
+
+def test_blank_lines_at_the_end_are_accepted(tmp_path):
+    path = write(tmp_path, "log.csv", GOOD + "\n\n  \n")
+    spec = prepare("taobao", path, str(tmp_path / "out"), Protocol(min_clicks=20, train_targets=2))
+    reference = prepare("taobao", write(tmp_path, "clean.csv", GOOD), str(tmp_path / "clean"),
+                        Protocol(min_clicks=20, train_targets=2))
+    assert spec.counts == reference.counts and spec.source["rows"] == reference.source["rows"]
+    with pytest.raises(BadLineError, match=r"log2.csv:2: expected 5 comma-separated fields, got 1"):
+        prepare("taobao", write(tmp_path, "log2.csv", GOOD.splitlines()[0] + "\n\n" + GOOD),
+                str(tmp_path / "out2"))
+
+
+@pytest.mark.slow
+def test_command_line_errors_are_one_line(tmp_path):
+    cases = [
+        (["--dataset=taobao", f"--input={tmp_path}/nope.csv", f"--output_dir={tmp_path}/o"], 1, "input log not found"),
+        (["--dataset=taobao", f"--input={TAOBAO}", f"--output_dir={tmp_path}/o", "--min_clicks=3"], 2,
+         "--min_clicks=3: must be >="),
+        (["--dataset=taobao", f"--input={TAOBAO}", f"--output_dir={os.path.dirname(TAOBAO)}"], 1,
+         "contains the input log"),
+    ]
+    for args, code, message in cases:
+        result = subprocess.run([sys.executable, "-m", "data.prepare", *args], cwd=REPO, capture_output=True,
+                                text=True)
+        assert result.returncode == code, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert "Traceback" not in result.stderr and lines[-1].startswith("error: ") and message in lines[-1], lines

@@ -3,6 +3,8 @@ import tensorflow as tf
 
 from dare_tf.layers import TargetAttentionPooling
 
+from tests.helpers import tensorflow_only
+
 
 def numpy_pool(target, values, scores, mask, positions, target_aware):
     out, weights = [], []
@@ -36,6 +38,7 @@ def test_pooling_matches_numpy_with_gather_and_padding(rng):
     assert np.all(np.asarray(out)[0] == 0)
 
 
+@tensorflow_only
 def test_pooling_without_positions_and_finite_gradients(rng):
     target = tf.constant(rng.normal(size=(2, 3)), tf.float32)
     values = tf.Variable(rng.normal(size=(2, 4, 3)), dtype=tf.float32)

@@ -11,11 +11,11 @@ import pytest
 import tensorflow as tf
 
 from dare_tf import build_model
-from dare_tf import export as export_lib
-from dare_tf.spec import DatasetSpec, read_id_map
-from data.protocol import Protocol, prepare
-from serving.client import ServingClient, make_example, pad_histories, rest_predict
-from serving.testing.server import serve
+from dare_tf.serving import export as export_lib
+from dare_tf.data.spec import DatasetSpec, read_id_map
+from dare_tf.data.protocol import Protocol, prepare
+from dare_tf.serving.client import ServingClient, make_example, pad_histories, rest_predict
+from dare_tf.serving.standin_server import serve
 
 from tests.conftest import SHARED_DATA
 
@@ -194,3 +194,77 @@ def test_failed_export_leaves_no_partial_version(setup, monkeypatch):
     with pytest.raises(FileExistsError, match="immutable"):
         export_lib.export_saved_model(setup["model"], setup["data_dir"], base, "dare", version=2)
     shutil.rmtree(base)
+
+
+# -- issue 10: clear serving messages and no shared ports ------------------------------------
+
+def test_wrong_rank_requests_name_the_input_and_shape(setup):
+    client = ServingClient(f"localhost:{setup['port']}", "dare", retries=0)
+    good = {"target_item": np.array([1, 2], np.int64), "target_category": np.array([1, 2], np.int64),
+            "hist_items": np.array([[0, 5], [7, 3]], np.int64), "hist_categories": np.array([[0, 5], [7, 1]], np.int64)}
+    cases = [
+        (dict(good, hist_items=np.array([5, 7], np.int64)), r"input hist_items must have shape \[batch, history_length\]"),
+        (dict(good, target_item=np.array([[1], [2]], np.int64)), r"input target_item must have shape \[batch\]"),
+        (dict(good, hist_categories=np.zeros((2, 2, 1), np.int64)), r"input hist_categories must have shape"),
+    ]
+    for inputs, message in cases:
+        with pytest.raises(grpc.RpcError) as err:
+            client.predict_tensors(inputs)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert __import__("re").search(message, err.value.details()), err.value.details()
+    assert client.predict_tensors(good)["probability"].shape == (2,)
+
+
+def test_classify_and_regress_with_zero_examples_give_empty_results(setup):
+    client = ServingClient(f"localhost:{setup['port']}", "dare", retries=0)
+    assert client.classify([]).shape == (0,)
+    assert client.regress([]).shape == (0,)
+
+
+def test_non_integer_and_out_of_range_ids_are_refused(setup):
+    import json
+    import urllib.request
+
+    client = ServingClient(f"localhost:{setup['port']}", "dare", retries=0)
+    with pytest.raises(ValueError, match=r"target_item: ids must be integers, got 1.5"):
+        client.predict([1.5], [1], [[3]], [[1]])
+    with pytest.raises(ValueError, match=r"hist_items\[0\]: ids must be integers"):
+        client.predict([1], [1], [[3, 2.5]], [[1, 1]])
+    with pytest.raises(ValueError, match="ids must be integers"):
+        make_example(1, 2, [True], [1])
+
+    def rest(inputs):
+        body = json.dumps({"inputs": inputs}).encode()
+        request = urllib.request.Request(f"{setup['rest']}/v1/models/dare:predict", data=body)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    good = {"target_item": [1], "target_category": [1], "hist_items": [[3]], "hist_categories": [[1]]}
+    assert rest(good)[0] == 200
+    code, body = rest(dict(good, target_item=[1.5]))
+    assert code == 400 and "1.5 is not an integer id" in body["error"]
+    code, body = rest(dict(good, hist_items=[[2 ** 70]]))
+    assert code == 400 and "outside the int64 range" in body["error"]
+    assert rest(good)[0] == 200  # the handler lives on
+
+
+def test_server_refuses_ports_in_use(setup):
+    with pytest.raises(OSError, match="address in use"):
+        serve(os.path.dirname(setup["path"]), "dare", setup["port"])
+    rest_port = int(setup["rest"].rsplit(":", 1)[1])
+    with pytest.raises(OSError, match="REST port .*address in use"):
+        serve(os.path.dirname(setup["path"]), "dare", 0, rest_port=rest_port)
+
+
+def test_stale_export_staging_of_a_dead_process_is_removed(setup, tmp_path):
+    base = tmp_path / "exports"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    stale = base / "dare" / f".version.tmp-{dead}-0123abcd"
+    stale.mkdir(parents=True)
+    (stale / "saved_model.pb").write_bytes(b"x")
+    export_lib.export_saved_model(setup["model"], setup["data_dir"], str(base), "dare")
+    assert sorted(os.listdir(base / "dare")) == ["1"]

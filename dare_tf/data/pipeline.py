@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from dare_tf.spec import SCALAR_FEATURES, SEQUENCE_FEATURES, DatasetSpec
+from dare_tf.data.spec import LABEL, SCALAR_FEATURES, SEQUENCE_FEATURES, DatasetSpec
 
 DEFAULT_SHUFFLE_BUFFER = 100_000
 
@@ -22,7 +22,7 @@ def parse_batch(serialized: tf.Tensor, max_len: int) -> tuple[dict[str, tf.Tenso
     `hist_items`, `hist_categories` `[B, max_len]`; the label is float32 `[B]`.
     """
     parsed = tf.io.parse_example(serialized, feature_spec(max_len))
-    label = tf.cast(parsed.pop("label"), tf.float32)
+    label = tf.cast(parsed.pop(LABEL), tf.float32)
     return {k: tf.cast(v, tf.int32) for k, v in parsed.items()}, label
 
 

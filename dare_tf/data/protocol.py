@@ -13,25 +13,43 @@ complete or not at all.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import time
-import uuid
 
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from dare_tf.example_codec import encode_int64_examples
-from dare_tf.spec import ID_MAP_FILES, SPEC_FILE, SPLITS, DatasetSpec
-from data.logs import FORMATS, Clicks, read_clicks
+from dare_tf._files import clean_stale, describe_entries, replace_directory, staging_dir
+from dare_tf.data.codec import encode_int64_examples
+from dare_tf.data.logs import FORMATS, Clicks, read_clicks
+from dare_tf.data.spec import (FORMAT, HIST_CATEGORIES, HIST_ITEMS, ID_MAP_FILES, LABEL, SPEC_FILE, SPLITS,
+                               TARGET_CATEGORY, TARGET_ITEM, USER, DatasetSpec)
 
 USERS_PER_CHUNK = 256
 MAX_NEGATIVE_ROUNDS = 1000
 
 
+class OutputDirError(ValueError):
+    """The output directory cannot be (re)written without losing data that is not ours."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Protocol:
+    """The sample-construction parameters (reference.md, "Data protocol").
+
+    Attributes:
+        seed: seed of the negative sampling.
+        min_clicks: users with fewer clicks are dropped.
+        max_len: history length L of every example.
+        train_targets: train targets per user: x_{T-2-stride*j}, j < train_targets.
+        stride: clicks between consecutive train targets.
+        negatives: negatives per positive.
+        examples_per_shard: examples per TFRecord shard.
+    """
+
     seed: int = 0
     min_clicks: int = 210
     max_len: int = 200
@@ -39,6 +57,9 @@ class Protocol:
     stride: int = 5
     negatives: int = 2
     examples_per_shard: int = 50_000
+
+    def __post_init__(self):
+        self.validate()
 
     def validate(self) -> None:
         # The earliest train target x_{T-2-stride*(n-1)} (1-based) must have a click before it.
@@ -54,7 +75,7 @@ class Protocol:
         ]
         for ok, name, message in checks:
             if not ok:
-                raise ValueError(f"--{name}={getattr(self, name)}: {message}")
+                raise ValueError(f"{name}={getattr(self, name)}: {message}")
 
 
 def dense_ids(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -155,8 +176,9 @@ class _ShardWriter:
         self._pending, self._pending_count = ([rest] if len(rest) else []), len(rest)
         name = f"{self.split}-{len(self.names):05d}.tfrecord"
         path = os.path.join(self.directory, name)
-        tf.data.experimental.TFRecordWriter(path).write(
-            tf.data.Dataset.from_tensor_slices(tf.constant(shard, tf.string)))
+        with tf.io.TFRecordWriter(path) as writer:
+            for record in shard:
+                writer.write(record)
         self.names.append(name)
 
     def close(self) -> None:
@@ -220,13 +242,13 @@ def build_examples(clicks: Clicks, protocol: Protocol, directory: str) -> dict:
             # Each target gives [positive, negative_1, ..., negative_n], in that order.
             target_items = np.concatenate([seq_items[targets][:, None], neg], 1).reshape(-1)
             records = encode_int64_examples({
-                "uid": np.repeat(owner, group),
-                "target_item": target_items,
-                "target_category": np.where(
+                USER: np.repeat(owner, group),
+                TARGET_ITEM: target_items,
+                TARGET_CATEGORY: np.where(
                     np.arange(len(target_items)) % group == 0,
                     seq_categories[np.repeat(targets, group)], item_category[target_items]),
-                "label": np.tile(np.eye(1, group, dtype=np.int64)[0], len(targets)),
-            }, shared={"hist_items": hist_i, "hist_categories": hist_c}, group=group)
+                LABEL: np.tile(np.eye(1, group, dtype=np.int64)[0], len(targets)),
+            }, shared={HIST_ITEMS: hist_i, HIST_CATEGORIES: hist_c}, group=group)
             writers[split].write(records)
         logging.info("users %d/%d", min(lo + USERS_PER_CHUNK, len(qualifying)), len(qualifying))
     for w in writers.values():
@@ -239,24 +261,70 @@ def build_examples(clicks: Clicks, protocol: Protocol, directory: str) -> dict:
                 shards={s: w.names for s, w in writers.items()})
 
 
-def replace_directory(staging: str, target: str) -> None:
-    """Moves a finished `staging` directory to `target`, replacing any old one
-    by renames, so `target` never holds a mix of old and new files."""
-    old = None
-    if os.path.exists(target):
-        old = f"{target}.old-{uuid.uuid4().hex[:8]}"
-        os.rename(target, old)
-    os.rename(staging, target)
-    if old:
-        shutil.rmtree(old, ignore_errors=True)
+def _own_files(directory: str) -> set[str] | None:
+    """The entries a dataset that preparation wrote consists of, or None when
+    `directory` holds no spec.json of ours."""
+    try:
+        with open(os.path.join(directory, SPEC_FILE)) as f:
+            raw = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(raw, dict):
+        return None
+    legacy = raw.get("format") is None and {"dataset", "shards", "protocol", "source"} <= set(raw)
+    if not isinstance(raw, dict) or not (raw.get("format") == FORMAT or legacy):
+        return None
+    names = {SPEC_FILE, *ID_MAP_FILES.values()}
+    for shard_names in raw.get("shards", {}).values():
+        names.update(shard_names)
+    return names
+
+
+def check_output_dir(output_dir: str, input_path: str) -> None:
+    """Raises `OutputDirError` unless `output_dir` may be replaced: it must be
+    absent, an empty directory, or a dataset preparation wrote with nothing else
+    in it, and must not contain the input log."""
+    output_dir = os.path.realpath(output_dir)
+    source = os.path.realpath(input_path)
+    if os.path.commonpath([output_dir, source]) == output_dir:
+        raise OutputDirError(f"--output_dir={output_dir} contains the input log {source}; "
+                             "choose a directory of its own for the prepared dataset")
+    if not os.path.lexists(output_dir):
+        return
+    if not os.path.isdir(output_dir):
+        raise OutputDirError(f"--output_dir={output_dir} exists and is not a directory; "
+                             "remove it or choose another path")
+    entries = set(os.listdir(output_dir))
+    if not entries:
+        return
+    own = _own_files(output_dir)
+    if own is None:
+        raise OutputDirError(
+            f"--output_dir={output_dir} is not empty and is not a dataset prepared by dare_tf "
+            f"(no {SPEC_FILE} of format {FORMAT!r}); it holds {describe_entries(output_dir)}. "
+            "Refusing to replace it: choose an empty or new directory")
+    foreign = sorted(entries - own)
+    if foreign:
+        raise OutputDirError(
+            f"--output_dir={output_dir} is a prepared dataset but also holds files preparation did "
+            f"not write: {', '.join(repr(e) for e in foreign[:5])}"
+            f"{f' and {len(foreign) - 5} more' if len(foreign) > 5 else ''}. "
+            "Refusing to replace it: move them away or choose another directory")
 
 
 def prepare(dataset: str, input_path: str, output_dir: str, protocol: Protocol = Protocol(),
             skip_bad_lines: bool = False) -> DatasetSpec:
-    """Raw log -> TFRecord shards, id maps and spec.json in `output_dir`."""
+    """Raw log -> TFRecord shards, id maps and spec.json in `output_dir`.
+
+    `output_dir` is replaced only when it is absent, empty, or a dataset that
+    preparation wrote (see `check_output_dir`); the new one is built in a
+    staging directory beside it and renamed into place. Staging directories
+    that a killed run of this function left beside it are removed first.
+    """
     if dataset not in FORMATS:
-        raise ValueError(f"--dataset={dataset!r}: expected one of {sorted(FORMATS)}")
+        raise ValueError(f"dataset={dataset!r}: expected one of {sorted(FORMATS)}")
     protocol.validate()
+    check_output_dir(output_dir, input_path)
     fmt = FORMATS[dataset]
     start = time.perf_counter()
     clicks = read_clicks(input_path, fmt, skip_bad_lines=skip_bad_lines)
@@ -271,17 +339,19 @@ def prepare(dataset: str, input_path: str, output_dir: str, protocol: Protocol =
     output_dir = os.path.abspath(output_dir)
     parent = os.path.dirname(output_dir)
     os.makedirs(parent, exist_ok=True)
-    staging = os.path.join(parent, f".{os.path.basename(output_dir)}.tmp-{uuid.uuid4().hex[:8]}")
-    os.makedirs(staging)
+    for path in clean_stale(parent, os.path.basename(output_dir)):
+        logging.info("removed %s, left by a killed run", path)
+    staging = staging_dir(parent, os.path.basename(output_dir))
     try:
         fields = build_examples(clicks, protocol, staging)
         spec = DatasetSpec(
-            dataset=dataset, max_len=protocol.max_len, protocol=dataclasses.asdict(protocol),
+            dataset=dataset, format=FORMAT, max_len=protocol.max_len, protocol=dataclasses.asdict(protocol),
             source=dict(path=os.path.abspath(input_path), sha256=clicks.sha256, rows=clicks.rows,
                         clicks=n_clicks, bad_lines=clicks.bad_lines),
             **fields)
         with open(os.path.join(staging, SPEC_FILE), "w") as f:
             f.write(spec.to_json())
+        check_output_dir(output_dir, input_path)  # nothing of the user's appeared meanwhile
         replace_directory(staging, output_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

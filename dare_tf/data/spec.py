@@ -1,7 +1,13 @@
-"""The prepared dataset's own description: `DIR/spec.json` and its id-map files.
+"""The schema of every example, and the prepared dataset's own description
+(`DIR/spec.json` and its id-map files).
 
-`data.prepare` writes it; the input pipeline, the trainers and the serving
-export read vocabulary sizes, sequence length and shard lists only from here.
+The feature names, dtypes and shapes below are the only definition of the
+schema: the example writer (`dare_tf.data.protocol`), the reader
+(`dare_tf.data.pipeline`), the model's inputs (`DareModel`), the serving
+signatures (`dare_tf.serving.export`) and the client all use them.
+Preparation writes `spec.json`; the input pipeline, the trainers and the
+serving export read vocabulary sizes, sequence length and shard lists only
+from there. Pure Python: importing it needs no TensorFlow.
 """
 
 from __future__ import annotations
@@ -15,8 +21,20 @@ SPEC_FILE = "spec.json"
 SPLITS = ("train", "val", "test")
 # Raw id of dense id k (k >= 1) is line k of each file (1-based), as text.
 ID_MAP_FILES = {"item": "item_ids.txt", "category": "category_ids.txt", "user": "user_ids.txt"}
-SCALAR_FEATURES = ("uid", "target_item", "target_category", "label")
-SEQUENCE_FEATURES = ("hist_items", "hist_categories")
+# One stored example: int64 scalars and int64 [max_len] sequences (dense ids, 0 =
+# padding, oldest first); the model reads them as int32.
+USER = "uid"
+TARGET_ITEM = "target_item"
+TARGET_CATEGORY = "target_category"
+HIST_ITEMS = "hist_items"
+HIST_CATEGORIES = "hist_categories"
+LABEL = "label"
+SCALAR_FEATURES = (USER, TARGET_ITEM, TARGET_CATEGORY, LABEL)
+SEQUENCE_FEATURES = (HIST_ITEMS, HIST_CATEGORIES)
+# What a model (and a serving request) takes, in this order.
+MODEL_INPUTS = (TARGET_ITEM, TARGET_CATEGORY, HIST_ITEMS, HIST_CATEGORIES)
+# The marker that a directory is a dataset written by dare_tf's preparation.
+FORMAT = "dare_tf.prepared/1"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,6 +43,7 @@ class DatasetSpec:
 
     Attributes:
         dataset: `taobao`, `tmall` (or the name of a synthetic log's format).
+        format: `FORMAT`, the mark of a directory that preparation wrote.
         num_items, num_categories: vocabulary sizes: padding row 0, dense
             ids 1..num_x - 2 in order of first appearance, and the
             out-of-vocabulary row num_x - 1 (serving maps unknown ids there).
@@ -38,6 +57,7 @@ class DatasetSpec:
     """
 
     dataset: str
+    format: str
     num_items: int
     num_categories: int
     num_users: int
@@ -50,6 +70,16 @@ class DatasetSpec:
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+    def fingerprint(self) -> str:
+        """A digest of everything that defines the examples (source log, protocol,
+        vocabularies, counts): two directories with the same fingerprint hold the same
+        dataset wherever they lie."""
+        import hashlib
+
+        fields = dataclasses.asdict(self)
+        fields["source"] = {k: v for k, v in fields["source"].items() if k != "path"}
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
     @property
     def oov_item(self) -> int:
@@ -77,6 +107,9 @@ class DatasetSpec:
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}: not valid JSON ({e})") from e
         fields = {f.name: f.type for f in dataclasses.fields(cls)}
+        if raw.get("format") != FORMAT:
+            raise ValueError(f"{path}: format {raw.get('format')!r} is not {FORMAT!r}; prepare the dataset "
+                             "again with this version (python -m data.prepare ...)")
         missing = [name for name in fields if name not in raw]
         if missing:
             raise ValueError(f"{path}: missing field(s) {missing}")

@@ -27,19 +27,21 @@ import json
 import os
 import re
 import shutil
-import uuid
 
 import keras
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
+from dare_tf._files import clean_stale, staging_dir
+from dare_tf.data.spec import (HIST_CATEGORIES, HIST_ITEMS, ID_MAP_FILES, MODEL_INPUTS, TARGET_CATEGORY,
+                               TARGET_ITEM, DatasetSpec, read_id_map)
 from dare_tf.models import DareModel
-from dare_tf.spec import ID_MAP_FILES, DatasetSpec, read_id_map
 
-SERVING_INPUTS = ("target_item", "target_category", "hist_items", "hist_categories")
 CLASSIFY_METHOD = "tensorflow/serving/classify"
 REGRESS_METHOD = "tensorflow/serving/regress"
-PREDICT_METHOD = "tensorflow/serving/predict"
+# Rank of each serving input: targets [B], histories [B, T].
+INPUT_RANKS = {TARGET_ITEM: 1, TARGET_CATEGORY: 1, HIST_ITEMS: 2, HIST_CATEGORIES: 2}
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 
 
@@ -74,13 +76,23 @@ class _ServingGraph:
         self.items = _IdTable(os.path.join(data_dir, ID_MAP_FILES["item"]), spec.oov_item)
         self.categories = _IdTable(os.path.join(data_dir, ID_MAP_FILES["category"]), spec.oov_category)
         try:
-            self.raw_examples = {"target_item": int(read_id_map(data_dir, "item")[0]),
-                                 "target_category": int(read_id_map(data_dir, "category")[0])}
+            self.raw_examples = {TARGET_ITEM: int(read_id_map(data_dir, "item")[0]),
+                                 TARGET_CATEGORY: int(read_id_map(data_dir, "category")[0])}
         except ValueError as e:
             raise ValueError(f"{data_dir}: id maps hold non-integer raw ids ({e}); serving takes int64 ids") from e
 
     def model_inputs(self, target_item, target_category, hist_items, hist_categories):
         """Raw ids -> the model's dense inputs; also the left padding and the request's T."""
+        raw = dict(zip(MODEL_INPUTS, (target_item, target_category, hist_items, hist_categories)))
+        rank_checks = [
+            tf.debugging.assert_rank(raw[name], rank, message=(
+                f"input {name} must have shape {'[batch]' if rank == 1 else '[batch, history_length]'}"))
+            for name, rank in INPUT_RANKS.items()]
+        with tf.control_dependencies(rank_checks):  # before any op that relies on the ranks
+            target_item = tf.reshape(raw[TARGET_ITEM], [-1])
+            target_category = tf.reshape(raw[TARGET_CATEGORY], [-1])
+            hist_items = tf.identity(raw[HIST_ITEMS])
+            hist_categories = tf.identity(raw[HIST_CATEGORIES])
         batch = tf.shape(target_item)[0]
         checks = [
             tf.debugging.assert_equal(tf.shape(target_category)[0], batch,
@@ -100,10 +112,10 @@ class _ServingGraph:
         dense_cats = tf.where(real, self.categories.lookup(hist_categories), 0)
         paddings = [[0, 0], [pad, 0]]
         inputs = {
-            "target_item": self.items.lookup(target_item),
-            "target_category": self.categories.lookup(target_category),
-            "hist_items": tf.reshape(tf.pad(dense_items, paddings), [-1, self.max_len]),
-            "hist_categories": tf.reshape(tf.pad(dense_cats, paddings), [-1, self.max_len]),
+            TARGET_ITEM: self.items.lookup(target_item),
+            TARGET_CATEGORY: self.categories.lookup(target_category),
+            HIST_ITEMS: tf.reshape(tf.pad(dense_items, paddings), [-1, self.max_len]),
+            HIST_CATEGORIES: tf.reshape(tf.pad(dense_cats, paddings), [-1, self.max_len]),
         }
         return inputs, pad, length
 
@@ -124,15 +136,11 @@ class _ServingGraph:
         }
 
     def parse_examples(self, serialized):
-        spec = {
-            "target_item": tf.io.FixedLenFeature([], tf.int64),
-            "target_category": tf.io.FixedLenFeature([], tf.int64),
-            "hist_items": tf.io.VarLenFeature(tf.int64),
-            "hist_categories": tf.io.VarLenFeature(tf.int64),
-        }
-        parsed = tf.io.parse_example(serialized, spec)
-        return (parsed["target_item"], parsed["target_category"],
-                _left_aligned(parsed["hist_items"]), _left_aligned(parsed["hist_categories"]))
+        spec = {name: tf.io.FixedLenFeature([], tf.int64) if rank == 1 else tf.io.VarLenFeature(tf.int64)
+                for name, rank in INPUT_RANKS.items()}
+        parsed = tf.io.parse_example(tf.reshape(serialized, [-1]), spec)
+        return tuple(parsed[name] if INPUT_RANKS[name] == 1 else _left_aligned(parsed[name])
+                     for name in MODEL_INPUTS)
 
     def classify(self, inputs):
         p = self.predict(*self.parse_examples(inputs))["probability"]
@@ -154,10 +162,10 @@ def _left_aligned(sparse: tf.SparseTensor) -> tf.Tensor:
 
 
 def _signatures(graph: _ServingGraph) -> dict:
-    int_vec = lambda name: tf.TensorSpec([None], tf.int64, name=name)  # noqa: E731
-    int_mat = lambda name: tf.TensorSpec([None, None], tf.int64, name=name)  # noqa: E731
-    raw = [int_vec("target_item"), int_vec("target_category"), int_mat("hist_items"), int_mat("hist_categories")]
-    examples = [tf.TensorSpec([None], tf.string, name="inputs")]
+    # Unknown rank, so that a wrong-rank request reaches the signature's own
+    # check and its message, not an internal error from deep in the graph.
+    raw = [tf.TensorSpec(None, tf.int64, name=name) for name in MODEL_INPUTS]
+    examples = [tf.TensorSpec(None, tf.string, name="inputs")]
     return {
         "serving_default": (graph.predict, raw),
         "explain": (graph.explain, raw),
@@ -192,10 +200,10 @@ def warmup_requests(model_name: str, raw: dict, max_len: int):
         request.model_spec.name = model_name
         request.model_spec.signature_name = "serving_default"
         values = {
-            "target_item": np.full([batch], raw["target_item"], np.int64),
-            "target_category": np.full([batch], raw["target_category"], np.int64),
-            "hist_items": np.full([batch, max_len], raw["target_item"], np.int64),
-            "hist_categories": np.full([batch, max_len], raw["target_category"], np.int64),
+            TARGET_ITEM: np.full([batch], raw[TARGET_ITEM], np.int64),
+            TARGET_CATEGORY: np.full([batch], raw[TARGET_CATEGORY], np.int64),
+            HIST_ITEMS: np.full([batch, max_len], raw[TARGET_ITEM], np.int64),
+            HIST_CATEGORIES: np.full([batch, max_len], raw[TARGET_CATEGORY], np.int64),
         }
         for name, value in values.items():
             request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
@@ -240,7 +248,12 @@ def export_saved_model(model: DareModel, data_dir: str, export_base: str, model_
     final = os.path.join(model_base, str(version))
     if os.path.exists(final):
         raise FileExistsError(f"{final} exists: TF Serving versions are immutable; pick another --version")
-    staging = os.path.join(model_base, f".tmp-{version}-{uuid.uuid4().hex[:8]}")
+    for path in clean_stale(model_base, "version"):
+        logging.info("removed %s, left by a killed export", path)
+    staging = staging_dir(model_base, "version")
+    # The SavedModel holds plain TensorFlow graphs (no XLA clusters), which any
+    # TF Serving build runs.
+    jit, model.jit_compile_dense = model.jit_compile_dense, False
     try:
         archive = keras.export.ExportArchive()
         archive.track(model)
@@ -258,6 +271,8 @@ def export_saved_model(model: DareModel, data_dir: str, export_base: str, model_
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    finally:
+        model.jit_compile_dense = jit
     write_server_configs(export_base, model_name)
     return final
 

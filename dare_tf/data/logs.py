@@ -161,6 +161,20 @@ def _is_int(text: str) -> bool:
         return False
 
 
+def _content_end(path: str, window: int = 1 << 16) -> int:
+    """The file offset just past its last line that is not blank."""
+    with open(path, "rb") as f:
+        end = f.seek(0, os.SEEK_END)
+        while end > 0:
+            start = max(end - window, 0)
+            f.seek(start)
+            stripped = f.read(end - start).rstrip(b" \t\r\n")
+            if stripped:
+                return start + len(stripped) + 1  # keep the line's own end
+            end = start
+    return 0
+
+
 def read_clicks(path: str, fmt: LogFormat, skip_bad_lines: bool = False,
                 block_bytes: int = BLOCK_BYTES) -> Clicks:
     """Reads the click rows of a raw log (see the module docstring).
@@ -176,6 +190,7 @@ def read_clicks(path: str, fmt: LogFormat, skip_bad_lines: bool = False,
         raise ValueError(f"{path}: input log is empty")
     parser = _BlockParser(path, fmt, skip_bad_lines)
     digest = hashlib.sha256()
+    limit = _content_end(path)  # blank lines at the end of the file are not rows
     with open(path, "rb") as f:
         line_no = 1
         carry = b""
@@ -187,7 +202,7 @@ def read_clicks(path: str, fmt: LogFormat, skip_bad_lines: bool = False,
                                  f"got {first[:200]!r}")
             line_no = 2
         while True:
-            chunk = f.read(block_bytes)
+            chunk = f.read(max(min(block_bytes, limit - f.tell()), 0))
             digest.update(chunk)
             data = carry + chunk
             if not chunk:
@@ -201,6 +216,7 @@ def read_clicks(path: str, fmt: LogFormat, skip_bad_lines: bool = False,
             block, carry = data[: cut + 1], data[cut + 1:]
             parser.parse(block, line_no)
             line_no += block.count(b"\n")
+        digest.update(f.read())  # the blank tail
     clicks = parser.result(digest.hexdigest())
     if clicks.rows == 0:
         raise ValueError(f"{path}: input log has no data rows")

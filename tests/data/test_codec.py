@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from dare_tf.example_codec import encode_int64_examples
+from dare_tf.data.codec import encode_int64_examples
 
 
 def test_round_trips_through_protobuf_and_tf_parser(rng):

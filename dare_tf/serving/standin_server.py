@@ -1,4 +1,6 @@
-"""A TEST STAND-IN for TensorFlow Serving: PredictionService over an exported SavedModel.
+"""A TEST AND DEMO DOUBLE of TensorFlow Serving: PredictionService over exported SavedModels.
+
+Not a server to deploy: use the `tensorflow/serving` container (README).
 
 The real `tensorflow_model_server` binary cannot be installed on our build
 machines. This server implements the official `tensorflow.serving.
@@ -11,7 +13,7 @@ Predict requests as TF Serving's batching does, but it is not TF Serving:
 no version policies, no hot reload, no model-config file. Deploy with the
 `tensorflow/serving` container (see the README).
 
-Usage: python -m serving.testing.server --model_base=exports/dare --model_name=dare --port=8500
+Program: `python -m serving.standin_server` (serving/standin_server.py).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2, predict_pb2,
                                      prediction_service_pb2_grpc, regression_pb2)
 
-from dare_tf.export import versions
+from dare_tf.serving.export import versions
 
 DEFAULT_SIGNATURE = "serving_default"
 
@@ -104,8 +106,11 @@ class LoadedModel:
 
 def _examples(input_proto) -> np.ndarray:
     kind = input_proto.WhichOneof("kind")
+    if kind is None:  # no examples at all: an empty result, as for an empty example_list
+        return np.zeros((0,), dtype=object)
     if kind != "example_list":
-        raise ServingError(grpc.StatusCode.INVALID_ARGUMENT, "Input must hold an example_list")
+        raise ServingError(grpc.StatusCode.INVALID_ARGUMENT,
+                           f"Input holds {kind}; this server takes an example_list")
     return np.array([e.SerializeToString() for e in input_proto.example_list.examples], dtype=object)
 
 
@@ -280,7 +285,7 @@ class _RestHandler(BaseHTTPRequestHandler):
                 columns, rows = {k: [inst[k] for inst in instances] for k in instances[0]}, True
             else:
                 raise ServingError(grpc.StatusCode.INVALID_ARGUMENT, "body needs 'inputs' or 'instances'")
-            feed = {k: np.array(v, dtype=tf.dtypes.as_dtype(definition.inputs[k].dtype).as_numpy_dtype)
+            feed = {k: _rest_array(k, v, tf.dtypes.as_dtype(definition.inputs[k].dtype))
                     if k in definition.inputs else np.array(v) for k, v in columns.items()}
             outputs = self.model.run(name, definition, feed)
         except ServingError as e:
@@ -293,41 +298,52 @@ class _RestHandler(BaseHTTPRequestHandler):
         return self._reply(200, {"outputs": {k: v.tolist() for k, v in outputs.items()}})
 
 
+def _rest_array(name: str, value, dtype: tf.DType) -> np.ndarray:
+    """A JSON value as an array of the signature's dtype; integer inputs take only
+    JSON integers in the int64 range (1.5, true or 2**70 are refused, not truncated)."""
+    if dtype.is_integer:
+        flat = value if isinstance(value, list) else [value]
+        while flat and isinstance(flat[0], list):
+            flat = [x for row in flat for x in (row if isinstance(row, list) else [row])]
+        for x in flat:
+            if isinstance(x, bool) or not isinstance(x, int):
+                raise ServingError(grpc.StatusCode.INVALID_ARGUMENT,
+                                   f"input {name}: {x!r} is not an integer id")
+            if not dtype.min <= x <= dtype.max:
+                raise ServingError(grpc.StatusCode.INVALID_ARGUMENT,
+                                   f"input {name}: {x} is outside the {dtype.name} range")
+    try:
+        return np.array(value, dtype=dtype.as_numpy_dtype)
+    except (ValueError, TypeError, OverflowError) as e:
+        raise ServingError(grpc.StatusCode.INVALID_ARGUMENT, f"input {name}: {e}") from e
+
+
 def serve(model_base: str, model_name: str, port: int = 0, rest_port: int | None = None,
           workers: int = 16, batching: bool = True):
-    """Starts the gRPC (and optionally REST) stand-in; returns (grpc_server, grpc_port, http_server)."""
+    """Starts the gRPC (and optionally REST) stand-in; returns (grpc_server, grpc_port, http_server).
+
+    Raises OSError when a port is already in use (no port sharing: two
+    servers on one port would split the connections between them).
+    """
     model = LoadedModel(model_base, model_name)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers),
-                         options=[("grpc.max_receive_message_length", 64 << 20)])
+                         options=[("grpc.max_receive_message_length", 64 << 20), ("grpc.so_reuseport", 0)])
     service = PredictionService(model, Batcher(model) if batching else None)
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(service, server)
-    bound = server.add_insecure_port(f"localhost:{port}")
+    try:
+        bound = server.add_insecure_port(f"localhost:{port}")
+    except RuntimeError as e:  # grpc reports a failed bind this way
+        raise OSError(f"gRPC port localhost:{port}: address in use ({e})") from e
+    if not bound:
+        raise OSError(f"gRPC port localhost:{port}: address in use")
     server.start()
     http = None
     if rest_port is not None:
         handler = type("Handler", (_RestHandler,), {"model": model})
-        http = ThreadingHTTPServer(("localhost", rest_port), handler)
+        try:
+            http = ThreadingHTTPServer(("localhost", rest_port), handler)
+        except OSError as e:
+            server.stop(0)
+            raise OSError(f"REST port localhost:{rest_port}: address in use ({e.strerror})") from e
         threading.Thread(target=http.serve_forever, daemon=True).start()
     return server, bound, http
-
-
-def main(argv):
-    from absl import flags
-    del argv
-    f = flags.FLAGS
-    server, port, http = serve(f.model_base, f.model_name, f.port, f.rest_port, batching=f.batching)
-    print(f"serving {f.model_name} on gRPC localhost:{port}"
-          + (f" and REST localhost:{http.server_address[1]}" if http else ""), flush=True)
-    server.wait_for_termination()
-
-
-if __name__ == "__main__":
-    from absl import app, flags
-
-    flags.DEFINE_string("model_base", None, "Directory holding numeric version directories.")
-    flags.DEFINE_string("model_name", None, "Model name clients use.")
-    flags.DEFINE_integer("port", 8500, "gRPC port (0 picks a free one).")
-    flags.DEFINE_integer("rest_port", None, "REST port (none: no REST).")
-    flags.DEFINE_bool("batching", True, "Merge concurrent Predict requests (like --enable_batching).")
-    flags.mark_flags_as_required(["model_base", "model_name"])
-    app.run(main)

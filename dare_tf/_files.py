@@ -1,0 +1,76 @@
+"""Directories written aside and renamed into place, and the cleanup of what a
+killed writer left behind. Private to dare_tf."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import uuid
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def staging_dir(parent: str, name: str) -> str:
+    """Creates and returns `parent/.NAME.tmp-PID-RANDOM`: a directory this process
+    builds before renaming it into place. Its name records the owner's pid, so a
+    later run can tell a killed writer's leftovers from a live one's."""
+    path = os.path.join(parent, f".{name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    os.makedirs(path)
+    return path
+
+
+def clean_stale(parent: str, name: str) -> list[str]:
+    """Removes `.NAME.tmp-PID-*` and `.NAME.old-PID-*` entries of `parent` whose
+    process is gone (left by a killed run of the same program); returns them.
+    Entries of live processes and everything else are left alone."""
+    pattern = re.compile(rf"\.{re.escape(name)}\.(tmp|old)-(\d+)-[0-9a-f]{{8}}")
+    removed = []
+    if not os.path.isdir(parent):
+        return removed
+    for entry in sorted(os.listdir(parent)):
+        match = pattern.fullmatch(entry)
+        if match and int(match.group(2)) != os.getpid() and not _pid_alive(int(match.group(2))):
+            path = os.path.join(parent, entry)
+            shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
+            removed.append(path)
+    return removed
+
+
+def replace_directory(staging: str, target: str) -> None:
+    """Moves a finished `staging` directory to `target`, replacing an old one by
+    renames, so `target` never holds a mix of old and new files. The caller has
+    checked that an existing `target` may be replaced."""
+    old = None
+    if os.path.exists(target):
+        old = os.path.join(os.path.dirname(target),
+                           f".{os.path.basename(target)}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        os.rename(target, old)
+    os.rename(staging, target)
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def atomic_json(path: str, payload) -> None:
+    """Writes JSON to `path` through a temporary file and a rename."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(payload, f, indent=2, sort_keys=True, default=float)
+    os.replace(tmp, path)
+
+
+def describe_entries(directory: str, limit: int = 5) -> str:
+    """`'a.txt', 'b/' and 3 more` for error messages."""
+    entries = sorted(os.listdir(directory))
+    shown = [f"'{e}/'" if os.path.isdir(os.path.join(directory, e)) else f"'{e}'" for e in entries[:limit]]
+    more = f" and {len(entries) - limit} more" if len(entries) > limit else ""
+    return ", ".join(shown) + more

@@ -1,0 +1,1 @@
+"""The installed copies of the repository's absl programs (see setup.py)."""

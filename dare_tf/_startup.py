@@ -1,0 +1,70 @@
+"""Imports TensorFlow with its known harmless start-up lines filtered out.
+
+TensorFlow 2.21 prints, before its logging is set up and whatever
+TF_CPP_MIN_LOG_LEVEL says, notices such as "oneDNN custom operations are
+on", "Could not find cuda drivers on your machine" and, on a CPU-only
+machine, "failed call to cuInit: CUDA error". While TensorFlow is imported
+and its devices are listed, stderr is captured; every line not on the list
+below is written back, so real errors stay visible. Set
+TF_CPP_MIN_LOG_LEVEL=0 to see everything.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+
+_HARMLESS = re.compile(
+    r"All log messages before absl::InitializeLog\(\) is called are written to STDERR"
+    r"|oneDNN custom operations are on"
+    r"|Could not find cuda drivers on your machine"
+    r"|failed call to cuInit"
+    r"|TF-TRT Warning"
+    r"|Unable to register cu(DNN|FFT|BLAS) factory"
+    r"|computation placer already registered"
+    r"|This TensorFlow binary is optimized to use available CPU instructions"
+    r"|To enable the following instructions"
+    r"|rebuild TensorFlow with the appropriate compiler flags"
+    r"|cuda_executor|cuda_diagnostics|kernel driver does not appear to be running")
+
+
+def configured_backend() -> str:
+    """The Keras backend that `import keras` will pick, found without importing keras."""
+    if os.environ.get("KERAS_BACKEND"):
+        return os.environ["KERAS_BACKEND"]
+    path = os.path.join(os.environ.get("KERAS_HOME", os.path.join(os.path.expanduser("~"), ".keras")),
+                        "keras.json")
+    try:
+        import json
+
+        with open(path) as f:
+            return json.load(f).get("backend", "tensorflow")
+    except (OSError, ValueError):
+        return "tensorflow"
+
+
+def import_tensorflow_quietly() -> None:
+    if ("tensorflow" in sys.modules or os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "0"
+            or configured_backend() != "tensorflow"):
+        return
+    try:
+        saved = os.dup(2)
+    except OSError:  # no usable stderr
+        return
+    with tempfile.TemporaryFile() as captured:
+        sys.stderr.flush()
+        os.dup2(captured.fileno(), 2)
+        try:
+            import tensorflow as tf
+
+            tf.config.list_physical_devices()
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+        captured.seek(0)
+        for line in captured.read().decode(errors="replace").splitlines():
+            if line.strip() and not _HARMLESS.search(line):
+                print(line, file=sys.stderr)

@@ -1,0 +1,196 @@
+"""What the absl programs share: flags generated from the config dataclasses, and
+one-line errors.
+
+`define_flags(ModelConfig, ...)` defines one flag per dataclass field, with
+the field's type, its default (or None: "the preset decides") and the help
+text of its docstring's `Attributes:` entry, so defaults and help live in
+the dataclass only. `from_flags` builds the dataclass back from the parsed
+flags and reports an invalid value as `--flag=value: reason`.
+`run(main)` runs a program: a user error (a bad flag value, a missing or
+malformed file, a directory it must not replace) ends with one line on
+stderr and exit code 2 (flags) or 1 (everything else); `--debug` shows the
+traceback. Programs call `flags.adopt_module_key_flags(dare_tf.cli)` so
+that `--help` lists the generated flags.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+from typing import Any, Callable
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_bool("debug", False, "Show the Python traceback of an error.")
+
+
+def field_docs(cls) -> dict[str, str]:
+    """Field name -> its description in the class docstring's `Attributes:` section."""
+    docs, current = {}, None
+    section = (cls.__doc__ or "").split("Attributes:", 1)
+    if len(section) < 2:
+        return docs
+    for line in section[1].splitlines():
+        match = re.match(r"^ {8}(\w[\w, ]*):\s*(.*)$", line)
+        if match:
+            current = [n.strip() for n in match.group(1).split(",")]
+            for name in current:
+                docs[name] = match.group(2).strip()
+        elif current and line.startswith(" " * 12):
+            for name in current:
+                docs[name] += " " + line.strip()
+        elif line.strip() and not line.startswith(" " * 12):
+            current = None
+    return docs
+
+
+def define_flags(cls, *, exclude=(), rename: dict[str, str] | None = None, choices: dict | None = None,
+                 preset_defaults: bool = False) -> list[str]:
+    """Defines a flag per field of dataclass `cls`; returns the flag names.
+
+    `preset_defaults`: every flag defaults to None, meaning "not set here" (a
+    preset or another layer decides); the help names the dataclass default.
+    """
+    rename, choices = rename or {}, choices or {}
+    docs = field_docs(cls)
+    names = []
+    for field in dataclasses.fields(cls):
+        if field.name in exclude:
+            continue
+        name = rename.get(field.name, field.name)
+        default = field.default if field.default is not dataclasses.MISSING else None
+        kind = str(field.type).replace(" ", "")
+        help_text = docs.get(field.name, f"{cls.__name__}.{field.name}")
+        if preset_defaults:
+            help_text += f" [preset's value; {cls.__name__} default: {default!r}]"
+            default = None
+        kwargs = {}
+        if field.name in choices:
+            flags.DEFINE_enum(name, default, list(choices[field.name]), help_text, **kwargs)
+        elif kind.startswith("tuple[int") or kind.startswith("tuple["):
+            flags.DEFINE_list(name, None if default is None else [str(v) for v in default], help_text, **kwargs)
+        elif kind in ("int", "int|None"):
+            flags.DEFINE_integer(name, default, help_text, **kwargs)
+        elif kind in ("float", "float|None"):
+            flags.DEFINE_float(name, default, help_text, **kwargs)
+        elif kind == "bool":
+            flags.DEFINE_bool(name, default, help_text, **kwargs)
+        elif kind in ("str", "str|None"):
+            flags.DEFINE_string(name, default, help_text, **kwargs)
+        else:
+            continue  # not expressible as a flag (dicts)
+        names.append(name)
+    return names
+
+
+def flag_values(cls, *, exclude=(), rename: dict[str, str] | None = None,
+                only_set: bool = False) -> dict[str, Any]:
+    """Field name -> value of its flag (`only_set`: only flags not None)."""
+    rename = rename or {}
+    out = {}
+    for field in dataclasses.fields(cls):
+        name = rename.get(field.name, field.name)
+        if field.name in exclude or name not in FLAGS:
+            continue
+        value = FLAGS[name].value
+        if value is None and only_set:
+            continue
+        if isinstance(value, list):
+            try:
+                value = tuple(int(v) for v in value)
+            except ValueError:
+                raise app.UsageError(f"--{name}={','.join(value)}: expected comma-separated integers") from None
+        out[field.name] = value
+    return out
+
+
+def from_flags(cls, *, rename: dict[str, str] | None = None, **fields):
+    """`cls(**flag values, **fields)`; an invalid value is reported with its flag's name."""
+    values = dict(flag_values(cls, exclude=tuple(fields), rename=rename), **fields)
+    try:
+        return cls(**values)
+    except ValueError as e:
+        raise app.UsageError(flag_message(str(e), rename)) from e
+
+
+def flag_message(message: str, rename: dict[str, str] | None = None) -> str:
+    """`ModelConfig.top_k: ...` or `top_k=0: ...` -> `--top_k...` (the flag's name)."""
+    rename = rename or {}
+    match = re.match(r"^(?:\w+Config\.|Protocol\.)?(\w+)(=|:)", message)
+    if match and match.group(1) in {f for f in FLAGS} | set(rename):
+        name = rename.get(match.group(1), match.group(1))
+        return f"--{name}{message[match.end(1):]}"
+    return message
+
+
+def run(main: Callable[[list[str]], Any]) -> None:
+    """`app.run(main)`, with user errors as one line on stderr and exit code 1."""
+
+    def guarded(argv):
+        try:
+            return main(argv)
+        except KeyboardInterrupt:
+            raise
+        except (app.UsageError, ValueError, OSError, KeyError, FloatingPointError) as e:
+            if FLAGS.debug:
+                raise
+            text = " ".join(str(e).split()) or type(e).__name__
+            if isinstance(e, KeyError):
+                text = f"missing {text}"
+            usage = isinstance(e, app.UsageError)
+            print(f"error: {flag_message(text)}" + (" (see --help)" if usage else ""), file=sys.stderr,
+                  flush=True)
+            sys.exit(2 if usage else 1)
+
+    program = sys.modules.get(main.__module__)
+    if main.__module__ != "__main__" and program is not None:
+        # Run through a console script: --help describes the program module.
+        for flag in FLAGS.get_key_flags_for_module(program):
+            FLAGS.register_key_flag_for_module(sys.argv[0], flag)
+        sys.modules["__main__"].__doc__ = program.__doc__
+    app.run(guarded, flags_parser=_parse_flags)
+
+
+def _parse_flags(argv):
+    """absl's flag parsing, with a bad flag reported in one line (exit code 2)."""
+    try:
+        return FLAGS(argv)
+    except flags.Error as e:
+        print(f"error: {e} (see --help)", file=sys.stderr, flush=True)
+        sys.exit(2)
+
+
+# -- the trainers' flags ---------------------------------------------------------------
+
+_TRAIN_RENAME = {"preset": "model"}
+# Fields a run derives from the dataset and the strategy, not from flags.
+_MODEL_DERIVED = ("num_items", "num_categories", "max_len", "synchronized_batch_norm")
+
+
+def define_train_flags(with_model: bool = True) -> None:
+    """Flags of every `TrainConfig` field (`--model` is the preset) and, as
+    overrides of the preset, every user-settable `ModelConfig` field."""
+    from dare_tf import config, training
+    from dare_tf.layers.embedding import COUPLINGS
+
+    choices = {"optimizer": training.OPTIMIZERS, "strategy": training.STRATEGIES,
+               "preset": sorted(config.PRESETS)}
+    exclude = ("model_overrides",) if with_model else ("model_overrides", "preset")
+    define_flags(training.TrainConfig, exclude=exclude, rename=_TRAIN_RENAME, choices=choices)
+    define_flags(config.ModelConfig, exclude=_MODEL_DERIVED, preset_defaults=True, choices={
+        "coupling": COUPLINGS, "search": config.SEARCHES, "scorer": config.SCORERS,
+        "initializer": config.INITIALIZERS, "aux_attention": config.AUX_ATTENTIONS})
+    flags.DEFINE_integer("cpu_devices", 0, "Split the CPU into this many logical devices "
+                                           "(for --strategy=mirrored on a CPU-only machine).")
+
+
+def train_config_from_flags(**fields):
+    """The `TrainConfig` the flags describe (`fields` override flags)."""
+    from dare_tf import config, training
+
+    overrides = flag_values(config.ModelConfig, exclude=_MODEL_DERIVED, only_set=True)
+    overrides.update(fields.pop("model_overrides", {}))
+    return from_flags(training.TrainConfig, rename=_TRAIN_RENAME, model_overrides=overrides, **fields)

@@ -1,0 +1,30 @@
+"""Data: the example schema and dataset spec, raw-log readers, the paper's
+preparation protocol, the synthetic log generator, and the tf.data pipeline.
+
+`spec` is pure Python; everything else needs TensorFlow (or pyarrow) and is
+imported on first use.
+"""
+
+import importlib
+
+from dare_tf.data.spec import (FORMAT, MODEL_INPUTS, SCALAR_FEATURES, SEQUENCE_FEATURES, SPLITS,
+                               DatasetSpec, read_id_map)
+
+_LAZY = {
+    "make_dataset": "dare_tf.data.pipeline",
+    "parse_batch": "dare_tf.data.pipeline",
+    "Protocol": "dare_tf.data.protocol",
+    "prepare": "dare_tf.data.protocol",
+    "BadLineError": "dare_tf.data.logs",
+    "SyntheticConfig": "dare_tf.data.synthetic",
+    "write_synthetic": "dare_tf.data.synthetic",
+}
+
+__all__ = ["FORMAT", "MODEL_INPUTS", "SCALAR_FEATURES", "SEQUENCE_FEATURES", "SPLITS", "DatasetSpec",
+           "read_id_map", *_LAZY]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'dare_tf.data' has no attribute {name!r}")

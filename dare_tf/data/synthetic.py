@@ -1,0 +1,230 @@
+"""A Taobao-format click log with planted structure, plus its ground truth.
+
+Program: `python -m data.synthetic` (data/synthetic.py).
+
+Planted structure (all users simulated together, one step at a time):
+- popularity skew: categories and, within a category, items follow Zipf laws;
+- long-term interests: each user has `interests` favourite categories;
+- sessions: a click stays in the session's category with `p_session`;
+- related categories: categories come in pairs; a new session picks the
+  partner of the previous session's category with `p_related`, one of the
+  user's interests with `p_interest`, else a popular category.
+About 10% extra rows are buy/cart/fav events, which preparation drops.
+
+`<output>.truth.json` holds the generator's parameters; per history lag, the
+probability that the behaviour's category equals (or is related to) the
+next click's category and the mutual information between the two
+categories; and `generator_auc`, the test AUC that the generator's own
+probability of the last click reaches against negatives drawn as the
+protocol draws them (by popularity, never an item the user clicked). It is
+a reference point, not a ceiling: that rejection makes "the item is already
+in the history" a signal the generator's probability does not use, and
+trained models do use it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+
+@dataclasses.dataclass(frozen=True)
+class SyntheticConfig:
+    """Parameters of the planted generator.
+
+    Attributes:
+        users: users in the log.
+        items: catalogue size.
+        categories: categories (in related pairs).
+        min_length: fewest clicks of a user.
+        max_length: most clicks of a user.
+        length_median: median clicks per user. Lengths are log-normal
+            (clipped to [min_length, max_length]), so, as in real logs, many
+            users have histories shorter than a model's L and some much longer.
+        length_sigma: log-normal spread of the lengths (0: every user has
+            length_median clicks).
+        interests: favourite categories per user.
+        p_session: probability that a click stays in the session's category.
+        p_interest: probability that a new session is one of the user's interests.
+        p_related: probability that a new session is the related category.
+        zipf: Zipf exponent of category and item popularity.
+        extra_events: share of extra non-click (buy/cart/fav) rows.
+        seed: random seed.
+    """
+
+    users: int = 2000
+    items: int = 20_000
+    categories: int = 200
+    min_length: int = 20
+    max_length: int = 1000
+    length_median: int = 120
+    length_sigma: float = 0.8
+    interests: int = 3
+    p_session: float = 0.6
+    p_interest: float = 0.5
+    p_related: float = 0.2
+    zipf: float = 1.1
+    extra_events: float = 0.1
+    seed: int = 0
+
+
+def _zipf_probs(n: int, a: float, rng) -> np.ndarray:
+    p = 1.0 / np.arange(1, n + 1) ** a
+    return rng.permutation(p / p.sum())
+
+
+class _World:
+    """The fixed parts of the generator: catalogue, popularity, relations, interests."""
+
+    def __init__(self, cfg: SyntheticConfig, rng):
+        self.cfg = cfg
+        c = cfg.categories
+        self.cat_p = _zipf_probs(c, cfg.zipf, rng)
+        self.related = np.arange(c) ^ 1  # pairs (0,1), (2,3), ...
+        self.related[self.related >= c] = c - 1
+        # Items: every category gets items in proportion to its popularity (at least 1).
+        counts = np.maximum(1, np.round(self.cat_p * (cfg.items - c)).astype(int) + 1)
+        self.item_cat = np.repeat(np.arange(c), counts)
+        self.cat_items = np.split(np.arange(len(self.item_cat)), np.cumsum(counts)[:-1])
+        self.item_p_in_cat = np.concatenate([_zipf_probs(n, cfg.zipf, rng) for n in counts])
+        self.cat_cdfs = [np.cumsum(self.item_p_in_cat[ix]) for ix in self.cat_items]
+        self.interests = np.stack([rng.choice(c, cfg.interests, replace=False, p=self.cat_p)
+                                   for _ in range(cfg.users)])
+
+    def next_category_probs(self, session_cat, user):
+        """P(next category) for one user given its current session category."""
+        cfg = self.cfg
+        p = (1 - cfg.p_session) * (1 - cfg.p_interest - cfg.p_related) * self.cat_p
+        np.add.at(p, self.interests[user], (1 - cfg.p_session) * cfg.p_interest / cfg.interests)
+        p[self.related[session_cat]] += (1 - cfg.p_session) * cfg.p_related
+        p[session_cat] += cfg.p_session
+        return p
+
+    def draw_items(self, cats, rng):
+        out = np.empty(len(cats), np.int64)
+        u = rng.random(len(cats))
+        for c in np.unique(cats):
+            sel = cats == c
+            idx = np.minimum(np.searchsorted(self.cat_cdfs[c], u[sel]), len(self.cat_items[c]) - 1)
+            out[sel] = self.cat_items[c][idx]
+        return out
+
+
+def generate(cfg: SyntheticConfig):
+    """Returns (rows as dict of arrays in Taobao column order, truth dict)."""
+    rng = np.random.default_rng(cfg.seed)
+    world = _World(cfg, rng)
+    n_users = cfg.users
+    if not 1 <= cfg.min_length <= cfg.length_median <= cfg.max_length:
+        raise ValueError(f"min_length={cfg.min_length}, length_median={cfg.length_median}, "
+                         f"max_length={cfg.max_length}: need 1 <= min_length <= length_median <= max_length")
+    lengths = np.clip(np.round(rng.lognormal(np.log(cfg.length_median), cfg.length_sigma, n_users)),
+                      cfg.min_length, cfg.max_length).astype(np.int64)
+    steps = int(lengths.max())
+    cats = np.zeros((n_users, steps), np.int64)
+    session = rng.choice(world.interests.shape[1], n_users)
+    session = world.interests[np.arange(n_users), session]
+    for t in range(steps):
+        u = rng.random(n_users)
+        stay = u < cfg.p_session
+        v = rng.random(n_users)
+        new = np.where(v < cfg.p_interest,
+                       world.interests[np.arange(n_users), rng.integers(0, cfg.interests, n_users)],
+                       np.where(v < cfg.p_interest + cfg.p_related, world.related[session],
+                                rng.choice(cfg.categories, n_users, p=world.cat_p)))
+        session = np.where(stay, session, new)
+        cats[:, t] = session
+    valid = np.arange(steps)[None, :] < lengths[:, None]
+    flat_cats = cats[valid]
+    flat_items = world.draw_items(flat_cats, rng)
+    flat_users = np.repeat(np.arange(n_users), lengths)
+    gaps = np.where(rng.random(len(flat_cats)) < 0.1, rng.exponential(7200, len(flat_cats)),
+                    rng.exponential(60, len(flat_cats)))
+    user_start = np.repeat(np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
+    times = np.cumsum(gaps)
+    times = 1511500000 + (times - times[user_start] + rng.uniform(0, 86400, n_users)[flat_users]).astype(np.int64)
+    behavior = np.full(len(flat_cats), "pv", dtype=object)
+    # Extra non-click events on clicked items, interleaved right after the click.
+    extra = rng.random(len(flat_cats)) < cfg.extra_events
+    order = np.argsort(np.concatenate([np.arange(len(flat_cats)), np.nonzero(extra)[0]]), kind="stable")
+    rows = {
+        "user": np.concatenate([flat_users, flat_users[extra]])[order] + 1,
+        "item": np.concatenate([flat_items, flat_items[extra]])[order] + 1,
+        "category": np.concatenate([flat_cats, flat_cats[extra]])[order] + 1,
+        "behavior": np.concatenate([behavior, rng.choice(["buy", "cart", "fav"], extra.sum())])[order],
+        "timestamp": np.concatenate([times, times[extra]])[order],
+    }
+    truth = _ground_truth(cfg, world, cats, lengths, flat_items, rng)
+    return rows, truth
+
+
+def _mutual_information(a, b, n):
+    """Plug-in MI (nats) of two category arrays, with the Miller-Madow bias correction."""
+    joint = np.bincount(a * n + b, minlength=n * n).reshape(n, n).astype(float)
+    total = joint.sum()
+    joint /= total
+    pa_, pb_ = joint.sum(1, keepdims=True), joint.sum(0, keepdims=True)
+    nz = joint > 0
+    mi = float((joint[nz] * np.log(joint[nz] / (pa_ @ pb_)[nz])).sum())
+    bias = (nz.sum() - (pa_ > 0).sum() - (pb_ > 0).sum() + 1) / (2 * total)
+    return max(mi - bias, 0.0)
+
+
+def _ground_truth(cfg, world, cats, lengths, flat_items, rng, max_lag=200, pairs=100_000):
+    n_users = cats.shape[0]
+    last = lengths - 1
+    per_lag = []
+    for lag in range(1, min(max_lag, cfg.max_length - 1) + 1):
+        # (user, position) pairs whose behaviour `lag` steps back exists.
+        users = rng.integers(0, n_users, pairs)
+        users = users[lengths[users] > lag]
+        if len(users) == 0:
+            continue
+        t = lag + (rng.random(len(users)) * (lengths[users] - lag)).astype(np.int64)
+        target, behaviour = cats[users, t], cats[users, t - lag]
+        per_lag.append({
+            "lag": lag,
+            "p_same_category": float((behaviour == target).mean()),
+            "p_related_category": float((world.related[behaviour] == target).mean()),
+            "mutual_information": _mutual_information(behaviour, target, cfg.categories),
+        })
+    # The generator's own P(next item | session state, user) for the last click
+    # against 2 negatives per user drawn as data.prepare draws them.
+    item_freq = np.bincount(flat_items, minlength=len(world.item_cat)).astype(float)
+    neg_cdf = np.cumsum(item_freq / item_freq.sum())
+    scores, labels = [], []
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    for u in range(n_users):
+        p_cat = world.next_category_probs(cats[u, last[u] - 1], u)
+        pos = flat_items[starts[u] + last[u]]
+        clicked = set(flat_items[starts[u]: starts[u] + lengths[u]].tolist())
+        negs = []
+        while len(negs) < 2:
+            n = int(min(np.searchsorted(neg_cdf, rng.random()), len(neg_cdf) - 1))
+            if n not in clicked:
+                negs.append(n)
+        for item, label in [(pos, 1)] + [(n, 0) for n in negs]:
+            scores.append(p_cat[world.item_cat[item]] * world.item_p_in_cat[item])
+            labels.append(label)
+    scores, labels = np.array(scores), np.array(labels)
+    pos_s, neg_s = scores[labels == 1], scores[labels == 0]
+    auc = ((pos_s[:, None] > neg_s[None]).mean() + 0.5 * (pos_s[:, None] == neg_s[None]).mean())
+    return {"config": dataclasses.asdict(cfg), "generator_auc": float(auc), "per_lag": per_lag}
+
+
+def write(cfg: SyntheticConfig, output: str) -> dict:
+    rows, truth = generate(cfg)
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    table = pa.table({k: pa.array(v.tolist() if v.dtype == object else v) for k, v in rows.items()})
+    tmp = output + ".tmp"
+    pacsv.write_csv(table, tmp, pacsv.WriteOptions(include_header=False, quoting_style="none"))
+    os.replace(tmp, output)
+    truth["rows"] = int(table.num_rows)
+    with open(output + ".truth.json", "w") as f:
+        json.dump(truth, f, indent=1)
+    return truth

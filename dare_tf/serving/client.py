@@ -1,0 +1,182 @@
+"""Client of a served DARE-family model: gRPC (tensorflow-serving-api) and REST.
+
+Library:
+    client = ServingClient("localhost:8500", "dare")
+    client.predict([item], [category], [[h1, h2, ...]], [[c1, c2, ...]])["probability"]
+
+Command line: `python -m serving.client` (serving/client.py).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from typing import Sequence
+
+import grpc
+import numpy as np
+import tensorflow as tf
+from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2, predict_pb2,
+                                     prediction_service_pb2_grpc, regression_pb2)
+
+from dare_tf.data.spec import HIST_CATEGORIES, HIST_ITEMS, MODEL_INPUTS, TARGET_CATEGORY, TARGET_ITEM
+
+RETRYABLE = (grpc.StatusCode.UNAVAILABLE,)
+
+
+def as_ids(name: str, values) -> np.ndarray:
+    """`values` as an int64 array; refuses non-integer ids (1.5, True, "7") and
+    ids outside the int64 range instead of truncating them."""
+    array = np.asarray(values)
+    if array.dtype == object or array.dtype.kind not in "iu":
+        bad = next((v for v in np.ravel(array) if isinstance(v, bool) or not isinstance(v, (int, np.integer))),
+                   None)
+        if bad is not None or array.dtype.kind not in "iuO":
+            raise ValueError(f"{name}: ids must be integers, got {bad if bad is not None else array.dtype}")
+    try:
+        return array.astype(np.int64) if array.dtype != object else np.array(array.tolist(), np.int64)
+    except OverflowError as e:
+        raise ValueError(f"{name}: an id is outside the int64 range ({e})") from e
+
+
+def pad_histories(histories: Sequence[Sequence[int]], name: str = HIST_ITEMS) -> np.ndarray:
+    """Variable-length histories (oldest first) -> int64 [B, T], left-padded with 0."""
+    rows = [as_ids(f"{name}[{i}]", h).reshape(-1) for i, h in enumerate(histories)]
+    width = max((len(h) for h in rows), default=0)
+    out = np.zeros((len(rows), max(width, 1)), np.int64)
+    for row, history in enumerate(rows):
+        if len(history):
+            out[row, out.shape[1] - len(history):] = history
+    return out
+
+
+def make_example(target_item: int, target_category: int, hist_items: Sequence[int],
+                 hist_categories: Sequence[int]) -> tf.train.Example:
+    """The tf.Example the `classify` and `regress` signatures parse."""
+    values = dict(zip(MODEL_INPUTS, ([target_item], [target_category], hist_items, hist_categories)))
+    return tf.train.Example(features=tf.train.Features(feature={
+        name: tf.train.Feature(int64_list=tf.train.Int64List(value=as_ids(name, v).reshape(-1).tolist()))
+        for name, v in values.items()}))
+
+
+def request_tensors(target_items, target_categories, hist_items, hist_categories) -> dict[str, np.ndarray]:
+    """The serving signature's input arrays for a batch of users (histories of any lengths)."""
+    return {TARGET_ITEM: as_ids(TARGET_ITEM, target_items).reshape(-1),
+            TARGET_CATEGORY: as_ids(TARGET_CATEGORY, target_categories).reshape(-1),
+            HIST_ITEMS: pad_histories(hist_items, HIST_ITEMS),
+            HIST_CATEGORIES: pad_histories(hist_categories, HIST_CATEGORIES)}
+
+
+class ServingClient:
+    """gRPC client of TF Serving's PredictionService for one model.
+
+    Args:
+        target: `host:port` of the gRPC endpoint.
+        model_name: the served model's name.
+        timeout: seconds per call.
+        retries: extra attempts after UNAVAILABLE, with exponential backoff.
+        backoff: seconds before the first retry.
+        version: a model version to pin (None: the latest).
+    """
+
+    def __init__(self, target: str, model_name: str, timeout: float = 5.0, retries: int = 3,
+                 backoff: float = 0.1, version: int | None = None):
+        self.model_name, self.timeout, self.retries, self.backoff, self.version = (
+            model_name, timeout, retries, backoff, version)
+        self.channel = grpc.insecure_channel(target, options=[("grpc.max_receive_message_length", 64 << 20)])
+        self.stub = prediction_service_pb2_grpc.PredictionServiceStub(self.channel)
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def _spec(self, spec, signature_name: str = "") -> None:
+        spec.name = self.model_name
+        if signature_name:
+            spec.signature_name = signature_name
+        if self.version is not None:
+            spec.version.value = self.version
+
+    def _call(self, method, request):
+        delay = self.backoff
+        for attempt in range(self.retries + 1):
+            try:
+                return method(request, timeout=self.timeout)
+            except grpc.RpcError as e:
+                if e.code() not in RETRYABLE or attempt == self.retries:
+                    raise
+                time.sleep(delay)
+                delay *= 2
+
+    def predict_tensors(self, inputs: dict[str, np.ndarray], signature: str = "serving_default") -> dict:
+        """Predict with ready-made input arrays; returns the outputs as numpy arrays."""
+        request = predict_pb2.PredictRequest()
+        self._spec(request.model_spec, signature)
+        for name, value in inputs.items():
+            request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
+        response = self._call(self.stub.Predict, request)
+        return {k: tf.make_ndarray(v) for k, v in response.outputs.items()}
+
+    def predict(self, target_items, target_categories, hist_items, hist_categories,
+                signature: str = "serving_default") -> dict:
+        """Many users in one request: histories may have different lengths."""
+        return self.predict_tensors(request_tensors(target_items, target_categories, hist_items,
+                                                    hist_categories), signature)
+
+    def explain(self, target_items, target_categories, hist_items, hist_categories) -> dict:
+        """`probability`, `attention_weight` `[B, K]` and `history_index` `[B, K]`:
+        the index of each retrieved behaviour in that user's own history list
+        (-1 for none)."""
+        out = self.predict(target_items, target_categories, hist_items, hist_categories, signature="explain")
+        width = max(max((len(h) for h in hist_items), default=0), 1)
+        shift = width - np.array([len(h) for h in hist_items])[:, None]  # the client's left padding
+        index = out["history_index"]
+        out["history_index"] = np.where(index >= 0, index - shift, -1)
+        return out
+
+    def _input(self, request, examples):
+        for example in examples:
+            request.input.example_list.examples.add().CopyFrom(example)
+
+    def classify(self, examples: Sequence[tf.train.Example], signature: str = "classify") -> np.ndarray:
+        """Scores `[B, 2]` (no click, click) through the Classify API."""
+        request = classification_pb2.ClassificationRequest()
+        self._spec(request.model_spec, signature)
+        self._input(request, examples)
+        response = self._call(self.stub.Classify, request)
+        return np.array([[c.score for c in row.classes] for row in response.result.classifications])
+
+    def regress(self, examples: Sequence[tf.train.Example], signature: str = "regress") -> np.ndarray:
+        """Click probabilities `[B]` through the Regress API."""
+        request = regression_pb2.RegressionRequest()
+        self._spec(request.model_spec, signature)
+        self._input(request, examples)
+        response = self._call(self.stub.Regress, request)
+        return np.array([r.value for r in response.result.regressions])
+
+    def metadata(self) -> dict:
+        """Signature name -> {method, inputs: {name: dtype}, outputs: {name: dtype}}."""
+        request = get_model_metadata_pb2.GetModelMetadataRequest()
+        self._spec(request.model_spec)
+        request.metadata_field.append("signature_def")
+        response = self._call(self.stub.GetModelMetadata, request)
+        signatures = get_model_metadata_pb2.SignatureDefMap()
+        response.metadata["signature_def"].Unpack(signatures)
+        describe = lambda m: {k: tf.dtypes.as_dtype(v.dtype).name for k, v in m.items()}  # noqa: E731
+        return {name: {"method": d.method_name, "inputs": describe(d.inputs), "outputs": describe(d.outputs)}
+                for name, d in signatures.signature_def.items()}
+
+
+def rest_predict(base_url: str, model_name: str, inputs: dict, signature: str = "serving_default",
+                 timeout: float = 5.0) -> dict:
+    """TF Serving REST predict (columnar `inputs` format); returns the `outputs` dict."""
+    body = json.dumps({"signature_name": signature,
+                       "inputs": {k: np.asarray(v).tolist() for k, v in inputs.items()}}).encode()
+    request = urllib.request.Request(f"{base_url.rstrip('/')}/v1/models/{model_name}:predict", data=body,
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read())["outputs"]
+    except urllib.error.HTTPError as e:
+        raise RuntimeError(f"REST predict failed ({e.code}): {e.read().decode(errors='replace')}") from e
