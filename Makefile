@@ -14,8 +14,9 @@ $(STAMP): requirements.txt setup.py
 	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
+# The demo also hides TensorFlow's C++ runtime notices (e.g. oneDNN's int64 fallback).
 demo: $(STAMP)
-	$(PY) -m trainers.demo
+	TF_CPP_MIN_LOG_LEVEL=3 $(PY) -m trainers.demo
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests
@@ -24,4 +25,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_layers.py
 
 clean:
-	rm -rf $(VENV) runs exports data/prepared data/synthetic
+	rm -rf $(VENV) runs exports data/prepared data/synthetic benchmarks/results

@@ -90,7 +90,7 @@ def _step_in_process(root, preset, items, cats, batch, optimizer, seconds):
     return json.loads(done.stdout.strip().splitlines()[-1])["samples_per_s"]
 
 
-def bench_ab(baseline_ref, quick):
+def bench_ab(baseline_ref, quick, batches):
     """This checkout vs `baseline_ref`, alternating processes, median of 3 rounds."""
     import numpy as np
 
@@ -104,7 +104,7 @@ def bench_ab(baseline_ref, quick):
     try:
         for preset, items, cats, label in cases:
             for optimizer in ("adam", "lazy_adam"):
-                for batch in ((256,) if quick else (256, 2048)):
+                for batch in batches:
                     rates = {"now": [], "baseline": []}
                     for _ in range(3):
                         for name, root in (("baseline", worktree), ("now", REPO)):
@@ -195,13 +195,16 @@ def bench_end_to_end(work_dir, quick):
         wall = time.perf_counter() - start
         history = read_history(os.path.join(run_dir, "seed_0"))
         timing = history[-1]["timing"]
-        steps = results["per_seed"][0]["steps"]
+        steps = history[-1]["step"]
+        warm = history[1:] or history  # the first evaluation also traces and compiles
         rows.append({
             "optimizer": optimizer, "train_examples": spec.counts["train"], "steps": steps,
             "evaluations": len(history), "wall_s": wall,
             "train_samples_per_s": steps * config.batch_size / timing["train_seconds"],
             "eval_samples_per_s": sum(h["timing"]["val_examples"] for h in history)
             / sum(h["timing"]["val_seconds"] for h in history),
+            "eval_samples_per_s_warm": sum(h["timing"]["val_examples"] for h in warm)
+            / sum(h["timing"]["val_seconds"] for h in warm),
             "bn_refresh_s_per_eval": sum(h["timing"]["bn_seconds"] for h in history) / len(history),
             "isolated_step_samples_per_s": _step_in_process(REPO, "dare", spec.num_items, spec.num_categories,
                                                             config.batch_size, optimizer, 3.0),
@@ -218,6 +221,7 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--parts", default="presets,vocabulary")
     parser.add_argument("--baseline_ref", default=BASELINE_REF)
+    parser.add_argument("--ab_batches", default="256,2048", help="batch sizes of the ab part")
     parser.add_argument("--work_dir", default=os.path.join(tempfile.gettempdir(), "dare_bench_train"))
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
@@ -248,10 +252,11 @@ def main():
         payload["end_to_end"] = bench_end_to_end(args.work_dir, args.quick)
         print_table(payload["end_to_end"], ["optimizer", "train_examples", "steps", "evaluations", "wall_s",
                                             "train_samples_per_s", "isolated_step_samples_per_s", "train/isolated",
-                                            "eval_samples_per_s", "bn_refresh_s_per_eval", "test_auc"])
+                                            "eval_samples_per_s", "eval_samples_per_s_warm", "bn_refresh_s_per_eval",
+                                            "test_auc"])
     if "ab" in parts:
         print(f"ab: DARE train step, this checkout vs {args.baseline_ref} (median of 3 alternating rounds)")
-        payload["ab"] = bench_ab(args.baseline_ref, args.quick)
+        payload["ab"] = bench_ab(args.baseline_ref, args.quick, [int(b) for b in args.ab_batches.split(",")])
         print_table(payload["ab"], ["vocabulary", "optimizer", "batch", "baseline", "now", "now/baseline"])
     write_json(f"bench_train_{keras.backend.backend()}", payload, args.json)
 

@@ -70,6 +70,9 @@ def _print_request(client: ServingClient, request: dict) -> None:
 
 
 def run_demo(work_dir: str, data_root: str, taobao_sample: str, synthetic_users: int = 2000) -> None:
+    import tensorflow as tf
+
+    tf.get_logger().setLevel("ERROR")  # (retracing notices: each trained model traces its own functions)
     strategy = make_strategy("default")
     prepared = os.path.join(data_root, "prepared")
     synthetic_log = os.path.join(data_root, "synthetic", "demo.csv")

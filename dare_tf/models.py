@@ -271,6 +271,47 @@ class DareModel(keras.Model):
         reg = self._regularization() if reg is None else reg
         return {"click": click, "aux": aux, "regularization": reg, "total": click + aux + reg}
 
+    def train_step(self, *args):
+        """Keras's train step. On TensorFlow with `jit_compile_dense=True` and
+        `sparse_embedding_gradients=False` (one replica), the same step with the
+        forward pass, `compute_loss` and the gradients in one XLA function (the
+        optimizer update stays outside it): measured 1.5x faster than the
+        default step with dense Adam (see the README). Same loss tracking, loss
+        scaling, update and metrics as Keras's default step."""
+        if not self._whole_gradient_in_xla():  # (JAX passes the state first: Keras's own step)
+            return super().train_step(*args)
+        import tensorflow as tf
+
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(args[0])
+        if "gradients" not in self._compiled_stages:
+            self._compiled_stages["gradients"] = tf.function(self._loss_and_gradients, jit_compile=True,
+                                                             autograph=False)
+        loss, gradients, y_pred = self._compiled_stages["gradients"](x, y, sample_weight)
+        self._loss_tracker.update_state(loss, sample_weight=tf.shape(y_pred)[0])
+        self.optimizer.apply_gradients(zip(gradients, self.trainable_weights))
+        return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+
+    def _whole_gradient_in_xla(self) -> bool:
+        if keras.backend.backend() != "tensorflow" or not self.jit_compile_dense or self.sparse_embedding_gradients:
+            return False
+        import tensorflow as tf
+
+        return (not self.model_config.synchronized_batch_norm and not self.jit_compile
+                and tf.distribute.get_strategy().num_replicas_in_sync == 1
+                and getattr(self, "_loss_tracker", None) is not None)
+
+    def _loss_and_gradients(self, x, y, sample_weight):
+        import tensorflow as tf
+
+        with tf.GradientTape() as tape:
+            ids = self._unpack(x)
+            outputs = self._stages(self.embedding.lookup(*ids), ids, True)
+            self._step_outputs.value = outputs
+            loss = self.compute_loss(x, y, outputs["probability"], sample_weight, training=True)
+            scaled = self.optimizer.scale_loss(loss)
+        gradients = tape.gradient(scaled, self.trainable_weights)
+        return loss, [tf.convert_to_tensor(g) for g in gradients], outputs["probability"]
+
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         """The training objective of `fit` and the loss of `evaluate`: `loss_terms(...)["total"]`.
 

@@ -43,7 +43,7 @@ from absl import logging
 from dare_tf import metrics
 from dare_tf._files import atomic_json, describe_entries
 from dare_tf.config import make_config
-from dare_tf.data.pipeline import make_dataset
+from dare_tf.data.pipeline import DEFAULT_SHUFFLE_BUFFER, make_dataset
 from dare_tf.data.spec import HIST_ITEMS, MODEL_INPUTS, TARGET_CATEGORY, USER, DatasetSpec
 from dare_tf.models import DareModel
 from dare_tf.optimizers import FusedAdam, LazyAdam
@@ -116,7 +116,7 @@ class TrainConfig:
     strategy: str = "default"
     jit_compile: bool = True
     max_steps: int | None = None
-    shuffle_buffer: int = 100_000
+    shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER
     log_every: int = 50
     bn_statistics_batches: int = 30
     steps_per_execution: int = 1
@@ -298,12 +298,17 @@ class StopOnNonFiniteLoss(keras.callbacks.Callback):
 class StopAtStep(keras.callbacks.Callback):
     """Ends `fit` after the optimizer's step `total_steps` (mid-epoch if need be)."""
 
-    def __init__(self, total_steps: int):
+    def __init__(self, steps_per_epoch: int, total_steps: int):
         super().__init__()
-        self.total_steps = total_steps
+        self.steps_per_epoch, self.total_steps, self.first = steps_per_epoch, total_steps, 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.first = epoch * self.steps_per_epoch
 
     def on_train_batch_end(self, batch, logs=None):
-        if int(self.model.optimizer.iterations.numpy()) >= self.total_steps:
+        # `batch`: the epoch's last step done (several with steps_per_execution). Counted
+        # here: reading the optimizer's counter would wait for the step to finish.
+        if self.first + batch + 1 >= self.total_steps:
             self.model.stop_training = True
 
 
@@ -485,7 +490,7 @@ class _SeedRun:
             callbacks = [
                 StopOnNonFiniteLoss(lambda s: f"epoch {(s - 1) // self.steps_per_epoch}, seed {self.seed} "
                                               f"of {cfg.preset}"),
-                StopAtStep(self.total_steps),
+                StopAtStep(cfg.eval_every, self.total_steps),
                 ExactValidation(self),
             ]
             if self.chief:
@@ -498,15 +503,16 @@ class _SeedRun:
         return self._finish()
 
     def _finish(self) -> dict:
+        steps = int(self.model.optimizer.iterations.numpy())
         best = os.path.join(self.work_dir, BEST_WEIGHTS)
         if os.path.exists(best):
-            self.model.load_weights(best)
+            self.model.load_weights(best)  # (the optimizer's state of that step too)
         history = self.read_history()
         best_entry = next((h for h in history if h["step"] == int(self.best_step)), None)
         test = self.predict("test")
         result = {
             "seed": self.seed,
-            "steps": int(self.model.optimizer.iterations.numpy()),
+            "steps": steps,
             "best_step": int(self.best_step),
             "val": best_entry["val"] if best_entry else evaluate_outputs(self.predict("val")),
             "test": evaluate_outputs(test),

@@ -148,7 +148,12 @@ def test_every_layer_serializes(rng, cls, kwargs, kind):
     assert_layer_serializes(cls(**kwargs), *args, **call_kwargs)
 
 
-@pytest.mark.parametrize("preset", sorted(dare_tf.PRESETS))
+# Every preset on TensorFlow; on JAX (its own process, tests/test_backends.py) one preset per
+# coupling kind of table sharing and DIN's scorer, to keep the suite short.
+SAVED_PRESETS = sorted(dare_tf.PRESETS) if keras.backend.backend() == "tensorflow" else ["dare", "din", "twin_proj"]
+
+
+@pytest.mark.parametrize("preset", SAVED_PRESETS)
 def test_every_preset_saves(tmp_path, rng, preset):
     model = build_model(preset, NUM_ITEMS, NUM_CATS, max_len=LENGTH, top_k=4, initializer="keras", seed=1)
     loaded = assert_model_saves(model, random_batch(rng, 4, LENGTH, NUM_ITEMS, NUM_CATS),
@@ -164,3 +169,24 @@ def test_docstring_examples_run(module):
     failures, tried = doctest.testmod(mod, globs=globs, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE,
                                       verbose=False)[:2]
     assert tried > 0 and failures == 0, f"{module}: {failures} of {tried} examples failed"
+
+
+def test_fit_under_a_mixed_precision_policy(rng):
+    policy = "mixed_float16" if keras.backend.backend() == "tensorflow" else "mixed_bfloat16"
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        model = build_model("dare", NUM_ITEMS, NUM_CATS, max_len=LENGTH, top_k=4, seed=0, jit_compile_dense=False)
+        model.compile(optimizer=keras.optimizers.Adam(0.01))
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    x = random_batch(rng, 64, LENGTH, NUM_ITEMS, NUM_CATS)
+    y = rng.integers(0, 2, 64).astype("float32")
+    if policy == "mixed_float16":  # Keras wraps the optimizer to scale the loss
+        assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+    history = model.fit(x, y, batch_size=32, epochs=2, verbose=0)
+    assert np.all(np.isfinite(history.history["loss"]))
+    out = model.forward(x)
+    expected = numpy_cross_entropy(y, np.asarray(out["probability"], "float32")) + numpy_cross_entropy(
+        y, np.asarray(out["aux_probability"], "float32"))
+    # The loss stays float32 under the policy and is what evaluate reports (+ L2, tiny here).
+    np.testing.assert_allclose(model.evaluate(x, y, batch_size=64, verbose=0), expected, rtol=2e-3)

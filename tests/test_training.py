@@ -299,7 +299,7 @@ def test_keras_compile_fit_evaluate_give_the_trainers_loss_on_the_same_batch(tao
     y = y.numpy()
     # The README's way: build, compile, evaluate / fit on the same batch, same weights.
     readme = dare_tf.build_model("dare", spec.num_items, spec.num_categories, max_len=spec.max_len, top_k=5,
-                                 seed=0)
+                                 seed=0, jit_compile_dense=False)
     readme.set_weights(run.model.get_weights())
     readme.compile(optimizer=keras.optimizers.Adam(0.005))
     expected = run.model.loss_terms(y, run.model.forward(x, training=False))["total"]
