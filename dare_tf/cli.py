@@ -70,7 +70,7 @@ def define_flags(cls, *, exclude=(), rename: dict[str, str] | None = None, choic
         kwargs = {}
         if field.name in choices:
             flags.DEFINE_enum(name, default, list(choices[field.name]), help_text, **kwargs)
-        elif kind.startswith("tuple[int") or kind.startswith("tuple["):
+        elif kind.startswith("tuple["):
             flags.DEFINE_list(name, None if default is None else [str(v) for v in default], help_text, **kwargs)
         elif kind in ("int", "int|None"):
             flags.DEFINE_integer(name, default, help_text, **kwargs)

@@ -455,11 +455,8 @@ class _SeedRun:
     def _history_path(self) -> str:
         return os.path.join(self.run_dir, HISTORY)
 
-    def read_history(self) -> list[dict]:
-        return read_history(self.run_dir)
-
     def _truncate_history(self, step: int) -> None:
-        kept = [h for h in self.read_history() if h["step"] <= step]
+        kept = [h for h in read_history(self.run_dir) if h["step"] <= step]
         if self.chief:
             tmp = self._history_path() + ".tmp"
             with open(tmp, "w") as f:
@@ -507,7 +504,7 @@ class _SeedRun:
         best = os.path.join(self.work_dir, BEST_WEIGHTS)
         if os.path.exists(best):
             self.model.load_weights(best)  # (the optimizer's state of that step too)
-        history = self.read_history()
+        history = read_history(self.run_dir)
         best_entry = next((h for h in history if h["step"] == int(self.best_step)), None)
         test = self.predict("test")
         result = {
@@ -606,7 +603,7 @@ def _flatten(d: dict, prefix: str = "") -> dict:
 
 def _own_entries(output_dir: str) -> list[str]:
     """The entries of a run directory that `train` (and its programs) wrote."""
-    own = re.compile(r"seed_\d+|results\.json|run_config\.json|flags\.txt|curves\.png")
+    own = re.compile(r"seed_\d+|results\.json|run_config\.json|flags\.txt")
     return sorted(e for e in os.listdir(output_dir) if own.fullmatch(e)) if os.path.isdir(output_dir) else []
 
 

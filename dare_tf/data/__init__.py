@@ -17,7 +17,7 @@ _LAZY = {
     "prepare": "dare_tf.data.protocol",
     "BadLineError": "dare_tf.data.logs",
     "SyntheticConfig": "dare_tf.data.synthetic",
-    "write_synthetic": "dare_tf.data.synthetic",
+    "write_synthetic": ("dare_tf.data.synthetic", "write"),
 }
 
 __all__ = ["FORMAT", "MODEL_INPUTS", "SCALAR_FEATURES", "SEQUENCE_FEATURES", "SPLITS", "DatasetSpec",
@@ -26,5 +26,6 @@ __all__ = ["FORMAT", "MODEL_INPUTS", "SCALAR_FEATURES", "SEQUENCE_FEATURES", "SP
 
 def __getattr__(name):
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        module, attribute = _LAZY[name] if isinstance(_LAZY[name], tuple) else (_LAZY[name], name)
+        return getattr(importlib.import_module(module), attribute)
     raise AttributeError(f"module 'dare_tf.data' has no attribute {name!r}")
