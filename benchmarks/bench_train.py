@@ -13,7 +13,9 @@ vocabulary: DARE train steps at 50k, 1M and Taobao's 4,068,791 items with
 end_to_end: `trainers.train`'s library call on a generated 1M-row
   Taobao-format log (3,000 users, ~171k training examples): training and
   evaluation samples/s inside the real program, wall time, beside the
-  isolated step on the same machine in the same run.
+  isolated step (the compiled train function on one batch of the same
+  dataset, repeated; total time over steps, like the trainer's figure) on
+  the same machine in the same run.
 ab: the train step of this checkout against `--baseline_ref` (default: the
   last commit before the `model.fit` trainer), each measured in its own
   process, alternating, 3 rounds; medians and ratios.
@@ -54,6 +56,11 @@ x = {"target_item": rng.integers(1, items, batch).astype("int32"),
      "hist_items": rng.integers(1, items, (batch, 200)).astype("int32"),
      "hist_categories": rng.integers(1, cats, (batch, 200)).astype("int32")}
 y = rng.integers(0, 2, batch).astype("float32")
+if len(sys.argv) > 8:  # one batch of a prepared dataset instead of uniform random ids
+    from dare_tf.data.pipeline import make_dataset
+    features, labels = next(iter(make_dataset(sys.argv[8], "train", batch, seed=0, deterministic=True)))
+    x = {k: features[k].numpy() for k in x}
+    y = labels.numpy()
 model = dare_tf.build_model(preset, items, cats, max_len=200, top_k=20, seed=0)
 import dare_tf.training as training
 if hasattr(training, "make_train_step"):  # the hand-written loop's step (baseline commits)
@@ -76,18 +83,21 @@ start = time.perf_counter()
 while time.perf_counter() - start < seconds or len(times) < 5:
     t0 = time.perf_counter(); out = step(); float(out["loss"] if isinstance(out, dict) else out)
     times.append(time.perf_counter() - t0)
+mean = batch * len(times) / sum(times)
 times.sort()
-print(json.dumps({"samples_per_s": batch / times[len(times) // 2]}))
+print(json.dumps({"samples_per_s": batch / times[len(times) // 2], "mean_samples_per_s": mean}))
 """
 
 
-def _step_in_process(root, preset, items, cats, batch, optimizer, seconds):
+def _step_in_process(root, preset, items, cats, batch, optimizer, seconds, data_dir=None, key="samples_per_s"):
+    """Samples/s of the compiled train step in a fresh process: from the median
+    step time (`samples_per_s`) or from the total time (`mean_samples_per_s`)."""
     done = subprocess.run([sys.executable, "-c", STEP_SCRIPT, root, preset, str(items), str(cats), str(batch),
-                           optimizer, str(seconds)], capture_output=True, text=True, cwd=root,
+                           optimizer, str(seconds), *([data_dir] if data_dir else [])], capture_output=True, text=True, cwd=root,
                           env=dict(os.environ, KERAS_BACKEND="tensorflow"))
     if done.returncode:
         raise RuntimeError(done.stderr[-2000:])
-    return json.loads(done.stdout.strip().splitlines()[-1])["samples_per_s"]
+    return json.loads(done.stdout.strip().splitlines()[-1])[key]
 
 
 def bench_ab(baseline_ref, quick, batches):
@@ -207,7 +217,8 @@ def bench_end_to_end(work_dir, quick):
             / sum(h["timing"]["val_seconds"] for h in warm),
             "bn_refresh_s_per_eval": sum(h["timing"]["bn_seconds"] for h in history) / len(history),
             "isolated_step_samples_per_s": _step_in_process(REPO, "dare", spec.num_items, spec.num_categories,
-                                                            config.batch_size, optimizer, 3.0),
+                                                            config.batch_size, optimizer, 3.0, data_dir,
+                                                            "mean_samples_per_s"),
             "test_auc": results["test"]["auc"],
         })
         rows[-1]["train/isolated"] = rows[-1]["train_samples_per_s"] / rows[-1]["isolated_step_samples_per_s"]

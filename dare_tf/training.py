@@ -43,7 +43,7 @@ from absl import logging
 from dare_tf import metrics
 from dare_tf._files import atomic_json, describe_entries
 from dare_tf.config import make_config
-from dare_tf.data.pipeline import DEFAULT_SHUFFLE_BUFFER, make_dataset
+from dare_tf.data.pipeline import DEFAULT_SHUFFLE_BUFFER, InMemorySplit, make_dataset
 from dare_tf.data.spec import HIST_ITEMS, MODEL_INPUTS, TARGET_CATEGORY, USER, DatasetSpec
 from dare_tf.models import DareModel
 from dare_tf.optimizers import FusedAdam, LazyAdam
@@ -89,7 +89,13 @@ class TrainConfig:
             (`tf.distribute.MultiWorkerMirroredStrategy` from TF_CONFIG).
         jit_compile: compile everything after the embedding lookups with XLA.
         max_steps: stop each seed after this many steps (None: all epochs).
-        shuffle_buffer: examples in the shuffle buffer.
+        shuffle_buffer: examples in the shuffle buffer when the training split
+            streams from its shards.
+        in_memory_mb: the training and validation splits are decoded into
+            memory once when each takes at most this many MB (int32: 4 bytes
+            x (2 L + 3) per example): epochs are then uniform permutations,
+            with no parsing and no buffer to fill. Larger splits stream from
+            their shards through `shuffle_buffer`. 0 always streams.
         log_every: steps between TensorBoard loss summaries.
         bn_statistics_batches: before each evaluation, BatchNorm's moving
             statistics are set to the average statistics of this many training
@@ -117,6 +123,7 @@ class TrainConfig:
     jit_compile: bool = True
     max_steps: int | None = None
     shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER
+    in_memory_mb: int = 4096
     log_every: int = 50
     bn_statistics_batches: int = 30
     steps_per_execution: int = 1
@@ -135,6 +142,7 @@ class TrainConfig:
             (self.eval_every >= 1, "eval_every", "must be >= 1"),
             (self.max_steps is None or self.max_steps >= 1, "max_steps", "must be >= 1"),
             (self.shuffle_buffer >= 1, "shuffle_buffer", "must be >= 1"),
+            (self.in_memory_mb >= 0, "in_memory_mb", "must be >= 0"),
             (self.log_every >= 1, "log_every", "must be >= 1"),
             (self.bn_statistics_batches >= 0, "bn_statistics_batches", "must be >= 0"),
             (self.steps_per_execution >= 1, "steps_per_execution", "must be >= 1"),
@@ -239,17 +247,23 @@ def predict_split(model: DareModel, data_dir: str, split: str, batch_size: int, 
     `categories` and `history_length` arrays, in the split's order."""
     ds = make_dataset(data_dir, split, batch_size, shuffle=False, drop_remainder=drop_remainder,
                       deterministic=True, spec=spec)
+    return predict_batches(model, ds, training, f"{data_dir}: the {split} split")
+
+
+def predict_batches(model: DareModel, batches, training: bool = False,
+                    what: str = "the data") -> dict[str, np.ndarray]:
+    """`predict_split`'s arrays over `(features, label)` batches."""
     predict = _compiled(model, "predict", training)
     parts: dict[str, list] = {k: [] for k in ("labels", "probabilities", "users", "categories",
                                                 "history_length")}
-    for x, y in ds:
+    for x, y in batches:
         parts["probabilities"].append(predict(x).numpy())
         parts["labels"].append(y.numpy())
         parts["users"].append(x[USER].numpy())
         parts["categories"].append(x[TARGET_CATEGORY].numpy())
         parts["history_length"].append((x[HIST_ITEMS].numpy() > 0).sum(axis=1))
     if not parts["labels"]:
-        raise ValueError(f"{data_dir}: the {split} split has no complete batch of {batch_size}")
+        raise ValueError(f"{what} has no complete batch")
     return {k: np.concatenate(v) for k, v in parts.items()}
 
 
@@ -363,8 +377,10 @@ class _SeedRun:
     """One seed: its model, optimizer, checkpoint, input stream and history."""
 
     def __init__(self, data_dir: str, run_dir: str, config: TrainConfig, seed: int, spec: DatasetSpec,
-                 strategy, chief: bool, model_config, report: Callable[[str], None]):
+                 strategy, chief: bool, model_config, report: Callable[[str], None],
+                 memory: dict[str, InMemorySplit] | None = None):
         self.data_dir, self.run_dir, self.config, self.seed = data_dir, run_dir, config, seed
+        self.memory = memory or {}
         self.spec, self.strategy, self.chief, self.model_config = spec, strategy, chief, model_config
         self._print = report
         os.makedirs(run_dir, exist_ok=True)
@@ -394,18 +410,25 @@ class _SeedRun:
         os.makedirs(self.work_dir, exist_ok=True)
         self.manager = tf.train.CheckpointManager(
             self.checkpoint, os.path.join(self.work_dir, "checkpoints"), max_to_keep=2)
-        count = spec.counts["train"]
-        self.steps_per_epoch = (count // config.batch_size if self.distributed
-                                else math.ceil(count / config.batch_size))
+        count, batch = spec.counts["train"], config.batch_size
+        # In memory, the epochs' permutations run back to back, cut into full batches
+        # (static shapes: LazyAdam's step ran 2x faster with them); streamed, every
+        # epoch ends with its partial batch, dropped when distributed.
+        self.steps_per_epoch = (count // batch if self.distributed or "train" in self.memory
+                                else math.ceil(count / batch))
         if self.steps_per_epoch == 0:
             raise ValueError(f"{data_dir}: the train split has fewer examples ({count}) than one "
-                             f"batch ({config.batch_size})")
-        self.total_steps = self.steps_per_epoch * config.epochs
+                             f"batch ({batch})")
+        self.total_steps = (config.epochs * count // batch if "train" in self.memory
+                            else self.steps_per_epoch * config.epochs)
         if config.max_steps is not None:
             self.total_steps = min(self.total_steps, config.max_steps)
         self.started = time.perf_counter()
 
     # -- data ---------------------------------------------------------------------------
+    def _permutation(self, epoch: int) -> np.ndarray:
+        return np.random.default_rng([self.seed, epoch]).permutation(len(self.memory["train"]))
+
     def _epoch_batches(self, epoch: int, shuffle_buffer: int | None = None):
         """Training batches of one pass, in an order fixed by seed and epoch.
 
@@ -413,18 +436,28 @@ class _SeedRun:
         keeps its slice of each, so N workers together train on exactly the
         global batch one process would (the last partial batch is dropped).
         """
+        if "train" in self.memory:
+            return self.memory["train"].batches(self._permutation(epoch), self.config.batch_size)
         return make_dataset(self.data_dir, "train", self.config.batch_size, shuffle=True,
                             shuffle_buffer=shuffle_buffer or self.config.shuffle_buffer, deterministic=True,
-                            seed=self.seed * 1000 + epoch, spec=self.spec, drop_remainder=self.distributed)
+                            seed=self.seed * 1000 + epoch, spec=self.spec,
+                            drop_remainder=self.distributed).take(self.steps_per_epoch)
 
     def train_stream(self, skip: int):
-        """All training batches from step `skip` on: epoch after epoch, features and label."""
-        first = skip // self.steps_per_epoch
-        ds = None
-        for epoch in range(first, self.config.epochs):
-            part = self._epoch_batches(epoch).take(self.steps_per_epoch)
-            ds = part if ds is None else ds.concatenate(part)
-        ds = ds.skip(skip - first * self.steps_per_epoch).take(self.total_steps - skip)
+        """All training batches from step `skip` on, features and label."""
+        batch = self.config.batch_size
+        if "train" in self.memory:
+            count = len(self.memory["train"])
+            first = skip * batch // count
+            order = np.concatenate([self._permutation(e) for e in range(first, self.config.epochs)])
+            start = skip * batch - first * count
+            ds = self.memory["train"].batches(order[start: start + (self.total_steps - skip) * batch], batch)
+        else:
+            first = skip // self.steps_per_epoch
+            ds = self._epoch_batches(first).skip(skip - first * self.steps_per_epoch)
+            for epoch in range(first + 1, self.config.epochs):
+                ds = ds.concatenate(self._epoch_batches(epoch))
+            ds = ds.take(self.total_steps - skip)
         ds = ds.map(lambda x, y: ({k: x[k] for k in MODEL_INPUTS}, y))
         if not self.distributed:
             return ds.prefetch(tf.data.AUTOTUNE)
@@ -440,6 +473,16 @@ class _SeedRun:
         return self.strategy.distribute_datasets_from_function(dataset_fn)
 
     def predict(self, split: str) -> dict[str, np.ndarray]:
+        if split in self.memory:
+            # Every batch full-sized (the last one padded with example 0, its outputs
+            # dropped): one compiled shape for all evaluations.
+            size, count = self.config.eval_batch_size, len(self.memory[split])
+            count = count // size * size if self.config.reference_mode else count
+            order = np.zeros(-(-count // size) * size, np.int64)
+            order[:count] = np.arange(count)
+            outputs = predict_batches(self.model, self.memory[split].batches(order, size),
+                                      self.config.reference_mode, f"{self.data_dir}: the {split} split")
+            return {k: v[:count] for k, v in outputs.items()}
         return predict_split(self.model, self.data_dir, split, self.config.eval_batch_size, self.spec,
                              drop_remainder=self.config.reference_mode, training=self.config.reference_mode)
 
@@ -702,6 +745,7 @@ def train(data_dir: str, output_dir: str, config: TrainConfig,
         if flags_text is not None:
             with open(os.path.join(output_dir, "flags.txt"), "w") as f:
                 f.write(flags_text)
+    memory = None
     per_seed = []
     for seed in config.seeds:
         run_dir = os.path.join(output_dir, f"seed_{seed}")
@@ -711,8 +755,11 @@ def train(data_dir: str, output_dir: str, config: TrainConfig,
                 per_seed.append(json.load(f))
             logging.info("seed %d: already finished, reusing %s", seed, done)
             continue
+        if memory is None:  # loaded once, for the first seed that trains
+            memory = {split: InMemorySplit.load(data_dir, split, spec) for split in ("train", "val")
+                      if InMemorySplit.estimated_bytes(spec, split) <= config.in_memory_mb * 2**20}
         per_seed.append(_SeedRun(data_dir, run_dir, config, seed, spec, strategy, chief, model_config,
-                                 report).run())
+                                 report, memory).run())
     results = {
         "data_dir": os.path.abspath(data_dir),
         "dataset": spec.dataset,

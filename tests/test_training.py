@@ -100,7 +100,7 @@ def test_killed_run_resumes_without_lost_or_repeated_steps(taobao, tmp_path):
     done = subprocess.run(_train_command(taobao, out), cwd=REPO, env=ENV, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     steps = [json.loads(line)["step"] for line in open(history)]
-    # 4,902 examples / 128 = 39 steps per epoch; evaluations every 5 steps, to step 30.
+    # Evaluations every 5 steps, to max_steps 30.
     assert steps == [5, 10, 15, 20, 25, 30]
     # The resumed run ends where an uninterrupted run ends.
     clean = str(tmp_path / "clean")
@@ -108,6 +108,49 @@ def test_killed_run_resumes_without_lost_or_repeated_steps(taobao, tmp_path):
     resumed = json.load(open(os.path.join(out, "results.json")))
     uninterrupted = json.load(open(os.path.join(clean, "results.json")))
     assert resumed["test"]["auc"] == pytest.approx(uninterrupted["test"]["auc"], abs=1e-4)
+
+
+@pytest.mark.parametrize("in_memory_mb", [0, 4096])
+def test_training_stream_resumes_at_any_step(taobao, in_memory_mb, tmp_path):
+    """From step k the stream is the uninterrupted stream's tail (streamed from the
+    shards and decoded in memory); in memory, every batch is full and each run of
+    len(train) examples from an epoch start is a permutation of the split."""
+    import tensorflow as tf
+
+    from dare_tf.data.pipeline import InMemorySplit
+    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.training import _SeedRun, effective_model_config
+
+    spec = DatasetSpec.load(taobao)
+    config = TrainConfig(batch_size=500, epochs=2, in_memory_mb=in_memory_mb, verbose=0, jit_compile=False)
+    memory = {"train": InMemorySplit.load(taobao, "train", spec)} if in_memory_mb else {}
+    strategy = tf.distribute.get_strategy()
+    run = _SeedRun(taobao, str(tmp_path), config, 3, spec, strategy, True,
+                   effective_model_config(config, spec, strategy), print, memory)
+
+    def targets(skip):
+        return [(x["target_item"].numpy(), x["hist_items"].numpy()) for x, _ in run.train_stream(skip)]
+
+    full = targets(0)
+    assert len(full) == run.total_steps
+    for skip in (1, run.steps_per_epoch, run.total_steps - 1):
+        tail = targets(skip)
+        assert len(tail) == len(full) - skip
+        for a, b in zip(tail, full[skip:]):
+            np.testing.assert_array_equal(a[0], b[0])
+            np.testing.assert_array_equal(a[1], b[1])
+    count = spec.counts["train"]
+    if in_memory_mb:
+        assert all(len(t[0]) == 500 for t in full)
+        assert run.total_steps == 2 * count // 500
+        rows = lambda items, hist: (lambda a: a[np.lexsort(a.T[::-1])])(  # noqa: E731
+            np.concatenate([items[:, None], hist], axis=1))
+        first_epoch = rows(np.concatenate([t[0] for t in full])[:count],
+                           np.concatenate([t[1] for t in full])[:count])
+        split = memory["train"].features
+        np.testing.assert_array_equal(first_epoch, rows(split["target_item"], split["hist_items"]))
+    else:
+        assert run.total_steps == 2 * -(-count // 500)
 
 
 def _free_port():

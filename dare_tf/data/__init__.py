@@ -13,6 +13,7 @@ from dare_tf.data.spec import (FORMAT, MODEL_INPUTS, SCALAR_FEATURES, SEQUENCE_F
 _LAZY = {
     "make_dataset": "dare_tf.data.pipeline",
     "parse_batch": "dare_tf.data.pipeline",
+    "InMemorySplit": "dare_tf.data.pipeline",
     "Protocol": "dare_tf.data.protocol",
     "prepare": "dare_tf.data.protocol",
     "BadLineError": "dare_tf.data.logs",

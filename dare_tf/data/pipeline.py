@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 
 from dare_tf.data.spec import LABEL, SCALAR_FEATURES, SEQUENCE_FEATURES, DatasetSpec
@@ -80,3 +81,51 @@ def make_dataset(
     options = tf.data.Options()
     options.deterministic = deterministic
     return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
+class InMemorySplit:
+    """A split decoded once into memory: int32 feature arrays (`[N]` scalars,
+    `[N, L]` histories) and float32 labels `[N]`, in the split's file order.
+
+    `batches(order, batch_size)` gathers batches by index, so a shuffled epoch
+    is a permutation of `range(N)` (a uniform shuffle, no buffer to fill, no
+    parsing per step) and skipping to a step costs nothing.
+    """
+
+    def __init__(self, features: dict[str, np.ndarray], labels: np.ndarray):
+        self.features = features
+        self.labels = labels
+        self._tensors = None
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @property
+    def nbytes(self) -> int:
+        return self.labels.nbytes + sum(v.nbytes for v in self.features.values())
+
+    @staticmethod
+    def estimated_bytes(spec: DatasetSpec, split: str) -> int:
+        per_example = 4 * (len(SCALAR_FEATURES) + len(SEQUENCE_FEATURES) * spec.max_len)
+        return spec.counts[split] * per_example
+
+    @classmethod
+    def load(cls, data_dir: str, split: str, spec: DatasetSpec | None = None) -> "InMemorySplit":
+        parts = list(make_dataset(data_dir, split, 16384, shuffle=False, deterministic=True,
+                                  spec=spec).as_numpy_iterator())
+        if not parts:
+            raise ValueError(f"{data_dir}: the {split} split has no examples")
+        features = {k: np.concatenate([x[k] for x, _ in parts]) for k in parts[0][0]}
+        return cls(features, np.concatenate([y for _, y in parts]))
+
+    def batches(self, order: np.ndarray, batch_size: int) -> tf.data.Dataset:
+        """`(features, label)` batches of the examples `order` (indices), in that
+        order; when `len(order)` is a multiple of `batch_size`, the batch
+        dimension is static."""
+        if self._tensors is None:
+            self._tensors = ({k: tf.constant(v) for k, v in self.features.items()}, tf.constant(self.labels))
+        features, labels = self._tensors
+        ds = tf.data.Dataset.from_tensor_slices(np.asarray(order, np.int64))
+        ds = ds.batch(batch_size, drop_remainder=len(order) % batch_size == 0)
+        return ds.map(lambda i: ({k: tf.gather(v, i) for k, v in features.items()}, tf.gather(labels, i)),
+                      num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
