@@ -29,6 +29,8 @@ setup(
         "absl-py",
         "pyarrow>=14",
         "tensorboard>=2.16",
+        "matplotlib>=3.8",
+        "scikit-learn>=1.4",
     ],
     extras_require={"test": ["pytest"], "jax": ["jax"]},
     entry_points={
@@ -38,6 +40,7 @@ setup(
             "dare-train=dare_tf._programs.trainers.train:run",
             "dare-reproduce=dare_tf._programs.trainers.reproduce:run",
             "dare-demo=dare_tf._programs.trainers.demo:run",
+            "dare-analyze=dare_tf._programs.trainers.analyze:run",
             "dare-export=dare_tf._programs.serving.export:run",
             "dare-client=dare_tf._programs.serving.client:run",
             "dare-standin-server=dare_tf._programs.serving.standin_server:run",

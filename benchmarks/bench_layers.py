@@ -1,11 +1,16 @@
 """Speed of the layers and presets: forward+backward samples/s and the search stage alone.
 
-Usage: python benchmarks/bench_layers.py [--quick] [--parts presets,search] [--json PATH]
+Usage: python benchmarks/bench_layers.py [--quick] [--parts presets,search,models] [--json PATH]
 
 Part 1: every preset at L=200, K=20, d=16, batch 256 and 2048, XLA on and off.
 Part 2: the search stage alone (attention-table lookup, scores, top-K) for
 attention dims 64/32/16 per field and L = 200, 1,000, 10,000; it prints the
 64 -> 32 speed-up and the growth of time per behaviour from L=200 to 10,000.
+Part 3: stage 1 of each model (`dare_tf.analysis.dimensions.search_stage`:
+TWIN's and DARE's top-K by dot product, ETA's SimHash Hamming top-K,
+TWIN-V2's clustering and search over clusters, SDIM's bucket matching) at
+L = 200, 1,000, 10,000, batch 128, XLA, all models timed in turn per round:
+time per behaviour.
 """
 
 from __future__ import annotations
@@ -95,14 +100,57 @@ def bench_search(rng, dims, lengths, batch, min_seconds, rounds=3):
     return rows
 
 
+# Stage-1 variants compared in part 3: (label, preset, overrides).
+SEARCH_MODELS = [("twin", "twin", {}), ("dare (attention 8)", "dare", dict(attention_embedding_dim=8,
+                                                                        attention_position_dim=8)),
+                 ("eta (32 bits)", "eta", {}), ("twin_v2 (window 16)", "twin_v2", {}),
+                 ("sdim (8 x 3 bits)", "sdim", {})]
+
+
+def bench_model_search(rng, lengths, batch, rounds=3):
+    from dare_tf.analysis.dimensions import search_stage
+
+    rows = []
+    for length in lengths:
+        x = random_inputs(rng, batch, length)
+        stages = {}
+        for label, preset, overrides in SEARCH_MODELS:
+            model = dare_tf.build_model(preset, NUM_ITEMS, NUM_CATEGORIES, max_len=length, top_k=20, seed=0,
+                                        num_positions=length + 1, **overrides)
+            stage = search_stage(model)
+            stages[label] = lambda x, stage=stage: stage(x)
+            if preset == "eta":  # signatures of the histories computed once, outside the timed call
+                ids = model._unpack(x)
+                keys = model.embedding.combine(model.embedding.lookup(*ids))["history_attention"]
+                signatures = model.search.signatures(keys)
+                stages[f"{label}, signatures given"] = lambda x, stage=stage, s=signatures: stage(x, s)
+        for fn in stages.values():
+            np.asarray(fn(x))  # compile
+        times = {label: [] for label in stages}
+        for _ in range(rounds):
+            for label, fn in stages.items():
+                times[label].append(time_call(lambda: np.asarray(fn(x)), 0.3))
+        for label in stages:
+            seconds = float(np.median(times[label]))
+            rows.append({"model": label, "L": length, "ms": seconds * 1e3,
+                         "ns_per_behaviour": seconds / (batch * length) * 1e9})
+        twin = next(r["ns_per_behaviour"] for r in rows if r["model"] == "twin" and r["L"] == length)
+        for r in rows:
+            if r["L"] == length:
+                r["vs_twin"] = r["ns_per_behaviour"] / twin
+        print(f"  L={length}: " + ", ".join(f"{r['model']} {r['ms']:.2f} ms" for r in rows if r["L"] == length),
+              flush=True)
+    return rows
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer and shorter measurements")
-    parser.add_argument("--parts", default="presets,search",
-                        help="comma-separated parts to run: presets (part 1), search (part 2)")
+    parser.add_argument("--parts", default="presets,search,models",
+                        help="comma-separated parts to run: presets (part 1), search (part 2), models (part 3)")
     parser.add_argument("--json", default=None, help="output JSON path")
     args = parser.parse_args()
-    parts = selected_parts(parser, args.parts, ("presets", "search"))
+    parts = selected_parts(parser, args.parts, ("presets", "search", "models"))
     rng = np.random.default_rng(0)
     min_seconds = 0.5 if args.quick else 2.0
     print(f"TensorFlow {tf.__version__}, {os.cpu_count()} CPUs")
@@ -113,6 +161,11 @@ def main():
         print_table(payload["presets"], ["preset", "batch", "graph", "xla", "xla/graph"])
     if "search" in parts:
         payload.update(search_part(rng, args))
+    if "models" in parts:
+        print("Part 3: stage 1 of each model, batch 128, XLA (ns per behaviour)")
+        payload["models"] = bench_model_search(rng, [200, 1_000] if args.quick else [200, 1_000, 10_000], 128,
+                                               rounds=1 if args.quick else 3)
+        print_table(payload["models"], ["model", "L", "ms", "ns_per_behaviour", "vs_twin"])
     write_json("bench_layers", payload, args.json)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from dare_tf.layers.embedding import COUPLINGS
 
-SEARCHES = ("soft", "hard", "none")
+SEARCHES = ("soft", "hard", "none", "simhash", "sdim", "cluster")
 SCORERS = ("dot", "din")
 INITIALIZERS = ("reference", "keras")
 AUX_ATTENTIONS = ("all", "retrieved")
@@ -39,10 +39,19 @@ class ModelConfig:
             attention and representation tables), `four` (TWIN-4E), or
             `projection` (TWIN w/ proj.: shared tables and 12 linear maps).
         search: `soft` (top-K by attention score), `hard` (same category,
-            most recent K) or `none` (attend over the whole history: DIN).
+            most recent K), `none` (attend over the whole history: DIN),
+            `simhash` (ETA: top-K by SimHash Hamming distance, then
+            attention), `sdim` (SDIM: means of the behaviours in the target's
+            hash buckets, no search) or `cluster` (TWIN-V2: search and
+            attention over clusters of the history, log size added to the
+            scores).
         scorer: `dot` (scaled dot product, semantic and position parts
             scaled separately) or `din` (DIN's learnable activation unit).
-        top_k: K, behaviours kept by the search stage.
+        top_k: K, behaviours (clusters for `cluster`) kept by the search stage.
+        hash_bits: `simhash`: signature bits; `sdim`: bits per hash function.
+        num_hashes: `sdim`: hash functions.
+        cluster_window: `cluster`: behaviours per time window, within which
+            one category forms one cluster.
         use_position: embed position ids (DIN does not).
         target_aware: feed the target-aware representation v_t * h.
         use_history_mean: also feed the mean history representation (and its
@@ -76,6 +85,9 @@ class ModelConfig:
     search: str = "soft"
     scorer: str = "dot"
     top_k: int = 20
+    hash_bits: int = 32
+    num_hashes: int = 8
+    cluster_window: int = 16
     use_position: bool = True
     target_aware: bool = True
     use_history_mean: bool = False
@@ -137,7 +149,7 @@ class ModelConfig:
         for name in ("num_items", "num_categories"):
             check(getattr(self, name) >= 2, name,
                   f"must be >= 2 (padding row 0 plus at least one id), got {getattr(self, name)}")
-        for name in ("max_len", "embedding_dim", "top_k"):
+        for name in ("max_len", "embedding_dim", "top_k", "hash_bits", "num_hashes", "cluster_window"):
             check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         check(self.attention_dim >= 1, "attention_embedding_dim", f"must be >= 1, got {self.attention_dim}")
         if self.use_position:
@@ -180,6 +192,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     "twin_proj": dict(coupling="projection", search="soft"),
     "twin_no_tr": dict(coupling="shared", search="soft", target_aware=False),
     "twin_4e": dict(coupling="four", search="soft"),
+    "dare_no_tr": dict(coupling="decoupled", search="soft", target_aware=False),
+    "eta": dict(coupling="shared", search="simhash", hash_bits=32),
+    "sdim": dict(coupling="shared", search="sdim", num_hashes=8, hash_bits=3),
+    "twin_v2": dict(coupling="shared", search="cluster", cluster_window=16),
     "din": dict(coupling="shared", search="none", scorer="din", use_position=False),
 }
 

@@ -10,8 +10,10 @@ from keras import ops
 
 from dare_tf.config import ModelConfig, make_config
 from dare_tf.data.spec import MODEL_INPUTS as INPUT_KEYS
-from dare_tf.layers import (BehaviorEmbedding, DINAttention, PredictionHead,
-                            TargetAttentionPooling, TopKBehaviorSearch, scaled_dot_scores)
+from dare_tf.layers import (BehaviorClustering, BehaviorEmbedding, DINAttention, HashSamplingPooling,
+                            PredictionHead, TargetAttentionPooling, TopKBehaviorSearch, scaled_dot_scores)
+from dare_tf.layers.pooling import target_aware
+from dare_tf.layers.search import PADDING_SCORE, hamming_priority, hard_search_priority
 
 # reference.md adds 1e-8 to the softmax output before the log.
 LOG_EPSILON = 1e-8
@@ -113,10 +115,16 @@ class DareModel(keras.Model):
             self.din_attention = DINAttention(
                 cfg.din_units, initializer=cfg.initializer, prelu_init=cfg.prelu_init,
                 l2=cfg.l2, seed=sub_seed(1), name="din_attention")
-        self.search = None
-        if cfg.search != "none":
+        self.search = self.sampling = self.clustering = None
+        if cfg.search == "sdim":
+            self.sampling = HashSamplingPooling(cfg.num_hashes, cfg.hash_bits, position_dim=cfg.attention_pos_dim,
+                                                seed=sub_seed(4), name="sampling")
+        elif cfg.search != "none":
             self.search = TopKBehaviorSearch(
-                cfg.top_k, cfg.search, position_dim=cfg.attention_pos_dim, name="search")
+                cfg.top_k, "soft" if cfg.search == "cluster" else cfg.search, position_dim=cfg.attention_pos_dim,
+                num_bits=cfg.hash_bits, seed=sub_seed(4), name="search")
+        if cfg.search == "cluster":
+            self.clustering = BehaviorClustering(cfg.cluster_window, name="clustering")
         self.pooling = TargetAttentionPooling(cfg.target_aware, name="pooling")
         self.head = PredictionHead(cfg.mlp_units, initializer=cfg.initializer,
                                    prelu_init=cfg.prelu_init, l2=cfg.l2, seed=sub_seed(2),
@@ -187,14 +195,28 @@ class DareModel(keras.Model):
         return self._compiled_stages[training]
 
     def _stages(self, rows, ids, training) -> dict:
+        return self.stages_from_embeddings(self.embedding.combine(rows), ids, training)
+
+    def stages_from_embeddings(self, emb: dict, ids, training=False) -> dict:
+        """`forward`'s outputs from the four role embeddings of `BehaviorEmbedding`
+        (`target_attention`, ...) and the ids `(target_item, target_category,
+        hist_items, hist_categories)`: search, pooling and heads. Analyses feed
+        it embeddings whose paths they separate (`dare_tf.analysis.gradients`)."""
         cfg = self.model_config
         target_item, target_category, hist_items, hist_categories = ids
         mask = ops.greater(hist_items, 0)
-        emb = self.embedding.combine(rows)
         v_t = emb["target_representation"]
         values = emb["history_representation"]
         query, keys = emb["target_attention"], emb["history_attention"]
-        if self.search is None:
+        extra = {}
+        if self.sampling is not None:
+            pooled, weights, extra["hash_matches"] = self.sampling(query, keys, values, mask)
+            if cfg.target_aware:
+                pooled = target_aware(v_t, pooled)
+            positions = ops.broadcast_to(
+                ops.arange(ops.shape(hist_items)[1], dtype="int32")[None, :], ops.shape(hist_items))
+            aux_pooled = pooled
+        elif self.search is None:
             if self.din_attention is not None:
                 scores = self.din_attention(query, keys)
             else:
@@ -204,8 +226,13 @@ class DareModel(keras.Model):
                 ops.arange(ops.shape(hist_items)[1], dtype="int32")[None, :], ops.shape(hist_items))
             aux_pooled = pooled
         else:
-            positions, scores, valid = self.search(query, keys, mask, target_category, hist_categories)
-            pooled, weights = self.pooling(v_t, values, scores, valid, positions=positions,
+            search_keys, search_values, search_mask, bias = keys, values, mask, None
+            if self.clustering is not None:
+                search_keys, search_values, sizes, search_mask = self.clustering(keys, values, hist_categories, mask)
+                bias = ops.log(ops.maximum(sizes, 1.0))
+            positions, scores, valid = self.search(query, search_keys, search_mask, target_category,
+                                                   hist_categories, score_bias=bias)
+            pooled, weights = self.pooling(v_t, search_values, scores, valid, positions=positions,
                                            return_attention_weights=True)
             aux_pooled = pooled
             if self.aux_head is not None and cfg.search == "soft" and cfg.aux_attention == "all":
@@ -223,6 +250,7 @@ class DareModel(keras.Model):
             "positions": positions,
             "attention_weights": weights,
             "features": features,
+            **extra,
         }
         if self.aux_head is not None:
             outputs["aux_features"] = ops.concatenate([v_t, aux_pooled], axis=-1)
@@ -230,6 +258,32 @@ class DareModel(keras.Model):
         if training:  # the L2 term, computed with the rest (inside the compiled function)
             outputs["regularization"] = self._regularization()
         return outputs
+
+    def slot_scores(self, emb: dict, ids) -> "keras.KerasTensor":
+        """What stage 1 ranks the history slots by, `[B, L]` float32 (higher
+        first; padding -2**32 + 1): the scaled dot product of attention
+        embeddings (soft search, and the attention of models without search),
+        DIN's attention MLP score (DIN), or hard search's priority (same category
+        as the target first, then recency)."""
+        _, target_category, hist_items, hist_categories = ids
+        mask = ops.greater(hist_items, 0)
+        query, keys = emb["target_attention"], emb["history_attention"]
+        search = self.model_config.search
+        if self.din_attention is not None:
+            scores = ops.cast(self.din_attention(query, keys), "float32")
+        elif search == "hard":
+            scores = ops.cast(hard_search_priority(mask, target_category, hist_categories), "float32")
+        elif search == "simhash":
+            scores = ops.cast(hamming_priority(self.search.signatures(query), self.search.signatures(keys), mask,
+                                               self.search.num_bits), "float32")
+        elif search == "sdim":
+            scores = self.sampling(query, keys, emb["history_representation"], mask)[1]
+        elif search == "cluster":
+            keys, _, sizes, mask = self.clustering(keys, emb["history_representation"], hist_categories, mask)
+            scores = self.search.score(query, keys, mask, ops.log(ops.maximum(sizes, 1.0)))
+        else:
+            scores = scaled_dot_scores(query, keys, self.model_config.attention_pos_dim)
+        return ops.where(mask, scores, PADDING_SCORE)
 
     def _regularization(self):
         losses = self.losses
@@ -245,7 +299,7 @@ class DareModel(keras.Model):
     def explain(self, inputs) -> dict:
         """Probability with the retrieved history positions and attention weights."""
         out = self.forward(inputs, training=False)
-        return {k: out[k] for k in ("probability", "positions", "attention_weights")}
+        return {k: out[k] for k in ("probability", "positions", "attention_weights", "hash_matches") if k in out}
 
     def batch_norm_layers(self) -> dict:
         """Head input name (`features`, `aux_features`) -> the BatchNormalization

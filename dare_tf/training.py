@@ -42,7 +42,7 @@ from absl import logging
 
 from dare_tf import metrics
 from dare_tf._files import atomic_json, describe_entries
-from dare_tf.config import make_config
+from dare_tf.config import ModelConfig, make_config
 from dare_tf.data.pipeline import DEFAULT_SHUFFLE_BUFFER, InMemorySplit, make_dataset
 from dare_tf.data.spec import HIST_ITEMS, MODEL_INPUTS, TARGET_CATEGORY, USER, DatasetSpec
 from dare_tf.models import DareModel
@@ -646,7 +646,7 @@ def _flatten(d: dict, prefix: str = "") -> dict:
 
 def _own_entries(output_dir: str) -> list[str]:
     """The entries of a run directory that `train` (and its programs) wrote."""
-    own = re.compile(r"seed_\d+|results\.json|run_config\.json|flags\.txt")
+    own = re.compile(r"seed_\d+|results\.json|run_config\.json|flags\.txt|curves\.png")
     return sorted(e for e in os.listdir(output_dir) if own.fullmatch(e)) if os.path.isdir(output_dir) else []
 
 
@@ -659,7 +659,11 @@ def check_run_dir(output_dir: str, identity: dict, overwrite: bool = False) -> N
         with open(path) as f:
             recorded = json.load(f)
         old, new = _flatten(recorded), _flatten(json.loads(json.dumps(identity)))
-        differ = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+        # A model field added after the run was recorded, at its default value, is the
+        # architecture the run had (new fields default to the earlier behaviour).
+        defaults = {f"model_config.{f.name}": f.default for f in dataclasses.fields(ModelConfig)}
+        differ = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k)
+                        and not (k not in old and k in defaults and new.get(k) == defaults[k]))
         if not differ:
             return
         detail = "; ".join(f"{k}: {old.get(k)!r} in the run, {new.get(k)!r} now" for k in differ[:8])
@@ -770,4 +774,14 @@ def train(data_dir: str, output_dir: str, config: TrainConfig,
     }
     if chief:
         atomic_json(os.path.join(output_dir, RESULTS), results)
+        write_curves(output_dir, config)
     return results
+
+
+def write_curves(output_dir: str, config: TrainConfig) -> str:
+    """`output_dir/curves.png`: training loss and validation metrics against steps, per seed."""
+    from dare_tf.analysis.figures import training_curves
+
+    histories = {f"seed {s}": read_history(os.path.join(output_dir, f"seed_{s}")) for s in config.seeds}
+    return training_curves({k: v for k, v in histories.items() if v}, os.path.join(output_dir, "curves.png"),
+                           f"{config.preset}: {os.path.basename(os.path.normpath(output_dir))}")

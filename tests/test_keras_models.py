@@ -11,7 +11,8 @@ import pytest
 
 import dare_tf
 from dare_tf import build_model
-from dare_tf.layers import (BehaviorEmbedding, DINAttention, PredictionHead, TargetAttentionPooling,
+from dare_tf.layers import (BehaviorClustering, BehaviorEmbedding, DINAttention, HashSamplingPooling,
+                            PredictionHead, TargetAttentionPooling,
                             TopKBehaviorSearch)
 
 from tests.conftest import planted_presence_task, random_batch
@@ -123,6 +124,9 @@ LAYERS = [
     (BehaviorEmbedding, dict(num_items=NUM_ITEMS, num_categories=NUM_CATS, embedding_dim=4, position_dim=2,
                              attention_embedding_dim=3, num_positions=20), "embedding"),
     (TopKBehaviorSearch, dict(top_k=3, mode="hard", position_dim=2), "search"),
+    (TopKBehaviorSearch, dict(top_k=3, mode="simhash", position_dim=2, num_bits=6, seed=3), "search"),
+    (HashSamplingPooling, dict(num_hashes=3, hash_bits=2, position_dim=2, seed=3), "sampling"),
+    (BehaviorClustering, dict(window=3), "clustering"),
     (TargetAttentionPooling, dict(target_aware=True), "pooling"),
     (DINAttention, dict(units=5, initializer="reference", l2=1e-6, seed=4), "din"),
     (PredictionHead, dict(units=(6, 3), initializer="reference", l2=1e-6, seed=5), "head"),
@@ -136,13 +140,15 @@ def _layer_inputs(kind, rng):
     return {
         "embedding": ((x["target_item"], x["target_category"], x["hist_items"], x["hist_categories"]), {}),
         "search": ((q, k, mask, x["target_category"], x["hist_categories"]), {}),
+        "sampling": ((q, k, k[..., :5], mask), {}),
+        "clustering": ((k, k[..., :5], x["hist_categories"], mask), {}),
         "pooling": ((q, k, q[:, :4], mask[:, :4]), dict(positions=np.tile(np.arange(4), (3, 1)))),
         "din": ((q, k), {}),
         "head": ((rng.normal(size=(3, 5)).astype("float32"),), {}),
     }[kind]
 
 
-@pytest.mark.parametrize("cls,kwargs,kind", LAYERS, ids=[c.__name__ for c, _, _ in LAYERS])
+@pytest.mark.parametrize("cls,kwargs,kind", LAYERS, ids=[f"{c.__name__}-{i}" for i, (c, _, _) in enumerate(LAYERS)])
 def test_every_layer_serializes(rng, cls, kwargs, kind):
     args, call_kwargs = _layer_inputs(kind, rng)
     assert_layer_serializes(cls(**kwargs), *args, **call_kwargs)
@@ -162,7 +168,8 @@ def test_every_preset_saves(tmp_path, rng, preset):
 
 
 @pytest.mark.parametrize("module", ["dare_tf.layers.embedding", "dare_tf.layers.search", "dare_tf.layers.pooling",
-                                    "dare_tf.layers.head", "dare_tf.layers.din_attention", "dare_tf.models"])
+                                    "dare_tf.layers.head", "dare_tf.layers.din_attention", "dare_tf.layers.sdim",
+                                    "dare_tf.layers.clustering", "dare_tf.models"])
 def test_docstring_examples_run(module):
     mod = importlib.import_module(module)
     globs = dict(vars(mod), np=np, ops=keras.ops, keras=keras)

@@ -47,6 +47,11 @@ def expected_param_count(cfg):
         total += mlp(features, cfg.aux_mlp_units)
     if cfg.scorer == "din":
         total += 4 * width * cfg.din_units + cfg.din_units + 1 + cfg.din_units + 1
+    # The fixed (non-trainable) SimHash projections of ETA and SDIM, over the semantic width.
+    if cfg.search == "simhash":
+        total += 2 * da * cfg.hash_bits
+    if cfg.search == "sdim":
+        total += 2 * da * cfg.num_hashes * cfg.hash_bits
     return total
 
 

@@ -52,6 +52,14 @@ def test_planted_log_dare_and_twin_learn_and_fixed_seed_reproduces(planted, tmp_
     assert again["test"]["auc"] == pytest.approx(aucs["dare"], abs=1e-6)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", ["eta", "sdim", "twin_v2"])
+def test_remaining_baselines_learn_the_planted_log(planted, tmp_path, preset):
+    data_dir, _ = planted
+    results = train(data_dir, str(tmp_path / preset), TrainConfig(preset=preset, **FAST))
+    assert results["test"]["auc"] > 0.7, results["test"]
+
+
 def test_real_taobao_sample_trains_with_finite_metrics(taobao, tmp_path):
     results = train(taobao, str(tmp_path / "run"), TrainConfig(
         preset="dare", batch_size=256, eval_batch_size=256, epochs=1, eval_every=10, max_steps=12,
@@ -254,6 +262,14 @@ def test_rerun_with_other_flags_is_refused_naming_the_fields(taobao, tmp_path):
     first = train(taobao, out, TrainConfig(preset="dare", **TINY))
     again = train(taobao, out, TrainConfig(preset="dare", **TINY))  # identical: reused
     assert again["test"] == first["test"]
+    # A run recorded before a model field existed (hash_bits) matches that field's default.
+    recorded = json.load(open(os.path.join(out, "run_config.json")))
+    del recorded["model_config"]["hash_bits"]
+    json.dump(recorded, open(os.path.join(out, "run_config.json"), "w"))
+    assert train(taobao, out, TrainConfig(preset="dare", **TINY))["test"] == first["test"]
+    with pytest.raises(RunConfigMismatchError, match="model_config.hash_bits: 32 in the run, 8 now"):
+        train(taobao, out, TrainConfig(preset="dare", **dict(TINY, model_overrides=dict(
+            TINY.get("model_overrides", {}), hash_bits=8))))
     before = open(os.path.join(out, "results.json")).read()
     changed = dict(TINY, learning_rate=0.02, model_overrides=dict(top_k=5, embedding_dim=8))
     with pytest.raises(RunConfigMismatchError) as err:

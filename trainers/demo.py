@@ -1,10 +1,12 @@
-"""The demo behind `make demo`: prepare data, train DARE and TWIN, compare, export, serve.
+"""The demo behind `make demo`: prepare data, train DARE, TWIN and DIN, compare, analyse, export, serve.
 
 1. writes a planted synthetic Taobao-format log (users of 20 to 1,000 clicks)
    and prepares it and the real Taobao sample from ../shared/data;
-2. trains DARE and TWIN briefly on both (one seed) and prints a
+2. trains DARE, TWIN and DIN briefly on both (one seed) and prints a
    Table-1-shaped comparison, and DARE's test metrics by history length;
-3. exports the DARE run as a TF Serving SavedModel, starts the test
+3. runs the paper's analyses on the synthetic runs (report and figures in
+   WORK_DIR/analysis);
+4. exports the DARE run as a TF Serving SavedModel, starts the test
    stand-in server and asks it, over gRPC, about a real test user: the
    probabilities of the user's next click and of two sampled items, and
    which behaviours the model retrieved, with their weights.

@@ -17,7 +17,8 @@ import dare_tf.cli
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("data_dirs", None, "Prepared datasets (columns of the table).")
-flags.DEFINE_list("models", ["dare", "twin", "twin_hard", "twin_proj", "twin_no_tr", "twin_4e", "din"],
+flags.DEFINE_list("models", ["dare", "twin", "twin_hard", "twin_proj", "twin_no_tr", "twin_4e", "din", "eta", "sdim",
+                                "twin_v2"],
                   "Presets (rows of the table).")
 flags.DEFINE_list("dims", ["16"], "Embedding dims.")
 flags.DEFINE_enum("metric", "auc", ["auc", "gauc", "category_auc", "logloss"], "Test metric in the table.")

@@ -14,7 +14,9 @@ About 10% extra rows are buy/cart/fav events, which preparation drops.
 `<output>.truth.json` holds the generator's parameters; per history lag, the
 probability that the behaviour's category equals (or is related to) the
 next click's category and the mutual information between the two
-categories; and `generator_auc`, the test AUC that the generator's own
+categories; `related_category` (raw category id -> its related raw id; the
+planted truth of which behaviours drive a click, used by
+`dare_tf.analysis`); and `generator_auc`, the test AUC that the generator's own
 probability of the last click reaches against negatives drawn as the
 protocol draws them (by popularity, never an item the user clicked). It is
 a reference point, not a ceiling: that rejection makes "the item is already
@@ -214,7 +216,10 @@ def _ground_truth(cfg, world, cats, lengths, flat_items, rng, max_lag=200, pairs
     scores, labels = np.array(scores), np.array(labels)
     pos_s, neg_s = scores[labels == 1], scores[labels == 0]
     auc = ((pos_s[:, None] > neg_s[None]).mean() + 0.5 * (pos_s[:, None] == neg_s[None]).mean())
-    return {"config": dataclasses.asdict(cfg), "generator_auc": float(auc), "per_lag": per_lag}
+    # Raw category id (the log's, 1-based; 0 unused) -> raw id of its related category.
+    related = [0] + (world.related + 1).tolist()
+    return {"config": dataclasses.asdict(cfg), "generator_auc": float(auc), "per_lag": per_lag,
+            "related_category": related}
 
 
 def write(cfg: SyntheticConfig, output: str) -> dict:

@@ -8,6 +8,7 @@ from keras import ops
 COUPLINGS = ("shared", "decoupled", "four", "projection")
 _FIELDS = ("item", "category", "position")
 _ROLES = ("target_attention", "history_attention", "target_representation", "history_representation")
+ATTENTION_ROLES = _ROLES[:2]
 
 
 def _take_rows(table, rows, dtype=None):
@@ -175,10 +176,10 @@ class BehaviorEmbedding(keras.layers.Layer):
         """Maps each role to the name of the table set that serves it."""
         return dict(self._table_of_role)
 
-    def lookup(self, target_item, target_category, history_items, history_categories) -> dict:
-        """Table rows of every (table set, side, field): `"{set}/{side}/{field}"` ->
-        `[B, d]` or `[B, L, d]`. Each table is gathered once per side, so its
-        gradient stays sparse (rows of the batch only)."""
+    def row_ids(self, target_item, target_category, history_items, history_categories, roles=_ROLES) -> dict:
+        """Which rows `lookup` reads for `roles`: `"{set}/{side}/{field}"` ->
+        `(table, ids)`, the table variable and the ids (`[B]` or `[B, L]`)
+        gathered from it."""
         history_items = ops.convert_to_tensor(history_items)
         length = history_items.shape[1]
         if self.use_position and length is not None and length >= self.num_positions:
@@ -195,20 +196,27 @@ class BehaviorEmbedding(keras.layers.Layer):
             ids["history"]["position"] = ops.broadcast_to(
                 ops.expand_dims(positions, 0), ops.shape(history_items))
             ids["target"]["position"] = ops.zeros_like(ops.convert_to_tensor(target_item), dtype="int32")
-        gathered = {}
-        for role in _ROLES:
+        out = {}
+        for role in roles:
             table_set, side = self._table_of_role[role], role.split("_")[0]
             for field in self._fields():
-                key = f"{table_set}/{side}/{field}"
-                if key not in gathered:
-                    gathered[key] = _take_rows(self.tables[table_set][field], ids[side][field],
-                                               self.compute_dtype)
-        return gathered
+                out.setdefault(f"{table_set}/{side}/{field}", (self.tables[table_set][field], ids[side][field]))
+        return out
 
-    def combine(self, gathered: dict) -> dict:
-        """The four role embeddings from `lookup`'s rows (projections applied)."""
+    def lookup(self, target_item, target_category, history_items, history_categories, roles=_ROLES) -> dict:
+        """Table rows of every (table set, side, field) that `roles` read:
+        `"{set}/{side}/{field}"` -> `[B, d]` or `[B, L, d]`. Each table is
+        gathered once per side, so its gradient stays sparse (rows of the batch
+        only)."""
+        return {key: _take_rows(table, ids, self.compute_dtype)
+                for key, (table, ids) in self.row_ids(target_item, target_category, history_items,
+                                                      history_categories, roles).items()}
+
+    def combine(self, gathered: dict, roles=_ROLES) -> dict:
+        """The role embeddings (all four, or those in `roles`) from `lookup`'s rows
+        (projections applied); `gathered` needs the rows of those roles only."""
         outputs, joined = {}, {}
-        for role in _ROLES:
+        for role in roles:
             table_set, side = self._table_of_role[role], role.split("_")[0]
             if not self.projections and (table_set, side) in joined:
                 # Shared tables: attention and representation are the same vectors.

@@ -20,6 +20,12 @@ def masked_softmax(scores, mask):
     return weights / ops.maximum(total, 1e-30)
 
 
+def target_aware(target, pooled):
+    """`concat(h, v_t * h)`: the pooled vector and the paper's target-aware
+    representation (TR)."""
+    return ops.concatenate([pooled, ops.cast(target, pooled.dtype) * pooled], axis=-1)
+
+
 @keras.saving.register_keras_serializable(package="dare_tf")
 class TargetAttentionPooling(keras.layers.Layer):
     """Attention-weighted sum of retrieved representation vectors, target-aware.
@@ -68,7 +74,7 @@ class TargetAttentionPooling(keras.layers.Layer):
                 values, ops.expand_dims(ops.cast(positions, "int32"), -1), axis=1)  # [B, K, D]
         pooled = ops.einsum("bk,bkd->bd", ops.cast(weights, values.dtype), values)
         if self.target_aware:
-            pooled = ops.concatenate([pooled, ops.cast(target, pooled.dtype) * pooled], axis=-1)
+            pooled = target_aware(target, pooled)
         if return_attention_weights:
             return pooled, weights
         return pooled

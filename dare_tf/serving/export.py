@@ -11,7 +11,10 @@ never sees a half-written version) with these signatures:
   to the out-of-vocabulary row. Histories are clipped or left-padded to the
   model's L, keeping the most recent. Output: `probability` `[B]`.
 - `explain` (Predict): also `history_index` `[B, K]` (index into the
-  request's history, -1 for none) and `attention_weight` `[B, K]`.
+  request's history, -1 for none) and `attention_weight` `[B, K]`; for
+  SDIM (K = L, the weight is the share of hash functions that put the
+  behaviour in the target's bucket) also `hash_matches` `[B, L, m]` (0/1
+  per hash function).
 - `classify` (Classify) and `regress` (Regress): serialized `tf.Example`s
   as `inputs` with the same four int64 features (histories as lists);
   outputs `classes` and `scores` (`[1 - p, p]`), or `outputs` (`p`).
@@ -129,11 +132,14 @@ class _ServingGraph:
         slots = tf.cast(out["positions"], tf.int32)
         index = slots - pad + tf.maximum(length - self.max_len, 0)
         weight = out["attention_weights"]
-        return {
+        result = {
             "probability": out["probability"],
             "history_index": tf.cast(tf.where((slots >= pad) & (weight > 0), index, -1), tf.int64),
             "attention_weight": weight,
         }
+        if "hash_matches" in out:  # SDIM: per slot of history_index, whether each hash matched
+            result["hash_matches"] = tf.cast(out["hash_matches"], tf.int64)
+        return result
 
     def parse_examples(self, serialized):
         spec = {name: tf.io.FixedLenFeature([], tf.int64) if rank == 1 else tf.io.VarLenFeature(tf.int64)

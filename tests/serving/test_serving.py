@@ -268,3 +268,38 @@ def test_stale_export_staging_of_a_dead_process_is_removed(setup, tmp_path):
     (stale / "saved_model.pb").write_bytes(b"x")
     export_lib.export_saved_model(setup["model"], setup["data_dir"], str(base), "dare")
     assert sorted(os.listdir(base / "dare")) == ["1"]
+
+
+@pytest.mark.parametrize("preset", ["eta", "sdim", "twin_v2"])
+def test_remaining_baselines_export_with_explain(setup, rng, tmp_path, preset):
+    """ETA, SDIM and TWIN-V2 export with the same signatures; `explain` maps the
+    retrieved behaviours back to the request's history (SDIM: every matched
+    behaviour, and its matches per hash function)."""
+    spec = setup["spec"]
+    model = build_model(preset, spec.num_items, spec.num_categories, max_len=L, top_k=5, initializer="keras",
+                        seed=3)
+    for table in model.embedding.weights:
+        table.assign(rng.normal(0, 0.5, table.shape))
+    path = export_lib.export_saved_model(model, setup["data_dir"], str(tmp_path / "exports"), preset)
+    loaded = tf.saved_model.load(path)
+    req = requests(setup["data_dir"], rng)
+    inputs = dict(target_item=tf.constant(req[0], tf.int64), target_category=tf.constant(req[1], tf.int64),
+                  hist_items=tf.constant(pad_histories(req[2])), hist_categories=tf.constant(pad_histories(req[3])))
+    setup_model = dict(setup, model=model)
+    expected, explained = in_process(setup_model, *req)
+    np.testing.assert_allclose(loaded.signatures["serving_default"](**inputs)["probability"].numpy(), expected,
+                               atol=1e-5)
+    out = loaded.signatures["explain"](**inputs)
+    index, weight = out["history_index"].numpy(), out["attention_weight"].numpy()
+    sent = pad_histories(req[2])
+    assert ((index >= 0) == (weight > 0)).all()
+    # Every retrieved behaviour is a real behaviour of the request's history row.
+    rows, cols = np.nonzero(index >= 0)
+    assert len(rows) and (sent[rows, index[rows, cols]] > 0).all()
+    np.testing.assert_allclose(weight, explained["attention_weights"].numpy(), atol=1e-5)
+    if preset == "sdim":
+        matches = out["hash_matches"].numpy()
+        assert matches.shape == (len(req[0]), L, model.model_config.num_hashes)
+        np.testing.assert_allclose(matches.mean(-1), weight, atol=1e-6)
+    else:
+        assert "hash_matches" not in out

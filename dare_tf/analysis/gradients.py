@@ -1,0 +1,182 @@
+"""Gradient domination and conflict on the embeddings (the paper's Section 3.2).
+
+A table row that serves both attention and representation (TWIN's shared
+embeddings) receives the sum of two gradients: one through the attention
+scores, one through the represented vectors. `split_gradients` computes the
+two separately in one backward pass, by feeding the model two copies of the
+gathered rows, one for the attention roles and one for the representation
+roles; their sum is the model's own gradient. `SplitGradientTrainer` trains
+with that sum (so the model trained is the plain model, step for step) and
+records, every N steps, per table field, the norm of each path's gradient and
+the per-row cosine between them.
+
+TensorFlow backend only (gradient tapes).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from dare_tf.data.spec import MODEL_INPUTS
+
+_ATTENTION_ROLES = ("target_attention", "history_attention")
+
+
+def split_gradients(model, x, y):
+    """One training forward and backward pass of `model` on `(x, y)`.
+
+    Returns `(loss, paths, dense)`: the loss; `paths`, for every embedding
+    lookup key `"{set}/{side}/{field}"`, a dict with `table` (the variable),
+    `ids`, `attention` and `representation` (the two paths' gradients of the
+    gathered rows, zeros where a path does not use the rows); `dense`, the
+    gradients of the model's other trainable variables, as `(gradient,
+    variable)` pairs.
+    """
+    ids = model._unpack({k: x[k] for k in MODEL_INPUTS})
+    layer = model.embedding
+    row_ids = layer.row_ids(*ids)
+    tables = {id(table) for table, _ in row_ids.values()}
+    dense_vars = [v for v in model.trainable_variables if id(v) not in tables]
+    with tf.GradientTape() as tape:
+        rows = layer.lookup(*ids)
+        copies = {path: {k: tf.identity(v) for k, v in rows.items()} for path in ("attention", "representation")}
+        tape.watch(copies)
+        by_path = {path: layer.combine(copies[path]) for path in copies}
+        emb = {role: by_path["attention" if role in _ATTENTION_ROLES else "representation"][role]
+               for role in by_path["attention"]}
+        outputs = model.stages_from_embeddings(emb, ids, training=True)
+        loss = model.loss_terms(y, outputs)["total"]
+    grads = tape.gradient(loss, [copies, dense_vars])
+    paths = {}
+    for key, (table, key_ids) in row_ids.items():
+        paths[key] = {"table": table, "ids": key_ids}
+        for path in copies:
+            g = grads[0][path][key]
+            paths[key][path] = tf.zeros_like(rows[key]) if g is None else tf.convert_to_tensor(g)
+    dense = [(g, v) for g, v in zip(grads[1], dense_vars) if g is not None]
+    return loss, paths, dense
+
+
+def table_gradients(paths) -> list:
+    """The tables' full gradients (attention + representation paths) as
+    `(tf.IndexedSlices, table)` pairs, one per table."""
+    per_table: dict[int, list] = {}
+    for entry in paths.values():
+        table = entry["table"]
+        width = table.shape[-1]
+        values = tf.reshape(entry["attention"] + entry["representation"], (-1, width))
+        indices = tf.reshape(tf.cast(entry["ids"], tf.int64), (-1,))
+        per_table.setdefault(id(table), [table, [], []])
+        per_table[id(table)][1].append(values)
+        per_table[id(table)][2].append(indices)
+    return [(tf.IndexedSlices(tf.concat(v, 0), tf.concat(i, 0), tf.shape(t, out_type=tf.int64)), t)
+            for t, v, i in per_table.values()]
+
+
+def _by_row(values, ids, width):
+    """Sums gradient rows per id: `(unique ids, [U, width] sums)`."""
+    flat_ids = tf.reshape(tf.cast(ids, tf.int64), (-1,))
+    unique, index = tf.unique(flat_ids)
+    sums = tf.math.unsorted_segment_sum(tf.reshape(values, (-1, width)), index, tf.shape(unique)[0])
+    return unique, sums
+
+
+def path_statistics(model, paths, fields=("category", "item")) -> dict:
+    """Per field: each path's gradient summed per table row over the batch (the
+    table's gradient, restricted to the path), the norms of the two, and the
+    cosine between them per row (rows with both gradients non-zero).
+
+    With shared tables both paths land on the same rows, and the cosine is the
+    paper's conflict measure. With decoupled tables the attention path lands
+    on the attention table and the representation path on the representation
+    table: norms are reported, cosines are not (`cosines` is None)."""
+    out = {}
+    for field in fields:
+        parts = {"attention": [], "representation": []}
+        tables = {"attention": set(), "representation": set()}
+        for key, entry in paths.items():
+            if not key.endswith("/" + field):
+                continue
+            for path in parts:
+                if float(tf.reduce_sum(tf.abs(entry[path]))) > 0:
+                    parts[path].append((entry[path], entry["ids"]))
+                    tables[path].add(id(entry["table"]))
+        if not parts["attention"] or not parts["representation"]:
+            continue
+        rows = {}
+        for path, pieces in parts.items():
+            width = pieces[0][0].shape[-1]
+            values = tf.concat([tf.reshape(v, (-1, width)) for v, _ in pieces], 0)
+            ids = tf.concat([tf.reshape(tf.cast(i, tf.int64), (-1,)) for _, i in pieces], 0)
+            unique, sums = _by_row(values, ids, width)
+            rows[path] = dict(zip(unique.numpy().tolist(), sums.numpy()))
+        norm = {p: float(np.sqrt(sum(float((v ** 2).sum()) for v in rows[p].values()))) for p in rows}
+        entry = {"attention_norm": norm["attention"], "representation_norm": norm["representation"],
+                 "cosines": None, "rows": None}
+        if tables["attention"] == tables["representation"]:
+            common = sorted(set(rows["attention"]) & set(rows["representation"]))
+            a = np.stack([rows["attention"][r] for r in common])
+            b = np.stack([rows["representation"][r] for r in common])
+            denominator = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+            keep = denominator > 0
+            entry["cosines"] = (a * b).sum(1)[keep] / denominator[keep]
+            entry["rows"] = np.asarray(common)[keep]
+        out[field] = entry
+    return out
+
+
+class SplitGradientTrainer:
+    """Trains `model` (compiled, with an optimizer) with `split_gradients`: each
+    step applies the sum of the two paths, which is the model's own gradient,
+    so the weights follow plain training step for step. `step(x, y, record)`
+    returns the loss and, when `record`, `path_statistics`."""
+
+    def __init__(self, model):
+        self.model = model
+        self._step = tf.function(self._apply, autograph=False, reduce_retracing=True)
+
+    def _apply(self, x, y):
+        loss, paths, dense = split_gradients(self.model, x, y)
+        self.model.optimizer.apply_gradients(table_gradients(paths) + dense)
+        return loss, {k: {p: e[p] for p in ("attention", "representation")} for k, e in paths.items()}
+
+    def step(self, x, y, record: bool = False):
+        ids = self.model._unpack({k: x[k] for k in MODEL_INPUTS})
+        loss, grads = self._step(x, y)
+        if not record:
+            return float(loss), None
+        row_ids = self.model.embedding.row_ids(*ids)
+        paths = {k: {"table": row_ids[k][0], "ids": row_ids[k][1], **grads[k]} for k in grads}
+        return float(loss), path_statistics(self.model, paths)
+
+
+def summarize(samples: list[dict], field: str = "category") -> dict:
+    """Aggregates `path_statistics` samples of one field: per sampled step, the
+    norm ratio (representation / attention; `norm_ratio` is their median) and
+    the mean per-row cosine; the
+    share of steps whose mean cosine is negative (the paper's conflict share);
+    per row, the share of steps with a negative cosine."""
+    steps = [s for s in samples if field in s["statistics"]]
+    ratios = [s["statistics"][field]["representation_norm"] / s["statistics"][field]["attention_norm"]
+              for s in steps if s["statistics"][field]["attention_norm"] > 0]
+    # The median: at initialisation the attention path's gradient is near zero (tiny
+    # embeddings give flat scores) and the first samples' ratios are in the thousands.
+    out = {"field": field, "samples": len(steps), "steps": [s["step"] for s in steps],
+           "norm_ratios": ratios, "norm_ratio": float(np.median(ratios)) if ratios else float("nan")}
+    cosines = [s["statistics"][field]["cosines"] for s in steps]
+    if steps and all(c is not None for c in cosines):
+        means = [float(np.mean(c)) for c in cosines if len(c)]
+        out["mean_cosines"] = means
+        out["conflict_share"] = float(np.mean(np.array(means) < 0)) if means else float("nan")
+        per_row: dict[int, list] = {}
+        for s in steps:
+            stats = s["statistics"][field]
+            for row, c in zip(stats["rows"].tolist(), stats["cosines"].tolist()):
+                per_row.setdefault(row, []).append(c)
+        out["conflict_share_by_row"] = {int(r): float(np.mean(np.array(v) < 0)) for r, v in per_row.items()}
+        out["row_cosine_counts"] = {int(r): len(v) for r, v in per_row.items()}
+    else:
+        out["mean_cosines"] = None
+        out["conflict_share"] = None
+    return out

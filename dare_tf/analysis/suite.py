@@ -1,0 +1,401 @@
+"""The analysis suite as one call: `run_analyses(data_dir, runs, output_dir,
+AnalysisConfig(...))` loads trained runs, computes every analysis, writes
+`analysis.json`, the figures and `report.md`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+
+import numpy as np
+
+from dare_tf._files import atomic_json
+from dare_tf.analysis import attention, convergence, dimensions, figures, gradients, representation, retrieval
+from dare_tf.data.spec import MODEL_INPUTS, DatasetSpec, read_id_map
+
+ANALYSES = ("attention", "retrieval", "gradients", "representation", "convergence", "dimensions")
+FORMAT = "dare_tf.analysis/1"
+_OWN_ENTRIES = {"analysis.json", "report.md", "figures", "dimension_runs"}
+
+
+@dataclasses.dataclass(frozen=True)
+class AnalysisConfig:
+    """What the analyses compute.
+
+    Attributes:
+        seed: seed of sampling, k-means and the models the suite trains.
+        top_categories: the most frequent categories (in the training split)
+            used as target and behaviour categories of the attention maps.
+        heatmap_targets: target categories drawn in the attention figure.
+        positions: target-relative positions (1 = most recent) in the maps.
+        min_target_examples: retrieval NDCG uses test examples whose target
+            category has at least this many training examples (the paper: 700
+            on the full Taobao log), so that the ground truth is estimated.
+        max_examples: test examples (the first ones) used by retrieval and
+            representation analyses.
+        kmeans_examples: test examples clustered (a seeded sample).
+        cluster_counts: k of the k-means sweep (empty: 7 log-spaced values
+            from 10 to 1000, capped at a fifth of the examples).
+        gradient_presets: presets trained with the gradient split (the
+            shared-embedding one first: its numbers are the headline).
+        gradient_steps: training steps of each gradient run.
+        gradient_every: a gradient sample every this many steps.
+        batch_size: batch size of the suite's own training.
+        learning_rate: learning rate of the suite's own training.
+        attention_dims: DARE attention widths of the dimension cut (when no
+            runs are given for it, the suite trains them).
+        dimension_epochs: epochs of each dimension run the suite trains.
+        timing_batch: examples per timed search-stage call.
+    """
+
+    seed: int = 0
+    top_categories: int = 10
+    heatmap_targets: int = 3
+    positions: int = 10
+    min_target_examples: int = 50
+    max_examples: int = 20_000
+    kmeans_examples: int = 4000
+    cluster_counts: tuple[int, ...] = ()
+    gradient_presets: tuple[str, ...] = ("twin", "dare")
+    gradient_steps: int = 300
+    gradient_every: int = 10
+    batch_size: int = 256
+    learning_rate: float = 0.005
+    attention_dims: tuple[int, ...] = (64, 32, 16, 8)
+    dimension_epochs: int = 1
+    timing_batch: int = 1024
+
+    def __post_init__(self):
+        for name in ("top_categories", "heatmap_targets", "positions", "max_examples", "kmeans_examples",
+                     "gradient_steps", "gradient_every", "batch_size", "dimension_epochs", "timing_batch"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)}: must be >= 1")
+        if self.min_target_examples < 0:
+            raise ValueError(f"min_target_examples={self.min_target_examples}: must be >= 0")
+        if any(d < 1 for d in self.attention_dims) or any(k < 2 for k in self.cluster_counts):
+            raise ValueError("attention_dims must be >= 1 and cluster_counts >= 2")
+
+
+@dataclasses.dataclass
+class Run:
+    """A trained run: its label, directory, model (first seed), model config
+    dict, results and per-seed histories."""
+
+    label: str
+    run_dir: str
+    model: object
+    results: dict
+    histories: list
+
+    @property
+    def top_k(self) -> int:
+        cfg = self.model.model_config
+        return cfg.top_k if cfg.search != "none" else cfg.max_len
+
+
+def load_run(label: str, run_dir: str, spec: DatasetSpec, data_dir: str) -> Run:
+    """Loads a finished `trainers.train` run, refusing one trained on another dataset."""
+    import keras
+
+    from dare_tf.training import RESULTS, RUN_CONFIG, read_history
+
+    for name in (RUN_CONFIG, RESULTS):
+        if not os.path.exists(os.path.join(run_dir, name)):
+            raise FileNotFoundError(f"run {label!r}: {os.path.join(run_dir, name)} not found; is {run_dir} a "
+                                    "finished run of python -m trainers.train?")
+    with open(os.path.join(run_dir, RUN_CONFIG)) as f:
+        identity = json.load(f)
+    trained_on = identity.get("dataset", {}).get("fingerprint")
+    if trained_on != spec.fingerprint():
+        raise ValueError(f"run {label!r} ({run_dir}) was trained on another dataset (fingerprint "
+                         f"{trained_on}) than {data_dir} ({spec.fingerprint()})")
+    with open(os.path.join(run_dir, RESULTS)) as f:
+        results = json.load(f)
+    seeds = results["seeds"]
+    model = keras.models.load_model(os.path.join(run_dir, f"seed_{seeds[0]}", "model.keras"))
+    histories = [read_history(os.path.join(run_dir, f"seed_{s}")) for s in seeds]
+    return Run(label, run_dir, model, results, [h for h in histories if h])
+
+
+def check_output_dir(output_dir: str) -> None:
+    """Refuses an output directory holding anything the suite does not write."""
+    if not os.path.exists(output_dir):
+        return
+    if not os.path.isdir(output_dir):
+        raise ValueError(f"--output_dir={output_dir} exists and is not a directory")
+    foreign = sorted(set(os.listdir(output_dir)) - _OWN_ENTRIES)
+    if foreign:
+        raise ValueError(f"--output_dir={output_dir} holds files the analysis suite did not write "
+                         f"({', '.join(repr(e) for e in foreign[:5])}{' ...' if len(foreign) > 5 else ''}); "
+                         "choose an empty or new directory")
+
+
+def _batches(arrays: dict, size: int):
+    n = len(next(iter(arrays.values())))
+    for start in range(0, n, size):
+        yield {k: v[start: start + size] for k, v in arrays.items()}
+
+
+def _forward(model, arrays: dict, keys, batch: int = 2048) -> dict:
+    """`model.forward` outputs `keys` over in-memory examples, as numpy."""
+    from keras import ops
+
+    parts = {k: [] for k in keys}
+    for x in _batches({k: arrays[k] for k in MODEL_INPUTS}, batch):
+        out = model.forward(x, training=False)
+        for k in keys:
+            parts[k].append(ops.convert_to_numpy(out[k]))
+    return {k: np.concatenate(v) for k, v in parts.items()}
+
+
+def _slot_scores(model, arrays: dict, batch: int = 2048) -> np.ndarray:
+    from keras import ops
+
+    parts = []
+    for x in _batches({k: arrays[k] for k in MODEL_INPUTS}, batch):
+        ids = model._unpack(x)
+        emb = model.embedding.combine(model.embedding.lookup(*ids))
+        parts.append(ops.convert_to_numpy(model.slot_scores(emb, ids)))
+    return np.concatenate(parts)
+
+
+class _Suite:
+    def __init__(self, data_dir, runs, output_dir, config: AnalysisConfig, report):
+        from dare_tf.data.pipeline import InMemorySplit
+
+        self.data_dir, self.output_dir, self.config, self.say = data_dir, output_dir, config, report
+        self.spec = DatasetSpec.load(data_dir)
+        self.runs = {label: load_run(label, path, self.spec, data_dir) for label, path in runs.items()}
+        self.train = InMemorySplit.load(data_dir, "train", self.spec)
+        test = InMemorySplit.load(data_dir, "test", self.spec)
+        self.test = {k: v[: config.max_examples] for k, v in test.features.items()}
+        self.test["label"] = test.labels[: config.max_examples]
+        self.figures_dir = os.path.join(output_dir, "figures")
+        self.figures: dict[str, str] = {}
+        self._counts = None
+
+    @property
+    def counts(self) -> attention.CooccurrenceCounts:
+        if self._counts is None:
+            f = self.train.features
+            self._counts = attention.CooccurrenceCounts.from_examples(
+                f["target_category"], f["hist_categories"], self.train.labels, self.spec.num_categories)
+        return self._counts
+
+    def figure(self, name: str, path: str) -> None:
+        self.figures[name] = os.path.relpath(path, self.output_dir)
+
+    # -- 1. attention accuracy --------------------------------------------------------
+    def attention(self) -> dict:
+        cfg = self.config
+        frequent = np.argsort(-self.counts.target_examples(), kind="stable")[: cfg.top_categories]
+        frequent = frequent[self.counts.target_examples()[frequent] > 0]
+        positions = np.arange(1, min(cfg.positions, self.spec.max_len) + 1)
+        truth = self.counts.mutual_information(frequent[:, None, None], frequent[None, :, None],
+                                               positions[None, None, :])
+        learned, correlation, by_target = {}, {}, {}
+        for label, run in self.runs.items():
+            scores = attention.category_position_scores(run.model, frequent, frequent, positions)
+            learned[label] = scores
+            by_target[label] = [attention.rank_correlation(truth[i], scores[i]) for i in range(len(frequent))]
+            correlation[label] = float(np.nanmean(by_target[label]))
+        shown = min(cfg.heatmap_targets, len(frequent))
+        path = figures.attention_heatmaps(truth[:shown], {k: v[:shown] for k, v in learned.items()},
+                                          frequent[:shown].tolist(), frequent.tolist(),
+                                          os.path.join(self.figures_dir, "attention_heatmaps.png"))
+        self.figure("attention", path)
+        return {"target_categories": frequent.tolist(), "positions": positions.tolist(),
+                "ground_truth": truth.tolist(), "learned": {k: v.tolist() for k, v in learned.items()},
+                "rank_correlation": correlation, "rank_correlation_by_target": by_target}
+
+    # -- 2. search-stage quality ---------------------------------------------------------
+    def retrieval(self) -> dict:
+        cfg = self.config
+        test = self.test
+        keep = self.counts.target_examples()[test["target_category"]] >= cfg.min_target_examples
+        valid = test["hist_items"] > 0
+        keep &= valid.any(axis=1)
+        truths = {"MI ground truth": retrieval.mutual_information_gains(
+            self.counts, test["target_category"], test["hist_categories"])}
+        planted = retrieval.load_planted_truth(self.spec.source.get("path", ""))
+        if planted is not None:
+            raw = np.array([0] + [int(r) for r in read_id_map(self.data_dir, "category")] + [0], np.int64)
+            truths["planted truth"] = retrieval.planted_gains(planted, raw[test["target_category"]],
+                                                              raw[test["hist_categories"]])
+        scores = {label: _slot_scores(run.model, test) for label, run in self.runs.items()}
+        out = {"examples": int(keep.sum()), "k": {label: run.top_k for label, run in self.runs.items()},
+               "ndcg": {}, "ndcg_interval": {}, "planted": None}
+        results = {}
+        for truth_name, gains in truths.items():
+            results[truth_name] = {}
+            for label, run in self.runs.items():
+                values = retrieval.ndcg_at_k(gains[keep], scores[label][keep], valid[keep], run.top_k)
+                results[truth_name][label] = retrieval.mean_with_interval(values)
+        out["ndcg"] = {label: r["mean"] for label, r in results["MI ground truth"].items()}
+        out["ndcg_interval"] = results["MI ground truth"]
+        if "planted truth" in results:
+            out["planted"] = {"ndcg": {label: r["mean"] for label, r in results["planted truth"].items()},
+                              "ndcg_interval": results["planted truth"]}
+        ks = sorted(set(out["k"].values()))
+        path = figures.ndcg_bars(results, os.path.join(self.figures_dir, "retrieval_ndcg.png"),
+                                 "K" if len(ks) > 1 else str(ks[0]))
+        self.figure("retrieval", path)
+        if keep.any():  # case study: the kept example with the longest history
+            i = int(np.flatnonzero(keep)[np.argmax(valid[keep].sum(axis=1))])
+            real = valid[i]
+            path = figures.retrieval_case(
+                truths["MI ground truth"][i][real], {label: s[i][real] for label, s in scores.items()},
+                os.path.join(self.figures_dir, "retrieval_case.png"),
+                f"Test example {i}: target category {int(test['target_category'][i])}, {int(real.sum())} behaviours")
+            self.figure("retrieval_case", path)
+            out["case_example"] = i
+        return out
+
+    # -- 3. gradient domination and conflict ---------------------------------------------------
+    def gradients(self) -> dict:
+        import keras
+
+        from dare_tf.config import make_config
+        from dare_tf.models import DareModel
+        from dare_tf.training import make_optimizer
+
+        cfg = self.config
+        dim = next(iter(self.runs.values())).model.model_config.embedding_dim if self.runs else 16
+        summaries, by_row = {}, {}
+        for preset in cfg.gradient_presets:
+            keras.utils.set_random_seed(cfg.seed)
+            model = DareModel(make_config(preset, self.spec.num_items, self.spec.num_categories,
+                                          max_len=self.spec.max_len, embedding_dim=dim,
+                                          top_k=min(20, self.spec.max_len)),
+                              seed=cfg.seed, jit_compile_dense=False)
+            model.build()
+            model.compile(optimizer=make_optimizer("adam", cfg.learning_rate))
+            model.optimizer.build(model.trainable_variables)
+            trainer = gradients.SplitGradientTrainer(model)
+            order = np.random.default_rng(cfg.seed).permutation(len(self.train))
+            samples = []
+            started = time.perf_counter()
+            for step, x in enumerate(_batches(
+                    {**{k: v[order] for k, v in self.train.features.items()}, "label": self.train.labels[order]},
+                    cfg.batch_size)):
+                if step >= cfg.gradient_steps:
+                    break
+                record = step % cfg.gradient_every == 0
+                _, stats = trainer.step(x, x["label"], record=record)
+                if record:
+                    samples.append({"step": step, "statistics": stats})
+            summaries[preset] = gradients.summarize(samples)
+            summaries[preset]["item"] = gradients.summarize(samples, "item")
+            summaries[preset]["coupling"] = model.model_config.coupling
+            by_row[preset] = summaries[preset]
+            self.say(f"  gradients of {preset}: {len(samples)} samples in {time.perf_counter() - started:.0f} s")
+        path = figures.gradient_conflict(summaries, os.path.join(self.figures_dir, "gradient_conflict.png"))
+        self.figure("gradients", path)
+        headline = next((p for p in cfg.gradient_presets if summaries[p].get("conflict_share") is not None),
+                        cfg.gradient_presets[0])
+        if summaries[headline].get("conflict_share_by_row"):
+            path = figures.conflict_by_category(
+                summaries[headline]["conflict_share_by_row"], summaries[headline]["row_cosine_counts"],
+                os.path.join(self.figures_dir, "gradient_conflict_by_category.png"),
+                f"{headline}: gradient conflict per category")
+            self.figure("gradients_by_category", path)
+        return {"model": headline, "norm_ratio": summaries[headline]["norm_ratio"],
+                "conflict_share": summaries[headline].get("conflict_share"),
+                "by_model": summaries}
+
+    # -- 4. representation discriminability -----------------------------------------------
+    def representation(self) -> dict:
+        cfg = self.config
+        n = len(self.test["label"])
+        sample = np.sort(np.random.default_rng(cfg.seed).permutation(n)[: cfg.kmeans_examples])
+        subset = {k: v[sample] for k, v in self.test.items()}
+        ks = list(cfg.cluster_counts) or representation.default_cluster_counts(len(sample))
+        curves = {}
+        for label, run in self.runs.items():
+            features = _forward(run.model, subset, ("features",))["features"]
+            curves[label] = representation.cluster_label_information(features, subset["label"], ks, cfg.seed)
+        path = figures.representation_information(curves, os.path.join(self.figures_dir, "representation_mi.png"))
+        self.figure("representation", path)
+        return {"cluster_counts": ks, "examples": int(len(sample)),
+                "mutual_information": {label: {str(k): v for k, v in c.items()} for label, c in curves.items()}}
+
+    # -- 5. convergence -----------------------------------------------------------------
+    def convergence(self) -> dict:
+        curves = {label: convergence.validation_curves(run.histories)
+                  for label, run in self.runs.items() if run.histories}
+        best = {label: max(c["auc"]) for label, c in curves.items() if c["auc"]}
+        reference = "twin" if "twin" in best else None
+        reach = ({label: convergence.steps_to_reach(c, best[reference]) for label, c in curves.items()}
+                 if reference else {})
+        path = figures.convergence(curves, os.path.join(self.figures_dir, "convergence.png"))
+        self.figure("convergence", path)
+        return {"curves": curves, "best_val_auc": best, "reference": reference,
+                "steps_to_reference_best": reach}
+
+    # -- 6. attention-dimension cut ------------------------------------------------------
+    def dimensions(self, dimension_runs: dict[int, str] | None) -> dict:
+        from dare_tf.training import TrainConfig, train
+
+        cfg = self.config
+        rep_dim = next(iter(self.runs.values())).model.model_config.embedding_dim if self.runs else 16
+        runs = dict(dimension_runs or {})
+        for width in cfg.attention_dims:
+            if width in runs:
+                continue
+            run_dir = os.path.join(self.output_dir, "dimension_runs", f"attention_{width}")
+            self.say(f"  training DARE with attention width {width} (representation {rep_dim}) in {run_dir}")
+            train(self.data_dir, run_dir, TrainConfig(
+                preset="dare", batch_size=cfg.batch_size * 2, eval_batch_size=4096, epochs=cfg.dimension_epochs,
+                eval_every=10**9, learning_rate=cfg.learning_rate, seeds=(cfg.seed,), verbose=0,
+                model_overrides=dict(embedding_dim=rep_dim, attention_embedding_dim=width,
+                                     attention_position_dim=width, top_k=min(20, self.spec.max_len))),
+                report=self.say)
+            runs[width] = run_dir
+        x = {k: self.test[k][: cfg.timing_batch] for k in MODEL_INPUTS}
+        rows = []
+        for width, run_dir in sorted(runs.items()):
+            run = load_run(f"attention_{width}", run_dir, self.spec, self.data_dir)
+            rows.append({"attention_dim": width, "representation_dim": run.model.model_config.embedding_dim,
+                         "test_auc": run.results["test"]["auc"],
+                         "search_us_per_example": 1e6 * dimensions.time_search_stage(run.model, x),
+                         "run_dir": run_dir})
+        path = figures.attention_dimensions(rows, os.path.join(self.figures_dir, "attention_dimensions.png"))
+        self.figure("dimensions", path)
+        return {"rows": rows, "timing_batch": len(x[MODEL_INPUTS[0]])}
+
+
+def run_analyses(data_dir: str, runs: dict[str, str], output_dir: str, config: AnalysisConfig = AnalysisConfig(),
+                 analyses=ANALYSES, dimension_runs: dict[int, str] | None = None, report=print) -> dict:
+    """Runs `analyses` on the trained `runs` (label -> run directory of
+    `trainers.train`; the label `twin` is the convergence reference) and writes
+    `output_dir/analysis.json`, `output_dir/figures/*.png` and
+    `output_dir/report.md`; returns the JSON's content. `dimension_runs` maps
+    attention widths to given DARE runs; missing widths of
+    `config.attention_dims` are trained into `output_dir/dimension_runs/`."""
+    unknown = sorted(set(analyses) - set(ANALYSES))
+    if unknown:
+        raise ValueError(f"analyses: unknown {unknown}; known: {', '.join(ANALYSES)}")
+    needs_runs = set(analyses) - {"gradients", "dimensions"}
+    if needs_runs and not runs:
+        raise ValueError(f"analyses {sorted(needs_runs)} need trained runs (--runs=label:run_dir,...)")
+    check_output_dir(output_dir)
+    os.makedirs(output_dir, exist_ok=True)
+    suite = _Suite(data_dir, runs, output_dir, config, report)
+    out = {"format": FORMAT, "data_dir": os.path.abspath(data_dir), "dataset": suite.spec.dataset,
+           "dataset_fingerprint": suite.spec.fingerprint(), "runs": {k: os.path.abspath(v) for k, v in runs.items()},
+           "config": dataclasses.asdict(config), "seconds": {}}
+    for name in ANALYSES:
+        if name not in analyses:
+            continue
+        started = time.perf_counter()
+        report(f"analysis: {name}")
+        out[name] = suite.dimensions(dimension_runs) if name == "dimensions" else getattr(suite, name)()
+        out["seconds"][name] = time.perf_counter() - started
+    out["figures"] = suite.figures
+    atomic_json(os.path.join(output_dir, "analysis.json"), out)
+    from dare_tf.analysis.report import write_report
+
+    write_report(out, os.path.join(output_dir, "report.md"))
+    return out
