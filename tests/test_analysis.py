@@ -205,7 +205,9 @@ def test_analyze_program_errors(analysed, tmp_path):
     assert (foreign / "notes.txt").read_text() == "keep me"
     done = analyze("--runs=dare", f"--output_dir={tmp_path / 'a'}")
     assert done.returncode == 2 and "'dare' is not label:run_dir" in done.stderr
-    done = analyze(f"--runs=dare:{tmp_path}", f"--output_dir={tmp_path / 'b'}", "--analyses=convergence")
-    assert done.returncode == 1 and "run_config.json not found" in done.stderr
-    done = analyze(f"--runs=dare:{runs['dare']}", f"--output_dir={tmp_path / 'c'}", "--analyses=speed")
-    assert done.returncode == 1 and "unknown ['speed']" in done.stderr
+    from dare_tf.analysis.suite import run_analyses
+
+    with pytest.raises(FileNotFoundError, match="run_config.json not found"):
+        run_analyses(data, {"dare": str(tmp_path)}, str(tmp_path / "b"), analyses=("convergence",))
+    with pytest.raises(ValueError, match=r"unknown \['speed'\]"):
+        run_analyses(data, runs, str(tmp_path / "c"), analyses=("speed",))
