@@ -31,6 +31,8 @@ setup(
         "tensorboard>=2.16",
         "matplotlib>=3.8",
         "scikit-learn>=1.4",
+        "tensorflow-recommenders>=0.7.7",
+        "tf-keras",
     ],
     extras_require={"test": ["pytest"], "jax": ["jax"]},
     entry_points={
@@ -41,6 +43,7 @@ setup(
             "dare-reproduce=dare_tf._programs.trainers.reproduce:run",
             "dare-demo=dare_tf._programs.trainers.demo:run",
             "dare-analyze=dare_tf._programs.trainers.analyze:run",
+            "dare-train-retrieval=dare_tf._programs.trainers.train_retrieval:run",
             "dare-export=dare_tf._programs.serving.export:run",
             "dare-client=dare_tf._programs.serving.client:run",
             "dare-standin-server=dare_tf._programs.serving.standin_server:run",

@@ -1,0 +1,93 @@
+"""The two-tower candidate generator (Keras 2 layers, for tensorflow-recommenders)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dare_tf.retrieval._keras2 import require_keras2
+
+keras2 = require_keras2()
+import tensorflow as tf  # noqa: E402
+import tensorflow_recommenders as tfrs  # noqa: E402
+
+KS = (10, 50, 100, 200)
+
+
+class QueryTower(keras2.Model):
+    """The user's history (item and category ids, 0 = padding, oldest first, as the
+    ranker takes them) -> one vector: the masked mean of `concat(item, category)`
+    embeddings and the most recent behaviour's (the next click follows the current
+    session), then a dense layer."""
+
+    def __init__(self, num_items, num_categories, embedding_dim, output_dim, **kwargs):
+        super().__init__(**kwargs)
+        self.items = keras2.layers.Embedding(num_items, embedding_dim, name="history_item_embedding")
+        self.categories = keras2.layers.Embedding(num_categories, embedding_dim, name="history_category_embedding")
+        self.dense = keras2.layers.Dense(output_dim, name="query_projection")
+
+    def call(self, inputs):
+        hist_items, hist_categories = inputs["hist_items"], inputs["hist_categories"]
+        vectors = tf.concat([self.items(hist_items), self.categories(hist_categories)], axis=-1)
+        mask = tf.cast(hist_items > 0, vectors.dtype)[..., None]
+        mean = tf.reduce_sum(vectors * mask, axis=1) / tf.maximum(tf.reduce_sum(mask, axis=1), 1.0)
+        return self.dense(tf.concat([mean, vectors[:, -1]], axis=-1))  # (padding is on the left)
+
+
+class CandidateTower(keras2.Model):
+    """An item id and its category -> one vector."""
+
+    def __init__(self, num_items, num_categories, embedding_dim, output_dim, **kwargs):
+        super().__init__(**kwargs)
+        self.items = keras2.layers.Embedding(num_items, embedding_dim, name="candidate_item_embedding")
+        self.categories = keras2.layers.Embedding(num_categories, embedding_dim,
+                                                  name="candidate_category_embedding")
+        self.dense = keras2.layers.Dense(output_dim, name="candidate_projection")
+
+    def call(self, inputs):
+        item, category = inputs
+        return self.dense(tf.concat([self.items(item), self.categories(category)], axis=-1))
+
+
+class TwoTowerModel(tfrs.Model):
+    """In-batch softmax retrieval (`tfrs.tasks.Retrieval`, accidental hits removed,
+    optionally corrected by the candidates' sampling probability) with
+    `tfrs.metrics.FactorizedTopK` against the whole catalogue (`catalogue`: item
+    ids and their categories)."""
+
+    def __init__(self, num_items, num_categories, embedding_dim, output_dim, catalogue, ks=KS,
+                 popularity_correction=False):
+        super().__init__()
+        self.query = QueryTower(num_items, num_categories, embedding_dim, output_dim)
+        self.candidate = CandidateTower(num_items, num_categories, embedding_dim, output_dim)
+        items, categories = catalogue
+        candidates = tf.data.Dataset.from_tensor_slices((items, categories)).batch(4096).map(
+            lambda i, c: (i, self.candidate((i, c))))
+        self.task = tfrs.tasks.Retrieval(metrics=tfrs.metrics.FactorizedTopK(candidates=candidates, ks=ks),
+                                         remove_accidental_hits=True)
+        self.popularity_correction = popularity_correction
+
+    def compute_loss(self, features, training=False):
+        query = self.query(features)
+        candidate = self.candidate((features["target_item"], features["target_category"]))
+        probability = features.get("sampling_probability") if self.popularity_correction else None
+        return self.task(query, candidate, candidate_sampling_probability=probability,
+                         candidate_ids=features["target_item"], compute_metrics=not training)
+
+
+def brute_force_index(model: TwoTowerModel, catalogue, k: int):
+    """`tfrs.layers.factorized_top_k.BruteForce` over the catalogue: history -> top-k item ids."""
+    items, categories = catalogue
+    index = tfrs.layers.factorized_top_k.BruteForce(model.query, k=k)
+    index.index_from_dataset(tf.data.Dataset.from_tensor_slices((items, categories)).batch(4096).map(
+        lambda i, c: (i, model.candidate((i, c)))))
+    return index
+
+
+def recall_at_k(query_vectors, candidate_vectors, candidate_ids, positives, ks=KS) -> dict:
+    """Numpy reference: share of queries whose positive item is among the k
+    highest-scoring candidates (dot product), for each k."""
+    scores = np.asarray(query_vectors) @ np.asarray(candidate_vectors).T
+    ids = np.asarray(candidate_ids)
+    positive_scores = scores[np.arange(len(positives)), np.searchsorted(ids, positives)]
+    rank = (scores > positive_scores[:, None]).sum(axis=1)
+    return {f"recall@{k}": float((rank < k).mean()) for k in ks}

@@ -1,0 +1,146 @@
+"""Training and evaluating the retrieval stage: `train_retrieval(data_dir, output_dir, RetrievalConfig())`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+
+from dare_tf._files import atomic_json
+from dare_tf.data.pipeline import InMemorySplit
+from dare_tf.data.spec import DatasetSpec
+from dare_tf.retrieval.model import KS, TwoTowerModel, keras2, tf
+from dare_tf.training import RESULTS, RUN_CONFIG, check_run_dir
+
+
+@dataclasses.dataclass(frozen=True)
+class RetrievalConfig:
+    """How the two-tower retrieval model trains.
+
+    Attributes:
+        embedding_dim: width of each id embedding in both towers.
+        output_dim: width of the query and candidate vectors.
+        batch_size: positives per batch (the in-batch softmax's negatives).
+        learning_rate: Adagrad learning rate.
+        epochs: passes over the training split's positives.
+        seeds: one run per seed; results report mean and std.
+        popularity_correction: correct the in-batch softmax by each
+            candidate's sampling probability (its share of training clicks).
+        verbose: 0 silent, 1 Keras progress bar.
+    """
+
+    embedding_dim: int = 32
+    output_dim: int = 32
+    batch_size: int = 512
+    learning_rate: float = 0.1
+    epochs: int = 10
+    seeds: tuple[int, ...] = (0,)
+    popularity_correction: bool = False
+    verbose: int = 0
+
+    def __post_init__(self):
+        object.__setattr__(self, "seeds", tuple(int(s) for s in self.seeds))
+        for name in ("embedding_dim", "output_dim", "batch_size", "epochs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)}: must be >= 1")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate={self.learning_rate}: must be > 0")
+        if not self.seeds:
+            raise ValueError("seeds: needs at least one seed")
+
+
+def catalogue(spec: DatasetSpec, splits: dict[str, InMemorySplit]):
+    """Every item id (1 .. num_items - 2) with its category, read from the examples
+    (targets and histories); an item never seen gets the out-of-vocabulary category."""
+    category = np.full(spec.num_items, spec.oov_category, np.int32)
+    for split in splits.values():
+        f = split.features
+        for items, cats in ((f["hist_items"].ravel(), f["hist_categories"].ravel()),
+                            (f["target_item"], f["target_category"])):
+            category[items] = cats
+    items = np.arange(1, spec.num_items - 1, dtype=np.int32)
+    return items, category[items]
+
+
+def _positives(split: InMemorySplit, click_share=None) -> dict:
+    keep = split.labels > 0.5
+    out = {k: split.features[k][keep] for k in ("hist_items", "hist_categories", "target_item", "target_category")}
+    if click_share is not None:
+        out["sampling_probability"] = click_share[out["target_item"]].astype(np.float32)
+    return out
+
+
+def popularity_recall(train: dict, test: dict, ks=KS) -> dict:
+    """The most-clicked training targets as the top-k for everybody: recall on the test positives."""
+    counts = np.bincount(train["target_item"])
+    ranking = np.argsort(-counts, kind="stable")
+    ranking = ranking[counts[ranking] > 0]
+    return {f"recall@{k}": float(np.isin(test["target_item"], ranking[:k]).mean()) for k in ks}
+
+
+def train_retrieval(data_dir: str, output_dir: str, config: RetrievalConfig = RetrievalConfig(),
+                    overwrite: bool = False) -> dict:
+    """Trains one two-tower model per seed on the training split's positives
+    (resuming from per-epoch checkpoints) and writes `output_dir/results.json`:
+    `test` (recall@10/50/100/200 on the test positives against the whole
+    catalogue, mean over seeds), `test_std`, `test_popularity`, `per_seed`."""
+    spec = DatasetSpec.load(data_dir)
+    identity = {"retrieval_config": dict(dataclasses.asdict(config), seeds=list(config.seeds)),
+                "dataset": {"name": spec.dataset, "fingerprint": spec.fingerprint()}}
+    identity["retrieval_config"].pop("verbose")
+    check_run_dir(output_dir, identity, overwrite)
+    os.makedirs(output_dir, exist_ok=True)
+    atomic_json(os.path.join(output_dir, RUN_CONFIG), identity)
+    splits = {s: InMemorySplit.load(data_dir, s, spec) for s in ("train", "val", "test")}
+    items, categories = catalogue(spec, splits)
+    clicks = np.bincount(_positives(splits["train"])["target_item"], minlength=spec.num_items)
+    train = _positives(splits["train"], clicks / max(clicks.sum(), 1))
+    test = _positives(splits["test"])
+    per_seed = []
+    for seed in config.seeds:
+        per_seed.append(_train_seed(os.path.join(output_dir, f"seed_{seed}"), spec, config, seed, train, test,
+                                    (items, categories)))
+    results = {"data_dir": os.path.abspath(data_dir), "dataset": spec.dataset, "config": identity["retrieval_config"],
+               "catalogue": int(len(items)), "test_positives": int(len(test["target_item"])),
+               "test": {k: float(np.mean([r["test"][k] for r in per_seed])) for k in per_seed[0]["test"]},
+               "test_std": {k: float(np.std([r["test"][k] for r in per_seed])) for k in per_seed[0]["test"]},
+               "test_popularity": popularity_recall(train, test), "per_seed": per_seed}
+    atomic_json(os.path.join(output_dir, RESULTS), results)
+    return results
+
+
+def _train_seed(run_dir, spec, config, seed, train, test, catalogue_) -> dict:
+    done = os.path.join(run_dir, "result.json")
+    if os.path.exists(done):
+        with open(done) as f:
+            return json.load(f)
+    os.makedirs(run_dir, exist_ok=True)
+    keras2.utils.set_random_seed(seed)
+    model = TwoTowerModel(spec.num_items, spec.num_categories, config.embedding_dim, config.output_dim,
+                          catalogue_, popularity_correction=config.popularity_correction)
+    model.compile(optimizer=keras2.optimizers.Adagrad(config.learning_rate))
+    epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, epoch=epoch)
+    manager = tf.train.CheckpointManager(checkpoint, os.path.join(run_dir, "checkpoints"), max_to_keep=1)
+    if manager.latest_checkpoint:
+        checkpoint.restore(manager.latest_checkpoint)
+    data = tf.data.Dataset.from_tensor_slices(train)
+
+    class Save(keras2.callbacks.Callback):  # a killed run resumes after its last finished epoch
+        def on_epoch_end(self, e, logs=None):
+            epoch.assign(e + 1)
+            manager.save(checkpoint_number=e + 1)
+
+    if int(epoch.numpy()) < config.epochs:
+        model.fit(data.shuffle(len(train["target_item"]), seed=seed).batch(config.batch_size),
+                  epochs=config.epochs, initial_epoch=int(epoch.numpy()), verbose=config.verbose,
+                  callbacks=[Save(), keras2.callbacks.TensorBoard(os.path.join(run_dir, "tensorboard"))])
+    metrics = model.evaluate(tf.data.Dataset.from_tensor_slices(test).batch(4096), return_dict=True, verbose=0)
+    result = {"seed": seed, "test": {f"recall@{k}": float(metrics[f"factorized_top_k/top_{k}_categorical_accuracy"])
+                                     for k in KS}}
+    model.query.save_weights(os.path.join(run_dir, "query_tower"))
+    model.candidate.save_weights(os.path.join(run_dir, "candidate_tower"))
+    atomic_json(done, result)
+    return result

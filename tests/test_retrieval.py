@@ -1,0 +1,83 @@
+"""The TFRS retrieval stage, each check in a process of its own (TFRS needs tf.keras
+to be Keras 2, resolved once per process)."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
+if importlib.util.find_spec("tensorflow_recommenders") is None:  # (importing it here would resolve tf.keras)
+    pytest.skip("tensorflow-recommenders is not installed", allow_module_level=True)
+
+
+def _python(script, timeout=600):
+    return subprocess.run([sys.executable, "-c", script], cwd=REPO, env=ENV, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_factorized_top_k_recall_and_the_index_match_numpy_and_keras3_coexists():
+    script = r'''
+import json, numpy as np, dare_tf
+from dare_tf.retrieval import TwoTowerModel, brute_force_index, recall_at_k
+import tensorflow as tf
+rng = np.random.default_rng(0)
+items = np.arange(1, 300, dtype=np.int32); cats = (items % 7 + 1).astype(np.int32)
+model = TwoTowerModel(301, 9, 8, 8, (items, cats), ks=(1, 5, 20))
+hist = rng.integers(0, 300, (64, 12)).astype(np.int32); hist[:, :3] = 0
+pos = rng.choice(items, 64).astype(np.int32)
+x = {"hist_items": hist, "hist_categories": np.where(hist > 0, hist % 7 + 1, 0).astype(np.int32),
+     "target_item": pos, "target_category": (pos % 7 + 1).astype(np.int32)}
+model.query(x); model.candidate((items, cats))  # build
+for w in model.trainable_variables:  # spread the towers so scores differ
+    w.assign(rng.normal(0, 1, w.shape))
+model.compile(optimizer="adagrad")
+metrics = model.evaluate(tf.data.Dataset.from_tensor_slices(x).batch(64), return_dict=True, verbose=0)
+q = model.query(x).numpy(); c = model.candidate((items, cats)).numpy()
+ref = recall_at_k(q, c, items, pos, (1, 5, 20))
+got = {f"recall@{k}": metrics[f"factorized_top_k/top_{k}_categorical_accuracy"] for k in (1, 5, 20)}
+_, ids = brute_force_index(model, (items, cats), 10)({"hist_items": hist, "hist_categories": x["hist_categories"]})
+top = items[np.argsort(-(q @ c.T), axis=1, kind="stable")[:, :10]]
+ranker = dare_tf.build_model("dare", 50, 5, max_len=8, top_k=3); ranker.compile(optimizer="adam")
+loss = float(ranker.evaluate(ranker.dummy_inputs(4), np.array([1.0, 0, 1, 0]), verbose=0))
+import keras
+print(json.dumps({"got": got, "ref": ref, "same_top": bool((ids.numpy() == top).all()),
+                  "keras3": keras.__version__.startswith("3"), "loss": loss}))
+'''
+    done = _python(script)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    for k, v in out["ref"].items():
+        assert out["got"][k] == pytest.approx(v, abs=1e-6), (k, out)
+    assert 0 < out["ref"]["recall@20"] < 1
+    assert out["same_top"] and out["keras3"] and out["loss"] > 0
+
+
+def test_tf_keras_resolved_to_keras3_first_is_refused_with_the_fix():
+    done = _python("import tensorflow as tf\ntf.keras.layers\nimport dare_tf.retrieval\n")
+    assert done.returncode != 0
+    assert "TF_USE_LEGACY_KERAS=1" in done.stderr and "already resolved to Keras 3" in done.stderr
+
+
+@pytest.mark.slow
+def test_train_retrieval_program_writes_recall_and_the_popularity_baseline(taobao, tmp_path):
+    out = tmp_path / "retrieval"
+    command = [sys.executable, "-m", "trainers.train_retrieval", f"--data_dir={taobao}", f"--output_dir={out}",
+               "--epochs=2", "--batch_size=256"]
+    done = subprocess.run(command, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.load(open(out / "results.json"))
+    keys = ["recall@10", "recall@50", "recall@100", "recall@200"]
+    for part in ("test", "test_popularity"):
+        values = [results[part][k] for k in keys]
+        assert values == sorted(values) and 0 <= values[0] and values[-1] <= 1, (part, values)
+    assert results["catalogue"] > 1000 and results["test_positives"] == 86
+    bad = subprocess.run(command[:-2] + ["--epochs=0"], cwd=REPO, env=ENV, capture_output=True, text=True)
+    assert bad.returncode == 2 and "--epochs=0: must be >= 1" in bad.stderr
+    other = subprocess.run(command[:-2] + ["--epochs=3"], cwd=REPO, env=ENV, capture_output=True, text=True)
+    assert other.returncode == 1 and "retrieval_config.epochs: 2 in the run, 3 now" in other.stderr
