@@ -5,7 +5,9 @@ Usage:
 
 Takes the best seed of the run (highest validation AUC), maps raw ids through
 the dataset's id maps in-graph, and writes EXPORT_BASE/MODEL_NAME/<version>/
-atomically, plus EXPORT_BASE/models.config and batching_parameters.txt.
+atomically, plus EXPORT_BASE/models.config and batching_parameters.txt. A
+retrieval run (python -m trainers.train_retrieval) is exported as its top-N
+index: raw-id histories in, the --top_n raw item ids, categories and scores out.
 """
 
 from absl import flags
@@ -18,6 +20,7 @@ flags.DEFINE_string("export_base", None, "Base directory of the served models.")
 flags.DEFINE_string("model_name", None, "Name the model is served under.")
 flags.DEFINE_string("data_dir", None, "Prepared dataset of the id maps; default: the run's data_dir.")
 flags.DEFINE_integer("version", None, "Version number; default: the next free one.", lower_bound=1)
+flags.DEFINE_integer("top_n", 200, "A retrieval run: candidates the exported index returns.", lower_bound=1)
 flags.adopt_module_key_flags(dare_tf.cli)
 flags.mark_flags_as_required(["run_dir", "export_base", "model_name"])
 
@@ -26,7 +29,8 @@ def main(argv):
     del argv
     from dare_tf.serving.export import export_run
 
-    print(export_run(FLAGS.run_dir, FLAGS.export_base, FLAGS.model_name, FLAGS.data_dir, FLAGS.version))
+    print(export_run(FLAGS.run_dir, FLAGS.export_base, FLAGS.model_name, FLAGS.data_dir, FLAGS.version,
+                     FLAGS.top_n))
 
 
 def run():

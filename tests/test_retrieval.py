@@ -81,3 +81,52 @@ def test_train_retrieval_program_writes_recall_and_the_popularity_baseline(taoba
     assert bad.returncode == 2 and "--epochs=0: must be >= 1" in bad.stderr
     other = subprocess.run(command[:-2] + ["--epochs=3"], cwd=REPO, env=ENV, capture_output=True, text=True)
     assert other.returncode == 1 and "retrieval_config.epochs: 2 in the run, 3 now" in other.stderr
+    exported = subprocess.run([sys.executable, "-m", "serving.export", f"--run_dir={out}",
+                               f"--export_base={tmp_path / 'exports'}", "--model_name=retrieval", "--top_n=50"],
+                              cwd=REPO, env=ENV, capture_output=True, text=True)
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    assert exported.stdout.strip().endswith(os.path.join("exports", "retrieval", "1"))
+    too_many = subprocess.run([sys.executable, "-m", "serving.export", f"--run_dir={out}",
+                               f"--export_base={tmp_path / 'exports'}", "--model_name=retrieval",
+                               "--top_n=999999"], cwd=REPO, env=ENV, capture_output=True, text=True)
+    assert too_many.returncode == 1 and "top_n=999999 is larger than the catalogue" in too_many.stderr
+
+
+def test_exported_retrieval_returns_the_in_process_top_n(taobao, tmp_path):
+    script = f'''
+import json, numpy as np
+from dare_tf.retrieval import RetrievalConfig, train_retrieval
+from dare_tf.retrieval.export import export_retrieval, load_retrieval_model
+from dare_tf.retrieval.training import catalogue
+from dare_tf.retrieval.model import brute_force_index
+from dare_tf.data.pipeline import InMemorySplit
+from dare_tf.data.spec import DatasetSpec, read_id_map
+import tensorflow as tf
+data, run = {str(taobao)!r}, {str(tmp_path / "run")!r}
+train_retrieval(data, run, RetrievalConfig(epochs=1, batch_size=256))
+path = export_retrieval(run, data, {str(tmp_path / "exports")!r}, top_n=20)
+spec = DatasetSpec.load(data)
+splits = {{s: InMemorySplit.load(data, s, spec) for s in ("train", "val", "test")}}
+items, cats = catalogue(spec, splits)
+model = load_retrieval_model(run, spec, items, cats)
+test = splits["test"].features
+raw_items = np.array([0] + [int(r) for r in read_id_map(data, "item")], np.int64)
+raw_cats = np.array([0] + [int(r) for r in read_id_map(data, "category")], np.int64)
+hist_items, hist_cats = raw_items[test["hist_items"][:8]], raw_cats[test["hist_categories"][:8]]
+hist_items[0, -1] = 987654321987  # an unknown raw id: the out-of-vocabulary row
+out = tf.saved_model.load(path).signatures["serving_default"](
+    hist_items=tf.constant(hist_items), hist_categories=tf.constant(hist_cats))
+dense_items = test["hist_items"][:8].copy(); dense_items[0, -1] = spec.oov_item
+scores, ids = brute_force_index(model, (items, cats), 20)({{"hist_items": dense_items,
+                                                            "hist_categories": test["hist_categories"][:8]}})
+category_of = dict(zip(items.tolist(), cats.tolist()))
+print(json.dumps({{"same_items": bool((out["items"].numpy() == raw_items[ids.numpy()]).all()),
+                  "same_scores": float(np.abs(out["scores"].numpy() - scores.numpy()).max()),
+                  "categories_ok": bool((out["categories"].numpy() == raw_cats[[[category_of[i] for i in row]
+                                                                               for row in ids.numpy()]]).all()),
+                  "shape": list(out["items"].shape)}}))
+'''
+    done = _python(script)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["same_items"] and out["categories_ok"] and out["same_scores"] < 1e-5 and out["shape"] == [8, 20], out

@@ -48,7 +48,7 @@ INPUT_RANKS = {TARGET_ITEM: 1, TARGET_CATEGORY: 1, HIST_ITEMS: 2, HIST_CATEGORIE
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 
 
-class _IdTable:
+class IdTable:
     """Raw id -> dense id through an id-map file (raw id of dense id k on line k),
     shipped as a SavedModel asset; unknown ids map to the OOV row."""
 
@@ -76,8 +76,8 @@ class _ServingGraph:
                 f"{data_dir}/spec.json ({spec.num_items}, {spec.num_categories})")
         self.model = model
         self.max_len = cfg.max_len
-        self.items = _IdTable(os.path.join(data_dir, ID_MAP_FILES["item"]), spec.oov_item)
-        self.categories = _IdTable(os.path.join(data_dir, ID_MAP_FILES["category"]), spec.oov_category)
+        self.items = IdTable(os.path.join(data_dir, ID_MAP_FILES["item"]), spec.oov_item)
+        self.categories = IdTable(os.path.join(data_dir, ID_MAP_FILES["category"]), spec.oov_category)
         try:
             self.raw_examples = {TARGET_ITEM: int(read_id_map(data_dir, "item")[0]),
                                  TARGET_CATEGORY: int(read_id_map(data_dir, "category")[0])}
@@ -284,13 +284,19 @@ def export_saved_model(model: DareModel, data_dir: str, export_base: str, model_
 
 
 def export_run(run_dir: str, export_base: str, model_name: str, data_dir: str | None = None,
-               version: int | None = None) -> str:
-    """Exports the best seed (highest validation AUC) of a finished training run."""
+               version: int | None = None, top_n: int = 200) -> str:
+    """Exports the best seed (highest validation AUC) of a finished training run;
+    a retrieval run (`trainers.train_retrieval`) as its top-`top_n` index
+    (`dare_tf.retrieval.export`)."""
     path = os.path.join(run_dir, "results.json")
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} not found: is {run_dir!r} a finished training run?")
     with open(path) as f:
         results = json.load(f)
+    if "test_popularity" in results:  # a retrieval run
+        from dare_tf.retrieval.export import export_retrieval
+
+        return export_retrieval(run_dir, data_dir or results["data_dir"], export_base, model_name, top_n)
     best = max(results["per_seed"], key=lambda r: r["val"]["auc"])
     model = keras.saving.load_model(os.path.join(run_dir, f"seed_{best['seed']}", "model.keras"))
     return export_saved_model(model, data_dir or results["data_dir"], export_base, model_name, version)

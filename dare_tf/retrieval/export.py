@@ -1,0 +1,89 @@
+"""The retrieval stage as a TF Serving SavedModel: raw-id histories in, the top-N
+raw item ids, their raw categories and scores out."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from dare_tf._files import clean_stale, replace_directory, staging_dir
+from dare_tf.data.pipeline import InMemorySplit
+from dare_tf.data.spec import ID_MAP_FILES, DatasetSpec, read_id_map
+from dare_tf.retrieval.model import TwoTowerModel, brute_force_index, tf
+from dare_tf.retrieval.training import catalogue
+from dare_tf.serving.export import IdTable, next_version
+from dare_tf.training import RUN_CONFIG
+
+
+class _RetrievalServing(tf.Module):
+    def __init__(self, model: TwoTowerModel, data_dir: str, spec: DatasetSpec, items, categories, top_n: int):
+        super().__init__()
+        # Only the index (the query tower and the candidates' vectors) is saved; the
+        # training model's candidate dataset is not serializable.
+        self.index = brute_force_index(model, (items, categories), top_n)
+        self.items = IdTable(os.path.join(data_dir, ID_MAP_FILES["item"]), spec.oov_item)
+        self.categories = IdTable(os.path.join(data_dir, ID_MAP_FILES["category"]), spec.oov_category)
+        self.tables = [self.items.table, self.categories.table]  # tracked, so the SavedModel holds them
+        raw_items = np.array([0] + [int(r) for r in read_id_map(data_dir, "item")] + [-1], np.int64)
+        raw_cats = np.array([0] + [int(r) for r in read_id_map(data_dir, "category")] + [-1], np.int64)
+        category_of = np.full(spec.num_items, spec.oov_category, np.int64)
+        category_of[items] = categories
+        self.raw_items = tf.constant(raw_items)
+        self.raw_categories_of_items = tf.constant(raw_cats[category_of])
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int64, name="hist_items"),
+                                  tf.TensorSpec([None, None], tf.int64, name="hist_categories")])
+    def serve(self, hist_items, hist_categories):
+        real = hist_items > 0
+        dense = {"hist_items": tf.cast(tf.where(real, self.items.lookup(hist_items), 0), tf.int32),
+                 "hist_categories": tf.cast(tf.where(real, self.categories.lookup(hist_categories), 0), tf.int32)}
+        scores, ids = self.index(dense)
+        ids = tf.cast(ids, tf.int64)
+        return {"items": tf.gather(self.raw_items, ids), "categories": tf.gather(self.raw_categories_of_items, ids),
+                "scores": scores}
+
+
+def load_retrieval_model(run_dir: str, spec: DatasetSpec, items, categories, seed: int | None = None):
+    """A finished `train_retrieval` run's towers (its first seed unless `seed`)."""
+    with open(os.path.join(run_dir, RUN_CONFIG)) as f:
+        identity = json.load(f)
+    if "retrieval_config" not in identity:
+        raise ValueError(f"{run_dir} is not a retrieval run (python -m trainers.train_retrieval)")
+    if identity["dataset"]["fingerprint"] != spec.fingerprint():
+        raise ValueError(f"{run_dir} was trained on another dataset (fingerprint "
+                         f"{identity['dataset']['fingerprint']}, not {spec.fingerprint()})")
+    cfg = identity["retrieval_config"]
+    seed = cfg["seeds"][0] if seed is None else seed
+    model = TwoTowerModel(spec.num_items, spec.num_categories, cfg["embedding_dim"], cfg["output_dim"],
+                          (items, categories))
+    width = spec.max_len
+    model.query({"hist_items": tf.zeros([1, width], tf.int32), "hist_categories": tf.zeros([1, width], tf.int32)})
+    model.candidate((tf.constant([1]), tf.constant([1])))
+    model.query.load_weights(os.path.join(run_dir, f"seed_{seed}", "query_tower")).expect_partial()
+    model.candidate.load_weights(os.path.join(run_dir, f"seed_{seed}", "candidate_tower")).expect_partial()
+    return model
+
+
+def export_retrieval(run_dir: str, data_dir: str, export_base: str, model_name: str = "retrieval",
+                     top_n: int = 200) -> str:
+    """Writes `export_base/model_name/<version>/` (built aside, then renamed) with a
+    `serving_default` signature: int64 RAW `hist_items`, `hist_categories`
+    `[B, T]` (ids <= 0 are padding, unknown ids go to the out-of-vocabulary row)
+    -> `items`, `categories` (raw ids) and `scores` of the top `top_n`."""
+    spec = DatasetSpec.load(data_dir)
+    splits = {s: InMemorySplit.load(data_dir, s, spec) for s in ("train", "val", "test")}
+    items, categories = catalogue(spec, splits)
+    if top_n > len(items):
+        raise ValueError(f"top_n={top_n} is larger than the catalogue ({len(items)} items)")
+    module = _RetrievalServing(load_retrieval_model(run_dir, spec, items, categories), data_dir, spec, items,
+                               categories, top_n)
+    model_base = os.path.join(export_base, model_name)
+    os.makedirs(model_base, exist_ok=True)
+    clean_stale(model_base, "version")
+    final = os.path.join(model_base, str(next_version(model_base)))
+    staging = staging_dir(model_base, "version")
+    tf.saved_model.save(module, staging, signatures={"serving_default": module.serve})
+    replace_directory(staging, final)
+    return final
