@@ -226,10 +226,7 @@ class DareModel(keras.Model):
                 ops.arange(ops.shape(hist_items)[1], dtype="int32")[None, :], ops.shape(hist_items))
             aux_pooled = pooled
         else:
-            search_keys, search_values, search_mask, bias = keys, values, mask, None
-            if self.clustering is not None:
-                search_keys, search_values, sizes, search_mask = self.clustering(keys, values, hist_categories, mask)
-                bias = ops.log(ops.maximum(sizes, 1.0))
+            search_keys, search_values, search_mask, bias = self.search_space(keys, values, hist_categories, mask)
             positions, scores, valid = self.search(query, search_keys, search_mask, target_category,
                                                    hist_categories, score_bias=bias)
             pooled, weights = self.pooling(v_t, search_values, scores, valid, positions=positions,
@@ -279,11 +276,20 @@ class DareModel(keras.Model):
         elif search == "sdim":
             scores = self.sampling(query, keys, emb["history_representation"], mask)[1]
         elif search == "cluster":
-            keys, _, sizes, mask = self.clustering(keys, emb["history_representation"], hist_categories, mask)
-            scores = self.search.score(query, keys, mask, ops.log(ops.maximum(sizes, 1.0)))
+            keys, _, mask, bias = self.search_space(keys, emb["history_representation"], hist_categories, mask)
+            scores = self.search.score(query, keys, mask, bias)
         else:
             scores = scaled_dot_scores(query, keys, self.model_config.attention_pos_dim)
         return ops.where(mask, scores, PADDING_SCORE)
+
+    def search_space(self, keys, values, hist_categories, mask):
+        """What stage 1 searches: `(keys, values, mask, score_bias)`, the history
+        itself (no bias), or with clustering (TWIN-V2) its clusters, with
+        log(cluster size) as the score bias."""
+        if self.clustering is None:
+            return keys, values, mask, None
+        keys, values, sizes, valid = self.clustering(keys, values, hist_categories, mask)
+        return keys, values, valid, ops.log(ops.maximum(sizes, 1.0))
 
     def _regularization(self):
         losses = self.losses

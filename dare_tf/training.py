@@ -92,8 +92,8 @@ class TrainConfig:
         shuffle_buffer: examples in the shuffle buffer when the training split
             streams from its shards.
         in_memory_mb: the training and validation splits are decoded into
-            memory once when each takes at most this many MB (int32: 4 bytes
-            x (2 L + 3) per example): epochs are then uniform permutations,
+            memory once when each takes at most this many MB (4 bytes x
+            (2 L + 4) per example): epochs are then uniform permutations,
             with no parsing and no buffer to fill. Larger splits stream from
             their shards through `shuffle_buffer`. 0 always streams.
         log_every: steps between TensorBoard loss summaries.

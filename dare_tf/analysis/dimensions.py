@@ -19,7 +19,6 @@ def search_stage(model):
     computed or given; TWIN-V2: clustering, then the search over clusters;
     SDIM: the hash buckets of target and history and their matches)."""
     import keras
-    from keras import ops
 
     layer = model.embedding
 
@@ -28,13 +27,8 @@ def search_stage(model):
         emb = layer.combine(layer.lookup(*ids, roles=ATTENTION_ROLES), roles=ATTENTION_ROLES)
         query, keys, mask = emb["target_attention"], emb["history_attention"], ids[2] > 0
         if model.sampling is not None:
-            return ops.logical_and(ops.equal(model.sampling.buckets(keys),
-                                             ops.expand_dims(model.sampling.buckets(query), 1)),
-                                   ops.expand_dims(mask, -1))
-        bias = None
-        if model.clustering is not None:
-            keys, _, sizes, mask = model.clustering(keys, keys, ids[3], mask)
-            bias = ops.log(ops.maximum(sizes, 1.0))
+            return model.sampling.matches(query, keys, mask)
+        keys, _, mask, bias = model.search_space(keys, keys, ids[3], mask)
         return model.search(query, keys, mask, ids[1], ids[3], score_bias=bias,
                             history_signatures=history_signatures)[0]
 

@@ -82,7 +82,7 @@ def _by_row(values, ids, width):
     return unique, sums
 
 
-def path_statistics(model, paths, fields=("category", "item")) -> dict:
+def path_statistics(paths, fields=("category", "item")) -> dict:
     """Per field: each path's gradient summed per table row over the batch (the
     table's gradient, restricted to the path), the norms of the two, and the
     cosine between them per row (rows with both gradients non-zero).
@@ -148,7 +148,7 @@ class SplitGradientTrainer:
             return float(loss), None
         row_ids = self.model.embedding.row_ids(*ids)
         paths = {k: {"table": row_ids[k][0], "ids": row_ids[k][1], **grads[k]} for k in grads}
-        return float(loss), path_statistics(self.model, paths)
+        return float(loss), path_statistics(paths)
 
 
 def summarize(samples: list[dict], field: str = "category") -> dict:

@@ -20,8 +20,7 @@ def ndcg_at_k(gains: np.ndarray, scores: np.ndarray, valid: np.ndarray, k: int) 
     discount = 1.0 / np.log2(np.arange(2, k + 2))
     # A stable sort on the negated score: ties keep slot order.
     order = np.argsort(-np.where(valid, scores, -np.inf), axis=1, kind="stable")[:, :k]
-    chosen = np.take_along_axis(np.where(valid, gains, 0.0), order, axis=1)
-    chosen = np.where(np.take_along_axis(valid, order, axis=1), chosen, 0.0)
+    chosen = np.take_along_axis(gains, order, axis=1)  # (padding's gain is 0 already)
     ideal = -np.sort(-gains, axis=1)[:, :k]
     dcg, idcg = chosen @ discount, ideal @ discount
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -263,7 +263,7 @@ class _Suite:
 
         cfg = self.config
         dim = next(iter(self.runs.values())).model.model_config.embedding_dim if self.runs else 16
-        summaries, by_row = {}, {}
+        summaries = {}
         for preset in cfg.gradient_presets:
             keras.utils.set_random_seed(cfg.seed)
             model = DareModel(make_config(preset, self.spec.num_items, self.spec.num_categories,
@@ -289,7 +289,6 @@ class _Suite:
             summaries[preset] = gradients.summarize(samples)
             summaries[preset]["item"] = gradients.summarize(samples, "item")
             summaries[preset]["coupling"] = model.model_config.coupling
-            by_row[preset] = summaries[preset]
             self.say(f"  gradients of {preset}: {len(samples)} samples in {time.perf_counter() - started:.0f} s")
         path = figures.gradient_conflict(summaries, os.path.join(self.figures_dir, "gradient_conflict.png"))
         self.figure("gradients", path)

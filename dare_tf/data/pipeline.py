@@ -100,10 +100,6 @@ class InMemorySplit:
     def __len__(self) -> int:
         return len(self.labels)
 
-    @property
-    def nbytes(self) -> int:
-        return self.labels.nbytes + sum(v.nbytes for v in self.features.values())
-
     @staticmethod
     def estimated_bytes(spec: DatasetSpec, split: str) -> int:
         per_example = 4 * (len(SCALAR_FEATURES) + len(SEQUENCE_FEATURES) * spec.max_len)

@@ -40,8 +40,7 @@ def pack_bits(bits):
     bits = ops.cast(bits, "int32")
     if words * WORD_BITS != m:
         bits = ops.pad(bits, [(0, 0)] * (len(bits.shape) - 1) + [(0, words * WORD_BITS - m)])
-    grouped = ops.reshape(bits, (*ops.shape(bits)[:-1], words, WORD_BITS))
-    return ops.sum(grouped * ops.cast(2 ** ops.arange(WORD_BITS), "int32"), axis=-1)
+    return bucket_codes(bits, words, WORD_BITS)
 
 
 def popcount16(words):

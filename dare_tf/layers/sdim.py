@@ -73,10 +73,13 @@ class HashSamplingPooling(keras.layers.Layer):
         semantic = vectors[..., : vectors.shape[-1] - self.position_dim] if self.position_dim else vectors
         return bucket_codes(simhash_bits(semantic, self.projection), self.num_hashes, self.hash_bits)
 
+    def matches(self, query, keys, mask):
+        """`[B, L, m]` bool: real behaviours in the target's bucket, per hash function."""
+        return ops.logical_and(ops.equal(self.buckets(keys), ops.expand_dims(self.buckets(query), 1)),
+                               ops.expand_dims(ops.cast(mask, "bool"), -1))
+
     def call(self, query, keys, values, mask):
-        mask = ops.cast(mask, "bool")
-        matches = ops.logical_and(ops.equal(self.buckets(keys), ops.expand_dims(self.buckets(query), 1)),
-                                  ops.expand_dims(mask, -1))  # [B, L, m]
+        matches = self.matches(query, keys, mask)
         weights = ops.cast(matches, "float32")
         sums = ops.einsum("blh,bld->bhd", ops.cast(weights, values.dtype), values)  # [B, m, Dr]
         # The floor inside the square root keeps an empty bucket's gradient finite.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 
 from dare_tf.retrieval._keras2 import require_keras2
 
@@ -81,13 +80,3 @@ def brute_force_index(model: TwoTowerModel, catalogue, k: int):
     index.index_from_dataset(tf.data.Dataset.from_tensor_slices((items, categories)).batch(4096).map(
         lambda i, c: (i, model.candidate((i, c)))))
     return index
-
-
-def recall_at_k(query_vectors, candidate_vectors, candidate_ids, positives, ks=KS) -> dict:
-    """Numpy reference: share of queries whose positive item is among the k
-    highest-scoring candidates (dot product), for each k."""
-    scores = np.asarray(query_vectors) @ np.asarray(candidate_vectors).T
-    ids = np.asarray(candidate_ids)
-    positive_scores = scores[np.arange(len(positives)), np.searchsorted(ids, positives)]
-    rank = (scores > positive_scores[:, None]).sum(axis=1)
-    return {f"recall@{k}": float((rank < k).mean()) for k in ks}

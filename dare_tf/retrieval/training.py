@@ -64,12 +64,9 @@ def catalogue(spec: DatasetSpec, splits: dict[str, InMemorySplit]):
     return items, category[items]
 
 
-def _positives(split: InMemorySplit, click_share=None) -> dict:
+def _positives(split: InMemorySplit) -> dict:
     keep = split.labels > 0.5
-    out = {k: split.features[k][keep] for k in ("hist_items", "hist_categories", "target_item", "target_category")}
-    if click_share is not None:
-        out["sampling_probability"] = click_share[out["target_item"]].astype(np.float32)
-    return out
+    return {k: split.features[k][keep] for k in ("hist_items", "hist_categories", "target_item", "target_category")}
 
 
 def popularity_recall(train: dict, test: dict, ks=KS) -> dict:
@@ -95,8 +92,9 @@ def train_retrieval(data_dir: str, output_dir: str, config: RetrievalConfig = Re
     atomic_json(os.path.join(output_dir, RUN_CONFIG), identity)
     splits = {s: InMemorySplit.load(data_dir, s, spec) for s in ("train", "val", "test")}
     items, categories = catalogue(spec, splits)
-    clicks = np.bincount(_positives(splits["train"])["target_item"], minlength=spec.num_items)
-    train = _positives(splits["train"], clicks / max(clicks.sum(), 1))
+    train = _positives(splits["train"])
+    clicks = np.bincount(train["target_item"], minlength=spec.num_items)
+    train["sampling_probability"] = (clicks / max(clicks.sum(), 1))[train["target_item"]].astype(np.float32)
     test = _positives(splits["test"])
     per_seed = []
     for seed in config.seeds:
