@@ -44,6 +44,7 @@ setup(
             "dare-demo=dare_tf._programs.trainers.demo:run",
             "dare-analyze=dare_tf._programs.trainers.analyze:run",
             "dare-train-retrieval=dare_tf._programs.trainers.train_retrieval:run",
+            "dare-evaluate-cascade=dare_tf._programs.trainers.evaluate_cascade:run",
             "dare-export=dare_tf._programs.serving.export:run",
             "dare-client=dare_tf._programs.serving.client:run",
             "dare-standin-server=dare_tf._programs.serving.standin_server:run",

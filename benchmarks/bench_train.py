@@ -179,7 +179,7 @@ def bench_vocab(sizes, min_seconds):
     return rows
 
 
-def bench_end_to_end(work_dir, quick):
+def bench_end_to_end(work_dir, quick, steps_per_execution=(1,), optimizers=("adam", "lazy_adam")):
     """trainers.train's library call on a generated 1M-row log; samples/s inside the program."""
     from dare_tf.data.protocol import prepare
     from dare_tf.data.spec import DatasetSpec
@@ -195,10 +195,11 @@ def bench_end_to_end(work_dir, quick):
         prepare("taobao", log, data_dir)
     spec = DatasetSpec.load(data_dir)
     rows = []
-    for optimizer in ("adam", "lazy_adam"):
+    for optimizer, spe in [(o, s) for o in optimizers for s in steps_per_execution]:
         config = TrainConfig(preset="dare", optimizer=optimizer, batch_size=256, eval_batch_size=8192, epochs=2,
-                             eval_every=300, verbose=0, model_overrides=dict(embedding_dim=16))
-        run_dir = os.path.join(work_dir, f"run_{optimizer}")
+                             eval_every=300, verbose=0, model_overrides=dict(embedding_dim=16),
+                             steps_per_execution=spe)
+        run_dir = os.path.join(work_dir, f"run_{optimizer}_{spe}")
         shutil.rmtree(run_dir, ignore_errors=True)
         start = time.perf_counter()
         results = train(data_dir, run_dir, config)
@@ -208,7 +209,8 @@ def bench_end_to_end(work_dir, quick):
         steps = history[-1]["step"]
         warm = history[1:] or history  # the first evaluation also traces and compiles
         rows.append({
-            "optimizer": optimizer, "train_examples": spec.counts["train"], "steps": steps,
+            "optimizer": optimizer, "steps_per_execution": spe, "train_examples": spec.counts["train"],
+            "steps": steps,
             "evaluations": len(history), "wall_s": wall,
             "train_samples_per_s": steps * config.batch_size / timing["train_seconds"],
             "eval_samples_per_s": sum(h["timing"]["val_examples"] for h in history)
@@ -234,6 +236,8 @@ def main():
     parser.add_argument("--baseline_ref", default=BASELINE_REF)
     parser.add_argument("--ab_batches", default="256,2048", help="batch sizes of the ab part")
     parser.add_argument("--work_dir", default=os.path.join(tempfile.gettempdir(), "dare_bench_train"))
+    parser.add_argument("--steps_per_execution", default="1", help="end_to_end: comma-separated values to compare")
+    parser.add_argument("--optimizers", default="adam,lazy_adam", help="end_to_end: optimizers")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     if args.backend:
@@ -260,8 +264,10 @@ def main():
     if "end_to_end" in parts:
         os.makedirs(args.work_dir, exist_ok=True)
         print("end_to_end: the trainer on a generated 1M-row log (DARE, d=16, batch 256, 2 epochs)")
-        payload["end_to_end"] = bench_end_to_end(args.work_dir, args.quick)
-        print_table(payload["end_to_end"], ["optimizer", "train_examples", "steps", "evaluations", "wall_s",
+        payload["end_to_end"] = bench_end_to_end(args.work_dir, args.quick,
+                                                 [int(v) for v in args.steps_per_execution.split(",")],
+                                                 args.optimizers.split(","))
+        print_table(payload["end_to_end"], ["optimizer", "steps_per_execution", "train_examples", "steps", "evaluations", "wall_s",
                                             "train_samples_per_s", "isolated_step_samples_per_s", "train/isolated",
                                             "eval_samples_per_s", "eval_samples_per_s_warm", "bn_refresh_s_per_eval",
                                             "test_auc"])

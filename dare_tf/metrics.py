@@ -1,4 +1,5 @@
-"""Exact evaluation metrics: AUC, grouped AUC (user GAUC, category AUC), logloss.
+"""Exact evaluation metrics: AUC, grouped AUC (user GAUC, category AUC), logloss;
+and HitRate@k / NDCG@k of top-k recommendation lists (the cascade evaluation).
 
 All take numpy arrays of a whole evaluation split. AUC is the exact
 Mann-Whitney statistic with ties counted as one half (no bucketing).
@@ -67,3 +68,13 @@ def evaluate(labels, probabilities, users, categories) -> dict[str, float]:
         "category_auc": grouped_auc(labels, probabilities, categories),
         "logloss": logloss(labels, probabilities),
     }
+
+
+def hit_rate_and_ndcg(ranks, k: int) -> tuple[float, float]:
+    """HitRate@k and NDCG@k with one relevant item per query: `ranks` holds its
+    0-based position in each query's ranked list (-1 when it is not in the
+    list). A hit at position r gains 1 / log2(r + 2)."""
+    ranks = np.asarray(ranks).reshape(-1)
+    hit = (ranks >= 0) & (ranks < k)
+    gain = np.where(hit, 1.0 / np.log2(np.maximum(ranks, 0) + 2.0), 0.0)
+    return float(hit.mean()), float(gain.mean())

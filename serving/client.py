@@ -4,9 +4,15 @@ Usage:
   python -m serving.client --server=localhost:8500 --model_name=dare --request_json=req.json
   python -m serving.client --rest_url=http://localhost:8501 --model_name=dare --request_json=req.json
   python -m serving.client --server=localhost:8500 --model_name=dare --metadata
+  python -m serving.client recommend --server=localhost:8500 --model_name=dare \
+      --retrieval_model=retrieval --request_json=user.json [--num_candidates=200 --top=10 --explain]
 
 req.json holds lists `target_item`, `target_category` and lists of lists
 `hist_items`, `hist_categories` (raw integer ids, oldest first, any lengths).
+For `recommend`, user.json holds one user's `hist_items` and `hist_categories`
+(lists of raw ids, oldest first): the retrieval model picks --num_candidates
+items, the ranker (--model_name) scores them in one batched request, and the
+--top are printed by click probability.
 """
 
 import json
@@ -18,35 +24,74 @@ import dare_tf.cli
 FLAGS = flags.FLAGS
 flags.DEFINE_string("server", "localhost:8500", "gRPC host:port.")
 flags.DEFINE_string("rest_url", None, "Use REST at this base URL (http://host:8501) instead of gRPC.")
-flags.DEFINE_string("model_name", None, "Served model name.")
+flags.DEFINE_string("model_name", None, "Served model name (for recommend: the ranker).")
 flags.DEFINE_enum("signature", "serving_default", ["serving_default", "explain"], "Signature to call.")
 flags.DEFINE_string("request_json", None, "JSON file with the request (see above).")
 flags.DEFINE_bool("metadata", False, "Print the model's signatures and exit.")
 flags.DEFINE_float("timeout", 5.0, "Seconds per call.", lower_bound=0.001)
 flags.DEFINE_integer("retries", 3, "Retries after UNAVAILABLE.", lower_bound=0)
+flags.DEFINE_string("retrieval_model", "retrieval", "recommend: the served retrieval model's name.")
+flags.DEFINE_integer("num_candidates", 200, "recommend: candidates the retrieval model hands the ranker.",
+                     lower_bound=1)
+flags.DEFINE_integer("top", 10, "recommend: recommendations to print.", lower_bound=1)
+flags.DEFINE_bool("explain", False, "recommend: also print the ranker's heaviest retrieved behaviours.")
+flags.DEFINE_enum("format", "table", ["table", "json"], "recommend: a markdown table or JSON.")
 flags.adopt_module_key_flags(dare_tf.cli)
 flags.mark_flags_as_required(["model_name"])
 
 
+def _read_request(fields):
+    with open(FLAGS.request_json) as f:
+        try:
+            request = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{FLAGS.request_json}: not valid JSON ({e})") from e
+    missing = [k for k in fields if k not in request]
+    if missing:
+        raise ValueError(f"{FLAGS.request_json}: missing field(s) {missing}")
+    return request
+
+
+def recommend():
+    from dare_tf.data.spec import HIST_CATEGORIES, HIST_ITEMS
+    from dare_tf.serving.cascade import Recommender, format_recommendations
+    from dare_tf.serving.client import ServingClient
+
+    if FLAGS.rest_url:
+        raise app.UsageError("recommend talks gRPC (--server); --rest_url is for single-model requests")
+    request = _read_request([HIST_ITEMS, HIST_CATEGORIES])
+    clients = [ServingClient(FLAGS.server, name, timeout=FLAGS.timeout, retries=FLAGS.retries)
+               for name in (FLAGS.retrieval_model, FLAGS.model_name)]
+    try:
+        result = Recommender(*clients).recommend(request[HIST_ITEMS], request[HIST_CATEGORIES],
+                                                 FLAGS.num_candidates, FLAGS.top, FLAGS.explain)
+    finally:
+        for client in clients:
+            client.close()
+    if FLAGS.format == "json":
+        print(json.dumps({k: v.tolist() for k, v in result.items()}, indent=2))
+    else:
+        print(format_recommendations(result, request[HIST_ITEMS], request[HIST_CATEGORIES]))
+
+
 def main(argv):
-    del argv
     from dare_tf.data.spec import MODEL_INPUTS
     from dare_tf.serving.client import ServingClient, request_tensors, rest_predict
 
+    commands = argv[1:]
+    if commands == ["recommend"]:
+        if not FLAGS.request_json:
+            raise app.UsageError("recommend needs --request_json")
+        return recommend()
+    if commands:
+        raise app.UsageError(f"unknown command {' '.join(commands)!r} (the only one is 'recommend')")
     client = ServingClient(FLAGS.server, FLAGS.model_name, timeout=FLAGS.timeout, retries=FLAGS.retries)
     if FLAGS.metadata:
         print(json.dumps(client.metadata(), indent=2))
         return
     if not FLAGS.request_json:
         raise app.UsageError("--request_json is required (or --metadata)")
-    with open(FLAGS.request_json) as f:
-        try:
-            request = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{FLAGS.request_json}: not valid JSON ({e})") from e
-    missing = [k for k in MODEL_INPUTS if k not in request]
-    if missing:
-        raise ValueError(f"{FLAGS.request_json}: missing field(s) {missing}")
+    request = _read_request(MODEL_INPUTS)
     inputs = request_tensors(*(request[k] for k in MODEL_INPUTS))
     if FLAGS.rest_url:
         out = rest_predict(FLAGS.rest_url, FLAGS.model_name, inputs, FLAGS.signature, FLAGS.timeout)

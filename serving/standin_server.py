@@ -2,31 +2,42 @@
 
 Usage:
   python -m serving.standin_server --model_base=exports/dare --model_name=dare --port=8500 [--rest_port=8501]
+  python -m serving.standin_server --model_config_file=exports/models.config --port=8500
 
+The second form serves every model of the models.config that `serving.export`
+writes (a ranker and a retrieval model: `serving.client recommend` chains them).
 Deploy with the tensorflow/serving container instead (see the README).
 """
 
-from absl import flags
+from absl import app, flags
 
 import dare_tf.cli
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("model_base", None, "Directory holding numeric version directories.")
-flags.DEFINE_string("model_name", None, "Model name clients use.")
+flags.DEFINE_string("model_base", None, "Directory holding numeric version directories (one model).")
+flags.DEFINE_string("model_name", None, "Model name clients use (with --model_base).")
+flags.DEFINE_string("model_config_file", None, "A TF Serving models.config: serve every model it lists "
+                    "(base paths under /models/ are read relative to the file's directory).")
 flags.DEFINE_integer("port", 8500, "gRPC port (0 picks a free one).", lower_bound=0)
 flags.DEFINE_integer("rest_port", None, "REST port (none: no REST).", lower_bound=0)
 flags.DEFINE_bool("batching", True, "Merge concurrent Predict requests (like --enable_batching).")
 flags.adopt_module_key_flags(dare_tf.cli)
-flags.mark_flags_as_required(["model_base", "model_name"])
 
 
 def main(argv):
     del argv
-    from dare_tf.serving.standin_server import serve
+    from dare_tf.serving.standin_server import read_model_config, serve
 
-    server, port, http = serve(FLAGS.model_base, FLAGS.model_name, FLAGS.port, FLAGS.rest_port,
-                               batching=FLAGS.batching)
-    print(f"serving {FLAGS.model_name} on gRPC localhost:{port}"
+    if bool(FLAGS.model_config_file) == bool(FLAGS.model_base or FLAGS.model_name):
+        raise app.UsageError("give either --model_config_file or both --model_base and --model_name")
+    if FLAGS.model_config_file:
+        models = read_model_config(FLAGS.model_config_file)
+    elif not (FLAGS.model_base and FLAGS.model_name):
+        raise app.UsageError("--model_base and --model_name go together")
+    else:
+        models = {FLAGS.model_name: FLAGS.model_base}
+    server, port, http = serve(models, FLAGS.port, FLAGS.rest_port, batching=FLAGS.batching)
+    print(f"serving {', '.join(sorted(models))} on gRPC localhost:{port}"
           + (f" and REST localhost:{http.server_address[1]}" if http else ""), flush=True)
     server.wait_for_termination()
 

@@ -55,3 +55,10 @@ def taobao(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("prepared") / "taobao_sample")
     prepare("taobao", os.path.join(SHARED_DATA, "taobao", "UserBehavior_sample.csv"), out)
     return out
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `slow` run first: under `make test`'s two xdist workers the long
+    ones start at once and the short ones fill the gaps, instead of a long test
+    starting last."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

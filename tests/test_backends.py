@@ -25,6 +25,7 @@ def test_layers_and_models_on_jax():
     assert " passed" in done.stdout and " failed" not in done.stdout
 
 
+@pytest.mark.slow
 def test_models_train_on_jax_without_importing_tensorflow():
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=REPO)
     script = ("import sys, numpy as np, dare_tf\n"

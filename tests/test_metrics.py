@@ -44,3 +44,13 @@ def test_degenerate_cases():
     assert metrics.auc([0, 1], [0.1, 0.9]) == 1.0
     # Groups with one class are skipped; all-skipped gives NaN.
     assert np.isnan(metrics.grouped_auc([1, 0], [0.1, 0.2], [1, 2]))
+
+
+def test_hit_rate_and_ndcg_by_hand():
+    from dare_tf.metrics import hit_rate_and_ndcg
+
+    # positions 0, 2, 10 (outside k=10) and absent
+    hit, ndcg = hit_rate_and_ndcg([0, 2, 10, -1], 10)
+    assert hit == 0.5
+    assert ndcg == pytest.approx((1.0 + 1.0 / np.log2(4)) / 4)
+    assert hit_rate_and_ndcg([10], 11) == pytest.approx((1.0, 1.0 / np.log2(12)))

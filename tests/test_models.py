@@ -114,6 +114,7 @@ def test_twin_single_table_receives_both_gradients(rng):
         assert via_scores[name] > 0 and via_pooled[name] > 0, name
 
 
+@pytest.mark.slow
 def test_dare_small_attention_dim_trains_end_to_end(rng):
     x, y = planted_presence_task(rng, 6000, 20)
     xt, yt = planted_presence_task(np.random.default_rng(7), 1000, 20)

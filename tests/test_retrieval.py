@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from tests.conftest import REPO
@@ -100,41 +101,200 @@ def test_train_retrieval_program_writes_recall_and_the_popularity_baseline(taoba
     assert too_many.returncode == 1 and "top_n=999999 is larger than the catalogue" in too_many.stderr
 
 
-def test_exported_retrieval_returns_the_in_process_top_n(taobao, tmp_path):
-    script = f'''
-import json, numpy as np
-from dare_tf.retrieval import RetrievalConfig, train_retrieval
-from dare_tf.retrieval.export import export_retrieval, load_retrieval_model
-from dare_tf.retrieval.training import catalogue
-from dare_tf.retrieval.model import brute_force_index
-from dare_tf.data.pipeline import InMemorySplit
+TWO_STAGE = r'''
+import json, os, subprocess, sys
+import numpy as np
+import grpc
+import dare_tf.retrieval
+from dare_tf import build_model
+from dare_tf.data.protocol import Protocol, prepare
 from dare_tf.data.spec import DatasetSpec, read_id_map
-import tensorflow as tf
-data, run = {str(taobao)!r}, {str(tmp_path / "run")!r}
-train_retrieval(data, run, RetrievalConfig(epochs=1, batch_size=256))
-path = export_retrieval(run, data, {str(tmp_path / "exports")!r}, top_n=20)
+from dare_tf.data.synthetic import SyntheticConfig, write
+from dare_tf.retrieval import RetrievalConfig, train_retrieval
+from dare_tf.serving.cascade import LocalModel, Recommender, format_recommendations
+from dare_tf.serving.client import ServingClient
+from dare_tf.serving.export import export_run, export_saved_model
+from dare_tf.serving.standin_server import read_model_config, serve
+
+data, work = sys.argv[1], sys.argv[2]
+exports = os.path.join(work, "exports")
+train_retrieval(data, os.path.join(work, "retrieval"), RetrievalConfig(epochs=1, batch_size=256))
+export_run(os.path.join(work, "retrieval"), exports, "retrieval", top_n=50)
 spec = DatasetSpec.load(data)
-splits = {{s: InMemorySplit.load(data, s, spec) for s in ("train", "val", "test")}}
+ranker = build_model("dare", spec.num_items, spec.num_categories, max_len=spec.max_len, seed=0, top_k=10)
+export_saved_model(ranker, data, exports, "dare")
+# a ranker of another dataset (other id maps), exported beside them
+write(SyntheticConfig(users=60, items=300, categories=12, min_length=30, max_length=60, length_median=45, seed=5),
+      os.path.join(work, "other.csv"))
+prepare("taobao", os.path.join(work, "other.csv"), os.path.join(work, "other"),
+        Protocol(min_clicks=20, max_len=20, train_targets=2, stride=2))
+other = DatasetSpec.load(os.path.join(work, "other"))
+export_saved_model(build_model("dare", other.num_items, other.num_categories, max_len=other.max_len, seed=0),
+                   os.path.join(work, "other"), exports, "other")
+# the exported top-N equals the in-process index on real test histories (an unknown raw id included)
+from dare_tf.data.pipeline import InMemorySplit
+from dare_tf.retrieval.export import load_retrieval_model
+from dare_tf.retrieval.model import brute_force_index
+from dare_tf.retrieval.training import catalogue
+import tensorflow as tf
+splits = {s: InMemorySplit.load(data, s, spec) for s in ("train", "val", "test")}
 items, cats = catalogue(spec, splits)
-model = load_retrieval_model(run, spec, items, cats)
 test = splits["test"].features
-raw_items = np.array([0] + [int(r) for r in read_id_map(data, "item")], np.int64)
-raw_cats = np.array([0] + [int(r) for r in read_id_map(data, "category")], np.int64)
-hist_items, hist_cats = raw_items[test["hist_items"][:8]], raw_cats[test["hist_categories"][:8]]
-hist_items[0, -1] = 987654321987  # an unknown raw id: the out-of-vocabulary row
-out = tf.saved_model.load(path).signatures["serving_default"](
-    hist_items=tf.constant(hist_items), hist_categories=tf.constant(hist_cats))
-dense_items = test["hist_items"][:8].copy(); dense_items[0, -1] = spec.oov_item
-scores, ids = brute_force_index(model, (items, cats), 20)({{"hist_items": dense_items,
-                                                            "hist_categories": test["hist_categories"][:8]}})
+raw_item_of = np.array([0] + [int(r) for r in read_id_map(data, "item")], np.int64)
+raw_cat_of = np.array([0] + [int(r) for r in read_id_map(data, "category")], np.int64)
+h_items, h_cats = raw_item_of[test["hist_items"][:8]], raw_cat_of[test["hist_categories"][:8]]
+h_items[0, -1] = 987654321987
+exported = LocalModel(os.path.join(exports, "retrieval")).predict_tensors({"hist_items": h_items,
+                                                                          "hist_categories": h_cats})
+dense = test["hist_items"][:8].copy(); dense[0, -1] = spec.oov_item
+scores, ids = brute_force_index(load_retrieval_model(os.path.join(work, "retrieval"), spec, items, cats),
+                                (items, cats), 50)({"hist_items": dense, "hist_categories": test["hist_categories"][:8]})
 category_of = dict(zip(items.tolist(), cats.tolist()))
-print(json.dumps({{"same_items": bool((out["items"].numpy() == raw_items[ids.numpy()]).all()),
-                  "same_scores": float(np.abs(out["scores"].numpy() - scores.numpy()).max()),
-                  "categories_ok": bool((out["categories"].numpy() == raw_cats[[[category_of[i] for i in row]
-                                                                               for row in ids.numpy()]]).all()),
-                  "shape": list(out["items"].shape)}}))
+index_check = {"same_items": bool((exported["items"] == raw_item_of[ids.numpy()]).all()),
+               "score_error": float(np.abs(exported["scores"] - scores.numpy()).max()),
+               "categories_ok": bool((exported["categories"] == raw_cat_of[[[category_of[i] for i in row]
+                                                                         for row in ids.numpy()]]).all()),
+               "shape": list(exported["items"].shape)}
+models = read_model_config(os.path.join(exports, "models.config"))
+server, port, _ = serve(models, 0)
+target = f"localhost:{port}"
+raw_items = [int(r) for r in read_id_map(data, "item")]
+raw_cats = [int(r) for r in read_id_map(data, "category")]
+hist_items = raw_items[:40:2] + [987654321987]  # the last one is unknown
+hist_cats = raw_cats[:10] * 2 + [5]
+served = Recommender(ServingClient(target, "retrieval"), ServingClient(target, "dare"))
+got = served.recommend(hist_items, hist_cats, n=50, top=10, explain=True)
+local = Recommender(LocalModel(os.path.join(exports, "retrieval")), LocalModel(os.path.join(exports, "dare")))
+same = local.recommend(hist_items, hist_cats, n=50, top=10)
+own = ServingClient(target, "dare").predict(got["items"], got["categories"], [hist_items] * 10, [hist_cats] * 10)
+retrieved = ServingClient(target, "retrieval").predict_tensors(
+    {"hist_items": np.array([hist_items]), "hist_categories": np.array([hist_cats])})
+everything = served.recommend(hist_items, hist_cats, n=50, top=50)
+errors = {}
+for name, call in {
+        "missing": lambda: Recommender(ServingClient(target, "nope", retries=0), ServingClient(target, "dare"))
+        .recommend(hist_items, hist_cats),
+        "other_dataset": lambda: Recommender(ServingClient(target, "retrieval"), ServingClient(target, "other"))
+        .recommend(hist_items, hist_cats),
+        "too_many": lambda: served.recommend(hist_items, hist_cats, n=51),
+        "lengths": lambda: served.recommend(hist_items, hist_cats[:-1])}.items():
+    try:
+        call()
+        errors[name] = None
+    except ValueError as e:
+        errors[name] = str(e)
+empty = served.recommend([], [], n=50, top=5)
+padding = served.recommend([0, 0, 0], [0, 0, 0], n=50, top=5)
+with open(os.path.join(work, "user.json"), "w") as f:
+    json.dump({"hist_items": hist_items, "hist_categories": hist_cats}, f)
+cli = subprocess.run([sys.executable, "-m", "serving.client", "recommend", f"--server={target}", "--model_name=dare",
+                      f"--request_json={os.path.join(work, 'user.json')}", "--num_candidates=50", "--top=5",
+                      "--explain"], capture_output=True, text=True)
+cli_missing = subprocess.run([sys.executable, "-m", "serving.client", "recommend", f"--server={target}",
+                              "--model_name=dare", "--retrieval_model=nope", "--retries=0",
+                              f"--request_json={os.path.join(work, 'user.json')}"], capture_output=True, text=True)
+server.stop(0)
+print(json.dumps({
+    "probability": got["probability"].tolist(), "own": own["probability"].tolist(),
+    "local_items": same["items"].tolist(), "items": got["items"].tolist(),
+    "local_probability": same["probability"].tolist(),
+    "retrieved": retrieved["items"][0].tolist(), "everything": everything["items"].tolist(),
+    "retrieval_rank": got["retrieval_rank"].tolist(),
+    "history_index": got["history_index"].tolist(), "attention_weight": got["attention_weight"].tolist(),
+    "errors": errors, "empty": empty["probability"].tolist(), "padding": padding["probability"].tolist(),
+    "table": format_recommendations(got, hist_items, hist_cats), "models": sorted(models), "index": index_check,
+    "cli": [cli.returncode, cli.stdout, cli.stderr[-2000:]], "cli_missing": [cli_missing.returncode, cli_missing.stderr[-500:]]}))
 '''
-    done = _python(script)
+
+
+@pytest.mark.slow
+def test_two_stage_recommend_served_and_in_process(taobao, tmp_path):
+    done = subprocess.run([sys.executable, "-c", TWO_STAGE, str(taobao), str(tmp_path)], cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    assert out["same_items"] and out["categories_ok"] and out["same_scores"] < 1e-5 and out["shape"] == [8, 20], out
+    index = out["index"]
+    assert index["same_items"] and index["categories_ok"] and index["score_error"] < 1e-5, index
+    assert index["shape"] == [8, 50], index
+    assert out["models"] == ["dare", "other", "retrieval"]  # one models.config lists every export
+    probability = np.array(out["probability"])
+    assert len(probability) == 10 and (np.diff(probability) <= 0).all()  # sorted by the ranker
+    np.testing.assert_allclose(probability, out["own"], atol=1e-6)  # = the ranker's own predictions
+    assert out["items"] == out["local_items"]  # served == in process
+    np.testing.assert_allclose(probability, out["local_probability"], atol=1e-6)
+    # the top 10 are the 10 most probable of the retrieval model's 50 candidates
+    assert set(out["items"]) <= set(out["retrieved"]) and out["everything"][:10] == out["items"]
+    assert sorted(out["everything"]) == sorted(out["retrieved"])
+    assert [out["retrieved"][r - 1] for r in out["retrieval_rank"]] == out["items"]
+    history_index, weight = np.array(out["history_index"]), np.array(out["attention_weight"])
+    assert history_index.shape == (10, 10) and history_index.max() < 21 and (weight[history_index >= 0] > 0).all()
+    errors = out["errors"]
+    assert "the retrieval model 'nope' is not served" in errors["missing"], errors
+    assert "exported from different datasets" in errors["other_dataset"], errors
+    assert "n=51: the retrieval model 'retrieval' returns 50 candidates" in errors["too_many"], errors
+    assert "hist_items has 21 ids but hist_categories 20" in errors["lengths"], errors
+    assert len(out["empty"]) == 5 and np.isfinite(out["empty"]).all() and out["empty"] == out["padding"]
+    code, stdout, stderr = out["cli"]
+    assert code == 0, stderr
+    assert "| rank | item | category | P(click) |" in stdout and len(stdout.strip().splitlines()) == 7
+    assert f"| 1 | {out['items'][0]} |" in stdout
+    code, stderr = out["cli_missing"]
+    assert code == 1 and "the retrieval model 'nope' is not served" in stderr
+
+
+@pytest.mark.slow
+def test_cascade_evaluation_matches_the_retrieval_recall_and_a_per_example_reference(taobao, tmp_path):
+    script = r'''
+import json, os, sys
+import numpy as np
+import dare_tf.retrieval
+from dare_tf.retrieval import RetrievalConfig, evaluate_cascade, train_retrieval
+from dare_tf.retrieval.cascade import rerank
+from dare_tf.training import TrainConfig, train
+data, work = sys.argv[1], sys.argv[2]
+retrieval = train_retrieval(data, os.path.join(work, "retrieval"), RetrievalConfig(epochs=2, batch_size=256))
+train(data, os.path.join(work, "dare"), TrainConfig(preset="dare", batch_size=256, epochs=1, eval_every=20,
+                                                     verbose=0, model_overrides=dict(top_k=10)))
+out = evaluate_cascade(data, os.path.join(work, "retrieval"), {"dare": os.path.join(work, "dare")},
+                       os.path.join(work, "cascade"), num_candidates=200, k=10, report=lambda s: None)
+import keras
+model = keras.models.load_model(os.path.join(work, "dare", "seed_0", "model.keras"))
+rng = np.random.default_rng(0)
+examples = {"hist_items": rng.integers(1, 50, (3, 200)).astype(np.int32),
+            "hist_categories": rng.integers(1, 9, (3, 200)).astype(np.int32)}
+candidates = rng.permutation(np.arange(1, 400))[:60].reshape(3, 20)
+category_of = np.arange(500) % 9 + 1
+reordered = rerank(model, examples, candidates, category_of, rows_per_call=16)
+reference = []
+for e in range(3):  # one candidate at a time
+    p = [float(model.predict_on_batch({"target_item": np.array([c], np.int32),
+                                       "target_category": np.array([category_of[c]], np.int32),
+                                       "hist_items": examples["hist_items"][e:e + 1],
+                                       "hist_categories": examples["hist_categories"][e:e + 1]})[0])
+         for c in candidates[e]]
+    reference.append(candidates[e][np.argsort(-np.array(p), kind="stable")].tolist())
+try:
+    evaluate_cascade(data, os.path.join(work, "retrieval"), {"dare": os.path.join(work, "dare")},
+                     os.path.join(work, "cascade"), num_candidates=100, k=10, report=lambda s: None)
+    refused = None
+except ValueError as e:
+    refused = str(e)
+print(json.dumps({"cascade": out, "retrieval": retrieval["test"], "reordered": reordered.tolist(),
+                  "reference": reference, "refused": refused,
+                  "written": json.load(open(os.path.join(work, "cascade", "cascade.json"))) == out}))
+'''
+    done = subprocess.run([sys.executable, "-c", script, str(taobao), str(tmp_path)], cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    cascade, tfrs_recall = out["cascade"], out["retrieval"]
+    assert cascade["examples"] == 86
+    # the brute-force cascade and TFRS's FactorizedTopK agree: retrieval's HitRate@10 is its recall@10
+    assert cascade["retrieval"]["hit_rate@10"] == pytest.approx(tfrs_recall["recall@10"], abs=1e-6)
+    assert cascade["retrieval"]["recall@200"] == pytest.approx(tfrs_recall["recall@200"], abs=1e-6)
+    assert cascade["retrieval"]["ndcg@10"] <= cascade["retrieval"]["hit_rate@10"]
+    dare = cascade["rankers"]["dare"]
+    assert 0 <= dare["ndcg@10"] <= dare["hit_rate@10"] <= cascade["retrieval"]["recall@200"]
+    assert out["reordered"] == out["reference"]
+    assert out["written"]
+    assert "holds a cascade evaluation of another configuration" in out["refused"]

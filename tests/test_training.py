@@ -60,6 +60,7 @@ def test_remaining_baselines_learn_the_planted_log(planted, tmp_path, preset):
     assert results["test"]["auc"] > 0.7, results["test"]
 
 
+@pytest.mark.slow
 def test_real_taobao_sample_trains_with_finite_metrics(taobao, tmp_path):
     results = train(taobao, str(tmp_path / "run"), TrainConfig(
         preset="dare", batch_size=256, eval_batch_size=256, epochs=1, eval_every=10, max_steps=12,
@@ -195,6 +196,7 @@ def test_two_workers_train_identically_and_match_one_process(taobao, tmp_path):
     assert os.path.exists(tmp_path / "multi" / "seed_0" / "checkpoints")
 
 
+@pytest.mark.slow
 def test_batch_norm_statistics_refresh_fits_the_current_weights(planted, tmp_path):
     import tensorflow as tf
 
@@ -255,6 +257,7 @@ TINY = dict(batch_size=256, eval_batch_size=1024, epochs=1, eval_every=5, max_st
             model_overrides=dict(top_k=5), verbose=0, jit_compile=False)
 
 
+@pytest.mark.slow
 def test_rerun_with_other_flags_is_refused_naming_the_fields(taobao, tmp_path):
     from dare_tf.training import RunConfigMismatchError
 

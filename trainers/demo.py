@@ -4,12 +4,16 @@
    and prepares it and the real Taobao sample from ../shared/data;
 2. trains DARE, TWIN and DIN briefly on both (one seed) and prints a
    Table-1-shaped comparison, and DARE's test metrics by history length;
-3. runs the paper's analyses on the synthetic runs (report and figures in
-   WORK_DIR/analysis);
-4. exports the DARE run as a TF Serving SavedModel, starts the test
-   stand-in server and asks it, over gRPC, about a real test user: the
+3. exports the DARE run as a TF Serving SavedModel, starts the test
+   stand-in server and asks it, over gRPC, about a test user: the
    probabilities of the user's next click and of two sampled items, and
-   which behaviours the model retrieved, with their weights.
+   which behaviours the model retrieved, with their weights;
+4. two-stage recommendation: trains a two-tower retrieval model
+   (tensorflow-recommenders), evaluates the cascade (retrieval alone and
+   followed by DARE, TWIN, DIN), exports it beside DARE, serves both from
+   one models.config and prints one `recommend` call for that user;
+5. runs the paper's analyses on the synthetic runs (report and figures in
+   WORK_DIR/analysis).
 
 Usage: python -m trainers.demo [--work_dir=runs/demo] [--data_dir=data]
 Everything is written under the current directory (or the given paths).

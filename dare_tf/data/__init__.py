@@ -8,7 +8,7 @@ imported on first use.
 import importlib
 
 from dare_tf.data.spec import (FORMAT, MODEL_INPUTS, SCALAR_FEATURES, SEQUENCE_FEATURES, SPLITS,
-                               DatasetSpec, read_id_map)
+                               DatasetSpec, id_map_digest, read_id_map)
 
 _LAZY = {
     "make_dataset": "dare_tf.data.pipeline",
@@ -22,7 +22,7 @@ _LAZY = {
 }
 
 __all__ = ["FORMAT", "MODEL_INPUTS", "SCALAR_FEATURES", "SEQUENCE_FEATURES", "SPLITS", "DatasetSpec",
-           "read_id_map", *_LAZY]
+           "id_map_digest", "read_id_map", *_LAZY]
 
 
 def __getattr__(name):

@@ -10,10 +10,11 @@ import numpy as np
 
 from dare_tf._files import clean_stale, replace_directory, staging_dir
 from dare_tf.data.pipeline import InMemorySplit
-from dare_tf.data.spec import ID_MAP_FILES, DatasetSpec, read_id_map
+from dare_tf.data.spec import ID_MAP_FILES, DatasetSpec, id_map_digest, read_id_map
 from dare_tf.retrieval.model import TwoTowerModel, brute_force_index, tf
 from dare_tf.retrieval.training import catalogue
-from dare_tf.serving.export import IdTable, next_version
+from dare_tf.serving.export import (DATASET_INPUT, DATASET_SIGNATURE, IdTable, dataset_outputs, next_version,
+                                    write_server_configs)
 from dare_tf.training import RUN_CONFIG
 
 
@@ -26,6 +27,7 @@ class _RetrievalServing(tf.Module):
         self.items = IdTable(os.path.join(data_dir, ID_MAP_FILES["item"]), spec.oov_item)
         self.categories = IdTable(os.path.join(data_dir, ID_MAP_FILES["category"]), spec.oov_category)
         self.tables = [self.items.table, self.categories.table]  # tracked, so the SavedModel holds them
+        self.digest = id_map_digest(data_dir)
         raw_items = np.array([0] + [int(r) for r in read_id_map(data_dir, "item")] + [-1], np.int64)
         raw_cats = np.array([0] + [int(r) for r in read_id_map(data_dir, "category")] + [-1], np.int64)
         category_of = np.full(spec.num_items, spec.oov_category, np.int64)
@@ -43,6 +45,10 @@ class _RetrievalServing(tf.Module):
         ids = tf.cast(ids, tf.int64)
         return {"items": tf.gather(self.raw_items, ids), "categories": tf.gather(self.raw_categories_of_items, ids),
                 "scores": scores}
+
+    @tf.function(input_signature=[DATASET_INPUT])
+    def dataset(self, item_ids):
+        return dataset_outputs(self.items, self.digest, item_ids)
 
 
 def load_retrieval_model(run_dir: str, spec: DatasetSpec, items, categories, seed: int | None = None):
@@ -71,7 +77,9 @@ def export_retrieval(run_dir: str, data_dir: str, export_base: str, model_name: 
     """Writes `export_base/model_name/<version>/` (built aside, then renamed) with a
     `serving_default` signature: int64 RAW `hist_items`, `hist_categories`
     `[B, T]` (ids <= 0 are padding, unknown ids go to the out-of-vocabulary row)
-    -> `items`, `categories` (raw ids) and `scores` of the top `top_n`."""
+    -> `items`, `categories` (raw ids) and `scores` of the top `top_n`; and the
+    `dataset` signature of every export (`dare_tf.serving.export`). Rewrites
+    `export_base/models.config` to list every model there."""
     spec = DatasetSpec.load(data_dir)
     splits = {s: InMemorySplit.load(data_dir, s, spec) for s in ("train", "val", "test")}
     items, categories = catalogue(spec, splits)
@@ -84,6 +92,8 @@ def export_retrieval(run_dir: str, data_dir: str, export_base: str, model_name: 
     clean_stale(model_base, "version")
     final = os.path.join(model_base, str(next_version(model_base)))
     staging = staging_dir(model_base, "version")
-    tf.saved_model.save(module, staging, signatures={"serving_default": module.serve})
+    tf.saved_model.save(module, staging, signatures={"serving_default": module.serve,
+                                                     DATASET_SIGNATURE: module.dataset})
     replace_directory(staging, final)
+    write_server_configs(export_base)
     return final

@@ -64,7 +64,8 @@ def catalogue(spec: DatasetSpec, splits: dict[str, InMemorySplit]):
     return items, category[items]
 
 
-def _positives(split: InMemorySplit) -> dict:
+def positives(split: InMemorySplit) -> dict:
+    """The positive examples of a split: the histories and the items clicked next."""
     keep = split.labels > 0.5
     return {k: split.features[k][keep] for k in ("hist_items", "hist_categories", "target_item", "target_category")}
 
@@ -92,10 +93,10 @@ def train_retrieval(data_dir: str, output_dir: str, config: RetrievalConfig = Re
     atomic_json(os.path.join(output_dir, RUN_CONFIG), identity)
     splits = {s: InMemorySplit.load(data_dir, s, spec) for s in ("train", "val", "test")}
     items, categories = catalogue(spec, splits)
-    train = _positives(splits["train"])
+    train = positives(splits["train"])
     clicks = np.bincount(train["target_item"], minlength=spec.num_items)
     train["sampling_probability"] = (clicks / max(clicks.sum(), 1))[train["target_item"]].astype(np.float32)
-    test = _positives(splits["test"])
+    test = positives(splits["test"])
     per_seed = []
     for seed in config.seeds:
         per_seed.append(_train_seed(os.path.join(output_dir, f"seed_{seed}"), spec, config, seed, train, test,

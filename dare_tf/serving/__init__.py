@@ -1,5 +1,6 @@
 """Serving (TensorFlow only): SavedModel export for TensorFlow Serving, raw-id
-maps, and the gRPC/REST client. `standin_server` is a test and demo double of
+maps, the gRPC/REST client, and the two-stage `Recommender` (retrieval, then
+ranking). `standin_server` is a test and demo double of
 TensorFlow Serving, not a server to deploy.
 """
 
@@ -12,6 +13,10 @@ _LAZY = {
     "make_example": "dare_tf.serving.client",
     "pad_histories": "dare_tf.serving.client",
     "rest_predict": "dare_tf.serving.client",
+    "Recommender": "dare_tf.serving.cascade",
+    "LocalModel": "dare_tf.serving.cascade",
+    "format_recommendations": "dare_tf.serving.cascade",
+    "read_model_config": "dare_tf.serving.standin_server",
 }
 
 __all__ = list(_LAZY)

@@ -30,6 +30,8 @@ def as_ids(name: str, values) -> np.ndarray:
     """`values` as an int64 array; refuses non-integer ids (1.5, True, "7") and
     ids outside the int64 range instead of truncating them."""
     array = np.asarray(values)
+    if array.size == 0:  # (an empty list reads as float64)
+        return array.astype(np.int64)
     if array.dtype == object or array.dtype.kind not in "iu":
         bad = next((v for v in np.ravel(array) if isinstance(v, bool) or not isinstance(v, (int, np.integer))),
                    None)

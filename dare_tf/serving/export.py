@@ -18,10 +18,14 @@ never sees a half-written version) with these signatures:
 - `classify` (Classify) and `regress` (Regress): serialized `tf.Example`s
   as `inputs` with the same four int64 features (histories as lists);
   outputs `classes` and `scores` (`[1 - p, p]`), or `outputs` (`p`).
+- `dataset` (Predict, also in the retrieval export): int64 raw `item_ids`
+  `[B]` -> `known` `[B]` (in the id map) and `id_maps` `[B]` (the digest
+  of the export's id maps): a client checks that a retrieval model and a
+  ranker map raw ids the same way before it chains them.
 
 plus `assets.extra/tf_serving_warmup_requests`, and beside the model
-directory `models.config` and `batching_parameters.txt` for the
-`tensorflow/serving` container.
+directory `models.config` (every model exported into `export_base`) and
+`batching_parameters.txt` for the `tensorflow/serving` container.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from absl import logging
 
 from dare_tf._files import clean_stale, staging_dir
 from dare_tf.data.spec import (HIST_CATEGORIES, HIST_ITEMS, ID_MAP_FILES, MODEL_INPUTS, TARGET_CATEGORY,
-                               TARGET_ITEM, DatasetSpec, read_id_map)
+                               TARGET_ITEM, DatasetSpec, id_map_digest, read_id_map)
 from dare_tf.models import DareModel
 
 CLASSIFY_METHOD = "tensorflow/serving/classify"
@@ -46,6 +50,8 @@ REGRESS_METHOD = "tensorflow/serving/regress"
 # Rank of each serving input: targets [B], histories [B, T].
 INPUT_RANKS = {TARGET_ITEM: 1, TARGET_CATEGORY: 1, HIST_ITEMS: 2, HIST_CATEGORIES: 2}
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
+DATASET_SIGNATURE = "dataset"
+DATASET_INPUT = tf.TensorSpec([None], tf.int64, name="item_ids")
 
 
 class IdTable:
@@ -64,6 +70,14 @@ class IdTable:
         return tf.where(line >= 0, line + 1, tf.constant(self.oov, tf.int64))
 
 
+def dataset_outputs(items: IdTable, digest: str, item_ids) -> dict:
+    """The `dataset` signature of every export: `known` (raw item id in the id map)
+    and `id_maps` (the export's id-map digest, once per row, so that the
+    signature batches like the others)."""
+    ids = tf.reshape(item_ids, [-1])
+    return {"known": items.table.lookup(ids) >= 0, "id_maps": tf.fill(tf.shape(ids), digest)}
+
+
 class _ServingGraph:
     """The in-graph preprocessing and the endpoint functions around a model."""
 
@@ -78,6 +92,7 @@ class _ServingGraph:
         self.max_len = cfg.max_len
         self.items = IdTable(os.path.join(data_dir, ID_MAP_FILES["item"]), spec.oov_item)
         self.categories = IdTable(os.path.join(data_dir, ID_MAP_FILES["category"]), spec.oov_category)
+        self.digest = id_map_digest(data_dir)
         try:
             self.raw_examples = {TARGET_ITEM: int(read_id_map(data_dir, "item")[0]),
                                  TARGET_CATEGORY: int(read_id_map(data_dir, "category")[0])}
@@ -121,6 +136,9 @@ class _ServingGraph:
             HIST_CATEGORIES: tf.reshape(tf.pad(dense_cats, paddings), [-1, self.max_len]),
         }
         return inputs, pad, length
+
+    def dataset(self, item_ids):
+        return dataset_outputs(self.items, self.digest, item_ids)
 
     def predict(self, target_item, target_category, hist_items, hist_categories):
         inputs, _, _ = self.model_inputs(target_item, target_category, hist_items, hist_categories)
@@ -177,6 +195,7 @@ def _signatures(graph: _ServingGraph) -> dict:
         "explain": (graph.explain, raw),
         "classify": (graph.classify, examples),
         "regress": (graph.regress, examples),
+        DATASET_SIGNATURE: (graph.dataset, [DATASET_INPUT]),
     }
 
 
@@ -229,13 +248,19 @@ def next_version(model_base: str) -> int:
     return max(versions(model_base), default=0) + 1
 
 
-def write_server_configs(export_base: str, model_name: str, max_batch_size: int = 256) -> None:
-    """`models.config` (paths as inside the tensorflow/serving container) and
-    `batching_parameters.txt` in `export_base`."""
-    with open(os.path.join(export_base, "models.config"), "w") as f:
-        f.write("model_config_list {\n  config {\n"
-                f"    name: '{model_name}'\n    base_path: '/models/{model_name}'\n"
-                "    model_platform: 'tensorflow'\n  }\n}\n")
+MODELS_CONFIG = "models.config"
+
+
+def write_server_configs(export_base: str, max_batch_size: int = 256) -> None:
+    """`models.config` listing every model exported into `export_base` (a ranker
+    and a retrieval model: one TF Serving process serves both; paths as inside
+    the tensorflow/serving container, where `export_base` is `/models`) and
+    `batching_parameters.txt`."""
+    names = sorted(d for d in os.listdir(export_base) if versions(os.path.join(export_base, d)))
+    entries = "".join(f"  config {{\n    name: '{name}'\n    base_path: '/models/{name}'\n"
+                      "    model_platform: 'tensorflow'\n  }\n" for name in names)
+    with open(os.path.join(export_base, MODELS_CONFIG), "w") as f:
+        f.write("model_config_list {\n" + entries + "}\n")
     with open(os.path.join(export_base, "batching_parameters.txt"), "w") as f:
         f.write(f"max_batch_size {{ value: {max_batch_size} }}\n"
                 "batch_timeout_micros { value: 1000 }\n"
@@ -279,7 +304,7 @@ def export_saved_model(model: DareModel, data_dir: str, export_base: str, model_
         raise
     finally:
         model.jit_compile_dense = jit
-    write_server_configs(export_base, model_name)
+    write_server_configs(export_base)
     return final
 
 

@@ -5,12 +5,14 @@ Not a server to deploy: use the `tensorflow/serving` container (README).
 The real `tensorflow_model_server` binary cannot be installed on our build
 machines. This server implements the official `tensorflow.serving.
 PredictionService` gRPC protos (Predict, Classify, Regress, GetModelMetadata)
-and the REST `:predict` endpoint for one model, so that the client, the
-export and the load benchmark can be tested end to end. It mimics the real
+and the REST `:predict` endpoint for one or several models (a ranker and a
+retrieval model, from TF Serving's own `models.config`), so that the client,
+the export, `recommend` and the load benchmark can be tested end to end. It mimics the real
 server's contract where our tests depend on it (INVALID_ARGUMENT for bad
 inputs, NOT_FOUND for unknown models or signatures) and merges concurrent
 Predict requests as TF Serving's batching does, but it is not TF Serving:
-no version policies, no hot reload, no model-config file. Deploy with the
+no version policies, no hot reload, only the names and base paths of a
+`models.config`. Deploy with the
 `tensorflow/serving` container (see the README).
 
 Program: `python -m serving.standin_server` (serving/standin_server.py).
@@ -30,9 +32,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import grpc
 import numpy as np
 import tensorflow as tf
+from google.protobuf import text_format
 from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2, predict_pb2,
                                      prediction_service_pb2_grpc, regression_pb2)
+from tensorflow_serving.config import model_server_config_pb2
 
 from dare_tf.serving.export import versions
 
@@ -43,6 +47,36 @@ class ServingError(Exception):
     def __init__(self, code: grpc.StatusCode, message: str):
         super().__init__(message)
         self.code = code
+
+
+CONTAINER_ROOT = "/models/"
+
+
+def read_model_config(path: str) -> dict[str, str]:
+    """Model name -> base path from a TF Serving `models.config` (text
+    `ModelServerConfig`). Base paths under `/models/` (the container's mount
+    point, as `serving.export` writes them) are read relative to the config
+    file's directory, which the README's `docker run` mounts there."""
+    config = model_server_config_pb2.ModelServerConfig()
+    try:
+        with open(path) as f:
+            text_format.Parse(f.read(), config)
+    except text_format.ParseError as e:
+        raise ValueError(f"{path}: not a TF Serving model config ({e})") from e
+    entries = config.model_config_list.config
+    if not entries:
+        raise ValueError(f"{path}: lists no model (model_config_list {{ config {{ name ... base_path ... }} }})")
+    models = {}
+    for entry in entries:
+        if not entry.name or not entry.base_path:
+            raise ValueError(f"{path}: every config needs a name and a base_path")
+        if entry.name in models:
+            raise ValueError(f"{path}: model {entry.name!r} is listed twice")
+        base = entry.base_path
+        if base.startswith(CONTAINER_ROOT):
+            base = os.path.join(os.path.dirname(os.path.abspath(path)), base[len(CONTAINER_ROOT):])
+        models[entry.name] = base
+    return models
 
 
 def latest_version(model_base: str) -> int:
@@ -175,10 +209,19 @@ class Batcher:
             start += size
 
 
+def _served(models: dict[str, LoadedModel], name: str) -> LoadedModel:
+    if name not in models:
+        raise ServingError(grpc.StatusCode.NOT_FOUND,
+                           f"Servable not found for request: Latest({name}); serving {sorted(models)}")
+    return models[name]
+
+
 class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
-    def __init__(self, model: LoadedModel, batcher: Batcher | None = None):
-        self.model = model
-        self.batcher = batcher
+    """The gRPC service over the loaded models (by name), each with its own batcher."""
+
+    def __init__(self, models: dict[str, LoadedModel], batching: bool = True):
+        self.models = models
+        self.batchers = {name: Batcher(model) for name, model in models.items()} if batching else {}
 
     def _guard(self, context, fn):
         try:
@@ -186,23 +229,25 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         except ServingError as e:
             context.abort(e.code, str(e))
 
-    def _spec(self, spec, signature_name):
-        spec.name = self.model.name
-        spec.version.value = self.model.version
+    @staticmethod
+    def _spec(spec, model: LoadedModel, signature_name):
+        spec.name = model.name
+        spec.version.value = model.version
         spec.signature_name = signature_name
 
     def Predict(self, request, context):
         def handle():
-            name, definition = self.model.signature(request.model_spec, "tensorflow/serving/predict")
+            model = _served(self.models, request.model_spec.name)
+            name, definition = model.signature(request.model_spec, "tensorflow/serving/predict")
             try:
                 inputs = {k: tf.make_ndarray(v) for k, v in request.inputs.items()}
             except Exception as e:  # a malformed TensorProto
                 raise ServingError(grpc.StatusCode.INVALID_ARGUMENT, f"bad input tensor: {e}") from e
-            runner = self.batcher.run if self.batcher else self.model.run
-            outputs = runner(name, definition, inputs)
+            batcher = self.batchers.get(model.name)
+            outputs = (batcher.run if batcher else model.run)(name, definition, inputs)
             wanted = list(request.output_filter) or list(outputs)
             response = predict_pb2.PredictResponse()
-            self._spec(response.model_spec, name)
+            self._spec(response.model_spec, model, name)
             for key in wanted:
                 if key not in outputs:
                     raise ServingError(grpc.StatusCode.INVALID_ARGUMENT, f"output_filter names unknown {key!r}")
@@ -212,9 +257,10 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
 
     def _run_examples(self, request, method: str, response):
         """Runs a Classify/Regress request's tf.Examples; fills the response's model spec."""
-        name, definition = self.model.signature(request.model_spec, method)
-        outputs = self.model.run(name, definition, {"inputs": _examples(request.input)})
-        self._spec(response.model_spec, name)
+        model = _served(self.models, request.model_spec.name)
+        name, definition = model.signature(request.model_spec, method)
+        outputs = model.run(name, definition, {"inputs": _examples(request.input)})
+        self._spec(response.model_spec, model, name)
         return outputs
 
     def Classify(self, request, context):
@@ -239,15 +285,14 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
 
     def GetModelMetadata(self, request, context):
         def handle():
-            if request.model_spec.name != self.model.name:
-                raise ServingError(grpc.StatusCode.NOT_FOUND, f"Servable not found: {request.model_spec.name}")
+            model = _served(self.models, request.model_spec.name)
             if list(request.metadata_field) != ["signature_def"]:
                 raise ServingError(grpc.StatusCode.INVALID_ARGUMENT,
                                    "Metadata field signature_def is the only one supported")
             response = get_model_metadata_pb2.GetModelMetadataResponse()
-            self._spec(response.model_spec, "")
+            self._spec(response.model_spec, model, "")
             signatures = get_model_metadata_pb2.SignatureDefMap()
-            for key, value in self.model.signature_defs.items():
+            for key, value in model.signature_defs.items():
                 signatures.signature_def[key].CopyFrom(value)
             response.metadata["signature_def"].Pack(signatures)
             return response
@@ -255,7 +300,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
 
 
 class _RestHandler(BaseHTTPRequestHandler):
-    model: LoadedModel
+    models: dict[str, LoadedModel]
 
     def log_message(self, *args):  # quiet
         pass
@@ -270,12 +315,13 @@ class _RestHandler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         match = re.fullmatch(r"/v1/models/([^/:]+)(?:/versions/(\d+))?:predict", self.path)
-        if not match or match.group(1) != self.model.name:
+        if not match or match.group(1) not in self.models:
             return self._reply(404, {"error": f"Servable not found for request: {self.path}"})
+        model = self.models[match.group(1)]
         try:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
             name = body.get("signature_name", DEFAULT_SIGNATURE)
-            definition = self.model.signature_defs.get(name)
+            definition = model.signature_defs.get(name)
             if definition is None:
                 raise ServingError(grpc.StatusCode.INVALID_ARGUMENT, f"Serving signature key \"{name}\" not found.")
             if "inputs" in body:  # columnar format
@@ -287,7 +333,7 @@ class _RestHandler(BaseHTTPRequestHandler):
                 raise ServingError(grpc.StatusCode.INVALID_ARGUMENT, "body needs 'inputs' or 'instances'")
             feed = {k: _rest_array(k, v, tf.dtypes.as_dtype(definition.inputs[k].dtype))
                     if k in definition.inputs else np.array(v) for k, v in columns.items()}
-            outputs = self.model.run(name, definition, feed)
+            outputs = model.run(name, definition, feed)
         except ServingError as e:
             return self._reply(400, {"error": str(e)})
         except (ValueError, KeyError, IndexError, TypeError, json.JSONDecodeError) as e:
@@ -318,17 +364,21 @@ def _rest_array(name: str, value, dtype: tf.DType) -> np.ndarray:
         raise ServingError(grpc.StatusCode.INVALID_ARGUMENT, f"input {name}: {e}") from e
 
 
-def serve(model_base: str, model_name: str, port: int = 0, rest_port: int | None = None,
-          workers: int = 16, batching: bool = True):
-    """Starts the gRPC (and optionally REST) stand-in; returns (grpc_server, grpc_port, http_server).
+def serve(models: dict[str, str], port: int = 0, rest_port: int | None = None, workers: int = 16,
+          batching: bool = True):
+    """Starts the gRPC (and optionally REST) stand-in serving `models` (name ->
+    base path holding numeric versions; `read_model_config` reads them from a
+    `models.config`); returns (grpc_server, grpc_port, http_server).
 
     Raises OSError when a port is already in use (no port sharing: two
     servers on one port would split the connections between them).
     """
-    model = LoadedModel(model_base, model_name)
+    if not models:
+        raise ValueError("no model to serve")
+    loaded = {name: LoadedModel(base, name) for name, base in models.items()}
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers),
                          options=[("grpc.max_receive_message_length", 64 << 20), ("grpc.so_reuseport", 0)])
-    service = PredictionService(model, Batcher(model) if batching else None)
+    service = PredictionService(loaded, batching)
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(service, server)
     try:
         bound = server.add_insecure_port(f"localhost:{port}")
@@ -339,7 +389,7 @@ def serve(model_base: str, model_name: str, port: int = 0, rest_port: int | None
     server.start()
     http = None
     if rest_port is not None:
-        handler = type("Handler", (_RestHandler,), {"model": model})
+        handler = type("Handler", (_RestHandler,), {"models": loaded})
         try:
             http = ThreadingHTTPServer(("localhost", rest_port), handler)
         except OSError as e:

@@ -35,7 +35,7 @@ def setup(tmp_path_factory):
     for table in model.embedding.weights:  # spread embeddings: predictions differ per request
         table.assign(rng.normal(0, 0.5, table.shape))
     path = export_lib.export_saved_model(model, data_dir, str(root / "exports"), "dare")
-    server, port, http = serve(str(root / "exports" / "dare"), "dare", 0, rest_port=0)
+    server, port, http = serve({"dare": str(root / "exports" / "dare")}, 0, rest_port=0)
     yield dict(root=root, data_dir=data_dir, spec=spec, model=model, path=path, port=port,
                rest=f"http://localhost:{http.server_address[1]}")
     server.stop(0)
@@ -165,7 +165,7 @@ def test_client_retries_until_the_server_is_up(setup, tmp_path):
         port = s.getsockname()[1]
     started = []
     timer = threading.Timer(1.0, lambda: started.append(
-        serve(os.path.dirname(setup["path"]), "dare", port)[0]))
+        serve({"dare": os.path.dirname(setup["path"])}, port)[0]))
     timer.start()
     client = ServingClient(f"localhost:{port}", "dare", timeout=2.0, retries=6, backoff=0.25)
     try:
@@ -253,10 +253,10 @@ def test_non_integer_and_out_of_range_ids_are_refused(setup):
 
 def test_server_refuses_ports_in_use(setup):
     with pytest.raises(OSError, match="address in use"):
-        serve(os.path.dirname(setup["path"]), "dare", setup["port"])
+        serve({"dare": os.path.dirname(setup["path"])}, setup["port"])
     rest_port = int(setup["rest"].rsplit(":", 1)[1])
     with pytest.raises(OSError, match="REST port .*address in use"):
-        serve(os.path.dirname(setup["path"]), "dare", 0, rest_port=rest_port)
+        serve({"dare": os.path.dirname(setup["path"])}, 0, rest_port=rest_port)
 
 
 def test_stale_export_staging_of_a_dead_process_is_removed(setup, tmp_path):

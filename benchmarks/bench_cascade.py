@@ -1,0 +1,189 @@
+"""Two-stage recommendation: the retrieval index at 1M items, and `recommend` latency.
+
+Usage: python benchmarks/bench_cascade.py [--parts index,recommend] [--items 1000000] [--calls 300] [--json PATH]
+
+index: 1M (`--items`) random 32-d candidate vectors in a
+`tfrs.layers.factorized_top_k.BruteForce` index: build time, then top-200
+query time for batches of 1 and 64 queries, against a brute-force numpy
+top-200 (a matrix product and `argpartition`) on the same vectors; the ids
+must agree exactly.
+
+recommend: a retrieval model (two-tower, one epoch) and DARE (L=200, K=20;
+weights as built: latency does not depend on them) on the prepared Taobao
+sample, exported. `Recommender.recommend` for histories of 200 behaviours
+and N=200 candidates: in process (both SavedModels loaded here), then
+through the stand-in server (its own process, both models from one
+models.config, request batching on) from 1 and 16 concurrent client threads.
+Reports p50/p99 latency and recommendations/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+import dare_tf.retrieval  # noqa: E402,F401  (first: TFRS needs tf.keras to be Keras 2)
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import tensorflow_recommenders as tfrs  # noqa: E402
+
+from benchmarks.common import print_table, selected_parts, write_json  # noqa: E402
+
+TOP_N = 200
+SHARED = os.path.join(os.path.dirname(REPO), "shared", "data", "taobao", "UserBehavior_sample.csv")
+
+
+def numpy_top_n(queries: np.ndarray, candidates: np.ndarray, n: int) -> np.ndarray:
+    """Row-wise indices of the n highest dot products, highest first."""
+    scores = queries @ candidates.T
+    part = np.argpartition(-scores, n - 1, axis=1)[:, :n]
+    order = np.argsort(-np.take_along_axis(scores, part, axis=1), axis=1, kind="stable")
+    return np.take_along_axis(part, order, axis=1)
+
+
+def bench_index(items: int, rng) -> list[dict]:
+    candidates = rng.normal(size=(items, 32)).astype(np.float32)
+    ids = np.arange(items, dtype=np.int64)
+    start = time.perf_counter()
+    index = tfrs.layers.factorized_top_k.BruteForce(k=TOP_N)
+    index.index(tf.constant(candidates), tf.constant(ids))
+    build = time.perf_counter() - start
+    rows = []
+    for batch in (1, 64):
+        queries = rng.normal(size=(batch, 32)).astype(np.float32)
+        index(tf.constant(queries))  # trace once
+        times, np_times = [], []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            _, got = index(tf.constant(queries))
+            times.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            want = numpy_top_n(queries, candidates, TOP_N)
+            np_times.append(time.perf_counter() - t0)
+        rows.append({"items": items, "queries": batch, "build_s": build,
+                     "tfrs_query_ms": float(np.median(times) * 1e3), "numpy_query_ms": float(np.median(np_times) * 1e3),
+                     "numpy/tfrs": float(np.median(np_times) / np.median(times)),
+                     "same_top_200": bool((got.numpy() == want).all())})
+    return rows
+
+
+def _percentiles(latencies) -> dict:
+    return {"p50_ms": float(np.percentile(latencies, 50) * 1e3), "p99_ms": float(np.percentile(latencies, 99) * 1e3)}
+
+
+def _users(data_dir: str, calls: int, rng) -> list[tuple[np.ndarray, np.ndarray]]:
+    from dare_tf.data.spec import read_id_map
+
+    items = np.array([int(r) for r in read_id_map(data_dir, "item")])
+    cats = np.array([int(r) for r in read_id_map(data_dir, "category")])
+    return [(rng.choice(items, 200), rng.choice(cats, 200)) for _ in range(calls)]
+
+
+def _load(recommenders, users) -> tuple[list[float], float]:
+    """Each recommender in its own thread takes users from a shared queue."""
+    latencies, lock, queue = [], threading.Lock(), list(range(len(users)))
+
+    def worker(recommender):
+        while True:
+            with lock:
+                if not queue:
+                    return
+                i = queue.pop()
+            t0 = time.perf_counter()
+            recommender.recommend(*users[i], n=TOP_N, top=10)
+            with lock:
+                latencies.append(time.perf_counter() - t0)
+
+    threads = [threading.Thread(target=worker, args=(r,)) for r in recommenders]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return latencies, time.perf_counter() - start
+
+
+def bench_recommend(work: str, calls: int, rng) -> list[dict]:
+    from dare_tf import build_model
+    from dare_tf.data.protocol import prepare
+    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.retrieval import RetrievalConfig, train_retrieval
+    from dare_tf.serving.cascade import LocalModel, Recommender
+    from dare_tf.serving.client import ServingClient
+    from dare_tf.serving.export import export_run, export_saved_model
+
+    data = os.path.join(work, "taobao_sample")
+    prepare("taobao", SHARED, data)
+    spec = DatasetSpec.load(data)
+    exports = os.path.join(work, "exports")
+    train_retrieval(data, os.path.join(work, "retrieval"), RetrievalConfig(epochs=1))
+    export_run(os.path.join(work, "retrieval"), exports, "retrieval", top_n=TOP_N)
+    export_saved_model(build_model("dare", spec.num_items, spec.num_categories, max_len=spec.max_len, seed=0,
+                                   top_k=20, embedding_dim=16), data, exports, "dare")
+    users = _users(data, calls, rng)
+    rows = []
+    local = Recommender(LocalModel(os.path.join(exports, "retrieval")), LocalModel(os.path.join(exports, "dare")))
+    _load([local], users[:20])  # warm-up
+    latencies, seconds = _load([local], users)
+    rows.append({"path": "in process", "clients": 1, "calls": calls, **_percentiles(latencies),
+                 "recommendations_per_s": calls / seconds})
+    server = subprocess.Popen([sys.executable, "-m", "serving.standin_server",
+                               f"--model_config_file={os.path.join(exports, 'models.config')}", "--port=0"],
+                              cwd=REPO, stdout=subprocess.PIPE, text=True,
+                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    try:
+        port = int(server.stdout.readline().split("localhost:")[1].split()[0])
+        for clients in (1, 16):
+            recommenders = [Recommender(ServingClient(f"localhost:{port}", "retrieval", timeout=60.0),
+                                        ServingClient(f"localhost:{port}", "dare", timeout=60.0))
+                            for _ in range(clients)]
+            _load(recommenders, users[:2 * clients])  # warm-up (and the id-map check)
+            latencies, seconds = _load(recommenders, users)
+            rows.append({"path": "stand-in server", "clients": clients, "calls": calls, **_percentiles(latencies),
+                         "recommendations_per_s": calls / seconds})
+    finally:
+        server.terminate()
+        server.wait()
+    for row in rows:
+        row["served/in_process"] = row["recommendations_per_s"] / rows[0]["recommendations_per_s"]
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", default="index,recommend")
+    parser.add_argument("--items", type=int, default=1_000_000)
+    parser.add_argument("--calls", type=int, default=300, help="recommend calls per row")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    parts = selected_parts(parser, args.parts, ("index", "recommend"))
+    rng = np.random.default_rng(0)
+    payload = {}
+    print(f"TensorFlow {tf.__version__}, {os.cpu_count()} CPUs")
+    if "index" in parts:
+        print(f"index: BruteForce over {args.items:,} items (32-d), top {TOP_N}, against numpy")
+        payload["index"] = bench_index(args.items, rng)
+        print_table(payload["index"], list(payload["index"][0]))
+    if "recommend" in parts:
+        print(f"recommend: histories of 200, N={TOP_N} candidates, top 10")
+        work = tempfile.mkdtemp(prefix="bench_cascade_")
+        try:
+            payload["recommend"] = bench_recommend(work, args.calls, rng)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)  # the data, the runs and the exports
+        print_table(payload["recommend"], list(payload["recommend"][0]))
+    write_json("bench_cascade", payload, args.json)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""Cascade evaluation: the retrieval stage alone, and followed by each ranker.
+
+`evaluate_cascade(data_dir, retrieval_run, {"dare": run, ...}, output_dir)`
+takes the test split's positive examples (a user's history and the item they
+clicked next), lets the retrieval model pick its top-N of the whole
+catalogue, and lets each ranker reorder those N. For each it reports
+HitRate@k and NDCG@k of the clicked item, and the retrieval stage's recall at
+N (the ceiling any ranker can reach).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Callable
+
+import numpy as np
+
+from dare_tf._files import atomic_json
+from dare_tf.data.pipeline import InMemorySplit
+from dare_tf.data.spec import HIST_CATEGORIES, HIST_ITEMS, TARGET_CATEGORY, TARGET_ITEM, DatasetSpec
+from dare_tf.metrics import hit_rate_and_ndcg
+from dare_tf.retrieval.export import load_retrieval_model
+from dare_tf.retrieval.model import brute_force_index, tf
+from dare_tf.retrieval.training import catalogue, positives
+
+CASCADE_FILE = "cascade.json"
+
+
+def _rank_of(ids: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """The 0-based position of `target[i]` in `ids[i]`, -1 when absent."""
+    found = ids == target[:, None]
+    return np.where(found.any(axis=1), found.argmax(axis=1), -1)
+
+
+def retrieve(index, examples: dict, batch_size: int = 1024) -> np.ndarray:
+    """The retrieval index's top-N dense item ids `[E, N]` for each example's history."""
+    out = []
+    for start in range(0, len(examples[TARGET_ITEM]), batch_size):
+        query = {k: tf.constant(examples[k][start: start + batch_size], tf.int32) for k in (HIST_ITEMS, HIST_CATEGORIES)}
+        out.append(index(query)[1].numpy())
+    return np.concatenate(out).astype(np.int64)
+
+
+def rerank(model, examples: dict, candidates: np.ndarray, category_of: np.ndarray, rows_per_call: int = 8192):
+    """Each example's candidates `[E, N]` reordered by the ranker's click probability
+    (stable: ties keep the retrieval order)."""
+    count, n = candidates.shape
+    per_call = max(rows_per_call // n, 1)
+    reordered = np.empty_like(candidates)
+    for start in range(0, count, per_call):
+        ids = candidates[start: start + per_call]
+        b = len(ids)
+        inputs = {TARGET_ITEM: ids.reshape(-1).astype(np.int32),
+                  TARGET_CATEGORY: category_of[ids].reshape(-1).astype(np.int32),
+                  HIST_ITEMS: np.repeat(examples[HIST_ITEMS][start: start + b], n, axis=0),
+                  HIST_CATEGORIES: np.repeat(examples[HIST_CATEGORIES][start: start + b], n, axis=0)}
+        probability = np.asarray(model.predict_on_batch(inputs)).reshape(b, n)
+        order = np.argsort(-probability, axis=1, kind="stable")
+        reordered[start: start + b] = np.take_along_axis(ids, order, axis=1)
+    return reordered
+
+
+def evaluate_cascade(data_dir: str, retrieval_run: str, ranking_runs: dict[str, str], output_dir: str,
+                     num_candidates: int = 200, k: int = 10, max_examples: int | None = None,
+                     report: Callable[[str], None] = print) -> dict:
+    """Writes and returns `output_dir/cascade.json`: `retrieval` (`hit_rate@k`,
+    `ndcg@k`, `recall@N`) and `rankers` (per name, `hit_rate@k` and `ndcg@k` of
+    retrieval's top-N reordered by that ranker), over the test positives (the
+    first `max_examples` if given). Runs trained on another dataset are refused;
+    an existing cascade.json of another configuration is never replaced."""
+    from dare_tf.analysis.suite import load_run
+
+    if num_candidates < 1 or k < 1 or k > num_candidates:
+        raise ValueError(f"num_candidates={num_candidates}, k={k}: need 1 <= k <= num_candidates")
+    spec = DatasetSpec.load(data_dir)
+    config = {"data_dir": os.path.abspath(data_dir), "dataset_fingerprint": spec.fingerprint(),
+              "retrieval_run": os.path.abspath(retrieval_run),
+              "ranking_runs": {name: os.path.abspath(d) for name, d in ranking_runs.items()},
+              "num_candidates": num_candidates, "k": k, "max_examples": max_examples}
+    path = os.path.join(output_dir, CASCADE_FILE)
+    if os.path.exists(path):
+        with open(path) as f:
+            previous = json.load(f).get("config")
+        if previous != config:
+            raise ValueError(f"{path} holds a cascade evaluation of another configuration ({previous}); "
+                             "choose another --output_dir")
+    splits = {s: InMemorySplit.load(data_dir, s, spec) for s in ("train", "val", "test")}
+    items, categories = catalogue(spec, splits)
+    if num_candidates > len(items):
+        raise ValueError(f"num_candidates={num_candidates} is larger than the catalogue ({len(items)} items)")
+    rankers = {name: load_run(name, run_dir, spec, data_dir).model for name, run_dir in ranking_runs.items()}
+    index = brute_force_index(load_retrieval_model(retrieval_run, spec, items, categories), (items, categories),
+                              num_candidates)
+    examples = positives(splits["test"])
+    if max_examples is not None:
+        examples = {key: value[:max_examples] for key, value in examples.items()}
+    candidates = retrieve(index, examples)
+    target = examples[TARGET_ITEM].astype(np.int64)
+    ranks = _rank_of(candidates, target)
+    hit, ndcg = hit_rate_and_ndcg(ranks, k)
+    results = {"config": config, "examples": int(len(target)), "catalogue": int(len(items)),
+               "retrieval": {f"hit_rate@{k}": hit, f"ndcg@{k}": ndcg,
+                             f"recall@{num_candidates}": float((ranks >= 0).mean())}, "rankers": {}}
+    category_of = np.full(spec.num_items, spec.oov_category, np.int64)
+    category_of[items] = categories
+    for name, model in rankers.items():
+        hit, ndcg = hit_rate_and_ndcg(_rank_of(rerank(model, examples, candidates, category_of), target), k)
+        results["rankers"][name] = {f"hit_rate@{k}": hit, f"ndcg@{k}": ndcg}
+    os.makedirs(output_dir, exist_ok=True)
+    atomic_json(path, results)
+    report(format_cascade(results))
+    return results
+
+
+def format_cascade(results: dict) -> str:
+    """A markdown table of `evaluate_cascade`'s results."""
+    k, n = results["config"]["k"], results["config"]["num_candidates"]
+    lines = [f"{results['examples']:,} test positives, catalogue {results['catalogue']:,} items; "
+             f"retrieval recall@{n} (the rankers' ceiling): {results['retrieval'][f'recall@{n}']:.4f}",
+             f"| stage | HitRate@{k} | NDCG@{k} |", "|---|---|---|",
+             f"| retrieval alone | {results['retrieval'][f'hit_rate@{k}']:.4f} | "
+             f"{results['retrieval'][f'ndcg@{k}']:.4f} |"]
+    for name, row in results["rankers"].items():
+        lines.append(f"| retrieval top-{n} -> {name} | {row[f'hit_rate@{k}']:.4f} | {row[f'ndcg@{k}']:.4f} |")
+    return "\n".join(lines)

@@ -1,0 +1,151 @@
+"""Two-stage recommendation over exported models: a retrieval model picks N
+candidates from the whole catalogue for a user's history, the ranker scores
+all N in ONE batched request, and the top ones come back by click probability.
+
+Both stages are reached through `predict_tensors(inputs, signature)`:
+`ServingClient` (TF Serving or the stand-in over gRPC) or `LocalModel` (a
+SavedModel loaded in this process). Library:
+
+    recommender = Recommender(ServingClient(target, "retrieval"), ServingClient(target, "dare"))
+    result = recommender.recommend(hist_items, hist_categories, n=200, top=10, explain=True)
+
+Command line: `python -m serving.client recommend` (serving/client.py).
+"""
+
+from __future__ import annotations
+
+import os
+
+import grpc
+import numpy as np
+import tensorflow as tf
+
+from dare_tf.data.spec import HIST_CATEGORIES, HIST_ITEMS, TARGET_CATEGORY, TARGET_ITEM
+from dare_tf.serving.client import as_ids
+from dare_tf.serving.export import DATASET_SIGNATURE, versions
+
+RESULT_FIELDS = ("items", "categories", "probability", "retrieval_rank", "retrieval_score")
+
+
+class LocalModel:
+    """An exported SavedModel loaded in this process, with the client's
+    `predict_tensors`: `path` is a version directory or a model base (its
+    latest version)."""
+
+    def __init__(self, path: str, model_name: str | None = None):
+        found = versions(path)
+        self.path = os.path.join(path, str(found[-1])) if found else path
+        if not os.path.exists(os.path.join(self.path, "saved_model.pb")):
+            raise FileNotFoundError(f"{path}: neither a SavedModel nor a directory of numeric versions")
+        self.model_name = model_name or os.path.basename(os.path.dirname(self.path) if found else self.path)
+        self.module = tf.saved_model.load(self.path)
+
+    def predict_tensors(self, inputs: dict[str, np.ndarray], signature: str = "serving_default") -> dict:
+        if signature not in self.module.signatures:
+            raise ValueError(f"{self.path}: no signature {signature!r} (has {sorted(self.module.signatures)})")
+        function = self.module.signatures[signature]
+        outputs = function(**{k: tf.constant(v) for k, v in inputs.items()})
+        return {k: v.numpy() for k, v in outputs.items()}
+
+
+def id_map_digest_of(model, role: str) -> str:
+    """The id-map digest an export reports through its `dataset` signature."""
+    try:
+        out = model.predict_tensors({"item_ids": np.zeros([1], np.int64)}, DATASET_SIGNATURE)
+    except grpc.RpcError as e:
+        if e.code() == grpc.StatusCode.NOT_FOUND:
+            raise ValueError(f"the {role} model {model.model_name!r} is not served: {e.details()}") from e
+        if e.code() == grpc.StatusCode.INVALID_ARGUMENT and DATASET_SIGNATURE in (e.details() or ""):
+            raise ValueError(f"the {role} model {model.model_name!r} has no {DATASET_SIGNATURE!r} signature: "
+                             "export it again with this version (python -m serving.export)") from e
+        raise
+    except ValueError as e:
+        raise ValueError(f"the {role} model {model.model_name!r}: {e}; export it again with this version "
+                         "(python -m serving.export)") from e
+    return out["id_maps"][0].decode()
+
+
+class Recommender:
+    """Retrieval, then ranking, for one user at a time.
+
+    Args:
+        retrieval: the retrieval export (`dare_tf.retrieval.export`), as a
+            `ServingClient` or `LocalModel`.
+        ranker: a ranker export (`dare_tf.serving.export`), the same way.
+
+    The first call checks, through both exports' `dataset` signature, that
+    they map raw ids through the same id maps, and refuses otherwise.
+    """
+
+    def __init__(self, retrieval, ranker):
+        self.retrieval, self.ranker = retrieval, ranker
+        self.checked = False
+
+    def check_same_dataset(self) -> None:
+        mine = id_map_digest_of(self.retrieval, "retrieval")
+        theirs = id_map_digest_of(self.ranker, "ranking")
+        if mine != theirs:
+            raise ValueError(
+                f"the retrieval model {self.retrieval.model_name!r} and the ranker {self.ranker.model_name!r} "
+                f"were exported from different datasets (id maps {mine} and {theirs}): their raw ids do not "
+                "mean the same items; export both from one prepared dataset")
+        self.checked = True
+
+    def recommend(self, hist_items, hist_categories, n: int = 200, top: int = 10, explain: bool = False) -> dict:
+        """One user's history (raw ids, oldest first; ids <= 0 are padding, unknown
+        ids go to the out-of-vocabulary rows) -> the `top` of the retrieval
+        model's first `n` candidates by the ranker's click probability:
+        `items`, `categories`, `probability`, `retrieval_rank` (1 = the
+        retrieval model's first) and `retrieval_score`; with `explain`, also
+        the ranker's `history_index` `[top, K]` (index into `hist_items`, -1
+        for none) and `attention_weight` `[top, K]`. An empty or all-padding
+        history is valid (both models see only padding)."""
+        if n < 1 or top < 1:
+            raise ValueError(f"n={n}, top={top}: both must be >= 1")
+        items = as_ids(HIST_ITEMS, hist_items).reshape(-1)
+        categories = as_ids(HIST_CATEGORIES, hist_categories).reshape(-1)
+        if items.shape != categories.shape:
+            raise ValueError(f"hist_items has {len(items)} ids but hist_categories {len(categories)}")
+        if not self.checked:
+            self.check_same_dataset()
+        if not len(items):  # one padding slot: the signatures take [B, T] with T >= 1
+            items, categories = np.zeros([1], np.int64), np.zeros([1], np.int64)
+        retrieved = self.retrieval.predict_tensors({HIST_ITEMS: items[None], HIST_CATEGORIES: categories[None]})
+        available = retrieved["items"].shape[1]
+        if n > available:
+            raise ValueError(f"n={n}: the retrieval model {self.retrieval.model_name!r} returns {available} "
+                             "candidates (its export's --top_n, at most the catalogue); ask for at most that")
+        candidates, candidate_categories = retrieved["items"][0, :n], retrieved["categories"][0, :n]
+        ranked = self.ranker.predict_tensors(
+            {TARGET_ITEM: candidates, TARGET_CATEGORY: candidate_categories,
+             HIST_ITEMS: np.repeat(items[None], n, axis=0), HIST_CATEGORIES: np.repeat(categories[None], n, axis=0)},
+            "explain" if explain else "serving_default")
+        order = np.argsort(-ranked["probability"], kind="stable")[:top]
+        result = {"items": candidates[order], "categories": candidate_categories[order],
+                  "probability": ranked["probability"][order], "retrieval_rank": order + 1,
+                  "retrieval_score": retrieved["scores"][0, order]}
+        if explain:
+            result["history_index"] = ranked["history_index"][order]
+            result["attention_weight"] = ranked["attention_weight"][order]
+        return result
+
+
+def format_recommendations(result: dict, hist_items, hist_categories, behaviours: int = 3) -> str:
+    """A markdown table of `Recommender.recommend`'s result; with an explanation,
+    each row names the ranker's `behaviours` heaviest retrieved behaviours."""
+    hist_items, hist_categories = np.asarray(hist_items).reshape(-1), np.asarray(hist_categories).reshape(-1)
+    explained = "history_index" in result
+    lines = ["| rank | item | category | P(click) | retrieval rank |" + (" heaviest behaviours (item/category: weight) |"
+                                                                         if explained else ""),
+             "|---|---|---|---|---|" + ("---|" if explained else "")]
+    for row in range(len(result["items"])):
+        line = (f"| {row + 1} | {result['items'][row]} | {result['categories'][row]} | "
+                f"{result['probability'][row]:.4f} | {result['retrieval_rank'][row]} |")
+        if explained:
+            index, weight = result["history_index"][row], result["attention_weight"][row]
+            keep = np.flatnonzero(index >= 0)
+            keep = keep[np.argsort(-weight[keep], kind="stable")][:behaviours]
+            line += " " + ", ".join(f"{hist_items[index[k]]}/{hist_categories[index[k]]}: {weight[k]:.3f}"
+                                    for k in keep) + " |"
+        lines.append(line)
+    return "\n".join(lines)
