@@ -18,9 +18,10 @@ $(STAMP): requirements.txt setup.py
 demo: $(STAMP)
 	TF_CPP_MIN_LOG_LEVEL=3 $(PY) -m trainers.demo
 
-# Two pytest workers (pytest-xdist), tests spread one by one: about 1.5x faster on 2 cores.
+# Two pytest workers (pytest-xdist): the slow tests first (tests/conftest.py), one test at a
+# time, except the groups that share a module fixture (xdist_group), which stay on one worker.
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist load tests
+	$(PY) -m pytest -q -n 2 --dist loadgroup tests
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_layers.py

@@ -58,7 +58,8 @@ def taobao(tmp_path_factory):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `slow` run first: under `make test`'s two xdist workers the long
-    ones start at once and the short ones fill the gaps, instead of a long test
-    starting last."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """Tests marked `slow`, and groups that share an expensive module fixture
+    (`xdist_group`: `make test` runs `--dist loadgroup`, one worker per group),
+    run first: under two xdist workers the long work starts at once and the
+    short tests fill the gaps, instead of a long test starting last."""
+    items.sort(key=lambda item: not (item.get_closest_marker("slow") or item.get_closest_marker("xdist_group")))

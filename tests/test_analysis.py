@@ -164,7 +164,9 @@ def analysed(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_the_suite_writes_every_number_figure_and_the_report(analysed):
+def test_the_suite_writes_every_number_figure_and_the_report_and_refuses_bad_input(analysed, tmp_path):
+    """One test for the module's expensive fixture (pytest rebuilds a module fixture
+    on each xdist worker that runs a test using it)."""
     data, runs, out, result = analysed
     saved = json.load(open(os.path.join(out, "analysis.json")))
     for key in ("attention", "retrieval", "gradients", "representation", "convergence", "dimensions"):
@@ -187,11 +189,10 @@ def test_the_suite_writes_every_number_figure_and_the_report(analysed):
     # The trainer drew each run's curves.
     with open(os.path.join(runs["dare"], "curves.png"), "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    _program_errors(data, runs, tmp_path)
 
 
-@pytest.mark.slow
-def test_analyze_program_errors(analysed, tmp_path):
-    data, runs, out, _ = analysed
+def _program_errors(data, runs, tmp_path):
     foreign = tmp_path / "mine"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("keep me")

@@ -12,15 +12,16 @@ from tests.conftest import REPO
 pytest.importorskip("jax")
 
 
+# (tests/layers/test_baselines.py checks ETA, SDIM and TWIN-V2 against numpy on TensorFlow;
+# on JAX their layers run in test_keras_models.py's serialization tests.) Two processes, so
+# that make test's two workers run them side by side.
 @pytest.mark.slow
-def test_layers_and_models_on_jax():
+@pytest.mark.parametrize("suite", [["tests/layers", "--ignore", "tests/layers/test_baselines.py"],
+                                   ["tests/test_keras_models.py"]], ids=["layers", "models"])
+def test_layers_and_models_on_jax(suite):
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=REPO)
-    # (tests/layers/test_baselines.py checks ETA, SDIM and TWIN-V2 against numpy on TensorFlow;
-    # on JAX their layers run in test_keras_models.py's serialization tests.)
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-                           "tests/layers", "tests/test_keras_models.py",
-                           "--ignore", "tests/layers/test_baselines.py"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+                           *suite], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert " passed" in done.stdout and " failed" not in done.stdout
 

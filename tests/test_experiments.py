@@ -18,8 +18,10 @@ ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
 @pytest.mark.slow
 def test_reproduce_writes_table_and_export_cli_serves_a_cell(taobao, tmp_path):
     def config_for(model, dim):
+        # two seeds for DARE (mean and std over seeds), one for DIN (std 0)
         return TrainConfig(preset=model, batch_size=256, eval_batch_size=512, epochs=1, eval_every=4,
-                           max_steps=4, seeds=(0, 1), model_overrides=dict(embedding_dim=dim, top_k=10),
+                           max_steps=4, seeds=(0, 1) if model == "dare" else (0,),
+                           model_overrides=dict(embedding_dim=dim, top_k=10),
                            jit_compile=False, verbose=0)
 
     out = str(tmp_path / "grid")
@@ -32,6 +34,7 @@ def test_reproduce_writes_table_and_export_cli_serves_a_cell(taobao, tmp_path):
     for row in rows:
         mean, std = float(row["taobao_sample d=8 mean"]), float(row["taobao_sample d=8 std"])
         assert 0 < mean < 1 and np.isfinite(std)
+    assert float(rows[1]["taobao_sample d=8 std"]) == 0.0  # DIN: one seed
     run_dir = os.path.join(out, "taobao_sample", "d8", "dare")
     done = subprocess.run([sys.executable, "-m", "serving.export", f"--run_dir={run_dir}",
                            f"--export_base={tmp_path / 'exports'}", "--model_name=dare"],

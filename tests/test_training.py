@@ -320,7 +320,6 @@ def test_trainer_command_line_errors_and_flag_file(taobao, tmp_path):
     base = [sys.executable, "-m", "trainers.train", f"--data_dir={taobao}", f"--output_dir={out}"]
     cases = [(["--learning_rate=-1"], 2, "--learning_rate=-1.0: must be a finite number > 0"),
              (["--top_k=500"], 1, "--top_k=500 is larger than the history length max_len=200"),
-             (["--coupling=nope"], 2, "--coupling=nope: value should be one of"),
              ([f"--data_dir={tmp_path}/nowhere"], 1, "spec.json not found")]
     for args, code, message in cases:
         result = subprocess.run(base + args, cwd=REPO, env=ENV, capture_output=True, text=True)
@@ -371,3 +370,14 @@ def test_keras_compile_fit_evaluate_give_the_trainers_loss_on_the_same_batch(tao
     readme_loss = readme.train_on_batch(x, y)
     np.testing.assert_allclose(trainer_loss, readme_loss, rtol=1e-4)
     assert np.isfinite(trainer_loss) and trainer_loss > 0.5  # two cross entropies near log 2 each
+
+
+def test_steps_per_execution_trains_the_same_run(taobao, tmp_path):
+    assert TrainConfig(eval_every=150, steps_per_execution=10).execution_steps == 10
+    assert TrainConfig(eval_every=33, steps_per_execution=10).execution_steps == 3  # validations 33 steps apart
+    assert TrainConfig(eval_every=7, steps_per_execution=4).execution_steps == 1
+    config = dict(TINY, eval_every=6, max_steps=12)
+    one = train(taobao, str(tmp_path / "one"), TrainConfig(preset="dare", steps_per_execution=1, **config))
+    six = train(taobao, str(tmp_path / "six"), TrainConfig(preset="dare", steps_per_execution=6, **config))
+    assert one["per_seed"][0]["steps"] == six["per_seed"][0]["steps"] == 12
+    assert one["test"] == six["test"] and one["val"] == six["val"]

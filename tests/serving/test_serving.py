@@ -76,6 +76,7 @@ def in_process(setup, target_items, target_cats, hist_items, hist_cats):
     return np.asarray(setup["model"](x)), setup["model"].explain(x)
 
 
+@pytest.mark.xdist_group("serving_setup")
 def test_exported_predictions_equal_keras_model(setup, rng):
     req = requests(setup["data_dir"], rng)
     expected, _ = in_process(setup, *req)
@@ -87,6 +88,7 @@ def test_exported_predictions_equal_keras_model(setup, rng):
     np.testing.assert_allclose(got["probability"].numpy(), expected, atol=1e-5)
 
 
+@pytest.mark.xdist_group("serving_setup")
 def test_saved_model_cli_lists_signatures_and_methods(setup):
     cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
     out = subprocess.run([cli, "show", "--dir", setup["path"], "--all"], capture_output=True, text=True,
@@ -106,6 +108,7 @@ def test_saved_model_cli_lists_signatures_and_methods(setup):
     assert "max_batch_size" in open(os.path.join(base, "batching_parameters.txt")).read()
 
 
+@pytest.mark.xdist_group("serving_setup")
 def test_client_predict_classify_regress_metadata_rest(setup, rng):
     req = requests(setup["data_dir"], rng)
     expected, explained = in_process(setup, *req)
@@ -133,6 +136,7 @@ def test_client_predict_classify_regress_metadata_rest(setup, rng):
         assert real.max() < len(history) and real.min() >= max(0, len(history) - L)
 
 
+@pytest.mark.xdist_group("serving_setup")
 def test_bad_inputs_give_defined_results_or_invalid_argument(setup):
     client = ServingClient(f"localhost:{setup['port']}", "dare", retries=0)
     good = {"target_item": np.array([1, 2], np.int64), "target_category": np.array([1, 2], np.int64),
@@ -158,6 +162,7 @@ def test_bad_inputs_give_defined_results_or_invalid_argument(setup):
     assert client.predict_tensors(good)["probability"].shape == (2,)
 
 
+@pytest.mark.xdist_group("serving_setup")
 def test_client_retries_until_the_server_is_up(setup, tmp_path):
     import socket
     with socket.socket() as s:
@@ -179,6 +184,7 @@ def test_client_retries_until_the_server_is_up(setup, tmp_path):
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE
 
 
+@pytest.mark.xdist_group("serving_setup")
 def test_failed_export_leaves_no_partial_version(setup, monkeypatch):
     base = str(setup["root"] / "failing")
     def boom(*args, **kwargs):
@@ -198,6 +204,7 @@ def test_failed_export_leaves_no_partial_version(setup, monkeypatch):
 
 # -- issue 10: clear serving messages and no shared ports ------------------------------------
 
+@pytest.mark.xdist_group("serving_setup")
 def test_wrong_rank_requests_name_the_input_and_shape(setup):
     client = ServingClient(f"localhost:{setup['port']}", "dare", retries=0)
     good = {"target_item": np.array([1, 2], np.int64), "target_category": np.array([1, 2], np.int64),
@@ -215,12 +222,14 @@ def test_wrong_rank_requests_name_the_input_and_shape(setup):
     assert client.predict_tensors(good)["probability"].shape == (2,)
 
 
+@pytest.mark.xdist_group("serving_setup")
 def test_classify_and_regress_with_zero_examples_give_empty_results(setup):
     client = ServingClient(f"localhost:{setup['port']}", "dare", retries=0)
     assert client.classify([]).shape == (0,)
     assert client.regress([]).shape == (0,)
 
 
+@pytest.mark.xdist_group("serving_setup")
 def test_non_integer_and_out_of_range_ids_are_refused(setup):
     import json
     import urllib.request
@@ -251,6 +260,7 @@ def test_non_integer_and_out_of_range_ids_are_refused(setup):
     assert rest(good)[0] == 200  # the handler lives on
 
 
+@pytest.mark.xdist_group("serving_setup")
 def test_server_refuses_ports_in_use(setup):
     with pytest.raises(OSError, match="address in use"):
         serve({"dare": os.path.dirname(setup["path"])}, setup["port"])
@@ -259,6 +269,7 @@ def test_server_refuses_ports_in_use(setup):
         serve({"dare": os.path.dirname(setup["path"])}, 0, rest_port=rest_port)
 
 
+@pytest.mark.xdist_group("serving_setup")
 def test_stale_export_staging_of_a_dead_process_is_removed(setup, tmp_path):
     base = tmp_path / "exports"
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
@@ -270,6 +281,7 @@ def test_stale_export_staging_of_a_dead_process_is_removed(setup, tmp_path):
     assert sorted(os.listdir(base / "dare")) == ["1"]
 
 
+@pytest.mark.xdist_group("serving_setup")
 @pytest.mark.parametrize("preset", ["eta", "sdim", "twin_v2"])
 def test_remaining_baselines_export_with_explain(setup, rng, tmp_path, preset):
     """ETA, SDIM and TWIN-V2 export with the same signatures; `explain` maps the
@@ -303,3 +315,25 @@ def test_remaining_baselines_export_with_explain(setup, rng, tmp_path, preset):
         np.testing.assert_allclose(matches.mean(-1), weight, atol=1e-6)
     else:
         assert "hash_matches" not in out
+
+
+def test_model_config_lists_every_export_and_the_stand_in_reads_it(tmp_path):
+    from dare_tf.serving.export import write_server_configs
+    from dare_tf.serving.standin_server import read_model_config
+
+    for name in ("dare", "retrieval"):
+        os.makedirs(tmp_path / name / "1")
+    os.makedirs(tmp_path / "notes")  # no numeric version: not a model
+    write_server_configs(str(tmp_path))
+    assert read_model_config(str(tmp_path / "models.config")) == {
+        "dare": str(tmp_path / "dare"), "retrieval": str(tmp_path / "retrieval")}
+    bad = tmp_path / "bad.config"
+    bad.write_text("model_config_list { config { name: 'a' base_path: '/x' } config { name: 'a' base_path: '/y' } }")
+    with pytest.raises(ValueError, match="bad.config: model 'a' is listed twice"):
+        read_model_config(str(bad))
+    bad.write_text("model_config_list { nonsense: 1 }")
+    with pytest.raises(ValueError, match="bad.config: not a TF Serving model config"):
+        read_model_config(str(bad))
+    bad.write_text("")
+    with pytest.raises(ValueError, match="bad.config: lists no model"):
+        read_model_config(str(bad))
