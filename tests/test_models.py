@@ -217,8 +217,12 @@ def test_compiled_train_step_equals_keras_default_step(rng):
     for a, b, start in zip(models[0].get_weights(), models[1].get_weights(),
                            build_model("dare", NUM_ITEMS, NUM_CATS, max_len=LENGTH, top_k=4, seed=0,
                                        initializer="keras").get_weights()):
-        # XLA orders float operations differently; Adam divides by |gradient|, so for
-        # near-zero gradients that moves a weight by a fraction of its 0.01 step.
-        np.testing.assert_allclose(a, b, atol=1e-3)
+        # XLA orders float operations differently (more so without its optimisation
+        # passes, as the tests run it); Adam divides by |gradient|, so for near-zero
+        # gradients that moves a few weights by a fraction of their 0.01 step (measured:
+        # 5 of 960 by up to 1.5e-3, 8 of 28,800 by up to 4.5e-3). A wrong gradient moves
+        # most weights.
+        differ = np.abs(a - b)
+        assert (differ > 1e-3).mean() < 0.02 and differ.max() < 1e-2, (differ.max(), (differ > 1e-3).mean())
         moved = moved or np.abs(a - start).max() > 1e-3
     assert moved
