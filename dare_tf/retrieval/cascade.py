@@ -22,7 +22,7 @@ from dare_tf.data.spec import HIST_CATEGORIES, HIST_ITEMS, TARGET_CATEGORY, TARG
 from dare_tf.metrics import hit_rate_and_ndcg
 from dare_tf.retrieval.export import load_retrieval_model
 from dare_tf.retrieval.model import brute_force_index, tf
-from dare_tf.retrieval.training import catalogue, positives
+from dare_tf.retrieval.training import catalogue, category_array, positives
 
 CASCADE_FILE = "cascade.json"
 
@@ -102,8 +102,7 @@ def evaluate_cascade(data_dir: str, retrieval_run: str, ranking_runs: dict[str, 
     results = {"config": config, "examples": int(len(target)), "catalogue": int(len(items)),
                "retrieval": {f"hit_rate@{k}": hit, f"ndcg@{k}": ndcg,
                              f"recall@{num_candidates}": float((ranks >= 0).mean())}, "rankers": {}}
-    category_of = np.full(spec.num_items, spec.oov_category, np.int64)
-    category_of[items] = categories
+    category_of = category_array(spec, items, categories)
     for name, model in rankers.items():
         hit, ndcg = hit_rate_and_ndcg(_rank_of(rerank(model, examples, candidates, category_of), target), k)
         results["rankers"][name] = {f"hit_rate@{k}": hit, f"ndcg@{k}": ndcg}

@@ -12,7 +12,7 @@ from dare_tf._files import clean_stale, replace_directory, staging_dir
 from dare_tf.data.pipeline import InMemorySplit
 from dare_tf.data.spec import ID_MAP_FILES, DatasetSpec, id_map_digest, read_id_map
 from dare_tf.retrieval.model import TwoTowerModel, brute_force_index, tf
-from dare_tf.retrieval.training import catalogue
+from dare_tf.retrieval.training import catalogue, category_array
 from dare_tf.serving.export import (DATASET_INPUT, DATASET_SIGNATURE, IdTable, dataset_outputs, next_version,
                                     write_server_configs)
 from dare_tf.training import RUN_CONFIG
@@ -30,8 +30,7 @@ class _RetrievalServing(tf.Module):
         self.digest = id_map_digest(data_dir)
         raw_items = np.array([0] + [int(r) for r in read_id_map(data_dir, "item")] + [-1], np.int64)
         raw_cats = np.array([0] + [int(r) for r in read_id_map(data_dir, "category")] + [-1], np.int64)
-        category_of = np.full(spec.num_items, spec.oov_category, np.int64)
-        category_of[items] = categories
+        category_of = category_array(spec, items, categories)
         self.raw_items = tf.constant(raw_items)
         self.raw_categories_of_items = tf.constant(raw_cats[category_of])
 

@@ -24,9 +24,6 @@ from dare_tf.data.spec import HIST_CATEGORIES, HIST_ITEMS, TARGET_CATEGORY, TARG
 from dare_tf.serving.client import as_ids
 from dare_tf.serving.export import DATASET_SIGNATURE, versions
 
-RESULT_FIELDS = ("items", "categories", "probability", "retrieval_rank", "retrieval_score")
-
-
 class LocalModel:
     """An exported SavedModel loaded in this process, with the client's
     `predict_tensors`: `path` is a version directory or a model base (its
