@@ -2,7 +2,7 @@
 trainer end to end, and an A/B against an earlier commit.
 
 Usage: python benchmarks/bench_train.py [--backend tensorflow|jax] [--quick]
-           [--parts presets,vocabulary,end_to_end,ab] [--baseline_ref REF] [--json PATH]
+           [--parts presets,vocabulary,end_to_end,long,ab] [--long_lengths 200,1000,10000] [--baseline_ref REF] [--json PATH]
 
 presets: samples/s of the compiled Keras train step (forward, backward,
   optimizer update; what `model.fit` runs per batch) and of prediction, for
@@ -16,6 +16,14 @@ end_to_end: `trainers.train`'s library call on a generated 1M-row
   isolated step (the compiled train function on one batch of the same
   dataset, repeated; total time over steps, like the trainer's figure) on
   the same machine in the same run.
+long: the whole training step at history length L = 200, 1,000, 10,000
+  (`--long_lengths`; 100,000 if asked), each in its own process: batches
+  assembled from a sequence store by the real pipeline (`InMemorySplit`),
+  then Keras's train function (Adam). DARE with `aux_attention=retrieved`
+  (representation and gradients through the K retrieved rows only) beside
+  the reference DARE (auxiliary attention over all L slots, full [B, L, D]
+  representation). Samples/s, microseconds per behaviour (step time / (B x
+  L)), and the process's peak RSS.
 ab: the train step of this checkout against `--baseline_ref` (default: the
   last commit before the `model.fit` trainer), each measured in its own
   process, alternating, 3 rounds; medians and ratios.
@@ -87,6 +95,71 @@ mean = batch * len(times) / sum(times)
 times.sort()
 print(json.dumps({"samples_per_s": batch / times[len(times) // 2], "mean_samples_per_s": mean}))
 """
+
+
+# One configuration at one history length: the store pipeline's batches into the train function.
+LONG_SCRIPT = r"""
+import os, sys, time, json, resource
+sys.path.insert(0, sys.argv[1])
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+import numpy as np
+import tensorflow as tf
+L, batch, aux, seconds = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], float(sys.argv[5])
+items, cats, users = 50_000, 1_000, 64
+import dare_tf
+from dare_tf.data.pipeline import InMemorySplit
+from dare_tf.data.store import SequenceStore
+import dare_tf.training as training
+rng = np.random.default_rng(0)
+length = L + 50  # every user has L clicks before the cut-off
+store = SequenceStore(rng.integers(1, items, users * length).astype("int32"),
+                      rng.integers(1, cats, users * length).astype("int32"),
+                      np.arange(users + 1, dtype=np.int64) * length, np.full(users + 1, length, np.int32))
+n = 4096
+columns = {"uid": rng.integers(0, users, n).astype("int32"), "position": rng.integers(L, length, n).astype("int32"),
+           "target_item": rng.integers(1, items, n).astype("int32"), "target_category": rng.integers(1, cats, n).astype("int32"),
+           "label": rng.integers(0, 2, n).astype("int32")}
+split = InMemorySplit(columns, store, L)
+model = dare_tf.build_model("dare", items, cats, max_len=L, top_k=20, seed=0, num_positions=L + 1,
+                            aux_attention=aux, sparse_embedding_gradients=False)
+model.compile(optimizer=training.make_optimizer("adam", 0.01))
+model.make_train_function()
+order = np.concatenate([rng.permutation(n) for _ in range(200)])
+iterator = iter(split.batches(order, batch).map(lambda x, y: ({k: x[k] for k in dare_tf.data.MODEL_INPUTS}, y)))
+step = lambda: model.train_function(iterator)
+for _ in range(3):
+    step()
+times = []
+start = time.perf_counter()
+while time.perf_counter() - start < seconds or len(times) < 5:
+    t0 = time.perf_counter(); out = step(); float(out["loss"])
+    times.append(time.perf_counter() - t0)
+times.sort()
+median = times[len(times) // 2]
+print(json.dumps({"samples_per_s": batch / median, "us_per_behaviour": 1e6 * median / (batch * L),
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "retrieved_only": model.retrieved_representation_only()}))
+"""
+
+
+def bench_long(lengths, batch, seconds):
+    """The train step (store pipeline included) at each L, each configuration in its own process."""
+    rows = []
+    for aux in ("retrieved", "all"):
+        for length in lengths:
+            done = subprocess.run([sys.executable, "-c", LONG_SCRIPT, REPO, str(length), str(batch), aux, str(seconds)],
+                                  capture_output=True, text=True, cwd=REPO, env=dict(os.environ, KERAS_BACKEND="tensorflow"))
+            if done.returncode:
+                rows.append({"model": f"dare aux={aux}", "L": length, "error": done.stderr.strip().splitlines()[-1][:120]})
+            else:
+                rows.append({"model": f"dare aux={aux}", "L": length, "batch": batch,
+                             **json.loads(done.stdout.strip().splitlines()[-1])})
+            print(f"  {rows[-1]}", flush=True)
+    for row in rows:
+        base = next((r for r in rows if r["model"] == row["model"] and r["L"] == 1000 and "us_per_behaviour" in r), None)
+        if base and "us_per_behaviour" in row:
+            row["per_behaviour_vs_L1000"] = row["us_per_behaviour"] / base["us_per_behaviour"]
+    return rows
 
 
 def _step_in_process(root, preset, items, cats, batch, optimizer, seconds, data_dir=None, key="samples_per_s"):
@@ -238,6 +311,8 @@ def main():
     parser.add_argument("--work_dir", default=os.path.join(tempfile.gettempdir(), "dare_bench_train"))
     parser.add_argument("--steps_per_execution", default="1", help="end_to_end: comma-separated values to compare")
     parser.add_argument("--optimizers", default="adam,lazy_adam", help="end_to_end: optimizers")
+    parser.add_argument("--long_lengths", default="200,1000,10000", help="long: history lengths")
+    parser.add_argument("--long_batch", type=int, default=256, help="long: batch size")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     if args.backend:
@@ -246,7 +321,7 @@ def main():
 
     import keras
 
-    parts = selected_parts(parser, args.parts, ("presets", "vocabulary", "end_to_end", "ab"))
+    parts = selected_parts(parser, args.parts, ("presets", "vocabulary", "end_to_end", "long", "ab"))
     if keras.backend.backend() != "tensorflow" and parts - {"presets"}:
         parser.error("only --parts=presets runs on JAX (the others use TensorFlow's optimizers or tf.data)")
     min_seconds = 0.5 if args.quick else 2.0
@@ -271,6 +346,13 @@ def main():
                                             "train_samples_per_s", "isolated_step_samples_per_s", "train/isolated",
                                             "eval_samples_per_s", "eval_samples_per_s_warm", "bn_refresh_s_per_eval",
                                             "test_auc"])
+    if "long" in parts:
+        print(f"long: DARE train step with the store pipeline by history length (batch {args.long_batch}, K=20, "
+              "50k items, Adam)")
+        payload["long"] = bench_long([int(v) for v in args.long_lengths.split(",")], args.long_batch,
+                                     min_seconds * 2)
+        print_table(payload["long"], ["model", "L", "samples_per_s", "us_per_behaviour", "per_behaviour_vs_L1000",
+                                      "peak_rss_mb", "retrieved_only", "error"])
     if "ab" in parts:
         print(f"ab: DARE train step, this checkout vs {args.baseline_ref} (median of 3 alternating rounds)")
         payload["ab"] = bench_ab(args.baseline_ref, args.quick, [int(b) for b in args.ab_batches.split(",")])

@@ -166,8 +166,9 @@ def _parse_flags(argv):
 # -- the trainers' flags ---------------------------------------------------------------
 
 _TRAIN_RENAME = {"preset": "model"}
-# Fields a run derives from the dataset and the strategy, not from flags.
-_MODEL_DERIVED = ("num_items", "num_categories", "max_len", "synchronized_batch_norm")
+# Fields a run derives from the dataset and the strategy, not from flags (--max_len
+# defaults to the dataset's L: any length can be assembled from its store).
+_MODEL_DERIVED = ("num_items", "num_categories", "synchronized_batch_norm")
 
 
 def define_train_flags(with_model: bool = True) -> None:

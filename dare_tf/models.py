@@ -172,7 +172,9 @@ class DareModel(keras.Model):
         (and with `sparse_embedding_gradients=False` the lookups too) compiled by
         XLA on TensorFlow where that is possible."""
         def stages(ids, rows=None):
-            return self._stages(self.embedding.lookup(*ids) if rows is None else rows, ids, training)
+            if rows is None:
+                rows = self.embedding.lookup(*ids, roles=self._looked_up_roles())
+            return self._stages(rows, ids, training)
 
         compile_ = keras.backend.backend() == "tensorflow" and self.jit_compile_dense
         if compile_:
@@ -194,8 +196,28 @@ class DareModel(keras.Model):
                 self._compiled_stages[training] = compiled
         return self._compiled_stages[training]
 
+    def retrieved_representation_only(self) -> bool:
+        """Whether the forward pass looks up representation rows for the K
+        retrieved behaviours only (not `[B, L, Dr]`): with separate
+        representation tables (`decoupled`, `four`), a top-K search, and
+        nothing else that reads every slot's representation (history mean,
+        the auxiliary head's attention over all slots, clusters). With sparse
+        table gradients read outside the compiled function (TensorFlow,
+        `lazy_adam`) the rows are read before the search, so all L are."""
+        cfg = self.model_config
+        lookups_outside = (keras.backend.backend() == "tensorflow" and self.jit_compile_dense
+                           and self.sparse_embedding_gradients)
+        return (cfg.coupling in ("decoupled", "four") and self.search is not None and self.clustering is None
+                and not cfg.use_history_mean and not lookups_outside
+                and not (self.aux_head is not None and cfg.search == "soft" and cfg.aux_attention == "all"))
+
+    def _looked_up_roles(self) -> tuple[str, ...]:
+        roles = ("target_attention", "history_attention", "target_representation", "history_representation")
+        return roles[:3] if self.retrieved_representation_only() else roles
+
     def _stages(self, rows, ids, training) -> dict:
-        return self.stages_from_embeddings(self.embedding.combine(rows), ids, training)
+        roles = self._looked_up_roles()
+        return self.stages_from_embeddings(self.embedding.combine(rows, roles), ids, training)
 
     def stages_from_embeddings(self, emb: dict, ids, training=False) -> dict:
         """`forward`'s outputs from the four role embeddings of `BehaviorEmbedding`
@@ -206,7 +228,7 @@ class DareModel(keras.Model):
         target_item, target_category, hist_items, hist_categories = ids
         mask = ops.greater(hist_items, 0)
         v_t = emb["target_representation"]
-        values = emb["history_representation"]
+        values = emb.get("history_representation")  # None: looked up for the retrieved slots only
         query, keys = emb["target_attention"], emb["history_attention"]
         extra = {}
         if self.sampling is not None:
@@ -226,11 +248,24 @@ class DareModel(keras.Model):
                 ops.arange(ops.shape(hist_items)[1], dtype="int32")[None, :], ops.shape(hist_items))
             aux_pooled = pooled
         else:
+            late = values is None
+            if late:  # the search only selects: no gradient through its [B, L] scores
+                query_s, keys = ops.stop_gradient(query), ops.stop_gradient(keys)
             search_keys, search_values, search_mask, bias = self.search_space(keys, values, hist_categories, mask)
-            positions, scores, valid = self.search(query, search_keys, search_mask, target_category,
-                                                   hist_categories, score_bias=bias)
-            pooled, weights = self.pooling(v_t, search_values, scores, valid, positions=positions,
-                                           return_attention_weights=True)
+            positions, scores, valid = self.search(query_s if late else query, search_keys, search_mask,
+                                                   target_category, hist_categories, score_bias=bias)
+            if late:
+                # The K kept slots are looked up again and rescored with gradients: the
+                # same values (`scores` exactly), gradients through K rows, not L.
+                kept = self.embedding.history_at("history_attention", hist_items, hist_categories, positions)
+                rescored = self.search.score(query, kept, valid)
+                scores = ops.stop_gradient(scores) + (rescored - ops.stop_gradient(rescored))
+                pooled, weights = self.pooling(
+                    v_t, self.embedding.history_at("history_representation", hist_items, hist_categories, positions),
+                    scores, valid, return_attention_weights=True)
+            else:
+                pooled, weights = self.pooling(v_t, search_values, scores, valid, positions=positions,
+                                               return_attention_weights=True)
             aux_pooled = pooled
             if self.aux_head is not None and cfg.search == "soft" and cfg.aux_attention == "all":
                 # The reference's auxiliary head sees attention over every

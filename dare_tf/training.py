@@ -259,7 +259,7 @@ def predict_split(model: DareModel, data_dir: str, split: str, batch_size: int, 
     """Predictions over a whole split: `labels`, `probabilities`, `users`,
     `categories` and `history_length` arrays, in the split's order."""
     ds = make_dataset(data_dir, split, batch_size, shuffle=False, drop_remainder=drop_remainder,
-                      deterministic=True, spec=spec)
+                      deterministic=True, spec=spec, max_len=model.model_config.max_len)
     return predict_batches(model, ds, training, f"{data_dir}: the {split} split")
 
 
@@ -454,7 +454,7 @@ class _SeedRun:
         return make_dataset(self.data_dir, "train", self.config.batch_size, shuffle=True,
                             shuffle_buffer=shuffle_buffer or self.config.shuffle_buffer, deterministic=True,
                             seed=self.seed * 1000 + epoch, spec=self.spec,
-                            drop_remainder=self.distributed).take(self.steps_per_epoch)
+                            drop_remainder=self.distributed, max_len=self.model_config.max_len).take(self.steps_per_epoch)
 
     def train_stream(self, skip: int):
         """All training batches from step `skip` on, features and label."""
@@ -731,6 +731,9 @@ def effective_model_config(config: TrainConfig, spec: DatasetSpec, strategy):
     if config.reference_mode:
         overrides.setdefault("initializer", "reference")
     overrides.setdefault("max_len", spec.max_len)
+    if "num_positions" not in overrides:  # position ids run up to L
+        default = make_config(config.preset, spec.num_items, spec.num_categories).num_positions
+        overrides["num_positions"] = max(default, overrides["max_len"] + 1)
     if distributed:
         overrides["synchronized_batch_norm"] = True
     model_config = make_config(config.preset, spec.num_items, spec.num_categories, **overrides)
@@ -773,7 +776,8 @@ def train(data_dir: str, output_dir: str, config: TrainConfig,
             logging.info("seed %d: already finished, reusing %s", seed, done)
             continue
         if memory is None:  # loaded once, for the first seed that trains
-            memory = {split: InMemorySplit.load(data_dir, split, spec) for split in ("train", "val")
+            memory = {split: InMemorySplit.load(data_dir, split, spec, model_config.max_len)
+                      for split in ("train", "val")
                       if InMemorySplit.estimated_bytes(spec, split) <= config.in_memory_mb * 2**20}
         per_seed.append(_SeedRun(data_dir, run_dir, config, seed, spec, strategy, chief, model_config,
                                  report, memory).run())

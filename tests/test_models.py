@@ -226,3 +226,39 @@ def test_compiled_train_step_equals_keras_default_step(rng):
         assert (differ > 1e-3).mean() < 0.02 and differ.max() < 1e-2, (differ.max(), (differ > 1e-3).mean())
         moved = moved or np.abs(a - start).max() > 1e-3
     assert moved
+
+
+@pytest.mark.parametrize("search", ["soft", "hard"])
+def test_retrieved_only_lookups_equal_the_full_history_path(rng, search):
+    """Issue 15: DARE looking up representation (and, for gradients, attention)
+    rows for the K retrieved slots only gives the full-history path's outputs
+    exactly and its gradients to float rounding."""
+    from dare_tf.config import make_config
+    from dare_tf.models import DareModel
+
+    cfg = make_config("dare", 60, 8, max_len=40, top_k=5, search=search, aux_attention="retrieved",
+                      attention_embedding_dim=4)
+    x = {"target_item": rng.integers(1, 59, 16).astype("int32"),
+         "target_category": rng.integers(1, 7, 16).astype("int32"),
+         "hist_items": rng.integers(0, 59, (16, 40)).astype("int32"),
+         "hist_categories": rng.integers(1, 7, (16, 40)).astype("int32")}
+    x["hist_items"][:4, :37] = 0  # fewer behaviours than K: padded slots are retrieved too
+    runs = []
+    for sparse in (True, False):  # True: rows read before the search (all L); False: K only
+        model = DareModel(cfg, seed=1, sparse_embedding_gradients=sparse)
+        model.build()
+        assert model.retrieved_representation_only() is (not sparse)
+        with tf.GradientTape() as tape:
+            out = model.forward(x, training=True)
+            loss = tf.reduce_sum(out["probability"]) + tf.reduce_sum(out["aux_probability"])
+        grads = [tf.convert_to_tensor(g).numpy() for g in tape.gradient(loss, model.trainable_variables)]
+        runs.append((out, grads))
+    (full, full_grads), (late, late_grads) = runs
+    for k in ("probability", "positions", "attention_weights", "features"):
+        np.testing.assert_array_equal(np.asarray(full[k]), np.asarray(late[k]))
+    assert max(np.abs(g).max() for g in full_grads) > 0.1
+    for a, b in zip(full_grads, late_grads):
+        np.testing.assert_allclose(a, b, atol=1e-9)
+    assert not make_config("dare", 60, 8).aux_attention == "retrieved"  # the reference keeps all-slot aux
+    assert not DareModel(make_config("dare", 60, 8, max_len=40), sparse_embedding_gradients=False
+                         ).retrieved_representation_only()

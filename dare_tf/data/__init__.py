@@ -1,5 +1,6 @@
 """Data: the example schema and dataset spec, raw-log readers, the paper's
-preparation protocol, the synthetic log generator, and the tf.data pipeline.
+preparation protocol (in memory and on Apache Beam), the sequence store,
+the synthetic log generator, and the tf.data pipeline.
 
 `spec` is pure Python; everything else needs TensorFlow (or pyarrow) and is
 imported on first use.
@@ -12,7 +13,9 @@ from dare_tf.data.spec import (FORMAT, MODEL_INPUTS, SCALAR_FEATURES, SEQUENCE_F
 
 _LAZY = {
     "make_dataset": "dare_tf.data.pipeline",
-    "parse_batch": "dare_tf.data.pipeline",
+    "SequenceStore": "dare_tf.data.store",
+    "read_examples": "dare_tf.data.store",
+    "prepare_beam": ("dare_tf.data.beam", "prepare"),
     "InMemorySplit": "dare_tf.data.pipeline",
     "Protocol": "dare_tf.data.protocol",
     "prepare": "dare_tf.data.protocol",

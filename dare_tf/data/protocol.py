@@ -1,32 +1,44 @@
-"""The paper's sample construction (reference.md, "Data protocol"), vectorised.
+"""The paper's sample construction (reference.md, "Data protocol"), vectorised,
+written as a per-user sequence store and compact examples.
 
 From the click rows of a log: dense 1-based ids in order of first appearance,
 per-user click sequences, the >= min_clicks user filter, train targets
 x_{T-2-stride*j} (j < train_targets), validation target x_{T-1}, test target
-x_T, each with the clicks before it as history (most recent max_len, left
-padded), and `negatives` negatives per positive drawn by click frequency and
-rejected if the user clicked them anywhere in the log. Examples are written
-as TFRecord shards of int64 `tf.train.Example`s into a directory that appears
-complete or not at all.
+x_T, and `negatives` negatives per positive drawn by click frequency and
+rejected if the user clicked them anywhere in the log.
+
+What is written (`dare_tf.data.store` reads it):
+- the store: each qualifying user's time-ordered item and category ids,
+  once (`store-NNNNN.npz`, `users_per_store_shard` users each);
+- the examples of each split: (user, cut-off position, target item, target
+  category, label) (`SPLIT-NNNNN.npz`); the history of an example is the
+  most recent L clicks of its user before the cut-off, assembled when read,
+  so L is chosen at training time.
+
+The protocol is split into what needs the whole log (`LogStatistics`: dense
+ids, item categories and frequencies, sequence lengths) and what needs one
+chunk of `USERS_PER_CHUNK` users only (`chunk_examples`, with its own
+negative-sampling stream); shards hold whole users. The in-memory driver
+here and the Apache Beam driver (`dare_tf.data.beam`) share all of it and
+write the same files. The dataset directory appears complete or not at all.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import shutil
 import time
 
 import numpy as np
-import tensorflow as tf
 from absl import logging
 
 from dare_tf._files import clean_stale, describe_entries, replace_directory, staging_dir
-from dare_tf.data.codec import encode_int64_examples
 from dare_tf.data.logs import FORMATS, Clicks, read_clicks
-from dare_tf.data.spec import (FORMAT, HIST_CATEGORIES, HIST_ITEMS, ID_MAP_FILES, LABEL, SPEC_FILE, SPLITS,
-                               TARGET_CATEGORY, TARGET_ITEM, USER, DatasetSpec)
+from dare_tf.data.spec import (FORMAT, ID_MAP_FILES, LEGACY_FORMATS, SPEC_FILE, SPLITS, DatasetSpec,
+                               example_shard_name, store_shard_name)
 
 USERS_PER_CHUNK = 256
 MAX_NEGATIVE_ROUNDS = 1000
@@ -43,11 +55,15 @@ class Protocol:
     Attributes:
         seed: seed of the negative sampling.
         min_clicks: users with fewer clicks are dropped.
-        max_len: history length L of every example.
+        max_len: the dataset's default history length L (`spec.json`); a
+            trainer may choose any other (`--max_len`): histories are
+            assembled from the store when read.
         train_targets: train targets per user: x_{T-2-stride*j}, j < train_targets.
         stride: clicks between consecutive train targets.
         negatives: negatives per positive.
-        examples_per_shard: examples per TFRecord shard.
+        examples_per_shard: at most this many examples per example shard
+            (shards hold whole users: at least one user each).
+        users_per_store_shard: users per store shard.
     """
 
     seed: int = 0
@@ -57,6 +73,7 @@ class Protocol:
     stride: int = 5
     negatives: int = 2
     examples_per_shard: int = 50_000
+    users_per_store_shard: int = 16_384
 
     def __post_init__(self):
         self.validate()
@@ -70,12 +87,34 @@ class Protocol:
             (self.stride >= 1, "stride", "must be >= 1"),
             (self.negatives >= 0, "negatives", "must be >= 0"),
             (self.examples_per_shard >= 1, "examples_per_shard", "must be >= 1"),
+            (self.users_per_store_shard >= 1, "users_per_store_shard", "must be >= 1"),
             (self.min_clicks >= earliest + 2, "min_clicks",
              f"must be >= {earliest + 2} so that the earliest train target has a history"),
         ]
         for ok, name, message in checks:
             if not ok:
                 raise ValueError(f"{name}={getattr(self, name)}: {message}")
+
+    def target_offsets(self) -> dict[str, np.ndarray]:
+        """Per split, each target's offset from the end of its user's sequence:
+        train T-2-stride*j (1-based), val T-1, test T."""
+        return {"train": 3 + self.stride * np.arange(self.train_targets),
+                "val": np.array([2]), "test": np.array([1])}
+
+    def examples_per_user(self, split: str) -> int:
+        return len(self.target_offsets()[split]) * (1 + self.negatives)
+
+    def users_per_shard(self, split: str) -> int:
+        """Users per example shard of `split` (shards hold whole users)."""
+        return max(1, self.examples_per_shard // max(self.examples_per_user(split), 1))
+
+
+def preparation_id(source_sha256: str, protocol: Protocol, dataset: str) -> str:
+    """The id both the store and the examples record: the same for the same log,
+    dataset format and protocol (whichever driver prepared them), different
+    otherwise."""
+    text = json.dumps([FORMAT, dataset, source_sha256, dataclasses.asdict(protocol)], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def dense_ids(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -96,94 +135,184 @@ def time_sorted(clicks: Clicks) -> Clicks:
                                category=clicks.category[order], time=clicks.time[order])
 
 
-class _NegativeSampler:
-    """Items drawn with probability proportional to click frequency, rejected if
-    the user clicked them anywhere in the log."""
+@dataclasses.dataclass
+class LogStatistics:
+    """What the protocol needs from the whole log (both drivers compute it).
 
-    def __init__(self, items: np.ndarray, users: np.ndarray, num_items: int, seed: int):
-        freq = np.bincount(items, minlength=num_items)
-        self.cdf = np.cumsum(freq)
-        self.total = int(self.cdf[-1])
-        self.num_items = num_items
-        self.clicked = np.unique(users.astype(np.int64) * num_items + items)  # sorted (user, item) keys
-        self.rng = np.random.default_rng(seed)
-        self.distinct_clicked = np.bincount(self.clicked // num_items)
-        self.clickable = int((freq > 0).sum())
+    Attributes:
+        item_category: `[num_items]` each dense item's category: the last one
+            seen for it (the reference overwrites); 0 for padding and OOV.
+        item_cdf: `[num_items]` cumulative click counts of the dense items
+            (negatives are drawn in proportion to clicks).
+        qualifying: dense ids of the users with >= min_clicks clicks, ascending.
+        num_users: users in the log plus padding row 0.
+    """
 
-    def _draw(self, size: int) -> np.ndarray:
-        return np.searchsorted(self.cdf, self.rng.random(size) * self.total, side="right")
+    item_category: np.ndarray
+    item_cdf: np.ndarray
+    qualifying: np.ndarray
+    num_users: int
 
-    def _clicked(self, users: np.ndarray, items: np.ndarray) -> np.ndarray:
-        keys = users.astype(np.int64) * self.num_items + items
-        pos = np.minimum(np.searchsorted(self.clicked, keys), len(self.clicked) - 1)
-        return self.clicked[pos] == keys
+    @property
+    def num_items(self) -> int:
+        return len(self.item_category)
 
-    def sample(self, users: np.ndarray, per_user: int) -> np.ndarray:
-        """[len(users), per_user] negatives; row u holds items user u never clicked."""
-        out = np.zeros((len(users), per_user), np.int64)
-        filled = np.zeros(len(users), np.int64)
-        pending = np.arange(len(users))
-        exhausted = users[self.distinct_clicked[users] >= self.clickable]
-        if per_user and len(exhausted):
-            raise ValueError(f"user with dense id {int(exhausted[0])} clicked every item of the log, "
-                             "so no negative can be drawn for it")
-        for _ in range(MAX_NEGATIVE_ROUNDS):
-            if per_user == 0 or len(pending) == 0:
-                return out
-            need = per_user - filled[pending]
-            draws = int(need.max() * 1.25) + 4
-            cand = self._draw(len(pending) * draws).reshape(len(pending), draws)
-            ok = ~self._clicked(users[pending][:, None], cand)
-            rank = np.cumsum(ok, axis=1) - 1 + filled[pending][:, None]
-            take = ok & (rank < per_user)
-            rows = np.broadcast_to(pending[:, None], cand.shape)[take]
-            out[rows, rank[take]] = cand[take]
-            filled[pending] += take.sum(1)
-            pending = pending[filled[pending] < per_user]
-        raise RuntimeError(f"could not draw {per_user} negatives for {len(pending)} user(s) after "
-                           f"{MAX_NEGATIVE_ROUNDS} rounds: they clicked nearly every frequent item")
+    def chunks(self):
+        """`(chunk index, dense user ids)` of the qualifying users, `USERS_PER_CHUNK` at a time."""
+        for c, lo in enumerate(range(0, len(self.qualifying), USERS_PER_CHUNK)):
+            yield c, self.qualifying[lo: lo + USERS_PER_CHUNK]
 
 
-def _history(items, categories, starts, targets, max_len):
-    """Most recent max_len clicks before each target index, left-padded with 0."""
-    idx = targets[:, None] - max_len + np.arange(max_len)[None, :]
-    valid = idx >= starts[:, None]
-    idx = np.where(valid, idx, 0)
-    return np.where(valid, items[idx], 0), np.where(valid, categories[idx], 0)
+def sample_negatives(chunk: int, sequences: list[np.ndarray], per_user: int, stats: LogStatistics,
+                     seed: int) -> np.ndarray:
+    """`[len(sequences), per_user]` negatives of one chunk of users: items drawn
+    with probability proportional to click frequency, rejected if the user
+    (row) clicked them anywhere in the log. The stream is seeded by
+    `(seed, chunk)`, so chunks can be drawn in any order or in parallel."""
+    n = len(sequences)
+    out = np.zeros((n, per_user), np.int64)
+    if per_user == 0 or n == 0:
+        return out
+    num_items, total = stats.num_items, int(stats.item_cdf[-1])
+    clicked = np.unique(np.concatenate([r * num_items + np.asarray(s, np.int64) for r, s in enumerate(sequences)]))
+    distinct = np.bincount(clicked // num_items, minlength=n)
+    clickable = int((np.diff(stats.item_cdf, prepend=0) > 0).sum())
+    if (distinct >= clickable).any():
+        raise ValueError(f"a user of chunk {chunk} clicked every item of the log, so no negative can be drawn for it")
+    rng = np.random.default_rng([seed, chunk])
+    filled = np.zeros(n, np.int64)
+    pending = np.arange(n)
+    for _ in range(MAX_NEGATIVE_ROUNDS):
+        if len(pending) == 0:
+            return out
+        need = per_user - filled[pending]
+        draws = int(need.max() * 1.25) + 4
+        cand = np.searchsorted(stats.item_cdf, rng.random(len(pending) * draws) * total, side="right")
+        cand = cand.reshape(len(pending), draws)
+        keys = pending[:, None] * num_items + cand
+        pos = np.minimum(np.searchsorted(clicked, keys), len(clicked) - 1)
+        ok = clicked[pos] != keys
+        rank = np.cumsum(ok, axis=1) - 1 + filled[pending][:, None]
+        take = ok & (rank < per_user)
+        rows = np.broadcast_to(pending[:, None], cand.shape)[take]
+        out[rows, rank[take]] = cand[take]
+        filled[pending] += take.sum(1)
+        pending = pending[filled[pending] < per_user]
+    raise RuntimeError(f"could not draw {per_user} negatives for {len(pending)} user(s) after "
+                       f"{MAX_NEGATIVE_ROUNDS} rounds: they clicked nearly every frequent item")
+
+
+# Columns of an example shard, and of a store shard (per user, then per click).
+EXAMPLE_COLUMNS = ("uid", "position", "target_item", "target_category", "label")
+STORE_USER_COLUMNS = ("uid", "length")
+STORE_CLICK_COLUMNS = ("items", "categories")
+
+
+def chunk_examples(chunk: int, users: np.ndarray, items: list[np.ndarray], categories: list[np.ndarray],
+                   stats: LogStatistics, protocol: Protocol) -> dict[str, dict[str, np.ndarray]]:
+    """The examples of one chunk of users (dense ids `users`, their click
+    sequences `items` and `categories`), per split: int32 columns
+    `EXAMPLE_COLUMNS`, user by user, each target as [positive, negative_1,
+    ..., negative_n]. `position` is the target's index in its user's sequence:
+    the history is the clicks before it."""
+    offsets = protocol.target_offsets()
+    group = 1 + protocol.negatives
+    per_user = sum(len(o) for o in offsets.values()) * protocol.negatives
+    negatives = sample_negatives(chunk, items, per_user, stats, protocol.seed)
+    lengths = np.array([len(s) for s in items], np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    flat_items, flat_categories = np.concatenate(items), np.concatenate(categories)
+    out, used = {}, 0
+    for split in SPLITS:
+        off = offsets[split]
+        positions = (lengths[:, None] - off[None, :]).reshape(-1)  # [U * n], user-major
+        flat = np.repeat(starts, len(off)) + positions
+        neg = negatives[:, used: used + len(off) * protocol.negatives].reshape(-1, protocol.negatives)
+        used += len(off) * protocol.negatives
+        target_items = np.concatenate([flat_items[flat][:, None], neg], 1).reshape(-1)
+        is_positive = np.arange(len(target_items)) % group == 0
+        out[split] = {
+            "uid": np.repeat(np.asarray(users), len(off) * group),
+            "position": np.repeat(positions, group),
+            "target_item": target_items,
+            "target_category": np.where(is_positive, flat_categories[np.repeat(flat, group)],
+                                        stats.item_category[target_items]),
+            "label": is_positive.astype(np.int64),
+        }
+        out[split] = {k: v.astype(np.int32) for k, v in out[split].items()}
+    return out
+
+
+def write_shard(path: str, preparation: str, columns: dict[str, np.ndarray]) -> int:
+    """Writes one shard (an uncompressed `.npz` of the columns and the
+    preparation id); returns its size in bytes."""
+    with open(path, "wb") as f:
+        np.savez(f, preparation=np.array(preparation), **columns)
+    return os.path.getsize(path)
+
+
+def concat_columns(parts: list[dict[str, np.ndarray]], names) -> dict[str, np.ndarray]:
+    return {k: np.concatenate([p[k] for p in parts]).astype(np.int32) if parts else np.zeros(0, np.int32)
+            for k in names}
 
 
 class _ShardWriter:
-    """Buffers serialized examples of one split and writes each full shard in
-    one call of TF's C++ TFRecord writer (no per-record Python call)."""
+    """Collects whole users of one kind of shard (a split's examples, or the
+    store) and writes a shard each `users_per_shard` users."""
 
-    def __init__(self, directory: str, split: str, per_shard: int):
-        self.directory, self.split, self.per_shard = directory, split, per_shard
-        self.names: list[str] = []
+    def __init__(self, directory: str, kind: str, users_per_shard: int, preparation: str):
+        self.directory, self.kind, self.users_per_shard = directory, kind, users_per_shard
+        self.preparation = preparation
+        self.sizes: dict[str, int] = {}
         self.count = 0
-        self._pending: list[np.ndarray] = []
-        self._pending_count = 0
+        self._parts: list[tuple[int, dict]] = []  # (users, columns)
 
-    def write(self, records: np.ndarray) -> None:
-        self._pending.append(records)
-        self._pending_count += len(records)
-        self.count += len(records)
-        while self._pending_count >= self.per_shard:
-            self._flush(self.per_shard)
+    def write(self, users: int, columns: dict[str, np.ndarray]) -> None:
+        """Adds `users` users' rows (their columns; must not cross a shard boundary
+        in the middle of a call: callers pass one chunk, and chunks divide into users)."""
+        self._parts.append((users, columns))
+        self.count += len(columns["uid"]) if self.kind != "store" else int(columns["length"].sum())
+        while sum(u for u, _ in self._parts) >= self.users_per_shard:
+            self._flush(self.users_per_shard)
 
-    def _flush(self, size: int) -> None:
-        records = np.concatenate(self._pending) if self._pending else np.zeros(0, object)
-        shard, rest = records[:size], records[size:]
-        self._pending, self._pending_count = ([rest] if len(rest) else []), len(rest)
-        name = f"{self.split}-{len(self.names):05d}.tfrecord"
-        path = os.path.join(self.directory, name)
-        with tf.io.TFRecordWriter(path) as writer:
-            for record in shard:
-                writer.write(record)
-        self.names.append(name)
+    def _flush(self, users: int) -> None:
+        taken, rest, need = [], [], users
+        for n, cols in self._parts:
+            if need >= n:
+                taken.append(cols)
+                need -= n
+            elif need > 0:
+                head, tail = split_users(self.kind, cols, need)
+                taken.append(head)
+                rest.append((n - need, tail))
+                need = 0
+            else:
+                rest.append((n, cols))
+        self._parts = rest
+        names = (STORE_USER_COLUMNS + STORE_CLICK_COLUMNS) if self.kind == "store" else EXAMPLE_COLUMNS
+        name = (store_shard_name if self.kind == "store" else
+                lambda i: example_shard_name(self.kind, i))(len(self.sizes))
+        self.sizes[name] = write_shard(os.path.join(self.directory, name), self.preparation,
+                                       concat_columns(taken, names))
 
     def close(self) -> None:
-        if self._pending_count or not self.names:  # an empty split still gets one (empty) shard
-            self._flush(self._pending_count)
+        pending = sum(u for u, _ in self._parts)
+        if pending or not self.sizes:  # an empty split still gets one (empty) shard
+            self._flush(pending)
+
+
+def split_users(kind: str, columns: dict[str, np.ndarray], users: int):
+    """`columns` of several users cut after the first `users` of them."""
+    if kind == "store":
+        clicks = int(columns["length"][:users].sum())
+        head = {k: columns[k][:users] for k in STORE_USER_COLUMNS}
+        head.update({k: columns[k][:clicks] for k in STORE_CLICK_COLUMNS})
+        tail = {k: columns[k][users:] for k in STORE_USER_COLUMNS}
+        tail.update({k: columns[k][clicks:] for k in STORE_CLICK_COLUMNS})
+        return head, tail
+    boundaries = np.flatnonzero(np.diff(columns["uid"])) + 1
+    rows = int(boundaries[users - 1]) if users - 1 < len(boundaries) else len(columns["uid"])
+    return {k: v[:rows] for k, v in columns.items()}, {k: v[rows:] for k, v in columns.items()}
 
 
 def _write_id_map(path: str, raw_ids: np.ndarray) -> None:
@@ -192,9 +321,20 @@ def _write_id_map(path: str, raw_ids: np.ndarray) -> None:
         f.write("\n")
 
 
-def build_examples(clicks: Clicks, protocol: Protocol, directory: str) -> dict:
-    """Writes the shards and id maps of `clicks` into `directory`; returns the
-    spec fields that depend on the data."""
+def write_id_maps(directory: str, raw_items, raw_categories, raw_users) -> None:
+    _write_id_map(os.path.join(directory, ID_MAP_FILES["item"]), np.asarray(raw_items))
+    _write_id_map(os.path.join(directory, ID_MAP_FILES["category"]), np.asarray(raw_categories))
+    _write_id_map(os.path.join(directory, ID_MAP_FILES["user"]), np.asarray(raw_users))
+
+
+def no_user_qualifies(protocol: Protocol, longest: int) -> ValueError:
+    return ValueError(f"no user has >= {protocol.min_clicks} clicks (the longest history has "
+                      f"{longest}); lower --min_clicks or use a larger log")
+
+
+def build_examples(clicks: Clicks, protocol: Protocol, directory: str, preparation: str) -> dict:
+    """Writes the store, the example shards and the id maps of `clicks` into
+    `directory`; returns the spec fields that depend on the data."""
     user, raw_users = dense_ids(clicks.user)
     item, raw_items = dense_ids(clicks.item)
     category, raw_categories = dense_ids(clicks.category)
@@ -204,61 +344,48 @@ def build_examples(clicks: Clicks, protocol: Protocol, directory: str) -> dict:
     # Row 0 is padding and the last row is out-of-vocabulary (never trained on;
     # serving maps unknown raw ids there).
     num_items, num_categories = len(raw_items) + 2, len(raw_categories) + 2
-    # An item's category is the last one seen for it (the reference overwrites).
     last = len(item) - 1 - np.unique(item[::-1], return_index=True)[1]
-    item_category = np.zeros(num_items, np.int64)
+    item_category = np.zeros(num_items, np.int32)
     item_category[item[last]] = category[last]
-    # Group clicks by user, keeping each user's order (file order or time order).
-    order = np.argsort(user, kind="stable")
-    seq_items, seq_categories = item[order], category[order]
+    del last
     lengths = np.bincount(user, minlength=len(raw_users) + 1)
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    qualifying = np.nonzero(lengths >= protocol.min_clicks)[0]
-    logging.info("%d users, %d qualify (>= %d clicks); %d items, %d categories",
-                 len(raw_users), len(qualifying), protocol.min_clicks, len(raw_items), len(raw_categories))
-    if len(qualifying) == 0:
-        raise ValueError(f"no user has >= {protocol.min_clicks} clicks (the longest history has "
-                         f"{int(lengths.max())}); lower --min_clicks or use a larger log")
-    # Target offsets from the end of each sequence: train T-2-stride*j (1-based), val T-1, test T.
-    offsets = {"train": 3 + protocol.stride * np.arange(protocol.train_targets),
-               "val": np.array([2]), "test": np.array([1])}
-    sampler = _NegativeSampler(item, user, num_items, protocol.seed)
-    writers = {s: _ShardWriter(directory, s, protocol.examples_per_shard) for s in SPLITS}
-    per_user = sum(len(o) for o in offsets.values()) * protocol.negatives
-    group = 1 + protocol.negatives
-    for lo in range(0, len(qualifying), USERS_PER_CHUNK):
-        users = qualifying[lo: lo + USERS_PER_CHUNK]
-        negatives = sampler.sample(users, per_user)
-        used = 0
-        for split in SPLITS:
-            off = offsets[split]
-            ends = starts[users] + lengths[users]
-            targets = (ends[:, None] - off[None, :]).reshape(-1)  # [U * n]
-            owner = np.repeat(users, len(off))
-            hist_i, hist_c = _history(seq_items, seq_categories, np.repeat(starts[users], len(off)),
-                                      targets, protocol.max_len)  # one history per target
-            neg = negatives[:, used: used + len(off) * protocol.negatives].reshape(-1, protocol.negatives)
-            used += len(off) * protocol.negatives
-            # Each target gives [positive, negative_1, ..., negative_n], in that order.
-            target_items = np.concatenate([seq_items[targets][:, None], neg], 1).reshape(-1)
-            records = encode_int64_examples({
-                USER: np.repeat(owner, group),
-                TARGET_ITEM: target_items,
-                TARGET_CATEGORY: np.where(
-                    np.arange(len(target_items)) % group == 0,
-                    seq_categories[np.repeat(targets, group)], item_category[target_items]),
-                LABEL: np.tile(np.eye(1, group, dtype=np.int64)[0], len(targets)),
-            }, shared={HIST_ITEMS: hist_i, HIST_CATEGORIES: hist_c}, group=group)
-            writers[split].write(records)
-        logging.info("users %d/%d", min(lo + USERS_PER_CHUNK, len(qualifying)), len(qualifying))
-    for w in writers.values():
+    stats = LogStatistics(item_category=item_category,
+                          item_cdf=np.cumsum(np.bincount(item, minlength=num_items)),
+                          qualifying=np.nonzero(lengths >= protocol.min_clicks)[0],
+                          num_users=len(raw_users) + 1)
+    logging.info("%d users, %d qualify (>= %d clicks); %d items, %d categories", len(raw_users),
+                 len(stats.qualifying), protocol.min_clicks, len(raw_items), len(raw_categories))
+    if len(stats.qualifying) == 0:
+        raise no_user_qualifies(protocol, int(lengths.max()))
+    # Only the qualifying users' clicks, grouped by user in their order (file or time order).
+    keep = lengths[user] >= protocol.min_clicks
+    order = np.flatnonzero(keep)[np.argsort(user[keep], kind="stable")]
+    del keep
+    seq_items, seq_categories = item[order], category[order]
+    del order, user, item, category
+    q_lengths = lengths[stats.qualifying]
+    q_starts = np.concatenate([[0], np.cumsum(q_lengths)[:-1]])
+    writers = {s: _ShardWriter(directory, s, protocol.users_per_shard(s), preparation) for s in SPLITS}
+    store = _ShardWriter(directory, "store", protocol.users_per_store_shard, preparation)
+    for chunk, users in stats.chunks():
+        lo = chunk * USERS_PER_CHUNK
+        bounds = [(q_starts[lo + i], q_starts[lo + i] + q_lengths[lo + i]) for i in range(len(users))]
+        items = [seq_items[a:b] for a, b in bounds]
+        categories = [seq_categories[a:b] for a, b in bounds]
+        for split, columns in chunk_examples(chunk, users, items, categories, stats, protocol).items():
+            writers[split].write(len(users), columns)
+        a, b = bounds[0][0], bounds[-1][1]
+        store.write(len(users), {"uid": users.astype(np.int32), "length": q_lengths[lo: lo + len(users)].astype(np.int32),
+                                 "items": seq_items[a:b], "categories": seq_categories[a:b]})
+        logging.info("users %d/%d", lo + len(users), len(stats.qualifying))
+    for w in (*writers.values(), store):
         w.close()
-    _write_id_map(os.path.join(directory, ID_MAP_FILES["item"]), raw_items)
-    _write_id_map(os.path.join(directory, ID_MAP_FILES["category"]), raw_categories)
-    _write_id_map(os.path.join(directory, ID_MAP_FILES["user"]), raw_users)
-    return dict(num_items=num_items, num_categories=num_categories, num_users=len(raw_users) + 1,
-                users=int(len(qualifying)), counts={s: w.count for s, w in writers.items()},
-                shards={s: w.names for s, w in writers.items()})
+    write_id_maps(directory, raw_items, raw_categories, raw_users)
+    return dict(num_items=num_items, num_categories=num_categories, num_users=stats.num_users,
+                users=int(len(stats.qualifying)), counts={s: w.count for s, w in writers.items()},
+                shards={s: list(w.sizes) for s, w in writers.items()}, store=list(store.sizes),
+                clicks_stored=store.count,
+                files={**{n: b for w in writers.values() for n, b in w.sizes.items()}, **store.sizes})
 
 
 def _own_files(directory: str) -> set[str] | None:
@@ -272,9 +399,9 @@ def _own_files(directory: str) -> set[str] | None:
     if not isinstance(raw, dict):
         return None
     legacy = raw.get("format") is None and {"dataset", "shards", "protocol", "source"} <= set(raw)
-    if not isinstance(raw, dict) or not (raw.get("format") == FORMAT or legacy):
+    if not (raw.get("format") in (FORMAT, *LEGACY_FORMATS) or legacy):
         return None
-    names = {SPEC_FILE, *ID_MAP_FILES.values()}
+    names = {SPEC_FILE, *ID_MAP_FILES.values(), *raw.get("store", [])}
     for shard_names in raw.get("shards", {}).values():
         names.update(shard_names)
     return names
@@ -312,9 +439,58 @@ def check_output_dir(output_dir: str, input_path: str) -> None:
             "Refusing to replace it: move them away or choose another directory")
 
 
+def read_log(dataset: str, input_path: str, skip_bad_lines: bool = False) -> Clicks:
+    """The click rows of a raw log in the protocol's order (Tmall: time-sorted per user)."""
+    if dataset not in FORMATS:
+        raise ValueError(f"dataset={dataset!r}: expected one of {sorted(FORMATS)}")
+    fmt = FORMATS[dataset]
+    start = time.perf_counter()
+    clicks = read_clicks(input_path, fmt, skip_bad_lines=skip_bad_lines)
+    if clicks.bad_lines:
+        logging.warning("%s: skipped %d bad line(s)", input_path, clicks.bad_lines)
+    if len(clicks.user) == 0:
+        raise ValueError(f"{input_path}: no click rows ({fmt.action} == {fmt.click!r}) in {clicks.rows} rows")
+    logging.info("read %d rows, %d clicks in %.1fs", clicks.rows, len(clicks.user), time.perf_counter() - start)
+    return time_sorted(clicks) if dataset == "tmall" else clicks
+
+
+def source_fields(input_path: str, clicks: Clicks) -> dict:
+    return dict(path=os.path.abspath(input_path), sha256=clicks.sha256, rows=clicks.rows,
+                clicks=int(len(clicks.user)), bad_lines=clicks.bad_lines)
+
+
+def write_prepared(output_dir: str, input_path: str, build) -> DatasetSpec:
+    """Runs `build(staging_directory) -> DatasetSpec` in a staging directory beside
+    `output_dir` and renames it into place (see `prepare`); both drivers use it."""
+    check_output_dir(output_dir, input_path)
+    output_dir = os.path.abspath(output_dir)
+    parent = os.path.dirname(output_dir)
+    os.makedirs(parent, exist_ok=True)
+    for path in clean_stale(parent, os.path.basename(output_dir)):
+        logging.info("removed %s, left by a killed run", path)
+    staging = staging_dir(parent, os.path.basename(output_dir))
+    try:
+        spec = build(staging)
+        with open(os.path.join(staging, SPEC_FILE), "w") as f:
+            f.write(spec.to_json())
+        check_output_dir(output_dir, input_path)  # nothing of the user's appeared meanwhile
+        replace_directory(staging, output_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return spec
+
+
+def make_spec(dataset: str, protocol: Protocol, source: dict, preparation: str, fields: dict) -> DatasetSpec:
+    return DatasetSpec(dataset=dataset, format=FORMAT, max_len=protocol.max_len,
+                       protocol=dataclasses.asdict(protocol), source=source, preparation=preparation, **fields)
+
+
 def prepare(dataset: str, input_path: str, output_dir: str, protocol: Protocol = Protocol(),
             skip_bad_lines: bool = False) -> DatasetSpec:
-    """Raw log -> TFRecord shards, id maps and spec.json in `output_dir`.
+    """Raw log -> sequence store, example shards, id maps and spec.json in
+    `output_dir`, in memory on one machine (`dare_tf.data.beam.prepare` is the
+    same on an Apache Beam runner).
 
     `output_dir` is replaced only when it is absent, empty, or a dataset that
     preparation wrote (see `check_output_dir`); the new one is built in a
@@ -325,36 +501,11 @@ def prepare(dataset: str, input_path: str, output_dir: str, protocol: Protocol =
         raise ValueError(f"dataset={dataset!r}: expected one of {sorted(FORMATS)}")
     protocol.validate()
     check_output_dir(output_dir, input_path)
-    fmt = FORMATS[dataset]
     start = time.perf_counter()
-    clicks = read_clicks(input_path, fmt, skip_bad_lines=skip_bad_lines)
-    n_clicks = int(len(clicks.user))
-    if clicks.bad_lines:
-        logging.warning("%s: skipped %d bad line(s)", input_path, clicks.bad_lines)
-    if n_clicks == 0:
-        raise ValueError(f"{input_path}: no click rows ({fmt.action} == {fmt.click!r}) in {clicks.rows} rows")
-    logging.info("read %d rows, %d clicks in %.1fs", clicks.rows, n_clicks, time.perf_counter() - start)
-    if dataset == "tmall":
-        clicks = time_sorted(clicks)
-    output_dir = os.path.abspath(output_dir)
-    parent = os.path.dirname(output_dir)
-    os.makedirs(parent, exist_ok=True)
-    for path in clean_stale(parent, os.path.basename(output_dir)):
-        logging.info("removed %s, left by a killed run", path)
-    staging = staging_dir(parent, os.path.basename(output_dir))
-    try:
-        fields = build_examples(clicks, protocol, staging)
-        spec = DatasetSpec(
-            dataset=dataset, format=FORMAT, max_len=protocol.max_len, protocol=dataclasses.asdict(protocol),
-            source=dict(path=os.path.abspath(input_path), sha256=clicks.sha256, rows=clicks.rows,
-                        clicks=n_clicks, bad_lines=clicks.bad_lines),
-            **fields)
-        with open(os.path.join(staging, SPEC_FILE), "w") as f:
-            f.write(spec.to_json())
-        check_output_dir(output_dir, input_path)  # nothing of the user's appeared meanwhile
-        replace_directory(staging, output_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    clicks = read_log(dataset, input_path, skip_bad_lines)
+    source = source_fields(input_path, clicks)
+    preparation = preparation_id(clicks.sha256, protocol, dataset)
+    spec = write_prepared(output_dir, input_path, lambda staging: make_spec(
+        dataset, protocol, source, preparation, build_examples(clicks, protocol, staging, preparation)))
     logging.info("wrote %s in %.1fs: %s", output_dir, time.perf_counter() - start, spec.counts)
     return spec

@@ -21,8 +21,9 @@ SPEC_FILE = "spec.json"
 SPLITS = ("train", "val", "test")
 # Raw id of dense id k (k >= 1) is line k of each file (1-based), as text.
 ID_MAP_FILES = {"item": "item_ids.txt", "category": "category_ids.txt", "user": "user_ids.txt"}
-# One stored example: int64 scalars and int64 [max_len] sequences (dense ids, 0 =
-# padding, oldest first); the model reads them as int32.
+# One example as the pipeline yields it: int32 scalars and int32 [L] histories
+# (dense ids, 0 = padding, oldest first), assembled from the stored example
+# (user, cut-off position, target, label) and its user's sequence in the store.
 USER = "uid"
 TARGET_ITEM = "target_item"
 TARGET_CATEGORY = "target_category"
@@ -33,8 +34,19 @@ SCALAR_FEATURES = (USER, TARGET_ITEM, TARGET_CATEGORY, LABEL)
 SEQUENCE_FEATURES = (HIST_ITEMS, HIST_CATEGORIES)
 # What a model (and a serving request) takes, in this order.
 MODEL_INPUTS = (TARGET_ITEM, TARGET_CATEGORY, HIST_ITEMS, HIST_CATEGORIES)
-# The marker that a directory is a dataset written by dare_tf's preparation.
-FORMAT = "dare_tf.prepared/1"
+# The marker that a directory is a dataset written by dare_tf's preparation;
+# earlier formats (per-example histories in TFRecords) are recognised as ours
+# (preparation may replace them) but must be prepared again to be read.
+FORMAT = "dare_tf.prepared/2"
+LEGACY_FORMATS = ("dare_tf.prepared/1",)
+
+
+def example_shard_name(split: str, index: int) -> str:
+    return f"{split}-{index:05d}.npz"
+
+
+def store_shard_name(index: int) -> str:
+    return f"store-{index:05d}.npz"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,12 +60,16 @@ class DatasetSpec:
             ids 1..num_x - 2 in order of first appearance, and the
             out-of-vocabulary row num_x - 1 (serving maps unknown ids there).
         num_users: users in the log plus padding row 0.
-        max_len: history length L of every example.
+        max_len: the default history length L (a trainer may choose another).
         users: users that qualified (>= min_clicks clicks).
         counts: examples per split.
-        shards: file names (relative to the directory) per split.
+        shards: example shard names (relative to the directory) per split.
         protocol: the sample-construction parameters used.
         source: input path, sha256, rows read, clicks kept, bad lines skipped.
+        preparation: the id that the store and every example shard record.
+        store: the sequence store's shard names, in user order.
+        clicks_stored: clicks in the store (the qualifying users' clicks).
+        files: size in bytes of every shard (a shorter file is truncated).
     """
 
     dataset: str
@@ -67,6 +83,10 @@ class DatasetSpec:
     shards: dict[str, list[str]]
     protocol: dict[str, Any]
     source: dict[str, Any]
+    preparation: str
+    store: list[str]
+    clicks_stored: int
+    files: dict[str, int]
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -108,8 +128,8 @@ class DatasetSpec:
             raise ValueError(f"{path}: not valid JSON ({e})") from e
         fields = {f.name: f.type for f in dataclasses.fields(cls)}
         if raw.get("format") != FORMAT:
-            raise ValueError(f"{path}: format {raw.get('format')!r} is not {FORMAT!r}; prepare the dataset "
-                             "again with this version (python -m data.prepare ...)")
+            raise ValueError(f"{path}: format {raw.get('format')!r} is not {FORMAT!r} (the per-user sequence "
+                             "store); prepare the dataset again with this version (python -m data.prepare ...)")
         missing = [name for name in fields if name not in raw]
         if missing:
             raise ValueError(f"{path}: missing field(s) {missing}")

@@ -9,6 +9,13 @@ Planted structure (all users simulated together, one step at a time):
 - related categories: categories come in pairs; a new session picks the
   partner of the previous session's category with `p_related`, one of the
   user's interests with `p_interest`, else a popular category.
+- lifelong re-consumption (`p_recall`, off by default): each click from
+  position `recall_lag[0]` on is, with probability `p_recall`, a repeat of
+  the user's own click `lag` steps back, `lag` uniform in `recall_lag`: the
+  behaviour that explains such a click lies far back in the history
+  (beyond a 200-slot window at the default lags). With long users
+  (`min_length` = `length_median` = `max_length` in the thousands) this is
+  the "lifelong" log of `README.md`, "Long histories".
 About 10% extra rows are buy/cart/fav events, which preparation drops.
 
 `<output>.truth.json` holds the generator's parameters; per history lag, the
@@ -56,6 +63,9 @@ class SyntheticConfig:
         p_related: probability that a new session is the related category.
         zipf: Zipf exponent of category and item popularity.
         extra_events: share of extra non-click (buy/cart/fav) rows.
+        p_recall: probability that a click repeats one of the user's own
+            clicks `recall_lag` back (0: none).
+        recall_lag: `(min, max)` lag of a repeated click.
         seed: random seed.
     """
 
@@ -72,7 +82,16 @@ class SyntheticConfig:
     p_related: float = 0.2
     zipf: float = 1.1
     extra_events: float = 0.1
+    p_recall: float = 0.0
+    recall_lag: tuple[int, ...] = (500, 1900)
     seed: int = 0
+
+    def __post_init__(self):
+        object.__setattr__(self, "recall_lag", tuple(int(v) for v in self.recall_lag))
+        if not 0 <= self.p_recall <= 1:
+            raise ValueError(f"p_recall={self.p_recall}: must be in [0, 1]")
+        if len(self.recall_lag) != 2 or not 1 <= self.recall_lag[0] <= self.recall_lag[1]:
+            raise ValueError(f"recall_lag={list(self.recall_lag)}: need two lags 1 <= min <= max")
 
 
 def _zipf_probs(n: int, a: float, rng) -> np.ndarray:
@@ -144,6 +163,9 @@ def generate(cfg: SyntheticConfig):
     valid = np.arange(steps)[None, :] < lengths[:, None]
     flat_cats = cats[valid]
     flat_items = world.draw_items(flat_cats, rng)
+    if cfg.p_recall > 0:
+        flat_items, flat_cats = _recall(cfg, lengths, flat_items, world, rng)
+        cats[valid] = flat_cats
     flat_users = np.repeat(np.arange(n_users), lengths)
     gaps = np.where(rng.random(len(flat_cats)) < 0.1, rng.exponential(7200, len(flat_cats)),
                     rng.exponential(60, len(flat_cats)))
@@ -163,6 +185,23 @@ def generate(cfg: SyntheticConfig):
     }
     truth = _ground_truth(cfg, world, cats, lengths, flat_items, rng)
     return rows, truth
+
+
+def _recall(cfg: SyntheticConfig, lengths, flat_items, world, rng):
+    """Lifelong re-consumption: from position `recall_lag[0]` on, each click is,
+    with probability `p_recall`, the user's own click `lag` steps back (a
+    repeat of a repeat repeats the original)."""
+    items = np.zeros((len(lengths), int(lengths.max())), np.int64)
+    valid = np.arange(items.shape[1])[None, :] < lengths[:, None]
+    items[valid] = flat_items
+    lo, hi = cfg.recall_lag
+    rows = np.arange(len(lengths))
+    for t in range(lo, items.shape[1]):
+        recall = (rng.random(len(lengths)) < cfg.p_recall) & (t < lengths)
+        lag = rng.integers(lo, min(hi, t) + 1, len(lengths))
+        items[recall, t] = items[rows[recall], t - lag[recall]]
+    flat = items[valid]
+    return flat, world.item_cat[flat]
 
 
 def _mutual_information(a, b, n):

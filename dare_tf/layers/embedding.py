@@ -176,12 +176,16 @@ class BehaviorEmbedding(keras.layers.Layer):
         """Maps each role to the name of the table set that serves it."""
         return dict(self._table_of_role)
 
-    def row_ids(self, target_item, target_category, history_items, history_categories, roles=_ROLES) -> dict:
+    def row_ids(self, target_item, target_category, history_items, history_categories, roles=_ROLES,
+                history_positions=None) -> dict:
         """Which rows `lookup` reads for `roles`: `"{set}/{side}/{field}"` ->
         `(table, ids)`, the table variable and the ids (`[B]` or `[B, L]`)
-        gathered from it."""
+        gathered from it. `history_positions` (`[B, K]` position ids) looks up
+        K slots picked from a longer history (ids gathered at those slots)."""
         history_items = ops.convert_to_tensor(history_items)
         length = history_items.shape[1]
+        if history_positions is not None:
+            length = None
         if self.use_position and length is not None and length >= self.num_positions:
             raise ValueError(
                 f"BehaviorEmbedding: history length {length} needs position ids up to {length}, "
@@ -190,7 +194,9 @@ class BehaviorEmbedding(keras.layers.Layer):
             "target": {"item": target_item, "category": target_category},
             "history": {"item": history_items, "category": history_categories},
         }
-        if self.use_position:
+        if self.use_position and history_positions is not None:
+            ids["history"]["position"] = ops.cast(history_positions, "int32")
+        elif self.use_position:
             # reference.md: slot j of L gets position id L - j; the target gets 0.
             positions = ops.arange(ops.shape(history_items)[1], 0, -1, dtype="int32")
             ids["history"]["position"] = ops.broadcast_to(
@@ -203,14 +209,29 @@ class BehaviorEmbedding(keras.layers.Layer):
                 out.setdefault(f"{table_set}/{side}/{field}", (self.tables[table_set][field], ids[side][field]))
         return out
 
-    def lookup(self, target_item, target_category, history_items, history_categories, roles=_ROLES) -> dict:
+    def lookup(self, target_item, target_category, history_items, history_categories, roles=_ROLES,
+               history_positions=None) -> dict:
         """Table rows of every (table set, side, field) that `roles` read:
         `"{set}/{side}/{field}"` -> `[B, d]` or `[B, L, d]`. Each table is
         gathered once per side, so its gradient stays sparse (rows of the batch
-        only)."""
+        only). `history_positions`: see `row_ids`."""
         return {key: _take_rows(table, ids, self.compute_dtype)
                 for key, (table, ids) in self.row_ids(target_item, target_category, history_items,
-                                                      history_categories, roles).items()}
+                                                      history_categories, roles, history_positions).items()}
+
+    def history_at(self, role, history_items, history_categories, slots):
+        """The `role` (`history_attention` or `history_representation`)
+        embeddings of the slots `slots` `[B, K]` of `[B, L]` histories only:
+        the ids at those slots looked up (with their position ids L - slot),
+        equal to gathering `call`'s `[B, L, D]` output at `slots` without
+        computing it (its gradient reaches K rows per example, not L)."""
+        length = ops.shape(history_items)[1]
+        slots = ops.cast(slots, "int32")
+        items = ops.take_along_axis(history_items, slots, axis=1)
+        categories = ops.take_along_axis(history_categories, slots, axis=1)
+        rows = self.lookup(items[:, 0], categories[:, 0], items, categories, (role,),
+                           history_positions=ops.cast(length, "int32") - slots)
+        return self.combine(rows, (role,))[role]
 
     def combine(self, gathered: dict, roles=_ROLES) -> dict:
         """The role embeddings (all four, or those in `roles`) from `lookup`'s rows

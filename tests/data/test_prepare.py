@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from dare_tf.data.pipeline import make_dataset
+from dare_tf.data.pipeline import InMemorySplit, make_dataset
 from dare_tf.data.spec import DatasetSpec, read_id_map
 from dare_tf.data.logs import BadLineError
 from dare_tf.data.protocol import Protocol, prepare
@@ -16,18 +16,15 @@ from tests.conftest import REPO, SHARED_DATA
 
 TAOBAO = os.path.join(SHARED_DATA, "taobao", "UserBehavior_sample.csv")
 TMALL = os.path.join(SHARED_DATA, "tmall", "user_log_format1_sample.csv")
-FEATURES = {
-    "uid": tf.io.FixedLenFeature([], tf.int64), "target_item": tf.io.FixedLenFeature([], tf.int64),
-    "target_category": tf.io.FixedLenFeature([], tf.int64), "label": tf.io.FixedLenFeature([], tf.int64),
-    "hist_items": tf.io.FixedLenFeature([200], tf.int64), "hist_categories": tf.io.FixedLenFeature([200], tf.int64),
-}
+# sha256 of the Taobao sample's examples at L=200 (seed 1) as the per-example TFRecord
+# layout (commit eae56aa) stored them: uid, target_item, target_category, hist_items,
+# hist_categories as int64 and label as float32, split by split.
+PER_EXAMPLE_LAYOUT_SHA256 = "08c78cde9022bae6a9c31dff8e46d867b882960fd4bd9eb07583927927d153d5"
 
 
-def read_split(directory, split):
-    spec = DatasetSpec.load(directory)
-    records = [r.numpy() for p in spec.shard_paths(directory, split) for r in tf.data.TFRecordDataset(p)]
-    parsed = tf.io.parse_example(records, FEATURES) if records else {}
-    return records, {k: v.numpy() for k, v in parsed.items()}
+def read_split(directory, split, max_len=200):
+    split_data = InMemorySplit.load(directory, split, max_len=max_len)
+    return split_data.columns, {**split_data.features, "label": split_data.columns["label"]}
 
 
 def raw_click_sequences(path, dataset):
@@ -116,16 +113,33 @@ def test_tmall_sample_follows_protocol(tmall):
     assert any(len(set(t)) < len(t) for t in per_user.values())
 
 
+def test_windows_at_200_equal_the_per_example_layout(taobao):
+    """The store's L=200 windows are byte for byte what the per-example layout stored."""
+    import hashlib
+
+    directory, _ = taobao
+    digest = hashlib.sha256()
+    for split in ("train", "val", "test"):
+        _, x = read_split(directory, split)
+        for k in ("uid", "target_item", "target_category", "hist_items", "hist_categories"):
+            digest.update(x[k].astype(np.int64).tobytes())
+        digest.update(x["label"].astype(np.float32).tobytes())
+    assert digest.hexdigest() == PER_EXAMPLE_LAYOUT_SHA256
+
+
 def test_same_seed_identical_other_seed_changes_negatives_only(taobao, tmp_path):
     directory, _ = taobao
     again = str(tmp_path / "again")
     other = str(tmp_path / "other")
     prepare("taobao", TAOBAO, again, Protocol(seed=1))
     prepare("taobao", TAOBAO, other, Protocol(seed=2))
+    assert DatasetSpec.load(again).preparation == DatasetSpec.load(directory).preparation
+    assert DatasetSpec.load(other).preparation != DatasetSpec.load(directory).preparation
     for split in ("train", "val", "test"):
-        with open(os.path.join(directory, f"{split}-00000.tfrecord"), "rb") as a, \
-                open(os.path.join(again, f"{split}-00000.tfrecord"), "rb") as b:
-            assert a.read() == b.read()
+        a, _ = read_split(directory, split)
+        b, _ = read_split(again, split)
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k])
         _, x = read_split(directory, split)
         _, y = read_split(other, split)
         neg = x["label"] == 0
@@ -215,13 +229,13 @@ def test_rewrite_replaces_old_shards_and_failure_keeps_old(tmp_path, monkeypatch
     assert len(os.listdir(out)) > 8
     spec = prepare("taobao", path, out, Protocol(min_clicks=20, train_targets=2))
     assert sorted(os.listdir(out)) == sorted(
-        ["spec.json", "item_ids.txt", "category_ids.txt", "user_ids.txt",
-         "train-00000.tfrecord", "val-00000.tfrecord", "test-00000.tfrecord"])
+        ["spec.json", "item_ids.txt", "category_ids.txt", "user_ids.txt", "store-00000.npz",
+         "train-00000.npz", "val-00000.npz", "test-00000.npz"])
     import dare_tf.data.protocol as protocol
 
     def boom(*args, **kwargs):
         raise RuntimeError("killed midway")
-    monkeypatch.setattr(protocol, "encode_int64_examples", boom)
+    monkeypatch.setattr(protocol, "write_shard", boom)
     with pytest.raises(RuntimeError, match="killed midway"):
         prepare("taobao", path, out, Protocol(min_clicks=20, train_targets=2, seed=9))
     assert DatasetSpec.load(out) == spec
@@ -295,7 +309,7 @@ def test_stale_staging_of_a_dead_process_is_removed_live_ones_kept(tmp_path):
                           text=True).stdout.strip()
     stale = tmp_path / f".out.tmp-{dead}-0123abcd"
     stale.mkdir()
-    (stale / "train-00000.tfrecord").write_bytes(b"x" * 100)
+    (stale / "train-00000.npz").write_bytes(b"x" * 100)
     live = tmp_path / f".out.tmp-{os.getppid()}-89abcdef"
     live.mkdir()
     other = tmp_path / f".other.tmp-{dead}-0123abcd"
@@ -331,3 +345,68 @@ def test_command_line_errors_are_one_line(tmp_path):
         assert result.returncode == code, result.stderr
         lines = result.stderr.strip().splitlines()
         assert "Traceback" not in result.stderr and lines[-1].startswith("error: ") and message in lines[-1], lines
+
+
+# -- issue 15: one sequence store, any history length ------------------------------------
+
+def test_any_history_length_from_one_preparation(taobao):
+    directory, spec = taobao
+    assert spec.store == ["store-00000.npz"] and spec.clicks_stored == sum(
+        n for n in (len(s) for s in raw_click_sequences(TAOBAO, "taobao").values()) if n >= 210)
+    raw_items = read_id_map(directory, "item")
+    seqs = raw_click_sequences(TAOBAO, "taobao")
+    raw_users = read_id_map(directory, "user")
+    short, _ = read_split(directory, "test", max_len=200)
+    for max_len in (50, 5000):
+        columns, x = read_split(directory, "test", max_len=max_len)
+        assert x["hist_items"].shape == (len(columns["uid"]), max_len)
+        for row in range(0, len(columns["uid"]), 17):
+            seq = seqs[raw_users[columns["uid"][row] - 1]]
+            window = [r[0] for r in seq[max(0, len(seq) - 1 - max_len): len(seq) - 1]]
+            assert [raw_items[i - 1] for i in x["hist_items"][row] if i] == window
+        if max_len > 200:  # longer than every history: left-padded, the last 200 slots as at L=200
+            _, at200 = read_split(directory, "test", max_len=200)
+            np.testing.assert_array_equal(x["hist_items"][:, -200:], at200["hist_items"])
+            assert (x["hist_items"][:, : max_len - max(len(s) for s in seqs.values())] == 0).all()
+    batch = next(iter(make_dataset(directory, "val", 8, max_len=1000)))[0]
+    assert batch["hist_items"].shape == (8, 1000)
+    for bad in (0, -3):
+        with pytest.raises(ValueError, match=f"max_len must be a positive integer .*got {bad}"):
+            make_dataset(directory, "val", 8, max_len=bad)
+
+
+def test_store_and_examples_of_other_preparations_and_truncated_shards_are_refused(tmp_path):
+    import shutil
+
+    from dare_tf.data.store import ShardError
+
+    path, protocol = _small(tmp_path)
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    prepare("taobao", path, a, protocol)
+    prepare("taobao", path, b, Protocol(min_clicks=20, train_targets=2, seed=5))
+    ids = DatasetSpec.load(a).preparation, DatasetSpec.load(b).preparation
+    for name in ("train-00000.npz", "store-00000.npz"):
+        mixed = str(tmp_path / f"mixed-{name}")
+        shutil.copytree(a, mixed)
+        shutil.copy(os.path.join(b, name), os.path.join(mixed, name))
+        with pytest.raises(ShardError, match=f"{name}: shard is from preparation {ids[1]}, but .*preparation "
+                                             f"{ids[0]}: the store and the examples must come from one run"):
+            make_dataset(mixed, "train", 4)
+    truncated = str(tmp_path / "truncated")
+    shutil.copytree(a, truncated)
+    shard = os.path.join(truncated, "store-00000.npz")
+    size = os.path.getsize(shard)
+    with open(shard, "r+b") as f:
+        f.truncate(size - 100)
+    with pytest.raises(ShardError, match=f"{shard}: shard is truncated \\({size - 100} bytes; spec.json records {size}\\)"):
+        make_dataset(truncated, "val", 4)
+    os.remove(shard)
+    with pytest.raises(ShardError, match="store-00000.npz: shard listed in .*spec.json is missing"):
+        make_dataset(truncated, "val", 4)
+    legacy = tmp_path / "legacy"
+    shutil.copytree(a, legacy)
+    spec_path = legacy / "spec.json"
+    spec_path.write_text(spec_path.read_text().replace("dare_tf.prepared/2", "dare_tf.prepared/1"))
+    with pytest.raises(ValueError, match="is not 'dare_tf.prepared/2' \\(the per-user sequence store\\); prepare"):
+        DatasetSpec.load(str(legacy))
+    prepare("taobao", path, str(legacy), protocol)  # an older dataset of ours may be replaced
