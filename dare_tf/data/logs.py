@@ -175,6 +175,71 @@ def _content_end(path: str, window: int = 1 << 16) -> int:
     return 0
 
 
+@dataclasses.dataclass(frozen=True)
+class BlockPlan:
+    """A log cut into blocks at line ends: `(offset, size, first line number)` per
+    block, and the file's sha256."""
+
+    sha256: str
+    blocks: list[tuple[int, int, int]]
+
+
+def plan_blocks(path: str, fmt: LogFormat, block_bytes: int = BLOCK_BYTES) -> BlockPlan:
+    """One pass over the file: its sha256 and its blocks of about `block_bytes`
+    cut at line ends (the header, checked here, and blank lines at the end are
+    in no block). Each block is then parsed on its own (`parse_block`), in
+    this process or on a Beam worker.
+
+    Raises:
+        FileNotFoundError: no file at `path`.
+        ValueError: the file is empty, or its header is not the format's.
+    """
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: input log not found")
+    if os.path.getsize(path) == 0:
+        raise ValueError(f"{path}: input log is empty")
+    digest = hashlib.sha256()
+    limit = _content_end(path)  # blank lines at the end of the file are not rows
+    blocks = []
+    with open(path, "rb") as f:
+        line_no = 1
+        if fmt.header is not None:
+            first = f.readline()
+            digest.update(first)
+            if first.decode("utf-8", errors="replace").strip() != fmt.header:
+                raise ValueError(f"{path}:1: expected the {fmt.name} header {fmt.header!r}, "
+                                 f"got {first[:200]!r}")
+            line_no = 2
+        block_start = pos = f.tell()
+        while True:
+            chunk = f.read(max(min(block_bytes, limit - pos), 0))
+            digest.update(chunk)
+            if not chunk:
+                if pos > block_start:
+                    blocks.append((block_start, pos - block_start, line_no))
+                break
+            cut = chunk.rfind(b"\n")
+            if cut >= 0:  # the bytes before `chunk` since block_start hold no line end
+                end = pos + cut + 1
+                blocks.append((block_start, end - block_start, line_no))
+                line_no += chunk.count(b"\n", 0, cut + 1)
+                block_start = end
+            pos += len(chunk)
+        digest.update(f.read())  # the blank tail
+    return BlockPlan(digest.hexdigest(), blocks)
+
+
+def parse_block(path: str, fmt: LogFormat, block: tuple[int, int, int], skip_bad_lines: bool = False) -> Clicks:
+    """The click rows of one block of `plan_blocks` (raw ids, file order)."""
+    offset, size, first_line = block
+    with open(path, "rb") as f:
+        f.seek(offset)
+        data = f.read(size)
+    parser = _BlockParser(path, fmt, skip_bad_lines)
+    parser.parse(data, first_line)
+    return parser.result("")
+
+
 def read_clicks(path: str, fmt: LogFormat, skip_bad_lines: bool = False,
                 block_bytes: int = BLOCK_BYTES) -> Clicks:
     """Reads the click rows of a raw log (see the module docstring).
@@ -184,40 +249,13 @@ def read_clicks(path: str, fmt: LogFormat, skip_bad_lines: bool = False,
         ValueError: the file is empty, or its header is not the format's.
         BadLineError: a malformed line, unless `skip_bad_lines`.
     """
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: input log not found")
-    if os.path.getsize(path) == 0:
-        raise ValueError(f"{path}: input log is empty")
+    plan = plan_blocks(path, fmt, block_bytes)
     parser = _BlockParser(path, fmt, skip_bad_lines)
-    digest = hashlib.sha256()
-    limit = _content_end(path)  # blank lines at the end of the file are not rows
     with open(path, "rb") as f:
-        line_no = 1
-        carry = b""
-        if fmt.header is not None:
-            first = f.readline()
-            digest.update(first)
-            if first.decode("utf-8", errors="replace").strip() != fmt.header:
-                raise ValueError(f"{path}:1: expected the {fmt.name} header {fmt.header!r}, "
-                                 f"got {first[:200]!r}")
-            line_no = 2
-        while True:
-            chunk = f.read(max(min(block_bytes, limit - f.tell()), 0))
-            digest.update(chunk)
-            data = carry + chunk
-            if not chunk:
-                if data:
-                    parser.parse(data, line_no)
-                break
-            cut = data.rfind(b"\n")
-            if cut < 0:
-                carry = data
-                continue
-            block, carry = data[: cut + 1], data[cut + 1:]
-            parser.parse(block, line_no)
-            line_no += block.count(b"\n")
-        digest.update(f.read())  # the blank tail
-    clicks = parser.result(digest.hexdigest())
+        for offset, size, first_line in plan.blocks:
+            f.seek(offset)
+            parser.parse(f.read(size), first_line)
+    clicks = parser.result(plan.sha256)
     if clicks.rows == 0:
         raise ValueError(f"{path}: input log has no data rows")
     return clicks

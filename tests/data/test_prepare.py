@@ -410,3 +410,39 @@ def test_store_and_examples_of_other_preparations_and_truncated_shards_are_refus
     with pytest.raises(ValueError, match="is not 'dare_tf.prepared/2' \\(the per-user sequence store\\); prepare"):
         DatasetSpec.load(str(legacy))
     prepare("taobao", path, str(legacy), protocol)  # an older dataset of ours may be replaced
+
+
+@pytest.mark.slow
+def test_beam_pipeline_writes_what_the_in_memory_path_writes(taobao, tmp_path):
+    """The Apache Beam driver (DirectRunner) against the in-memory one, record for
+    record: spec, id maps, and every column of every store and example shard;
+    several shards of each kind, and the command line's --runner=beam."""
+    from dare_tf.data.logs import BadLineError
+
+    protocol = Protocol(seed=1, examples_per_shard=1500, users_per_store_shard=30)
+    memory = prepare("taobao", TAOBAO, str(tmp_path / "memory"), protocol)
+    out = str(tmp_path / "beam")
+    result = subprocess.run(
+        [sys.executable, "-m", "data.prepare", "--dataset=taobao", f"--input={TAOBAO}", f"--output_dir={out}",
+         "--runner=beam", "--seed=1", "--examples_per_shard=1500", "--users_per_store_shard=30"],
+        cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    beam = DatasetSpec.load(out)
+    assert beam == memory and len(beam.store) == 3 and len(beam.shards["train"]) == 4
+    names = sorted(os.listdir(out))
+    assert names == sorted(os.listdir(tmp_path / "memory"))
+    for name in names:
+        a, b = os.path.join(tmp_path, "memory", name), os.path.join(out, name)
+        if name.endswith(".npz"):
+            with np.load(a) as x, np.load(b) as y:
+                assert x.files == y.files
+                for k in x.files:
+                    np.testing.assert_array_equal(x[k], y[k], err_msg=f"{name}/{k}")
+        elif name != "spec.json":
+            assert open(a).read() == open(b).read(), name
+    from dare_tf.data import beam as beam_driver
+
+    bad = write(tmp_path, "bad.csv", GOOD + "7,8,9,pv\n")
+    with pytest.raises(BadLineError, match=r"bad.csv:62: expected 5 comma-separated fields, got 4"):
+        beam_driver.prepare("taobao", bad, str(tmp_path / "bad"), Protocol(min_clicks=20, train_targets=2))
+    assert not os.path.exists(tmp_path / "bad")
