@@ -15,21 +15,29 @@ being listed here):
 - `dare_tf.serving`: export, client, the stand-in test server (TensorFlow).
 
 With the TensorFlow backend (the default) `import dare_tf` also registers the
-optimizers, so that saved models that were compiled with them load.
+layers and optimizers, so that saved models that use them load.
+
+With `DARE_TF_DATA_ONLY=1` in the environment (set by the data preparation
+program, `python -m data.prepare`, and so by its Beam workers), `import
+dare_tf` imports neither Keras nor TensorFlow: preparation needs numpy and
+pyarrow only, and TensorFlow's runtime alone costs about 0.6 GB of memory.
 """
 
-from dare_tf._startup import import_tensorflow_quietly as _quiet
+import os as _os
 
-_quiet()  # before keras imports TensorFlow: filters its harmless start-up lines
+if _os.environ.get("DARE_TF_DATA_ONLY") != "1":
+    from dare_tf._startup import import_tensorflow_quietly as _quiet
 
-import keras as _keras  # noqa: E402
+    _quiet()  # before keras imports TensorFlow: filters its harmless start-up lines
 
-from dare_tf import config, data, layers, metrics, models  # noqa: E402
-from dare_tf.config import PRESETS, ModelConfig, make_config  # noqa: E402
-from dare_tf.models import INPUT_KEYS, DareModel, build_model, click_cross_entropy  # noqa: E402
+    import keras as _keras
 
-if _keras.backend.backend() == "tensorflow":
-    from dare_tf import optimizers  # noqa: E402,F401
+    from dare_tf import config, data, layers, metrics, models
+    from dare_tf.config import PRESETS, ModelConfig, make_config
+    from dare_tf.models import INPUT_KEYS, DareModel, build_model, click_cross_entropy
+
+    if _keras.backend.backend() == "tensorflow":
+        from dare_tf import optimizers  # noqa: F401
 
 __version__ = "0.2.0"
 

@@ -70,6 +70,9 @@ class RunConfigMismatchError(ValueError):
     """A run directory holds a run with another configuration."""
 
 
+# Behaviours per evaluation batch at most (B x L): bounds evaluation memory at long L.
+EVAL_BEHAVIOURS = 1 << 22
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """What a training run does.
@@ -78,7 +81,9 @@ class TrainConfig:
         preset: model preset (`dare_tf.PRESETS`).
         model_overrides: `ModelConfig` fields to override (dims, top_k, ...).
         batch_size: global training batch size.
-        eval_batch_size: evaluation batch size.
+        eval_batch_size: evaluation batch size; at long histories capped at
+            `EVAL_BEHAVIOURS // max_len` (at least `batch_size`) so that an
+            evaluation batch holds at most ~4M behaviours (8192 at L <= 512).
         learning_rate: Adam learning rate.
         epochs: passes over the training split.
         seeds: one run per seed; results report mean and std.
@@ -92,12 +97,12 @@ class TrainConfig:
         jit_compile: compile everything after the embedding lookups with XLA.
         max_steps: stop each seed after this many steps (None: all epochs).
         shuffle_buffer: examples in the shuffle buffer when the training split
-            streams from its shards.
-        in_memory_mb: the training and validation splits are decoded into
-            memory once when each takes at most this many MB (4 bytes x
-            (2 L + 4) per example): epochs are then uniform permutations,
-            with no parsing and no buffer to fill. Larger splits stream from
-            their shards through `shuffle_buffer`. 0 always streams.
+            is streamed (see `in_memory_mb`).
+        in_memory_mb: a split whose example columns take at most this many MB
+            (20 bytes per example; histories are assembled from the sequence
+            store per batch, whatever L) is indexed directly: epochs are then
+            uniform permutations cut into static batches. Larger splits
+            stream through `shuffle_buffer`. 0 always streams.
         log_every: steps between TensorBoard loss summaries.
         bn_statistics_batches: before each evaluation, BatchNorm's moving
             statistics are set to the average statistics of this many training
@@ -485,18 +490,23 @@ class _SeedRun:
 
         return self.strategy.distribute_datasets_from_function(dataset_fn)
 
+    @property
+    def eval_batch_size(self) -> int:
+        cap = max(self.config.batch_size, EVAL_BEHAVIOURS // self.model_config.max_len)
+        return min(self.config.eval_batch_size, cap)
+
     def predict(self, split: str) -> dict[str, np.ndarray]:
         if split in self.memory:
             # Every batch full-sized (the last one padded with example 0, its outputs
             # dropped): one compiled shape for all evaluations.
-            size, count = self.config.eval_batch_size, len(self.memory[split])
+            size, count = self.eval_batch_size, len(self.memory[split])
             count = count // size * size if self.config.reference_mode else count
             order = np.zeros(-(-count // size) * size, np.int64)
             order[:count] = np.arange(count)
             outputs = predict_batches(self.model, self.memory[split].batches(order, size),
                                       self.config.reference_mode, f"{self.data_dir}: the {split} split")
             return {k: v[:count] for k, v in outputs.items()}
-        return predict_split(self.model, self.data_dir, split, self.config.eval_batch_size, self.spec,
+        return predict_split(self.model, self.data_dir, split, self.eval_batch_size, self.spec,
                              drop_remainder=self.config.reference_mode, training=self.config.reference_mode)
 
     def refresh_batch_norm_statistics(self) -> None:

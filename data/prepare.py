@@ -10,11 +10,15 @@ unless --beam_options name another runner) and writes the same files.
 --output_dir is replaced only when it is absent, empty or a dataset this program wrote.
 """
 
-from absl import flags
+import os
 
-import dare_tf.cli
-from dare_tf.data.logs import FORMATS
-from dare_tf.data.protocol import Protocol, prepare
+os.environ.setdefault("DARE_TF_DATA_ONLY", "1")  # numpy and pyarrow only: no TensorFlow runtime (memory)
+
+from absl import flags  # noqa: E402
+
+import dare_tf.cli  # noqa: E402
+from dare_tf.data.logs import FORMATS  # noqa: E402
+from dare_tf.data.protocol import Protocol, prepare  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("dataset", None, sorted(FORMATS), "Format of the raw log.")

@@ -35,6 +35,8 @@ flags.DEFINE_integer("num_candidates", 200, "recommend: candidates the retrieval
                      lower_bound=1)
 flags.DEFINE_integer("top", 10, "recommend: recommendations to print.", lower_bound=1)
 flags.DEFINE_bool("explain", False, "recommend: also print the ranker's heaviest retrieved behaviours.")
+flags.DEFINE_bool("share_history", True, "recommend: send the history once for all candidates; turn off for "
+                  "a TensorFlow Serving started with --enable_batching (it needs equal batch sizes).")
 flags.DEFINE_enum("format", "table", ["table", "json"], "recommend: a markdown table or JSON.")
 flags.adopt_module_key_flags(dare_tf.cli)
 flags.mark_flags_as_required(["model_name"])
@@ -63,7 +65,7 @@ def recommend():
     clients = [ServingClient(FLAGS.server, name, timeout=FLAGS.timeout, retries=FLAGS.retries)
                for name in (FLAGS.retrieval_model, FLAGS.model_name)]
     try:
-        result = Recommender(*clients).recommend(request[HIST_ITEMS], request[HIST_CATEGORIES],
+        result = Recommender(*clients, share_history=FLAGS.share_history).recommend(request[HIST_ITEMS], request[HIST_CATEGORIES],
                                                  FLAGS.num_candidates, FLAGS.top, FLAGS.explain)
     finally:
         for client in clients:

@@ -109,12 +109,6 @@ class DatasetSpec:
     def oov_category(self) -> int:
         return self.num_categories - 1
 
-    def shard_paths(self, data_dir: str, split: str) -> list[str]:
-        if split not in self.shards:
-            raise KeyError(f"{os.path.join(data_dir, SPEC_FILE)}: no split {split!r}; "
-                           f"splits: {sorted(self.shards)}")
-        return [os.path.join(data_dir, name) for name in self.shards[split]]
-
     @classmethod
     def load(cls, data_dir: str) -> "DatasetSpec":
         path = os.path.join(data_dir, SPEC_FILE)

@@ -15,7 +15,7 @@ import zipfile
 
 import numpy as np
 
-from dare_tf.data.spec import SPLITS, DatasetSpec
+from dare_tf.data.spec import DatasetSpec
 
 EXAMPLE_COLUMNS = ("uid", "position", "target_item", "target_category", "label")
 
@@ -125,5 +125,5 @@ def load_store(data_dir: str, spec: DatasetSpec) -> SequenceStore:
     return _CACHE[key]
 
 
-__all__ = ["EXAMPLE_COLUMNS", "SPLITS", "SequenceStore", "ShardError", "check_max_len", "load_store",
+__all__ = ["EXAMPLE_COLUMNS", "SequenceStore", "ShardError", "check_max_len", "load_store",
            "read_examples", "read_shard"]

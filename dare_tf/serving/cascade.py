@@ -69,13 +69,17 @@ class Recommender:
         retrieval: the retrieval export (`dare_tf.retrieval.export`), as a
             `ServingClient` or `LocalModel`.
         ranker: a ranker export (`dare_tf.serving.export`), the same way.
+        share_history: send the history once for all N candidates (`[1, T]`,
+            which the ranker export broadcasts) rather than N copies of it
+            (`[N, T]`). TensorFlow Serving's `--enable_batching` needs every
+            input of a request to have the same batch size: turn it off there.
 
     The first call checks, through both exports' `dataset` signature, that
     they map raw ids through the same id maps, and refuses otherwise.
     """
 
-    def __init__(self, retrieval, ranker):
-        self.retrieval, self.ranker = retrieval, ranker
+    def __init__(self, retrieval, ranker, share_history: bool = True):
+        self.retrieval, self.ranker, self.share_history = retrieval, ranker, share_history
         self.checked = False
 
     def check_same_dataset(self) -> None:
@@ -115,7 +119,8 @@ class Recommender:
         candidates, candidate_categories = retrieved["items"][0, :n], retrieved["categories"][0, :n]
         ranked = self.ranker.predict_tensors(
             {TARGET_ITEM: candidates, TARGET_CATEGORY: candidate_categories,
-             HIST_ITEMS: np.repeat(items[None], n, axis=0), HIST_CATEGORIES: np.repeat(categories[None], n, axis=0)},
+             HIST_ITEMS: items[None] if self.share_history else np.repeat(items[None], n, axis=0),
+             HIST_CATEGORIES: categories[None] if self.share_history else np.repeat(categories[None], n, axis=0)},
             "explain" if explain else "serving_default")
         order = np.argsort(-ranked["probability"], kind="stable")[:top]
         result = {"items": candidates[order], "categories": candidate_categories[order],

@@ -9,7 +9,10 @@ never sees a half-written version) with these signatures:
   first; ids <= 0 in a history are padding. Raw ids are mapped in-graph
   through the dataset's id maps; unknown ids (negative targets included) go
   to the out-of-vocabulary row. Histories are clipped or left-padded to the
-  model's L, keeping the most recent. Output: `probability` `[B]`.
+  model's L, keeping the most recent. A history of batch size 1 (`[1, T]`)
+  is shared by every target of the request: scoring N candidates for one
+  user with a 10,000-behaviour history sends 2 x 10,000 ids, not N times
+  that. Output: `probability` `[B]`.
 - `explain` (Predict): also `history_index` `[B, K]` (index into the
   request's history, -1 for none) and `attention_weight` `[B, K]`; for
   SDIM (K = L, the weight is the share of hash functions that put the
@@ -115,8 +118,10 @@ class _ServingGraph:
         checks = [
             tf.debugging.assert_equal(tf.shape(target_category)[0], batch,
                                       message="target_category and target_item batch sizes differ"),
-            tf.debugging.assert_equal(tf.shape(hist_items)[0], batch,
-                                      message="hist_items and target_item batch sizes differ"),
+            tf.debugging.Assert(
+                (tf.shape(hist_items)[0] == batch) | (tf.shape(hist_items)[0] == 1),
+                ["hist_items must have the batch size of target_item, or 1 (one history shared by every "
+                 "target); got", tf.shape(hist_items)[0], "and", batch]),
             tf.debugging.assert_equal(tf.shape(hist_categories), tf.shape(hist_items),
                                       message="hist_categories and hist_items shapes differ"),
         ]
@@ -129,11 +134,13 @@ class _ServingGraph:
         dense_items = tf.where(real, self.items.lookup(hist_items), 0)
         dense_cats = tf.where(real, self.categories.lookup(hist_categories), 0)
         paddings = [[0, 0], [pad, 0]]
+        # A shared history ([1, T]) is mapped once, then repeated for every target.
+        rows = tf.stack([batch // tf.shape(hist_items)[0], 1])
         inputs = {
             TARGET_ITEM: self.items.lookup(target_item),
             TARGET_CATEGORY: self.categories.lookup(target_category),
-            HIST_ITEMS: tf.reshape(tf.pad(dense_items, paddings), [-1, self.max_len]),
-            HIST_CATEGORIES: tf.reshape(tf.pad(dense_cats, paddings), [-1, self.max_len]),
+            HIST_ITEMS: tf.reshape(tf.tile(tf.pad(dense_items, paddings), rows), [-1, self.max_len]),
+            HIST_CATEGORIES: tf.reshape(tf.tile(tf.pad(dense_cats, paddings), rows), [-1, self.max_len]),
         }
         return inputs, pad, length
 

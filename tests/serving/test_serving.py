@@ -144,7 +144,14 @@ def test_bad_inputs_give_defined_results_or_invalid_argument(setup):
     # Unknown and negative ids are defined: OOV rows, padding in histories.
     neg = dict(good, target_item=np.array([-1, 10**15], np.int64))
     assert np.all(np.isfinite(client.predict_tensors(neg)["probability"]))
+    # One history ([1, T]) is shared by every target: the same as repeating it.
+    shared = dict(good, hist_items=good["hist_items"][1:], hist_categories=good["hist_categories"][1:])
+    repeated = dict(good, hist_items=good["hist_items"][[1, 1]], hist_categories=good["hist_categories"][[1, 1]])
+    np.testing.assert_allclose(client.predict_tensors(shared)["probability"],
+                               client.predict_tensors(repeated)["probability"], atol=1e-6)
     cases = [
+        (dict(good, hist_items=np.zeros((3, 2), np.int64), hist_categories=np.zeros((3, 2), np.int64)),
+         "hist_items must have the batch size of target_item, or 1"),
         (dict(good, hist_items=good["hist_items"].astype(np.int32)), "Expects arg\\[hist_items\\] to be int64"),
         (dict(good, target_category=np.array([1], np.int64)), "batch sizes differ"),
         (dict(good, hist_categories=np.array([[1, 2, 3], [1, 2, 3]], np.int64)), "shapes differ"),
