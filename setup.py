@@ -34,7 +34,7 @@ setup(
         "tensorflow-recommenders>=0.7.7",
         "tf-keras",
     ],
-    extras_require={"test": ["pytest"], "jax": ["jax"]},
+    extras_require={"test": ["pytest"], "jax": ["jax"], "beam": ["apache-beam>=2.60"]},
     entry_points={
         "console_scripts": [
             "dare-prepare=dare_tf._programs.data.prepare:run",

@@ -26,7 +26,8 @@ class ModelConfig:
         num_items: item vocabulary size, padding row 0 included (dense ids
             1..num_items-1, as `spec.json` states it).
         num_categories: category vocabulary size, padding row 0 included.
-        max_len: history length L the model is built for.
+        max_len: history length L the model is built for (the trainers'
+            `--max_len`; default: the prepared dataset's).
         embedding_dim: item and category representation embedding width.
         position_dim: position ("time") representation embedding width.
         attention_embedding_dim: item and category attention embedding width

@@ -4,7 +4,9 @@ Usage:
   python -m trainers.train --model=dare --data_dir=data/prepared/taobao --output_dir=runs/dare
   python -m trainers.train --flagfile=configs/dare_taobao.flags --data_dir=data/prepared/taobao --output_dir=runs/dare_taobao
 
-Vocabulary sizes and the history length come from the dataset's spec.json.
+Vocabulary sizes come from the dataset's spec.json, and so does the history
+length unless --max_len chooses another (histories are assembled from the
+dataset's sequence store at any length; README, "Long histories").
 Started again with the same flags, a killed run resumes from its last
 checkpoint; other flags on a finished or started run are refused (--overwrite
 discards that run). The effective flags are written to OUT/flags.txt.
