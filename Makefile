@@ -15,8 +15,9 @@ $(STAMP): requirements.txt setup.py
 	touch $(STAMP)
 
 # The demo also hides TensorFlow's C++ runtime notices (e.g. oneDNN's int64 fallback).
+# DEMO_FLAGS=--overwrite discards runs of an earlier demo made on data of another version.
 demo: $(STAMP)
-	TF_CPP_MIN_LOG_LEVEL=3 $(PY) -m trainers.demo
+	TF_CPP_MIN_LOG_LEVEL=3 $(PY) -m trainers.demo $(DEMO_FLAGS)
 
 # Two pytest workers (pytest-xdist): the slow tests first (tests/conftest.py), one test at a
 # time, except the groups that share a module fixture (xdist_group), which stay on one worker.

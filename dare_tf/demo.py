@@ -100,7 +100,8 @@ def _two_stage(work_dir: str, data_dir: str, export_base: str, ranker_run: str) 
         server.stop(0)
 
 
-def run_demo(work_dir: str, data_root: str, taobao_sample: str, synthetic_users: int = 2000) -> None:
+def run_demo(work_dir: str, data_root: str, taobao_sample: str, synthetic_users: int = 2000,
+             overwrite: bool = False) -> None:
     import tensorflow as tf
 
     tf.get_logger().setLevel("ERROR")  # (retracing notices: each trained model traces its own functions)
@@ -130,7 +131,7 @@ def run_demo(work_dir: str, data_root: str, taobao_sample: str, synthetic_users:
     def config_for(model, dim):
         return dataclasses.replace(base, preset=model, model_overrides=dict(base.model_overrides, embedding_dim=dim))
 
-    reproduce(data_dirs, list(ANALYSED_MODELS), [16], work_dir, config_for, strategy)
+    reproduce(data_dirs, list(ANALYSED_MODELS), [16], work_dir, config_for, strategy, overwrite=overwrite)
     run_dir = os.path.join(work_dir, "synthetic", "d16", "dare")
     with open(os.path.join(run_dir, "results.json")) as f:
         _say("DARE on the synthetic log, test metrics by history length:\n" + format_results(json.load(f)))
@@ -153,7 +154,7 @@ def run_demo(work_dir: str, data_root: str, taobao_sample: str, synthetic_users:
     runs = {m: os.path.join(work_dir, "synthetic", "d16", m) for m in ANALYSED_MODELS}
     analysis_dir = os.path.join(work_dir, "analysis")
     result = run_analyses(data_dirs[0], runs, analysis_dir, AnalysisConfig(attention_dims=(16, 8, 4)),
-                          dimension_runs={16: runs["dare"]}, report=_say)
+                          dimension_runs={16: runs["dare"]}, report=_say, overwrite=overwrite)
     retrieval, grads = result["retrieval"], result["gradients"]
     _say("search-stage NDCG against the MI ground truth: " + ", ".join(
         f"{k} {v:.3f}" for k, v in retrieval["ndcg"].items()) + "; against the planted truth: " + ", ".join(

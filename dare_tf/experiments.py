@@ -9,10 +9,11 @@ from dare_tf.data.spec import DatasetSpec
 from dare_tf.training import train
 
 
-def reproduce(data_dirs, models, dims, output_dir, config_for, strategy, metric="auc"):
+def reproduce(data_dirs, models, dims, output_dir, config_for, strategy, metric="auc", overwrite=False):
     """Trains every (dataset, dim, model) cell with `config_for(model, dim)`; writes
     table1.md and table1.csv of the test `metric` (mean (std) over seeds).
-    Finished cells are reused and interrupted ones resumed."""
+    Finished cells are reused and interrupted ones resumed; a cell holding a run of
+    another configuration or dataset is refused unless `overwrite`."""
     columns, cells = [], {}
     for data_dir in data_dirs:
         DatasetSpec.load(data_dir)  # fail early on a directory that is not a prepared dataset
@@ -22,7 +23,7 @@ def reproduce(data_dirs, models, dims, output_dir, config_for, strategy, metric=
             columns.append(column)
             for model in models:
                 out = os.path.join(output_dir, name, f"d{dim}", model)
-                results = train(data_dir, out, config_for(model, dim), strategy)
+                results = train(data_dir, out, config_for(model, dim), strategy, overwrite=overwrite)
                 cells[(model, column)] = (results["test"][metric], results["test_std"][metric])
     write_tables(output_dir, models, columns, cells, metric)
     return columns, cells

@@ -685,7 +685,10 @@ def check_run_dir(output_dir: str, identity: dict, overwrite: bool = False) -> N
         # A model field added after the run was recorded, at its default value, is the
         # architecture the run had (new fields default to the earlier behaviour).
         defaults = {f"model_config.{f.name}": f.default for f in dataclasses.fields(ModelConfig)}
-        differ = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k)
+        # Presentation fields do not define a run (runs recorded before a field became one
+        # still list it).
+        presentation = {f"train_config.{f}" for f in PRESENTATION_FIELDS}
+        differ = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k) and k not in presentation
                         and not (k not in old and k in defaults and new.get(k) == defaults[k]))
         if not differ:
             return

@@ -32,6 +32,8 @@ flags.DEFINE_string("data_dir", "data", "Where the synthetic log and the prepare
 flags.DEFINE_string("taobao_sample", os.path.join("..", "shared", "data", "taobao", "UserBehavior_sample.csv"),
                     "The real Taobao sample.")
 flags.DEFINE_integer("synthetic_users", 2000, "Users of the synthetic log.", lower_bound=10)
+flags.DEFINE_bool("overwrite", False, "Discard runs in --work_dir of another configuration or dataset (e.g. "
+                                      "an earlier version's demo): make demo DEMO_FLAGS=--overwrite.")
 flags.adopt_module_key_flags(dare_tf.cli)
 
 
@@ -40,7 +42,7 @@ def main(argv):
     logging.set_verbosity(logging.WARNING)
     from dare_tf import demo
 
-    demo.run_demo(FLAGS.work_dir, FLAGS.data_dir, FLAGS.taobao_sample, FLAGS.synthetic_users)
+    demo.run_demo(FLAGS.work_dir, FLAGS.data_dir, FLAGS.taobao_sample, FLAGS.synthetic_users, FLAGS.overwrite)
 
 
 def run():

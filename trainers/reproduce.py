@@ -23,6 +23,7 @@ flags.DEFINE_list("models", ["dare", "twin", "twin_hard", "twin_proj", "twin_no_
 flags.DEFINE_list("dims", ["16"], "Embedding dims.")
 flags.DEFINE_enum("metric", "auc", ["auc", "gauc", "category_auc", "logloss"], "Test metric in the table.")
 flags.DEFINE_string("output_dir", None, "Where runs and tables go.")
+flags.DEFINE_bool("overwrite", False, "Discard a cell's run of another configuration or dataset.")
 dare_tf.cli.define_train_flags(with_model=False)
 flags.adopt_module_key_flags(dare_tf.cli)
 flags.mark_flags_as_required(["data_dirs", "output_dir"])
@@ -48,7 +49,8 @@ def main(argv):
         return dataclasses.replace(base, preset=model,
                                    model_overrides=dict(base.model_overrides, embedding_dim=dim))
 
-    reproduce(FLAGS.data_dirs, FLAGS.models, dims, FLAGS.output_dir, config_for, strategy, FLAGS.metric)
+    reproduce(FLAGS.data_dirs, FLAGS.models, dims, FLAGS.output_dir, config_for, strategy, FLAGS.metric,
+              FLAGS.overwrite)
 
 
 def run():

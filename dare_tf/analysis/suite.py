@@ -334,7 +334,7 @@ class _Suite:
                 "steps_to_reference_best": reach}
 
     # -- 6. attention-dimension cut ------------------------------------------------------
-    def dimensions(self, dimension_runs: dict[int, str] | None) -> dict:
+    def dimensions(self, dimension_runs: dict[int, str] | None, overwrite: bool = False) -> dict:
         from dare_tf.training import TrainConfig, train
 
         cfg = self.config
@@ -350,7 +350,7 @@ class _Suite:
                 eval_every=10**9, learning_rate=cfg.learning_rate, seeds=(cfg.seed,), verbose=0,
                 model_overrides=dict(embedding_dim=rep_dim, attention_embedding_dim=width,
                                      attention_position_dim=width, top_k=min(20, self.spec.max_len))),
-                report=self.say)
+                report=self.say, overwrite=overwrite)
             runs[width] = run_dir
         x = {k: self.test[k][: cfg.timing_batch] for k in MODEL_INPUTS}
         rows = []
@@ -366,13 +366,15 @@ class _Suite:
 
 
 def run_analyses(data_dir: str, runs: dict[str, str], output_dir: str, config: AnalysisConfig = AnalysisConfig(),
-                 analyses=ANALYSES, dimension_runs: dict[int, str] | None = None, report=print) -> dict:
+                 analyses=ANALYSES, dimension_runs: dict[int, str] | None = None, report=print,
+                 overwrite: bool = False) -> dict:
     """Runs `analyses` on the trained `runs` (label -> run directory of
     `trainers.train`; the label `twin` is the convergence reference) and writes
     `output_dir/analysis.json`, `output_dir/figures/*.png` and
     `output_dir/report.md`; returns the JSON's content. `dimension_runs` maps
     attention widths to given DARE runs; missing widths of
-    `config.attention_dims` are trained into `output_dir/dimension_runs/`."""
+    `config.attention_dims` are trained into `output_dir/dimension_runs/`
+    (`overwrite`: discarding a run there of another configuration or dataset)."""
     unknown = sorted(set(analyses) - set(ANALYSES))
     if unknown:
         raise ValueError(f"analyses: unknown {unknown}; known: {', '.join(ANALYSES)}")
@@ -390,7 +392,7 @@ def run_analyses(data_dir: str, runs: dict[str, str], output_dir: str, config: A
             continue
         started = time.perf_counter()
         report(f"analysis: {name}")
-        out[name] = suite.dimensions(dimension_runs) if name == "dimensions" else getattr(suite, name)()
+        out[name] = suite.dimensions(dimension_runs, overwrite) if name == "dimensions" else getattr(suite, name)()
         out["seconds"][name] = time.perf_counter() - started
     out["figures"] = suite.figures
     atomic_json(os.path.join(output_dir, "analysis.json"), out)
