@@ -135,7 +135,7 @@ class _ServingGraph:
         dense_cats = tf.where(real, self.categories.lookup(hist_categories), 0)
         paddings = [[0, 0], [pad, 0]]
         # A shared history ([1, T]) is mapped once, then repeated for every target.
-        rows = tf.stack([batch // tf.shape(hist_items)[0], 1])
+        rows = tf.stack([batch // tf.maximum(tf.shape(hist_items)[0], 1), 1])
         inputs = {
             TARGET_ITEM: self.items.lookup(target_item),
             TARGET_CATEGORY: self.categories.lookup(target_category),
