@@ -19,6 +19,14 @@ from dare_tf.data.store import SequenceStore, check_max_len, load_store, read_ex
 DEFAULT_SHUFFLE_BUFFER = 100_000
 
 
+def _store_tensors(store: SequenceStore) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """The store's arrays as tensors, made once per store (every split and every
+    evaluation's dataset share them)."""
+    if getattr(store, "_tensors", None) is None:
+        store._tensors = (tf.constant(store.items), tf.constant(store.categories), tf.constant(store.start))
+    return store._tensors
+
+
 class InMemorySplit:
     """A split's examples and the store they point into.
 
@@ -72,9 +80,9 @@ class InMemorySplit:
             c = self.columns
             self._tensors = (
                 {k: tf.constant(c[k]) for k in ("uid", "position", "target_item", "target_category")},
-                tf.constant(self.labels), tf.constant(self.store.items), tf.constant(self.store.categories),
-                tf.constant(self.store.start))
-        columns, labels, items, categories, start = self._tensors
+                tf.constant(self.labels))
+        columns, labels = self._tensors
+        items, categories, start = _store_tensors(self.store)
         offsets = tf.range(-self.max_len, 0, dtype=tf.int64)
 
         def assemble(i):

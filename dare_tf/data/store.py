@@ -56,6 +56,7 @@ class SequenceStore:
 
     def __init__(self, items: np.ndarray, categories: np.ndarray, start: np.ndarray, length: np.ndarray):
         self.items, self.categories, self.start, self.length = items, categories, start, length
+        self._tensors = None  # TensorFlow copies, made once by dare_tf.data.pipeline
 
     @property
     def nbytes(self) -> int:
