@@ -15,7 +15,7 @@ The driver reads the file once (its sha256 and its blocks cut at line ends,
 4. users are grouped into the protocol's chunks, whose examples and
    negatives `chunk_examples` draws (seeded per chunk, as in memory);
 5. each shard (whole users, in order) is written by one worker.
-Steps 3's rankings hold one entry per distinct user, item and category on
+Step 3's rankings hold one entry per distinct user, item and category on
 one worker (the id maps), not one per click.
 """
 
