@@ -18,12 +18,17 @@ With the TensorFlow backend (the default) `import dare_tf` also registers the
 layers and optimizers, so that saved models that use them load.
 
 With `DARE_TF_DATA_ONLY=1` in the environment (set by the data preparation
-program, `python -m data.prepare`, and so by its Beam workers), `import
-dare_tf` imports neither Keras nor TensorFlow: preparation needs numpy and
-pyarrow only, and TensorFlow's runtime alone costs about 0.6 GB of memory.
+program, `python -m data.prepare`, and so by its Beam workers), and in the
+`dare-prepare` console script, `import dare_tf` imports neither Keras nor
+TensorFlow: preparation needs numpy and pyarrow only, and TensorFlow's
+runtime alone costs about 0.6 GB of memory.
 """
 
 import os as _os
+import sys as _sys
+
+if _os.path.basename((getattr(_sys, "argv", None) or [""])[0]) == "dare-prepare":
+    _os.environ.setdefault("DARE_TF_DATA_ONLY", "1")
 
 if _os.environ.get("DARE_TF_DATA_ONLY") != "1":
     from dare_tf._startup import import_tensorflow_quietly as _quiet

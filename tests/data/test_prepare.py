@@ -446,3 +446,13 @@ def test_beam_pipeline_writes_what_the_in_memory_path_writes(taobao, tmp_path):
     with pytest.raises(BadLineError, match=r"bad.csv:62: expected 5 comma-separated fields, got 4"):
         beam_driver.prepare("taobao", bad, str(tmp_path / "bad"), Protocol(min_clicks=20, train_targets=2))
     assert not os.path.exists(tmp_path / "bad")
+
+
+def test_preparation_imports_neither_tensorflow_nor_keras():
+    """Preparation needs numpy and pyarrow only (TensorFlow's runtime alone is ~0.6 GB)."""
+    code = ("import sys, data.prepare, dare_tf.data.beam; "
+            "print(sorted(m for m in ('tensorflow', 'keras', 'jax') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                            env={k: v for k, v in os.environ.items() if k != "DARE_TF_DATA_ONLY"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "[]"
