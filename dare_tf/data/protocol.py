@@ -26,6 +26,7 @@ write the same files. The dataset directory appears complete or not at all.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -157,6 +158,11 @@ class LogStatistics:
     def num_items(self) -> int:
         return len(self.item_category)
 
+    @functools.cached_property
+    def clickable(self) -> int:
+        """Items clicked at least once (the most negatives a user could have)."""
+        return int((np.diff(self.item_cdf, prepend=0) > 0).sum())
+
     def chunks(self):
         """`(chunk index, dense user ids)` of the qualifying users, `USERS_PER_CHUNK` at a time."""
         for c, lo in enumerate(range(0, len(self.qualifying), USERS_PER_CHUNK)):
@@ -164,11 +170,12 @@ class LogStatistics:
 
 
 def sample_negatives(chunk: int, sequences: list[np.ndarray], per_user: int, stats: LogStatistics,
-                     seed: int) -> np.ndarray:
+                     seed: int, users=None) -> np.ndarray:
     """`[len(sequences), per_user]` negatives of one chunk of users: items drawn
     with probability proportional to click frequency, rejected if the user
     (row) clicked them anywhere in the log. The stream is seeded by
-    `(seed, chunk)`, so chunks can be drawn in any order or in parallel."""
+    `(seed, chunk)`, so chunks can be drawn in any order or in parallel.
+    `users` (dense ids of the rows) only name a user in errors."""
     n = len(sequences)
     out = np.zeros((n, per_user), np.int64)
     if per_user == 0 or n == 0:
@@ -176,9 +183,10 @@ def sample_negatives(chunk: int, sequences: list[np.ndarray], per_user: int, sta
     num_items, total = stats.num_items, int(stats.item_cdf[-1])
     clicked = np.unique(np.concatenate([r * num_items + np.asarray(s, np.int64) for r, s in enumerate(sequences)]))
     distinct = np.bincount(clicked // num_items, minlength=n)
-    clickable = int((np.diff(stats.item_cdf, prepend=0) > 0).sum())
-    if (distinct >= clickable).any():
-        raise ValueError(f"a user of chunk {chunk} clicked every item of the log, so no negative can be drawn for it")
+    exhausted = np.flatnonzero(distinct >= stats.clickable)
+    if len(exhausted):
+        who = f"dense id {int(users[exhausted[0]])}" if users is not None else f"row {int(exhausted[0])} of chunk {chunk}"
+        raise ValueError(f"user with {who} clicked every item of the log, so no negative can be drawn for it")
     rng = np.random.default_rng([seed, chunk])
     filled = np.zeros(n, np.int64)
     pending = np.arange(n)
@@ -218,7 +226,7 @@ def chunk_examples(chunk: int, users: np.ndarray, items: list[np.ndarray], categ
     offsets = protocol.target_offsets()
     group = 1 + protocol.negatives
     per_user = sum(len(o) for o in offsets.values()) * protocol.negatives
-    negatives = sample_negatives(chunk, items, per_user, stats, protocol.seed)
+    negatives = sample_negatives(chunk, items, per_user, stats, protocol.seed, users)
     lengths = np.array([len(s) for s in items], np.int64)
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     flat_items, flat_categories = np.concatenate(items), np.concatenate(categories)

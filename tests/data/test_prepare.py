@@ -456,3 +456,10 @@ def test_preparation_imports_neither_tensorflow_nor_keras():
                             env={k: v for k, v in os.environ.items() if k != "DARE_TF_DATA_ONLY"})
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "[]"
+
+
+def test_a_user_who_clicked_every_item_is_named(tmp_path):
+    log = write(tmp_path, "all.csv", "".join(f"{u},{i},1,pv,{1511500000 + i}\n" for u in (7, 8) for i in range(30)))
+    with pytest.raises(ValueError, match="user with dense id 1 clicked every item of the log, so no negative"):
+        prepare("taobao", log, str(tmp_path / "out"), Protocol(min_clicks=20, train_targets=2))
+    assert not os.path.exists(tmp_path / "out")
