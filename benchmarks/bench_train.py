@@ -99,7 +99,7 @@ print(json.dumps({"samples_per_s": batch / times[len(times) // 2], "mean_samples
 
 # One configuration at one history length: the store pipeline's batches into the train function.
 LONG_SCRIPT = r"""
-import os, sys, time, json, resource
+import os, sys, json, resource
 sys.path.insert(0, sys.argv[1])
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
 import numpy as np
@@ -126,16 +126,8 @@ model.compile(optimizer=training.make_optimizer("adam", 0.01))
 model.make_train_function()
 order = np.concatenate([rng.permutation(n) for _ in range(200)])
 iterator = iter(split.batches(order, batch).map(lambda x, y: ({k: x[k] for k in dare_tf.data.MODEL_INPUTS}, y)))
-step = lambda: model.train_function(iterator)
-for _ in range(3):
-    step()
-times = []
-start = time.perf_counter()
-while time.perf_counter() - start < seconds or len(times) < 5:
-    t0 = time.perf_counter(); out = step(); float(out["loss"])
-    times.append(time.perf_counter() - t0)
-times.sort()
-median = times[len(times) // 2]
+from benchmarks.common import time_call
+median = time_call(lambda: float(model.train_function(iterator)["loss"]), min_seconds=seconds, warmup=3)
 print(json.dumps({"samples_per_s": batch / median, "us_per_behaviour": 1e6 * median / (batch * L),
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "retrieved_only": model.retrieved_representation_only()}))

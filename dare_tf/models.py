@@ -12,6 +12,7 @@ from dare_tf.config import ModelConfig, make_config
 from dare_tf.data.spec import MODEL_INPUTS as INPUT_KEYS
 from dare_tf.layers import (BehaviorClustering, BehaviorEmbedding, DINAttention, HashSamplingPooling,
                             PredictionHead, TargetAttentionPooling, TopKBehaviorSearch, scaled_dot_scores)
+from dare_tf.layers.embedding import ROLES, ROLES_BEFORE_SEARCH
 from dare_tf.layers.pooling import target_aware
 from dare_tf.layers.search import PADDING_SCORE, hamming_priority, hard_search_priority
 
@@ -208,16 +209,19 @@ class DareModel(keras.Model):
         lookups_outside = (keras.backend.backend() == "tensorflow" and self.jit_compile_dense
                            and self.sparse_embedding_gradients)
         return (cfg.coupling in ("decoupled", "four") and self.search is not None and self.clustering is None
-                and not cfg.use_history_mean and not lookups_outside
-                and not (self.aux_head is not None and cfg.search == "soft" and cfg.aux_attention == "all"))
+                and not cfg.use_history_mean and not lookups_outside and not self._aux_attends_all())
+
+    def _aux_attends_all(self) -> bool:
+        """The reference's auxiliary head: attention over every non-padded slot."""
+        cfg = self.model_config
+        return self.aux_head is not None and cfg.search == "soft" and cfg.aux_attention == "all"
 
     def _looked_up_roles(self) -> tuple[str, ...]:
-        roles = ("target_attention", "history_attention", "target_representation", "history_representation")
-        return roles[:3] if self.retrieved_representation_only() else roles
+        """The roles the forward pass looks up before its search."""
+        return ROLES_BEFORE_SEARCH if self.retrieved_representation_only() else ROLES
 
     def _stages(self, rows, ids, training) -> dict:
-        roles = self._looked_up_roles()
-        return self.stages_from_embeddings(self.embedding.combine(rows, roles), ids, training)
+        return self.stages_from_embeddings(self.embedding.combine(rows, self._looked_up_roles()), ids, training)
 
     def stages_from_embeddings(self, emb: dict, ids, training=False) -> dict:
         """`forward`'s outputs from the four role embeddings of `BehaviorEmbedding`
@@ -248,12 +252,12 @@ class DareModel(keras.Model):
                 ops.arange(ops.shape(hist_items)[1], dtype="int32")[None, :], ops.shape(hist_items))
             aux_pooled = pooled
         else:
-            late = values is None
-            if late:  # the search only selects: no gradient through its [B, L] scores
-                query_s, keys = ops.stop_gradient(query), ops.stop_gradient(keys)
+            late = values is None  # the search only selects: no gradient through its [B, L] scores
+            search_query = ops.stop_gradient(query) if late else query
+            keys = ops.stop_gradient(keys) if late else keys
             search_keys, search_values, search_mask, bias = self.search_space(keys, values, hist_categories, mask)
-            positions, scores, valid = self.search(query_s if late else query, search_keys, search_mask,
-                                                   target_category, hist_categories, score_bias=bias)
+            positions, scores, valid = self.search(search_query, search_keys, search_mask, target_category,
+                                                   hist_categories, score_bias=bias)
             if late:
                 # The K kept slots are looked up again and rescored with gradients: the
                 # same values (`scores` exactly), gradients through K rows, not L.
@@ -267,7 +271,7 @@ class DareModel(keras.Model):
                 pooled, weights = self.pooling(v_t, search_values, scores, valid, positions=positions,
                                                return_attention_weights=True)
             aux_pooled = pooled
-            if self.aux_head is not None and cfg.search == "soft" and cfg.aux_attention == "all":
+            if self._aux_attends_all():
                 # The reference's auxiliary head sees attention over every
                 # non-padded slot, not only the retrieved ones.
                 aux_pooled = self.pooling(v_t, values, self.search.score(query, keys, mask), mask)

@@ -73,6 +73,7 @@ class RunConfigMismatchError(ValueError):
 # Behaviours per evaluation batch at most (B x L): bounds evaluation memory at long L.
 EVAL_BEHAVIOURS = 1 << 22
 
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """What a training run does.

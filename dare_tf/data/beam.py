@@ -29,11 +29,10 @@ import numpy as np
 from absl import logging
 
 from dare_tf.data.logs import FORMATS, parse_block, plan_blocks
-from dare_tf.data.protocol import (EXAMPLE_COLUMNS, STORE_CLICK_COLUMNS, STORE_USER_COLUMNS, USERS_PER_CHUNK,
-                                   LogStatistics, Protocol, check_output_dir, chunk_examples, concat_columns,
+from dare_tf.data.protocol import (USERS_PER_CHUNK, LogStatistics, Protocol, check_output_dir, chunk_examples,
                                    make_spec, no_user_qualifies, preparation_id, write_id_maps, write_prepared,
-                                   write_shard)
-from dare_tf.data.spec import SPLITS, example_shard_name, store_shard_name
+                                   write_user_shard)
+from dare_tf.data.spec import SPLITS
 
 MANIFEST = ".beam-manifest.json"  # written by the pipeline into the staging directory, read and removed
 
@@ -54,11 +53,6 @@ def _user_sequence(element, tmall: bool):
     keys, items, categories, times = (np.concatenate([p[i] for p in parts]) for i in range(4))
     order = np.lexsort((keys, times)) if tmall else np.argsort(keys)
     return user, int(keys.min()), items[order], categories[order], keys[order]
-
-
-def _rank(pairs) -> list:
-    """Ids sorted by their first-appearance key: `[(key, raw id), ...]` -> raw ids."""
-    return [raw for _, raw in sorted(pairs)]
 
 
 def _user_summaries(sequence, ranks: dict, tmall: bool):
@@ -83,10 +77,16 @@ def _merge_summaries(values):
     return first, last[1], last[2], sum(v[3] for v in values)
 
 
-def _statistics(user_ranks, summaries, protocol: Protocol) -> dict:
+def _user_ranks(users: dict) -> dict:
+    """Raw user -> rank (dense id - 1), in order of first appearance, from
+    `{raw user: (first file key, clicks)}`."""
+    return {u: r for r, u in enumerate(sorted(users, key=lambda u: users[u][0]))}
+
+
+def _statistics(users, ranks, summaries, protocol: Protocol) -> dict:
     """The side input of the chunk stage: `LogStatistics`, the id maps and the
     dense id of every raw id."""
-    raw_users = [u for u, _ in sorted(user_ranks.items(), key=lambda kv: kv[1][0])]
+    raw_users = sorted(ranks, key=ranks.get)
     items = sorted(((v[0], k[1], v) for k, v in summaries if k[0] == "item"))
     categories = sorted(((v[0], k[1]) for k, v in summaries if k[0] == "category"))
     item_dense = {raw: i + 1 for i, (_, raw, _) in enumerate(items)}
@@ -97,13 +97,13 @@ def _statistics(user_ranks, summaries, protocol: Protocol) -> dict:
     for _, raw, (_, _, category, count) in items:
         item_category[item_dense[raw]] = category_dense[category]
         counts[item_dense[raw]] = count
-    lengths = np.array([user_ranks[u][1] for u in raw_users], np.int64)
+    lengths = np.array([users[u][1] for u in raw_users], np.int64)
     qualifying = np.flatnonzero(lengths >= protocol.min_clicks) + 1  # dense ids, ascending
     return {"stats": LogStatistics(item_category=item_category, item_cdf=np.cumsum(counts), qualifying=qualifying,
                                    num_users=len(raw_users) + 1),
             "raw_items": [raw for _, raw, _ in items], "raw_categories": [raw for _, raw in categories],
             "raw_users": raw_users, "item_dense": item_dense, "category_dense": category_dense,
-            "user_dense": {u: i + 1 for i, u in enumerate(raw_users)},
+            "user_dense": {u: r + 1 for u, r in ranks.items()},
             "index": {int(u): i for i, u in enumerate(qualifying)}, "longest": int(lengths.max())}
 
 
@@ -130,13 +130,7 @@ def _chunk_outputs(element, side: dict, protocol: Protocol):
 def _write_shard(element, directory: str, preparation: str):
     (kind, shard), parts = element
     parts = [p for _, p in sorted(parts, key=lambda p: p[0])]
-    if kind == "store":
-        name, columns = store_shard_name(shard), concat_columns(parts, STORE_USER_COLUMNS + STORE_CLICK_COLUMNS)
-        count = int(columns["length"].sum())
-    else:
-        name, columns = example_shard_name(kind, shard), concat_columns(parts, EXAMPLE_COLUMNS)
-        count = len(columns["uid"])
-    return kind, shard, name, write_shard(os.path.join(directory, name), preparation, columns), count
+    return (kind, shard, *write_user_shard(directory, kind, shard, parts, preparation))
 
 
 def _write_manifest(shards, side: dict, directory: str, source: dict) -> None:
@@ -163,16 +157,15 @@ def build_pipeline(pipeline, path: str, fmt, plan, protocol: Protocol, directory
                  | "GroupUsers" >> beam.GroupByKey()
                  | "Order" >> beam.Map(_user_sequence, tmall=tmall))
     # Raw user -> (first file key, clicks); dense user ids follow the first keys.
-    user_ranks = (sequences | "UserFirst" >> beam.Map(lambda s: (s[0], (s[1], len(s[2]))))
-                  | "UserMap" >> beam.combiners.ToDict())
-    ranks = beam.pvalue.AsSingleton(
-        user_ranks | "Ranks" >> beam.Map(lambda d: {u: r for r, u in enumerate(_rank((v[0], u) for u, v in d.items()))}))
+    users = (sequences | "UserFirst" >> beam.Map(lambda s: (s[0], (s[1], len(s[2]))))
+             | "UserMap" >> beam.combiners.ToDict())
+    ranks = beam.pvalue.AsSingleton(users | "Ranks" >> beam.Map(_user_ranks))
     merged = (sequences | "Summaries" >> beam.FlatMap(_user_summaries, ranks, tmall)
               | "MergeSummaries" >> beam.CombinePerKey(_merge_summaries)
               | "AllSummaries" >> beam.combiners.ToList())
     side = beam.pvalue.AsSingleton(
-        user_ranks | "Statistics" >> beam.Map(lambda r, s: _statistics(r, s, protocol),
-                                             beam.pvalue.AsSingleton(merged)))
+        users | "Statistics" >> beam.Map(lambda u, r, s: _statistics(u, r, s, protocol),
+                                         ranks, beam.pvalue.AsSingleton(merged)))
 
     def to_chunks(seq, side_):
         user, _, items, categories, _ = seq

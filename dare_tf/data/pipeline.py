@@ -156,11 +156,6 @@ def make_dataset(
         max_len: history length L of the assembled windows; defaults to the
             dataset's (`spec.json`). Longer than a user's history: left-padded.
     """
-    if max_len is not None:
-        check_max_len(max_len)
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    split_data = InMemorySplit.load(data_dir, split, spec, max_len)
-    return split_data.stream(batch_size, shuffle=split == "train" if shuffle is None else shuffle,
-                             shuffle_buffer=shuffle_buffer, repeat=repeat, drop_remainder=drop_remainder,
-                             deterministic=deterministic, seed=seed)
+    return InMemorySplit.load(data_dir, split, spec, max_len).stream(
+        batch_size, shuffle=split == "train" if shuffle is None else shuffle, shuffle_buffer=shuffle_buffer,
+        repeat=repeat, drop_remainder=drop_remainder, deterministic=deterministic, seed=seed)

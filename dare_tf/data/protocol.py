@@ -38,8 +38,9 @@ from absl import logging
 
 from dare_tf._files import clean_stale, describe_entries, replace_directory, staging_dir
 from dare_tf.data.logs import FORMATS, Clicks, read_clicks
-from dare_tf.data.spec import (FORMAT, ID_MAP_FILES, LEGACY_FORMATS, SPEC_FILE, SPLITS, DatasetSpec,
-                               example_shard_name, store_shard_name)
+from dare_tf.data.spec import (EXAMPLE_COLUMNS, FORMAT, ID_MAP_FILES, LEGACY_FORMATS, SPEC_FILE, SPLITS,
+                               STORE_CLICK_COLUMNS, STORE_USER_COLUMNS, DatasetSpec, example_shard_name,
+                               store_shard_name)
 
 USERS_PER_CHUNK = 256
 MAX_NEGATIVE_ROUNDS = 1000
@@ -210,12 +211,6 @@ def sample_negatives(chunk: int, sequences: list[np.ndarray], per_user: int, sta
                        f"{MAX_NEGATIVE_ROUNDS} rounds: they clicked nearly every frequent item")
 
 
-# Columns of an example shard, and of a store shard (per user, then per click).
-EXAMPLE_COLUMNS = ("uid", "position", "target_item", "target_category", "label")
-STORE_USER_COLUMNS = ("uid", "length")
-STORE_CLICK_COLUMNS = ("items", "categories")
-
-
 def chunk_examples(chunk: int, users: np.ndarray, items: list[np.ndarray], categories: list[np.ndarray],
                    stats: LogStatistics, protocol: Protocol) -> dict[str, dict[str, np.ndarray]]:
     """The examples of one chunk of users (dense ids `users`, their click
@@ -264,23 +259,39 @@ def concat_columns(parts: list[dict[str, np.ndarray]], names) -> dict[str, np.nd
             for k in names}
 
 
-class _ShardWriter:
-    """Collects whole users of one kind of shard (a split's examples, or the
-    store) and writes a shard each `users_per_shard` users."""
+def write_user_shard(directory: str, kind: str, index: int, parts: list[dict[str, np.ndarray]],
+                     preparation: str) -> tuple[str, int, int]:
+    """Shard `index` of `kind` (a split's examples, or `store`) from its users'
+    columns, in user order; returns its name, size in bytes, and rows (examples,
+    or the store's clicks). Both drivers write every shard through it."""
+    if kind == "store":
+        name, columns = store_shard_name(index), concat_columns(parts, STORE_USER_COLUMNS + STORE_CLICK_COLUMNS)
+        count = int(columns["length"].sum())
+    else:
+        name, columns = example_shard_name(kind, index), concat_columns(parts, EXAMPLE_COLUMNS)
+        count = len(columns["uid"])
+    return name, write_shard(os.path.join(directory, name), preparation, columns), count
 
-    def __init__(self, directory: str, kind: str, users_per_shard: int, preparation: str):
+
+class _ShardWriter:
+    """Collects whole users of one kind of shard (a split's examples, with
+    `rows_per_user` rows each, or the store) and writes a shard each
+    `users_per_shard` users."""
+
+    def __init__(self, directory: str, kind: str, users_per_shard: int, preparation: str,
+                 rows_per_user: int | None = None):
         self.directory, self.kind, self.users_per_shard = directory, kind, users_per_shard
-        self.preparation = preparation
+        self.preparation, self.rows_per_user = preparation, rows_per_user
         self.sizes: dict[str, int] = {}
         self.count = 0
         self._parts: list[tuple[int, dict]] = []  # (users, columns)
+        self._pending = 0  # users in _parts
 
     def write(self, users: int, columns: dict[str, np.ndarray]) -> None:
-        """Adds `users` users' rows (their columns; must not cross a shard boundary
-        in the middle of a call: callers pass one chunk, and chunks divide into users)."""
+        """Adds `users` users' columns; full shards are written at once."""
         self._parts.append((users, columns))
-        self.count += len(columns["uid"]) if self.kind != "store" else int(columns["length"].sum())
-        while sum(u for u, _ in self._parts) >= self.users_per_shard:
+        self._pending += users
+        while self._pending >= self.users_per_shard:
             self._flush(self.users_per_shard)
 
     def _flush(self, users: int) -> None:
@@ -290,37 +301,29 @@ class _ShardWriter:
                 taken.append(cols)
                 need -= n
             elif need > 0:
-                head, tail = split_users(self.kind, cols, need)
+                head, tail = self._split(cols, need)
                 taken.append(head)
                 rest.append((n - need, tail))
                 need = 0
             else:
                 rest.append((n, cols))
-        self._parts = rest
-        names = (STORE_USER_COLUMNS + STORE_CLICK_COLUMNS) if self.kind == "store" else EXAMPLE_COLUMNS
-        name = (store_shard_name if self.kind == "store" else
-                lambda i: example_shard_name(self.kind, i))(len(self.sizes))
-        self.sizes[name] = write_shard(os.path.join(self.directory, name), self.preparation,
-                                       concat_columns(taken, names))
+        self._parts, self._pending = rest, self._pending - users
+        name, size, count = write_user_shard(self.directory, self.kind, len(self.sizes), taken, self.preparation)
+        self.sizes[name] = size
+        self.count += count
+
+    def _split(self, columns: dict[str, np.ndarray], users: int):
+        """`columns` of several users cut after the first `users` of them."""
+        if self.kind != "store":
+            rows = users * self.rows_per_user
+            return {k: v[:rows] for k, v in columns.items()}, {k: v[rows:] for k, v in columns.items()}
+        clicks = int(columns["length"][:users].sum())
+        cut = {**{k: users for k in STORE_USER_COLUMNS}, **{k: clicks for k in STORE_CLICK_COLUMNS}}
+        return {k: v[:cut[k]] for k, v in columns.items()}, {k: v[cut[k]:] for k, v in columns.items()}
 
     def close(self) -> None:
-        pending = sum(u for u, _ in self._parts)
-        if pending or not self.sizes:  # an empty split still gets one (empty) shard
-            self._flush(pending)
-
-
-def split_users(kind: str, columns: dict[str, np.ndarray], users: int):
-    """`columns` of several users cut after the first `users` of them."""
-    if kind == "store":
-        clicks = int(columns["length"][:users].sum())
-        head = {k: columns[k][:users] for k in STORE_USER_COLUMNS}
-        head.update({k: columns[k][:clicks] for k in STORE_CLICK_COLUMNS})
-        tail = {k: columns[k][users:] for k in STORE_USER_COLUMNS}
-        tail.update({k: columns[k][clicks:] for k in STORE_CLICK_COLUMNS})
-        return head, tail
-    boundaries = np.flatnonzero(np.diff(columns["uid"])) + 1
-    rows = int(boundaries[users - 1]) if users - 1 < len(boundaries) else len(columns["uid"])
-    return {k: v[:rows] for k, v in columns.items()}, {k: v[rows:] for k, v in columns.items()}
+        if self._pending or not self.sizes:  # an empty split still gets one (empty) shard
+            self._flush(self._pending)
 
 
 def _write_id_map(path: str, raw_ids: np.ndarray) -> None:
@@ -373,7 +376,8 @@ def build_examples(clicks: Clicks, protocol: Protocol, directory: str, preparati
     del order, user, item, category
     q_lengths = lengths[stats.qualifying]
     q_starts = np.concatenate([[0], np.cumsum(q_lengths)[:-1]])
-    writers = {s: _ShardWriter(directory, s, protocol.users_per_shard(s), preparation) for s in SPLITS}
+    writers = {s: _ShardWriter(directory, s, protocol.users_per_shard(s), preparation, protocol.examples_per_user(s))
+               for s in SPLITS}
     store = _ShardWriter(directory, "store", protocol.users_per_store_shard, preparation)
     for chunk, users in stats.chunks():
         lo = chunk * USERS_PER_CHUNK

@@ -41,6 +41,12 @@ FORMAT = "dare_tf.prepared/2"
 LEGACY_FORMATS = ("dare_tf.prepared/1",)
 
 
+# Columns of an example shard, and of a store shard (per user, then per click).
+EXAMPLE_COLUMNS = ("uid", "position", "target_item", "target_category", "label")
+STORE_USER_COLUMNS = ("uid", "length")
+STORE_CLICK_COLUMNS = ("items", "categories")
+
+
 def example_shard_name(split: str, index: int) -> str:
     return f"{split}-{index:05d}.npz"
 

@@ -15,9 +15,7 @@ import zipfile
 
 import numpy as np
 
-from dare_tf.data.spec import DatasetSpec
-
-EXAMPLE_COLUMNS = ("uid", "position", "target_item", "target_category", "label")
+from dare_tf.data.spec import EXAMPLE_COLUMNS, STORE_CLICK_COLUMNS, STORE_USER_COLUMNS, DatasetSpec
 
 
 class ShardError(ValueError):
@@ -64,7 +62,7 @@ class SequenceStore:
 
     @classmethod
     def load(cls, data_dir: str, spec: DatasetSpec) -> "SequenceStore":
-        parts = [read_shard(data_dir, name, spec, ("uid", "length", "items", "categories")) for name in spec.store]
+        parts = [read_shard(data_dir, name, spec, STORE_USER_COLUMNS + STORE_CLICK_COLUMNS) for name in spec.store]
         uid = np.concatenate([p["uid"] for p in parts]).astype(np.int64)
         lengths = np.concatenate([p["length"] for p in parts]).astype(np.int64)
         items = np.concatenate([p["items"] for p in parts])
@@ -126,5 +124,5 @@ def load_store(data_dir: str, spec: DatasetSpec) -> SequenceStore:
     return _CACHE[key]
 
 
-__all__ = ["EXAMPLE_COLUMNS", "SequenceStore", "ShardError", "check_max_len", "load_store",
+__all__ = ["SequenceStore", "ShardError", "check_max_len", "load_store",
            "read_examples", "read_shard"]

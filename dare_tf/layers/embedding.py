@@ -7,8 +7,11 @@ from keras import ops
 
 COUPLINGS = ("shared", "decoupled", "four", "projection")
 _FIELDS = ("item", "category", "position")
-_ROLES = ("target_attention", "history_attention", "target_representation", "history_representation")
-ATTENTION_ROLES = _ROLES[:2]
+ROLES = ("target_attention", "history_attention", "target_representation", "history_representation")
+ATTENTION_ROLES = ROLES[:2]
+# What a forward pass reads before its search when the history representation is
+# looked up for the retrieved slots only (`history_at`).
+ROLES_BEFORE_SEARCH = ROLES[:3]
 
 
 def _take_rows(table, rows, dtype=None):
@@ -134,11 +137,11 @@ class BehaviorEmbedding(keras.layers.Layer):
         }
         # Role -> name of the table set it reads.
         if coupling in ("shared", "projection"):
-            self._table_of_role = {role: "shared" for role in _ROLES}
+            self._table_of_role = {role: "shared" for role in ROLES}
         elif coupling == "decoupled":
-            self._table_of_role = {role: role.split("_")[1] for role in _ROLES}
+            self._table_of_role = {role: role.split("_")[1] for role in ROLES}
         else:
-            self._table_of_role = {role: role for role in _ROLES}
+            self._table_of_role = {role: role for role in ROLES}
 
     def _set_widths(self, table_set: str) -> tuple[int, int]:
         if table_set == "shared":
@@ -160,7 +163,7 @@ class BehaviorEmbedding(keras.layers.Layer):
             }
         self.projections: dict[str, keras.Variable] = {}
         if self.coupling == "projection":
-            for role in _ROLES:
+            for role in ROLES:
                 for field in self._fields():
                     width = self.position_dim if field == "position" else self.embedding_dim
                     self.projections[f"{role}_{field}"] = self.add_weight(
@@ -176,7 +179,7 @@ class BehaviorEmbedding(keras.layers.Layer):
         """Maps each role to the name of the table set that serves it."""
         return dict(self._table_of_role)
 
-    def row_ids(self, target_item, target_category, history_items, history_categories, roles=_ROLES,
+    def row_ids(self, target_item, target_category, history_items, history_categories, roles=ROLES,
                 history_positions=None) -> dict:
         """Which rows `lookup` reads for `roles`: `"{set}/{side}/{field}"` ->
         `(table, ids)`, the table variable and the ids (`[B]` or `[B, L]`)
@@ -209,7 +212,7 @@ class BehaviorEmbedding(keras.layers.Layer):
                 out.setdefault(f"{table_set}/{side}/{field}", (self.tables[table_set][field], ids[side][field]))
         return out
 
-    def lookup(self, target_item, target_category, history_items, history_categories, roles=_ROLES,
+    def lookup(self, target_item, target_category, history_items, history_categories, roles=ROLES,
                history_positions=None) -> dict:
         """Table rows of every (table set, side, field) that `roles` read:
         `"{set}/{side}/{field}"` -> `[B, d]` or `[B, L, d]`. Each table is
@@ -233,7 +236,7 @@ class BehaviorEmbedding(keras.layers.Layer):
                            history_positions=ops.cast(length, "int32") - slots)
         return self.combine(rows, (role,))[role]
 
-    def combine(self, gathered: dict, roles=_ROLES) -> dict:
+    def combine(self, gathered: dict, roles=ROLES) -> dict:
         """The role embeddings (all four, or those in `roles`) from `lookup`'s rows
         (projections applied); `gathered` needs the rows of those roles only."""
         outputs, joined = {}, {}
