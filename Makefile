@@ -28,4 +28,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_layers.py
 
 clean:
-	rm -rf $(VENV) runs exports data/prepared data/synthetic benchmarks/results
+	rm -rf $(VENV) runs exports data/prepared data/synthetic

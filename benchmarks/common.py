@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import sys
 import time
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -53,7 +54,9 @@ def write_json(name: str, payload: dict, path: str | None = None) -> str:
     path = path or os.path.join(RESULTS_DIR, f"{name}.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     payload = dict(payload, machine={"platform": platform.platform(), "cpus": os.cpu_count()},
-                   written=time.strftime("%Y-%m-%dT%H:%M:%S"))
+                   written=time.strftime("%Y-%m-%dT%H:%M:%S"),
+                   command=" ".join(["python", os.path.relpath(sys.argv[0], os.path.dirname(RESULTS_DIR) + "/.."),
+                                     *sys.argv[1:]]))
     with open(path, "w") as f:
         json.dump(payload, f, indent=2)
     print(f"wrote {path}")

@@ -99,11 +99,12 @@ class TrainConfig:
         max_steps: stop each seed after this many steps (None: all epochs).
         shuffle_buffer: examples in the shuffle buffer when the training split
             is streamed (see `in_memory_mb`).
-        in_memory_mb: a split whose example columns take at most this many MB
-            (20 bytes per example; histories are assembled from the sequence
-            store per batch, whatever L) is indexed directly: epochs are then
-            uniform permutations cut into static batches. Larger splits
-            stream through `shuffle_buffer`. 0 always streams.
+        in_memory_mb: a split whose example columns (of this worker's
+            partitions) take at most this many MB (20 bytes per example;
+            histories are assembled from the sequence store per batch,
+            whatever L) is read into memory once: epochs are then uniform
+            permutations cut into static batches. Larger splits stream from
+            their TFRecord shards through `shuffle_buffer`. 0 always streams.
         log_every: steps between TensorBoard loss summaries.
         bn_statistics_batches: before each evaluation, BatchNorm's moving
             statistics are set to the average statistics of this many training
@@ -212,6 +213,52 @@ def _is_chief(strategy) -> bool:
     return resolver.task_type == "worker" and resolver.task_id == 0
 
 
+def worker_index(strategy) -> tuple[int, int]:
+    """`(this worker's index, number of workers)` of a multi-worker cluster (chief
+    first), `(0, 1)` for one process."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    cluster = resolver.cluster_spec().as_dict() if resolver is not None else {}
+    tasks = [(kind, i) for kind in ("chief", "worker") for i in range(len(cluster.get(kind, [])))]
+    if len(tasks) <= 1:
+        return 0, 1
+    return tasks.index((resolver.task_type, resolver.task_id)), len(tasks)
+
+
+def worker_partitions(spec: DatasetSpec, worker: int, workers: int) -> list[int] | None:
+    """The partitions (shard indices) worker `worker` of `workers` reads: every
+    `workers`-th from its own index; None (all) for one process."""
+    if workers == 1:
+        return None
+    if spec.partitions < workers:
+        raise ValueError(f"the dataset has {spec.partitions} partitions but {workers} workers need at least one "
+                         "each: prepare it again with --partitions >= the number of workers")
+    return list(range(worker, spec.partitions, workers))
+
+
+def gather_workers(strategy, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Each array concatenated over all workers (in worker order), on every worker:
+    collective all-gathers of this worker's arrays (padded to the longest)."""
+    count = len(next(iter(arrays.values())))
+    values = {k: tf.constant(v) for k, v in arrays.items()}
+
+    @tf.function(autograph=False)
+    def gather(n, local):
+        context = tf.distribute.get_replica_context()
+        counts = context.all_gather(tf.reshape(n, [1]), axis=0)
+        size = tf.reduce_max(counts)
+        padded = {k: tf.pad(v, [[0, size - n]] + [[0, 0]] * (len(v.shape) - 1)) for k, v in local.items()}
+        return counts, {k: context.all_gather(v, axis=0) for k, v in padded.items()}
+
+    counts, gathered = strategy.run(gather, args=(tf.constant(count, tf.int64), values))
+    counts = strategy.experimental_local_results(counts)[0].numpy()
+    size = int(counts.max())
+    out = {}
+    for k, v in gathered.items():
+        v = strategy.experimental_local_results(v)[0].numpy()
+        out[k] = np.concatenate([v[i * size: i * size + int(c)] for i, c in enumerate(counts)])
+    return out
+
+
 def make_optimizer(name: str, learning_rate: float):
     """`adam`: Adam (TensorFlow's fused kernel for dense updates); `lazy_adam`: LazyAdam."""
     if name not in OPTIMIZERS:
@@ -261,11 +308,12 @@ def _compiled(model: DareModel, what: str, training: bool = False):
 
 
 def predict_split(model: DareModel, data_dir: str, split: str, batch_size: int, spec: DatasetSpec,
-                  drop_remainder: bool = False, training: bool = False) -> dict[str, np.ndarray]:
-    """Predictions over a whole split: `labels`, `probabilities`, `users`,
-    `categories` and `history_length` arrays, in the split's order."""
+                  drop_remainder: bool = False, training: bool = False, partitions=None) -> dict[str, np.ndarray]:
+    """Predictions over a whole split (or its `partitions`): `labels`,
+    `probabilities`, `users`, `categories` and `history_length` arrays, in the
+    split's file order."""
     ds = make_dataset(data_dir, split, batch_size, shuffle=False, drop_remainder=drop_remainder,
-                      deterministic=True, spec=spec, max_len=model.model_config.max_len)
+                      deterministic=True, spec=spec, max_len=model.model_config.max_len, partitions=partitions)
     return predict_batches(model, ds, training, f"{data_dir}: the {split} split")
 
 
@@ -291,10 +339,11 @@ def evaluate_outputs(outputs: dict[str, np.ndarray]) -> dict[str, float]:
                             outputs["categories"])
 
 
-def refresh_batch_norm_statistics(model: DareModel, batches) -> None:
+def refresh_batch_norm_statistics(model: DareModel, batches, combine=None) -> None:
     """Sets each BatchNorm layer's moving mean and variance to the average of the
     per-batch statistics of its input over `batches` (feature dicts) under the
-    current weights ("precise BatchNorm"); no weight changes."""
+    current weights ("precise BatchNorm"); no weight changes. `combine`
+    (`gather_workers`) averages over the batches of every worker."""
     norms = model.batch_norm_layers()
     features = _compiled(model, "features")
     sums: dict[str, list] = {}
@@ -306,6 +355,11 @@ def refresh_batch_norm_statistics(model: DareModel, batches) -> None:
             total[0] += mean.numpy()
             total[1] += variance.numpy()
         count += 1
+    if combine is not None:
+        stacked = combine({"count": np.array([count], np.float64),
+                           **{f"{n}/{i}": np.asarray(v[i], np.float64)[None] for n, v in sums.items() for i in (0, 1)}})
+        count = stacked["count"].sum()
+        sums = {n: [stacked[f"{n}/0"].sum(0), stacked[f"{n}/1"].sum(0)] for n in sums}
     for name, (mean, variance) in sums.items():
         norms[name].moving_mean.assign(mean / count)
         norms[name].moving_variance.assign(variance / count)
@@ -429,17 +483,33 @@ class _SeedRun:
         os.makedirs(self.work_dir, exist_ok=True)
         self.manager = tf.train.CheckpointManager(
             self.checkpoint, os.path.join(self.work_dir, "checkpoints"), max_to_keep=2)
-        count, batch = spec.counts["train"], config.batch_size
-        # In memory, the epochs' permutations run back to back, cut into full batches
-        # (static shapes: LazyAdam's step ran 2x faster with them); streamed, every
-        # epoch ends with its partial batch, dropped when distributed.
-        self.steps_per_epoch = (count // batch if self.distributed or "train" in self.memory
-                                else math.ceil(count / batch))
+        # Each worker reads its own partitions (users) of every split: per-worker input and
+        # store memory ~1/W. Every worker runs the same steps per epoch: the fewest full
+        # local batches any worker's partitions hold (the rest of a larger partition set is
+        # left out of that epoch, a different rest each epoch as the order is reshuffled).
+        self.worker, self.workers = worker_index(strategy)
+        self.partitions = worker_partitions(spec, self.worker, self.workers)
+        self.local_batch = config.batch_size // self.workers
+        if self.workers > 1:
+            if config.batch_size % self.workers:
+                raise ValueError(f"batch_size={config.batch_size} must be divisible by the {self.workers} workers")
+            counts = [sum(spec.records(n) for n in spec.shard_files("train", worker_partitions(spec, w, self.workers)))
+                      for w in range(self.workers)]
+            self.steps_per_epoch = min(counts) // self.local_batch
+            self.total_steps = self.steps_per_epoch * config.epochs
+        else:
+            count, batch = spec.counts["train"], config.batch_size
+            # In memory, the epochs' permutations run back to back, cut into full batches
+            # (static shapes: LazyAdam's step ran 2x faster with them); streamed, every
+            # epoch ends with its partial batch, dropped when distributed.
+            self.steps_per_epoch = (count // batch if self.distributed or "train" in self.memory
+                                    else math.ceil(count / batch))
+            self.total_steps = (config.epochs * count // batch if "train" in self.memory
+                                else self.steps_per_epoch * config.epochs)
         if self.steps_per_epoch == 0:
-            raise ValueError(f"{data_dir}: the train split has fewer examples ({count}) than one "
-                             f"batch ({batch})")
-        self.total_steps = (config.epochs * count // batch if "train" in self.memory
-                            else self.steps_per_epoch * config.epochs)
+            raise ValueError(f"{data_dir}: the train split has fewer examples ({spec.counts['train']}"
+                             f"{'' if self.workers == 1 else ' over all workers; the fewest on one worker'}) "
+                             f"than one batch ({self.local_batch} per {'worker' if self.workers > 1 else 'step'})")
         if config.max_steps is not None:
             self.total_steps = min(self.total_steps, config.max_steps)
         self.started = time.perf_counter()
@@ -449,27 +519,27 @@ class _SeedRun:
         return np.random.default_rng([self.seed, epoch]).permutation(len(self.memory["train"]))
 
     def _epoch_batches(self, epoch: int, shuffle_buffer: int | None = None):
-        """Training batches of one pass, in an order fixed by seed and epoch.
-
-        Distributed, every input pipeline reads the same global batches and
-        keeps its slice of each, so N workers together train on exactly the
-        global batch one process would (the last partial batch is dropped).
-        """
+        """Training batches of one pass over this worker's partitions, in an order
+        fixed by seed and epoch (`steps_per_epoch` local batches)."""
         if "train" in self.memory:
-            return self.memory["train"].batches(self._permutation(epoch), self.config.batch_size)
-        return make_dataset(self.data_dir, "train", self.config.batch_size, shuffle=True,
+            order = self._permutation(epoch)[: self.steps_per_epoch * self.local_batch if self.workers > 1 else None]
+            return self.memory["train"].batches(order, self.local_batch)
+        return make_dataset(self.data_dir, "train", self.local_batch, shuffle=True,
                             shuffle_buffer=shuffle_buffer or self.config.shuffle_buffer, deterministic=True,
-                            seed=self.seed * 1000 + epoch, spec=self.spec,
-                            drop_remainder=self.distributed, max_len=self.model_config.max_len).take(self.steps_per_epoch)
+                            seed=self.seed * 1000 + epoch, spec=self.spec, partitions=self.partitions,
+                            drop_remainder=self.distributed,
+                            max_len=self.model_config.max_len).take(self.steps_per_epoch)
 
     def train_stream(self, skip: int):
-        """All training batches from step `skip` on, features and label."""
-        batch = self.config.batch_size
+        """All training batches from step `skip` on, features and label; distributed,
+        each input pipeline (worker) reads its own partitions."""
+        batch = self.local_batch
         if "train" in self.memory:
-            count = len(self.memory["train"])
-            first = skip * batch // count
-            order = np.concatenate([self._permutation(e) for e in range(first, self.config.epochs)])
-            start = skip * batch - first * count
+            # Examples per epoch: the whole split, or a worker's equal share.
+            per_epoch = self.steps_per_epoch * batch if self.workers > 1 else len(self.memory["train"])
+            first = skip * batch // per_epoch
+            order = np.concatenate([self._permutation(e)[:per_epoch] for e in range(first, self.config.epochs)])
+            start = skip * batch - first * per_epoch
             ds = self.memory["train"].batches(order[start: start + (self.total_steps - skip) * batch], batch)
         else:
             first = skip // self.steps_per_epoch
@@ -480,14 +550,12 @@ class _SeedRun:
         ds = ds.map(lambda x, y: ({k: x[k] for k in MODEL_INPUTS}, y))
         if not self.distributed:
             return ds.prefetch(tf.data.AUTOTUNE)
-        replicas = self.strategy.num_replicas_in_sync
-        per_replica = self.config.batch_size // replicas
+        per_replica = self.config.batch_size // self.strategy.num_replicas_in_sync
 
         def dataset_fn(context):
-            size = self.config.batch_size // context.num_input_pipelines
-            lo = context.input_pipeline_id * size
-            sliced = ds.map(lambda x, y: (tf.nest.map_structure(lambda t: t[lo: lo + size], x), y[lo: lo + size]))
-            return sliced.rebatch(per_replica)
+            if context.num_input_pipelines != self.workers:
+                raise ValueError(f"{context.num_input_pipelines} input pipelines for {self.workers} workers")
+            return ds.rebatch(per_replica)
 
         return self.strategy.distribute_datasets_from_function(dataset_fn)
 
@@ -497,6 +565,8 @@ class _SeedRun:
         return min(self.config.eval_batch_size, cap)
 
     def predict(self, split: str) -> dict[str, np.ndarray]:
+        """Predictions over the whole split: this worker's partitions, gathered
+        from every worker (in worker order) when there are several."""
         if split in self.memory:
             # Every batch full-sized (the last one padded with example 0, its outputs
             # dropped): one compiled shape for all evaluations.
@@ -506,9 +576,12 @@ class _SeedRun:
             order[:count] = np.arange(count)
             outputs = predict_batches(self.model, self.memory[split].batches(order, size),
                                       self.config.reference_mode, f"{self.data_dir}: the {split} split")
-            return {k: v[:count] for k, v in outputs.items()}
-        return predict_split(self.model, self.data_dir, split, self.eval_batch_size, self.spec,
-                             drop_remainder=self.config.reference_mode, training=self.config.reference_mode)
+            outputs = {k: v[:count] for k, v in outputs.items()}
+        else:
+            outputs = predict_split(self.model, self.data_dir, split, self.eval_batch_size, self.spec,
+                                    drop_remainder=self.config.reference_mode, training=self.config.reference_mode,
+                                    partitions=self.partitions)
+        return gather_workers(self.strategy, outputs) if self.workers > 1 else outputs
 
     def refresh_batch_norm_statistics(self) -> None:
         cfg = self.config
@@ -516,7 +589,8 @@ class _SeedRun:
             return
         # A small shuffle buffer: a mixed sample of the training split, cheap to fill.
         batches = self._epoch_batches(999, min(cfg.shuffle_buffer, 8 * cfg.batch_size))
-        refresh_batch_norm_statistics(self.model, (x for x, _ in batches.take(cfg.bn_statistics_batches)))
+        combine = (lambda stats: gather_workers(self.strategy, stats)) if self.workers > 1 else None
+        refresh_batch_norm_statistics(self.model, (x for x, _ in batches.take(cfg.bn_statistics_batches)), combine)
 
     # -- history and reporting ---------------------------------------------------------
     def _history_path(self) -> str:
@@ -789,10 +863,11 @@ def train(data_dir: str, output_dir: str, config: TrainConfig,
                 per_seed.append(json.load(f))
             logging.info("seed %d: already finished, reusing %s", seed, done)
             continue
-        if memory is None:  # loaded once, for the first seed that trains
-            memory = {split: InMemorySplit.load(data_dir, split, spec, model_config.max_len)
+        if memory is None:  # loaded once, for the first seed that trains: this worker's partitions
+            partitions = worker_partitions(spec, *worker_index(strategy))
+            memory = {split: InMemorySplit.load(data_dir, split, spec, model_config.max_len, partitions)
                       for split in ("train", "val")
-                      if InMemorySplit.estimated_bytes(spec, split) <= config.in_memory_mb * 2**20}
+                      if InMemorySplit.estimated_bytes(spec, split, partitions) <= config.in_memory_mb * 2**20}
         per_seed.append(_SeedRun(data_dir, run_dir, config, seed, spec, strategy, chief, model_config,
                                  report, memory).run())
     results = {

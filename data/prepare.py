@@ -1,52 +1,95 @@
-"""Prepares a raw Taobao or Tmall click log as a dataset (the paper's protocol).
+"""Prepares a raw click or impression log as a dataset of TFRecord files (the paper's protocol).
 
 Usage:
+  # a named preset
   python -m data.prepare --dataset=taobao --input=UserBehavior.csv --output_dir=data/prepared/taobao
+  # any click log: CSV, TSV or Parquet, columns by header name (or 0-based index without --header)
+  python -m data.prepare --format=csv --header --input=clicks.csv --output_dir=data/prepared/mine \
+      --columns=user=user_id,item=item_id,category=cat,time=ts[,action=event --click=click]
+  # an impression log: a 0/1 label per row; its impressions are the examples
+  python -m data.prepare --format=parquet --input=impressions.parquet --output_dir=data/prepared/imp \
+      --columns=user=uid,item=iid,time=ts,label=clicked --min_clicks=5
+  # the same on Apache Beam
   python -m data.prepare ... --runner=beam [--beam_options="--runner=DataflowRunner --project=..."]
 
 --runner=beam runs the same protocol as an Apache Beam pipeline (DirectRunner
-unless --beam_options name another runner) and writes the same files.
+unless --beam_options name another runner) and writes the same records.
 
 --output_dir is replaced only when it is absent, empty or a dataset this program wrote.
 """
 
 import os
 
-os.environ.setdefault("DARE_TF_DATA_ONLY", "1")  # numpy and pyarrow only: no TensorFlow runtime (memory)
+os.environ.setdefault("DARE_TF_DATA_ONLY", "1")  # no Keras: preparation uses TensorFlow's TFRecord writer only
 
-from absl import flags  # noqa: E402
+from absl import app, flags  # noqa: E402
 
 import dare_tf.cli  # noqa: E402
-from dare_tf.data.logs import FORMATS  # noqa: E402
+from dare_tf.data.logs import FILE_FORMATS, FORMATS, LogFormat, parse_columns  # noqa: E402
 from dare_tf.data.protocol import Protocol, prepare  # noqa: E402
+from dare_tf.data.spec import COMPRESSIONS  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("dataset", None, sorted(FORMATS), "Format of the raw log.")
-flags.DEFINE_string("input", None, "Raw log: UserBehavior.csv or user_log_format1.csv.")
+flags.DEFINE_enum("dataset", None, sorted(FORMATS), "A named log format (preset of --format/--columns/--click).")
+flags.DEFINE_enum("format", None, sorted(FILE_FORMATS), "File format of a custom log (instead of --dataset).")
+flags.DEFINE_string("columns", None, "Custom log: ROLE=COLUMN pairs, comma-separated; roles user, item, time "
+                    "(required), category, action (with --click), label (0/1: an impression log). COLUMN is a "
+                    "header name (--header, Parquet) or a 0-based index.")
+flags.DEFINE_string("click", None, "Custom log with an action column: the action value that is a click.")
+flags.DEFINE_bool("header", False, "Custom CSV/TSV log: the first line names the columns.")
+flags.DEFINE_string("input", None, "Raw log file.")
 flags.DEFINE_string("output_dir", None, "Directory to write (see above).")
+flags.DEFINE_enum("compression", "gzip", sorted(COMPRESSIONS), "Compression of the TFRecord files.")
 flags.DEFINE_bool("skip_bad_lines", False, "Skip and count malformed lines instead of stopping.")
 flags.DEFINE_enum("runner", "in_memory", ["in_memory", "beam"],
                   "in_memory: one process; beam: an Apache Beam pipeline (same output).")
 flags.DEFINE_string("beam_options", "", "Beam pipeline options, space-separated (--runner=beam only).")
 dare_tf.cli.define_flags(Protocol)
 flags.adopt_module_key_flags(dare_tf.cli)
-flags.mark_flags_as_required(["dataset", "input", "output_dir"])
+flags.mark_flags_as_required(["input", "output_dir"])
+
+
+def log_format_from_flags() -> LogFormat:
+    """The log's format: a preset (`--dataset`) or `--format` with `--columns`."""
+    custom = [f"--{n}" for n in ("format", "columns", "click") if FLAGS[n].value is not None]
+    custom += ["--header"] if FLAGS.header else []
+    if FLAGS.dataset is not None:
+        if custom:
+            raise app.UsageError(f"--dataset={FLAGS.dataset} is a preset: it cannot be combined with "
+                                 f"{', '.join(custom)}")
+        return FORMATS[FLAGS.dataset]
+    if FLAGS.format is None or FLAGS.columns is None:
+        raise app.UsageError("name the log's format: --dataset=taobao|tmall, or --format=csv|tsv|parquet "
+                             "with --columns=user=COL,item=COL,time=COL[,category=COL][,action=COL --click=VALUE]"
+                             "[,label=COL]")
+    try:
+        return LogFormat(name=FLAGS.format, file_format=FLAGS.format, columns=parse_columns(FLAGS.columns),
+                         header=FLAGS.header, click=FLAGS.click)
+    except ValueError as e:
+        raise app.UsageError(str(e)) from None
 
 
 def main(argv):
     del argv
+    fmt = log_format_from_flags()
     protocol = dare_tf.cli.from_flags(Protocol)
+    try:
+        protocol.validate(fmt.impressions)
+    except ValueError as e:
+        raise app.UsageError(dare_tf.cli.flag_message(str(e))) from None
+    compression = COMPRESSIONS[FLAGS.compression]
     if FLAGS.runner == "beam":
         from apache_beam.options.pipeline_options import PipelineOptions
 
         from dare_tf.data import beam
 
         options = PipelineOptions(FLAGS.beam_options.split() or ["--runner=DirectRunner"])
-        spec = beam.prepare(FLAGS.dataset, FLAGS.input, FLAGS.output_dir, protocol, FLAGS.skip_bad_lines, options)
+        spec = beam.prepare(fmt, FLAGS.input, FLAGS.output_dir, protocol, FLAGS.skip_bad_lines, options,
+                            compression=compression)
     else:
-        spec = prepare(FLAGS.dataset, FLAGS.input, FLAGS.output_dir, protocol, FLAGS.skip_bad_lines)
+        spec = prepare(fmt, FLAGS.input, FLAGS.output_dir, protocol, FLAGS.skip_bad_lines, compression)
     print(f"{FLAGS.output_dir}: {spec.users} users, {spec.num_items - 2} items, "
-          f"{spec.num_categories - 2} categories, examples {spec.counts}")
+          f"{spec.num_categories - 2} categories, examples {spec.counts}, {spec.partitions} partitions")
 
 
 def run():

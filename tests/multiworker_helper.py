@@ -1,9 +1,12 @@
-"""Test helper: trains one seed with a strategy, then saves that process's final weights.
+"""Test helper: trains one seed with a strategy, then saves that process's final
+weights (WEIGHTS_OUT.npz) and what it read and computed (WEIGHTS_OUT.json: steps,
+test metrics, its partitions' train users, the clicks of the store it loaded).
 
-Usage: python tests/multiworker_helper.py STRATEGY DATA_DIR OUTPUT_DIR WEIGHTS_OUT [MAX_STEPS [OPTIMIZER]]
+Usage: python tests/multiworker_helper.py STRATEGY DATA_DIR OUTPUT_DIR WEIGHTS_OUT [MAX_STEPS [OPTIMIZER [IN_MEMORY_MB]]]
 (the caller sets TF_CONFIG for multi_worker).
 """
 
+import json
 import os
 import sys
 
@@ -12,21 +15,28 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 from dare_tf import training  # noqa: E402
+from dare_tf.data import store  # noqa: E402
 from dare_tf.data.spec import DatasetSpec  # noqa: E402
 
 
-def main(strategy_name, data_dir, output_dir, weights_out, max_steps="6", optimizer="adam"):
+def main(strategy_name, data_dir, output_dir, weights_out, max_steps="6", optimizer="adam", in_memory_mb="4096"):
     strategy = training.make_strategy(strategy_name, cpu_devices=2 if strategy_name == "mirrored" else 0)
     config = training.TrainConfig(
         preset="dare", batch_size=258, eval_batch_size=258, epochs=1, eval_every=100, max_steps=int(max_steps),
-        strategy=strategy_name, jit_compile=False, optimizer=optimizer, verbose=0,
+        strategy=strategy_name, jit_compile=False, optimizer=optimizer, verbose=0, in_memory_mb=int(in_memory_mb),
         model_overrides=dict(initializer="keras", top_k=5))
     spec = DatasetSpec.load(data_dir)
     run = training._SeedRun(data_dir, os.path.join(output_dir, "seed_0"), config, 0, spec, strategy,
                             training._is_chief(strategy), training.effective_model_config(config, spec, strategy),
                             print)
-    run.run()
+    result = run.run()
     np.savez(weights_out, *[w for w in run.model.get_weights()])
+    users = store.read_examples(data_dir, "train", spec, partitions=run.partitions)["uid"]
+    loaded = store.load_store(data_dir, spec, run.partitions)
+    with open(weights_out.replace(".npz", ".json"), "w") as f:
+        json.dump({"steps": result["steps"], "steps_per_epoch": run.steps_per_epoch, "test": result["test"],
+                   "partitions": run.partitions, "train_users": sorted(set(users.tolist())),
+                   "store_clicks": int(len(loaded.items))}, f)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""Data: the example schema and dataset spec, raw-log readers, the paper's
-preparation protocol (in memory and on Apache Beam), the sequence store,
-the synthetic log generator, and the tf.data pipeline.
+"""Data: the example schema and dataset spec, readers of any click or
+impression log, the paper's preparation protocol (in memory and on Apache
+Beam), the TFRecord shards, the sequence store, the synthetic log
+generator, and the tf.data pipeline.
 
 `spec` is pure Python; everything else needs TensorFlow (or pyarrow) and is
 imported on first use.
@@ -20,6 +21,8 @@ _LAZY = {
     "Protocol": "dare_tf.data.protocol",
     "prepare": "dare_tf.data.protocol",
     "BadLineError": "dare_tf.data.logs",
+    "LogFormat": "dare_tf.data.logs",
+    "ShardError": "dare_tf.data.records",
     "SyntheticConfig": "dare_tf.data.synthetic",
     "write_synthetic": ("dare_tf.data.synthetic", "write"),
 }

@@ -14,7 +14,8 @@ The driver reads the file once (its sha256 and its blocks cut at line ends,
    users) are combined from per-user summaries into one side input;
 4. users are grouped into the protocol's chunks, whose examples and
    negatives `chunk_examples` draws (seeded per chunk, as in memory);
-5. each shard (whole users, in order) is written by one worker.
+5. each shard (one partition's users, in order) is written by one worker
+   (TensorFlow's TFRecord writer: any file system TensorFlow reaches).
 Step 3's rankings hold one entry per distinct user, item and category on
 one worker (the id maps), not one per click.
 """
@@ -28,44 +29,47 @@ import time
 import numpy as np
 from absl import logging
 
-from dare_tf.data.logs import FORMATS, parse_block, plan_blocks
-from dare_tf.data.protocol import (USERS_PER_CHUNK, LogStatistics, Protocol, check_output_dir, chunk_examples,
-                                   make_spec, no_user_qualifies, preparation_id, write_id_maps, write_prepared,
-                                   write_user_shard)
-from dare_tf.data.spec import SPLITS
+from dare_tf.data.logs import LogFormat, parse_block, plan_blocks
+from dare_tf.data.protocol import (USERS_PER_CHUNK, LogStatistics, PartitionedWriter, Protocol, UserRows,
+                                   check_compression, check_output_dir, chunk_examples, layout_fields, log_format,
+                                   make_spec, no_user_qualifies, preparation_id, qualifying_users, write_id_maps,
+                                   write_prepared)
+from dare_tf.data.spec import SPLITS, STORE_KIND, partition_of
 
 MANIFEST = ".beam-manifest.json"  # written by the pipeline into the staging directory, read and removed
 
 
 def _block_users(block_index: int, clicks):
-    """`(raw user, (file keys, items, categories, times))` of one parsed block."""
+    """`(raw user, (file keys, items, categories, times, labels))` of one parsed block."""
     keys = (np.int64(block_index) << 32) + np.arange(len(clicks.user), dtype=np.int64)
+    labels = clicks.label if clicks.label is not None else np.ones(len(clicks.user), np.int64)
     order = np.argsort(clicks.user, kind="stable")
     users, starts = np.unique(clicks.user[order], return_index=True)
     for u, rows in zip(users, np.split(order, starts[1:])):
-        yield int(u), (keys[rows], clicks.item[rows], clicks.category[rows], clicks.time[rows])
+        yield int(u), (keys[rows], clicks.item[rows], clicks.category[rows], clicks.time[rows], labels[rows])
 
 
-def _user_sequence(element, tmall: bool):
-    """A user's clicks in protocol order (file order; Tmall: stably by time):
-    `(raw user, first file key, items, categories, file keys)`."""
+def _user_sequence(element, sort_by_time: bool):
+    """A user's rows in protocol order (file order, or stably by time):
+    `(raw user, first file key, items, categories, file keys, times, labels)`."""
     user, parts = element
-    keys, items, categories, times = (np.concatenate([p[i] for p in parts]) for i in range(4))
-    order = np.lexsort((keys, times)) if tmall else np.argsort(keys)
-    return user, int(keys.min()), items[order], categories[order], keys[order]
+    keys, items, categories, times, labels = (np.concatenate([p[i] for p in parts]) for i in range(5))
+    order = np.lexsort((keys, times)) if sort_by_time else np.argsort(keys)
+    return user, int(keys.min()), items[order], categories[order], keys[order], times[order], labels[order]
 
 
-def _user_summaries(sequence, ranks: dict, tmall: bool):
+def _user_summaries(sequence, ranks: dict, sort_by_time: bool):
     """Per distinct item and category of one user: `(first protocol key, last
     protocol key, category at the last, clicks)`. Protocol keys order all
-    clicks as the in-memory driver sees them: file order (Taobao), or user
-    rank then position (Tmall's time-sorted log)."""
-    user, _, items, categories, file_keys = sequence
-    keys = (np.int64(ranks[user]) << 32) + np.arange(len(items), dtype=np.int64) if tmall else file_keys
+    rows as the in-memory driver sees them: file order (Taobao), or user
+    rank then position (a time-sorted log)."""
+    user, _, items, categories, file_keys, _, labels = sequence
+    keys = (np.int64(ranks[user]) << 32) + np.arange(len(items), dtype=np.int64) if sort_by_time else file_keys
+    clicked = labels == 1
     for kind, ids in (("item", items), ("category", categories)):
         uniq, firsts = np.unique(ids, return_index=True)
         last = len(ids) - 1 - np.unique(ids[::-1], return_index=True)[1]
-        counts = np.bincount(np.searchsorted(uniq, ids), minlength=len(uniq))
+        counts = np.bincount(np.searchsorted(uniq, ids[clicked]), minlength=len(uniq))
         for i, f, lst, c in zip(uniq, firsts, last, counts):
             yield (kind, int(i)), (int(keys[f]), int(keys[lst]), int(categories[lst]) if kind == "item" else 0, int(c))
 
@@ -79,11 +83,11 @@ def _merge_summaries(values):
 
 def _user_ranks(users: dict) -> dict:
     """Raw user -> rank (dense id - 1), in order of first appearance, from
-    `{raw user: (first file key, clicks)}`."""
+    `{raw user: (first file key, clicks, rows)}`."""
     return {u: r for r, u in enumerate(sorted(users, key=lambda u: users[u][0]))}
 
 
-def _statistics(users, ranks, summaries, protocol: Protocol) -> dict:
+def _statistics(users, ranks, summaries, protocol: Protocol, impressions: bool) -> dict:
     """The side input of the chunk stage: `LogStatistics`, the id maps and the
     dense id of every raw id."""
     raw_users = sorted(ranks, key=ranks.get)
@@ -97,95 +101,109 @@ def _statistics(users, ranks, summaries, protocol: Protocol) -> dict:
     for _, raw, (_, _, category, count) in items:
         item_category[item_dense[raw]] = category_dense[category]
         counts[item_dense[raw]] = count
-    lengths = np.array([users[u][1] for u in raw_users], np.int64)
-    qualifying = np.flatnonzero(lengths >= protocol.min_clicks) + 1  # dense ids, ascending
+    clicks = np.array([0] + [users[u][1] for u in raw_users], np.int64)
+    rows = np.array([0] + [users[u][2] for u in raw_users], np.int64)
+    qualifying = qualifying_users(clicks, rows if impressions else None, protocol)
     return {"stats": LogStatistics(item_category=item_category, item_cdf=np.cumsum(counts), qualifying=qualifying,
                                    num_users=len(raw_users) + 1),
             "raw_items": [raw for _, raw, _ in items], "raw_categories": [raw for _, raw in categories],
             "raw_users": raw_users, "item_dense": item_dense, "category_dense": category_dense,
             "user_dense": {u: r + 1 for u, r in ranks.items()},
-            "index": {int(u): i for i, u in enumerate(qualifying)}, "longest": int(lengths.max())}
+            "index": {int(u): i for i, u in enumerate(qualifying)}, "longest": int(clicks.max())}
 
 
-def _chunk_outputs(element, side: dict, protocol: Protocol):
-    """Examples and store rows of one chunk, keyed by the shard they belong to."""
+def _chunk_outputs(element, side: dict, protocol: Protocol, impressions: bool):
+    """Examples and store rows of one chunk, keyed by the shard (kind, partition) they belong to."""
     chunk, members = element
-    members = sorted(members)  # (qualifying index, dense uid, items, categories)
-    stats = side["stats"]
+    members = sorted(members, key=lambda m: m[0])  # (qualifying index, dense uid, UserRows)
     users = np.array([m[1] for m in members], np.int64)
-    items = [m[2] for m in members]
-    categories = [m[3] for m in members]
-    examples = chunk_examples(chunk, users, items, categories, stats, protocol)
-    for split, columns in examples.items():
-        per_user = protocol.examples_per_user(split)
-        for j, (index, *_rest) in enumerate(members):
-            rows = {k: v[j * per_user: (j + 1) * per_user] for k, v in columns.items()}
-            yield (split, index // protocol.users_per_shard(split)), (index, rows)
-    for index, uid, its, cats in members:
-        yield ("store", index // protocol.users_per_store_shard), (index, {
-            "uid": np.array([uid], np.int32), "length": np.array([len(its)], np.int32),
-            "items": its.astype(np.int32), "categories": cats.astype(np.int32)})
+    rows = [m[2] for m in members]
+    for split, columns in chunk_examples(chunk, users, rows, side["stats"], protocol).items():
+        parts = partition_of(columns["uid"], protocol.partitions)
+        for k in np.unique(parts).tolist():
+            yield (split, k), (chunk, {c: v[parts == k] for c, v in columns.items()})
+    stored = [r.clicks() for r in rows]
+    parts = partition_of(users, protocol.partitions)
+    for k in np.unique(parts).tolist():
+        sel = np.flatnonzero(parts == k)
+        yield (STORE_KIND, k), (chunk, (users[sel], np.array([len(stored[i][0]) for i in sel]),
+                                        np.concatenate([stored[i][0] for i in sel]),
+                                        np.concatenate([stored[i][1] for i in sel])))
 
 
-def _write_shard(element, directory: str, preparation: str):
-    (kind, shard), parts = element
-    parts = [p for _, p in sorted(parts, key=lambda p: p[0])]
-    return (kind, shard, *write_user_shard(directory, kind, shard, parts, preparation))
+def _write_shard(element, directory: str, protocol: Protocol, compression: str):
+    """Writes one shard from its chunks' rows, in chunk order; returns its spec.json entries."""
+    (kind, k), parts = element
+    writer = PartitionedWriter(directory, kind, protocol.partitions, compression, indices=[k])
+    for _, rows in sorted((p for p in parts if p is not None), key=lambda p: p[0]):
+        if kind == STORE_KIND:
+            writer.write_store(*rows)
+        else:
+            writer.write_examples(rows)
+    return writer.close()
 
 
-def _write_manifest(shards, side: dict, directory: str, source: dict) -> None:
+def _write_manifest(files, side: dict, directory: str, source: dict) -> None:
     if len(side["stats"].qualifying):
         write_id_maps(directory, side["raw_items"], side["raw_categories"], side["raw_users"])
     with open(os.path.join(directory, MANIFEST), "w") as f:
-        json.dump({"shards": sorted(shards), "num_items": side["stats"].num_items,
+        json.dump({"files": {name: entry for shard in files for name, entry in shard.items()},
+                   "num_items": side["stats"].num_items,
                    "num_categories": len(side["raw_categories"]) + 2, "num_users": side["stats"].num_users,
                    "users": int(len(side["stats"].qualifying)), "longest": side["longest"], **source}, f)
 
 
-def build_pipeline(pipeline, path: str, fmt, plan, protocol: Protocol, directory: str, preparation: str,
-                   skip_bad_lines: bool):
+def build_pipeline(pipeline, path: str, fmt: LogFormat, plan, protocol: Protocol, directory: str,
+                   skip_bad_lines: bool, compression: str):
     """Adds the preparation to a `beam.Pipeline`."""
     import apache_beam as beam
 
-    tmall = fmt.name == "tmall"
+    impressions = fmt.impressions
     blocks = pipeline | "Blocks" >> beam.Create(list(enumerate(plan.blocks)))
-    parsed = blocks | "Parse" >> beam.Map(lambda b: (b[0], parse_block(path, fmt, b[1], skip_bad_lines)))
-    counts = (parsed | "BlockCounts" >> beam.Map(lambda p: (p[1].rows, p[1].bad_lines, len(p[1].user)))
+    parsed = blocks | "Parse" >> beam.Map(
+        lambda b: (b[0], parse_block(path, fmt, plan.names, b[1], skip_bad_lines)))
+    counts = (parsed | "BlockCounts" >> beam.Map(lambda p: (p[1].rows, p[1].bad_lines, len(p[1].user) if
+                                                             p[1].label is None else int((p[1].label == 1).sum())))
               | "SumCounts" >> beam.CombineGlobally(lambda vs: tuple(int(sum(x)) for x in zip(*vs)) if vs else (0, 0, 0)))
     sequences = (parsed
                  | "ByUser" >> beam.FlatMap(lambda p: _block_users(p[0], p[1]))
                  | "GroupUsers" >> beam.GroupByKey()
-                 | "Order" >> beam.Map(_user_sequence, tmall=tmall))
-    # Raw user -> (first file key, clicks); dense user ids follow the first keys.
-    users = (sequences | "UserFirst" >> beam.Map(lambda s: (s[0], (s[1], len(s[2]))))
+                 | "Order" >> beam.Map(_user_sequence, sort_by_time=fmt.sort_by_time))
+    # Raw user -> (first file key, clicks, rows); dense user ids follow the first keys.
+    users = (sequences | "UserFirst" >> beam.Map(lambda s: (s[0], (s[1], int((s[6] == 1).sum()), len(s[2]))))
              | "UserMap" >> beam.combiners.ToDict())
     ranks = beam.pvalue.AsSingleton(users | "Ranks" >> beam.Map(_user_ranks))
-    merged = (sequences | "Summaries" >> beam.FlatMap(_user_summaries, ranks, tmall)
+    merged = (sequences | "Summaries" >> beam.FlatMap(_user_summaries, ranks, fmt.sort_by_time)
               | "MergeSummaries" >> beam.CombinePerKey(_merge_summaries)
               | "AllSummaries" >> beam.combiners.ToList())
     side = beam.pvalue.AsSingleton(
-        users | "Statistics" >> beam.Map(lambda u, r, s: _statistics(u, r, s, protocol),
+        users | "Statistics" >> beam.Map(lambda u, r, s: _statistics(u, r, s, protocol, impressions),
                                          ranks, beam.pvalue.AsSingleton(merged)))
 
     def to_chunks(seq, side_):
-        user, _, items, categories, _ = seq
+        user, _, items, categories, _, times, labels = seq
         uid = side_["user_dense"][user]
         index = side_["index"].get(uid)
         if index is None:
             return
-        dense_items = np.array([side_["item_dense"][int(i)] for i in items], np.int32)
-        dense_categories = np.array([side_["category_dense"][int(c)] for c in categories], np.int32)
-        yield index // USERS_PER_CHUNK, (index, uid, dense_items, dense_categories)
+        rows = UserRows(items=np.array([side_["item_dense"][int(i)] for i in items], np.int32),
+                        categories=np.array([side_["category_dense"][int(c)] for c in categories], np.int32),
+                        times=times if impressions else None, labels=labels if impressions else None)
+        yield index // USERS_PER_CHUNK, (index, uid, rows)
 
-    shards = (sequences
-              | "ToChunks" >> beam.FlatMap(to_chunks, side)
-              | "GroupChunks" >> beam.GroupByKey()
-              | "Chunks" >> beam.FlatMap(_chunk_outputs, side, protocol)
-              | "GroupShards" >> beam.GroupByKey()
-              | "WriteShards" >> beam.Map(_write_shard, directory, preparation)
-              | "ShardList" >> beam.combiners.ToList())
-    _ = (shards | "Manifest" >> beam.Map(
-        lambda s, side_, c: _write_manifest(s, side_, directory, {"rows": c[0], "bad_lines": c[1], "clicks": c[2]}),
+    outputs = (sequences
+               | "ToChunks" >> beam.FlatMap(to_chunks, side)
+               | "GroupChunks" >> beam.GroupByKey()
+               | "Chunks" >> beam.FlatMap(_chunk_outputs, side, protocol, impressions))
+    # Every shard exists, also a partition's that holds no user.
+    empty = pipeline | "AllShards" >> beam.Create(
+        [((kind, k), None) for kind in (*SPLITS, STORE_KIND) for k in range(protocol.partitions)])
+    files = ((outputs, empty) | "WithEmpty" >> beam.Flatten()
+             | "GroupShards" >> beam.GroupByKey()
+             | "WriteShards" >> beam.Map(_write_shard, directory, protocol, compression)
+             | "ShardList" >> beam.combiners.ToList())
+    _ = (files | "Manifest" >> beam.Map(
+        lambda f, side_, c: _write_manifest(f, side_, directory, {"rows": c[0], "bad_lines": c[1], "clicks": c[2]}),
         side, beam.pvalue.AsSingleton(counts)))
 
 
@@ -204,8 +222,9 @@ def _unwrap(error: BaseException) -> BaseException:
     return error
 
 
-def prepare(dataset: str, input_path: str, output_dir: str, protocol: Protocol = Protocol(),
-            skip_bad_lines: bool = False, pipeline_options=None, block_bytes: int | None = None):
+def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Protocol = Protocol(),
+            skip_bad_lines: bool = False, pipeline_options=None, block_bytes: int | None = None,
+            compression: str = "GZIP"):
     """`dare_tf.data.protocol.prepare` on Apache Beam (see the module docstring).
 
     Args:
@@ -219,21 +238,20 @@ def prepare(dataset: str, input_path: str, output_dir: str, protocol: Protocol =
 
     from dare_tf.data.logs import BLOCK_BYTES
 
-    if dataset not in FORMATS:
-        raise ValueError(f"dataset={dataset!r}: expected one of {sorted(FORMATS)}")
-    protocol.validate()
+    fmt = log_format(log)
+    protocol.validate(fmt.impressions)
+    check_compression(compression)
     check_output_dir(output_dir, input_path)
-    fmt = FORMATS[dataset]
     start = time.perf_counter()
     plan = plan_blocks(input_path, fmt, block_bytes or BLOCK_BYTES)
-    preparation = preparation_id(plan.sha256, protocol, dataset)
+    preparation = preparation_id(plan.sha256, protocol, fmt, compression)
 
     def build(staging):
         options = pipeline_options or PipelineOptions(runner="DirectRunner")
         try:
             with beam.Pipeline(options=options) as pipeline:
-                build_pipeline(pipeline, os.path.abspath(input_path), fmt, plan, protocol, staging, preparation,
-                               skip_bad_lines)
+                build_pipeline(pipeline, os.path.abspath(input_path), fmt, plan, protocol, staging,
+                               skip_bad_lines, compression)
         except Exception as e:  # noqa: BLE001 - re-raised as the worker's own error where there is one
             error = _unwrap(e)
             if error is e:
@@ -242,27 +260,22 @@ def prepare(dataset: str, input_path: str, output_dir: str, protocol: Protocol =
         with open(os.path.join(staging, MANIFEST)) as f:
             manifest = json.load(f)
         os.remove(os.path.join(staging, MANIFEST))
+        kind = "impression" if fmt.impressions else "click"
         if manifest["rows"] == 0:
             raise ValueError(f"{input_path}: input log has no data rows")
-        if manifest["clicks"] == 0:
-            raise ValueError(f"{input_path}: no click rows ({fmt.action} == {fmt.click!r}) in {manifest['rows']} rows")
+        if manifest["clicks"] == 0 and not fmt.impressions:
+            raise ValueError(f"{input_path}: no {kind} rows"
+                             f"{f' (action == {fmt.click!r})' if fmt.click is not None else ''} in {manifest['rows']} rows")
         if manifest["users"] == 0:
-            raise no_user_qualifies(protocol, manifest["longest"])
-        by_kind = {}
-        for kind, shard, name, size, count in manifest["shards"]:
-            by_kind.setdefault(kind, []).append((shard, name, size, count))
+            raise no_user_qualifies(protocol, manifest["longest"], fmt.impressions)
         fields = dict(num_items=manifest["num_items"], num_categories=manifest["num_categories"],
                       num_users=manifest["num_users"], users=manifest["users"],
-                      counts={s: sum(c for *_, c in by_kind.get(s, [])) for s in SPLITS},
-                      shards={s: [n for _, n, _, _ in sorted(by_kind.get(s, []))] for s in SPLITS},
-                      store=[n for _, n, _, _ in sorted(by_kind["store"])],
-                      clicks_stored=sum(c for *_, c in by_kind["store"]),
-                      files={n: size for kind in by_kind.values() for _, n, size, _ in kind})
+                      **layout_fields(protocol, compression, manifest["files"]))
         source = dict(path=os.path.abspath(input_path), sha256=plan.sha256, rows=manifest["rows"],
-                      clicks=manifest["clicks"], bad_lines=manifest["bad_lines"])
+                      clicks=manifest["clicks"], bad_lines=manifest["bad_lines"], log=fmt.to_json())
         if source["bad_lines"]:
             logging.warning("%s: skipped %d bad line(s)", input_path, source["bad_lines"])
-        return make_spec(dataset, protocol, source, preparation, fields)
+        return make_spec(fmt, protocol, source, preparation, fields)
 
     spec = write_prepared(output_dir, input_path, build)
     logging.info("wrote %s with Beam in %.1fs: %s", output_dir, time.perf_counter() - start, spec.counts)

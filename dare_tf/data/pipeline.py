@@ -1,22 +1,37 @@
-"""tf.data input pipeline: a prepared dataset's examples and sequence store ->
-the model's input dict, with each history assembled at the chosen length L.
+"""tf.data input pipeline: a prepared dataset's TFRecord examples and sequence
+store -> the model's input dict, with each history assembled at the chosen
+length L.
 
-The examples (a few int32 columns) and the store (each user's clicks once)
-are held in memory; a batch gathers its examples' columns and then, per
-example, the last L clicks of its user before the cut-off position: `[B, L]`
-reads from the store, whatever L is (no per-example copy of any history).
+Two ways to read a split, the same examples and the same batches' content:
+- streamed (`stream`, `make_dataset`): the example shards are read by
+  `tf.data.TFRecordDataset` (interleaved over files when shuffled), shuffled
+  through a buffer, parsed a batch at a time (`tf.io.parse_example`); no
+  split has to fit in memory;
+- cached (`InMemorySplit`): a split's example columns (20 bytes per
+  example) are read once into memory; an epoch is then a uniform
+  permutation, and skipping to a step costs nothing.
+Either way, a batch then gathers, per example, the last L clicks of its
+user before the cut-off position from the store (the users' sequences,
+held in memory once: all partitions, or a worker's own): `[B, L]` reads,
+whatever L is, no per-example copy of any history.
+
+Every shard is checked once per process before it is first streamed
+(`dare_tf.data.records.read_shard`: size, sha256, records, id ranges).
 """
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import tensorflow as tf
 
-from dare_tf.data.spec import (HIST_CATEGORIES, HIST_ITEMS, LABEL, TARGET_CATEGORY, TARGET_ITEM, USER,
-                               DatasetSpec)
+from dare_tf.data.records import feature_spec, read_shard
+from dare_tf.data.spec import (HIST_CATEGORIES, HIST_ITEMS, TARGET_CATEGORY, TARGET_ITEM, USER, DatasetSpec)
 from dare_tf.data.store import SequenceStore, check_max_len, load_store, read_examples
 
 DEFAULT_SHUFFLE_BUFFER = 100_000
+_VERIFIED: set[tuple[str, str]] = set()
 
 
 def _store_tensors(store: SequenceStore) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -27,17 +42,37 @@ def _store_tensors(store: SequenceStore) -> tuple[tf.Tensor, tf.Tensor, tf.Tenso
     return store._tensors
 
 
+def assemble_fn(store: SequenceStore, max_len: int):
+    """`columns -> (features, label)`: int `[B]` example columns (uid, position,
+    target_item, target_category, label) to the model's features (int32, the
+    histories `[B, max_len]`) and the float32 label."""
+    items, categories, start = _store_tensors(store)
+    offsets = tf.range(-max_len, 0, dtype=tf.int64)
+
+    def assemble(c):
+        uid = tf.cast(c["uid"], tf.int64)
+        rel = tf.cast(c["position"], tf.int64)[:, None] + offsets[None, :]
+        valid = rel >= 0
+        idx = tf.where(valid, tf.gather(start, uid)[:, None] + rel, 0)
+        features = {USER: tf.cast(uid, tf.int32), TARGET_ITEM: tf.cast(c["target_item"], tf.int32),
+                     TARGET_CATEGORY: tf.cast(c["target_category"], tf.int32),
+                     HIST_ITEMS: tf.where(valid, tf.gather(items, idx), 0),
+                     HIST_CATEGORIES: tf.where(valid, tf.gather(categories, idx), 0)}
+        return features, tf.cast(c["label"], tf.float32)
+    return assemble
+
+
 class InMemorySplit:
-    """A split's examples and the store they point into.
+    """A split's examples (of all partitions, or a worker's) held in memory, and the store they point into.
 
     `batches(order, batch_size)` yields `(features, label)` batches of the
     examples `order` (indices): a shuffled epoch is a permutation of
     `range(N)` (a uniform shuffle, no buffer to fill) and skipping to a step
-    costs nothing. `stream(...)` shuffles through a buffer instead.
-    Features are int32 `uid`, `target_item`, `target_category` `[B]` and
-    `hist_items`, `hist_categories` `[B, max_len]`; the label is float32 `[B]`.
-    `features` holds every example's features as numpy arrays (materialised on
-    first use: `N x max_len` per history feature, for analyses at moderate L).
+    costs nothing. Features are int32 `uid`, `target_item`, `target_category`
+    `[B]` and `hist_items`, `hist_categories` `[B, max_len]`; the label is
+    float32 `[B]`. `features` holds every example's features as numpy arrays
+    (materialised on first use: `N x max_len` per history feature, for
+    analyses at moderate L).
     """
 
     def __init__(self, columns: dict[str, np.ndarray], store: SequenceStore, max_len: int):
@@ -51,18 +86,19 @@ class InMemorySplit:
         return len(self.labels)
 
     @staticmethod
-    def estimated_bytes(spec: DatasetSpec, split: str) -> int:
+    def estimated_bytes(spec: DatasetSpec, split: str, partitions=None) -> int:
         """Memory of the split's columns (the store is shared by all splits)."""
-        return spec.counts[split] * 4 * 5
+        return sum(spec.records(n) for n in spec.shard_files(split, partitions)) * 4 * 5
 
     @classmethod
     def load(cls, data_dir: str, split: str, spec: DatasetSpec | None = None,
-             max_len: int | None = None) -> "InMemorySplit":
+             max_len: int | None = None, partitions=None) -> "InMemorySplit":
         spec = spec or DatasetSpec.load(data_dir)
-        store = load_store(data_dir, spec)
-        columns = read_examples(data_dir, split, spec, store)
+        store = load_store(data_dir, spec, partitions)
+        columns = read_examples(data_dir, split, spec, store, partitions)
         if not len(columns["uid"]):
-            raise ValueError(f"{data_dir}: the {split} split has no examples")
+            raise ValueError(f"{data_dir}: the {split} split has no examples"
+                             + ("" if partitions is None else f" in partitions {list(partitions)}"))
         return cls(columns, store, spec.max_len if max_len is None else max_len)
 
     @property
@@ -77,25 +113,9 @@ class InMemorySplit:
     def _assemble(self):
         """`indices [B] -> (features, label)` in TensorFlow."""
         if self._tensors is None:
-            c = self.columns
-            self._tensors = (
-                {k: tf.constant(c[k]) for k in ("uid", "position", "target_item", "target_category")},
-                tf.constant(self.labels))
-        columns, labels = self._tensors
-        items, categories, start = _store_tensors(self.store)
-        offsets = tf.range(-self.max_len, 0, dtype=tf.int64)
-
-        def assemble(i):
-            uid = tf.gather(columns["uid"], i)
-            rel = tf.cast(tf.gather(columns["position"], i), tf.int64)[:, None] + offsets[None, :]
-            valid = rel >= 0
-            idx = tf.where(valid, tf.gather(start, uid)[:, None] + rel, 0)
-            features = {USER: uid, TARGET_ITEM: tf.gather(columns["target_item"], i),
-                        TARGET_CATEGORY: tf.gather(columns["target_category"], i),
-                        HIST_ITEMS: tf.where(valid, tf.gather(items, idx), 0),
-                        HIST_CATEGORIES: tf.where(valid, tf.gather(categories, idx), 0)}
-            return features, tf.gather(labels, i)
-        return assemble
+            self._tensors = {k: tf.constant(v) for k, v in self.columns.items()}
+        columns, assemble = self._tensors, assemble_fn(self.store, self.max_len)
+        return lambda i: assemble({k: tf.gather(v, i) for k, v in columns.items()})
 
     def batches(self, order: np.ndarray, batch_size: int) -> tf.data.Dataset:
         """`(features, label)` batches of the examples `order` (indices), in that
@@ -105,24 +125,53 @@ class InMemorySplit:
         ds = ds.batch(batch_size, drop_remainder=len(order) % batch_size == 0)
         return ds.map(self._assemble(), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
-    def stream(self, batch_size: int, *, shuffle: bool, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
-               repeat: bool = False, drop_remainder: bool = False, deterministic: bool = False,
-               seed: int | None = None) -> tf.data.Dataset:
-        """Batches in file order, or shuffled through a buffer of `shuffle_buffer`."""
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if deterministic and shuffle and seed is None:
-            seed = 0
-        ds = tf.data.Dataset.range(len(self))
-        if shuffle:
-            ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-        if repeat:
-            ds = ds.repeat()
-        ds = ds.batch(batch_size, drop_remainder=drop_remainder)
-        ds = ds.map(self._assemble(), num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
-        options = tf.data.Options()
-        options.deterministic = deterministic
-        return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+def verify_shards(data_dir: str, spec: DatasetSpec, names) -> None:
+    """Checks each shard (`read_shard`) once per process, before it is first streamed."""
+    for name in names:
+        key = (os.path.realpath(os.path.join(data_dir, name)), spec.files[name]["sha256"])
+        if key not in _VERIFIED:
+            read_shard(data_dir, name, spec, "store" if name.startswith("store-") else name.split("-")[0])
+            _VERIFIED.add(key)
+
+
+def stream(data_dir: str, split: str, batch_size: int, *, spec: DatasetSpec | None = None,
+           partitions=None, shuffle: bool = False, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
+           repeat: bool = False, drop_remainder: bool = False, deterministic: bool = False,
+           seed: int | None = None, max_len: int | None = None) -> tf.data.Dataset:
+    """`(features, label)` batches of a split's examples (of `partitions`, default
+    all), read from its TFRecord shards: in file order, or shuffled (the
+    files' order, then the examples through a buffer of `shuffle_buffer`)."""
+    spec = spec or DatasetSpec.load(data_dir)
+    max_len = spec.max_len if max_len is None else max_len
+    check_max_len(max_len)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if split not in spec.shards:
+        raise KeyError(f"{os.path.join(data_dir, 'spec.json')}: no split {split!r}; splits: {sorted(spec.shards)}")
+    names = spec.shard_files(split, partitions)
+    store = load_store(data_dir, spec, partitions)
+    verify_shards(data_dir, spec, names)
+    if deterministic and shuffle and seed is None:
+        seed = 0
+    files = tf.data.Dataset.from_tensor_slices([os.path.join(data_dir, n) for n in names])
+    read = lambda f: tf.data.TFRecordDataset(f, compression_type=spec.compression, buffer_size=1 << 18)  # noqa: E731
+    if shuffle:
+        files = files.shuffle(len(names), seed=seed)
+        ds = files.interleave(read, cycle_length=min(len(names), 8), block_length=64,
+                              num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    else:  # file order
+        ds = files.flat_map(read)
+    if repeat:
+        ds = ds.repeat()
+    features, assemble = feature_spec(split), assemble_fn(store, max_len)
+    ds = ds.batch(batch_size, drop_remainder=drop_remainder)
+    ds = ds.map(lambda s: assemble(tf.io.parse_example(s, features)), num_parallel_calls=tf.data.AUTOTUNE,
+                deterministic=deterministic)
+    options = tf.data.Options()
+    options.deterministic = deterministic
+    return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
 
 
 def make_dataset(
@@ -138,8 +187,10 @@ def make_dataset(
     seed: int | None = None,
     spec: DatasetSpec | None = None,
     max_len: int | None = None,
+    partitions=None,
 ) -> tf.data.Dataset:
-    """Batches of `(features, label)` from a prepared dataset's split.
+    """Batches of `(features, label)` from a prepared dataset's split, streamed
+    from its TFRecord shards.
 
     Args:
         data_dir: a directory written by `python -m data.prepare`.
@@ -155,7 +206,9 @@ def make_dataset(
         spec: the dataset's spec, if already loaded.
         max_len: history length L of the assembled windows; defaults to the
             dataset's (`spec.json`). Longer than a user's history: left-padded.
+        partitions: read only these partitions (shard indices); default all.
     """
-    return InMemorySplit.load(data_dir, split, spec, max_len).stream(
-        batch_size, shuffle=split == "train" if shuffle is None else shuffle, shuffle_buffer=shuffle_buffer,
-        repeat=repeat, drop_remainder=drop_remainder, deterministic=deterministic, seed=seed)
+    return stream(data_dir, split, batch_size, spec=spec, partitions=partitions,
+                  shuffle=split == "train" if shuffle is None else shuffle, shuffle_buffer=shuffle_buffer,
+                  repeat=repeat, drop_remainder=drop_remainder, deterministic=deterministic, seed=seed,
+                  max_len=max_len)

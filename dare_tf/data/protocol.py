@@ -1,26 +1,33 @@
 """The paper's sample construction (reference.md, "Data protocol"), vectorised,
-written as a per-user sequence store and compact examples.
+written as a per-user sequence store and compact examples in TFRecord files.
 
-From the click rows of a log: dense 1-based ids in order of first appearance,
-per-user click sequences, the >= min_clicks user filter, train targets
-x_{T-2-stride*j} (j < train_targets), validation target x_{T-1}, test target
-x_T, and `negatives` negatives per positive drawn by click frequency and
-rejected if the user clicked them anywhere in the log.
+From the rows of a click log: dense 1-based ids in order of first
+appearance, per-user click sequences, the >= min_clicks user filter, train
+targets x_{T-2-stride*j} (j < train_targets), validation target x_{T-1}, test
+target x_T, and `negatives` negatives per positive drawn by click frequency
+and rejected if the user clicked them anywhere in the log. From an impression
+log (a 0/1 label per row): each user's impressions in time order are the
+examples with their own labels (the last one is the test example, the one
+before it the validation example, the earlier ones train), no negatives are
+drawn, and each history is the user's clicks strictly before the
+impression's time.
 
-What is written (`dare_tf.data.store` reads it):
-- the store: each qualifying user's time-ordered item and category ids,
-  once (`store-NNNNN.npz`, `users_per_store_shard` users each);
-- the examples of each split: (user, cut-off position, target item, target
-  category, label) (`SPLIT-NNNNN.npz`); the history of an example is the
+What is written (`dare_tf.data.records` reads it), users assigned to
+`partitions` partitions by a hash of their id (`spec.partition_of`):
+- the store: per qualifying user, one record of its time-ordered item and
+  category ids (`store-0000k-of-0000P.tfrecord.gz` holds partition k);
+- the examples of each split: one record (user, cut-off position, target
+  item, target category, label) per example (`SPLIT-0000k-of-0000P...`
+  holds partition k's users' examples); the history of an example is the
   most recent L clicks of its user before the cut-off, assembled when read,
   so L is chosen at training time.
 
 The protocol is split into what needs the whole log (`LogStatistics`: dense
 ids, item categories and frequencies, sequence lengths) and what needs one
 chunk of `USERS_PER_CHUNK` users only (`chunk_examples`, with its own
-negative-sampling stream); shards hold whole users. The in-memory driver
-here and the Apache Beam driver (`dare_tf.data.beam`) share all of it and
-write the same files. The dataset directory appears complete or not at all.
+negative-sampling stream). The in-memory driver here and the Apache Beam
+driver (`dare_tf.data.beam`) share all of it and write the same records.
+The dataset directory appears complete or not at all.
 """
 
 from __future__ import annotations
@@ -37,13 +44,17 @@ import numpy as np
 from absl import logging
 
 from dare_tf._files import clean_stale, describe_entries, replace_directory, staging_dir
-from dare_tf.data.logs import FORMATS, Clicks, read_clicks
-from dare_tf.data.spec import (EXAMPLE_COLUMNS, FORMAT, ID_MAP_FILES, LEGACY_FORMATS, SPEC_FILE, SPLITS,
-                               STORE_CLICK_COLUMNS, STORE_USER_COLUMNS, DatasetSpec, example_shard_name,
-                               store_shard_name)
+from dare_tf.data.logs import FORMATS, Clicks, LogFormat, read_clicks
+from dare_tf.data.records import ShardWriter, encode_examples, encode_store
+from dare_tf.data.spec import (FEATURES, FORMAT, ID_MAP_FILES, LEGACY_FORMATS, MAX_LEN, SPEC_FILE, SPLITS,
+                               STORE_KIND, DatasetSpec, partition_of, shard_name)
 
 USERS_PER_CHUNK = 256
 MAX_NEGATIVE_ROUNDS = 1000
+MAX_NEGATIVES = 100
+MAX_PARTITIONS = 1024
+# An impression log's user needs a train, a validation and a test impression.
+MIN_IMPRESSIONS = 3
 
 
 class OutputDirError(ValueError):
@@ -60,12 +71,14 @@ class Protocol:
         max_len: the dataset's default history length L (`spec.json`); a
             trainer may choose any other (`--max_len`): histories are
             assembled from the store when read.
-        train_targets: train targets per user: x_{T-2-stride*j}, j < train_targets.
-        stride: clicks between consecutive train targets.
-        negatives: negatives per positive.
-        examples_per_shard: at most this many examples per example shard
-            (shards hold whole users: at least one user each).
-        users_per_store_shard: users per store shard.
+        train_targets: train targets per user: x_{T-2-stride*j}, j < train_targets
+            (click logs; an impression log's train examples are all of a
+            user's impressions before its last two).
+        stride: clicks between consecutive train targets (click logs).
+        negatives: negatives per positive (click logs).
+        partitions: shards of the store and of each split; users are
+            assigned to them by a hash of their id, and `multi_worker`
+            training gives each worker whole partitions (at least one each).
     """
 
     seed: int = 0
@@ -74,23 +87,23 @@ class Protocol:
     train_targets: int = 19
     stride: int = 5
     negatives: int = 2
-    examples_per_shard: int = 50_000
-    users_per_store_shard: int = 16_384
+    partitions: int = 16
 
     def __post_init__(self):
-        self.validate()
+        self.validate(impressions=True)  # the checks of every log; prepare adds those of a click log
 
-    def validate(self) -> None:
+    def validate(self, impressions: bool = False) -> None:
         # The earliest train target x_{T-2-stride*(n-1)} (1-based) must have a click before it.
         earliest = max(2 + self.stride * (self.train_targets - 1), 0)
         checks = [
-            (self.max_len >= 1, "max_len", "must be >= 1"),
-            (self.train_targets >= 0, "train_targets", "must be >= 0"),
-            (self.stride >= 1, "stride", "must be >= 1"),
-            (self.negatives >= 0, "negatives", "must be >= 0"),
-            (self.examples_per_shard >= 1, "examples_per_shard", "must be >= 1"),
-            (self.users_per_store_shard >= 1, "users_per_store_shard", "must be >= 1"),
-            (self.min_clicks >= earliest + 2, "min_clicks",
+            (0 <= self.seed < 2**32, "seed", "must be in [0, 2^32)"),
+            (1 <= self.max_len <= MAX_LEN, "max_len", f"must be in [1, {MAX_LEN}]"),
+            (0 <= self.train_targets <= 10_000, "train_targets", "must be in [0, 10000]"),
+            (1 <= self.stride <= 10_000, "stride", "must be in [1, 10000]"),
+            (0 <= self.negatives <= MAX_NEGATIVES, "negatives", f"must be in [0, {MAX_NEGATIVES}]"),
+            (1 <= self.partitions <= MAX_PARTITIONS, "partitions", f"must be in [1, {MAX_PARTITIONS}]"),
+            (self.min_clicks >= 0, "min_clicks", "must be >= 0"),
+            (impressions or self.min_clicks >= earliest + 2, "min_clicks",
              f"must be >= {earliest + 2} so that the earliest train target has a history"),
         ]
         for ok, name, message in checks:
@@ -103,19 +116,12 @@ class Protocol:
         return {"train": 3 + self.stride * np.arange(self.train_targets),
                 "val": np.array([2]), "test": np.array([1])}
 
-    def examples_per_user(self, split: str) -> int:
-        return len(self.target_offsets()[split]) * (1 + self.negatives)
 
-    def users_per_shard(self, split: str) -> int:
-        """Users per example shard of `split` (shards hold whole users)."""
-        return max(1, self.examples_per_shard // max(self.examples_per_user(split), 1))
-
-
-def preparation_id(source_sha256: str, protocol: Protocol, dataset: str) -> str:
-    """The id both the store and the examples record: the same for the same log,
-    dataset format and protocol (whichever driver prepared them), different
-    otherwise."""
-    text = json.dumps([FORMAT, dataset, source_sha256, dataclasses.asdict(protocol)], sort_keys=True)
+def preparation_id(source_sha256: str, protocol: Protocol, fmt: LogFormat, compression: str) -> str:
+    """The id of a preparation: the same for the same log, log format, protocol
+    and compression (whichever driver prepared it), different otherwise."""
+    text = json.dumps([FORMAT, fmt.to_json(), source_sha256, dataclasses.asdict(protocol), compression],
+                      sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -129,12 +135,13 @@ def dense_ids(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def time_sorted(clicks: Clicks) -> Clicks:
-    """Tmall's reference order: users in order of first click, each user's clicks
-    stably sorted by time (the raw log is not time-ordered)."""
+    """The order of a log whose rows are not in time order (Tmall, custom logs):
+    users in order of first row, each user's rows stably sorted by time."""
     user_rank, _ = dense_ids(clicks.user)
     order = np.lexsort((clicks.time, user_rank))  # lexsort is stable
     return dataclasses.replace(clicks, user=clicks.user[order], item=clicks.item[order],
-                               category=clicks.category[order], time=clicks.time[order])
+                               category=clicks.category[order], time=clicks.time[order],
+                               label=None if clicks.label is None else clicks.label[order])
 
 
 @dataclasses.dataclass
@@ -146,7 +153,8 @@ class LogStatistics:
             seen for it (the reference overwrites); 0 for padding and OOV.
         item_cdf: `[num_items]` cumulative click counts of the dense items
             (negatives are drawn in proportion to clicks).
-        qualifying: dense ids of the users with >= min_clicks clicks, ascending.
+        qualifying: dense ids of the users with >= min_clicks clicks (and, in
+            an impression log, >= MIN_IMPRESSIONS impressions), ascending.
         num_users: users in the log plus padding row 0.
     """
 
@@ -168,6 +176,17 @@ class LogStatistics:
         """`(chunk index, dense user ids)` of the qualifying users, `USERS_PER_CHUNK` at a time."""
         for c, lo in enumerate(range(0, len(self.qualifying), USERS_PER_CHUNK)):
             yield c, self.qualifying[lo: lo + USERS_PER_CHUNK]
+
+
+def qualifying_users(clicks_per_user: np.ndarray, rows_per_user: np.ndarray | None, protocol: Protocol) -> np.ndarray:
+    """Dense ids (ascending) of the users that qualify: >= min_clicks clicks, and
+    in an impression log (`rows_per_user`, impressions per dense id) >=
+    MIN_IMPRESSIONS impressions."""
+    ok = clicks_per_user >= protocol.min_clicks
+    if rows_per_user is not None:
+        ok &= rows_per_user >= MIN_IMPRESSIONS
+    ok[0] = False  # padding
+    return np.flatnonzero(ok)
 
 
 def sample_negatives(chunk: int, sequences: list[np.ndarray], per_user: int, stats: LogStatistics,
@@ -211,13 +230,35 @@ def sample_negatives(chunk: int, sequences: list[np.ndarray], per_user: int, sta
                        f"{MAX_NEGATIVE_ROUNDS} rounds: they clicked nearly every frequent item")
 
 
-def chunk_examples(chunk: int, users: np.ndarray, items: list[np.ndarray], categories: list[np.ndarray],
-                   stats: LogStatistics, protocol: Protocol) -> dict[str, dict[str, np.ndarray]]:
-    """The examples of one chunk of users (dense ids `users`, their click
-    sequences `items` and `categories`), per split: int32 columns
-    `EXAMPLE_COLUMNS`, user by user, each target as [positive, negative_1,
-    ..., negative_n]. `position` is the target's index in its user's sequence:
-    the history is the clicks before it."""
+@dataclasses.dataclass
+class UserRows:
+    """One user's rows in protocol order (dense ids): its clicks, or in an
+    impression log its impressions with `times` and `labels`."""
+
+    items: np.ndarray
+    categories: np.ndarray
+    times: np.ndarray | None = None
+    labels: np.ndarray | None = None
+
+    def clicks(self) -> tuple[np.ndarray, np.ndarray]:
+        """The user's clicks (the store's sequence): every row, or the impressions labelled 1."""
+        if self.labels is None:
+            return self.items, self.categories
+        clicked = self.labels == 1
+        return self.items[clicked], self.categories[clicked]
+
+
+def chunk_examples(chunk: int, users: np.ndarray, rows: list[UserRows], stats: LogStatistics,
+                   protocol: Protocol) -> dict[str, dict[str, np.ndarray]]:
+    """The examples of one chunk of users (dense ids `users`, their rows), per
+    split: int32 columns `EXAMPLE_COLUMNS`, user by user. `position` is the
+    number of the user's clicks before the target: its history. Click logs:
+    each target as [positive, negative_1, ..., negative_n]; impression logs:
+    the impressions with their labels."""
+    if rows and rows[0].labels is not None:
+        return _impression_examples(users, rows)
+    items = [r.items for r in rows]
+    categories = [r.categories for r in rows]
     offsets = protocol.target_offsets()
     group = 1 + protocol.negatives
     per_user = sum(len(o) for o in offsets.values()) * protocol.negatives
@@ -230,8 +271,9 @@ def chunk_examples(chunk: int, users: np.ndarray, items: list[np.ndarray], categ
         off = offsets[split]
         positions = (lengths[:, None] - off[None, :]).reshape(-1)  # [U * n], user-major
         flat = np.repeat(starts, len(off)) + positions
-        neg = negatives[:, used: used + len(off) * protocol.negatives].reshape(-1, protocol.negatives)
-        used += len(off) * protocol.negatives
+        width = len(off) * protocol.negatives
+        neg = negatives[:, used: used + width].reshape(len(items) * len(off), protocol.negatives)
+        used += width
         target_items = np.concatenate([flat_items[flat][:, None], neg], 1).reshape(-1)
         is_positive = np.arange(len(target_items)) % group == 0
         out[split] = {
@@ -242,93 +284,69 @@ def chunk_examples(chunk: int, users: np.ndarray, items: list[np.ndarray], categ
                                         stats.item_category[target_items]),
             "label": is_positive.astype(np.int64),
         }
-        out[split] = {k: v.astype(np.int32) for k, v in out[split].items()}
+    return {split: {k: v.astype(np.int32) for k, v in columns.items()} for split, columns in out.items()}
+
+
+def _impression_examples(users: np.ndarray, rows: list[UserRows]) -> dict[str, dict[str, np.ndarray]]:
+    """An impression log's examples: per user, its impressions in time order;
+    the last is the test example, the one before it validation, the rest train."""
+    parts: dict[str, list] = {s: [] for s in SPLITS}
+    for uid, r in zip(np.asarray(users).tolist(), rows):
+        click_times = r.times[r.labels == 1]  # time-ordered: rows are
+        position = np.searchsorted(click_times, r.times, side="left")  # clicks strictly before
+        n = len(r.items)
+        columns = np.stack([np.full(n, uid), position, r.items, r.categories, r.labels], 1)
+        parts["train"].append(columns[: n - 2])
+        parts["val"].append(columns[n - 2: n - 1])
+        parts["test"].append(columns[n - 1:])
+    out = {}
+    for split in SPLITS:
+        table = np.concatenate(parts[split]) if parts[split] else np.zeros((0, 5), np.int64)
+        out[split] = {k: table[:, i].astype(np.int32) for i, k in enumerate(
+            ("uid", "position", "target_item", "target_category", "label"))}
     return out
 
 
-def write_shard(path: str, preparation: str, columns: dict[str, np.ndarray]) -> int:
-    """Writes one shard (an uncompressed `.npz` of the columns and the
-    preparation id); returns its size in bytes."""
-    with open(path, "wb") as f:
-        np.savez(f, preparation=np.array(preparation), **columns)
-    return os.path.getsize(path)
+class PartitionedWriter:
+    """The shards of one kind (a split's examples, or the store), one per
+    partition: rows are routed to the shard of their user's partition, in the
+    order they come (users ascending). Both drivers write through it."""
 
+    def __init__(self, directory: str, kind: str, partitions: int, compression: str, indices=None):
+        self.kind, self.partitions = kind, partitions
+        self.names = [shard_name(kind, k, partitions, compression) for k in range(partitions)]
+        self.writers = {k: ShardWriter(os.path.join(directory, self.names[k]), compression)
+                        for k in (range(partitions) if indices is None else indices)}
+        self.clicks = dict.fromkeys(self.writers, 0)
 
-def concat_columns(parts: list[dict[str, np.ndarray]], names) -> dict[str, np.ndarray]:
-    return {k: np.concatenate([p[k] for p in parts]).astype(np.int32) if parts else np.zeros(0, np.int32)
-            for k in names}
+    def write_examples(self, columns: dict[str, np.ndarray]) -> None:
+        self._route(columns["uid"], encode_examples(columns))
 
+    def write_store(self, uid: np.ndarray, lengths: np.ndarray, items: np.ndarray, categories: np.ndarray) -> None:
+        parts = partition_of(uid, self.partitions)
+        for k, n in zip(parts.tolist(), np.asarray(lengths).tolist()):
+            self.clicks[k] += int(n)
+        self._route(uid, encode_store(uid, lengths, items, categories), parts)
 
-def write_user_shard(directory: str, kind: str, index: int, parts: list[dict[str, np.ndarray]],
-                     preparation: str) -> tuple[str, int, int]:
-    """Shard `index` of `kind` (a split's examples, or `store`) from its users'
-    columns, in user order; returns its name, size in bytes, and rows (examples,
-    or the store's clicks). Both drivers write every shard through it."""
-    if kind == "store":
-        name, columns = store_shard_name(index), concat_columns(parts, STORE_USER_COLUMNS + STORE_CLICK_COLUMNS)
-        count = int(columns["length"].sum())
-    else:
-        name, columns = example_shard_name(kind, index), concat_columns(parts, EXAMPLE_COLUMNS)
-        count = len(columns["uid"])
-    return name, write_shard(os.path.join(directory, name), preparation, columns), count
+    def _route(self, uid, records, parts=None):
+        parts = partition_of(uid, self.partitions) if parts is None else parts
+        writers = self.writers
+        for k, record in zip(parts.tolist(), records):
+            writers[k].write((record,))
 
-
-class _ShardWriter:
-    """Collects whole users of one kind of shard (a split's examples, with
-    `rows_per_user` rows each, or the store) and writes a shard each
-    `users_per_shard` users."""
-
-    def __init__(self, directory: str, kind: str, users_per_shard: int, preparation: str,
-                 rows_per_user: int | None = None):
-        self.directory, self.kind, self.users_per_shard = directory, kind, users_per_shard
-        self.preparation, self.rows_per_user = preparation, rows_per_user
-        self.sizes: dict[str, int] = {}
-        self.count = 0
-        self._parts: list[tuple[int, dict]] = []  # (users, columns)
-        self._pending = 0  # users in _parts
-
-    def write(self, users: int, columns: dict[str, np.ndarray]) -> None:
-        """Adds `users` users' columns; full shards are written at once."""
-        self._parts.append((users, columns))
-        self._pending += users
-        while self._pending >= self.users_per_shard:
-            self._flush(self.users_per_shard)
-
-    def _flush(self, users: int) -> None:
-        taken, rest, need = [], [], users
-        for n, cols in self._parts:
-            if need >= n:
-                taken.append(cols)
-                need -= n
-            elif need > 0:
-                head, tail = self._split(cols, need)
-                taken.append(head)
-                rest.append((n - need, tail))
-                need = 0
-            else:
-                rest.append((n, cols))
-        self._parts, self._pending = rest, self._pending - users
-        name, size, count = write_user_shard(self.directory, self.kind, len(self.sizes), taken, self.preparation)
-        self.sizes[name] = size
-        self.count += count
-
-    def _split(self, columns: dict[str, np.ndarray], users: int):
-        """`columns` of several users cut after the first `users` of them."""
-        if self.kind != "store":
-            rows = users * self.rows_per_user
-            return {k: v[:rows] for k, v in columns.items()}, {k: v[rows:] for k, v in columns.items()}
-        clicks = int(columns["length"][:users].sum())
-        cut = {**{k: users for k in STORE_USER_COLUMNS}, **{k: clicks for k in STORE_CLICK_COLUMNS}}
-        return {k: v[:cut[k]] for k, v in columns.items()}, {k: v[cut[k]:] for k, v in columns.items()}
-
-    def close(self) -> None:
-        if self._pending or not self.sizes:  # an empty split still gets one (empty) shard
-            self._flush(self._pending)
+    def close(self) -> dict[str, dict]:
+        """spec.json's `files` entries of the shards written."""
+        files = {}
+        for k, writer in self.writers.items():
+            files[self.names[k]] = writer.close()
+            if self.kind == STORE_KIND:
+                files[self.names[k]]["clicks"] = self.clicks[k]
+        return files
 
 
 def _write_id_map(path: str, raw_ids: np.ndarray) -> None:
     with open(path, "w") as f:
-        f.write("\n".join(map(str, raw_ids.tolist())))
+        f.write("\n".join(map(str, np.asarray(raw_ids).tolist())))
         f.write("\n")
 
 
@@ -338,19 +356,32 @@ def write_id_maps(directory: str, raw_items, raw_categories, raw_users) -> None:
     _write_id_map(os.path.join(directory, ID_MAP_FILES["user"]), np.asarray(raw_users))
 
 
-def no_user_qualifies(protocol: Protocol, longest: int) -> ValueError:
-    return ValueError(f"no user has >= {protocol.min_clicks} clicks (the longest history has "
-                      f"{longest}); lower --min_clicks or use a larger log")
+def no_user_qualifies(protocol: Protocol, longest: int, impressions: bool = False) -> ValueError:
+    extra = f" and >= {MIN_IMPRESSIONS} impressions" if impressions else ""
+    return ValueError(f"no user has >= {protocol.min_clicks} clicks{extra} (the longest history has "
+                      f"{longest} clicks); lower --min_clicks or use a larger log")
 
 
-def build_examples(clicks: Clicks, protocol: Protocol, directory: str, preparation: str) -> dict:
+def layout_fields(protocol: Protocol, compression: str, files: dict[str, dict]) -> dict:
+    """spec.json's fields that describe the files (names, counts, feature spec)."""
+    shards = {s: [shard_name(s, k, protocol.partitions, compression) for k in range(protocol.partitions)]
+              for s in SPLITS}
+    store = [shard_name(STORE_KIND, k, protocol.partitions, compression) for k in range(protocol.partitions)]
+    return dict(counts={s: sum(files[n]["records"] for n in names) for s, names in shards.items()},
+                shards=shards, store=store, clicks_stored=sum(files[n]["clicks"] for n in store),
+                files=files, compression=compression, features=FEATURES, partitions=protocol.partitions)
+
+
+def build_examples(clicks: Clicks, protocol: Protocol, directory: str, compression: str) -> dict:
     """Writes the store, the example shards and the id maps of `clicks` into
     `directory`; returns the spec fields that depend on the data."""
     user, raw_users = dense_ids(clicks.user)
     item, raw_items = dense_ids(clicks.item)
     category, raw_categories = dense_ids(clicks.category)
+    labels, times = clicks.label, clicks.time
+    impressions = labels is not None
     # The raw-id columns are no longer needed: release them (peak memory).
-    clicks.user = clicks.item = clicks.category = clicks.time = None
+    clicks.user = clicks.item = clicks.category = clicks.time = clicks.label = None
     user, item, category = user.astype(np.int32), item.astype(np.int32), category.astype(np.int32)
     # Row 0 is padding and the last row is out-of-vocabulary (never trained on;
     # serving maps unknown raw ids there).
@@ -359,45 +390,48 @@ def build_examples(clicks: Clicks, protocol: Protocol, directory: str, preparati
     item_category = np.zeros(num_items, np.int32)
     item_category[item[last]] = category[last]
     del last
-    lengths = np.bincount(user, minlength=len(raw_users) + 1)
+    is_click = np.ones(len(user), bool) if not impressions else labels == 1
+    rows_per_user = np.bincount(user, minlength=len(raw_users) + 1)
+    clicks_per_user = np.bincount(user[is_click], minlength=len(raw_users) + 1)
     stats = LogStatistics(item_category=item_category,
-                          item_cdf=np.cumsum(np.bincount(item, minlength=num_items)),
-                          qualifying=np.nonzero(lengths >= protocol.min_clicks)[0],
+                          item_cdf=np.cumsum(np.bincount(item[is_click], minlength=num_items)),
+                          qualifying=qualifying_users(clicks_per_user, rows_per_user if impressions else None,
+                                                      protocol),
                           num_users=len(raw_users) + 1)
     logging.info("%d users, %d qualify (>= %d clicks); %d items, %d categories", len(raw_users),
                  len(stats.qualifying), protocol.min_clicks, len(raw_items), len(raw_categories))
     if len(stats.qualifying) == 0:
-        raise no_user_qualifies(protocol, int(lengths.max()))
-    # Only the qualifying users' clicks, grouped by user in their order (file or time order).
-    keep = lengths[user] >= protocol.min_clicks
+        raise no_user_qualifies(protocol, int(clicks_per_user.max()), impressions)
+    # Only the qualifying users' rows, grouped by user in their order (file or time order).
+    keep = np.zeros(len(raw_users) + 1, bool)
+    keep[stats.qualifying] = True
+    keep = keep[user]
     order = np.flatnonzero(keep)[np.argsort(user[keep], kind="stable")]
     del keep
-    seq_items, seq_categories = item[order], category[order]
-    del order, user, item, category
-    q_lengths = lengths[stats.qualifying]
+    seq = {"items": item[order], "categories": category[order]}
+    if impressions:
+        seq["times"], seq["labels"] = times[order], labels[order]
+    del order, user, item, category, times, labels
+    q_lengths = rows_per_user[stats.qualifying]
     q_starts = np.concatenate([[0], np.cumsum(q_lengths)[:-1]])
-    writers = {s: _ShardWriter(directory, s, protocol.users_per_shard(s), preparation, protocol.examples_per_user(s))
-               for s in SPLITS}
-    store = _ShardWriter(directory, "store", protocol.users_per_store_shard, preparation)
+    writers = {kind: PartitionedWriter(directory, kind, protocol.partitions, compression)
+               for kind in (*SPLITS, STORE_KIND)}
     for chunk, users in stats.chunks():
         lo = chunk * USERS_PER_CHUNK
-        bounds = [(q_starts[lo + i], q_starts[lo + i] + q_lengths[lo + i]) for i in range(len(users))]
-        items = [seq_items[a:b] for a, b in bounds]
-        categories = [seq_categories[a:b] for a, b in bounds]
-        for split, columns in chunk_examples(chunk, users, items, categories, stats, protocol).items():
-            writers[split].write(len(users), columns)
-        a, b = bounds[0][0], bounds[-1][1]
-        store.write(len(users), {"uid": users.astype(np.int32), "length": q_lengths[lo: lo + len(users)].astype(np.int32),
-                                 "items": seq_items[a:b], "categories": seq_categories[a:b]})
+        rows = [UserRows(**{k: v[q_starts[lo + i]: q_starts[lo + i] + q_lengths[lo + i]] for k, v in seq.items()})
+                for i in range(len(users))]
+        for split, columns in chunk_examples(chunk, users, rows, stats, protocol).items():
+            writers[split].write_examples(columns)
+        stored = [r.clicks() for r in rows]
+        writers[STORE_KIND].write_store(users, np.array([len(i) for i, _ in stored]),
+                                        np.concatenate([i for i, _ in stored]), np.concatenate([c for _, c in stored]))
         logging.info("users %d/%d", lo + len(users), len(stats.qualifying))
-    for w in (*writers.values(), store):
-        w.close()
+    files = {}
+    for w in writers.values():
+        files.update(w.close())
     write_id_maps(directory, raw_items, raw_categories, raw_users)
     return dict(num_items=num_items, num_categories=num_categories, num_users=stats.num_users,
-                users=int(len(stats.qualifying)), counts={s: w.count for s, w in writers.items()},
-                shards={s: list(w.sizes) for s, w in writers.items()}, store=list(store.sizes),
-                clicks_stored=store.count,
-                files={**{n: b for w in writers.values() for n, b in w.sizes.items()}, **store.sizes})
+                users=int(len(stats.qualifying)), **layout_fields(protocol, compression, files))
 
 
 def _own_files(directory: str) -> set[str] | None:
@@ -451,24 +485,33 @@ def check_output_dir(output_dir: str, input_path: str) -> None:
             "Refusing to replace it: move them away or choose another directory")
 
 
-def read_log(dataset: str, input_path: str, skip_bad_lines: bool = False) -> Clicks:
-    """The click rows of a raw log in the protocol's order (Tmall: time-sorted per user)."""
-    if dataset not in FORMATS:
-        raise ValueError(f"dataset={dataset!r}: expected one of {sorted(FORMATS)}")
-    fmt = FORMATS[dataset]
+def log_format(log: str | LogFormat) -> LogFormat:
+    """A preset's `LogFormat` by name, or `log` itself."""
+    if isinstance(log, LogFormat):
+        return log
+    if log not in FORMATS:
+        raise ValueError(f"dataset={log!r}: expected one of {sorted(FORMATS)} (or a LogFormat)")
+    return FORMATS[log]
+
+
+def read_log(fmt: LogFormat, input_path: str, skip_bad_lines: bool = False) -> Clicks:
+    """The kept rows of a raw log in the protocol's order (sorted by time per user
+    unless the format keeps the file order)."""
     start = time.perf_counter()
     clicks = read_clicks(input_path, fmt, skip_bad_lines=skip_bad_lines)
     if clicks.bad_lines:
         logging.warning("%s: skipped %d bad line(s)", input_path, clicks.bad_lines)
     if len(clicks.user) == 0:
-        raise ValueError(f"{input_path}: no click rows ({fmt.action} == {fmt.click!r}) in {clicks.rows} rows")
-    logging.info("read %d rows, %d clicks in %.1fs", clicks.rows, len(clicks.user), time.perf_counter() - start)
-    return time_sorted(clicks) if dataset == "tmall" else clicks
+        raise ValueError(f"{input_path}: no {'impression' if fmt.impressions else 'click'} rows"
+                         f"{f' (action == {fmt.click!r})' if fmt.click is not None else ''} in {clicks.rows} rows")
+    logging.info("read %d rows, %d kept in %.1fs", clicks.rows, len(clicks.user), time.perf_counter() - start)
+    return time_sorted(clicks) if fmt.sort_by_time else clicks
 
 
-def source_fields(input_path: str, clicks: Clicks) -> dict:
+def source_fields(input_path: str, clicks: Clicks, fmt: LogFormat) -> dict:
     return dict(path=os.path.abspath(input_path), sha256=clicks.sha256, rows=clicks.rows,
-                clicks=int(len(clicks.user)), bad_lines=clicks.bad_lines)
+                clicks=int(len(clicks.user) if clicks.label is None else (clicks.label == 1).sum()),
+                bad_lines=clicks.bad_lines, log=fmt.to_json())
 
 
 def write_prepared(output_dir: str, input_path: str, build) -> DatasetSpec:
@@ -493,31 +536,41 @@ def write_prepared(output_dir: str, input_path: str, build) -> DatasetSpec:
     return spec
 
 
-def make_spec(dataset: str, protocol: Protocol, source: dict, preparation: str, fields: dict) -> DatasetSpec:
-    return DatasetSpec(dataset=dataset, format=FORMAT, max_len=protocol.max_len,
+def make_spec(fmt: LogFormat, protocol: Protocol, source: dict, preparation: str, fields: dict) -> DatasetSpec:
+    return DatasetSpec(dataset=fmt.name, format=FORMAT, max_len=protocol.max_len,
                        protocol=dataclasses.asdict(protocol), source=source, preparation=preparation, **fields)
 
 
-def prepare(dataset: str, input_path: str, output_dir: str, protocol: Protocol = Protocol(),
-            skip_bad_lines: bool = False) -> DatasetSpec:
+def check_compression(compression: str) -> str:
+    if compression not in ("GZIP", ""):
+        raise ValueError(f"compression={compression!r}: expected 'GZIP' or '' (none)")
+    return compression
+
+
+def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Protocol = Protocol(),
+            skip_bad_lines: bool = False, compression: str = "GZIP") -> DatasetSpec:
     """Raw log -> sequence store, example shards, id maps and spec.json in
     `output_dir`, in memory on one machine (`dare_tf.data.beam.prepare` is the
     same on an Apache Beam runner).
+
+    Args:
+        log: a preset's name (`taobao`, `tmall`) or a `LogFormat`.
+        compression: `GZIP` or `""` (uncompressed TFRecord files).
 
     `output_dir` is replaced only when it is absent, empty, or a dataset that
     preparation wrote (see `check_output_dir`); the new one is built in a
     staging directory beside it and renamed into place. Staging directories
     that a killed run of this function left beside it are removed first.
     """
-    if dataset not in FORMATS:
-        raise ValueError(f"dataset={dataset!r}: expected one of {sorted(FORMATS)}")
-    protocol.validate()
+    fmt = log_format(log)
+    protocol.validate(fmt.impressions)
+    check_compression(compression)
     check_output_dir(output_dir, input_path)
     start = time.perf_counter()
-    clicks = read_log(dataset, input_path, skip_bad_lines)
-    source = source_fields(input_path, clicks)
-    preparation = preparation_id(clicks.sha256, protocol, dataset)
+    clicks = read_log(fmt, input_path, skip_bad_lines)
+    source = source_fields(input_path, clicks, fmt)
+    preparation = preparation_id(clicks.sha256, protocol, fmt, compression)
     spec = write_prepared(output_dir, input_path, lambda staging: make_spec(
-        dataset, protocol, source, preparation, build_examples(clicks, protocol, staging, preparation)))
+        fmt, protocol, source, preparation, build_examples(clicks, protocol, staging, compression)))
     logging.info("wrote %s in %.1fs: %s", output_dir, time.perf_counter() - start, spec.counts)
     return spec

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from typing import Any
 
 SPEC_FILE = "spec.json"
@@ -35,24 +36,54 @@ SEQUENCE_FEATURES = (HIST_ITEMS, HIST_CATEGORIES)
 # What a model (and a serving request) takes, in this order.
 MODEL_INPUTS = (TARGET_ITEM, TARGET_CATEGORY, HIST_ITEMS, HIST_CATEGORIES)
 # The marker that a directory is a dataset written by dare_tf's preparation;
-# earlier formats (per-example histories in TFRecords) are recognised as ours
-# (preparation may replace them) but must be prepared again to be read.
-FORMAT = "dare_tf.prepared/2"
-LEGACY_FORMATS = ("dare_tf.prepared/1",)
+# earlier formats (per-example TFRecords, then `.npz` shards) are recognised as
+# ours (preparation may replace them) but must be prepared again to be read.
+FORMAT = "dare_tf.prepared/3"
+LEGACY_FORMATS = ("dare_tf.prepared/1", "dare_tf.prepared/2")
 
-
-# Columns of an example shard, and of a store shard (per user, then per click).
+# What is on disk: TFRecord files of `tf.train.Example`s, all features int64.
+# One record per example (the history is assembled from the store when read)...
 EXAMPLE_COLUMNS = ("uid", "position", "target_item", "target_category", "label")
-STORE_USER_COLUMNS = ("uid", "length")
+# ...and one record per stored user: its clicks in time order.
+STORE_USER_COLUMNS = ("uid",)
 STORE_CLICK_COLUMNS = ("items", "categories")
+STORE_KIND = "store"
+COMPRESSIONS = {"gzip": "GZIP", "none": ""}  # --compression -> tf.io / spec.json value
+# The feature spec as spec.json records it, for `tf.io.parse_example`: "[]" is a
+# scalar (`tf.io.FixedLenFeature([], tf.int64)`), "[None]" a list
+# (`tf.io.RaggedFeature(tf.int64)`).
+FEATURES = {"examples": {k: {"dtype": "int64", "shape": []} for k in EXAMPLE_COLUMNS},
+            "store": {"uid": {"dtype": "int64", "shape": []},
+                      **{k: {"dtype": "int64", "shape": [None]} for k in STORE_CLICK_COLUMNS}}}
+# Bounds of spec.json's sizes: ids are int32 when read (embedding rows), and
+# histories longer than this are not assembled.
+MAX_ID = 2**31 - 1
+MAX_LEN = 1 << 20
+_SHARD_NAME = re.compile(r"(?P<kind>[a-z]+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.tfrecord(\.gz)?")
 
 
-def example_shard_name(split: str, index: int) -> str:
-    return f"{split}-{index:05d}.npz"
+def shard_name(kind: str, index: int, count: int, compression: str) -> str:
+    """TensorFlow's shard naming: `train-00003-of-00016.tfrecord.gz`."""
+    return f"{kind}-{index:05d}-of-{count:05d}.tfrecord{'.gz' if compression == 'GZIP' else ''}"
 
 
-def store_shard_name(index: int) -> str:
-    return f"store-{index:05d}.npz"
+def partition_of(uid, partitions: int):
+    """The partition of dense user id(s) `uid`: a splitmix64 hash modulo
+    `partitions`. Store shard k and shard k of every split hold partition k's
+    users, so a worker that reads shards k reads its users' examples and
+    histories and nothing else."""
+    import numpy as np
+
+    with np.errstate(over="ignore"):
+        z = np.asarray(uid, np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z % np.uint64(partitions)).astype(np.int64)
+
+
+class SpecError(ValueError):
+    """spec.json is missing, not valid JSON, of another format, or has a field of the wrong type or range."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +91,8 @@ class DatasetSpec:
     """What `spec.json` holds.
 
     Attributes:
-        dataset: `taobao`, `tmall` (or the name of a synthetic log's format).
+        dataset: the log's format: a preset (`taobao`, `tmall`) or the file
+            format of a custom log (`csv`, `tsv`, `parquet`).
         format: `FORMAT`, the mark of a directory that preparation wrote.
         num_items, num_categories: vocabulary sizes: padding row 0, dense
             ids 1..num_x - 2 in order of first appearance, and the
@@ -69,13 +101,21 @@ class DatasetSpec:
         max_len: the default history length L (a trainer may choose another).
         users: users that qualified (>= min_clicks clicks).
         counts: examples per split.
-        shards: example shard names (relative to the directory) per split.
+        shards: example shard names (relative to the directory) per split;
+            shard k of each split holds the examples of partition k's users.
         protocol: the sample-construction parameters used.
-        source: input path, sha256, rows read, clicks kept, bad lines skipped.
-        preparation: the id that the store and every example shard record.
-        store: the sequence store's shard names, in user order.
+        source: input path, sha256, rows read, clicks kept, bad lines
+            skipped, and how the log was read (`log`: file format, columns).
+        preparation: the id of this preparation (same log, format and
+            protocol: same id).
+        store: the sequence store's shard names: shard k holds partition k's users.
         clicks_stored: clicks in the store (the qualifying users' clicks).
-        files: size in bytes of every shard (a shorter file is truncated).
+        files: per shard: `bytes`, `records`, `sha256` (and `clicks` for
+            store shards); a file that differs was truncated, modified or
+            comes from another preparation.
+        compression: `GZIP` or `""` (none), as `tf.data.TFRecordDataset` takes it.
+        features: the feature spec of the example and store records.
+        partitions: shards per kind (users are assigned by `partition_of`).
     """
 
     dataset: str
@@ -92,7 +132,10 @@ class DatasetSpec:
     preparation: str
     store: list[str]
     clicks_stored: int
-    files: dict[str, int]
+    files: dict[str, dict[str, Any]]
+    compression: str
+    features: dict[str, Any]
+    partitions: int
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -115,6 +158,14 @@ class DatasetSpec:
     def oov_category(self) -> int:
         return self.num_categories - 1
 
+    def records(self, name: str) -> int:
+        return int(self.files[name]["records"])
+
+    def shard_files(self, kind: str, partitions=None) -> list[str]:
+        """Shard names of `kind` (a split or `store`), of `partitions` (indices; all by default)."""
+        names = self.store if kind == STORE_KIND else self.shards[kind]
+        return list(names) if partitions is None else [names[k] for k in partitions]
+
     @classmethod
     def load(cls, data_dir: str) -> "DatasetSpec":
         path = os.path.join(data_dir, SPEC_FILE)
@@ -124,19 +175,66 @@ class DatasetSpec:
         try:
             with open(path) as f:
                 raw = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not valid JSON ({e})") from e
-        fields = {f.name: f.type for f in dataclasses.fields(cls)}
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise SpecError(f"{path}: not valid JSON ({e})") from e
+        if not isinstance(raw, dict):
+            raise SpecError(f"{path}: expected a JSON object, got {type(raw).__name__}")
         if raw.get("format") != FORMAT:
-            raise ValueError(f"{path}: format {raw.get('format')!r} is not {FORMAT!r} (the per-user sequence "
-                             "store); prepare the dataset again with this version (python -m data.prepare ...)")
+            raise SpecError(f"{path}: format {raw.get('format')!r} is not {FORMAT!r} (TFRecord store and "
+                            "examples); prepare the dataset again with this version (python -m data.prepare ...)")
+        fields = [f.name for f in dataclasses.fields(cls)]
         missing = [name for name in fields if name not in raw]
         if missing:
-            raise ValueError(f"{path}: missing field(s) {missing}")
-        for name in ("num_items", "num_categories", "num_users", "max_len"):
-            if not isinstance(raw[name], int) or raw[name] < 1:
-                raise ValueError(f"{path}: field {name!r} must be a positive integer, got {raw[name]!r}")
+            raise SpecError(f"{path}: missing field(s) {missing}")
+        _validate(path, raw)
         return cls(**{name: raw[name] for name in fields})
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _validate(path: str, raw: dict) -> None:
+    """Types and ranges of spec.json's fields; shard names are plain file names
+    of this directory (never a path that leads out of it)."""
+    def bad(field, expected, value):
+        raise SpecError(f"{path}: field {field!r} must be {expected}, got {json.dumps(value)[:80]}")
+
+    for name, upper in (("num_items", MAX_ID), ("num_categories", MAX_ID), ("num_users", MAX_ID),
+                        ("max_len", MAX_LEN), ("partitions", 1 << 16)):
+        if not _is_int(raw[name]) or not 1 <= raw[name] <= upper:
+            bad(name, f"an integer in [1, {upper}]", raw[name])
+    for name in ("users", "clicks_stored"):
+        if not _is_int(raw[name]) or raw[name] < 0:
+            bad(name, "a non-negative integer", raw[name])
+    if raw["compression"] not in COMPRESSIONS.values():
+        bad("compression", f"one of {sorted(COMPRESSIONS.values())}", raw["compression"])
+    for name in ("dataset", "preparation"):
+        if not isinstance(raw[name], str):
+            bad(name, "a string", raw[name])
+    for name in ("protocol", "source", "features", "files", "counts", "shards"):
+        if not isinstance(raw[name], dict):
+            bad(name, "an object", raw[name])
+    partitions = raw["partitions"]
+    lists = {f"shards.{s}": raw["shards"].get(s) for s in SPLITS}
+    lists["store"] = raw["store"]
+    for field, names in lists.items():
+        if not isinstance(names, list) or len(names) != partitions:
+            bad(field, f"a list of {partitions} shard names (one per partition)", names)
+        for k, name in enumerate(names):
+            m = _SHARD_NAME.fullmatch(name) if isinstance(name, str) else None
+            if m is None or int(m["index"]) != k or int(m["count"]) != partitions:
+                bad(f"{field}[{k}]", f"a shard file name like {shard_name(field.split('.')[-1], k, partitions, 'GZIP')!r} "
+                    "(inside the dataset directory)", name)
+            entry = raw["files"].get(name)
+            if (not isinstance(entry, dict) or not all(_is_int(entry.get(k)) and entry[k] >= 0
+                                                       for k in ("bytes", "records"))
+                    or not isinstance(entry.get("sha256"), str)):
+                bad(f"files[{name!r}]", "an object with integer 'bytes' and 'records' and a 'sha256'", entry)
+    for split in SPLITS:
+        count = raw["counts"].get(split)
+        if not _is_int(count) or count != sum(raw["files"][n]["records"] for n in raw["shards"][split]):
+            bad(f"counts.{split}", f"the number of records in the {split} shards", count)
 
 
 def id_map_digest(data_dir: str) -> str:

@@ -13,12 +13,14 @@ from dare_tf.data.logs import BadLineError
 from dare_tf.data.protocol import Protocol, prepare
 
 from tests.conftest import REPO, SHARED_DATA
+from tests.data.planted_logs import impression_log, parquet_clicks
 
 TAOBAO = os.path.join(SHARED_DATA, "taobao", "UserBehavior_sample.csv")
 TMALL = os.path.join(SHARED_DATA, "tmall", "user_log_format1_sample.csv")
 # sha256 of the Taobao sample's examples at L=200 (seed 1) as the per-example TFRecord
 # layout (commit eae56aa) stored them: uid, target_item, target_category, hist_items,
-# hist_categories as int64 and label as float32, split by split.
+# hist_categories as int64 and label as float32, split by split, users in dense-id
+# order (the partitioned shards hold the same examples, grouped by partition).
 PER_EXAMPLE_LAYOUT_SHA256 = "08c78cde9022bae6a9c31dff8e46d867b882960fd4bd9eb07583927927d153d5"
 
 
@@ -121,9 +123,10 @@ def test_windows_at_200_equal_the_per_example_layout(taobao):
     digest = hashlib.sha256()
     for split in ("train", "val", "test"):
         _, x = read_split(directory, split)
+        order = np.argsort(x["uid"], kind="stable")  # a user's examples keep their order
         for k in ("uid", "target_item", "target_category", "hist_items", "hist_categories"):
-            digest.update(x[k].astype(np.int64).tobytes())
-        digest.update(x["label"].astype(np.float32).tobytes())
+            digest.update(x[k][order].astype(np.int64).tobytes())
+        digest.update(x["label"][order].astype(np.float32).tobytes())
     assert digest.hexdigest() == PER_EXAMPLE_LAYOUT_SHA256
 
 
@@ -183,8 +186,10 @@ GOOD = "".join(f"{u},{i},{i % 3},pv,{1511500000 + i}\n" for u in (1, 2) for i in
 @pytest.mark.parametrize("bad,message", [
     ("7,8,9,pv\n", "expected 5 comma-separated fields, got 4"),
     ("7,8,9,pv,1,2\n", "expected 5 comma-separated fields, got 6"),
-    ("7,x8,9,pv,1\n", "field 'item' is not an integer: 'x8'"),
-    ("7,8,9,click,1\n", "unknown behavior 'click'"),
+    ("7,x8,9,pv,1\n", "item (column '1') is not an integer: 'x8'"),
+    ("7,8,9,click,1\n", "unknown action (column '3') 'click'"),
+    ("7,99999999999999999999,9,pv,1\n", "item (column '1') = 99999999999999999999 does not fit a 64-bit integer"),
+    ("7,8,-9,pv,1\n", "category (column '2') is negative: '-9'"),
 ])
 def test_bad_taobao_line_names_file_line_and_content(tmp_path, bad, message):
     lines = GOOD.splitlines(keepends=True)
@@ -203,7 +208,7 @@ def test_bad_tmall_action_and_header(tmp_path):
     header = "user_id,item_id,cat_id,seller_id,brand_id,time_stamp,action_type\n"
     body = "".join(f"{u},{i},{i % 3},5,,{1100 + i},0\n" for u in (1, 2) for i in range(10 * u, 10 * u + 30))
     path = write(tmp_path, "log.csv", header + body + "3,4,5,6,7,1101,9\n")
-    with pytest.raises(BadLineError, match=r"log.csv:62: unknown action_type '9'"):
+    with pytest.raises(BadLineError, match=r"log.csv:62: unknown action \(column 'action_type'\) '9'"):
         prepare("tmall", path, str(tmp_path / "o"), Protocol(min_clicks=20, train_targets=2))
     path = write(tmp_path, "nohead.csv", body)
     with pytest.raises(ValueError, match=r"nohead.csv:1: expected the tmall header"):
@@ -215,7 +220,7 @@ def test_missing_empty_and_no_qualifying_users(tmp_path):
         prepare("taobao", str(tmp_path / "nope.csv"), str(tmp_path / "o"))
     with pytest.raises(ValueError, match="empty.csv: input log is empty"):
         prepare("taobao", write(tmp_path, "empty.csv", ""), str(tmp_path / "o"))
-    with pytest.raises(ValueError, match="no user has >= 210 clicks \\(the longest history has 30\\)"):
+    with pytest.raises(ValueError, match="no user has >= 210 clicks \\(the longest history has 30 clicks\\)"):
         prepare("taobao", write(tmp_path, "short.csv", GOOD), str(tmp_path / "o"))
     with pytest.raises(ValueError, match="min_clicks=5: must be >= 94"):
         prepare("taobao", write(tmp_path, "short.csv", GOOD), str(tmp_path / "o"), Protocol(min_clicks=5))
@@ -225,17 +230,17 @@ def test_missing_empty_and_no_qualifying_users(tmp_path):
 def test_rewrite_replaces_old_shards_and_failure_keeps_old(tmp_path, monkeypatch):
     path = write(tmp_path, "log.csv", GOOD)
     out = str(tmp_path / "out")
-    prepare("taobao", path, out, Protocol(min_clicks=20, train_targets=2, examples_per_shard=4))
-    assert len(os.listdir(out)) > 8
-    spec = prepare("taobao", path, out, Protocol(min_clicks=20, train_targets=2))
+    prepare("taobao", path, out, Protocol(min_clicks=20, train_targets=2, partitions=4))
+    assert len(os.listdir(out)) == 4 + 4 * 4
+    spec = prepare("taobao", path, out, Protocol(min_clicks=20, train_targets=2, partitions=1))
     assert sorted(os.listdir(out)) == sorted(
-        ["spec.json", "item_ids.txt", "category_ids.txt", "user_ids.txt", "store-00000.npz",
-         "train-00000.npz", "val-00000.npz", "test-00000.npz"])
+        ["spec.json", "item_ids.txt", "category_ids.txt", "user_ids.txt", "store-00000-of-00001.tfrecord.gz",
+         "train-00000-of-00001.tfrecord.gz", "val-00000-of-00001.tfrecord.gz", "test-00000-of-00001.tfrecord.gz"])
     import dare_tf.data.protocol as protocol
 
     def boom(*args, **kwargs):
         raise RuntimeError("killed midway")
-    monkeypatch.setattr(protocol, "write_shard", boom)
+    monkeypatch.setattr(protocol.PartitionedWriter, "write_examples", boom)
     with pytest.raises(RuntimeError, match="killed midway"):
         prepare("taobao", path, out, Protocol(min_clicks=20, train_targets=2, seed=9))
     assert DatasetSpec.load(out) == spec
@@ -325,7 +330,7 @@ def test_blank_lines_at_the_end_are_accepted(tmp_path):
     reference = prepare("taobao", write(tmp_path, "clean.csv", GOOD), str(tmp_path / "clean"),
                         Protocol(min_clicks=20, train_targets=2))
     assert spec.counts == reference.counts and spec.source["rows"] == reference.source["rows"]
-    with pytest.raises(BadLineError, match=r"log2.csv:2: expected 5 comma-separated fields, got 1"):
+    with pytest.raises(BadLineError, match=r"log2.csv:2: expected 5 comma-separated fields, got an empty line"):
         prepare("taobao", write(tmp_path, "log2.csv", GOOD.splitlines()[0] + "\n\n" + GOOD),
                 str(tmp_path / "out2"))
 
@@ -351,7 +356,7 @@ def test_command_line_errors_are_one_line(tmp_path):
 
 def test_any_history_length_from_one_preparation(taobao):
     directory, spec = taobao
-    assert spec.store == ["store-00000.npz"] and spec.clicks_stored == sum(
+    assert len(spec.store) == spec.partitions == 16 and spec.clicks_stored == sum(
         n for n in (len(s) for s in raw_click_sequences(TAOBAO, "taobao").values()) if n >= 210)
     raw_items = read_id_map(directory, "item")
     seqs = raw_click_sequences(TAOBAO, "taobao")
@@ -376,80 +381,123 @@ def test_any_history_length_from_one_preparation(taobao):
 
 
 def test_store_and_examples_of_other_preparations_and_truncated_shards_are_refused(tmp_path):
+    import json
     import shutil
 
     from dare_tf.data.store import ShardError
 
     path, protocol = _small(tmp_path)
+    protocol = Protocol(min_clicks=20, train_targets=2, partitions=1)
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     prepare("taobao", path, a, protocol)
-    prepare("taobao", path, b, Protocol(min_clicks=20, train_targets=2, seed=5))
-    ids = DatasetSpec.load(a).preparation, DatasetSpec.load(b).preparation
-    for name in ("train-00000.npz", "store-00000.npz"):
+    # Another preparation: another seed, and a log with one more click (the store
+    # does not depend on the seed; the same bytes would be the same store).
+    prepare("taobao", write(tmp_path, "log_b.csv", GOOD + "1,77,1,pv,1511600000\n"), b,
+            Protocol(min_clicks=20, train_targets=2, partitions=1, seed=5))
+    preparation = DatasetSpec.load(a).preparation
+    for name in ("train-00000-of-00001.tfrecord.gz", "store-00000-of-00001.tfrecord.gz"):
         mixed = str(tmp_path / f"mixed-{name}")
         shutil.copytree(a, mixed)
         shutil.copy(os.path.join(b, name), os.path.join(mixed, name))
-        with pytest.raises(ShardError, match=f"{name}: shard is from preparation {ids[1]}, but .*preparation "
-                                             f"{ids[0]}: the store and the examples must come from one run"):
-            make_dataset(mixed, "train", 4)
+        with pytest.raises(ShardError, match=f"{name}: shard('s sha256 .* is not the .* that| has \\d+ bytes, but) "
+                                             f"spec.json \\(preparation {preparation}\\) records.* or comes from "
+                                             "another preparation"):
+            list(make_dataset(mixed, "train", 4))
     truncated = str(tmp_path / "truncated")
     shutil.copytree(a, truncated)
-    shard = os.path.join(truncated, "store-00000.npz")
+    shard = os.path.join(truncated, "val-00000-of-00001.tfrecord.gz")
     size = os.path.getsize(shard)
     with open(shard, "r+b") as f:
-        f.truncate(size - 100)
-    with pytest.raises(ShardError, match=f"{shard}: shard is truncated \\({size - 100} bytes; spec.json records {size}\\)"):
+        f.truncate(size - 10)
+    with pytest.raises(ShardError, match=f"{shard}: shard has {size - 10} bytes, but spec.json .* records {size}: "
+                                         "it was cut short or comes from another preparation"):
         make_dataset(truncated, "val", 4)
-    os.remove(shard)
-    with pytest.raises(ShardError, match="store-00000.npz: shard listed in .*spec.json is missing"):
+    # Cut short, and spec.json made to agree: the TFRecord reader itself names it.
+    from dare_tf.data.records import file_sha256
+
+    spec_path = os.path.join(truncated, "spec.json")
+    raw = json.load(open(spec_path))
+    raw["files"]["val-00000-of-00001.tfrecord.gz"].update(bytes=size - 10, sha256=file_sha256(shard))
+    json.dump(raw, open(spec_path, "w"))
+    with pytest.raises(ShardError, match=f"{shard}: not a complete GZIP TFRecord file of val records "
+                                         "\\(DataLossError: .*\\); prepare the dataset again"):
         make_dataset(truncated, "val", 4)
+    missing = str(tmp_path / "missing")
+    shutil.copytree(a, missing)
+    os.remove(os.path.join(missing, "store-00000-of-00001.tfrecord.gz"))
+    with pytest.raises(ShardError, match="store-00000-of-00001.tfrecord.gz: shard listed in .*spec.json is missing"):
+        make_dataset(missing, "val", 4)
     legacy = tmp_path / "legacy"
     shutil.copytree(a, legacy)
     spec_path = legacy / "spec.json"
-    spec_path.write_text(spec_path.read_text().replace("dare_tf.prepared/2", "dare_tf.prepared/1"))
-    with pytest.raises(ValueError, match="is not 'dare_tf.prepared/2' \\(the per-user sequence store\\); prepare"):
+    spec_path.write_text(spec_path.read_text().replace("dare_tf.prepared/3", "dare_tf.prepared/2"))
+    with pytest.raises(ValueError, match="is not 'dare_tf.prepared/3' \\(TFRecord store and examples\\); prepare"):
         DatasetSpec.load(str(legacy))
     prepare("taobao", path, str(legacy), protocol)  # an older dataset of ours may be replaced
+
+
+def parsed_records(path, compression="GZIP"):
+    """Every record of a TFRecord file as {feature: list of ints}."""
+    import tensorflow as tf
+
+    out = []
+    for record in tf.data.TFRecordDataset([path], compression_type=compression):
+        example = tf.train.Example.FromString(record.numpy())
+        out.append({k: list(v.int64_list.value) for k, v in sorted(example.features.feature.items())})
+    return out
+
+
+def assert_same_datasets(a, b):
+    """spec (but its path), id maps and every record of every shard equal."""
+    spec_a, spec_b = DatasetSpec.load(a), DatasetSpec.load(b)
+    assert spec_a == spec_b
+    names = sorted(os.listdir(a))
+    assert names == sorted(os.listdir(b))
+    for name in names:
+        if ".tfrecord" in name:
+            assert parsed_records(os.path.join(a, name)) == parsed_records(os.path.join(b, name)), name
+        elif name != "spec.json":
+            assert open(os.path.join(a, name)).read() == open(os.path.join(b, name)).read(), name
 
 
 @pytest.mark.slow
 def test_beam_pipeline_writes_what_the_in_memory_path_writes(taobao, tmp_path):
     """The Apache Beam driver (DirectRunner) against the in-memory one, record for
-    record: spec, id maps, and every column of every store and example shard;
-    several shards of each kind, and the command line's --runner=beam."""
+    record: spec, id maps, and every record of every store and example shard;
+    several partitions and blocks, the command line's --runner=beam, a custom
+    TSV impression log and a Parquet click log without categories."""
+    from dare_tf.data import beam as beam_driver
     from dare_tf.data.logs import BadLineError
 
-    protocol = Protocol(seed=1, examples_per_shard=1500, users_per_store_shard=30)
-    memory = prepare("taobao", TAOBAO, str(tmp_path / "memory"), protocol)
+    protocol = Protocol(seed=1, partitions=4)
+    prepare("taobao", TAOBAO, str(tmp_path / "memory"), protocol)
     out = str(tmp_path / "beam")
     result = subprocess.run(
         [sys.executable, "-m", "data.prepare", "--dataset=taobao", f"--input={TAOBAO}", f"--output_dir={out}",
-         "--runner=beam", "--seed=1", "--examples_per_shard=1500", "--users_per_store_shard=30"],
-        cwd=REPO, capture_output=True, text=True)
+         "--runner=beam", "--seed=1", "--partitions=4"], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
-    beam = DatasetSpec.load(out)
-    assert beam == memory and len(beam.store) == 3 and len(beam.shards["train"]) == 4
-    names = sorted(os.listdir(out))
-    assert names == sorted(os.listdir(tmp_path / "memory"))
-    for name in names:
-        a, b = os.path.join(tmp_path, "memory", name), os.path.join(out, name)
-        if name.endswith(".npz"):
-            with np.load(a) as x, np.load(b) as y:
-                assert x.files == y.files
-                for k in x.files:
-                    np.testing.assert_array_equal(x[k], y[k], err_msg=f"{name}/{k}")
-        elif name != "spec.json":
-            assert open(a).read() == open(b).read(), name
-    from dare_tf.data import beam as beam_driver
-
+    assert_same_datasets(str(tmp_path / "memory"), out)
+    assert len(DatasetSpec.load(out).shards["train"]) == 4
+    impressions, clicks = impression_log(tmp_path, "tsv"), parquet_clicks(tmp_path)
+    for name, (fmt, log, proto) in {"imp": impressions, "parquet": clicks}.items():
+        prepare(fmt, log, str(tmp_path / f"{name}-memory"), proto)
+        beam_driver.prepare(fmt, log, str(tmp_path / f"{name}-beam"), proto, block_bytes=4096)
+        assert_same_datasets(str(tmp_path / f"{name}-memory"), str(tmp_path / f"{name}-beam"))
     bad = write(tmp_path, "bad.csv", GOOD + "7,8,9,pv\n")
     with pytest.raises(BadLineError, match=r"bad.csv:62: expected 5 comma-separated fields, got 4"):
         beam_driver.prepare("taobao", bad, str(tmp_path / "bad"), Protocol(min_clicks=20, train_targets=2))
+    huge = write(tmp_path, "huge.csv", GOOD + "7,99999999999999999999,9,pv,1\n")
+    with pytest.raises(BadLineError, match=r"huge.csv:62: item \(column '1'\) = 99999999999999999999 does not fit"):
+        beam_driver.prepare("taobao", huge, str(tmp_path / "bad"), Protocol(min_clicks=20, train_targets=2))
+    spec = beam_driver.prepare("taobao", huge, str(tmp_path / "skipped"), Protocol(min_clicks=20, train_targets=2),
+                               skip_bad_lines=True)
+    assert spec.source["bad_lines"] == 1
     assert not os.path.exists(tmp_path / "bad")
 
 
 def test_preparation_imports_neither_tensorflow_nor_keras():
-    """Preparation needs numpy and pyarrow only (TensorFlow's runtime alone is ~0.6 GB)."""
+    """Importing the preparation program loads neither TensorFlow (~0.6 GB; it is
+    imported only to write the TFRecord files) nor Keras."""
     code = ("import sys, data.prepare, dare_tf.data.beam; "
             "print(sorted(m for m in ('tensorflow', 'keras', 'jax') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,

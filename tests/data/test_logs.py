@@ -1,0 +1,202 @@
+"""dare_tf/data/logs.py and `data.prepare` on any log: custom CSV/TSV/Parquet click
+logs, impression logs, presets as instances of the same reader, and bad input."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from dare_tf.data.logs import BadLineError, LogFormat, LogFormatError
+from dare_tf.data.pipeline import InMemorySplit
+from dare_tf.data.protocol import Protocol, prepare
+from dare_tf.data.spec import DatasetSpec, read_id_map
+from tests.conftest import REPO, SHARED_DATA
+from tests.data.planted_logs import impression_log, impression_rows, parquet_clicks
+
+TAOBAO = os.path.join(SHARED_DATA, "taobao", "UserBehavior_sample.csv")
+TMALL = os.path.join(SHARED_DATA, "tmall", "user_log_format1_sample.csv")
+
+
+def prepare_cli(*args):
+    return subprocess.run([sys.executable, "-m", "data.prepare", *args], cwd=REPO, capture_output=True, text=True)
+
+
+def columns_of(directory, split):
+    return InMemorySplit.load(directory, split).columns
+
+
+@pytest.mark.slow
+def test_presets_are_custom_formats_with_identical_protocol_counts(tmp_path):
+    """`--dataset=taobao|tmall` against the same logs described by --format/--columns."""
+    runs = {
+        "taobao": ["--dataset=taobao", f"--input={TAOBAO}"],
+        "taobao_custom": ["--format=csv", f"--input={TAOBAO}", "--columns=user=0,item=1,category=2,action=3,time=4",
+                          "--click=pv"],
+        "tmall": ["--dataset=tmall", f"--input={TMALL}"],
+        "tmall_custom": ["--format=csv", "--header", f"--input={TMALL}", "--click=0",
+                         "--columns=user=user_id,item=item_id,category=cat_id,time=time_stamp,action=action_type"],
+    }
+    for name, args in runs.items():
+        result = prepare_cli(*args, f"--output_dir={tmp_path / name}", "--seed=1")
+        assert result.returncode == 0, result.stderr[-2000:]
+    for preset in ("taobao", "tmall"):
+        a, b = DatasetSpec.load(str(tmp_path / preset)), DatasetSpec.load(str(tmp_path / f"{preset}_custom"))
+        assert a.counts == b.counts and a.users == b.users and a.num_items == b.num_items
+        assert b.dataset == "csv" and b.source["log"]["columns"][0] == ["user", "user_id" if preset == "tmall" else "0"]
+        for split in ("train", "test"):
+            x, y = columns_of(str(tmp_path / preset), split), columns_of(str(tmp_path / f"{preset}_custom"), split)
+            for k in x:
+                np.testing.assert_array_equal(x[k], y[k])
+    assert a.counts == {"train": 120 * 19 * 3, "val": 360, "test": 360}
+
+
+@pytest.mark.parametrize("file_format", ["csv", "tsv"])
+def test_impression_log_examples_are_its_impressions_split_by_time(tmp_path, file_format):
+    """Recounted from the raw rows: per user, impressions ordered by time; the last
+    is test, the one before validation, the rest train, each with its own label and
+    the user's clicks strictly before its time as history."""
+    fmt, path, protocol = impression_log(tmp_path, file_format)
+    out = str(tmp_path / "out")
+    spec = prepare(fmt, path, out, protocol)
+    rows = impression_rows()
+    per_user = {}
+    for order, (u, i, c, t, y) in enumerate(rows):
+        per_user.setdefault(u, []).append((t, order, i, c, y))
+    per_user = {u: sorted(r) for u, r in per_user.items()}
+    qualifying = {u for u, r in per_user.items() if sum(y for *_, y in r) >= 3}
+    assert spec.users == len(qualifying)
+    assert spec.counts == {"train": sum(len(per_user[u]) - 2 for u in qualifying), "val": len(qualifying),
+                           "test": len(qualifying)}
+    assert spec.source["clicks"] == sum(r[4] for r in rows)
+    raw_users, raw_items = read_id_map(out, "user"), read_id_map(out, "item")
+    expected_split = {"train": lambda r: r[:-2], "val": lambda r: r[-2:-1], "test": lambda r: r[-1:]}
+    for split, pick in expected_split.items():
+        data = InMemorySplit.load(out, split, max_len=50)
+        c, x = data.columns, data.features
+        got = {}
+        for n in range(len(c["uid"])):
+            user = int(raw_users[c["uid"][n] - 1])
+            history = [int(raw_items[i - 1]) for i in x["hist_items"][n] if i]
+            got.setdefault(user, []).append((int(raw_items[c["target_item"][n] - 1]), int(c["label"][n]), history))
+        for user in qualifying:
+            impressions = pick(per_user[user])
+            clicks = [r for r in per_user[user] if r[4] == 1]
+            expected = [(i, y, [ci for ct, _, ci, _, _ in clicks if ct < t][-50:]) for t, _, i, _, y in impressions]
+            assert got[user] == expected, (split, user)
+
+
+def test_log_without_category_column_gets_one_category_and_parquet_reads(tmp_path):
+    fmt, path, protocol = parquet_clicks(tmp_path)
+    spec = prepare(fmt, path, str(tmp_path / "out"), protocol)
+    assert spec.num_categories == 3  # padding, the one category, out-of-vocabulary
+    assert spec.source["rows"] == 480 and spec.dataset == "parquet"
+    test = InMemorySplit.load(str(tmp_path / "out"), "test")
+    assert set(test.columns["target_category"].tolist()) == {1}
+    assert len(test) == spec.users * 3
+
+
+def _csv(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+HEADER = "user,item,cat,ts,clicked\n"
+BODY = "".join(f"{u},{i},{i % 4},{100 + i},{i % 2}\n" for u in (1, 2, 3) for i in range(10))
+IMPRESSIONS = LogFormat(name="csv", file_format="csv", header=True, columns=(
+    ("user", "user"), ("item", "item"), ("category", "cat"), ("time", "ts"), ("label", "clicked")))
+SMALL = Protocol(min_clicks=2, partitions=2)
+
+
+def test_bad_custom_logs_are_named(tmp_path):
+    out = str(tmp_path / "out")
+    good = _csv(tmp_path, "good.csv", HEADER + BODY)
+    assert prepare(IMPRESSIONS, good, out, SMALL).users == 3
+    missing = LogFormat(name="csv", file_format="csv", header=True, columns=(
+        ("user", "user"), ("item", "product"), ("time", "ts"), ("label", "clicked")))
+    with pytest.raises(LogFormatError, match="--columns: item=product: .*good.csv has no column 'product'; its "
+                                             "columns are: user, item, cat, ts, clicked"):
+        prepare(missing, good, str(tmp_path / "o"), SMALL)
+    no_header = LogFormat(name="csv", file_format="csv", columns=(("user", "0"), ("item", "1"), ("time", "7"),
+                                                                  ("label", "4")))
+    with pytest.raises(LogFormatError, match="time=7: .* has no header and 5 fields per line, so columns are named "
+                                             "by 0-based index 0..4"):
+        prepare(no_header, good, str(tmp_path / "o"), SMALL)
+    label = _csv(tmp_path, "label.csv", HEADER + BODY + "4,5,1,200,2\n")
+    with pytest.raises(BadLineError, match="label.csv:32: label \\(column 'clicked'\\) must be 0 or 1, got '2'"):
+        prepare(IMPRESSIONS, label, str(tmp_path / "o"), SMALL)
+    spec = prepare(IMPRESSIONS, label, str(tmp_path / "o"), SMALL, skip_bad_lines=True)
+    assert spec.source["bad_lines"] == 1
+    word = _csv(tmp_path, "word.tsv", HEADER.replace(",", "\t") + BODY.replace(",", "\t") + "4\tx9\t1\t200\t1\n")
+    tsv = LogFormat(name="tsv", file_format="tsv", header=True, columns=IMPRESSIONS.columns)
+    with pytest.raises(BadLineError, match="word.tsv:32: item \\(column 'item'\\) is not an integer: 'x9'"):
+        prepare(tsv, word, str(tmp_path / "o"), SMALL)
+    with pytest.raises(ValueError, match="empty.csv: input log is empty"):
+        prepare(IMPRESSIONS, _csv(tmp_path, "empty.csv", ""), str(tmp_path / "o"), SMALL)
+    with pytest.raises(ValueError, match="header.csv: input log has no data rows"):
+        prepare(IMPRESSIONS, _csv(tmp_path, "header.csv", HEADER), str(tmp_path / "o"), SMALL)
+    assert sorted(os.listdir(tmp_path)) == sorted(["good.csv", "label.csv", "word.tsv", "empty.csv", "header.csv",
+                                                   "out", "o"])
+
+
+def test_bad_parquet_logs_are_named(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    fmt, path, protocol = parquet_clicks(tmp_path)
+    table = pq.read_table(path)
+    strings = table.set_column(1, "item", pa.array([str(v) for v in table.column("item").to_pylist()]))
+    pq.write_table(strings, str(tmp_path / "strings.parquet"))
+    with pytest.raises(LogFormatError, match="strings.parquet: column 'item' \\(item\\) has type string; expected "
+                                             "an integer type"):
+        prepare(fmt, str(tmp_path / "strings.parquet"), str(tmp_path / "o"), protocol)
+    negative = table.set_column(0, "user", pa.array([-5] + table.column("user").to_pylist()[1:], pa.int64()))
+    pq.write_table(negative, str(tmp_path / "negative.parquet"))
+    with pytest.raises(BadLineError, match="negative.parquet: row 1: user \\(column 'user'\\) is negative: '-5'"):
+        prepare(fmt, str(tmp_path / "negative.parquet"), str(tmp_path / "o"), protocol)
+    with pytest.raises(LogFormatError, match="clicks.parquet has no column 'cat'; its columns are: user, item, "
+                                             "event, ts"):
+        prepare(LogFormat(name="parquet", file_format="parquet", columns=fmt.columns + (("category", "cat"),),
+                          click="click"), path, str(tmp_path / "o"), protocol)
+    assert not os.path.exists(tmp_path / "o")
+
+
+@pytest.mark.slow
+def test_command_line_custom_logs_and_one_line_errors(tmp_path):
+    fmt, path, _ = impression_log(tmp_path, "tsv")
+    result = prepare_cli("--format=tsv", "--header", f"--input={path}", f"--output_dir={tmp_path / 'imp'}",
+                         "--columns=user=visitor,item=product,category=cat,time=ts,label=clicked", "--min_clicks=3",
+                         "--partitions=3", "--compression=none")
+    assert result.returncode == 0, result.stderr[-2000:]
+    spec = DatasetSpec.load(str(tmp_path / "imp"))
+    assert spec.compression == "" and spec.partitions == 3 and spec.protocol["min_clicks"] == 3
+    cases = [
+        (["--dataset=taobao", "--columns=user=0"], 2, "--dataset=taobao is a preset: it cannot be combined with "
+                                                      "--columns"),
+        (["--format=csv"], 2, "name the log's format: --dataset=taobao|tmall, or --format=csv|tsv|parquet"),
+        (["--format=csv", "--columns=user=0,item=1"], 2, "--columns: missing time=COL"),
+        (["--format=csv", "--columns=user=0,item=1,time=2,action=3"], 2, "--click=VALUE says which value is a click"),
+        (["--format=tsv", "--header", "--columns=user=visitor,item=nope,time=ts"], 1,
+         "has no column 'nope'; its columns are: visitor, product, cat, ts, clicked"),
+        (["--dataset=taobao", "--negatives=0", "--min_clicks=100000"], 1, "no user has >= 100000 clicks"),
+        (["--dataset=taobao", "--negatives=1000"], 2, "--negatives=1000: must be in [0, 100]"),
+        (["--dataset=taobao", "--seed=-1"], 2, "--seed=-1: must be in [0, 2^32)"),
+        (["--dataset=taobao", "--partitions=0"], 2, "--partitions=0: must be in [1, 1024]"),
+    ]
+    for args, code, message in cases:
+        log = TAOBAO if "--dataset=taobao" in args else path
+        result = prepare_cli(*args, f"--input={log}", f"--output_dir={tmp_path / 'o'}")
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == code, (args, result.stderr[-2000:])
+        assert "Traceback" not in result.stderr and lines[-1].startswith("error: ") and message in lines[-1], lines
+    assert not os.path.exists(tmp_path / "o")
+
+
+def test_zero_negatives_gives_positives_only(tmp_path):
+    fmt_log = _csv(tmp_path, "log.csv", "".join(f"{u},{i},{i % 3},pv,{1511500000 + i}\n" for u in (1, 2)
+                                                  for i in range(10 * u, 10 * u + 30)))
+    spec = prepare("taobao", fmt_log, str(tmp_path / "out"), Protocol(min_clicks=20, train_targets=2, negatives=0))
+    assert spec.counts == {"train": 4, "val": 2, "test": 2}
+    assert (InMemorySplit.load(str(tmp_path / "out"), "train").columns["label"] == 1).all()

@@ -1,0 +1,164 @@
+"""dare_tf/data/records.py and the TFRecord layout: plain TensorFlow reads what
+preparation writes, the encoder against `tf.train.Example`, partitions, id and
+spec.json checks."""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from dare_tf.data.pipeline import InMemorySplit, make_dataset
+from dare_tf.data.protocol import Protocol, prepare
+from dare_tf.data.records import ShardError, ShardWriter, encode_examples, encode_store, read_shard
+from dare_tf.data.spec import DatasetSpec, SpecError, partition_of
+from tests.conftest import SHARED_DATA
+
+TAOBAO = os.path.join(SHARED_DATA, "taobao", "UserBehavior_sample.csv")
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("records") / "taobao")
+    return out, prepare("taobao", TAOBAO, out, Protocol(seed=1, partitions=4))
+
+
+def test_encoder_writes_what_tf_train_example_parses():
+    rng = np.random.default_rng(0)
+    n = 500
+    columns = {k: rng.integers(0, 2 ** rng.integers(1, 63, n), dtype=np.int64)
+               for k in ("uid", "position", "target_item", "target_category", "label")}
+    columns["uid"][:4] = [0, 127, 128, 2**63 - 1]  # varint edges
+    for i, record in enumerate(encode_examples(columns)):
+        example = tf.train.Example.FromString(record)
+        assert {k: list(v.int64_list.value) for k, v in example.features.feature.items()} == {
+            k: [int(v[i])] for k, v in columns.items()}
+    lengths = np.array([0, 1, 300, 2])
+    items, categories = rng.integers(1, 2**40, lengths.sum()), rng.integers(1, 100, lengths.sum())
+    start = 0
+    for i, record in enumerate(encode_store(np.array([3, 2**31, 5, 6]), lengths, items, categories)):
+        feature = tf.train.Example.FromString(record).features.feature
+        assert list(feature["uid"].int64_list.value) == [[3, 2**31, 5, 6][i]]
+        assert list(feature["items"].int64_list.value) == items[start: start + lengths[i]].tolist()
+        assert list(feature["categories"].int64_list.value) == categories[start: start + lengths[i]].tolist()
+        start += lengths[i]
+
+
+def test_plain_tensorflow_reads_the_dataset_as_the_readme_shows(prepared):
+    """The README's reader: spec.json's file lists and feature spec, tf.data and
+    tf.io.parse_example only."""
+    data_dir, spec = prepared
+    with open(f"{data_dir}/spec.json") as f:
+        meta = json.load(f)
+    features = {k: tf.io.FixedLenFeature([], tf.int64) for k in meta["features"]["examples"]}
+    ds = tf.data.TFRecordDataset([f"{data_dir}/{n}" for n in meta["shards"]["train"]],
+                                 compression_type=meta["compression"])
+    ds = ds.batch(1024).map(lambda s: tf.io.parse_example(s, features))
+    columns = {k: np.concatenate([b[k].numpy() for b in ds]) for k in features}
+    ours = InMemorySplit.load(data_dir, "train").columns
+    for k, v in ours.items():
+        np.testing.assert_array_equal(columns[k], v)
+    assert len(columns["uid"]) == spec.counts["train"]
+    store = tf.data.TFRecordDataset([f"{data_dir}/{n}" for n in meta["store"]], compression_type=meta["compression"])
+    ragged = {"uid": tf.io.FixedLenFeature([], tf.int64), "items": tf.io.RaggedFeature(tf.int64),
+              "categories": tf.io.RaggedFeature(tf.int64)}
+    clicks = sum(int(b["items"].flat_values.shape[0]) for b in store.batch(64).map(
+        lambda s: tf.io.parse_example(s, ragged)))
+    assert clicks == spec.clicks_stored
+    names = sorted(os.listdir(data_dir))
+    assert "train-00003-of-00004.tfrecord.gz" in names and "store-00000-of-00004.tfrecord.gz" in names
+
+
+def test_shard_k_holds_the_examples_of_store_shard_ks_users(prepared):
+    data_dir, spec = prepared
+    for k in range(spec.partitions):
+        store = read_shard(data_dir, spec.store[k], spec, "store")
+        assert (partition_of(store["uid"], spec.partitions) == k).all()
+        for split in ("train", "val", "test"):
+            examples = read_shard(data_dir, spec.shards[split][k], spec, split)
+            assert set(examples["uid"].tolist()) <= set(store["uid"].tolist())
+    sizes = [spec.records(n) for n in spec.store]
+    assert sum(sizes) == spec.users and min(sizes) > 0
+
+
+def test_uncompressed_files_hold_the_same_records(prepared, tmp_path):
+    data_dir, spec = prepared
+    plain = prepare("taobao", TAOBAO, str(tmp_path / "plain"), Protocol(seed=1, partitions=4), compression="")
+    assert plain.compression == "" and plain.store[0] == "store-00000-of-00004.tfrecord"
+    assert sum(f["bytes"] for f in plain.files.values()) > 2 * sum(f["bytes"] for f in spec.files.values())
+    for split in ("val", "test"):
+        a = InMemorySplit.load(data_dir, split).features
+        b = InMemorySplit.load(str(tmp_path / "plain"), split).features
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k])
+
+
+def _rewrite_shard(data_dir, name, kind, columns):
+    """Replaces shard `name` by `columns` and records it in spec.json as preparation would."""
+    spec_path = os.path.join(data_dir, "spec.json")
+    raw = json.load(open(spec_path))
+    writer = ShardWriter(os.path.join(data_dir, name), raw["compression"])
+    writer.write(encode_examples(columns) if kind != "store" else encode_store(**columns))
+    raw["files"][name].update(writer.close())
+    if kind in raw["counts"]:
+        raw["counts"][kind] = sum(raw["files"][n]["records"] for n in raw["shards"][kind])
+    json.dump(raw, open(spec_path, "w"))
+
+
+@pytest.mark.parametrize("feature,value,expected", [
+    ("target_item", 10**9, "expected spec.json's item ids 1..{items}"),
+    ("target_category", -4, "expected spec.json's category ids 1..{categories}"),
+    ("uid", 0, "expected spec.json's user ids 1..{users}"),
+    ("position", -1, "expected a position >= 0"),
+    ("label", 2, "expected a label 0 or 1"),
+])
+def test_out_of_range_ids_are_refused_naming_file_feature_and_value(prepared, tmp_path, feature, value, expected):
+    data_dir, spec = prepared
+    bad = str(tmp_path / "bad")
+    shutil.copytree(data_dir, bad)
+    name = spec.shards["val"][1]
+    columns = {k: v.astype(np.int64) for k, v in read_shard(data_dir, name, spec, "val").items()}
+    columns[feature][3] = value
+    _rewrite_shard(bad, name, "val", columns)
+    message = expected.format(items=spec.num_items - 1, categories=spec.num_categories - 1, users=spec.num_users - 1)
+    with pytest.raises(ShardError, match=f"{name}: feature '{feature}' holds {value} \\(value 3 of the shard\\); "
+                                         f"{message}"):
+        list(make_dataset(bad, "val", 16))
+
+
+def test_store_ids_are_checked(prepared, tmp_path):
+    data_dir, spec = prepared
+    bad = str(tmp_path / "bad")
+    shutil.copytree(data_dir, bad)
+    name = spec.store[2]
+    store = read_shard(data_dir, name, spec, "store")
+    items = store["items"].astype(np.int64)
+    items[5] = spec.num_items + 7
+    _rewrite_shard(bad, name, "store", dict(uid=store["uid"], lengths=store["length"], items=items,
+                                           categories=store["categories"]))
+    with pytest.raises(ShardError, match=f"{name}: feature 'items' holds {spec.num_items + 7} \\(value 5"):
+        make_dataset(bad, "val", 16)
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda raw: [raw], "expected a JSON object, got list"),
+    (lambda raw: dict(raw, num_items=2**40), "field 'num_items' must be an integer in \\[1, 2147483647\\], got "
+                                             "1099511627776"),
+    (lambda raw: dict(raw, max_len=1e8), "field 'max_len' must be an integer in \\[1, 1048576\\], got 100000000.0"),
+    (lambda raw: dict(raw, compression="zip"), "field 'compression' must be one of \\['', 'GZIP'\\]"),
+    (lambda raw: dict(raw, store=["../outside.tfrecord.gz"] + raw["store"][1:]),
+     "field 'store\\[0\\]' must be a shard file name like 'store-00000-of-00004.tfrecord.gz' \\(inside the dataset"),
+    (lambda raw: dict(raw, shards=dict(raw["shards"], test=raw["shards"]["test"][:2])),
+     "field 'shards.test' must be a list of 4 shard names"),
+    (lambda raw: dict(raw, counts=dict(raw["counts"], val=7)), "field 'counts.val' must be the number of records"),
+])
+def test_spec_json_is_validated(prepared, tmp_path, change, message):
+    data_dir, _ = prepared
+    bad = tmp_path / "bad"
+    shutil.copytree(data_dir, bad)
+    raw = json.load(open(bad / "spec.json"))
+    (bad / "spec.json").write_text(json.dumps(change(raw)))
+    with pytest.raises(SpecError, match=f"spec.json: {message}"):
+        DatasetSpec.load(str(bad))
