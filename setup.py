@@ -33,6 +33,7 @@ setup(
         "scikit-learn>=1.4",
         "tensorflow-recommenders>=0.7.7",
         "tf-keras",
+        "google-crc32c>=1.5",
     ],
     extras_require={"test": ["pytest"], "jax": ["jax"], "beam": ["apache-beam>=2.60"]},
     entry_points={

@@ -8,14 +8,15 @@ prepare: `python -m data.prepare` (GZIP, and --compression=none) and the same
   program at `--baseline_ref` (the `.npz` layout) on generated Taobao-format
   logs of about `--rows` rows, each in its own process: seconds, peak RSS,
   bytes written and their ratio to the raw CSV's bytes.
-train: `dare_tf.training.train` on the 1M-row log (DARE, d=16, batch 256,
+train: `dare_tf.training.train` on the 1M-row log of `bench_train.py --parts
+  end_to_end` (3,000 users, 50k items; DARE, d=16, batch 256,
   2 epochs, Adam, a validation every 300 steps), each run in its own
   process, alternating, `--rounds` rounds: streamed from the TFRecord shards
   (`in_memory_mb=0`), cached (the default: the split's columns in memory),
   and the baseline commit's trainer (its default, in memory) on its own
-  preparation of the same log. Trainer samples/s = steps x batch / training
+  preparation of the same log; each round starts with the next variant. Trainer samples/s = steps x batch / training
   seconds (validations excluded); medians and ratios to the baseline.
-checks: what reading checks cost on the 1M-row dataset, per pass over all
+checks: what reading checks cost on the train part's dataset, per pass over all
   shards: size and sha256 of every file, the parse itself (tf.data and
   tf.io.parse_example into numpy), and the vectorised id-range checks; against
   the time of one training epoch at the streamed rate.
@@ -40,7 +41,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from benchmarks.bench_prepare import baseline_tree, measure_in, size_mb  # noqa: E402
-from benchmarks.common import print_table, selected_parts, write_json  # noqa: E402
+from benchmarks.common import RESULTS_DIR, print_table, selected_parts, write_json  # noqa: E402
 
 BASELINE_REF = "e6149c4"  # the last commit of the .npz layout
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
@@ -124,15 +125,26 @@ def _result(proc: subprocess.Popen) -> dict:
     return json.loads([line for line in out.splitlines() if line.startswith("RESULT ")][-1][7:])
 
 
+def end_to_end_log(work: str) -> str:
+    """The 1M-row log of `bench_train.py --parts end_to_end` (3,000 users, 50k items)."""
+    from dare_tf.data.synthetic import SyntheticConfig, write
+
+    log = os.path.join(work, "log_end_to_end.csv")
+    if not os.path.exists(log):
+        write(SyntheticConfig(users=3000, items=50_000, categories=1_000, min_length=300, max_length=366,
+                              length_median=333, length_sigma=0.05, seed=0), log)
+    return log
+
+
 def bench_train(work: str, tree: str | None, ref: str, rounds: int) -> list[dict]:
-    log, _ = generate_log(work, 1_000_000)
-    variants = [("streamed", REPO, os.path.join(work, "data_1m"), 0),
-                ("cached", REPO, os.path.join(work, "data_1m"), 4096)]
+    log = end_to_end_log(work)
+    variants = [("streamed", REPO, os.path.join(work, "data_e2e"), 0),
+                ("cached", REPO, os.path.join(work, "data_e2e"), 4096)]
     if tree:
-        variants.append((f"previous commit ({ref}), cached", tree, os.path.join(work, "data_1m_baseline"), 4096))
+        variants.append((f"previous commit ({ref}), cached", tree, os.path.join(work, "data_e2e_baseline"), 4096))
     runs: dict[str, list[dict]] = {name: [] for name, *_ in variants}
-    for r in range(rounds):
-        for name, root, data_dir, mb in variants:
+    for r in range(rounds):  # each round starts with another variant (this machine's load drifts)
+        for name, root, data_dir, mb in variants[r % len(variants):] + variants[:r % len(variants)]:
             runs[name].append(_result(_train(root, data_dir, os.path.join(work, "run"), mb, log)))
             print(f"  round {r} {name}: {runs[name][-1]}", flush=True)
     base = statistics.median(x["train_samples_per_s"] for x in runs[variants[-1][0]])
@@ -149,8 +161,8 @@ def bench_train(work: str, tree: str | None, ref: str, rounds: int) -> list[dict
 def bench_checks(work: str, train_rows: list[dict] | None) -> list[dict]:
     import time
 
-    log, _ = generate_log(work, 1_000_000)
-    data_dir = os.path.join(work, "data_1m")
+    log = end_to_end_log(work)
+    data_dir = os.path.join(work, "data_e2e")  # the train part's dataset
     if not os.path.exists(os.path.join(data_dir, "spec.json")):
         subprocess.run([sys.executable, "-m", "data.prepare", "--dataset=taobao", f"--input={log}",
                         f"--output_dir={data_dir}"], cwd=REPO, check=True, capture_output=True, env=ENV)
@@ -223,7 +235,7 @@ def main():
     parser.add_argument("--parts", default="prepare,train,checks,workers")
     parser.add_argument("--rows", default="1000000,4000000", help="prepare: comma-separated log sizes")
     parser.add_argument("--baseline_ref", default=BASELINE_REF, help="the commit to compare with ('' to skip)")
-    parser.add_argument("--rounds", type=int, default=2, help="train: alternating rounds")
+    parser.add_argument("--rounds", type=int, default=3, help="train: alternating rounds")
     parser.add_argument("--work_dir", default=os.path.join(tempfile.gettempdir(), "dare_bench_data"))
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
@@ -254,7 +266,22 @@ def main():
     finally:
         if tree:
             subprocess.run(["git", "worktree", "remove", "--force", tree], cwd=REPO, capture_output=True)
-    write_json("bench_data", payload, args.json)
+    path = args.json or os.path.join(RESULTS_DIR, "bench_data.json")
+    import platform
+    import time
+
+    run = {"written": time.strftime("%Y-%m-%dT%H:%M:%S"), "command": " ".join(["python", "benchmarks/bench_data.py",
+                                                                             *sys.argv[1:]]),
+           "machine": {"platform": platform.platform(), "cpus": os.cpu_count()}}
+    payload["meta"] = {part: run for part in parts}
+    if os.path.exists(path):  # parts not run this time keep their last results (and when and how they ran)
+        with open(path) as f:
+            previous = json.load(f)
+        kept = [k for k in ("prepare", "train", "checks", "workers") if k in previous and k not in parts]
+        payload = {**{k: previous[k] for k in kept}, **payload,
+                   "meta": {**{k: previous.get("meta", {}).get(k, {k2: previous.get(k2) for k2 in run})
+                               for k in kept}, **payload["meta"]}}
+    write_json("bench_data", payload, path)
 
 
 if __name__ == "__main__":

@@ -30,10 +30,11 @@ TABLES = {
                                 "size (MB) and its ratio to the raw CSV"),
     ("bench_data", "train"): (["input", "train_samples_per_s", "vs_previous", "rounds", "steps", "test_auc",
                                "peak_rss_mb"],
-                              "trainer samples/s on the 1M-row log (DARE d=16, batch 256, 2 epochs, Adam): median "
-                              "of the rounds, ratio to the previous commit's trainer in the same run"),
+                              "trainer samples/s on the 1M-row log of `bench_train.py --parts end_to_end` (3,000 "
+                              "users, 50k items; DARE d=16, batch 256, 2 epochs, Adam): median of the rounds, "
+                              "ratio to the previous commit's trainer in the same run"),
     ("bench_data", "checks"): (["what", "seconds", "us_per_record", "of_a_streamed_epoch"],
-                               "what reading checks cost: one pass over the 1M-row dataset's shards, per record, "
+                               "what reading checks cost: one pass over the train part's dataset's shards, per record, "
                                "and as a share of one streamed training epoch"),
     ("bench_data", "workers"): (["workers", "worker", "peak_rss_mb", "store_mb", "steps"],
                                 "peak RSS (MB) and store memory (MB) per process, 200 steps on the 1M-row log"),
@@ -54,9 +55,10 @@ def table(name: str, part: str, payload: dict) -> str:
     columns, what = TABLES.get((name, part), (list(rows[0]), part))
     lines = [f"{what}.", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in columns) + " |" for r in rows]
-    machine = payload.get("machine", {})
-    lines += ["", f"Measured {payload.get('written', '?')} on {machine.get('platform', '?')} "
-                  f"({machine.get('cpus', '?')} CPUs): `{payload.get('command', name)}`."]
+    run = payload.get("meta", {}).get(part, payload)  # when, where and how this part ran
+    machine = run.get("machine") or {}
+    lines += ["", f"Measured {run.get('written', '?')} on {machine.get('platform', '?')} "
+                  f"({machine.get('cpus', '?')} CPUs): `{run.get('command', name)}`."]
     return "\n".join(lines)
 
 

@@ -20,7 +20,7 @@ unless --beam_options name another runner) and writes the same records.
 
 import os
 
-os.environ.setdefault("DARE_TF_DATA_ONLY", "1")  # no Keras: preparation uses TensorFlow's TFRecord writer only
+os.environ.setdefault("DARE_TF_DATA_ONLY", "1")  # numpy, pyarrow, google-crc32c: no TensorFlow runtime (memory)
 
 from absl import app, flags  # noqa: E402
 

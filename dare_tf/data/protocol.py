@@ -518,7 +518,8 @@ def write_prepared(output_dir: str, input_path: str, build) -> DatasetSpec:
     """Runs `build(staging_directory) -> DatasetSpec` in a staging directory beside
     `output_dir` and renames it into place (see `prepare`); both drivers use it."""
     check_output_dir(output_dir, input_path)
-    output_dir = os.path.abspath(output_dir)
+    # A symbolic link stays a link: the directory it points to is what is replaced.
+    output_dir = os.path.realpath(output_dir)
     parent = os.path.dirname(output_dir)
     os.makedirs(parent, exist_ok=True)
     for path in clean_stale(parent, os.path.basename(output_dir)):

@@ -13,8 +13,8 @@ Writing: building one `tf.train.Example` object per example costs 19 us in
 Python (measured on this project's 2-core VM), 10x the rest of preparation,
 so the examples' int64 features are encoded into the Example wire format with
 numpy, all records of a chunk at once (`encode_examples`; a test checks
-the bytes parse to the same `tf.train.Example`); TensorFlow's
-`tf.io.TFRecordWriter` frames, checksums and compresses them.
+the bytes parse to the same `tf.train.Example`), then framed as TFRecords
+(`ShardWriter`) without loading TensorFlow's runtime.
 
 Reading (`read_shard`): a shard's size and sha256 are checked against
 spec.json (a file cut short, modified, or from another preparation is
@@ -24,10 +24,13 @@ id are checked against spec.json's vocabularies, vectorised, once per shard.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import os
 import re
+import struct
 
+import google_crc32c
 import numpy as np
 
 from dare_tf.data.spec import (EXAMPLE_COLUMNS, STORE_CLICK_COLUMNS, STORE_KIND, DatasetSpec)
@@ -142,23 +145,45 @@ def file_sha256(path: str) -> str:
     return digest.hexdigest()
 
 
+def _masked_crc(data: bytes) -> int:
+    """TFRecord's masked CRC32C of `data`."""
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+_LENGTH = struct.Struct("<Q")
+_CRC = struct.Struct("<I")
+
+
 class ShardWriter:
     """One TFRecord shard being written: `write(records)` any number of times,
-    then `close()` returns its spec.json entry (`bytes`, `records`, `sha256`)."""
+    then `close()` returns its spec.json entry (`bytes`, `records`, `sha256`).
+
+    TFRecord framing (length, masked CRC32C of the length, data, masked CRC32C
+    of the data) with `google_crc32c`, and gzip's own stream for GZIP (no file
+    name, time 0: the same records give the same bytes), so preparation needs no
+    TensorFlow runtime (measured: importing it added 0.7 GB of peak memory and
+    5 s to preparing a 1M-row log). `tf.data.TFRecordDataset` reads the files
+    (tested)."""
 
     def __init__(self, path: str, compression: str):
-        import tensorflow as tf
-
         self.path, self.records = path, 0
-        self._writer = tf.io.TFRecordWriter(path, tf.io.TFRecordOptions(compression_type=compression))
+        self._raw = open(path, "wb")
+        self._file = (gzip.GzipFile(filename="", fileobj=self._raw, mode="wb", compresslevel=6, mtime=0)
+                      if compression == "GZIP" else self._raw)
 
     def write(self, records) -> None:
+        parts = []
         for record in records:
-            self._writer.write(record)
+            length = _LENGTH.pack(len(record))
+            parts += (length, _CRC.pack(_masked_crc(length)), record, _CRC.pack(_masked_crc(record)))
             self.records += 1
+        self._file.write(b"".join(parts))
 
     def close(self) -> dict:
-        self._writer.close()
+        if self._file is not self._raw:
+            self._file.close()
+        self._raw.close()
         return {"bytes": os.path.getsize(self.path), "records": self.records, "sha256": file_sha256(self.path)}
 
 
@@ -229,18 +254,15 @@ def read_shard(data_dir: str, name: str, spec: DatasetSpec, kind: str) -> dict[s
     try:
         for batch in ds.batch(1 << 16).map(parse):
             for k, v in batch.items():
-                if isinstance(v, tf.RaggedTensor):
+                if k == STORE_CLICK_COLUMNS[0]:  # every user's clicks: its length once
                     parts.setdefault("length", []).append(v.row_lengths().numpy())
-                    v = v.flat_values
-                parts.setdefault(k, []).append(v.numpy())
+                parts.setdefault(k, []).append((v.flat_values if isinstance(v, tf.RaggedTensor) else v).numpy())
     except (tf.errors.DataLossError, tf.errors.InvalidArgumentError, tf.errors.OutOfRangeError) as e:
         reason = re.sub(r"\{\{[^}]*\}\}|\s*\[Op:.*$|'? failed with", "", str(e).strip().splitlines()[0]).strip()[:200]
         raise ShardError(f"{path}: not a complete {spec.compression or 'uncompressed'} TFRecord file of "
                          f"{kind} records ({type(e).__name__}: {reason}); prepare the dataset again") from None
     names = EXAMPLE_COLUMNS if kind != STORE_KIND else ("uid", "length", *STORE_CLICK_COLUMNS)
     columns = {k: np.concatenate(parts[k]) if k in parts else np.zeros(0, np.int64) for k in names}
-    if kind == STORE_KIND and "length" in parts:
-        columns["length"] = np.concatenate(parts["length"][::len(STORE_CLICK_COLUMNS)])
     records = len(columns["uid"])
     if records != spec.records(name):
         raise ShardError(f"{path}: holds {records} records; spec.json records {spec.records(name)}")

@@ -200,3 +200,20 @@ def test_zero_negatives_gives_positives_only(tmp_path):
     spec = prepare("taobao", fmt_log, str(tmp_path / "out"), Protocol(min_clicks=20, train_targets=2, negatives=0))
     assert spec.counts == {"train": 4, "val": 2, "test": 2}
     assert (InMemorySplit.load(str(tmp_path / "out"), "train").columns["label"] == 1).all()
+
+
+@pytest.mark.slow
+def test_a_model_trains_and_evaluates_on_an_impression_log(tmp_path):
+    """End to end: a TSV impression log prepared, trained on (streamed and cached), evaluated."""
+    from dare_tf.training import TrainConfig, train
+
+    fmt, path, protocol = impression_log(tmp_path, "tsv")
+    out = str(tmp_path / "imp")
+    spec = prepare(fmt, path, out, protocol)
+    for in_memory_mb in (0, 4096):
+        results = train(out, str(tmp_path / f"run{in_memory_mb}"), TrainConfig(
+            preset="dare", batch_size=64, eval_batch_size=64, epochs=2, eval_every=10, jit_compile=False,
+            verbose=0, in_memory_mb=in_memory_mb, model_overrides=dict(top_k=5, max_len=20)))
+        assert results["per_seed"][0]["steps"] == (2 * spec.counts["train"] // 64 if in_memory_mb
+                                                    else 2 * -(-spec.counts["train"] // 64))
+        assert 0.0 <= results["test"]["auc"] <= 1.0 and np.isfinite(results["test"]["logloss"])

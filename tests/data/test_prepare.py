@@ -308,6 +308,17 @@ def test_replaces_its_own_dataset_but_not_one_with_extra_files(tmp_path):
     assert DatasetSpec.load(str(empty)).counts
 
 
+def test_a_symlinked_output_dir_stays_a_link_to_the_new_dataset(tmp_path):
+    path, protocol = _small(tmp_path)
+    real, link = tmp_path / "real", tmp_path / "link"
+    prepare("taobao", path, str(real), protocol)
+    link.symlink_to(real)
+    spec = prepare("taobao", path, str(link), Protocol(min_clicks=20, train_targets=2, seed=7))
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert DatasetSpec.load(str(real)) == spec and spec.protocol["seed"] == 7
+    assert sorted(os.listdir(tmp_path)) == ["link", "log.csv", "real"]  # no staging or .old-* left
+
+
 def test_stale_staging_of_a_dead_process_is_removed_live_ones_kept(tmp_path):
     path, protocol = _small(tmp_path)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
@@ -495,15 +506,17 @@ def test_beam_pipeline_writes_what_the_in_memory_path_writes(taobao, tmp_path):
     assert not os.path.exists(tmp_path / "bad")
 
 
-def test_preparation_imports_neither_tensorflow_nor_keras():
-    """Importing the preparation program loads neither TensorFlow (~0.6 GB; it is
-    imported only to write the TFRecord files) nor Keras."""
-    code = ("import sys, data.prepare, dare_tf.data.beam; "
+def test_preparation_loads_neither_tensorflow_nor_keras(tmp_path):
+    """A whole preparation (the TFRecord files included) runs on numpy, pyarrow and
+    google-crc32c: TensorFlow's runtime alone is ~0.6 GB."""
+    code = ("import sys, data.prepare, dare_tf.data.beam; from dare_tf.data.protocol import Protocol, prepare; "
+            f"prepare('taobao', {TAOBAO!r}, {str(tmp_path / 'out')!r}, Protocol(partitions=2)); "
             "print(sorted(m for m in ('tensorflow', 'keras', 'jax') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                             env={k: v for k, v in os.environ.items() if k != "DARE_TF_DATA_ONLY"})
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip() == "[]"
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+    assert DatasetSpec.load(str(tmp_path / "out")).counts["test"] == 86 * 3
 
 
 def test_a_user_who_clicked_every_item_is_named(tmp_path):
