@@ -362,6 +362,22 @@ def no_user_qualifies(protocol: Protocol, longest: int, impressions: bool = Fals
                       f"{longest} clicks); lower --min_clicks or use a larger log")
 
 
+def allow_open_files(count: int, partitions: int) -> None:
+    """Raises this process's soft limit on open files to hold `count` shard files
+    at once (the in-memory driver writes every shard of every kind together);
+    refuses, naming `--partitions`, where the hard limit is lower."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = count + 64  # the log, the id maps, Python's own
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    if hard != resource.RLIM_INFINITY and hard < need:
+        raise ValueError(f"partitions={partitions}: the in-memory driver writes {count} shard files at once, but "
+                         f"this process may open {hard}; lower --partitions or use --runner=beam")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+
+
 def layout_fields(protocol: Protocol, compression: str, files: dict[str, dict]) -> dict:
     """spec.json's fields that describe the files (names, counts, feature spec)."""
     shards = {s: [shard_name(s, k, protocol.partitions, compression) for k in range(protocol.partitions)]
@@ -414,6 +430,7 @@ def build_examples(clicks: Clicks, protocol: Protocol, directory: str, compressi
     del order, user, item, category, times, labels
     q_lengths = rows_per_user[stats.qualifying]
     q_starts = np.concatenate([[0], np.cumsum(q_lengths)[:-1]])
+    allow_open_files(4 * protocol.partitions, protocol.partitions)
     writers = {kind: PartitionedWriter(directory, kind, protocol.partitions, compression)
                for kind in (*SPLITS, STORE_KIND)}
     for chunk, users in stats.chunks():

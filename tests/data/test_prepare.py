@@ -519,6 +519,24 @@ def test_preparation_loads_neither_tensorflow_nor_keras(tmp_path):
     assert DatasetSpec.load(str(tmp_path / "out")).counts["test"] == 86 * 3
 
 
+def test_many_partitions_under_a_low_open_file_limit(tmp_path):
+    """4 x 100 shard files open at once with a soft limit of 128: the limit is
+    raised within the hard one; a hard limit too low is named with the flag."""
+    code = ("import resource, sys; from dare_tf.data.protocol import Protocol, prepare; "
+            "resource.setrlimit(resource.RLIMIT_NOFILE, (128, int(sys.argv[1]))); "
+            f"s = prepare('taobao', {TAOBAO!r}, sys.argv[2], Protocol(partitions=100)); "
+            "print(len(s.store), sum(s.records(n) for n in s.store))")
+    ok = subprocess.run([sys.executable, "-c", code, "4096", str(tmp_path / "ok")], cwd=REPO, capture_output=True,
+                        text=True)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert ok.stdout.split() == ["100", "86"]
+    low = subprocess.run([sys.executable, "-c", code, "200", str(tmp_path / "low")], cwd=REPO, capture_output=True,
+                         text=True)
+    assert "ValueError: partitions=100: the in-memory driver writes 400 shard files at once, but this process may " \
+           "open 200; lower --partitions or use --runner=beam" in low.stderr
+    assert not os.path.exists(tmp_path / "low")
+
+
 def test_a_user_who_clicked_every_item_is_named(tmp_path):
     log = write(tmp_path, "all.csv", "".join(f"{u},{i},1,pv,{1511500000 + i}\n" for u in (7, 8) for i in range(30)))
     with pytest.raises(ValueError, match="user with dense id 1 clicked every item of the log, so no negative"):
