@@ -26,7 +26,9 @@ is refused with the fields that differ, unless `overwrite=True`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import json
 import math
 import os
@@ -55,6 +57,7 @@ BEST_WEIGHTS = "best.weights.h5"
 HISTORY = "history.jsonl"
 SEED_RESULT = "result.json"
 RESULTS = "results.json"
+LOCK = ".lock"  # held by the run's writer (run_lock)
 METRICS = ("auc", "gauc", "category_auc", "logloss")
 # Settings that change what a run prints, not what it computes.
 # TrainConfig fields that do not change what a run computes (tested for
@@ -748,6 +751,34 @@ def _own_entries(output_dir: str) -> list[str]:
     return sorted(e for e in os.listdir(output_dir) if own.fullmatch(e)) if os.path.isdir(output_dir) else []
 
 
+class RunLockedError(OSError):
+    """Another process is training into the same run directory."""
+
+
+@contextlib.contextmanager
+def run_lock(output_dir: str):
+    """Holds `output_dir/.lock` exclusively (`flock`) while the block runs, with
+    the holder's pid in it; raises `RunLockedError` naming that pid when another
+    process holds it. The kernel releases the lock of a process that dies, so a
+    killed trainer's lock is taken over by the next run."""
+    os.makedirs(output_dir, exist_ok=True)
+    fd = os.open(os.path.join(output_dir, LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise RunLockedError(f"{output_dir} is in use by another trainer (pid {holder}); wait for it to finish "
+                             "or choose another --output_dir") from None
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
 def check_run_dir(output_dir: str, identity: dict, overwrite: bool = False) -> None:
     """Refuses (`RunConfigMismatchError`) to continue a run directory that holds a
     run of another configuration or dataset, naming the fields that differ;
@@ -844,6 +875,13 @@ def train(data_dir: str, output_dir: str, config: TrainConfig,
     spec = DatasetSpec.load(data_dir)
     strategy = strategy or make_strategy(config.strategy)
     chief = _is_chief(strategy)
+    # One writer per run directory: the chief holds its lock for the whole run; the
+    # configuration check and the first write happen under it.
+    with run_lock(output_dir) if chief else contextlib.nullcontext():
+        return _train(data_dir, output_dir, config, spec, strategy, chief, overwrite, report, flags_text)
+
+
+def _train(data_dir, output_dir, config, spec, strategy, chief, overwrite, report, flags_text) -> dict:
     model_config = effective_model_config(config, spec, strategy)
     identity = run_identity(config, model_config, spec)
     if chief:

@@ -417,3 +417,29 @@ def test_steps_per_execution_trains_the_same_run(taobao, tmp_path):
     six = train(taobao, str(tmp_path / "six"), TrainConfig(preset="dare", steps_per_execution=6, **config))
     assert one["per_seed"][0]["steps"] == six["per_seed"][0]["steps"] == 12
     assert one["test"] == six["test"] and one["val"] == six["val"]
+
+
+def test_one_trainer_per_run_directory_and_a_killed_holders_lock_is_taken_over(taobao, tmp_path):
+    """A second trainer on a run directory in use stops at once with one line naming
+    the holder's pid (exit 1) and writes nothing; the lock of a killed holder is
+    taken over."""
+    from dare_tf.training import LOCK, RunLockedError, run_lock
+
+    out = tmp_path / "run"
+    with run_lock(str(out)):
+        result = subprocess.run(_train_command(taobao, out), cwd=REPO, env=ENV, capture_output=True, text=True)
+        assert result.returncode == 1, result.stderr[-2000:]
+        assert result.stderr.strip().splitlines()[-1] == (
+            f"error: {out} is in use by another trainer (pid {os.getpid()}); wait for it to finish or choose "
+            "another --output_dir")
+        assert os.listdir(out) == [LOCK]
+        with pytest.raises(RunLockedError):  # also within one process
+            with run_lock(str(out)):
+                pass
+    killed = subprocess.run([sys.executable, "-c", "import os, sys; from dare_tf.training import run_lock; "
+                             "run_lock(sys.argv[1]).__enter__(); os.kill(os.getpid(), 9)", str(out)],
+                            cwd=REPO, env=ENV, capture_output=True, text=True)
+    assert killed.returncode == -9
+    assert (out / LOCK).read_text().strip() != str(os.getpid())  # the killed process's pid
+    with run_lock(str(out)):
+        assert (out / LOCK).read_text().strip() == str(os.getpid())
