@@ -1,6 +1,5 @@
 """benchmarks/tables.py: the README's and docs' benchmark tables are the results JSON's."""
 
-import json
 import os
 import subprocess
 import sys
@@ -29,4 +28,3 @@ def test_a_marked_table_is_rendered_from_its_rows(tmp_path, monkeypatch):
     assert "| streamed | 5,612 | 0.886 | 5153, 6071 | 1336 | 0.936 | 2,211 |" in out
     assert "Measured 2026-11-24T11:00:00 on Linux-x (2 CPUs): `python benchmarks/bench_data.py --parts train`." in out
     assert tables.render_marks(text, {}) == text  # no results: the marks stay as they are
-    json.dumps(payload)

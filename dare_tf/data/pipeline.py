@@ -15,7 +15,7 @@ user before the cut-off position from the store (the users' sequences,
 held in memory once: all partitions, or a worker's own): `[B, L]` reads,
 whatever L is, no per-example copy of any history.
 
-Every shard is checked once per process before it is first streamed
+Every shard is checked once per process before it is first read
 (`dare_tf.data.records.read_shard`: size, sha256, records, id ranges).
 """
 
@@ -26,12 +26,11 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from dare_tf.data.records import feature_spec, read_shard
+from dare_tf.data.records import feature_spec, verify_shards
 from dare_tf.data.spec import (HIST_CATEGORIES, HIST_ITEMS, TARGET_CATEGORY, TARGET_ITEM, USER, DatasetSpec)
 from dare_tf.data.store import SequenceStore, check_max_len, load_store, read_examples
 
 DEFAULT_SHUFFLE_BUFFER = 100_000
-_VERIFIED: set[tuple[str, str]] = set()
 
 
 def _store_tensors(store: SequenceStore) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -124,15 +123,6 @@ class InMemorySplit:
         ds = tf.data.Dataset.from_tensor_slices(np.asarray(order, np.int64))
         ds = ds.batch(batch_size, drop_remainder=len(order) % batch_size == 0)
         return ds.map(self._assemble(), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-
-
-def verify_shards(data_dir: str, spec: DatasetSpec, names) -> None:
-    """Checks each shard (`read_shard`) once per process, before it is first streamed."""
-    for name in names:
-        key = (os.path.realpath(os.path.join(data_dir, name)), spec.files[name]["sha256"])
-        if key not in _VERIFIED:
-            read_shard(data_dir, name, spec, "store" if name.startswith("store-") else name.split("-")[0])
-            _VERIFIED.add(key)
 
 
 def stream(data_dir: str, split: str, batch_size: int, *, spec: DatasetSpec | None = None,

@@ -330,9 +330,8 @@ class PartitionedWriter:
 
     def _route(self, uid, records, parts=None):
         parts = partition_of(uid, self.partitions) if parts is None else parts
-        writers = self.writers
-        for k, record in zip(parts.tolist(), records):
-            writers[k].write((record,))
+        for k in np.unique(parts).tolist():  # rows keep their order within a partition
+            self.writers[k].write([records[i] for i in np.flatnonzero(parts == k).tolist()])
 
     def close(self) -> dict[str, dict]:
         """spec.json's `files` entries of the shards written."""

@@ -267,8 +267,20 @@ def read_shard(data_dir: str, name: str, spec: DatasetSpec, kind: str) -> dict[s
     if records != spec.records(name):
         raise ShardError(f"{path}: holds {records} records; spec.json records {spec.records(name)}")
     check_ids(path, columns, spec)
+    VERIFIED.add((os.path.realpath(path), spec.files[name]["sha256"]))
     return {k: v.astype(np.int32) for k, v in columns.items()}
 
 
+# Shards checked by `read_shard` in this process: (real path, sha256).
+VERIFIED: set[tuple[str, str]] = set()
+
+
+def verify_shards(data_dir: str, spec: DatasetSpec, names) -> None:
+    """Checks each shard (`read_shard`) once per process, before it is first streamed."""
+    for name in names:
+        if (os.path.realpath(os.path.join(data_dir, name)), spec.files[name]["sha256"]) not in VERIFIED:
+            read_shard(data_dir, name, spec, STORE_KIND if name.startswith(STORE_KIND) else name.split("-")[0])
+
+
 __all__ = ["ShardError", "ShardWriter", "check_file", "check_ids", "encode_examples", "encode_store",
-           "feature_spec", "read_shard"]
+           "feature_spec", "read_shard", "verify_shards"]
