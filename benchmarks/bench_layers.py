@@ -27,7 +27,8 @@ import tensorflow as tf  # noqa: E402
 
 import dare_tf  # noqa: E402
 from benchmarks.common import print_table, selected_parts, time_call, write_json  # noqa: E402
-from dare_tf.layers import BehaviorEmbedding, TopKBehaviorSearch  # noqa: E402
+from dare_tf.layers import BehaviorEmbedding  # noqa: E402
+from dare_tf.search import SoftTopKSearch  # noqa: E402
 
 NUM_ITEMS, NUM_CATEGORIES = 50_000, 1_000
 
@@ -74,7 +75,7 @@ def bench_search(rng, dims, lengths, batch, min_seconds, rounds=3):
         # the attention dim halves every vector the search reads.
         searches[dim] = (BehaviorEmbedding(NUM_ITEMS, NUM_CATEGORIES, embedding_dim=dim, position_dim=dim,
                                            num_positions=max(lengths) + 1, coupling="shared"),
-                         TopKBehaviorSearch(20, "soft", position_dim=dim))
+                         SoftTopKSearch(20, position_dim=dim))
     rows = []
     for length in lengths:
         x = random_inputs(rng, batch, length)
@@ -84,7 +85,7 @@ def bench_search(rng, dims, lengths, batch, min_seconds, rounds=3):
                 def run(inputs, emb=emb, search=search):
                     e = emb(inputs["target_item"], inputs["target_category"],
                             inputs["hist_items"], inputs["hist_categories"])
-                    return search(e["target_attention"], e["history_attention"], inputs["hist_items"] > 0)
+                    return search(e["target_attention"], e["history_attention"], None, inputs["hist_items"] > 0)["positions"]
 
                 runs[dim] = tf.function(run, jit_compile=jit)
             times = {dim: [] for dim in dims}

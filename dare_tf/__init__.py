@@ -4,6 +4,8 @@ Public API (everything else is private, by a leading underscore or by not
 being listed here):
 
 - `dare_tf.layers`: the Keras layers (any backend).
+- `dare_tf.search`: the search stage's variants, one `BehaviorSearch`
+  subclass each, and their registry (any backend).
 - `dare_tf.DareModel`, `dare_tf.build_model`, `dare_tf.ModelConfig`,
   `dare_tf.PRESETS`, `dare_tf.make_config` (also as `dare_tf.models`,
   `dare_tf.config`): the models (any backend).
@@ -37,9 +39,10 @@ if _os.environ.get("DARE_TF_DATA_ONLY") != "1":
 
     import keras as _keras
 
-    from dare_tf import config, data, layers, metrics, models
+    from dare_tf import config, data, layers, metrics, models, search
     from dare_tf.config import PRESETS, ModelConfig, make_config
-    from dare_tf.models import INPUT_KEYS, DareModel, build_model, click_cross_entropy
+    from dare_tf.models import INPUT_KEYS, DareModel, build_model
+    from dare_tf.tasks import ClickTask, click_cross_entropy
 
     if _keras.backend.backend() == "tensorflow":
         from dare_tf import optimizers  # noqa: F401
@@ -49,6 +52,7 @@ __version__ = "0.2.0"
 __all__ = [
     "INPUT_KEYS",
     "PRESETS",
+    "ClickTask",
     "DareModel",
     "ModelConfig",
     "build_model",
@@ -59,4 +63,5 @@ __all__ = [
     "make_config",
     "metrics",
     "models",
+    "search",
 ]

@@ -182,7 +182,7 @@ def define_train_flags(with_model: bool = True) -> None:
     exclude = ("model_overrides",) if with_model else ("model_overrides", "preset")
     define_flags(training.TrainConfig, exclude=exclude, rename=_TRAIN_RENAME, choices=choices)
     define_flags(config.ModelConfig, exclude=_MODEL_DERIVED, preset_defaults=True, choices={
-        "coupling": COUPLINGS, "search": config.SEARCHES, "scorer": config.SCORERS,
+        "coupling": COUPLINGS, "search": sorted(config.SEARCHES), "scorer": config.SCORERS,
         "initializer": config.INITIALIZERS, "aux_attention": config.AUX_ATTENTIONS})
     flags.DEFINE_integer("cpu_devices", 0, "Split the CPU into this many logical devices "
                                            "(for --strategy=mirrored on a CPU-only machine).")

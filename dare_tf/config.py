@@ -11,9 +11,8 @@ import dataclasses
 from typing import Any
 
 from dare_tf.layers.embedding import COUPLINGS
-
-SEARCHES = ("soft", "hard", "none", "simhash", "sdim", "cluster")
-SCORERS = ("dot", "din")
+from dare_tf.search import SEARCHES
+from dare_tf.search.full_history import SCORERS
 INITIALIZERS = ("reference", "keras")
 AUX_ATTENTIONS = ("all", "retrieved")
 
@@ -39,13 +38,14 @@ class ModelConfig:
         coupling: `shared` (TWIN, DIN: one set of tables), `decoupled` (DARE:
             attention and representation tables), `four` (TWIN-4E), or
             `projection` (TWIN w/ proj.: shared tables and 12 linear maps).
-        search: `soft` (top-K by attention score), `hard` (same category,
-            most recent K), `none` (attend over the whole history: DIN),
-            `simhash` (ETA: top-K by SimHash Hamming distance, then
-            attention), `sdim` (SDIM: means of the behaviours in the target's
-            hash buckets, no search) or `cluster` (TWIN-V2: search and
-            attention over clusters of the history, log size added to the
-            scores).
+        search: the search stage, a name in `dare_tf.search.SEARCHES`:
+            `soft` (top-K by attention score), `hard` (same category, most
+            recent K), `none` (attend over the whole history: DIN), `simhash`
+            (ETA: top-K by SimHash Hamming distance, then attention), `sdim`
+            (SDIM: means of the behaviours in the target's hash buckets, no
+            search) or `cluster` (TWIN-V2: search and attention over clusters
+            of the history, log size added to the scores). Each is a
+            `BehaviorSearch` subclass that reads the fields it needs.
         scorer: `dot` (scaled dot product, semantic and position parts
             scaled separately) or `din` (DIN's learnable activation unit).
         top_k: K, behaviours (clusters for `cluster`) kept by the search stage.
@@ -141,7 +141,7 @@ class ModelConfig:
                 raise ValueError(f"ModelConfig.{field}: {message}")
 
         check(self.coupling in COUPLINGS, "coupling", f"{self.coupling!r} is not one of {COUPLINGS}")
-        check(self.search in SEARCHES, "search", f"{self.search!r} is not one of {SEARCHES}")
+        check(self.search in SEARCHES, "search", f"{self.search!r} is not one of {tuple(SEARCHES)}")
         check(self.scorer in SCORERS, "scorer", f"{self.scorer!r} is not one of {SCORERS}")
         check(self.initializer in INITIALIZERS, "initializer",
               f"{self.initializer!r} is not one of {INITIALIZERS}")
@@ -168,6 +168,8 @@ class ModelConfig:
                   "equal the representation dims; use coupling='decoupled' (DARE) to set them apart")
         check(not (self.scorer == "din" and self.coupling != "shared"), "scorer",
               "the DIN activation unit reads one set of tables; use coupling='shared'")
+        check(self.scorer == "dot" or not SEARCHES[self.search].keeps_top_k, "scorer",
+              f"the DIN activation unit scores a whole history; search={self.search!r} ranks by its own scores")
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

@@ -1,8 +1,10 @@
-"""DareModel: every model of the family as one composition of the shared layers."""
+"""DareModel: every model of the family as one composition of the shared layers.
+
+Backend-neutral: `keras.ops` only. On TensorFlow, how the model is executed
+(XLA, sparse table gradients) is `dare_tf.execution`'s.
+"""
 
 from __future__ import annotations
-
-import threading
 
 import keras
 import numpy as np
@@ -10,39 +12,35 @@ from keras import ops
 
 from dare_tf.config import ModelConfig, make_config
 from dare_tf.data.spec import MODEL_INPUTS as INPUT_KEYS
-from dare_tf.layers import (BehaviorClustering, BehaviorEmbedding, DINAttention, HashSamplingPooling,
-                            PredictionHead, TargetAttentionPooling, TopKBehaviorSearch, scaled_dot_scores)
+from dare_tf.layers import BehaviorEmbedding, PredictionHead, TargetAttentionPooling
 from dare_tf.layers.embedding import ROLES, ROLES_BEFORE_SEARCH
 from dare_tf.layers.pooling import target_aware
-from dare_tf.layers.search import PADDING_SCORE, hamming_priority, hard_search_priority
+from dare_tf.search import build_search
+from dare_tf.tasks import ClickTask
 
-# reference.md adds 1e-8 to the softmax output before the log.
-LOG_EPSILON = 1e-8
+# What `call(training=True)` hands to `compute_loss`.
+LOSS_INPUTS = ("probability", "aux_probability", "regularization")
 
 
-def click_cross_entropy(labels, probability, sample_weight=None):
-    """Two-class cross entropy as the reference computes it, `-log(p_label + 1e-8)`,
-    averaged over the batch (Keras's `sum_over_batch_size`: `sum(w * l) / B`)."""
-    labels = ops.reshape(ops.cast(labels, "float32"), (-1,))
-    probability = ops.clip(ops.reshape(ops.cast(probability, "float32"), (-1,)), 0.0, 1.0)
-    # Pick the label's probability first: written as y*log(p + e) + (1-y)*log(1 - p + e),
-    # graph rewriting folds 1 + e to 1 and turns 0 * log(0) into NaN.
-    chosen = ops.where(ops.greater(labels, 0.5), probability, 1.0 - probability)
-    losses = -ops.log(chosen + LOG_EPSILON)
-    if sample_weight is not None:
-        losses = losses * ops.reshape(ops.cast(sample_weight, "float32"), (-1,))
-    return ops.mean(losses)
+def _tensorflow_execution():
+    """`dare_tf.execution` on the TensorFlow backend, else `None`."""
+    if keras.backend.backend() != "tensorflow":
+        return None
+    from dare_tf import execution
+
+    return execution
 
 
 @keras.saving.register_keras_serializable(package="dare_tf")
 class DareModel(keras.Model):
     """Two-stage long-sequence CTR model (DARE, TWIN and their baselines).
 
-    Stage 1 (`TopKBehaviorSearch`) retrieves K of the L behaviours with the
-    attention embeddings; stage 2 (`TargetAttentionPooling`) pools their
-    representation embeddings into `h` and `v_t * h`; `PredictionHead` turns
-    `[v_t, h, v_t * h]` into a click probability. Everything that differs
-    between the paper's models is in `ModelConfig` (see `dare_tf.config.PRESETS`).
+    Stage 1, the search (a `dare_tf.search.BehaviorSearch` chosen by
+    `ModelConfig.search`), keeps K of the L behaviours by their attention
+    embeddings; stage 2 (`TargetAttentionPooling`) pools their representation
+    embeddings into `h` and `v_t * h`; `PredictionHead` turns `[v_t, h,
+    v_t * h]` into a click probability. Everything that differs between the
+    paper's models is in `ModelConfig` (see `dare_tf.config.PRESETS`).
 
     Call arguments:
         inputs: dict of int tensors `target_item`, `target_category` `[B]`,
@@ -50,13 +48,17 @@ class DareModel(keras.Model):
             oldest first, most recent last).
 
     Returns:
-        float32 click probability `[B]`. `forward` returns also the auxiliary
-        probability, the retrieved positions and their attention weights.
+        float32 click probability `[B]`; with `training=True` the dict of
+        what the loss reads (`probability`, `aux_probability`,
+        `regularization`). `forward` returns every output: also the retrieved
+        positions and their attention weights.
 
     Training follows Keras conventions: `compile(optimizer=..., metrics=...)`
-    (no `loss=`: the model's `compute_loss` is the click cross entropy, plus
-    the auxiliary head's, plus L2, honouring `sample_weight`), then `fit`,
-    `evaluate`, `predict`, on the TensorFlow and the JAX backends.
+    (no `loss=`: `compute_loss` is the model's `task`, a `ClickTask`: the
+    click cross entropy, plus the auxiliary head's, plus L2, honouring
+    `sample_weight`), then `fit`, `evaluate`, `predict`, on the TensorFlow and
+    the JAX backends. How the model runs on TensorFlow (XLA, sparse table
+    gradients) is `dare_tf.execution`.
 
     Args:
         config: a `ModelConfig` (or its dict).
@@ -91,11 +93,8 @@ class DareModel(keras.Model):
         self.seed = seed
         self.jit_compile_dense = jit_compile_dense
         self.sparse_embedding_gradients = sparse_embedding_gradients
-        # The auxiliary head's output and the L2 term of the current step, handed from
-        # `call` to `compute_loss` (per thread: mirrored replicas trace in threads of
-        # their own).
-        self._step_outputs = threading.local()
-        self._compiled_stages = {}
+        self.task = ClickTask()
+        self._compiled_stages = {}  # dare_tf.execution's compiled functions
         ref = cfg.initializer == "reference"
         normal = lambda i: keras.initializers.RandomNormal(  # noqa: E731
             0.0, 0.01, seed=None if seed is None else seed + i)
@@ -111,21 +110,7 @@ class DareModel(keras.Model):
             projection_regularizer=keras.regularizers.L2(cfg.l2) if cfg.l2 else None,
             name="behavior_embedding")
         sub_seed = lambda i: None if seed is None else seed + 100 * i  # noqa: E731
-        self.din_attention = None
-        if cfg.scorer == "din":
-            self.din_attention = DINAttention(
-                cfg.din_units, initializer=cfg.initializer, prelu_init=cfg.prelu_init,
-                l2=cfg.l2, seed=sub_seed(1), name="din_attention")
-        self.search = self.sampling = self.clustering = None
-        if cfg.search == "sdim":
-            self.sampling = HashSamplingPooling(cfg.num_hashes, cfg.hash_bits, position_dim=cfg.attention_pos_dim,
-                                                seed=sub_seed(4), name="sampling")
-        elif cfg.search != "none":
-            self.search = TopKBehaviorSearch(
-                cfg.top_k, "soft" if cfg.search == "cluster" else cfg.search, position_dim=cfg.attention_pos_dim,
-                num_bits=cfg.hash_bits, seed=sub_seed(4), name="search")
-        if cfg.search == "cluster":
-            self.clustering = BehaviorClustering(cfg.cluster_window, name="clustering")
+        self.search = build_search(cfg, seed)
         self.pooling = TargetAttentionPooling(cfg.target_aware, name="pooling")
         self.head = PredictionHead(cfg.mlp_units, initializer=cfg.initializer,
                                    prelu_init=cfg.prelu_init, l2=cfg.l2, seed=sub_seed(2),
@@ -159,62 +144,44 @@ class DareModel(keras.Model):
         return ti, tc, hi, hc
 
     # -- forward ----------------------------------------------------------
-    def forward(self, inputs, training=False) -> dict:
+    def forward(self, inputs, training=False, compiled: bool = True) -> dict:
         """All outputs: `probability`, `aux_probability` (with the auxiliary
-        head), `positions` `[B, K]`, `attention_weights` `[B, K]`, and the
-        head inputs `features` (and `aux_features`)."""
+        head), `positions` `[B, K]`, `attention_weights` `[B, K]`, the head
+        inputs `features` (and `aux_features`), the search's `explain` outputs
+        (SDIM: `hash_matches`) and, in training, `regularization` (L2).
+        `compiled=False` runs it as written, outside `dare_tf.execution`'s
+        compiled functions."""
         ids = self._unpack(inputs)
         if not self.embedding.built:
             self.embedding.build()
-        return self._compiled(training)(ids)
 
-    def _compiled(self, training: bool):
-        """`ids -> outputs`: the lookups and the dense stages, with the dense stages
-        (and with `sparse_embedding_gradients=False` the lookups too) compiled by
-        XLA on TensorFlow where that is possible."""
         def stages(ids, rows=None):
             if rows is None:
                 rows = self.embedding.lookup(*ids, roles=self._looked_up_roles())
             return self._stages(rows, ids, training)
 
-        compile_ = keras.backend.backend() == "tensorflow" and self.jit_compile_dense
-        if compile_:
-            import tensorflow as tf
-
-            # Synchronised BatchNorm (several replicas) cannot sit in a nested compiled function.
-            compile_ = not (self.model_config.synchronized_batch_norm
-                            or tf.distribute.get_strategy().num_replicas_in_sync > 1)
-        if not compile_:
-            return stages
-        if training not in self._compiled_stages:
-            import tensorflow as tf
-
-            compiled = tf.function(stages, jit_compile=True, autograph=False)
-            if self.sparse_embedding_gradients:
-                # Lookups outside the compiled function: the tables' gradients stay sparse.
-                self._compiled_stages[training] = lambda ids: compiled(ids, self.embedding.lookup(*ids))
-            else:
-                self._compiled_stages[training] = compiled
-        return self._compiled_stages[training]
+        execution = _tensorflow_execution() if compiled else None
+        return (execution.compiled_stages(self, stages, training) if execution else stages)(ids)
 
     def retrieved_representation_only(self) -> bool:
         """Whether the forward pass looks up representation rows for the K
         retrieved behaviours only (not `[B, L, Dr]`): with separate
-        representation tables (`decoupled`, `four`), a top-K search, and
-        nothing else that reads every slot's representation (history mean,
-        the auxiliary head's attention over all slots, clusters). With sparse
-        table gradients read outside the compiled function (TensorFlow,
-        `lazy_adam`) the rows are read before the search, so all L are."""
+        representation tables (`decoupled`, `four`), a search that selects
+        slots without reading representations (`BehaviorSearch.selects_slots`),
+        and nothing else that reads every slot's representation (history mean,
+        the auxiliary head's attention over all slots). With sparse table
+        gradients read outside the compiled function (TensorFlow, `lazy_adam`)
+        the rows are read before the search, so all L are."""
         cfg = self.model_config
         lookups_outside = (keras.backend.backend() == "tensorflow" and self.jit_compile_dense
                            and self.sparse_embedding_gradients)
-        return (cfg.coupling in ("decoupled", "four") and self.search is not None and self.clustering is None
+        return (cfg.coupling in ("decoupled", "four") and self.search.selects_slots
                 and not cfg.use_history_mean and not lookups_outside and not self._aux_attends_all())
 
     def _aux_attends_all(self) -> bool:
         """The reference's auxiliary head: attention over every non-padded slot."""
-        cfg = self.model_config
-        return self.aux_head is not None and cfg.search == "soft" and cfg.aux_attention == "all"
+        return (self.aux_head is not None and self.search.reference_aux_attention
+                and self.model_config.aux_attention == "all")
 
     def _looked_up_roles(self) -> tuple[str, ...]:
         """The roles the forward pass looks up before its search."""
@@ -234,47 +201,30 @@ class DareModel(keras.Model):
         v_t = emb["target_representation"]
         values = emb.get("history_representation")  # None: looked up for the retrieved slots only
         query, keys = emb["target_attention"], emb["history_attention"]
-        extra = {}
-        if self.sampling is not None:
-            pooled, weights, extra["hash_matches"] = self.sampling(query, keys, values, mask)
+        late = values is None  # the search only selects: no gradient through its [B, L] scores
+        found = self.search(ops.stop_gradient(query) if late else query, ops.stop_gradient(keys) if late else keys,
+                            values, mask, target_category, hist_categories)
+        positions = found["positions"]
+        if "pooled" in found:  # a search that pools itself (SDIM)
+            pooled, weights = found["pooled"], found["weights"]
             if cfg.target_aware:
                 pooled = target_aware(v_t, pooled)
-            positions = ops.broadcast_to(
-                ops.arange(ops.shape(hist_items)[1], dtype="int32")[None, :], ops.shape(hist_items))
-            aux_pooled = pooled
-        elif self.search is None:
-            if self.din_attention is not None:
-                scores = self.din_attention(query, keys)
-            else:
-                scores = scaled_dot_scores(query, keys, cfg.attention_pos_dim)
-            pooled, weights = self.pooling(v_t, values, scores, mask, return_attention_weights=True)
-            positions = ops.broadcast_to(
-                ops.arange(ops.shape(hist_items)[1], dtype="int32")[None, :], ops.shape(hist_items))
-            aux_pooled = pooled
         else:
-            late = values is None  # the search only selects: no gradient through its [B, L] scores
-            search_query = ops.stop_gradient(query) if late else query
-            keys = ops.stop_gradient(keys) if late else keys
-            search_keys, search_values, search_mask, bias = self.search_space(keys, values, hist_categories, mask)
-            positions, scores, valid = self.search(search_query, search_keys, search_mask, target_category,
-                                                   hist_categories, score_bias=bias)
+            scores, valid, kept = found["scores"], found["valid"], found["values"]
             if late:
                 # The K kept slots are looked up again and rescored with gradients: the
                 # same values (`scores` exactly), gradients through K rows, not L.
-                kept = self.embedding.history_at("history_attention", hist_items, hist_categories, positions)
-                rescored = self.search.score(query, kept, valid)
+                rescored = self.search.score(
+                    query, self.embedding.history_at("history_attention", hist_items, hist_categories, positions),
+                    valid)
                 scores = ops.stop_gradient(scores) + (rescored - ops.stop_gradient(rescored))
-                pooled, weights = self.pooling(
-                    v_t, self.embedding.history_at("history_representation", hist_items, hist_categories, positions),
-                    scores, valid, return_attention_weights=True)
-            else:
-                pooled, weights = self.pooling(v_t, search_values, scores, valid, positions=positions,
-                                               return_attention_weights=True)
-            aux_pooled = pooled
-            if self._aux_attends_all():
-                # The reference's auxiliary head sees attention over every
-                # non-padded slot, not only the retrieved ones.
-                aux_pooled = self.pooling(v_t, values, self.search.score(query, keys, mask), mask)
+                kept = self.embedding.history_at("history_representation", hist_items, hist_categories, positions)
+            pooled, weights = self.pooling(v_t, kept, scores, valid, return_attention_weights=True)
+        aux_pooled = pooled
+        if self._aux_attends_all():
+            # The reference's auxiliary head sees attention over every
+            # non-padded slot, not only the retrieved ones.
+            aux_pooled = self.pooling(v_t, values, self.search.score(query, keys, mask), mask)
         features = [v_t, pooled]
         if cfg.use_history_mean:
             m = ops.cast(ops.expand_dims(mask, -1), values.dtype)
@@ -286,51 +236,27 @@ class DareModel(keras.Model):
             "positions": positions,
             "attention_weights": weights,
             "features": features,
-            **extra,
+            **found.get("explain", {}),
         }
         if self.aux_head is not None:
             outputs["aux_features"] = ops.concatenate([v_t, aux_pooled], axis=-1)
             outputs["aux_probability"] = self.aux_head(outputs["aux_features"], training=training)
         if training:  # the L2 term, computed with the rest (inside the compiled function)
-            outputs["regularization"] = self._regularization()
+            outputs["regularization"] = self.regularization()
         return outputs
 
     def slot_scores(self, emb: dict, ids) -> "keras.KerasTensor":
         """What stage 1 ranks the history slots by, `[B, L]` float32 (higher
-        first; padding -2**32 + 1): the scaled dot product of attention
-        embeddings (soft search, and the attention of models without search),
-        DIN's attention MLP score (DIN), or hard search's priority (same category
-        as the target first, then recency)."""
+        first; padding -2**32 + 1): the search's `slot_scores` (the scaled dot
+        product of attention embeddings for soft search and the attention of
+        models without search, DIN's attention MLP score, hard search's
+        priority, ...)."""
         _, target_category, hist_items, hist_categories = ids
-        mask = ops.greater(hist_items, 0)
-        query, keys = emb["target_attention"], emb["history_attention"]
-        search = self.model_config.search
-        if self.din_attention is not None:
-            scores = ops.cast(self.din_attention(query, keys), "float32")
-        elif search == "hard":
-            scores = ops.cast(hard_search_priority(mask, target_category, hist_categories), "float32")
-        elif search == "simhash":
-            scores = ops.cast(hamming_priority(self.search.signatures(query), self.search.signatures(keys), mask,
-                                               self.search.num_bits), "float32")
-        elif search == "sdim":
-            scores = self.sampling(query, keys, emb["history_representation"], mask)[1]
-        elif search == "cluster":
-            keys, _, mask, bias = self.search_space(keys, emb["history_representation"], hist_categories, mask)
-            scores = self.search.score(query, keys, mask, bias)
-        else:
-            scores = scaled_dot_scores(query, keys, self.model_config.attention_pos_dim)
-        return ops.where(mask, scores, PADDING_SCORE)
+        return self.search.slot_scores(emb["target_attention"], emb["history_attention"],
+                                       ops.greater(hist_items, 0), target_category, hist_categories)
 
-    def search_space(self, keys, values, hist_categories, mask):
-        """What stage 1 searches: `(keys, values, mask, score_bias)`, the history
-        itself (no bias), or with clustering (TWIN-V2) its clusters, with
-        log(cluster size) as the score bias."""
-        if self.clustering is None:
-            return keys, values, mask, None
-        keys, values, sizes, valid = self.clustering(keys, values, hist_categories, mask)
-        return keys, values, valid, ops.log(ops.maximum(sizes, 1.0))
-
-    def _regularization(self):
+    def regularization(self):
+        """The L2 term: the sum of the layers' regularization losses (float32)."""
         losses = self.losses
         if not losses:
             return ops.zeros((), "float32")
@@ -338,13 +264,16 @@ class DareModel(keras.Model):
 
     def call(self, inputs, training=False):
         out = self.forward(inputs, training=training)
-        self._step_outputs.value = out
+        if training:  # what `compute_loss` reads (Keras hands it `call`'s return value)
+            return {k: out[k] for k in LOSS_INPUTS if k in out}
         return out["probability"]
 
     def explain(self, inputs) -> dict:
-        """Probability with the retrieved history positions and attention weights."""
+        """Probability with the retrieved history positions, attention weights and
+        the search's own `explain` outputs (SDIM: `hash_matches`)."""
         out = self.forward(inputs, training=False)
-        return {k: out[k] for k in ("probability", "positions", "attention_weights", "hash_matches") if k in out}
+        keep = ("probability", "positions", "attention_weights", *self.search.explain_outputs)
+        return {k: out[k] for k in keep if k in out}
 
     def batch_norm_layers(self) -> dict:
         """Head input name (`features`, `aux_features`) -> the BatchNormalization
@@ -362,78 +291,47 @@ class DareModel(keras.Model):
 
     # -- loss ------------------------------------------------------------
     def loss_terms(self, labels, outputs, sample_weight=None) -> dict:
-        """`click` + `aux` (if any) + `regularization` (L2) = `total`, float32."""
-        click = click_cross_entropy(labels, outputs["probability"], sample_weight)
-        aux = (click_cross_entropy(labels, outputs["aux_probability"], sample_weight)
-               if outputs.get("aux_probability") is not None else ops.zeros((), "float32"))
+        """`click` + `aux` (if any) + `regularization` (L2) = `total`, float32:
+        the model's `task` on `outputs` (a `forward` or training `call` result;
+        the L2 term is computed where `outputs` lacks it)."""
         reg = outputs.get("regularization")
-        reg = self._regularization() if reg is None else reg
-        return {"click": click, "aux": aux, "regularization": reg, "total": click + aux + reg}
+        return self.task(labels, outputs, sample_weight, self.regularization() if reg is None else reg)
 
     def train_step(self, *args):
-        """Keras's train step. On TensorFlow with `jit_compile_dense=True` and
+        """Keras's train step; on TensorFlow with `jit_compile_dense=True` and
         `sparse_embedding_gradients=False` (one replica), the same step with the
-        forward pass, `compute_loss` and the gradients in one XLA function (the
-        optimizer update stays outside it). With it, `benchmarks/bench_train.py
-        --parts ab` measured the dense-Adam step at 50k items at 0.92x the earlier
-        hand-written step, against 0.68x with Keras's default step (README). Same
-        loss tracking, loss scaling, update and metrics as Keras's default step."""
-        if not self._whole_gradient_in_xla():  # (JAX passes the state first: Keras's own step)
+        forward pass, `compute_loss` and the gradients in one XLA function
+        (`dare_tf.execution.xla_train_step`)."""
+        execution = _tensorflow_execution()
+        if execution is None or not execution.whole_gradient_in_xla(self):  # (JAX passes the state first)
             return super().train_step(*args)
-        import tensorflow as tf
-
-        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(args[0])
-        if "gradients" not in self._compiled_stages:
-            self._compiled_stages["gradients"] = tf.function(self._loss_and_gradients, jit_compile=True,
-                                                             autograph=False)
-        loss, gradients, y_pred = self._compiled_stages["gradients"](x, y, sample_weight)
-        self._loss_tracker.update_state(loss, sample_weight=tf.shape(y_pred)[0])
-        self.optimizer.apply_gradients(zip(gradients, self.trainable_weights))
-        return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
-
-    def _whole_gradient_in_xla(self) -> bool:
-        if keras.backend.backend() != "tensorflow" or not self.jit_compile_dense or self.sparse_embedding_gradients:
-            return False
-        import tensorflow as tf
-
-        return (not self.model_config.synchronized_batch_norm and not self.jit_compile
-                and tf.distribute.get_strategy().num_replicas_in_sync == 1
-                and getattr(self, "_loss_tracker", None) is not None)
-
-    def _loss_and_gradients(self, x, y, sample_weight):
-        import tensorflow as tf
-
-        with tf.GradientTape() as tape:
-            ids = self._unpack(x)
-            outputs = self._stages(self.embedding.lookup(*ids), ids, True)
-            self._step_outputs.value = outputs
-            loss = self.compute_loss(x, y, outputs["probability"], sample_weight, training=True)
-            scaled = self.optimizer.scale_loss(loss)
-        gradients = tape.gradient(scaled, self.trainable_weights)
-        return loss, [tf.convert_to_tensor(g) for g in gradients], outputs["probability"]
+        return execution.xla_train_step(self, args[0])
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         """The training objective of `fit` and the loss of `evaluate`: `loss_terms(...)["total"]`.
 
-        `y_pred` is `call`'s probability; the auxiliary head's output of the
-        same call is taken from the model (Keras's `compute_loss` sees only
-        `call`'s return value).
+        In training `y_pred` is `call`'s dict of the loss's inputs; in
+        `evaluate` it is the probability, and a model with an auxiliary head
+        runs its forward pass again for that head's output.
         """
         if getattr(self, "_compile_loss", None) is not None:
             raise ValueError("DareModel computes its own loss (click + auxiliary cross entropy + L2, "
                              "see DareModel.compute_loss): compile it without `loss=`")
-        step = getattr(self._step_outputs, "value", None) or {}
-        outputs = {"probability": y_pred, "aux_probability": step.get("aux_probability"),
-                   "regularization": step.get("regularization")}
+        if isinstance(y_pred, dict):
+            outputs = y_pred
+        elif self.aux_head is not None:
+            outputs = self.forward(x, training=False)
+        else:
+            outputs = {"probability": y_pred}
         total = self.loss_terms(y, outputs, sample_weight)["total"]
-        if keras.backend.backend() == "tensorflow":
-            import tensorflow as tf
+        execution = _tensorflow_execution()
+        return execution.replica_share(total) if execution else total
 
-            # Keras's convention under a distribution strategy: each replica returns its
-            # share, the gradients are summed over replicas.
-            if tf.distribute.has_strategy() and tf.distribute.in_cross_replica_context() is False:
-                total = total / tf.distribute.get_strategy().num_replicas_in_sync
-        return total
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        """Keras's metrics of the click probability (`call`'s dict in training)."""
+        if isinstance(y_pred, dict):
+            y_pred = y_pred["probability"]
+        return super().compute_metrics(x, y, y_pred, sample_weight)
 
     def get_config(self):
         return {"config": self.model_config.to_dict(), "seed": self.seed, "name": self.name,

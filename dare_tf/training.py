@@ -49,6 +49,7 @@ from dare_tf.data.pipeline import DEFAULT_SHUFFLE_BUFFER, InMemorySplit, make_da
 from dare_tf.data.spec import HIST_ITEMS, MODEL_INPUTS, TARGET_CATEGORY, USER, DatasetSpec
 from dare_tf.models import DareModel
 from dare_tf.optimizers import FusedAdam, LazyAdam
+from dare_tf.search import search_class
 
 STRATEGIES = ("default", "mirrored", "multi_worker")
 OPTIMIZERS = ("adam", "lazy_adam")
@@ -301,7 +302,7 @@ def _compiled(model: DareModel, what: str, training: bool = False):
     cache = model.__dict__.setdefault("_dare_training_functions", {})
     if (what, training) not in cache:
         if what == "predict":
-            fn = lambda x: model({k: x[k] for k in MODEL_INPUTS}, training=training)  # noqa: E731
+            fn = lambda x: model.forward({k: x[k] for k in MODEL_INPUTS}, training=training)["probability"]  # noqa: E731
         else:
             norms = model.batch_norm_layers()
             fn = lambda x: {k: tf.cast(v, tf.float32)  # noqa: E731
@@ -706,7 +707,7 @@ def _fit_distributed(model, dataset, steps_per_epoch, epochs, initial_epoch, cal
             except (StopIteration, tf.errors.OutOfRangeError):
                 model.stop_training = True
                 break
-            logs = {k: float(v) for k, v in model._get_metrics_result_or_logs(logs).items()}
+            logs = {k: float(v) for k, v in logs.items()}  # (train_step returns the metrics' results)
             callbacks.on_train_batch_end(batch, logs)
             if model.stop_training:
                 break
@@ -856,7 +857,7 @@ def effective_model_config(config: TrainConfig, spec: DatasetSpec, strategy):
     if distributed:
         overrides["synchronized_batch_norm"] = True
     model_config = make_config(config.preset, spec.num_items, spec.num_categories, **overrides)
-    if model_config.search != "none" and model_config.top_k > model_config.max_len:
+    if search_class(model_config.search).keeps_top_k and model_config.top_k > model_config.max_len:
         raise ValueError(f"top_k={model_config.top_k} is larger than the history length "
                          f"max_len={model_config.max_len} of the dataset")
     return model_config

@@ -11,9 +11,8 @@ import pytest
 
 import dare_tf
 from dare_tf import build_model
-from dare_tf.layers import (BehaviorClustering, BehaviorEmbedding, DINAttention, HashSamplingPooling,
-                            PredictionHead, TargetAttentionPooling,
-                            TopKBehaviorSearch)
+from dare_tf.layers import (BehaviorClustering, BehaviorEmbedding, DINAttention, PredictionHead,
+                            TargetAttentionPooling)
 
 from tests.conftest import planted_presence_task, random_batch
 from tests.helpers import assert_layer_serializes, assert_model_saves
@@ -123,9 +122,6 @@ def test_fit_learns_the_planted_task(rng):
 LAYERS = [
     (BehaviorEmbedding, dict(num_items=NUM_ITEMS, num_categories=NUM_CATS, embedding_dim=4, position_dim=2,
                              attention_embedding_dim=3, num_positions=20), "embedding"),
-    (TopKBehaviorSearch, dict(top_k=3, mode="hard", position_dim=2), "search"),
-    (TopKBehaviorSearch, dict(top_k=3, mode="simhash", position_dim=2, num_bits=6, seed=3), "search"),
-    (HashSamplingPooling, dict(num_hashes=3, hash_bits=2, position_dim=2, seed=3), "sampling"),
     (BehaviorClustering, dict(window=3), "clustering"),
     (TargetAttentionPooling, dict(target_aware=True), "pooling"),
     (DINAttention, dict(units=5, initializer="reference", l2=1e-6, seed=4), "din"),
@@ -139,8 +135,6 @@ def _layer_inputs(kind, rng):
     mask = x["hist_items"] > 0
     return {
         "embedding": ((x["target_item"], x["target_category"], x["hist_items"], x["hist_categories"]), {}),
-        "search": ((q, k, mask, x["target_category"], x["hist_categories"]), {}),
-        "sampling": ((q, k, k[..., :5], mask), {}),
         "clustering": ((k, k[..., :5], x["hist_categories"], mask), {}),
         "pooling": ((q, k, q[:, :4], mask[:, :4]), dict(positions=np.tile(np.arange(4), (3, 1)))),
         "din": ((q, k), {}),
@@ -167,9 +161,14 @@ def test_every_preset_saves(tmp_path, rng, preset):
     assert loaded.model_config == model.model_config
 
 
-@pytest.mark.parametrize("module", ["dare_tf.layers.embedding", "dare_tf.layers.search", "dare_tf.layers.pooling",
-                                    "dare_tf.layers.head", "dare_tf.layers.din_attention", "dare_tf.layers.sdim",
-                                    "dare_tf.layers.clustering", "dare_tf.models"])
+# The modules of every public layer and search stage (from the package's own lists).
+DOCUMENTED = sorted({getattr(dare_tf.layers, name).__module__ for name in dare_tf.layers.__all__
+                     if isinstance(getattr(dare_tf.layers, name), type)}
+                    | {cls.__module__ for cls in dare_tf.search.SEARCHES.values()}
+                    | {"dare_tf.models", "dare_tf.tasks"})
+
+
+@pytest.mark.parametrize("module", DOCUMENTED)
 def test_docstring_examples_run(module):
     mod = importlib.import_module(module)
     globs = dict(vars(mod), np=np, ops=keras.ops, keras=keras)

@@ -5,8 +5,8 @@ import tensorflow as tf
 
 import dare_tf
 from dare_tf import build_model
-from dare_tf.layers import (BehaviorEmbedding, DINAttention, PredictionHead,
-                            TargetAttentionPooling, TopKBehaviorSearch)
+from dare_tf.layers import BehaviorEmbedding, DINAttention, PredictionHead, TargetAttentionPooling
+from dare_tf.search import SoftTopKSearch
 
 from tests.conftest import planted_presence_task, random_batch
 
@@ -78,7 +78,8 @@ def _route_gradients(model, x):
     with tf.GradientTape(persistent=True) as tape:
         emb = emb_layer(x["target_item"], x["target_category"], x["hist_items"], x["hist_categories"])
         mask = x["hist_items"] > 0
-        positions, scores, valid = model.search(emb["target_attention"], emb["history_attention"], mask)
+        found = model.search(emb["target_attention"], emb["history_attention"], None, mask)
+        positions, scores, valid = found["positions"], found["scores"], found["valid"]
         pooled = model.pooling(emb["target_representation"], emb["history_representation"],
                                tf.stop_gradient(scores), valid, positions=positions)
         score_sum = tf.reduce_sum(tf.where(valid, scores, 0.0) * tf.range(1.0, scores.shape[1] + 1.0))
@@ -161,10 +162,10 @@ def _functional_model(length, num_items, num_categories):
                             attention_embedding_dim=8, num_positions=length + 1, coupling="decoupled")(
         inputs["target_item"], inputs["target_category"], inputs["hist_items"], inputs["hist_categories"])
     mask = keras.ops.greater(inputs["hist_items"], 0)
-    positions, scores, valid = TopKBehaviorSearch(top_k=4, position_dim=4)(
-        emb["target_attention"], emb["history_attention"], mask)
-    pooled = TargetAttentionPooling()(emb["target_representation"], emb["history_representation"],
-                                      scores, valid, positions=positions)
+    found = SoftTopKSearch(top_k=4, position_dim=4)(
+        emb["target_attention"], emb["history_attention"], emb["history_representation"], mask)
+    pooled = TargetAttentionPooling()(emb["target_representation"], found["values"], found["scores"],
+                                      found["valid"])
     h = keras.layers.Concatenate()([emb["target_representation"], pooled])
     h = keras.layers.Dense(32, activation="relu")(h)
     return keras.Model(inputs, keras.layers.Dense(1, activation="sigmoid")(h)[:, 0])
@@ -210,7 +211,9 @@ def test_compiled_train_step_equals_keras_default_step(rng):
     for model in models:
         model.compile(optimizer=FusedAdam(0.01), metrics=[keras.metrics.AUC(name="auc")])
         histories.append(model.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0).history)
-    assert models[0]._whole_gradient_in_xla() and not models[1]._whole_gradient_in_xla()
+    from dare_tf.execution import whole_gradient_in_xla
+
+    assert whole_gradient_in_xla(models[0]) and not whole_gradient_in_xla(models[1])
     np.testing.assert_allclose(histories[0]["loss"], histories[1]["loss"], rtol=1e-4)
     np.testing.assert_allclose(histories[0]["auc"], histories[1]["auc"], atol=1e-3)
     moved = False

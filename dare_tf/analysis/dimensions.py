@@ -14,10 +14,8 @@ from dare_tf.layers.embedding import ATTENTION_ROLES
 def search_stage(model):
     """A function `(inputs, history_signatures=None) -> output`: stage 1 alone,
     compiled with XLA on TensorFlow: the attention rows, then the model's
-    search (the scores of every slot and the top K; ETA: signatures, Hamming
-    ranking, top K and the K kept slots' scores, with the history's signatures
-    computed or given; TWIN-V2: clustering, then the search over clusters;
-    SDIM: the hash buckets of target and history and their matches)."""
+    search without any representation read (`BehaviorSearch.search_only`;
+    ETA takes the history's precomputed signatures)."""
     import keras
 
     layer = model.embedding
@@ -25,12 +23,9 @@ def search_stage(model):
     def run(x, history_signatures=None):
         ids = model._unpack({k: x[k] for k in MODEL_INPUTS})
         emb = layer.combine(layer.lookup(*ids, roles=ATTENTION_ROLES), roles=ATTENTION_ROLES)
-        query, keys, mask = emb["target_attention"], emb["history_attention"], ids[2] > 0
-        if model.sampling is not None:
-            return model.sampling.matches(query, keys, mask)
-        keys, _, mask, bias = model.search_space(keys, keys, ids[3], mask)
-        return model.search(query, keys, mask, ids[1], ids[3], score_bias=bias,
-                            history_signatures=history_signatures)[0]
+        precomputed = {} if history_signatures is None else {"history_signatures": history_signatures}
+        return model.search.search_only(emb["target_attention"], emb["history_attention"], ids[2] > 0, ids[1],
+                                        ids[3], **precomputed)
 
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf

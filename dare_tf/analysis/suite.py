@@ -91,8 +91,7 @@ class Run:
 
     @property
     def top_k(self) -> int:
-        cfg = self.model.model_config
-        return cfg.top_k if cfg.search != "none" else cfg.max_len
+        return self.model.search.kept(self.model.model_config.max_len)
 
 
 def load_run(label: str, run_dir: str, spec: DatasetSpec, data_dir: str) -> Run:

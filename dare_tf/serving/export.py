@@ -162,8 +162,8 @@ class _ServingGraph:
             "history_index": tf.cast(tf.where((slots >= pad) & (weight > 0), index, -1), tf.int64),
             "attention_weight": weight,
         }
-        if "hash_matches" in out:  # SDIM: per slot of history_index, whether each hash matched
-            result["hash_matches"] = tf.cast(out["hash_matches"], tf.int64)
+        for name in self.model.search.explain_outputs:  # per slot of history_index (SDIM: hash_matches)
+            result[name] = tf.cast(out[name], tf.int64)
         return result
 
     def parse_examples(self, serialized):

@@ -1,8 +1,14 @@
+"""Soft (TWIN, DARE) and hard (TWIN-hard) top-K search against brute-force numpy."""
+
 import numpy as np
 import pytest
 
-from dare_tf.layers import TopKBehaviorSearch, scaled_dot_scores
-from dare_tf.layers.search import PADDING_SCORE
+from dare_tf.search import PADDING_SCORE, HardTopKSearch, SoftTopKSearch, scaled_dot_scores
+
+
+def kept(search, *args):
+    out = search(*args)
+    return out["positions"], out["scores"], out["valid"]
 
 
 def numpy_scores(q, k, mask, pos_dim):
@@ -51,7 +57,7 @@ CASES = [(30, 5, [30, 3, 0, 12, 5, 1]), (4, 10, [4, 0, 2, 1, 3, 4]), (10, 10, [1
 @pytest.mark.parametrize("pos_dim", [0, 4])
 def test_soft_search_matches_numpy(rng, length, top_k, lengths, pos_dim):
     q, k, mask, _, _ = make_inputs(rng, len(lengths), length, 12, lengths)
-    positions, scores, valid = TopKBehaviorSearch(top_k, "soft", pos_dim)(q, k, mask)
+    positions, scores, valid = kept(SoftTopKSearch(top_k, pos_dim), q, k, None, mask)
     ref_pos, ref_scores, ref_valid = numpy_soft(q, k, mask, top_k, pos_dim)
     assert positions.shape == (len(lengths), min(top_k, length))
     np.testing.assert_array_equal(np.asarray(valid), ref_valid)
@@ -67,7 +73,7 @@ def test_soft_search_matches_numpy(rng, length, top_k, lengths, pos_dim):
 @pytest.mark.parametrize("length,top_k,lengths", CASES)
 def test_hard_search_matches_numpy(rng, length, top_k, lengths):
     q, k, mask, tc, hc = make_inputs(rng, len(lengths), length, 8, lengths)
-    positions, scores, valid = TopKBehaviorSearch(top_k, "hard", 4)(q, k, mask, tc, hc)
+    positions, scores, valid = kept(HardTopKSearch(top_k, 4), q, k, None, mask, tc, hc)
     ref_pos, ref_scores, ref_valid = numpy_hard(q, k, mask, tc, hc, top_k, 4)
     np.testing.assert_array_equal(np.asarray(positions), ref_pos)
     np.testing.assert_array_equal(np.asarray(valid), ref_valid)
@@ -79,8 +85,8 @@ def test_hard_search_prefers_most_recent_same_category():
     hc = np.array([[0, 7, 1, 7, 7, 2]])
     mask = hc > 0
     q, k = np.zeros((1, 4), np.float32), np.zeros((1, 6, 4), np.float32)
-    pos2, _, _ = TopKBehaviorSearch(2, "hard")(q, k, mask, np.array([7]), hc)
-    pos5, _, valid5 = TopKBehaviorSearch(5, "hard")(q, k, mask, np.array([7]), hc)
+    pos2, _, _ = kept(HardTopKSearch(2), q, k, None, mask, np.array([7]), hc)
+    pos5, _, valid5 = kept(HardTopKSearch(5), q, k, None, mask, np.array([7]), hc)
     assert np.asarray(pos2).tolist() == [[4, 3]]
     assert np.asarray(pos5).tolist() == [[4, 3, 1, 5, 2]]
     assert np.asarray(valid5).all()
@@ -95,10 +101,7 @@ def test_scaled_dot_scores_float32_under_bfloat16_inputs(rng):
 
 
 def test_errors():
-    with pytest.raises(ValueError, match="mode='fuzzy' is not one of"):
-        TopKBehaviorSearch(3, "fuzzy")
-    with pytest.raises(ValueError, match="top_k must be >= 1"):
-        TopKBehaviorSearch(0)
-    with pytest.raises(ValueError, match="needs target_category"):
-        TopKBehaviorSearch(2, "hard")(np.zeros((1, 4), "float32"), np.zeros((1, 3, 4), "float32"),
-                                      np.ones((1, 3), bool))
+    with pytest.raises(ValueError, match="^SoftTopKSearch: top_k must be >= 1, got 0$"):
+        SoftTopKSearch(0)
+    with pytest.raises(ValueError, match="HardTopKSearch: needs target_category and history_categories"):
+        HardTopKSearch(2)(np.zeros((1, 4), "float32"), np.zeros((1, 3, 4), "float32"), None, np.ones((1, 3), bool))

@@ -1,16 +1,16 @@
-"""HashSamplingPooling: SDIM's modelling stage, interest as hash-bucket means."""
+"""HashSamplingSearch: SDIM, the behaviours in the target's hash buckets, averaged."""
 
 from __future__ import annotations
 
-import keras
 from keras import ops
 
 from dare_tf.layers.hashing import add_projection, bucket_codes, simhash_bits
+from dare_tf.search.base import PADDING_SCORE, BehaviorSearch, every_slot, offset_seed, register_search
 
 
-@keras.saving.register_keras_serializable(package="dare_tf")
-class HashSamplingPooling(keras.layers.Layer):
-    """SDIM: the behaviours that share the target's hash bucket, averaged.
+@register_search("sdim")
+class HashSamplingSearch(BehaviorSearch):
+    """SDIM: the behaviours that share the target's hash bucket, averaged; no top K.
 
     `num_hashes` SimHash functions of `hash_bits` bits each (signs of a fixed
     random projection of the attention vectors' semantic part) put the target
@@ -20,31 +20,20 @@ class HashSamplingPooling(keras.layers.Layer):
     zero vector); the user interest is the mean over the functions. No
     attention weights: a behaviour counts by how many functions put it in the
     target's bucket, which is SDIM's sampling estimate of a softmax attention
-    over angular similarity.
+    over angular similarity. The stage pools itself: its result holds
+    `pooled` `[B, Dr]` and `weights` `[B, L]` (`sum_h match_h / m`), and
+    `explain` holds `hash_matches` `[B, L, m]` bool.
 
     Args:
         num_hashes: hash functions (m).
         hash_bits: bits per function (tau): 2**tau buckets each.
-        position_dim: width of the position part at the end of each attention
-            vector, left out of the hash.
         seed: seed of the projection.
 
-    Call arguments:
-        query: target attention embedding `[B, Da]`.
-        keys: history attention embeddings `[B, L, Da]`.
-        values: history representation embeddings `[B, L, Dr]`.
-        mask: `[B, L]` bool, True for real behaviours.
-
-    Returns:
-        `(interest, weights, matches)`: the interest vector `[B, Dr]`, each
-        behaviour's effective weight in it `[B, L]` (before normalisation:
-        `sum_h match_h / m`) and the matches per function `[B, L, m]` bool.
-
     Example:
-    >>> pool = HashSamplingPooling(num_hashes=2, hash_bits=1, seed=0)
+    >>> search = HashSamplingSearch(num_hashes=2, hash_bits=1, seed=0)
     >>> keys = ops.ones((1, 3, 4)); values = ops.reshape(ops.arange(6, dtype="float32"), (1, 3, 2))
-    >>> interest, weights, matches = pool(ops.ones((1, 4)), keys, values, ops.array([[False, True, True]]))
-    >>> ops.convert_to_numpy(weights).tolist()
+    >>> out = search(ops.ones((1, 4)), keys, values, ops.array([[False, True, True]]))
+    >>> ops.convert_to_numpy(out["weights"]).tolist()
     [[0.0, 1.0, 1.0]]
 
     References:
@@ -52,16 +41,24 @@ class HashSamplingPooling(keras.layers.Layer):
         Behaviors for CTR Prediction" (SDIM), CIKM 2022.
     """
 
+    selects_slots = False
+    keeps_top_k = False
+    explain_outputs = ("hash_matches",)
+
     def __init__(self, num_hashes: int = 8, hash_bits: int = 3, position_dim: int = 0, seed: int | None = None,
-                 **kwargs):
-        super().__init__(**kwargs)
+                 top_k: int = 1, **kwargs):
+        super().__init__(top_k, position_dim, **kwargs)
         if num_hashes < 1 or hash_bits < 1:
-            raise ValueError(f"HashSamplingPooling: num_hashes and hash_bits must be >= 1, got "
+            raise ValueError(f"HashSamplingSearch: num_hashes and hash_bits must be >= 1, got "
                              f"{num_hashes} and {hash_bits}")
         self.num_hashes = num_hashes
         self.hash_bits = hash_bits
-        self.position_dim = position_dim
         self.seed = seed
+
+    @classmethod
+    def from_model_config(cls, config, seed=None):
+        return cls(config.num_hashes, config.hash_bits, position_dim=config.attention_pos_dim,
+                   seed=offset_seed(seed, 400), name="search")
 
     def build(self, query_shape=None, *args, **kwargs):
         self.projection = add_projection(self, query_shape[-1] - self.position_dim,
@@ -78,24 +75,24 @@ class HashSamplingPooling(keras.layers.Layer):
         return ops.logical_and(ops.equal(self.buckets(keys), ops.expand_dims(self.buckets(query), 1)),
                                ops.expand_dims(ops.cast(mask, "bool"), -1))
 
-    def call(self, query, keys, values, mask):
+    def call(self, query, keys, values, mask, target_category=None, history_categories=None):
         matches = self.matches(query, keys, mask)
         weights = ops.cast(matches, "float32")
         sums = ops.einsum("blh,bld->bhd", ops.cast(weights, values.dtype), values)  # [B, m, Dr]
         # The floor inside the square root keeps an empty bucket's gradient finite.
         norms = ops.sqrt(ops.maximum(ops.sum(ops.square(ops.cast(sums, "float32")), axis=-1, keepdims=True), 1e-24))
-        normalised = sums / ops.cast(norms, sums.dtype)
-        interest = ops.mean(normalised, axis=1)
-        return interest, ops.mean(weights, axis=-1), matches
+        interest = ops.mean(sums / ops.cast(norms, sums.dtype), axis=1)
+        return {"positions": every_slot(mask), "pooled": interest, "weights": ops.mean(weights, axis=-1),
+                "explain": {"hash_matches": matches}}
 
-    def compute_output_spec(self, query, keys, values, mask):
-        b, length = keys.shape[0], keys.shape[1]
-        return (keras.KerasTensor((b, values.shape[-1]), dtype=self.compute_dtype),
-                keras.KerasTensor((b, length), dtype="float32"),
-                keras.KerasTensor((b, length, self.num_hashes), dtype="bool"))
+    def slot_scores(self, query, keys, mask, target_category=None, history_categories=None):
+        weights = ops.mean(ops.cast(self.matches(query, keys, mask), "float32"), axis=-1)
+        return ops.where(ops.cast(mask, "bool"), weights, PADDING_SCORE)
+
+    def search_only(self, query, keys, mask, target_category=None, history_categories=None):
+        return self.matches(query, keys, mask)
 
     def get_config(self):
         config = super().get_config()
-        config.update(num_hashes=self.num_hashes, hash_bits=self.hash_bits, position_dim=self.position_dim,
-                      seed=self.seed)
+        config.update(num_hashes=self.num_hashes, hash_bits=self.hash_bits, seed=self.seed)
         return config

@@ -1,0 +1,219 @@
+"""BehaviorSearch: the abstract search stage (stage 1) and the registry of its variants.
+
+A search stage reads the attention embeddings of the target and of the L
+history behaviours and decides what the modelling stage attends over: K of the
+L behaviours (TWIN, DARE, TWIN-hard, ETA), K clusters of them (TWIN-V2), every
+behaviour (DIN), or hash-bucket means it pools itself (SDIM). Each variant is
+one subclass in a module of its own, registered by name with
+`register_search`; `ModelConfig.search` names one, and `DareModel` builds it
+with `build_search` and calls it once per forward pass.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+import keras
+from keras import ops
+
+# The reference fills padded scores with -2**32 + 1 (reference.md, "Search").
+PADDING_SCORE = -(2.0**32) + 1.0
+
+SEARCHES: dict[str, type["BehaviorSearch"]] = {}
+
+
+def register_search(name: str):
+    """Class decorator: registers a `BehaviorSearch` subclass under `name`
+    (the value of `ModelConfig.search`) and as a serializable Keras layer."""
+
+    def register(cls):
+        if name in SEARCHES:
+            raise ValueError(f"register_search: {name!r} is already registered by {SEARCHES[name].__name__}")
+        cls.search_name = name
+        SEARCHES[name] = keras.saving.register_keras_serializable(package="dare_tf")(cls)
+        return cls
+
+    return register
+
+
+def search_class(name: str) -> type["BehaviorSearch"]:
+    """The registered search stage called `name`."""
+    if name not in SEARCHES:
+        raise ValueError(f"unknown search {name!r}; known searches: {sorted(SEARCHES)}")
+    return SEARCHES[name]
+
+
+def build_search(config, seed: int | None = None) -> "BehaviorSearch":
+    """The search stage a `ModelConfig` names, with the fields it reads."""
+    return search_class(config.search).from_model_config(config, seed)
+
+
+def offset_seed(seed: int | None, offset: int) -> int | None:
+    """A sub-layer's seed derived from the model's (`None` stays `None`)."""
+    return None if seed is None else seed + offset
+
+
+def scaled_dot_scores(query, keys, position_dim: int = 0):
+    """Attention scores `[B, L]` of keys `[B, L, D]` for a query `[B, D]`, in float32.
+
+    With `position_dim > 0` the last `position_dim` features are the position
+    part and are scaled on their own (reference.md):
+    `<q_sem, k_sem> / sqrt(d_sem) + <q_pos, k_pos> / sqrt(d_pos)`.
+    """
+    # Scores and softmax stay float32 under mixed precision.
+    query = ops.cast(query, "float32")
+    keys = ops.cast(keys, "float32")
+    width = query.shape[-1]
+    if not position_dim:
+        return ops.einsum("bd,bld->bl", query, keys) / float(width) ** 0.5
+    sem = width - position_dim
+    # One product over the whole width with the query's parts pre-scaled: the [B, L, D]
+    # keys are read once and never sliced (a slice is a copy outside XLA).
+    scale = ops.concatenate([ops.full((sem,), float(sem) ** -0.5, "float32"),
+                             ops.full((position_dim,), float(position_dim) ** -0.5, "float32")])
+    return ops.einsum("bd,bld->bl", query * scale, keys)
+
+
+def every_slot(mask):
+    """Slot indices `[B, L]` int32 of a whole history (what a search that keeps every slot returns)."""
+    return ops.broadcast_to(ops.arange(ops.shape(mask)[1], dtype="int32")[None, :], ops.shape(mask))
+
+
+def gather_slots(values, positions):
+    """`values[b, positions[b, k]]`: `[B, L, ...]` -> `[B, K, ...]`."""
+    index = ops.cast(positions, "int32")
+    for _ in range(len(values.shape) - 2):
+        index = ops.expand_dims(index, -1)
+    return ops.take_along_axis(values, index, axis=1)
+
+
+class BehaviorSearch(keras.layers.Layer, abc.ABC):
+    """Stage 1 of a long-sequence model: what the modelling stage attends over.
+
+    A subclass implements `call` and `slot_scores` and maps `ModelConfig`
+    fields to its arguments in `from_model_config`; `score` (the masked
+    scaled dot product) is shared.
+
+    Class attributes:
+        selects_slots: the result's `positions` are K slots of the history and
+            the ranking reads no representation: a model with separate
+            representation tables may look those up for the K kept slots only.
+        keeps_top_k: the stage keeps `top_k` of something (slots, clusters),
+            so `top_k` may not exceed the history length.
+        reference_aux_attention: the reference's auxiliary head attends over
+            every non-padded slot with this search's scores
+            (`ModelConfig.aux_attention="all"`).
+        explain_outputs: the names of the per-variant outputs in the result's
+            `explain` (returned by `DareModel.explain` and a served model's
+            `explain` signature).
+
+    Args:
+        top_k: K, what the stage keeps (where it keeps a top K).
+        position_dim: width of the position part at the end of each attention
+            vector, scaled separately; 0 for none.
+
+    Call arguments:
+        query: target attention embedding `[B, Da]`.
+        keys: history attention embeddings `[B, L, Da]`.
+        values: history representation embeddings `[B, L, Dr]`, or `None`
+            where the caller looks them up after the search (`selects_slots`).
+        mask: `[B, L]` bool, True for real behaviours.
+        target_category: `[B]` int.
+        history_categories: `[B, L]` int.
+
+    Returns:
+        A dict: `positions` `[B, K]` int32 (what is kept, most relevant
+        first), `scores` `[B, K]` float32 (the modelling stage's attention
+        logits), `valid` `[B, K]` bool, `values` `[B, K, Dr]` (the kept
+        representations; `None` when `values` was `None`). A stage that pools
+        itself (SDIM) returns `pooled` `[B, Dr]` and `weights` `[B, L]`
+        instead of `scores`, `valid` and `values`. `explain` holds per-variant
+        outputs a served model returns with its explanation.
+    """
+
+    selects_slots = True
+    keeps_top_k = True
+    reference_aux_attention = False
+    explain_outputs: tuple[str, ...] = ()  # the names in the result's `explain`
+    search_name = None  # set by register_search
+
+    def __init__(self, top_k: int = 20, position_dim: int = 0, **kwargs):
+        super().__init__(**kwargs)
+        if top_k < 1:
+            raise ValueError(f"{type(self).__name__}: top_k must be >= 1, got {top_k}")
+        if position_dim < 0:
+            raise ValueError(f"{type(self).__name__}: position_dim must be >= 0, got {position_dim}")
+        self.top_k = top_k
+        self.position_dim = position_dim
+
+    @classmethod
+    def from_model_config(cls, config, seed: int | None = None) -> "BehaviorSearch":
+        """This stage as `config` (a `ModelConfig`) describes it; `seed` is the model's."""
+        return cls(top_k=config.top_k, position_dim=config.attention_pos_dim, name="search")
+
+    def score(self, query, keys, mask, score_bias=None):
+        """Masked scaled dot-product scores `[B, N]` (float32); padding gets -2**32 + 1."""
+        scores = scaled_dot_scores(query, keys, self.position_dim)
+        if score_bias is not None:
+            scores = scores + ops.cast(score_bias, "float32")
+        return ops.where(ops.cast(mask, "bool"), scores, PADDING_SCORE)
+
+    def kept(self, length: int) -> int:
+        """How many entries the modelling stage attends over for a history of `length`."""
+        return min(self.top_k, length) if self.keeps_top_k else length
+
+    @abc.abstractmethod
+    def call(self, query, keys, values, mask, target_category=None, history_categories=None) -> dict[str, Any]:
+        ...
+
+    @abc.abstractmethod
+    def slot_scores(self, query, keys, mask, target_category=None, history_categories=None):
+        """What the stage ranks by, `[B, N]` float32, higher first, padding
+        -2**32 + 1 (N = L, or the clusters for TWIN-V2)."""
+
+    def search_only(self, query, keys, mask, target_category=None, history_categories=None, **precomputed):
+        """The stage without any representation read: what the attention-dimension
+        cut times (`dare_tf.analysis.dimensions`). Top-K stages return the kept positions."""
+        return self.call(query, keys, None, mask, target_category, history_categories, **precomputed)["positions"]
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(top_k=self.top_k, position_dim=self.position_dim)
+        return config
+
+
+class TopKSearch(BehaviorSearch):
+    """A search that ranks the L slots and keeps the K best: the subclass says how
+    to rank (`ranking`); the kept slots are scored with `score`."""
+
+    def ranking(self, query, keys, mask, target_category, history_categories, **precomputed):
+        """`(priority [B, L], scores [B, L] or None)`: the ranking, and the slots' scores
+        where the ranking is the scores themselves."""
+        raise NotImplementedError
+
+    def call(self, query, keys, values, mask, target_category=None, history_categories=None, **precomputed):
+        mask = ops.cast(mask, "bool")
+        length = keys.shape[1]
+        if length is None:
+            raise ValueError(f"{type(self).__name__}: the history length (keys.shape[1]) must be static")
+        priority, scores = self.ranking(query, keys, mask, target_category, history_categories, **precomputed)
+        k = min(self.top_k, length)
+        if scores is not None:
+            top_scores, positions = ops.top_k(scores, k, sorted=True)
+            positions = ops.cast(positions, "int32")
+            valid = ops.take_along_axis(mask, positions, axis=1)
+        else:
+            # (As float32: exact below 2**24, and XLA's CPU top-k is several times faster on floats.)
+            _, positions = ops.top_k(ops.cast(priority, "float32"), k, sorted=True)
+            positions = ops.cast(positions, "int32")
+            valid = ops.take_along_axis(mask, positions, axis=1)
+            # The ranking did not need the scores: only the K kept slots are scored.
+            top_scores = self.score(query, gather_slots(keys, positions), valid)
+        return {"positions": positions, "scores": top_scores, "valid": valid,
+                "values": None if values is None else gather_slots(values, positions), "explain": {}}
+
+    def slot_scores(self, query, keys, mask, target_category=None, history_categories=None):
+        mask = ops.cast(mask, "bool")
+        priority, scores = self.ranking(query, keys, mask, target_category, history_categories)
+        return scores if scores is not None else ops.where(mask, ops.cast(priority, "float32"), PADDING_SCORE)

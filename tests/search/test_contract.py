@@ -1,0 +1,91 @@
+"""The contract every registered search stage keeps (the list comes from the registry):
+output shapes, padding never kept, config round trip, `slot_scores` agreeing with `call`."""
+
+import keras
+import numpy as np
+import pytest
+
+from dare_tf.config import PRESETS, ModelConfig
+from dare_tf.search import SEARCHES, build_search
+from tests.conftest import random_batch
+from tests.helpers import assert_layer_serializes
+
+B, L, DA, DR, K = 5, 9, 8, 6, 4
+
+
+def _inputs(rng):
+    x = random_batch(rng, B, L, 50, 4, lengths=[L, 6, 2, 0, 5])
+    q = rng.normal(size=(B, DA)).astype("float32")
+    k = rng.normal(size=(B, L, DA)).astype("float32")
+    v = rng.normal(size=(B, L, DR)).astype("float32")
+    return q, k, v, x["hist_items"] > 0, x["target_category"], x["hist_categories"]
+
+
+def _search(name):
+    config = ModelConfig(num_items=50, num_categories=4, max_len=L, top_k=K, position_dim=2,
+                         **{"search": name, "coupling": "shared", "hash_bits": 3, "num_hashes": 2,
+                            "cluster_window": 3, **({"scorer": "din"} if name == "none" else {})})
+    return build_search(config, seed=3)
+
+
+def _np(t):
+    return None if t is None else np.asarray(keras.ops.convert_to_numpy(t))
+
+
+def test_every_search_has_a_preset_and_every_preset_a_search():
+    assert {p.get("search", "soft") for p in PRESETS.values()} == set(SEARCHES)
+
+
+@pytest.mark.parametrize("name", sorted(SEARCHES))
+def test_search_contract(rng, name):
+    q, k, v, mask, tc, hc = _inputs(rng)
+    search = _search(name)
+    assert type(search).search_name == name
+    found = {key: (_np(t) if key != "explain" else t) for key, t in search(q, k, v, mask, tc, hc).items()}
+    kept = search.kept(L)
+    positions = found["positions"]
+    assert positions.shape == (B, kept) and positions.dtype == np.int32
+    assert set(found["explain"]) == set(search.explain_outputs)
+    slot_scores = _np(search.slot_scores(q, k, mask, tc, hc))
+    assert slot_scores.shape == (B, L)
+    if "pooled" in found:  # a stage that pools itself weighs every slot; padding weighs 0
+        assert found["pooled"].shape == (B, DR) and np.isfinite(found["pooled"]).all()
+        assert (found["weights"][~mask] == 0).all()
+        np.testing.assert_allclose(found["weights"][mask], slot_scores[mask], rtol=1e-6)
+    else:
+        valid, scores = found["valid"], found["scores"]
+        assert valid.shape == scores.shape == (B, kept) and found["values"].shape == (B, kept, DR)
+        assert np.isfinite(scores[valid]).all()
+        if not search.keeps_top_k:  # every slot kept, scored by slot_scores
+            np.testing.assert_allclose(scores[valid], slot_scores[valid], rtol=1e-6)
+        # Padding is never kept as valid; a valid kept slot is a real behaviour (or a
+        # cluster at one).
+        assert np.take_along_axis(mask, positions, 1)[valid].all()
+        assert not valid[3].any()  # the empty history
+        np.testing.assert_allclose(found["values"], np.take_along_axis(v, positions[..., None], 1)
+                                   if search.keeps_top_k and name != "cluster" else found["values"])
+        # What is kept is the top of slot_scores (ties aside), most relevant first.
+        for b in range(B if search.keeps_top_k else 0):
+            order = positions[b][valid[b]]
+            ranked = slot_scores[b][order]
+            assert (np.diff(ranked) <= 1e-5).all(), (name, b, ranked)
+            if len(order):
+                rest = np.setdiff1d(np.flatnonzero(slot_scores[b] > -1e9), order)
+                assert rest.size == 0 or slot_scores[b][rest].max() <= ranked.min() + 1e-5
+    # With values=None a slot-selecting stage returns no representations (they are looked up later).
+    if search.selects_slots:
+        late = search(q, k, None, mask, tc, hc)
+        assert late["values"] is None
+        np.testing.assert_array_equal(_np(late["positions"]), positions)
+
+
+@pytest.mark.parametrize("name", sorted(SEARCHES))
+def test_search_config_round_trip(rng, name):
+    q, k, v, mask, tc, hc = _inputs(rng)
+    restored = assert_layer_serializes(_search(name), q, k, v, mask, tc, hc)
+    assert type(restored) is SEARCHES[name]
+
+
+def test_unknown_search_is_named():
+    with pytest.raises(ValueError, match=r"^ModelConfig.search: 'fuzzy' is not one of \("):
+        ModelConfig(num_items=5, num_categories=3, search="fuzzy")
