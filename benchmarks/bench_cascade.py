@@ -120,7 +120,7 @@ def bench_recommend(work: str, calls: int, rng) -> list[dict]:
     from dare_tf.retrieval import RetrievalConfig, train_retrieval
     from dare_tf.serving.cascade import LocalModel, Recommender
     from dare_tf.serving.client import ServingClient
-    from dare_tf.serving.export import export_run, export_saved_model
+    from dare_tf.export import export_run, export_saved_model
 
     data = os.path.join(work, "taobao_sample")
     prepare("taobao", SHARED, data)

@@ -6,7 +6,7 @@ Usage: python benchmarks/bench_long.py [--lengths 1000,10000] [--json PATH]
 Prepares a small lifelong synthetic log (vocabularies and id maps for the
 export), builds DARE (K=20, d=16, `aux_attention=retrieved`, untrained:
 latency does not depend on the weights) at L = each length, exports it
-(`dare_tf.serving.export`), loads the SavedModel in this process
+(`dare_tf.export`), loads the SavedModel in this process
 (`LocalModel`) and times `serving_default` for one target and for 200
 candidates of one user, with the history sent once (`[1, T]`, shared) and
 repeated per candidate (`[200, T]`). The request size is the serialized
@@ -44,7 +44,7 @@ def main():
     from dare_tf.data.spec import DatasetSpec, read_id_map
     from dare_tf.data.synthetic import SyntheticConfig, write
     from dare_tf.serving.cascade import LocalModel
-    from dare_tf.serving.export import export_saved_model
+    from dare_tf.export import export_saved_model
 
     work = tempfile.mkdtemp(prefix="bench_long_")
     log = os.path.join(work, "log.csv")

@@ -34,7 +34,7 @@ from benchmarks.common import print_table, write_json  # noqa: E402
 from dare_tf.data.protocol import prepare  # noqa: E402
 from dare_tf.data.spec import read_id_map  # noqa: E402
 from dare_tf.serving.client import ServingClient  # noqa: E402
-from dare_tf.serving.export import export_run  # noqa: E402
+from dare_tf.export import export_run  # noqa: E402
 from dare_tf.training import TrainConfig, train  # noqa: E402
 
 CLIENTS = 16

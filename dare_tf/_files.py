@@ -74,3 +74,18 @@ def describe_entries(directory: str, limit: int = 5) -> str:
     shown = [f"'{e}/'" if os.path.isdir(os.path.join(directory, e)) else f"'{e}'" for e in entries[:limit]]
     more = f" and {len(entries) - limit} more" if len(entries) > limit else ""
     return ", ".join(shown) + more
+
+
+def check_output_dir(output_dir: str, own, writer: str) -> None:
+    """The output-directory guard of the programs that write a directory of their
+    own: refuses (`ValueError`) a path that is not a directory, or a directory
+    holding an entry `own(entry)` does not claim, naming them and `writer`."""
+    if not os.path.lexists(output_dir):
+        return
+    if not os.path.isdir(output_dir):
+        raise ValueError(f"--output_dir={output_dir} exists and is not a directory")
+    foreign = sorted(e for e in os.listdir(output_dir) if not own(e))
+    if foreign:
+        raise ValueError(f"--output_dir={output_dir} holds files {writer} did not write "
+                         f"({', '.join(repr(e) for e in foreign[:5])}{' ...' if len(foreign) > 5 else ''}); "
+                         "choose an empty or new directory")

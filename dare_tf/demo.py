@@ -17,8 +17,8 @@ from dare_tf.data.synthetic import SyntheticConfig, write
 from dare_tf.experiments import reproduce
 from dare_tf.serving.cascade import Recommender, format_recommendations
 from dare_tf.serving.client import ServingClient
-from dare_tf.serving.export import MODELS_CONFIG, export_run
-from dare_tf.serving.standin_server import read_model_config, serve
+from dare_tf.export import MODELS_CONFIG, export_run
+from dare_tf.testing.standin_server import read_model_config, serve
 from dare_tf.training import TrainConfig, format_results, make_strategy
 
 # The synthetic users have 20 to 1,000 clicks (median 120); users with 50 or more

@@ -27,7 +27,7 @@ flags.mark_flags_as_required(["run_dir", "export_base", "model_name"])
 
 def main(argv):
     del argv
-    from dare_tf.serving.export import export_run
+    from dare_tf.export import export_run
 
     print(export_run(FLAGS.run_dir, FLAGS.export_base, FLAGS.model_name, FLAGS.data_dir, FLAGS.version,
                      FLAGS.top_n))

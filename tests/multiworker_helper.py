@@ -26,8 +26,8 @@ def main(strategy_name, data_dir, output_dir, weights_out, max_steps="6", optimi
         strategy=strategy_name, jit_compile=False, optimizer=optimizer, verbose=0, in_memory_mb=int(in_memory_mb),
         model_overrides=dict(initializer="keras", top_k=5))
     spec = DatasetSpec.load(data_dir)
-    run = training._SeedRun(data_dir, os.path.join(output_dir, "seed_0"), config, 0, spec, strategy,
-                            training._is_chief(strategy), training.effective_model_config(config, spec, strategy),
+    run = training.SeedRun(data_dir, os.path.join(output_dir, "seed_0"), config, 0, spec, strategy,
+                            training.distribution.is_chief(strategy), training.effective_model_config(config, spec, strategy),
                             print)
     result = run.run()
     np.savez(weights_out, *[w for w in run.model.get_weights()])

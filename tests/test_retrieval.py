@@ -113,8 +113,8 @@ from dare_tf.data.synthetic import SyntheticConfig, write
 from dare_tf.retrieval import RetrievalConfig, train_retrieval
 from dare_tf.serving.cascade import LocalModel, Recommender, format_recommendations
 from dare_tf.serving.client import ServingClient
-from dare_tf.serving.export import export_run, export_saved_model
-from dare_tf.serving.standin_server import read_model_config, serve
+from dare_tf.export import export_run, export_saved_model
+from dare_tf.testing.standin_server import read_model_config, serve
 
 data, work = sys.argv[1], sys.argv[2]
 exports = os.path.join(work, "exports")
@@ -133,7 +133,7 @@ export_saved_model(build_model("dare", other.num_items, other.num_categories, ma
                    os.path.join(work, "other"), exports, "other")
 # the exported top-N equals the in-process index on real test histories (an unknown raw id included)
 from dare_tf.data.pipeline import InMemorySplit
-from dare_tf.retrieval.export import load_retrieval_model
+from dare_tf.retrieval.model import load_retrieval_model
 from dare_tf.retrieval.model import brute_force_index
 from dare_tf.retrieval.training import catalogue
 import tensorflow as tf

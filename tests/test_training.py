@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from dare_tf.training import NonFiniteLossError, TrainConfig, train
+from dare_tf.training import NonFiniteLossError, SeedRun, TrainConfig, train
 from dare_tf.data.protocol import Protocol, prepare
 from dare_tf.data.synthetic import SyntheticConfig, write
 
@@ -128,13 +128,13 @@ def test_training_stream_resumes_at_any_step(taobao, in_memory_mb, tmp_path):
 
     from dare_tf.data.pipeline import InMemorySplit
     from dare_tf.data.spec import DatasetSpec
-    from dare_tf.training import _SeedRun, effective_model_config
+    from dare_tf.training import effective_model_config
 
     spec = DatasetSpec.load(taobao)
     config = TrainConfig(batch_size=500, epochs=2, in_memory_mb=in_memory_mb, verbose=0, jit_compile=False)
     memory = {"train": InMemorySplit.load(taobao, "train", spec)} if in_memory_mb else {}
     strategy = tf.distribute.get_strategy()
-    run = _SeedRun(taobao, str(tmp_path), config, 3, spec, strategy, True,
+    run = SeedRun(taobao, str(tmp_path), config, 3, spec, strategy, True,
                    effective_model_config(config, spec, strategy), print, memory)
 
     def targets(skip):
@@ -221,8 +221,8 @@ def test_two_workers_read_their_own_partitions_and_evaluate_exactly(taobao, tmp_
     config = TrainConfig(preset="dare", batch_size=258, eval_batch_size=258, jit_compile=False, verbose=0,
                          model_overrides=dict(initializer="keras", top_k=5))
     strategy = tf.distribute.get_strategy()
-    run = training._SeedRun(taobao, str(tmp_path / "one"), config, 0, spec, strategy, True,
-                            training.effective_model_config(config, spec, strategy), print)
+    run = SeedRun(taobao, str(tmp_path / "one"), config, 0, spec, strategy, True,
+                  training.effective_model_config(config, spec, strategy), print)
     run.model.set_weights([w0[k] for k in w0])
     one = training.evaluate_outputs(run.predict("test"))
     for metric, value in one.items():
@@ -245,8 +245,8 @@ def test_batch_norm_statistics_refresh_fits_the_current_weights(planted, tmp_pat
     def seed_run(name, **changes):
         config = TrainConfig(preset="twin", **dict(FAST, **changes))
         strategy = tf.distribute.get_strategy()
-        return training._SeedRun(data_dir, str(tmp_path / name), config, 0, spec, strategy, True,
-                                 training.effective_model_config(config, spec, strategy), print)
+        return SeedRun(data_dir, str(tmp_path / name), config, 0, spec, strategy, True,
+                       training.effective_model_config(config, spec, strategy), print)
 
     x, _ = next(iter(make_dataset(data_dir, "val", 512, shuffle=False)))
     x = {k: x[k] for k in MODEL_INPUTS}
@@ -387,8 +387,8 @@ def test_keras_compile_fit_evaluate_give_the_trainers_loss_on_the_same_batch(tao
     spec = DatasetSpec.load(taobao)
     config = TrainConfig(preset="dare", **TINY)
     strategy = tf.distribute.get_strategy()
-    run = training._SeedRun(taobao, str(tmp_path / "run"), config, 0, spec, strategy, True,
-                            training.effective_model_config(config, spec, strategy), print)
+    run = SeedRun(taobao, str(tmp_path / "run"), config, 0, spec, strategy, True,
+                  training.effective_model_config(config, spec, strategy), print)
     x, y = next(iter(make_dataset(taobao, "train", 256, shuffle=False)))
     x = {k: x[k].numpy() for k in MODEL_INPUTS}
     y = y.numpy()
@@ -423,10 +423,10 @@ def test_one_trainer_per_run_directory_and_a_killed_holders_lock_is_taken_over(t
     """A second trainer on a run directory in use stops at once with one line naming
     the holder's pid (exit 1) and writes nothing; the lock of a killed holder is
     taken over."""
-    from dare_tf.training import LOCK, RunLockedError, run_lock
+    from dare_tf.run_directory import LOCK, RunDirectory, RunLockedError
 
     out = tmp_path / "run"
-    with run_lock(str(out)):
+    with RunDirectory(str(out)).lock():
         result = subprocess.run(_train_command(taobao, out), cwd=REPO, env=ENV, capture_output=True, text=True)
         assert result.returncode == 1, result.stderr[-2000:]
         assert result.stderr.strip().splitlines()[-1] == (
@@ -434,12 +434,12 @@ def test_one_trainer_per_run_directory_and_a_killed_holders_lock_is_taken_over(t
             "another --output_dir")
         assert os.listdir(out) == [LOCK]
         with pytest.raises(RunLockedError):  # also within one process
-            with run_lock(str(out)):
+            with RunDirectory(str(out)).lock():
                 pass
-    killed = subprocess.run([sys.executable, "-c", "import os, sys; from dare_tf.training import run_lock; "
-                             "run_lock(sys.argv[1]).__enter__(); os.kill(os.getpid(), 9)", str(out)],
+    killed = subprocess.run([sys.executable, "-c", "import os, sys; from dare_tf.run_directory import RunDirectory; "
+                             "RunDirectory(sys.argv[1]).lock().__enter__(); os.kill(os.getpid(), 9)", str(out)],
                             cwd=REPO, env=ENV, capture_output=True, text=True)
     assert killed.returncode == -9
     assert (out / LOCK).read_text().strip() != str(os.getpid())  # the killed process's pid
-    with run_lock(str(out)):
+    with RunDirectory(str(out)).lock():
         assert (out / LOCK).read_text().strip() == str(os.getpid())

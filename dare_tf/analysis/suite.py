@@ -11,9 +11,10 @@ import time
 
 import numpy as np
 
-from dare_tf._files import atomic_json
+from dare_tf._files import atomic_json, check_output_dir
 from dare_tf.analysis import attention, convergence, dimensions, figures, gradients, representation, retrieval
 from dare_tf.data.spec import MODEL_INPUTS, DatasetSpec, read_id_map
+from dare_tf.run_directory import RunDirectory
 
 ANALYSES = ("attention", "retrieval", "gradients", "representation", "convergence", "dimensions")
 FORMAT = "dare_tf.analysis/1"
@@ -96,39 +97,12 @@ class Run:
 
 def load_run(label: str, run_dir: str, spec: DatasetSpec, data_dir: str) -> Run:
     """Loads a finished `trainers.train` run, refusing one trained on another dataset."""
-    import keras
-
-    from dare_tf.training import RESULTS, RUN_CONFIG, read_history
-
-    for name in (RUN_CONFIG, RESULTS):
-        if not os.path.exists(os.path.join(run_dir, name)):
-            raise FileNotFoundError(f"run {label!r}: {os.path.join(run_dir, name)} not found; is {run_dir} a "
-                                    "finished run of python -m trainers.train?")
-    with open(os.path.join(run_dir, RUN_CONFIG)) as f:
-        identity = json.load(f)
-    trained_on = identity.get("dataset", {}).get("fingerprint")
-    if trained_on != spec.fingerprint():
-        raise ValueError(f"run {label!r} ({run_dir}) was trained on another dataset (fingerprint "
-                         f"{trained_on}) than {data_dir} ({spec.fingerprint()})")
-    with open(os.path.join(run_dir, RESULTS)) as f:
-        results = json.load(f)
+    run = RunDirectory(run_dir)
+    run.require("ranking", spec.fingerprint(), label)
+    results = run.results()
     seeds = results["seeds"]
-    model = keras.models.load_model(os.path.join(run_dir, f"seed_{seeds[0]}", "model.keras"))
-    histories = [read_history(os.path.join(run_dir, f"seed_{s}")) for s in seeds]
-    return Run(label, run_dir, model, results, [h for h in histories if h])
-
-
-def check_output_dir(output_dir: str) -> None:
-    """Refuses an output directory holding anything the suite does not write."""
-    if not os.path.exists(output_dir):
-        return
-    if not os.path.isdir(output_dir):
-        raise ValueError(f"--output_dir={output_dir} exists and is not a directory")
-    foreign = sorted(set(os.listdir(output_dir)) - _OWN_ENTRIES)
-    if foreign:
-        raise ValueError(f"--output_dir={output_dir} holds files the analysis suite did not write "
-                         f"({', '.join(repr(e) for e in foreign[:5])}{' ...' if len(foreign) > 5 else ''}); "
-                         "choose an empty or new directory")
+    histories = [run.history(s) for s in seeds]
+    return Run(label, run_dir, run.load_model(seeds[0]), results, [h for h in histories if h])
 
 
 def _batches(arrays: dict, size: int):
@@ -380,7 +354,7 @@ def run_analyses(data_dir: str, runs: dict[str, str], output_dir: str, config: A
     needs_runs = set(analyses) - {"gradients", "dimensions"}
     if needs_runs and not runs:
         raise ValueError(f"analyses {sorted(needs_runs)} need trained runs (--runs=label:run_dir,...)")
-    check_output_dir(output_dir)
+    check_output_dir(output_dir, lambda entry: entry in _OWN_ENTRIES, "the analysis suite")
     os.makedirs(output_dir, exist_ok=True)
     suite = _Suite(data_dir, runs, output_dir, config, report)
     out = {"format": FORMAT, "data_dir": os.path.abspath(data_dir), "dataset": suite.spec.dataset,

@@ -4,7 +4,7 @@
 The feature names, dtypes and shapes below are the only definition of the
 schema: the example writer (`dare_tf.data.protocol`), the reader
 (`dare_tf.data.pipeline`), the model's inputs (`DareModel`), the serving
-signatures (`dare_tf.serving.export`) and the client all use them.
+signatures (`dare_tf.export`) and the client all use them.
 Preparation writes `spec.json`; the input pipeline, the trainers and the
 serving export read vocabulary sizes, sequence length and shard lists only
 from there. Pure Python: importing it needs no TensorFlow.

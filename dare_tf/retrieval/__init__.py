@@ -9,10 +9,10 @@ Keras 3 (`import keras`, every other dare_tf module) works in the same process.
 """
 
 from dare_tf.retrieval.cascade import evaluate_cascade, format_cascade
-from dare_tf.retrieval.export import export_retrieval
-from dare_tf.retrieval.model import KS, CandidateTower, QueryTower, TwoTowerModel, brute_force_index
+from dare_tf.retrieval.model import (KS, CandidateTower, QueryTower, TwoTowerModel, brute_force_index,
+                                     load_retrieval_model)
 from dare_tf.retrieval.training import RetrievalConfig, catalogue, popularity_recall, positives, train_retrieval
 
-__all__ = ["KS", "CandidateTower", "QueryTower", "RetrievalConfig", "TwoTowerModel", "brute_force_index",
-           "catalogue", "evaluate_cascade", "export_retrieval", "format_cascade", "popularity_recall", "positives",
+__all__ = ["KS", "CandidateTower", "QueryTower", "RetrievalConfig", "TwoTowerModel", "brute_force_index", "load_retrieval_model",
+           "catalogue", "evaluate_cascade", "format_cascade", "popularity_recall", "positives",
            "train_retrieval"]

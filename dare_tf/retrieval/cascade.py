@@ -20,9 +20,10 @@ from dare_tf._files import atomic_json
 from dare_tf.data.pipeline import InMemorySplit
 from dare_tf.data.spec import HIST_CATEGORIES, HIST_ITEMS, TARGET_CATEGORY, TARGET_ITEM, DatasetSpec
 from dare_tf.metrics import hit_rate_and_ndcg
-from dare_tf.retrieval.export import load_retrieval_model
-from dare_tf.retrieval.model import brute_force_index, tf
+from dare_tf.retrieval.model import brute_force_index, load_retrieval_model
 from dare_tf.retrieval.training import catalogue, category_array, positives
+
+import tensorflow as tf  # noqa: E402  (after dare_tf.retrieval.model: tf.keras is Keras 2 then)
 
 CASCADE_FILE = "cascade.json"
 

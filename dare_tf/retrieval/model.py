@@ -1,9 +1,16 @@
-"""The two-tower candidate generator (Keras 2 layers, for tensorflow-recommenders)."""
+"""The two-tower candidate generator (Keras 2 layers, for tensorflow-recommenders).
+
+The one module of dare_tf that touches Keras 2 (`tf_keras`) and
+tensorflow-recommenders: everything else imports TensorFlow and Keras 3 as
+usual and reaches the two-tower model through the functions here.
+"""
 
 from __future__ import annotations
 
+import os
 
 from dare_tf.retrieval._keras2 import require_keras2
+from dare_tf.run_directory import RunDirectory
 
 keras2 = require_keras2()
 import tensorflow as tf  # noqa: E402
@@ -80,3 +87,41 @@ def brute_force_index(model: TwoTowerModel, catalogue, k: int):
     index.index_from_dataset(tf.data.Dataset.from_tensor_slices((items, categories)).batch(4096).map(
         lambda i, c: (i, model.candidate((i, c)))))
     return index
+
+
+def compiled_two_tower(num_items: int, num_categories: int, embedding_dim: int, output_dim: int, catalogue,
+                       learning_rate: float, seed: int, popularity_correction: bool = False) -> TwoTowerModel:
+    """A `TwoTowerModel` seeded by `seed`, compiled with Adagrad."""
+    keras2.utils.set_random_seed(seed)
+    model = TwoTowerModel(num_items, num_categories, embedding_dim, output_dim, catalogue,
+                          popularity_correction=popularity_correction)
+    model.compile(optimizer=keras2.optimizers.Adagrad(learning_rate))
+    return model
+
+
+def fit_epochs(model: TwoTowerModel, dataset, epochs: int, initial_epoch: int, on_epoch_end, log_dir: str,
+               verbose: int = 0) -> None:
+    """`model.fit` from `initial_epoch` to `epochs`, calling `on_epoch_end(epoch)` after
+    each (1-based), with TensorBoard logs in `log_dir`."""
+
+    class EpochEnd(keras2.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            on_epoch_end(epoch + 1)
+
+    model.fit(dataset, epochs=epochs, initial_epoch=initial_epoch, verbose=verbose,
+              callbacks=[EpochEnd(), keras2.callbacks.TensorBoard(log_dir)])
+
+
+def load_retrieval_model(run_dir: str, spec, items, categories, seed: int | None = None) -> TwoTowerModel:
+    """A finished `train_retrieval` run's towers (its first seed unless `seed`)."""
+    run = RunDirectory(run_dir)
+    cfg = run.require("retrieval", spec.fingerprint())["retrieval_config"]
+    seed = cfg["seeds"][0] if seed is None else seed
+    model = TwoTowerModel(spec.num_items, spec.num_categories, cfg["embedding_dim"], cfg["output_dim"],
+                          (items, categories))
+    width = spec.max_len
+    model.query({"hist_items": tf.zeros([1, width], tf.int32), "hist_categories": tf.zeros([1, width], tf.int32)})
+    model.candidate((tf.constant([1]), tf.constant([1])))
+    model.query.load_weights(os.path.join(run.seed_dir(seed), "query_tower")).expect_partial()
+    model.candidate.load_weights(os.path.join(run.seed_dir(seed), "candidate_tower")).expect_partial()
+    return model

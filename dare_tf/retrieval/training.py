@@ -11,8 +11,10 @@ import numpy as np
 from dare_tf._files import atomic_json
 from dare_tf.data.pipeline import InMemorySplit
 from dare_tf.data.spec import DatasetSpec
-from dare_tf.retrieval.model import KS, TwoTowerModel, keras2, tf
-from dare_tf.training import RESULTS, RUN_CONFIG, check_run_dir
+from dare_tf.retrieval.model import KS, compiled_two_tower, fit_epochs
+
+import tensorflow as tf  # noqa: E402  (after dare_tf.retrieval.model: tf.keras is Keras 2 then)
+from dare_tf.run_directory import SEED_RESULT, RunDirectory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,9 +98,9 @@ def train_retrieval(data_dir: str, output_dir: str, config: RetrievalConfig = Re
     identity = {"retrieval_config": dict(dataclasses.asdict(config), seeds=list(config.seeds)),
                 "dataset": {"name": spec.dataset, "fingerprint": spec.fingerprint()}}
     identity["retrieval_config"].pop("verbose")
-    check_run_dir(output_dir, identity, overwrite)
-    os.makedirs(output_dir, exist_ok=True)
-    atomic_json(os.path.join(output_dir, RUN_CONFIG), identity)
+    run_directory = RunDirectory(output_dir)
+    run_directory.check("retrieval", identity, overwrite)
+    run_directory.start("retrieval", identity)
     splits = {s: InMemorySplit.load(data_dir, s, spec) for s in ("train", "val", "test")}
     items, categories = catalogue(spec, splits)
     train = positives(splits["train"])
@@ -107,27 +109,25 @@ def train_retrieval(data_dir: str, output_dir: str, config: RetrievalConfig = Re
     test = positives(splits["test"])
     per_seed = []
     for seed in config.seeds:
-        per_seed.append(_train_seed(os.path.join(output_dir, f"seed_{seed}"), spec, config, seed, train, test,
+        per_seed.append(_train_seed(run_directory.seed_dir(seed), spec, config, seed, train, test,
                                     (items, categories)))
     results = {"data_dir": os.path.abspath(data_dir), "dataset": spec.dataset, "config": identity["retrieval_config"],
                "catalogue": int(len(items)), "test_positives": int(len(test["target_item"])),
                "test": {k: float(np.mean([r["test"][k] for r in per_seed])) for k in per_seed[0]["test"]},
                "test_std": {k: float(np.std([r["test"][k] for r in per_seed])) for k in per_seed[0]["test"]},
                "test_popularity": popularity_recall(train, test), "per_seed": per_seed}
-    atomic_json(os.path.join(output_dir, RESULTS), results)
+    run_directory.write_results(results)
     return results
 
 
 def _train_seed(run_dir, spec, config, seed, train, test, catalogue_) -> dict:
-    done = os.path.join(run_dir, "result.json")
+    done = os.path.join(run_dir, SEED_RESULT)
     if os.path.exists(done):
         with open(done) as f:
             return json.load(f)
     os.makedirs(run_dir, exist_ok=True)
-    keras2.utils.set_random_seed(seed)
-    model = TwoTowerModel(spec.num_items, spec.num_categories, config.embedding_dim, config.output_dim,
-                          catalogue_, popularity_correction=config.popularity_correction)
-    model.compile(optimizer=keras2.optimizers.Adagrad(config.learning_rate))
+    model = compiled_two_tower(spec.num_items, spec.num_categories, config.embedding_dim, config.output_dim,
+                               catalogue_, config.learning_rate, seed, config.popularity_correction)
     epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
     checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, epoch=epoch)
     manager = tf.train.CheckpointManager(checkpoint, os.path.join(run_dir, "checkpoints"), max_to_keep=1)
@@ -135,15 +135,13 @@ def _train_seed(run_dir, spec, config, seed, train, test, catalogue_) -> dict:
         checkpoint.restore(manager.latest_checkpoint)
     data = tf.data.Dataset.from_tensor_slices(train)
 
-    class Save(keras2.callbacks.Callback):  # a killed run resumes after its last finished epoch
-        def on_epoch_end(self, e, logs=None):
-            epoch.assign(e + 1)
-            manager.save(checkpoint_number=e + 1)
+    def save(finished):  # a killed run resumes after its last finished epoch
+        epoch.assign(finished)
+        manager.save(checkpoint_number=finished)
 
     if int(epoch.numpy()) < config.epochs:
-        model.fit(data.shuffle(len(train["target_item"]), seed=seed).batch(config.batch_size),
-                  epochs=config.epochs, initial_epoch=int(epoch.numpy()), verbose=config.verbose,
-                  callbacks=[Save(), keras2.callbacks.TensorBoard(os.path.join(run_dir, "tensorboard"))])
+        fit_epochs(model, data.shuffle(len(train["target_item"]), seed=seed).batch(config.batch_size),
+                   config.epochs, int(epoch.numpy()), save, os.path.join(run_dir, "tensorboard"), config.verbose)
     metrics = model.evaluate(tf.data.Dataset.from_tensor_slices(test).batch(4096), return_dict=True, verbose=0)
     result = {"seed": seed, "test": {f"recall@{k}": float(metrics[f"factorized_top_k/top_{k}_categorical_accuracy"])
                                      for k in KS}}

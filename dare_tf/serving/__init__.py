@@ -1,14 +1,14 @@
-"""Serving (TensorFlow only): SavedModel export for TensorFlow Serving, raw-id
-maps, the gRPC/REST client, and the two-stage `Recommender` (retrieval, then
-ranking). `standin_server` is a test and demo double of
-TensorFlow Serving, not a server to deploy.
+"""Serving (TensorFlow only): the gRPC/REST client and the two-stage
+`Recommender` (retrieval, then ranking); `export_saved_model` and `export_run`
+are `dare_tf.export`'s. The stand-in server the tests and the demo use is a
+test double in `dare_tf.testing`, not public API.
 """
 
 import importlib
 
 _LAZY = {
-    "export_saved_model": "dare_tf.serving.export",
-    "export_run": "dare_tf.serving.export",
+    "export_saved_model": "dare_tf.export",
+    "export_run": "dare_tf.export",
     "ServingClient": "dare_tf.serving.client",
     "make_example": "dare_tf.serving.client",
     "pad_histories": "dare_tf.serving.client",
@@ -16,7 +16,7 @@ _LAZY = {
     "Recommender": "dare_tf.serving.cascade",
     "LocalModel": "dare_tf.serving.cascade",
     "format_recommendations": "dare_tf.serving.cascade",
-    "read_model_config": "dare_tf.serving.standin_server",
+    "read_model_config": "dare_tf.testing.standin_server",
 }
 
 __all__ = list(_LAZY)

@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from dare_tf.data.spec import HIST_CATEGORIES, HIST_ITEMS, TARGET_CATEGORY, TARGET_ITEM
 from dare_tf.serving.client import as_ids
-from dare_tf.serving.export import DATASET_SIGNATURE, versions
+from dare_tf.export.tf_serving import DATASET_SIGNATURE, versions
 
 class LocalModel:
     """An exported SavedModel loaded in this process, with the client's
@@ -66,9 +66,9 @@ class Recommender:
     """Retrieval, then ranking, for one user at a time.
 
     Args:
-        retrieval: the retrieval export (`dare_tf.retrieval.export`), as a
+        retrieval: the retrieval export (`dare_tf.export.retrieval`), as a
             `ServingClient` or `LocalModel`.
-        ranker: a ranker export (`dare_tf.serving.export`), the same way.
+        ranker: a ranker export (`dare_tf.export`), the same way.
         share_history: send the history once for all N candidates (`[1, T]`,
             which the ranker export broadcasts) rather than N copies of it
             (`[N, T]`). TensorFlow Serving's `--enable_batching` needs every

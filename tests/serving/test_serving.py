@@ -11,11 +11,11 @@ import pytest
 import tensorflow as tf
 
 from dare_tf import build_model
-from dare_tf.serving import export as export_lib
+from dare_tf.export import ranker as export_lib
 from dare_tf.data.spec import DatasetSpec, read_id_map
 from dare_tf.data.protocol import Protocol, prepare
 from dare_tf.serving.client import ServingClient, make_example, pad_histories, rest_predict
-from dare_tf.serving.standin_server import serve
+from dare_tf.testing.standin_server import serve
 
 from tests.conftest import SHARED_DATA
 
@@ -325,8 +325,8 @@ def test_remaining_baselines_export_with_explain(setup, rng, tmp_path, preset):
 
 
 def test_model_config_lists_every_export_and_the_stand_in_reads_it(tmp_path):
-    from dare_tf.serving.export import write_server_configs
-    from dare_tf.serving.standin_server import read_model_config
+    from dare_tf.export import write_server_configs
+    from dare_tf.testing.standin_server import read_model_config
 
     for name in ("dare", "retrieval"):
         os.makedirs(tmp_path / name / "1")

@@ -1,4 +1,4 @@
-"""SavedModel export for TensorFlow Serving: raw ids in, click probability out.
+"""The ranker as a TensorFlow Serving SavedModel: raw ids in, click probability out.
 
 `export_saved_model(model, data_dir, export_base, model_name)` writes
 `export_base/model_name/<version>/` (built aside, then renamed, so TF Serving
@@ -33,52 +33,22 @@ directory `models.config` (every model exported into `export_base`) and
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import shutil
 
 import keras
-import numpy as np
 import tensorflow as tf
 from absl import logging
 
 from dare_tf._files import clean_stale, staging_dir
 from dare_tf.data.spec import (HIST_CATEGORIES, HIST_ITEMS, ID_MAP_FILES, MODEL_INPUTS, TARGET_CATEGORY,
                                TARGET_ITEM, DatasetSpec, id_map_digest, read_id_map)
+from dare_tf.export.tf_serving import (DATASET_INPUT, DATASET_SIGNATURE, WARMUP_FILE, IdTable, dataset_outputs,
+                                       next_version, set_method_names, warmup_requests, write_server_configs)
 from dare_tf.models import DareModel
 
-CLASSIFY_METHOD = "tensorflow/serving/classify"
-REGRESS_METHOD = "tensorflow/serving/regress"
 # Rank of each serving input: targets [B], histories [B, T].
 INPUT_RANKS = {TARGET_ITEM: 1, TARGET_CATEGORY: 1, HIST_ITEMS: 2, HIST_CATEGORIES: 2}
-WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
-DATASET_SIGNATURE = "dataset"
-DATASET_INPUT = tf.TensorSpec([None], tf.int64, name="item_ids")
-
-
-class IdTable:
-    """Raw id -> dense id through an id-map file (raw id of dense id k on line k),
-    shipped as a SavedModel asset; unknown ids map to the OOV row."""
-
-    def __init__(self, path: str, oov: int):
-        self.oov = oov
-        self.table = tf.lookup.StaticHashTable(
-            tf.lookup.TextFileInitializer(path, tf.int64, tf.lookup.TextFileIndex.WHOLE_LINE,
-                                          tf.int64, tf.lookup.TextFileIndex.LINE_NUMBER),
-            default_value=-1)
-
-    def lookup(self, raw):
-        line = self.table.lookup(raw)
-        return tf.where(line >= 0, line + 1, tf.constant(self.oov, tf.int64))
-
-
-def dataset_outputs(items: IdTable, digest: str, item_ids) -> dict:
-    """The `dataset` signature of every export: `known` (raw item id in the id map)
-    and `id_maps` (the export's id-map digest, once per row, so that the
-    signature batches like the others)."""
-    ids = tf.reshape(item_ids, [-1])
-    return {"known": items.table.lookup(ids) >= 0, "id_maps": tf.fill(tf.shape(ids), digest)}
 
 
 class _ServingGraph:
@@ -206,76 +176,6 @@ def _signatures(graph: _ServingGraph) -> dict:
     }
 
 
-def _set_method_names(export_dir: str) -> None:
-    """Keras writes every signature as Predict; TF Serving's Classify and
-    Regress APIs need their own method names."""
-    from tensorflow.core.protobuf import saved_model_pb2
-
-    path = os.path.join(export_dir, "saved_model.pb")
-    proto = saved_model_pb2.SavedModel()
-    with open(path, "rb") as f:
-        proto.ParseFromString(f.read())
-    for meta_graph in proto.meta_graphs:
-        meta_graph.signature_def["classify"].method_name = CLASSIFY_METHOD
-        meta_graph.signature_def["regress"].method_name = REGRESS_METHOD
-    with open(path, "wb") as f:
-        f.write(proto.SerializeToString())
-
-
-def warmup_requests(model_name: str, raw: dict, max_len: int):
-    """PredictionLogs of a batch-1 and a batch-8 request (tensorflow-serving-api protos)."""
-    from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
-
-    logs = []
-    for batch in (1, 8):
-        request = predict_pb2.PredictRequest()
-        request.model_spec.name = model_name
-        request.model_spec.signature_name = "serving_default"
-        values = {
-            TARGET_ITEM: np.full([batch], raw[TARGET_ITEM], np.int64),
-            TARGET_CATEGORY: np.full([batch], raw[TARGET_CATEGORY], np.int64),
-            HIST_ITEMS: np.full([batch, max_len], raw[TARGET_ITEM], np.int64),
-            HIST_CATEGORIES: np.full([batch, max_len], raw[TARGET_CATEGORY], np.int64),
-        }
-        for name, value in values.items():
-            request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
-        logs.append(prediction_log_pb2.PredictionLog(
-            predict_log=prediction_log_pb2.PredictLog(request=request)))
-    return logs
-
-
-def versions(model_base: str) -> list[int]:
-    """The numeric version directories TF Serving would load from `model_base`."""
-    if not os.path.isdir(model_base):
-        return []
-    return sorted(int(d) for d in os.listdir(model_base) if re.fullmatch(r"\d+", d))
-
-
-def next_version(model_base: str) -> int:
-    return max(versions(model_base), default=0) + 1
-
-
-MODELS_CONFIG = "models.config"
-
-
-def write_server_configs(export_base: str, max_batch_size: int = 256) -> None:
-    """`models.config` listing every model exported into `export_base` (a ranker
-    and a retrieval model: one TF Serving process serves both; paths as inside
-    the tensorflow/serving container, where `export_base` is `/models`) and
-    `batching_parameters.txt`."""
-    names = sorted(d for d in os.listdir(export_base) if versions(os.path.join(export_base, d)))
-    entries = "".join(f"  config {{\n    name: '{name}'\n    base_path: '/models/{name}'\n"
-                      "    model_platform: 'tensorflow'\n  }\n" for name in names)
-    with open(os.path.join(export_base, MODELS_CONFIG), "w") as f:
-        f.write("model_config_list {\n" + entries + "}\n")
-    with open(os.path.join(export_base, "batching_parameters.txt"), "w") as f:
-        f.write(f"max_batch_size {{ value: {max_batch_size} }}\n"
-                "batch_timeout_micros { value: 1000 }\n"
-                "max_enqueued_batches { value: 100 }\n"
-                "num_batch_threads { value: 4 }\n"
-                "pad_variable_length_inputs: true\n")
-
-
 def export_saved_model(model: DareModel, data_dir: str, export_base: str, model_name: str,
                        version: int | None = None) -> str:
     """Writes a TF-Serving-ready version directory; returns its path."""
@@ -300,7 +200,7 @@ def export_saved_model(model: DareModel, data_dir: str, export_base: str, model_
         for name, (fn, signature) in _signatures(graph).items():
             archive.add_endpoint(name, fn, input_signature=signature)
         archive.write_out(staging, verbose=False)
-        _set_method_names(staging)
+        set_method_names(staging)
         os.makedirs(os.path.join(staging, "assets.extra"), exist_ok=True)
         with tf.io.TFRecordWriter(os.path.join(staging, WARMUP_FILE)) as writer:
             for log in warmup_requests(model_name, graph.raw_examples, graph.max_len):
@@ -313,22 +213,3 @@ def export_saved_model(model: DareModel, data_dir: str, export_base: str, model_
         model.jit_compile_dense = jit
     write_server_configs(export_base)
     return final
-
-
-def export_run(run_dir: str, export_base: str, model_name: str, data_dir: str | None = None,
-               version: int | None = None, top_n: int = 200) -> str:
-    """Exports the best seed (highest validation AUC) of a finished training run;
-    a retrieval run (`trainers.train_retrieval`) as its top-`top_n` index
-    (`dare_tf.retrieval.export`)."""
-    path = os.path.join(run_dir, "results.json")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path} not found: is {run_dir!r} a finished training run?")
-    with open(path) as f:
-        results = json.load(f)
-    if "test_popularity" in results:  # a retrieval run
-        from dare_tf.retrieval.export import export_retrieval
-
-        return export_retrieval(run_dir, data_dir or results["data_dir"], export_base, model_name, top_n)
-    best = max(results["per_seed"], key=lambda r: r["val"]["auc"])
-    model = keras.saving.load_model(os.path.join(run_dir, f"seed_{best['seed']}", "model.keras"))
-    return export_saved_model(model, data_dir or results["data_dir"], export_base, model_name, version)

@@ -3,7 +3,6 @@ raw item ids, their raw categories and scores out."""
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
@@ -11,11 +10,12 @@ import numpy as np
 from dare_tf._files import clean_stale, replace_directory, staging_dir
 from dare_tf.data.pipeline import InMemorySplit
 from dare_tf.data.spec import ID_MAP_FILES, DatasetSpec, id_map_digest, read_id_map
-from dare_tf.retrieval.model import TwoTowerModel, brute_force_index, tf
+from dare_tf.export.tf_serving import (DATASET_INPUT, DATASET_SIGNATURE, IdTable, dataset_outputs, next_version,
+                                       write_server_configs)
+from dare_tf.retrieval.model import TwoTowerModel, brute_force_index, load_retrieval_model
 from dare_tf.retrieval.training import catalogue, category_array
-from dare_tf.serving.export import (DATASET_INPUT, DATASET_SIGNATURE, IdTable, dataset_outputs, next_version,
-                                    write_server_configs)
-from dare_tf.training import RUN_CONFIG
+
+import tensorflow as tf  # noqa: E402  (after dare_tf.retrieval.model: tf.keras is Keras 2 then)
 
 
 class _RetrievalServing(tf.Module):
@@ -50,34 +50,13 @@ class _RetrievalServing(tf.Module):
         return dataset_outputs(self.items, self.digest, item_ids)
 
 
-def load_retrieval_model(run_dir: str, spec: DatasetSpec, items, categories, seed: int | None = None):
-    """A finished `train_retrieval` run's towers (its first seed unless `seed`)."""
-    with open(os.path.join(run_dir, RUN_CONFIG)) as f:
-        identity = json.load(f)
-    if "retrieval_config" not in identity:
-        raise ValueError(f"{run_dir} is not a retrieval run (python -m trainers.train_retrieval)")
-    if identity["dataset"]["fingerprint"] != spec.fingerprint():
-        raise ValueError(f"{run_dir} was trained on another dataset (fingerprint "
-                         f"{identity['dataset']['fingerprint']}, not {spec.fingerprint()})")
-    cfg = identity["retrieval_config"]
-    seed = cfg["seeds"][0] if seed is None else seed
-    model = TwoTowerModel(spec.num_items, spec.num_categories, cfg["embedding_dim"], cfg["output_dim"],
-                          (items, categories))
-    width = spec.max_len
-    model.query({"hist_items": tf.zeros([1, width], tf.int32), "hist_categories": tf.zeros([1, width], tf.int32)})
-    model.candidate((tf.constant([1]), tf.constant([1])))
-    model.query.load_weights(os.path.join(run_dir, f"seed_{seed}", "query_tower")).expect_partial()
-    model.candidate.load_weights(os.path.join(run_dir, f"seed_{seed}", "candidate_tower")).expect_partial()
-    return model
-
-
 def export_retrieval(run_dir: str, data_dir: str, export_base: str, model_name: str = "retrieval",
                      top_n: int = 200) -> str:
     """Writes `export_base/model_name/<version>/` (built aside, then renamed) with a
     `serving_default` signature: int64 RAW `hist_items`, `hist_categories`
     `[B, T]` (ids <= 0 are padding, unknown ids go to the out-of-vocabulary row)
     -> `items`, `categories` (raw ids) and `scores` of the top `top_n`; and the
-    `dataset` signature of every export (`dare_tf.serving.export`). Rewrites
+    `dataset` signature of every export (`dare_tf.export`). Rewrites
     `export_base/models.config` to list every model there."""
     spec = DatasetSpec.load(data_dir)
     splits = {s: InMemorySplit.load(data_dir, s, spec) for s in ("train", "val", "test")}

@@ -38,7 +38,7 @@ from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2,
                                      prediction_service_pb2_grpc, regression_pb2)
 from tensorflow_serving.config import model_server_config_pb2
 
-from dare_tf.serving.export import versions
+from dare_tf.export.tf_serving import versions
 
 DEFAULT_SIGNATURE = "serving_default"
 

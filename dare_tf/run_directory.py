@@ -1,0 +1,225 @@
+"""RunDirectory: a run's directory on disk, the one place that knows its layout.
+
+Training (`trainers.train`), the retrieval stage (`trainers.train_retrieval`),
+the analyses, the cascade evaluation and the export all read and write runs
+through it:
+
+    output_dir/
+      run_config.json     the run's identity (configuration, dataset) and kind
+      flags.txt           the program's flags, a flagfile that reproduces the run
+      results.json        the finished run's metrics (mean, std, per seed)
+      curves.png          training curves (ranking runs)
+      .lock               held by the run's writer while it runs
+      seed_N/             one seed: history.jsonl, result.json, model.keras,
+                          best.weights.h5, checkpoints/ (or the towers of a
+                          retrieval run)
+
+A directory that holds entries the programs did not write is never changed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+
+from absl import logging
+
+from dare_tf._files import atomic_json, describe_entries
+
+RUN_CONFIG = "run_config.json"
+RESULTS = "results.json"
+FLAGS = "flags.txt"
+CURVES = "curves.png"
+LOCK = ".lock"  # held by the run's writer (RunDirectory.lock)
+HISTORY = "history.jsonl"
+SEED_RESULT = "result.json"
+BEST_WEIGHTS = "best.weights.h5"
+MODEL = "model.keras"
+KINDS = ("ranking", "retrieval")
+# The entries a run's programs write (the lock file aside, which is never removed).
+_OWN = re.compile(r"seed_\d+|results\.json|run_config\.json|flags\.txt|curves\.png")
+
+
+class RunConfigMismatchError(ValueError):
+    """A run directory holds a run with another configuration."""
+
+
+class RunLockedError(OSError):
+    """Another process is training into the same run directory."""
+
+
+def read_history(seed_dir: str) -> list[dict]:
+    """The evaluation history of one seed's directory (one dict per evaluation)."""
+    path = os.path.join(seed_dir, HISTORY)
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+class RunDirectory:
+    """A run's directory: identity check, lock, results, history, seeds, models, kind.
+
+    Args:
+        path: the directory (`--output_dir` of the program that trains it,
+            `--run_dir` of the programs that read it).
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __repr__(self):
+        return f"RunDirectory({self.path!r})"
+
+    def file(self, name: str) -> str:
+        return os.path.join(self.path, name)
+
+    def seed_dir(self, seed: int) -> str:
+        return os.path.join(self.path, f"seed_{seed}")
+
+    # -- writing ------------------------------------------------------------------
+    @contextlib.contextmanager
+    def lock(self):
+        """Holds `.lock` exclusively (`flock`) while the block runs, with the
+        holder's pid in it; raises `RunLockedError` naming that pid when another
+        process holds it. The kernel releases the lock of a process that dies, so
+        a killed trainer's lock is taken over by the next run."""
+        os.makedirs(self.path, exist_ok=True)
+        fd = os.open(self.file(LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise RunLockedError(f"{self.path} is in use by another trainer (pid {holder}); wait for it to "
+                                 "finish or choose another --output_dir") from None
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def own_entries(self) -> list[str]:
+        """The entries the run's programs wrote."""
+        return sorted(e for e in os.listdir(self.path) if _OWN.fullmatch(e)) if os.path.isdir(self.path) else []
+
+    def check(self, kind: str, identity: dict, overwrite: bool = False, ignored: tuple[str, ...] = (),
+              defaults: dict | None = None) -> None:
+        """Refuses (`RunConfigMismatchError`) to continue a directory that holds a
+        run of another kind, configuration or dataset, naming the fields that
+        differ; `overwrite=True` removes that run's files (only those) instead.
+
+        `ignored`: flattened identity keys that do not define a run (recorded
+        runs may still list them). `defaults`: flattened keys added after a run
+        was recorded, with the value that means the run's behaviour."""
+        recorded = self.identity()
+        if recorded is not None:
+            recorded_kind = recorded.pop("kind", None) or ("retrieval" if "retrieval_config" in recorded
+                                                           else "ranking")
+            old, new = _flatten(recorded), _flatten(json.loads(json.dumps(identity)))
+            defaults = defaults or {}
+            differ = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k) and k not in ignored
+                            and not (k not in old and k in defaults and new.get(k) == defaults[k]))
+            if recorded_kind != kind:
+                differ = [f"kind"] + differ
+                old["kind"], new["kind"] = recorded_kind, kind
+            if not differ:
+                return
+            detail = "; ".join(f"{k}: {old.get(k)!r} in the run, {new.get(k)!r} now" for k in differ[:8])
+            more = f" (and {len(differ) - 8} more)" if len(differ) > 8 else ""
+            problem = f"{self.path} holds a run with another configuration: {detail}{more}"
+        elif self.own_entries():
+            problem = (f"{self.path} holds a run without {RUN_CONFIG} (written by an older version): "
+                       f"{describe_entries(self.path)}; its configuration cannot be checked")
+        else:
+            return
+        if not overwrite:
+            raise RunConfigMismatchError(f"{problem}. Use another output directory, or --overwrite to "
+                                         "discard that run")
+        for entry in self.own_entries():
+            target = self.file(entry)
+            shutil.rmtree(target) if os.path.isdir(target) else os.remove(target)
+        logging.warning("%s: discarded the previous run (--overwrite)", self.path)
+
+    def start(self, kind: str, identity: dict, flags_text: str | None = None) -> None:
+        """Records the run's kind and identity (and the program's flags)."""
+        if kind not in KINDS:
+            raise ValueError(f"RunDirectory.start: kind={kind!r} is not one of {KINDS}")
+        os.makedirs(self.path, exist_ok=True)
+        atomic_json(self.file(RUN_CONFIG), {"kind": kind, **identity})
+        if flags_text is not None:
+            with open(self.file(FLAGS), "w") as f:
+                f.write(flags_text)
+
+    def write_results(self, results: dict) -> None:
+        atomic_json(self.file(RESULTS), results)
+
+    # -- reading ------------------------------------------------------------------
+    def identity(self) -> dict | None:
+        """`run_config.json`, or `None` where there is none."""
+        if not os.path.exists(self.file(RUN_CONFIG)):
+            return None
+        with open(self.file(RUN_CONFIG)) as f:
+            return json.load(f)
+
+    @property
+    def kind(self) -> str:
+        """`ranking` (`trainers.train`) or `retrieval` (`trainers.train_retrieval`),
+        as the run recorded it (runs recorded before the kind was: by their config)."""
+        identity = self.identity()
+        if identity is None:
+            raise FileNotFoundError(f"{self.file(RUN_CONFIG)} not found: is {self.path!r} a run of "
+                                    "python -m trainers.train or trainers.train_retrieval?")
+        return identity.get("kind") or ("retrieval" if "retrieval_config" in identity else "ranking")
+
+    def require(self, kind: str, fingerprint: str | None = None, label: str | None = None) -> dict:
+        """The identity of a finished run of `kind` (trained on the dataset of
+        `fingerprint`, where given); one-line errors otherwise."""
+        name = f"run {label!r} ({self.path})" if label else self.path
+        for file in (RUN_CONFIG, RESULTS):
+            if not os.path.exists(self.file(file)):
+                raise FileNotFoundError(f"{name}: {self.file(file)} not found; is it a finished run of "
+                                        f"python -m trainers.{'train' if kind == 'ranking' else 'train_retrieval'}?")
+        if self.kind != kind:
+            raise ValueError(f"{name} is a {self.kind} run, not a {kind} run")
+        identity = self.identity()
+        trained_on = identity.get("dataset", {}).get("fingerprint")
+        if fingerprint is not None and trained_on != fingerprint:
+            raise ValueError(f"{name} was trained on another dataset (fingerprint {trained_on}, not {fingerprint})")
+        return identity
+
+    def results(self) -> dict:
+        if not os.path.exists(self.file(RESULTS)):
+            raise FileNotFoundError(f"{self.file(RESULTS)} not found: is {self.path!r} a finished run?")
+        with open(self.file(RESULTS)) as f:
+            return json.load(f)
+
+    def history(self, seed: int) -> list[dict]:
+        return read_history(self.seed_dir(seed))
+
+    def best_seed(self) -> int:
+        """The seed with the highest validation AUC (ranking runs)."""
+        return int(max(self.results()["per_seed"], key=lambda r: r["val"]["auc"])["seed"])
+
+    def load_model(self, seed: int | None = None):
+        """A ranking run's `model.keras` of `seed` (default: the best seed)."""
+        import keras
+
+        seed = self.best_seed() if seed is None else seed
+        return keras.saving.load_model(os.path.join(self.seed_dir(seed), MODEL))

@@ -1,0 +1,74 @@
+"""Training and evaluation on `model.fit`: resumable, multi-seed, optionally distributed.
+
+TensorFlow only (tf.data, tf.distribute, checkpoints). `train(data_dir,
+output_dir, TrainConfig(...))` trains one model per seed on a prepared
+dataset with `DareModel.fit` and these callbacks (`dare_tf.training.callbacks`):
+
+- `ExactValidation`: every `eval_every` steps (a Keras "epoch" here is
+  `eval_every` steps of one continuous input stream) and at the end, refreshes
+  BatchNorm's statistics, computes the exact validation metrics (AUC, GAUC,
+  category AUC, logloss), keeps the best-on-validation weights, appends the
+  metric history, and writes a checkpoint;
+- `StopOnNonFiniteLoss`: stops with `NonFiniteLossError` naming the step;
+- `StopAtStep`: ends training after `epochs` passes (or `max_steps`);
+- Keras's `TensorBoard` and progress bar.
+
+Test metrics of the best weights, overall and by history length, go to
+`output_dir/results.json` (mean, std and per-seed values); the directory's
+layout is `dare_tf.run_directory.RunDirectory`'s.
+
+Kill-safety: a run directory records its full effective configuration and
+the dataset's fingerprint (`run_config.json`); started again with the same
+configuration, each seed restores its latest checkpoint, drops history
+lines after it and continues the same input stream (fixed per seed and
+epoch) from the next batch; finished seeds are reused. Another configuration
+is refused with the fields that differ, unless `overwrite=True`.
+
+Modules, one concern each: `config` (TrainConfig, the run's model config and
+identity), `distribution` (strategies, workers, partitions, gathers, the
+distributed loop), `evaluation` (predictions and metrics), `callbacks`, and
+`loop` (one seed's run, `train`).
+"""
+
+from dare_tf.run_directory import RunConfigMismatchError, RunLockedError, read_history
+from dare_tf.training.callbacks import ExactValidation, NonFiniteLossError, StopAtStep, StopOnNonFiniteLoss
+from dare_tf.training.config import (EVAL_BEHAVIOURS, METRICS, OPTIMIZERS, STRATEGIES, TrainConfig,
+                                     effective_model_config, run_identity)
+from dare_tf.training.distribution import gather_workers, make_strategy, worker_index, worker_partitions
+from dare_tf.training.evaluation import (evaluate_outputs, format_results, history_length_buckets,
+                                         metrics_by_history_length, predict_batches, predict_split,
+                                         refresh_batch_norm_statistics, summarize)
+from dare_tf.training.loop import SeedRun, make_optimizer, train, write_curves
+
+__all__ = [
+    "EVAL_BEHAVIOURS",
+    "METRICS",
+    "OPTIMIZERS",
+    "STRATEGIES",
+    "ExactValidation",
+    "NonFiniteLossError",
+    "RunConfigMismatchError",
+    "RunLockedError",
+    "SeedRun",
+    "StopAtStep",
+    "StopOnNonFiniteLoss",
+    "TrainConfig",
+    "effective_model_config",
+    "evaluate_outputs",
+    "format_results",
+    "gather_workers",
+    "history_length_buckets",
+    "make_optimizer",
+    "make_strategy",
+    "metrics_by_history_length",
+    "predict_batches",
+    "predict_split",
+    "read_history",
+    "refresh_batch_norm_statistics",
+    "run_identity",
+    "summarize",
+    "train",
+    "worker_index",
+    "worker_partitions",
+    "write_curves",
+]

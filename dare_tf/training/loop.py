@@ -1,0 +1,319 @@
+"""The training loop: one `SeedRun` per seed, and `train` over a config's seeds."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import time
+from typing import Callable
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from dare_tf.data.pipeline import InMemorySplit, make_dataset
+from dare_tf.data.spec import MODEL_INPUTS, DatasetSpec
+from dare_tf.models import DareModel
+from dare_tf.optimizers import FusedAdam, LazyAdam
+from dare_tf._files import atomic_json
+from dare_tf.run_directory import BEST_WEIGHTS, HISTORY, MODEL, SEED_RESULT, RunDirectory, read_history
+from dare_tf.training.callbacks import ExactValidation, StopAtStep, StopOnNonFiniteLoss
+from dare_tf.training.config import (EVAL_BEHAVIOURS, OPTIMIZERS, TrainConfig, effective_model_config,
+                                     identity_check, run_identity)
+from dare_tf.training.distribution import (fit_distributed, is_chief, task_id, gather_workers, make_strategy,
+                                           worker_index, worker_partitions)
+from dare_tf.training.evaluation import (evaluate_outputs, metrics_by_history_length, predict_batches,
+                                         predict_split, refresh_batch_norm_statistics, summarize)
+
+
+def make_optimizer(name: str, learning_rate: float):
+    """`adam`: Adam (TensorFlow's fused kernel for dense updates); `lazy_adam`: LazyAdam."""
+    if name not in OPTIMIZERS:
+        raise ValueError(f"optimizer={name!r}: expected one of {OPTIMIZERS}")
+    return (LazyAdam if name == "lazy_adam" else FusedAdam)(learning_rate=learning_rate)
+
+
+class SeedRun:
+    """One seed: its model, optimizer, checkpoint, input stream and history."""
+
+    def __init__(self, data_dir: str, run_dir: str, config: TrainConfig, seed: int, spec: DatasetSpec,
+                 strategy, chief: bool, model_config, report: Callable[[str], None],
+                 memory: dict[str, InMemorySplit] | None = None):
+        self.data_dir, self.run_dir, self.config, self.seed = data_dir, run_dir, config, seed
+        self.memory = memory or {}
+        self.spec, self.strategy, self.chief, self.model_config = spec, strategy, chief, model_config
+        self._print = report
+        os.makedirs(run_dir, exist_ok=True)
+        self.distributed = strategy.num_replicas_in_sync > 1 or config.strategy != "default"
+        if self.distributed and config.batch_size % strategy.num_replicas_in_sync:
+            raise ValueError(f"batch_size={config.batch_size} must be divisible by the "
+                             f"{strategy.num_replicas_in_sync} replicas")
+        keras.utils.set_random_seed(seed)
+        with strategy.scope():
+            # Row-wise updates need sparse table gradients; dense Adam updates every row
+            # anyway and is faster with the lookups inside the compiled forward pass.
+            self.model = DareModel(model_config, seed=seed, name=config.preset,
+                                   jit_compile_dense=config.jit_compile,
+                                   sparse_embedding_gradients=config.optimizer == "lazy_adam")
+            self.model.build()
+            self.model.compile(optimizer=make_optimizer(config.optimizer, config.learning_rate),
+                               metrics=[keras.metrics.AUC(name="auc", num_thresholds=1000)],
+                               steps_per_execution=config.execution_steps)
+            self.model.optimizer.build(self.model.trainable_variables)
+        self.best_auc = tf.Variable(-1.0, dtype=tf.float64, trainable=False, name="best_val_auc")
+        self.best_step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="best_step")
+        self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.model.optimizer,
+                                              best_auc=self.best_auc, best_step=self.best_step)
+        # Non-chief workers save too (checkpointing is collective), into their own scratch
+        # directory, where they also keep their copy of the best weights.
+        self.work_dir = run_dir if chief else os.path.join(run_dir, f".worker-{task_id(strategy)}")
+        os.makedirs(self.work_dir, exist_ok=True)
+        self.manager = tf.train.CheckpointManager(
+            self.checkpoint, os.path.join(self.work_dir, "checkpoints"), max_to_keep=2)
+        # Each worker reads its own partitions (users) of every split: per-worker input and
+        # store memory ~1/W. Every worker runs the same steps per epoch: the fewest full
+        # local batches any worker's partitions hold (the rest of a larger partition set is
+        # left out of that epoch, a different rest each epoch as the order is reshuffled).
+        self.worker, self.workers = worker_index(strategy)
+        self.partitions = worker_partitions(spec, self.worker, self.workers)
+        self.local_batch = config.batch_size // self.workers
+        if self.workers > 1:
+            if config.batch_size % self.workers:
+                raise ValueError(f"batch_size={config.batch_size} must be divisible by the {self.workers} workers")
+            counts = [sum(spec.records(n) for n in spec.shard_files("train", worker_partitions(spec, w, self.workers)))
+                      for w in range(self.workers)]
+            self.steps_per_epoch = min(counts) // self.local_batch
+            self.total_steps = self.steps_per_epoch * config.epochs
+        else:
+            count, batch = spec.counts["train"], config.batch_size
+            # In memory, the epochs' permutations run back to back, cut into full batches
+            # (static shapes: LazyAdam's step ran 2x faster with them); streamed, every
+            # epoch ends with its partial batch, dropped when distributed.
+            self.steps_per_epoch = (count // batch if self.distributed or "train" in self.memory
+                                    else math.ceil(count / batch))
+            self.total_steps = (config.epochs * count // batch if "train" in self.memory
+                                else self.steps_per_epoch * config.epochs)
+        if self.steps_per_epoch == 0:
+            raise ValueError(f"{data_dir}: the train split has fewer examples ({spec.counts['train']}"
+                             f"{'' if self.workers == 1 else ' over all workers; the fewest on one worker'}) "
+                             f"than one batch ({self.local_batch} per {'worker' if self.workers > 1 else 'step'})")
+        if config.max_steps is not None:
+            self.total_steps = min(self.total_steps, config.max_steps)
+        self.started = time.perf_counter()
+
+    # -- data ---------------------------------------------------------------------------
+    def _permutation(self, epoch: int) -> np.ndarray:
+        return np.random.default_rng([self.seed, epoch]).permutation(len(self.memory["train"]))
+
+    def _epoch_batches(self, epoch: int, shuffle_buffer: int | None = None):
+        """Training batches of one pass over this worker's partitions, in an order
+        fixed by seed and epoch (`steps_per_epoch` local batches)."""
+        if "train" in self.memory:
+            order = self._permutation(epoch)[: self.steps_per_epoch * self.local_batch if self.workers > 1 else None]
+            return self.memory["train"].batches(order, self.local_batch)
+        return make_dataset(self.data_dir, "train", self.local_batch, shuffle=True,
+                            shuffle_buffer=shuffle_buffer or self.config.shuffle_buffer, deterministic=True,
+                            seed=self.seed * 1000 + epoch, spec=self.spec, partitions=self.partitions,
+                            drop_remainder=self.distributed,
+                            max_len=self.model_config.max_len).take(self.steps_per_epoch)
+
+    def train_stream(self, skip: int):
+        """All training batches from step `skip` on, features and label; distributed,
+        each input pipeline (worker) reads its own partitions."""
+        batch = self.local_batch
+        if "train" in self.memory:
+            # Examples per epoch: the whole split, or a worker's equal share.
+            per_epoch = self.steps_per_epoch * batch if self.workers > 1 else len(self.memory["train"])
+            first = skip * batch // per_epoch
+            order = np.concatenate([self._permutation(e)[:per_epoch] for e in range(first, self.config.epochs)])
+            start = skip * batch - first * per_epoch
+            ds = self.memory["train"].batches(order[start: start + (self.total_steps - skip) * batch], batch)
+        else:
+            first = skip // self.steps_per_epoch
+            ds = self._epoch_batches(first).skip(skip - first * self.steps_per_epoch)
+            for epoch in range(first + 1, self.config.epochs):
+                ds = ds.concatenate(self._epoch_batches(epoch))
+            ds = ds.take(self.total_steps - skip)
+        ds = ds.map(lambda x, y: ({k: x[k] for k in MODEL_INPUTS}, y))
+        if not self.distributed:
+            return ds.prefetch(tf.data.AUTOTUNE)
+        per_replica = self.config.batch_size // self.strategy.num_replicas_in_sync
+
+        def dataset_fn(context):
+            if context.num_input_pipelines != self.workers:
+                raise ValueError(f"{context.num_input_pipelines} input pipelines for {self.workers} workers")
+            return ds.rebatch(per_replica)
+
+        return self.strategy.distribute_datasets_from_function(dataset_fn)
+
+    @property
+    def eval_batch_size(self) -> int:
+        cap = max(self.config.batch_size, EVAL_BEHAVIOURS // self.model_config.max_len)
+        return min(self.config.eval_batch_size, cap)
+
+    def predict(self, split: str) -> dict[str, np.ndarray]:
+        """Predictions over the whole split: this worker's partitions, gathered
+        from every worker (in worker order) when there are several."""
+        if split in self.memory:
+            # Every batch full-sized (the last one padded with example 0, its outputs
+            # dropped): one compiled shape for all evaluations.
+            size, count = self.eval_batch_size, len(self.memory[split])
+            count = count // size * size if self.config.reference_mode else count
+            order = np.zeros(-(-count // size) * size, np.int64)
+            order[:count] = np.arange(count)
+            outputs = predict_batches(self.model, self.memory[split].batches(order, size),
+                                      self.config.reference_mode, f"{self.data_dir}: the {split} split")
+            outputs = {k: v[:count] for k, v in outputs.items()}
+        else:
+            outputs = predict_split(self.model, self.data_dir, split, self.eval_batch_size, self.spec,
+                                    drop_remainder=self.config.reference_mode, training=self.config.reference_mode,
+                                    partitions=self.partitions)
+        return gather_workers(self.strategy, outputs) if self.workers > 1 else outputs
+
+    def refresh_batch_norm_statistics(self) -> None:
+        cfg = self.config
+        if cfg.reference_mode or not cfg.bn_statistics_batches:
+            return
+        # A small shuffle buffer: a mixed sample of the training split, cheap to fill.
+        batches = self._epoch_batches(999, min(cfg.shuffle_buffer, 8 * cfg.batch_size))
+        combine = (lambda stats: gather_workers(self.strategy, stats)) if self.workers > 1 else None
+        refresh_batch_norm_statistics(self.model, (x for x, _ in batches.take(cfg.bn_statistics_batches)), combine)
+
+    # -- history and reporting ---------------------------------------------------------
+    def _history_path(self) -> str:
+        return os.path.join(self.run_dir, HISTORY)
+
+    def _truncate_history(self, step: int) -> None:
+        kept = [h for h in read_history(self.run_dir) if h["step"] <= step]
+        if self.chief:
+            tmp = self._history_path() + ".tmp"
+            with open(tmp, "w") as f:
+                f.writelines(json.dumps(h) + "\n" for h in kept)
+            os.replace(tmp, self._history_path())
+
+    def append_history(self, entry: dict) -> None:
+        if self.chief:
+            with open(self._history_path(), "a") as f:
+                f.write(json.dumps(entry, default=float) + "\n")
+
+    def report(self, step: int, val: dict, improved: bool) -> None:
+        if self.chief and self.config.verbose == 2:
+            self._print(f"{self.config.preset} on {self.spec.dataset} {os.path.basename(self.data_dir)} seed "
+                        f"{self.seed}, step {step}/{self.total_steps}: validation "
+                        + " ".join(f"{k} {v:.4f}" for k, v in val.items()) + (" (best)" if improved else ""))
+
+    # -- the run ---------------------------------------------------------------------------
+    def run(self) -> dict:
+        cfg = self.config
+        if self.manager.latest_checkpoint:
+            self.checkpoint.restore(self.manager.latest_checkpoint).assert_existing_objects_matched()
+            logging.info("seed %d: resumed from %s at step %d", self.seed, self.manager.latest_checkpoint,
+                         int(self.model.optimizer.iterations.numpy()))
+        step = int(self.model.optimizer.iterations.numpy())
+        self._truncate_history(step)
+        if step < self.total_steps:
+            callbacks = [
+                StopOnNonFiniteLoss(lambda s: f"epoch {(s - 1) // self.steps_per_epoch}, seed {self.seed} "
+                                              f"of {cfg.preset}"),
+                StopAtStep(cfg.eval_every, self.total_steps),
+                ExactValidation(self),
+            ]
+            if self.chief:
+                callbacks.append(keras.callbacks.TensorBoard(os.path.join(self.run_dir, "tensorboard"),
+                                                             update_freq=cfg.log_every))
+            fit = fit_distributed if self.distributed else keras.Model.fit
+            fit(self.model, self.train_stream(step), steps_per_epoch=cfg.eval_every,
+                epochs=math.ceil(self.total_steps / cfg.eval_every), initial_epoch=step // cfg.eval_every,
+                callbacks=callbacks, shuffle=False, verbose=1 if cfg.verbose == 1 and self.chief else 0)
+        return self._finish()
+
+    def _finish(self) -> dict:
+        steps = int(self.model.optimizer.iterations.numpy())
+        best = os.path.join(self.work_dir, BEST_WEIGHTS)
+        if os.path.exists(best):
+            self.model.load_weights(best)  # (the optimizer's state of that step too)
+        history = read_history(self.run_dir)
+        best_entry = next((h for h in history if h["step"] == int(self.best_step)), None)
+        test = self.predict("test")
+        result = {
+            "seed": self.seed,
+            "steps": steps,
+            "best_step": int(self.best_step),
+            "val": best_entry["val"] if best_entry else evaluate_outputs(self.predict("val")),
+            "test": evaluate_outputs(test),
+            "test_by_history_length": metrics_by_history_length(test, self.model_config.max_len),
+            "model_config": self.model_config.to_dict(),
+        }
+        if self.chief:
+            self.model.save(os.path.join(self.run_dir, MODEL))
+            atomic_json(os.path.join(self.run_dir, SEED_RESULT), result)
+        return result
+
+
+def train(data_dir: str, output_dir: str, config: TrainConfig,
+          strategy: tf.distribute.Strategy | None = None, overwrite: bool = False,
+          report: Callable[[str], None] = print, flags_text: str | None = None) -> dict:
+    """Trains every seed of `config` (resuming or reusing finished ones) and
+    writes `output_dir/results.json`; returns its content.
+
+    `report` receives one line per validation (with `verbose=2`);
+    `flags_text`, the program's effective flags, is written to
+    `output_dir/flags.txt` (a flagfile that reproduces the run).
+    """
+    spec = DatasetSpec.load(data_dir)
+    strategy = strategy or make_strategy(config.strategy)
+    chief = is_chief(strategy)
+    # One writer per run directory: the chief holds its lock for the whole run; the
+    # configuration check and the first write happen under it.
+    with RunDirectory(output_dir).lock() if chief else contextlib.nullcontext():
+        return _train(data_dir, output_dir, config, spec, strategy, chief, overwrite, report, flags_text)
+
+
+def _train(data_dir, output_dir, config, spec, strategy, chief, overwrite, report, flags_text) -> dict:
+    model_config = effective_model_config(config, spec, strategy)
+    identity = run_identity(config, model_config, spec)
+    run_directory = RunDirectory(output_dir)
+    if chief:
+        run_directory.check("ranking", identity, overwrite, **identity_check())
+        run_directory.start("ranking", identity, flags_text)
+    memory = None
+    per_seed = []
+    for seed in config.seeds:
+        run_dir = os.path.join(output_dir, f"seed_{seed}")
+        done = os.path.join(run_dir, SEED_RESULT)
+        if os.path.exists(done):
+            with open(done) as f:
+                per_seed.append(json.load(f))
+            logging.info("seed %d: already finished, reusing %s", seed, done)
+            continue
+        if memory is None:  # loaded once, for the first seed that trains: this worker's partitions
+            partitions = worker_partitions(spec, *worker_index(strategy))
+            memory = {split: InMemorySplit.load(data_dir, split, spec, model_config.max_len, partitions)
+                      for split in ("train", "val")
+                      if InMemorySplit.estimated_bytes(spec, split, partitions) <= config.in_memory_mb * 2**20}
+        per_seed.append(SeedRun(data_dir, run_dir, config, seed, spec, strategy, chief, model_config,
+                                 report, memory).run())
+    results = {
+        "data_dir": os.path.abspath(data_dir),
+        "dataset": spec.dataset,
+        "config": identity["train_config"],
+        "seeds": list(config.seeds),
+        **summarize(per_seed),
+        "per_seed": per_seed,
+    }
+    if chief:
+        run_directory.write_results(results)
+        write_curves(output_dir, config)
+    return results
+
+
+def write_curves(output_dir: str, config: TrainConfig) -> str:
+    """`output_dir/curves.png`: training loss and validation metrics against steps, per seed."""
+    from dare_tf.analysis.figures import training_curves
+
+    histories = {f"seed {s}": read_history(os.path.join(output_dir, f"seed_{s}")) for s in config.seeds}
+    return training_curves({k: v for k, v in histories.items() if v}, os.path.join(output_dir, "curves.png"),
+                           f"{config.preset}: {os.path.basename(os.path.normpath(output_dir))}")
