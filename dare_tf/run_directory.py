@@ -137,7 +137,7 @@ class RunDirectory:
             differ = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k) and k not in ignored
                             and not (k not in old and k in defaults and new.get(k) == defaults[k]))
             if recorded_kind != kind:
-                differ = [f"kind"] + differ
+                differ = ["kind"] + differ
                 old["kind"], new["kind"] = recorded_kind, kind
             if not differ:
                 return

@@ -1,7 +1,6 @@
 """Issue 15: lifelong histories from one sequence store (data side in
 tests/data/test_prepare.py, the retrieved-only step in tests/test_models.py)."""
 
-import numpy as np
 import pytest
 
 from dare_tf.data.pipeline import InMemorySplit

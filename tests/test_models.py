@@ -5,7 +5,7 @@ import tensorflow as tf
 
 import dare_tf
 from dare_tf import build_model
-from dare_tf.layers import BehaviorEmbedding, DINAttention, PredictionHead, TargetAttentionPooling
+from dare_tf.layers import BehaviorEmbedding, TargetAttentionPooling
 from dare_tf.search import SoftTopKSearch
 
 from tests.conftest import planted_presence_task, random_batch

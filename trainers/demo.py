@@ -19,7 +19,6 @@ Usage: python -m trainers.demo [--work_dir=runs/demo] [--data_dir=data]
 Everything is written under the current directory (or the given paths).
 """
 
-import json
 import os
 
 from absl import flags, logging

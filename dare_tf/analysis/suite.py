@@ -5,7 +5,6 @@ AnalysisConfig(...))` loads trained runs, computes every analysis, writes
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 

@@ -6,7 +6,7 @@ with the DirectRunner locally or any Beam runner (`pipeline_options`).
 Program: `python -m data.prepare --runner=beam [--beam_options=...]`.
 
 The driver reads the file once (its sha256 and its blocks cut at line ends,
-`dare_tf.data.logs.plan_blocks`); everything else runs on the workers:
+`dare_tf.data.log_reader.plan_blocks`); everything else runs on the workers:
 1. each block is parsed (`parse_block`) and its clicks are grouped by user;
 2. each user's clicks are put in protocol order (file order; Tmall: by time);
 3. the global statistics (`LogStatistics`: dense ids in order of first
@@ -29,11 +29,12 @@ import time
 import numpy as np
 from absl import logging
 
-from dare_tf.data.logs import LogFormat, parse_block, plan_blocks
-from dare_tf.data.protocol import (USERS_PER_CHUNK, LogStatistics, PartitionedWriter, Protocol, UserRows,
-                                   check_compression, check_output_dir, chunk_examples, layout_fields, log_format,
-                                   make_spec, no_user_qualifies, preparation_id, qualifying_users, write_id_maps,
-                                   write_prepared)
+from dare_tf.data.log_reader import parse_block, plan_blocks
+from dare_tf.data.logs import LogFormat
+from dare_tf.data.prepared import (PartitionedWriter, check_compression, check_output_dir, layout_fields,
+                                   log_format, make_spec, write_id_maps, write_prepared)
+from dare_tf.data.protocol import (USERS_PER_CHUNK, LogStatistics, Protocol, UserRows, chunk_examples,
+                                   no_user_qualifies, preparation_id, qualifying_users)
 from dare_tf.data.spec import SPLITS, STORE_KIND, partition_of
 
 MANIFEST = ".beam-manifest.json"  # written by the pipeline into the staging directory, read and removed
@@ -231,12 +232,12 @@ def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Pr
         pipeline_options: a `beam.options.pipeline_options.PipelineOptions`
             (runner, project, ...); default: the DirectRunner. Workers must
             reach `input_path` and `output_dir` by the same paths.
-        block_bytes: bytes per parsed block (default: `logs.BLOCK_BYTES`).
+        block_bytes: bytes per parsed block (default: `log_reader.BLOCK_BYTES`).
     """
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from dare_tf.data.logs import BLOCK_BYTES
+    from dare_tf.data.log_reader import BLOCK_BYTES
 
     fmt = log_format(log)
     protocol.validate(fmt.impressions)

@@ -36,29 +36,24 @@ import dataclasses
 import functools
 import hashlib
 import json
-import os
-import shutil
 import time
 
 import numpy as np
 from absl import logging
 
-from dare_tf._files import clean_stale, describe_entries, replace_directory, staging_dir
-from dare_tf.data.logs import FORMATS, Clicks, LogFormat, read_clicks
-from dare_tf.data.records import ShardWriter, encode_examples, encode_store
-from dare_tf.data.spec import (FEATURES, FORMAT, ID_MAP_FILES, LEGACY_FORMATS, MAX_LEN, SPEC_FILE, SPLITS,
-                               STORE_KIND, DatasetSpec, partition_of, shard_name)
+from dare_tf.data.logs import Clicks, LogFormat
+from dare_tf.data.prepared import (MAX_PARTITIONS, PartitionedWriter, allow_open_files,
+                                   check_compression, check_output_dir, layout_fields, log_format, make_spec,
+                                   source_fields, write_id_maps, write_prepared)
+from dare_tf.data.log_reader import read_log
+from dare_tf.data.logs import dense_ids
+from dare_tf.data.spec import FORMAT, MAX_LEN, SPLITS, STORE_KIND, DatasetSpec
 
 USERS_PER_CHUNK = 256
 MAX_NEGATIVE_ROUNDS = 1000
 MAX_NEGATIVES = 100
-MAX_PARTITIONS = 1024
 # An impression log's user needs a train, a validation and a test impression.
 MIN_IMPRESSIONS = 3
-
-
-class OutputDirError(ValueError):
-    """The output directory cannot be (re)written without losing data that is not ours."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,25 +118,6 @@ def preparation_id(source_sha256: str, protocol: Protocol, fmt: LogFormat, compr
     text = json.dumps([FORMAT, fmt.to_json(), source_sha256, dataclasses.asdict(protocol), compression],
                       sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def dense_ids(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Dense 1-based ids in order of first appearance, and the raw id of each dense id."""
-    uniq, first, inverse = np.unique(raw, return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")
-    rank = np.empty(len(uniq), np.int64)
-    rank[order] = np.arange(1, len(uniq) + 1)
-    return rank[inverse].reshape(-1), uniq[order]
-
-
-def time_sorted(clicks: Clicks) -> Clicks:
-    """The order of a log whose rows are not in time order (Tmall, custom logs):
-    users in order of first row, each user's rows stably sorted by time."""
-    user_rank, _ = dense_ids(clicks.user)
-    order = np.lexsort((clicks.time, user_rank))  # lexsort is stable
-    return dataclasses.replace(clicks, user=clicks.user[order], item=clicks.item[order],
-                               category=clicks.category[order], time=clicks.time[order],
-                               label=None if clicks.label is None else clicks.label[order])
 
 
 @dataclasses.dataclass
@@ -307,84 +283,10 @@ def _impression_examples(users: np.ndarray, rows: list[UserRows]) -> dict[str, d
     return out
 
 
-class PartitionedWriter:
-    """The shards of one kind (a split's examples, or the store), one per
-    partition: rows are routed to the shard of their user's partition, in the
-    order they come (users ascending). Both drivers write through it."""
-
-    def __init__(self, directory: str, kind: str, partitions: int, compression: str, indices=None):
-        self.kind, self.partitions = kind, partitions
-        self.names = [shard_name(kind, k, partitions, compression) for k in range(partitions)]
-        self.writers = {k: ShardWriter(os.path.join(directory, self.names[k]), compression)
-                        for k in (range(partitions) if indices is None else indices)}
-        self.clicks = dict.fromkeys(self.writers, 0)
-
-    def write_examples(self, columns: dict[str, np.ndarray]) -> None:
-        self._route(columns["uid"], encode_examples(columns))
-
-    def write_store(self, uid: np.ndarray, lengths: np.ndarray, items: np.ndarray, categories: np.ndarray) -> None:
-        parts = partition_of(uid, self.partitions)
-        for k, n in zip(parts.tolist(), np.asarray(lengths).tolist()):
-            self.clicks[k] += int(n)
-        self._route(uid, encode_store(uid, lengths, items, categories), parts)
-
-    def _route(self, uid, records, parts=None):
-        parts = partition_of(uid, self.partitions) if parts is None else parts
-        for k in np.unique(parts).tolist():  # rows keep their order within a partition
-            self.writers[k].write([records[i] for i in np.flatnonzero(parts == k).tolist()])
-
-    def close(self) -> dict[str, dict]:
-        """spec.json's `files` entries of the shards written."""
-        files = {}
-        for k, writer in self.writers.items():
-            files[self.names[k]] = writer.close()
-            if self.kind == STORE_KIND:
-                files[self.names[k]]["clicks"] = self.clicks[k]
-        return files
-
-
-def _write_id_map(path: str, raw_ids: np.ndarray) -> None:
-    with open(path, "w") as f:
-        f.write("\n".join(map(str, np.asarray(raw_ids).tolist())))
-        f.write("\n")
-
-
-def write_id_maps(directory: str, raw_items, raw_categories, raw_users) -> None:
-    _write_id_map(os.path.join(directory, ID_MAP_FILES["item"]), np.asarray(raw_items))
-    _write_id_map(os.path.join(directory, ID_MAP_FILES["category"]), np.asarray(raw_categories))
-    _write_id_map(os.path.join(directory, ID_MAP_FILES["user"]), np.asarray(raw_users))
-
-
 def no_user_qualifies(protocol: Protocol, longest: int, impressions: bool = False) -> ValueError:
     extra = f" and >= {MIN_IMPRESSIONS} impressions" if impressions else ""
     return ValueError(f"no user has >= {protocol.min_clicks} clicks{extra} (the longest history has "
                       f"{longest} clicks); lower --min_clicks or use a larger log")
-
-
-def allow_open_files(count: int, partitions: int) -> None:
-    """Raises this process's soft limit on open files to hold `count` shard files
-    at once (the in-memory driver writes every shard of every kind together);
-    refuses, naming `--partitions`, where the hard limit is lower."""
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    need = count + 64  # the log, the id maps, Python's own
-    if soft == resource.RLIM_INFINITY or soft >= need:
-        return
-    if hard != resource.RLIM_INFINITY and hard < need:
-        raise ValueError(f"partitions={partitions}: the in-memory driver writes {count} shard files at once, but "
-                         f"this process may open {hard}; lower --partitions or use --runner=beam")
-    resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
-
-
-def layout_fields(protocol: Protocol, compression: str, files: dict[str, dict]) -> dict:
-    """spec.json's fields that describe the files (names, counts, feature spec)."""
-    shards = {s: [shard_name(s, k, protocol.partitions, compression) for k in range(protocol.partitions)]
-              for s in SPLITS}
-    store = [shard_name(STORE_KIND, k, protocol.partitions, compression) for k in range(protocol.partitions)]
-    return dict(counts={s: sum(files[n]["records"] for n in names) for s, names in shards.items()},
-                shards=shards, store=store, clicks_stored=sum(files[n]["clicks"] for n in store),
-                files=files, compression=compression, features=FEATURES, partitions=protocol.partitions)
 
 
 def build_examples(clicks: Clicks, protocol: Protocol, directory: str, compression: str) -> dict:
@@ -448,120 +350,6 @@ def build_examples(clicks: Clicks, protocol: Protocol, directory: str, compressi
     write_id_maps(directory, raw_items, raw_categories, raw_users)
     return dict(num_items=num_items, num_categories=num_categories, num_users=stats.num_users,
                 users=int(len(stats.qualifying)), **layout_fields(protocol, compression, files))
-
-
-def _own_files(directory: str) -> set[str] | None:
-    """The entries a dataset that preparation wrote consists of, or None when
-    `directory` holds no spec.json of ours."""
-    try:
-        with open(os.path.join(directory, SPEC_FILE)) as f:
-            raw = json.load(f)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(raw, dict):
-        return None
-    legacy = raw.get("format") is None and {"dataset", "shards", "protocol", "source"} <= set(raw)
-    if not (raw.get("format") in (FORMAT, *LEGACY_FORMATS) or legacy):
-        return None
-    names = {SPEC_FILE, *ID_MAP_FILES.values(), *raw.get("store", [])}
-    for shard_names in raw.get("shards", {}).values():
-        names.update(shard_names)
-    return names
-
-
-def check_output_dir(output_dir: str, input_path: str) -> None:
-    """Raises `OutputDirError` unless `output_dir` may be replaced: it must be
-    absent, an empty directory, or a dataset preparation wrote with nothing else
-    in it, and must not contain the input log."""
-    output_dir = os.path.realpath(output_dir)
-    source = os.path.realpath(input_path)
-    if os.path.commonpath([output_dir, source]) == output_dir:
-        raise OutputDirError(f"--output_dir={output_dir} contains the input log {source}; "
-                             "choose a directory of its own for the prepared dataset")
-    if not os.path.lexists(output_dir):
-        return
-    if not os.path.isdir(output_dir):
-        raise OutputDirError(f"--output_dir={output_dir} exists and is not a directory; "
-                             "remove it or choose another path")
-    entries = set(os.listdir(output_dir))
-    if not entries:
-        return
-    own = _own_files(output_dir)
-    if own is None:
-        raise OutputDirError(
-            f"--output_dir={output_dir} is not empty and is not a dataset prepared by dare_tf "
-            f"(no {SPEC_FILE} of format {FORMAT!r}); it holds {describe_entries(output_dir)}. "
-            "Refusing to replace it: choose an empty or new directory")
-    foreign = sorted(entries - own)
-    if foreign:
-        raise OutputDirError(
-            f"--output_dir={output_dir} is a prepared dataset but also holds files preparation did "
-            f"not write: {', '.join(repr(e) for e in foreign[:5])}"
-            f"{f' and {len(foreign) - 5} more' if len(foreign) > 5 else ''}. "
-            "Refusing to replace it: move them away or choose another directory")
-
-
-def log_format(log: str | LogFormat) -> LogFormat:
-    """A preset's `LogFormat` by name, or `log` itself."""
-    if isinstance(log, LogFormat):
-        return log
-    if log not in FORMATS:
-        raise ValueError(f"dataset={log!r}: expected one of {sorted(FORMATS)} (or a LogFormat)")
-    return FORMATS[log]
-
-
-def read_log(fmt: LogFormat, input_path: str, skip_bad_lines: bool = False) -> Clicks:
-    """The kept rows of a raw log in the protocol's order (sorted by time per user
-    unless the format keeps the file order)."""
-    start = time.perf_counter()
-    clicks = read_clicks(input_path, fmt, skip_bad_lines=skip_bad_lines)
-    if clicks.bad_lines:
-        logging.warning("%s: skipped %d bad line(s)", input_path, clicks.bad_lines)
-    if len(clicks.user) == 0:
-        raise ValueError(f"{input_path}: no {'impression' if fmt.impressions else 'click'} rows"
-                         f"{f' (action == {fmt.click!r})' if fmt.click is not None else ''} in {clicks.rows} rows")
-    logging.info("read %d rows, %d kept in %.1fs", clicks.rows, len(clicks.user), time.perf_counter() - start)
-    return time_sorted(clicks) if fmt.sort_by_time else clicks
-
-
-def source_fields(input_path: str, clicks: Clicks, fmt: LogFormat) -> dict:
-    return dict(path=os.path.abspath(input_path), sha256=clicks.sha256, rows=clicks.rows,
-                clicks=int(len(clicks.user) if clicks.label is None else (clicks.label == 1).sum()),
-                bad_lines=clicks.bad_lines, log=fmt.to_json())
-
-
-def write_prepared(output_dir: str, input_path: str, build) -> DatasetSpec:
-    """Runs `build(staging_directory) -> DatasetSpec` in a staging directory beside
-    `output_dir` and renames it into place (see `prepare`); both drivers use it."""
-    check_output_dir(output_dir, input_path)
-    # A symbolic link stays a link: the directory it points to is what is replaced.
-    output_dir = os.path.realpath(output_dir)
-    parent = os.path.dirname(output_dir)
-    os.makedirs(parent, exist_ok=True)
-    for path in clean_stale(parent, os.path.basename(output_dir)):
-        logging.info("removed %s, left by a killed run", path)
-    staging = staging_dir(parent, os.path.basename(output_dir))
-    try:
-        spec = build(staging)
-        with open(os.path.join(staging, SPEC_FILE), "w") as f:
-            f.write(spec.to_json())
-        check_output_dir(output_dir, input_path)  # nothing of the user's appeared meanwhile
-        replace_directory(staging, output_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return spec
-
-
-def make_spec(fmt: LogFormat, protocol: Protocol, source: dict, preparation: str, fields: dict) -> DatasetSpec:
-    return DatasetSpec(dataset=fmt.name, format=FORMAT, max_len=protocol.max_len,
-                       protocol=dataclasses.asdict(protocol), source=source, preparation=preparation, **fields)
-
-
-def check_compression(compression: str) -> str:
-    if compression not in ("GZIP", ""):
-        raise ValueError(f"compression={compression!r}: expected 'GZIP' or '' (none)")
-    return compression
 
 
 def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Protocol = Protocol(),

@@ -54,7 +54,7 @@ class ExactValidation(keras.callbacks.Callback):
     exact validation metrics, best weights, history line, checkpoint; the
     metrics go into the epoch's logs as `val_*` (TensorBoard, progress bar)."""
 
-    def __init__(self, run: "SeedRun"):
+    def __init__(self, run):
         super().__init__()
         self.run = run
         self.fit_started = time.perf_counter()

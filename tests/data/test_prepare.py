@@ -264,7 +264,7 @@ def _small(tmp_path):
 
 
 def test_refuses_a_directory_with_other_files_and_keeps_them(tmp_path):
-    from dare_tf.data.protocol import OutputDirError
+    from dare_tf.data.prepared import OutputDirError
 
     path, protocol = _small(tmp_path)
     out = tmp_path / "mine"
@@ -277,7 +277,7 @@ def test_refuses_a_directory_with_other_files_and_keeps_them(tmp_path):
 
 
 def test_refuses_the_input_logs_own_folder_and_a_file(tmp_path):
-    from dare_tf.data.protocol import OutputDirError
+    from dare_tf.data.prepared import OutputDirError
 
     path, protocol = _small(tmp_path)
     with pytest.raises(OutputDirError, match="contains the input log"):
@@ -292,7 +292,7 @@ def test_refuses_the_input_logs_own_folder_and_a_file(tmp_path):
 
 
 def test_replaces_its_own_dataset_but_not_one_with_extra_files(tmp_path):
-    from dare_tf.data.protocol import OutputDirError
+    from dare_tf.data.prepared import OutputDirError
 
     path, protocol = _small(tmp_path)
     out = tmp_path / "out"

@@ -2,12 +2,7 @@
 
 import keras
 import numpy as np
-import pytest
 
-import dare_tf
-from dare_tf.layers import BehaviorClustering
-from dare_tf.search import HashSamplingSearch, SimHashTopKSearch
-from tests.conftest import random_batch
 
 
 def test_packed_signatures_count_differing_bits(rng):

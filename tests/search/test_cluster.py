@@ -6,7 +6,6 @@ import pytest
 
 import dare_tf
 from dare_tf.layers import BehaviorClustering
-from dare_tf.search import HashSamplingSearch, SimHashTopKSearch
 from tests.conftest import random_batch
 
 
@@ -22,6 +21,7 @@ def _clusters_numpy(cats, mask, window):
                 groups.setdefault((w, cats[r, j]), []).append(j)
         out.append({max(members): members for members in groups.values()})
     return out
+
 
 def test_clustering_sizes_means_and_log_size_attention(rng):
     b, length, window = 4, 11, 4
@@ -63,6 +63,7 @@ def test_clustering_sizes_means_and_log_size_attention(rng):
         s = np.array([scores[j] for j in top])
         np.testing.assert_allclose(keras.ops.convert_to_numpy(out["attention_weights"])[r][: len(top)],
                                    np.exp(s - s.max()) / np.exp(s - s.max()).sum(), rtol=1e-4, atol=1e-6)
+
 
 @pytest.mark.parametrize("preset", ["eta", "sdim", "twin_v2"])
 def test_all_padding_histories_give_finite_outputs(rng, preset):

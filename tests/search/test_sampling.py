@@ -2,16 +2,13 @@
 
 import keras
 import numpy as np
-import pytest
 
-import dare_tf
-from dare_tf.layers import BehaviorClustering
-from dare_tf.search import HashSamplingSearch, SimHashTopKSearch
-from tests.conftest import random_batch
+from dare_tf.search import HashSamplingSearch
 
 
 def _bits(x, projection, position_dim):
     return (x[..., : x.shape[-1] - position_dim] @ projection) > 0
+
 
 def test_hash_sampling_matches_bucket_means(rng):
     b, length, da, dr, pos, m, tau = 5, 9, 8, 6, 2, 4, 2

@@ -2,16 +2,13 @@
 
 import keras
 import numpy as np
-import pytest
 
-import dare_tf
-from dare_tf.layers import BehaviorClustering
-from dare_tf.search import HashSamplingSearch, SimHashTopKSearch
-from tests.conftest import random_batch
+from dare_tf.search import SimHashTopKSearch
 
 
 def _bits(x, projection, position_dim):
     return (x[..., : x.shape[-1] - position_dim] @ projection) > 0
+
 
 def test_simhash_search_ranks_by_hamming_distance_then_recency(rng):
     b, length, width, pos = 6, 12, 10, 2

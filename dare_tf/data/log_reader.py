@@ -1,0 +1,381 @@
+"""Readers of raw click and impression logs (CSV, TSV, Parquet) into numpy arrays.
+
+CSV and TSV files are read in blocks cut at line ends. Each block is parsed
+by pyarrow's multi-threaded CSV reader (the fast path); a block that fails to
+parse or validate is parsed again line by line in Python, which knows the
+exact line number of each bad line and either raises `BadLineError` naming
+file, line and content, or skips and counts it. Parquet files are read one
+row group at a time; a column of the wrong type is refused up front, and a
+bad value is named by its row. Only the needed columns are kept, as int64
+arrays; no per-row Python objects live beyond one block.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import io
+import os
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+from absl import logging
+
+
+from dare_tf.data.logs import (FILE_FORMATS, INT64_MAX, INT_ROLES, BadLineError, Clicks, LogFormat, LogFormatError,
+                               dense_ids)
+
+BLOCK_BYTES = 64 << 20
+
+
+BLOCK_BYTES = 64 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockPlan:
+    """A log cut into blocks: CSV/TSV `(offset, size, first line number)` cut at
+    line ends, Parquet `(row group, rows, first row number)`; the column names
+    (`names`) and the file's sha256."""
+
+    sha256: str
+    blocks: list[tuple[int, int, int]]
+    names: tuple[str, ...]
+
+
+def _resolved(fmt: LogFormat, path: str, names: tuple[str, ...]) -> dict[str, str]:
+    """role -> column name, checked against the file's columns."""
+    out = {}
+    for role, column in fmt.columns:
+        if column not in names:
+            if fmt.file_format != "parquet" and not fmt.header:
+                raise LogFormatError(
+                    f"--columns: {role}={column}: {path} has no header and {len(names)} fields per line, so "
+                    f"columns are named by 0-based index 0..{len(names) - 1} (or pass --header)")
+            raise LogFormatError(f"--columns: {role}={column}: {path} has no column {column!r}; its columns are: "
+                                 f"{', '.join(names)}")
+        out[role] = column
+    return out
+
+
+class _BlockParser:
+    def __init__(self, path: str, fmt: LogFormat, names: tuple[str, ...], skip_bad_lines: bool):
+        self.path, self.fmt, self.names, self.skip = path, fmt, names, skip_bad_lines
+        self.roles = _resolved(fmt, path, names)
+        self.delimiter = FILE_FORMATS[fmt.file_format]
+        self.bad_lines = 0
+        self.rows = 0
+        self.parts: list[dict[str, np.ndarray]] = []
+        self.int_roles = [r for r in INT_ROLES if r in self.roles]
+        if fmt.file_format != "parquet":
+            self.read_options = pacsv.ReadOptions(column_names=list(names), use_threads=True, block_size=16 << 20)
+            self.parse_options = pacsv.ParseOptions(delimiter=self.delimiter, ignore_empty_lines=False)
+            types = {self.roles[r]: pa.int64() for r in self.int_roles}
+            if "action" in self.roles:
+                types[self.roles["action"]] = pa.dictionary(pa.int32(), pa.string())
+            self.convert_options = pacsv.ConvertOptions(column_types=types, include_columns=list(types),
+                                                        strings_can_be_null=False)
+
+    # -- CSV / TSV ---------------------------------------------------------------------
+    def parse(self, block: bytes, first_line: int) -> None:
+        lines = block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
+        self.rows += lines
+        columns = self._fast(block, lines)
+        if columns is None:
+            columns = self._slow(block, first_line)
+        self.parts.append(columns)
+
+    def _fast(self, block: bytes, lines: int):
+        try:
+            table = pacsv.read_csv(io.BytesIO(block), self.read_options, self.parse_options, self.convert_options)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            return None
+        if table.num_rows != lines or any(table.column(c).null_count for c in table.column_names):
+            return None
+        return self._select(table)
+
+    def _select(self, table: pa.Table):
+        """The rows that are kept (clicks, or every impression) as int64 arrays by role;
+        None where a value is invalid (the slow path then names it)."""
+        ints = {r: table.column(self.roles[r]).to_numpy() for r in self.int_roles}
+        if any(a.size and a.min() < 0 for r, a in ints.items() if r != "label"):
+            return None
+        if "label" in ints and ints["label"].size and not np.isin(ints["label"], (0, 1)).all():
+            return None
+        if "action" not in self.roles:
+            return ints
+        action = table.column(self.roles["action"]).combine_chunks()
+        if not pa.types.is_dictionary(action.type):
+            action = action.cast(pa.string()).dictionary_encode()
+        values = action.dictionary.to_pylist()
+        if self.fmt.actions is not None and not set(values) <= set(self.fmt.actions):
+            return None
+        code = values.index(self.fmt.click) if self.fmt.click in values else -1
+        keep = action.indices.to_numpy(zero_copy_only=False) == code
+        return {r: a[keep] for r, a in ints.items()}
+
+    def _problem(self, fields: list[str]) -> tuple[str | None, dict]:
+        if len(fields) != len(self.names):
+            sep = "comma" if self.delimiter == "," else "tab"
+            got = len(fields) if fields else "an empty line"
+            return f"expected {len(self.names)} {sep}-separated fields, got {got}", {}
+        values = dict(zip(self.names, fields))
+        ints = {}
+        for role in self.int_roles:
+            column = self.roles[role]
+            try:
+                ints[role] = int(values[column])
+            except ValueError:
+                return f"{role} (column {column!r}) is not an integer: {values[column]!r}", {}
+            if not -INT64_MAX - 1 <= ints[role] <= INT64_MAX:
+                return f"{role} (column {column!r}) = {values[column]} does not fit a 64-bit integer", {}
+            if role == "label" and ints[role] not in (0, 1):
+                return f"label (column {column!r}) must be 0 or 1, got {values[column]!r}", {}
+            if ints[role] < 0:
+                return f"{role} (column {column!r}) is negative: {values[column]!r}", {}
+        if "action" in self.roles:
+            action = values[self.roles["action"]]
+            if self.fmt.actions is not None and action not in self.fmt.actions:
+                return (f"unknown action (column {self.roles['action']!r}) {action!r} "
+                        f"(expected one of {list(self.fmt.actions)})"), {}
+            ints["action"] = action
+        return None, ints
+
+    def _bad(self, where: str, problem: str, text: str) -> None:
+        if not self.skip:
+            raise BadLineError(f"{where}: {problem}: {text!r} (use --skip_bad_lines to skip and count such lines)")
+        self.bad_lines += 1
+
+    def _slow(self, block: bytes, first_line: int):
+        rows = []
+        lines = block.split(b"\n")
+        if block.endswith(b"\n"):
+            lines.pop()
+        for offset, raw in enumerate(lines):
+            text = raw.decode("utf-8", errors="replace").rstrip("\r")
+            fields = next(csv.reader([text], delimiter=self.delimiter), [])
+            problem, ints = self._problem(fields)
+            if problem is not None:
+                self._bad(f"{self.path}:{first_line + offset}", problem, text)
+            elif ints.pop("action", self.fmt.click) == self.fmt.click:
+                rows.append([ints[r] for r in self.int_roles])
+        arr = np.array(rows, np.int64).reshape(-1, len(self.int_roles))
+        return {r: arr[:, i] for i, r in enumerate(self.int_roles)}
+
+    # -- Parquet -----------------------------------------------------------------------
+    def parse_row_group(self, group: int, first_row: int) -> None:
+        import pyarrow.parquet as pq
+
+        table = pq.ParquetFile(self.path).read_row_group(group, columns=sorted(set(self.roles.values())))
+        self.rows += table.num_rows
+        columns = {}
+        for role, column in self.roles.items():
+            array = table.column(column).combine_chunks()
+            if pa.types.is_timestamp(array.type) or pa.types.is_date(array.type):
+                array = array.cast(pa.int64())
+            columns[role] = array
+        bad = np.zeros(table.num_rows, bool)
+        reasons = {}
+        for role, array in columns.items():
+            null = np.asarray(array.is_null().to_numpy(zero_copy_only=False))
+            reasons.setdefault(role, (null, "is null"))
+            bad |= null
+        ints = {}
+        for role in self.int_roles:
+            values = columns[role].fill_null(0).to_numpy().astype(np.int64)
+            wrong = (values < 0) if role != "label" else ~np.isin(values, (0, 1))
+            if wrong.any() and not reasons[role][0][wrong].all():
+                reasons[role] = (reasons[role][0] | wrong, "must be 0 or 1" if role == "label" else "is negative")
+            bad |= wrong
+            ints[role] = values
+        keep = ~bad
+        if "action" in columns:
+            action = columns["action"].cast(pa.string()).to_pylist()
+            keep &= np.array([a == self.fmt.click for a in action], bool)
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            role = next(r for r, (mask, _) in reasons.items() if mask[row])
+            value = columns[role][row].as_py()
+            self._bad(f"{self.path}: row {first_row + row}", f"{role} (column {self.roles[role]!r}) {reasons[role][1]}",
+                      str(value))
+            self.bad_lines += int(bad.sum()) - 1
+        self.parts.append({r: v[keep] for r, v in ints.items()})
+
+    def result(self, sha256: str) -> Clicks:
+        def column(role):
+            if not self.parts:
+                return np.zeros(0, np.int64)
+            return np.concatenate([p[role] for p in self.parts])
+        user = column("user")
+        return Clicks(user=user, item=column("item"),
+                      category=column("category") if "category" in self.roles else np.zeros(len(user), np.int64),
+                      time=column("time"), rows=self.rows, bad_lines=self.bad_lines, sha256=sha256,
+                      label=column("label") if "label" in self.roles else None)
+
+
+def _content_end(path: str, window: int = 1 << 16) -> int:
+    """The file offset just past its last line that is not blank."""
+    with open(path, "rb") as f:
+        end = f.seek(0, os.SEEK_END)
+        while end > 0:
+            start = max(end - window, 0)
+            f.seek(start)
+            stripped = f.read(end - start).rstrip(b" \t\r\n")
+            if stripped:
+                return start + len(stripped) + 1  # keep the line's own end
+            end = start
+    return 0
+
+
+def _parquet_plan(path: str, fmt: LogFormat) -> BlockPlan:
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.ParquetFile(path)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise LogFormatError(f"{path}: not a Parquet file ({e})") from None
+    schema = meta.schema_arrow
+    names = tuple(schema.names)
+    roles = _resolved(fmt, path, names)
+    for role, column in roles.items():
+        kind = schema.field(column).type
+        ok = (pa.types.is_integer(kind) or (role == "time" and (pa.types.is_timestamp(kind) or pa.types.is_date(kind)))
+              or (role == "action" and (pa.types.is_string(kind) or pa.types.is_large_string(kind)
+                                        or pa.types.is_integer(kind) or pa.types.is_dictionary(kind))))
+        if not ok:
+            expected = "a string or integer type" if role == "action" else "an integer type" + (
+                " (or a timestamp)" if role == "time" else "")
+            raise LogFormatError(f"{path}: column {column!r} ({role}) has type {kind}; expected {expected}")
+    blocks, first = [], 1
+    for group in range(meta.num_row_groups):
+        rows = meta.metadata.row_group(group).num_rows
+        blocks.append((group, rows, first))
+        first += rows
+    if not blocks or first == 1:
+        raise ValueError(f"{path}: input log has no data rows")
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            digest.update(chunk)
+    return BlockPlan(digest.hexdigest(), blocks, names)
+
+
+def plan_blocks(path: str, fmt: LogFormat, block_bytes: int = BLOCK_BYTES) -> BlockPlan:
+    """One pass over the file: its sha256, its column names and its blocks of
+    about `block_bytes` cut at line ends (the header, checked here, and blank
+    lines at the end are in no block); Parquet: its row groups. Each block is
+    then parsed on its own (`parse_block`), in this process or on a Beam worker.
+
+    Raises:
+        FileNotFoundError: no file at `path`.
+        ValueError: the file is empty, its header is not the format's, or
+            `--columns` names a column it lacks (`LogFormatError`).
+    """
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: input log not found")
+    if os.path.getsize(path) == 0:
+        raise ValueError(f"{path}: input log is empty")
+    if fmt.file_format == "parquet":
+        return _parquet_plan(path, fmt)
+    delimiter = FILE_FORMATS[fmt.file_format]
+    digest = hashlib.sha256()
+    limit = _content_end(path)  # blank lines at the end of the file are not rows
+    blocks = []
+    with open(path, "rb") as f:
+        line_no = 1
+        first = f.readline()
+        first_text = first.decode("utf-8", errors="replace").rstrip("\r\n")
+        names = tuple(c.strip() for c in next(csv.reader([first_text], delimiter=delimiter), []))
+        if fmt.header:
+            digest.update(first)
+            if fmt.expected_header is not None and first_text.strip() != fmt.expected_header:
+                raise ValueError(f"{path}:1: expected the {fmt.name} header {fmt.expected_header!r}, "
+                                 f"got {first[:200]!r}")
+            line_no = 2
+        else:
+            names = tuple(str(i) for i in range(len(names)))
+            f.seek(0)
+        block_start = pos = f.tell()
+        while True:
+            chunk = f.read(max(min(block_bytes, limit - pos), 0))
+            digest.update(chunk)
+            if not chunk:
+                if pos > block_start:
+                    blocks.append((block_start, pos - block_start, line_no))
+                break
+            cut = chunk.rfind(b"\n")
+            if cut >= 0:  # the bytes before `chunk` since block_start hold no line end
+                end = pos + cut + 1
+                blocks.append((block_start, end - block_start, line_no))
+                line_no += chunk.count(b"\n", 0, cut + 1)
+                block_start = end
+            pos += len(chunk)
+        digest.update(f.read())  # the blank tail
+    _resolved(fmt, path, names)
+    return BlockPlan(digest.hexdigest(), blocks, names)
+
+
+def parse_block(path: str, fmt: LogFormat, names: tuple[str, ...], block: tuple[int, int, int],
+                skip_bad_lines: bool = False) -> Clicks:
+    """The kept rows of one block of `plan_blocks` (raw ids, file order)."""
+    parser = _BlockParser(path, fmt, names, skip_bad_lines)
+    offset, size, first_line = block
+    if fmt.file_format == "parquet":
+        parser.parse_row_group(offset, first_line)
+    else:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            parser.parse(f.read(size), first_line)
+    return parser.result("")
+
+
+def read_clicks(path: str, fmt: LogFormat, skip_bad_lines: bool = False,
+                block_bytes: int = BLOCK_BYTES) -> Clicks:
+    """Reads the kept rows of a raw log (see the module docstring).
+
+    Raises:
+        FileNotFoundError: no file at `path`.
+        ValueError: the file is empty, its header is not the format's, or its
+            columns do not match `fmt`.
+        BadLineError: a malformed line, unless `skip_bad_lines`.
+    """
+    plan = plan_blocks(path, fmt, block_bytes)
+    parser = _BlockParser(path, fmt, plan.names, skip_bad_lines)
+    if fmt.file_format == "parquet":
+        for group, _, first_row in plan.blocks:
+            parser.parse_row_group(group, first_row)
+    else:
+        with open(path, "rb") as f:
+            for offset, size, first_line in plan.blocks:
+                f.seek(offset)
+                parser.parse(f.read(size), first_line)
+    clicks = parser.result(plan.sha256)
+    if clicks.rows == 0:
+        raise ValueError(f"{path}: input log has no data rows")
+    return clicks
+
+
+def time_sorted(clicks: Clicks) -> Clicks:
+    """The order of a log whose rows are not in time order (Tmall, custom logs):
+    users in order of first row, each user's rows stably sorted by time."""
+    user_rank, _ = dense_ids(clicks.user)
+    order = np.lexsort((clicks.time, user_rank))  # lexsort is stable
+    return dataclasses.replace(clicks, user=clicks.user[order], item=clicks.item[order],
+                               category=clicks.category[order], time=clicks.time[order],
+                               label=None if clicks.label is None else clicks.label[order])
+
+
+def read_log(fmt: LogFormat, input_path: str, skip_bad_lines: bool = False) -> Clicks:
+    """The kept rows of a raw log in the protocol's order (sorted by time per user
+    unless the format keeps the file order)."""
+    start = time.perf_counter()
+    clicks = read_clicks(input_path, fmt, skip_bad_lines=skip_bad_lines)
+    if clicks.bad_lines:
+        logging.warning("%s: skipped %d bad line(s)", input_path, clicks.bad_lines)
+    if len(clicks.user) == 0:
+        raise ValueError(f"{input_path}: no {'impression' if fmt.impressions else 'click'} rows"
+                         f"{f' (action == {fmt.click!r})' if fmt.click is not None else ''} in {clicks.rows} rows")
+    logging.info("read %d rows, %d kept in %.1fs", clicks.rows, len(clicks.user), time.perf_counter() - start)
+    return time_sorted(clicks) if fmt.sort_by_time else clicks

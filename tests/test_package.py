@@ -1,0 +1,106 @@
+"""The package's shape: no import cycle among dare_tf's modules (function-local imports
+included), no module over 400 lines, the model module free of TensorFlow, and no
+search variant named outside the search family."""
+
+import ast
+import os
+import re
+
+import pytest
+
+from tests.conftest import REPO
+
+PACKAGE = os.path.join(REPO, "dare_tf")
+
+
+def _modules() -> dict[str, str]:
+    """Module name -> path of every module of dare_tf."""
+    out = {}
+    for root, _, files in os.walk(PACKAGE):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(root, name)
+                parts = os.path.relpath(path, REPO)[:-3].split(os.sep)
+                out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _imports(name: str, path: str, modules) -> set[str]:
+    """The dare_tf modules `name` imports anywhere in its source (functions included)."""
+    package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(open(path).read())):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+        else:
+            continue
+        found.update(t for t in targets if t in modules and t != name)
+    return found
+
+
+def _cycle(graph):
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        state[node] = "done"
+        stack.pop()
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_the_import_graph_has_no_cycle():
+    modules = _modules()
+    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
+    assert graph["dare_tf.models"] and graph["dare_tf.export"]  # the walk sees imports
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph))
+
+
+def test_a_planted_cycle_is_found():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+@pytest.mark.parametrize("name,path", sorted(_modules().items()))
+def test_no_module_over_400_lines(name, path):
+    assert sum(1 for _ in open(path)) <= 400, name
+
+
+def test_the_model_module_imports_no_tensorflow():
+    tree = ast.parse(open(os.path.join(PACKAGE, "models.py")).read())
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    assert not {m for m in imported if m.split(".")[0] == "tensorflow"}, imported
+
+
+def test_no_search_variant_is_named_outside_the_search_family():
+    from dare_tf.search import SEARCHES
+
+    names = "|".join(re.escape(n) for n in SEARCHES)
+    # A comparison of `search` (a config field, a flag, a mode) with a variant's name.
+    pattern = re.compile(rf"search\w*\s*(==|!=|\bin\b|\bnot in\b)\s*[\(\[\{{]?\s*[\"']({names})[\"']"
+                         rf"|[\"']({names})[\"']\s*(==|!=)\s*\w*search")
+    offenders = [f"{os.path.relpath(path, REPO)}:{i}" for name, path in _modules().items()
+                 if not name.startswith("dare_tf.search")
+                 for i, line in enumerate(open(path), 1) if pattern.search(line)]
+    assert offenders == []
+    assert pattern.search('if cfg.search == "sdim":') and pattern.search("search in ('soft', 'hard')")
