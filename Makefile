@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: demo test bench clean
+.PHONY: demo test docs bench clean
 
 $(STAMP): requirements.txt setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,8 +24,13 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadgroup tests
 
+# The site (guides and the API reference generated from the docstrings) in site/;
+# --strict: a broken reference or link fails the build (tests/test_docs.py builds it too).
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict -d site
+
 bench: $(STAMP)
 	$(PY) benchmarks/bench_layers.py
 
 clean:
-	rm -rf $(VENV) runs exports data/prepared data/synthetic
+	rm -rf $(VENV) runs exports data/prepared data/synthetic site

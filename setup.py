@@ -12,7 +12,8 @@ PROGRAMS = {"data": "data", "serving": "serving", "trainers": "trainers"}
 
 setup(
     name="dare-tf",
-    version="0.2.0",
+    version="0.3.0",
+    license="Apache-2.0",
     description="Decoupled-embedding long-sequence recommendation (DARE, TWIN, DIN) in Keras 3",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
@@ -35,7 +36,8 @@ setup(
         "tf-keras",
         "google-crc32c>=1.5",
     ],
-    extras_require={"test": ["pytest"], "jax": ["jax"], "beam": ["apache-beam>=2.60"]},
+    extras_require={"test": ["pytest", "pytest-xdist", "pytest-forked"], "jax": ["jax"], "beam": ["apache-beam>=2.60"],
+                    "docs": ["mkdocs", "mkdocstrings[python]"]},
     entry_points={
         "console_scripts": [
             "dare-prepare=dare_tf._programs.data.prepare:run",

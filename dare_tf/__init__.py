@@ -47,7 +47,7 @@ if _os.environ.get("DARE_TF_DATA_ONLY") != "1":
     if _keras.backend.backend() == "tensorflow":
         from dare_tf import optimizers  # noqa: F401
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "INPUT_KEYS",

@@ -1,0 +1,40 @@
+"""The documentation site builds strictly: a broken reference in a docstring page
+or a broken link between guides fails it (`make docs` runs the same build)."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+
+def _mkdocs():
+    path = os.path.join(os.path.dirname(sys.executable), "mkdocs")
+    if not os.path.exists(path):
+        pytest.skip("mkdocs is not installed (requirements.txt pins it)")
+    return path
+
+
+def test_the_site_builds_strictly_with_the_api_reference(tmp_path):
+    done = subprocess.run([_mkdocs(), "build", "--strict", "-q", "-d", str(tmp_path / "site")], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    page = (tmp_path / "site" / "api" / "search" / "index.html").read_text()
+    for cls in ("SoftTopKSearch", "HashSamplingSearch", "FullHistorySearch"):  # rendered from the docstrings
+        assert cls in page
+    assert "Keeps the K slots with the highest attention scores" in page
+
+
+def test_a_broken_reference_fails_the_strict_build(tmp_path):
+    copy = tmp_path / "repo"
+    shutil.copytree(os.path.join(REPO, "docs"), copy / "docs")
+    shutil.copy(os.path.join(REPO, "mkdocs.yml"), copy)
+    os.symlink(os.path.join(REPO, "dare_tf"), copy / "dare_tf")
+    with open(copy / "docs" / "api" / "search.md", "a") as f:
+        f.write("\n::: dare_tf.search.NoSuchSearch\n")
+    done = subprocess.run([_mkdocs(), "build", "--strict", "-q", "-d", str(tmp_path / "site")], cwd=copy,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "NoSuchSearch" in done.stderr, done.stderr[-2000:]
