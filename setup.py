@@ -36,7 +36,7 @@ setup(
         "tf-keras",
         "google-crc32c>=1.5",
     ],
-    extras_require={"test": ["pytest", "pytest-xdist", "pytest-forked"], "jax": ["jax"], "beam": ["apache-beam>=2.60"],
+    extras_require={"test": ["pytest", "pytest-xdist"], "jax": ["jax"], "beam": ["apache-beam>=2.60"],
                     "docs": ["mkdocs", "mkdocstrings[python]"]},
     entry_points={
         "console_scripts": [

@@ -66,3 +66,24 @@ def pytest_collection_modifyitems(config, items):
     run first: under two xdist workers the long work starts at once and the
     short tests fill the gaps, instead of a long test starting last."""
     items.sort(key=lambda item: not (item.get_closest_marker("slow") or item.get_closest_marker("xdist_group")))
+
+
+OWN_PROCESS = "DARE_TF_TEST_IN_OWN_PROCESS"
+
+
+def pytest_pyfunc_call(pyfuncitem):
+    """A test marked `own_process` runs in a fresh `python -m pytest` of its own (with
+    `TF_USE_LEGACY_KERAS=1` from the start, as tensorflow-recommenders needs `tf.keras`
+    to be Keras 2), and this process reports its outcome: TensorFlow cannot be forked
+    safely once it has run, and `tf.keras` resolves once per process."""
+    if not pyfuncitem.get_closest_marker("own_process") or os.environ.get(OWN_PROCESS):
+        return None
+    import subprocess
+    import sys
+
+    env = dict(os.environ, **{OWN_PROCESS: "1", "TF_USE_LEGACY_KERAS": "1", "PYTHONPATH": REPO})
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           pyfuncitem.nodeid], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        pytest.fail(f"in its own process:\n{done.stdout[-6000:]}\n{done.stderr[-2000:]}", pytrace=False)
+    return True
