@@ -56,7 +56,8 @@ from dare_tf import training
 from dare_tf.data.protocol import prepare
 if not os.path.exists(os.path.join(data_dir, "spec.json")):
     prepare("taobao", log, data_dir)
-config = training.TrainConfig(preset="dare", optimizer="adam", batch_size=256, eval_batch_size=8192, epochs=2,
+make_config = getattr(training.TrainConfig, "create", training.TrainConfig)  # (a baseline commit: flat)
+config = make_config(preset="dare", optimizer="adam", batch_size=256, eval_batch_size=8192, epochs=2,
                               eval_every=300, verbose=0, model_overrides=dict(embedding_dim=16),
                               in_memory_mb=int(in_memory_mb), strategy=strategy,
                               max_steps=int(max_steps) if int(max_steps) else None)

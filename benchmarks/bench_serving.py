@@ -96,7 +96,7 @@ def run_benchmark(work, args, rng):
     prepare("taobao", os.path.join(os.path.dirname(REPO), "shared", "data", "taobao", "UserBehavior_sample.csv"),
             data_dir)
     run_dir = os.path.join(work, "run")
-    results = train(data_dir, run_dir, TrainConfig(preset="dare", batch_size=256, epochs=1, eval_every=10,
+    results = train(data_dir, run_dir, TrainConfig.create(preset="dare", batch_size=256, epochs=1, eval_every=10,
                                                    verbose=0, model_overrides=dict(top_k=20)))
     print(f"trained DARE: test AUC {results['test']['auc']:.4f}")
     path = export_run(run_dir, os.path.join(work, "exports"), "dare")

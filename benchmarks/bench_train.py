@@ -263,7 +263,7 @@ def bench_end_to_end(work_dir, quick, steps_per_execution=(1,), optimizers=("ada
     spec = DatasetSpec.load(data_dir)
     rows = []
     for optimizer, spe in [(o, s) for o in optimizers for s in steps_per_execution]:
-        config = TrainConfig(preset="dare", optimizer=optimizer, batch_size=256, eval_batch_size=8192, epochs=2,
+        config = TrainConfig.create(preset="dare", optimizer=optimizer, batch_size=256, eval_batch_size=8192, epochs=2,
                              eval_every=300, verbose=0, model_overrides=dict(embedding_dim=16),
                              steps_per_execution=spe)
         run_dir = os.path.join(work_dir, f"run_{optimizer}_{spe}")
@@ -279,14 +279,14 @@ def bench_end_to_end(work_dir, quick, steps_per_execution=(1,), optimizers=("ada
             "optimizer": optimizer, "steps_per_execution": spe, "train_examples": spec.counts["train"],
             "steps": steps,
             "evaluations": len(history), "wall_s": wall,
-            "train_samples_per_s": steps * config.batch_size / timing["train_seconds"],
+            "train_samples_per_s": steps * config.schedule.batch_size / timing["train_seconds"],
             "eval_samples_per_s": sum(h["timing"]["val_examples"] for h in history)
             / sum(h["timing"]["val_seconds"] for h in history),
             "eval_samples_per_s_warm": sum(h["timing"]["val_examples"] for h in warm)
             / sum(h["timing"]["val_seconds"] for h in warm),
             "bn_refresh_s_per_eval": sum(h["timing"]["bn_seconds"] for h in history) / len(history),
             "isolated_step_samples_per_s": _step_in_process(REPO, "dare", spec.num_items, spec.num_categories,
-                                                            config.batch_size, optimizer, 3.0, data_dir,
+                                                            config.schedule.batch_size, optimizer, 3.0, data_dir,
                                                             "mean_samples_per_s"),
             "test_auc": results["test"]["auc"],
         })

@@ -172,15 +172,18 @@ _MODEL_DERIVED = ("num_items", "num_categories", "synchronized_batch_norm")
 
 
 def define_train_flags(with_model: bool = True) -> None:
-    """Flags of every `TrainConfig` field (`--model` is the preset) and, as
+    """Flags of every `TrainConfig` field, section by section, under flat names
+    (`--model` is the preset, `--optimizer` the optimizer's name) and, as
     overrides of the preset, every user-settable `ModelConfig` field."""
-    from dare_tf import config, training
+    from dare_tf import config
     from dare_tf.layers.embedding import COUPLINGS
+    from dare_tf.training import config as train
 
-    choices = {"optimizer": training.OPTIMIZERS, "strategy": training.STRATEGIES,
-               "preset": sorted(config.PRESETS)}
-    exclude = ("model_overrides",) if with_model else ("model_overrides", "preset")
-    define_flags(training.TrainConfig, exclude=exclude, rename=_TRAIN_RENAME, choices=choices)
+    exclude = ("model_overrides", *train.SECTIONS) + (() if with_model else ("preset",))
+    define_flags(train.TrainConfig, exclude=exclude, rename=_TRAIN_RENAME, choices={"preset": sorted(config.PRESETS)})
+    for section, kind in train.SECTIONS.items():
+        define_flags(kind, rename=_section_rename(section),
+                     choices={"name": train.OPTIMIZERS, "strategy": train.STRATEGIES})
     define_flags(config.ModelConfig, exclude=_MODEL_DERIVED, preset_defaults=True, choices={
         "coupling": COUPLINGS, "search": sorted(config.SEARCHES), "scorer": config.SCORERS,
         "initializer": config.INITIALIZERS, "aux_attention": config.AUX_ATTENTIONS})
@@ -188,10 +191,25 @@ def define_train_flags(with_model: bool = True) -> None:
                                            "(for --strategy=mirrored on a CPU-only machine).")
 
 
+def _section_rename(section: str) -> dict[str, str]:
+    from dare_tf.training import config as train
+
+    return {field: flat for (owner, field), flat in train.FLAT_NAMES.items() if owner == section}
+
+
 def train_config_from_flags(**fields):
-    """The `TrainConfig` the flags describe (`fields` override flags)."""
-    from dare_tf import config, training
+    """The `TrainConfig` the flags describe (`fields`, flat names, override flags)."""
+    from dare_tf import config
+    from dare_tf.training import config as train
 
     overrides = flag_values(config.ModelConfig, exclude=_MODEL_DERIVED, only_set=True)
     overrides.update(fields.pop("model_overrides", {}))
-    return from_flags(training.TrainConfig, rename=_TRAIN_RENAME, model_overrides=overrides, **fields)
+    flat = flag_values(train.TrainConfig, exclude=("model_overrides", *train.SECTIONS), rename=_TRAIN_RENAME)
+    for section, kind in train.SECTIONS.items():
+        rename = _section_rename(section)
+        flat.update({rename.get(name, name): value for name, value in flag_values(kind, rename=rename).items()})
+    flat.update(fields, model_overrides=overrides)
+    try:
+        return train.TrainConfig.create(**flat)
+    except ValueError as e:
+        raise app.UsageError(flag_message(str(e), _TRAIN_RENAME)) from e

@@ -125,7 +125,7 @@ def run_demo(work_dir: str, data_root: str, taobao_sample: str, synthetic_users:
 
     _say("== 2. DARE, TWIN, DIN and DARE without target-aware representation (one seed each; "
          "a validation line every 30 steps)")
-    base = TrainConfig(batch_size=512, eval_batch_size=4096, epochs=1, eval_every=30, learning_rate=0.005,
+    base = TrainConfig.create(batch_size=512, eval_batch_size=4096, epochs=1, eval_every=30, learning_rate=0.005,
                        model_overrides=dict(top_k=20), verbose=2)
 
     def config_for(model, dim):

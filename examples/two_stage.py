@@ -27,7 +27,7 @@ def main(log: str = SAMPLE, work_dir: str = os.path.join("runs", "examples", "tw
     prepare("taobao", log, data_dir)
     train_retrieval(data_dir, os.path.join(work_dir, "retrieval"), RetrievalConfig(epochs=2, verbose=0))
     train(data_dir, os.path.join(work_dir, "dare"),
-          TrainConfig(preset="dare", batch_size=256, epochs=1, eval_every=20, verbose=0))
+          TrainConfig.create(preset="dare", batch_size=256, epochs=1, eval_every=20, verbose=0))
     # Prints the table: retrieval alone, then retrieval's top 50 reordered by DARE.
     return evaluate_cascade(data_dir, os.path.join(work_dir, "retrieval"), {"dare": os.path.join(work_dir, "dare")},
                             os.path.join(work_dir, "cascade"), num_candidates=50, k=10)

@@ -21,7 +21,7 @@ from dare_tf.data.spec import DatasetSpec  # noqa: E402
 
 def main(strategy_name, data_dir, output_dir, weights_out, max_steps="6", optimizer="adam", in_memory_mb="4096"):
     strategy = training.make_strategy(strategy_name, cpu_devices=2 if strategy_name == "mirrored" else 0)
-    config = training.TrainConfig(
+    config = training.TrainConfig.create(
         preset="dare", batch_size=258, eval_batch_size=258, epochs=1, eval_every=100, max_steps=int(max_steps),
         strategy=strategy_name, jit_compile=False, optimizer=optimizer, verbose=0, in_memory_mb=int(in_memory_mb),
         model_overrides=dict(initializer="keras", top_k=5))

@@ -95,7 +95,7 @@ def _twin(jit=False):
     return model
 
 
-def test_gradient_split_sums_to_the_gradient_and_trains_plain_twin_step_for_step(rng):
+def test_gradient_split_sums_to_the_gradient_and_recording_during_fit_changes_nothing(rng):
     batches = []
     for _ in range(4):
         x = {k: v.astype("int32") for k, v in random_batch(rng, 32, 12, 60, 8).items()}
@@ -117,14 +117,26 @@ def test_gradient_split_sums_to_the_gradient_and_trains_plain_twin_step_for_step
     for g, v in dense:
         np.testing.assert_allclose(g.numpy(), tf.convert_to_tensor(full[v.path]).numpy(), atol=1e-9)
 
-    plain, split = _twin(), _twin()
-    trainer = gradients.SplitGradientTrainer(split)
-    for x, y in batches:
-        plain.train_on_batch(x, y)
-        _, stats = trainer.step(x, y, record=True)
-        assert np.all(np.abs(stats["category"]["cosines"]) <= 1 + 1e-6)
-    for a, b in zip(plain.weights, split.weights):
-        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5, err_msg=a.path)
+    # Recording during the model's own fit changes no weight, and records what
+    # split_gradients gives on that step's batch.
+    xs = {k: np.concatenate([x[k] for x, _ in batches]) for k in batches[0][0]}
+    ys = np.concatenate([y for _, y in batches])
+    plain, recorded, reference = _twin(), _twin(), _twin()
+
+    def batch_at(step):
+        return {k: v[step * 32:(step + 1) * 32] for k, v in xs.items()}, ys[step * 32:(step + 1) * 32]
+
+    recorder = gradients.SplitGradientRecorder(batch_at, every=2)
+    plain.fit(xs, ys, batch_size=32, epochs=1, shuffle=False, verbose=0)
+    recorded.fit(xs, ys, batch_size=32, epochs=1, shuffle=False, verbose=0, callbacks=[recorder])
+    for a, b in zip(plain.weights, recorded.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+    assert [s["step"] for s in recorder.samples] == [0, 2]
+    expected = gradients.path_statistics(gradients.split_gradients(reference, *batch_at(0))[1])["category"]
+    got = recorder.samples[0]["statistics"]["category"]
+    np.testing.assert_allclose(got["cosines"], expected["cosines"], rtol=1e-5)
+    assert got["attention_norm"] == pytest.approx(expected["attention_norm"], rel=1e-5)
+    assert np.all(np.abs(recorder.samples[1]["statistics"]["category"]["cosines"]) <= 1 + 1e-6)
 
 
 def test_cluster_information_is_deterministic_and_finds_separable_labels(rng):
@@ -153,7 +165,7 @@ def analysed(tmp_path_factory):
     runs = {}
     for preset in ("dare", "twin"):
         runs[preset] = str(root / preset)
-        train(data, runs[preset], TrainConfig(preset=preset, batch_size=256, eval_batch_size=1024, epochs=1,
+        train(data, runs[preset], TrainConfig.create(preset=preset, batch_size=256, eval_batch_size=1024, epochs=1,
                                               eval_every=5, max_steps=15, jit_compile=False, verbose=0,
                                               model_overrides=dict(top_k=5)))
     out = str(root / "out")

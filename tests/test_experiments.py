@@ -19,7 +19,7 @@ ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
 def test_reproduce_writes_table_and_export_cli_serves_a_cell(taobao, tmp_path):
     def config_for(model, dim):
         # two seeds for DARE (mean and std over seeds), one for DIN (std 0)
-        return TrainConfig(preset=model, batch_size=256, eval_batch_size=512, epochs=1, eval_every=4,
+        return TrainConfig.create(preset=model, batch_size=256, eval_batch_size=512, epochs=1, eval_every=4,
                            max_steps=4, seeds=(0, 1) if model == "dare" else (0,),
                            model_overrides=dict(embedding_dim=dim, top_k=10),
                            jit_compile=False, verbose=0)

@@ -26,7 +26,7 @@ PINNED = {
 
 @pytest.mark.parametrize("preset", sorted(PINNED))
 def test_short_taobao_run_gives_the_pinned_metrics(taobao, tmp_path, preset):
-    results = train(taobao, str(tmp_path / preset), TrainConfig(
+    results = train(taobao, str(tmp_path / preset), TrainConfig.create(
         preset=preset, batch_size=256, eval_batch_size=1024, epochs=1, eval_every=4, max_steps=4,
         bn_statistics_batches=2, model_overrides=dict(top_k=5), verbose=0, jit_compile=False))
     assert results["test"] == pytest.approx(PINNED[preset], abs=1e-5)

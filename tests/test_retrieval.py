@@ -229,7 +229,7 @@ def test_cascade_evaluation_matches_the_retrieval_recall_and_a_per_example_refer
     from dare_tf.training import TrainConfig, train
     data, work = taobao, str(tmp_path)
     retrieval = train_retrieval(data, os.path.join(work, "retrieval"), RetrievalConfig(epochs=2, batch_size=256))
-    train(data, os.path.join(work, "dare"), TrainConfig(preset="dare", batch_size=256, epochs=1, eval_every=20,
+    train(data, os.path.join(work, "dare"), TrainConfig.create(preset="dare", batch_size=256, epochs=1, eval_every=20,
                                                          verbose=0, model_overrides=dict(top_k=10)))
     out = evaluate_cascade(data, os.path.join(work, "retrieval"), {"dare": os.path.join(work, "dare")},
                            os.path.join(work, "cascade"), num_candidates=200, k=10, report=lambda s: None)

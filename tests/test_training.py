@@ -43,12 +43,12 @@ def test_planted_log_dare_and_twin_learn_and_fixed_seed_reproduces(planted, tmp_
     assert truth["generator_auc"] > 0.75
     aucs = {}
     for preset in ("dare", "twin"):
-        results = train(data_dir, str(tmp_path / preset), TrainConfig(preset=preset, **FAST))
+        results = train(data_dir, str(tmp_path / preset), TrainConfig.create(preset=preset, **FAST))
         aucs[preset] = results["test"]["auc"]
         assert all(np.isfinite(v) for v in results["test"].values())
     # Well above chance (0.5), in the range of the generator's own AUC.
     assert min(aucs.values()) > 0.7, aucs
-    again = train(data_dir, str(tmp_path / "dare_again"), TrainConfig(preset="dare", **FAST))
+    again = train(data_dir, str(tmp_path / "dare_again"), TrainConfig.create(preset="dare", **FAST))
     assert again["test"]["auc"] == pytest.approx(aucs["dare"], abs=1e-6)
 
 
@@ -56,13 +56,13 @@ def test_planted_log_dare_and_twin_learn_and_fixed_seed_reproduces(planted, tmp_
 @pytest.mark.parametrize("preset", ["eta", "sdim", "twin_v2"])
 def test_remaining_baselines_learn_the_planted_log(planted, tmp_path, preset):
     data_dir, _ = planted
-    results = train(data_dir, str(tmp_path / preset), TrainConfig(preset=preset, **FAST))
+    results = train(data_dir, str(tmp_path / preset), TrainConfig.create(preset=preset, **FAST))
     assert results["test"]["auc"] > 0.7, results["test"]
 
 
 @pytest.mark.slow
 def test_real_taobao_sample_trains_with_finite_metrics(taobao, tmp_path):
-    results = train(taobao, str(tmp_path / "run"), TrainConfig(
+    results = train(taobao, str(tmp_path / "run"), TrainConfig.create(
         preset="dare", batch_size=256, eval_batch_size=256, epochs=1, eval_every=10, max_steps=12,
         seeds=(0, 1), reference_mode=True, verbose=0))
     with open(tmp_path / "run" / "results.json") as f:
@@ -77,7 +77,7 @@ def test_real_taobao_sample_trains_with_finite_metrics(taobao, tmp_path):
 
 
 def test_nan_loss_stops_with_the_step(taobao, tmp_path):
-    config = TrainConfig(preset="twin", batch_size=256, eval_batch_size=256, epochs=1, learning_rate=1e30,
+    config = TrainConfig.create(preset="twin", batch_size=256, eval_batch_size=256, epochs=1, learning_rate=1e30,
                          max_steps=15, eval_every=100, model_overrides=dict(initializer="keras"), jit_compile=False,
                          verbose=0)
     with pytest.raises(NonFiniteLossError, match=r"training loss became (nan|inf) at step \d+ \(epoch 0, seed 0 of twin\)"):
@@ -131,7 +131,7 @@ def test_training_stream_resumes_at_any_step(taobao, in_memory_mb, tmp_path):
     from dare_tf.training import effective_model_config
 
     spec = DatasetSpec.load(taobao)
-    config = TrainConfig(batch_size=500, epochs=2, in_memory_mb=in_memory_mb, verbose=0, jit_compile=False)
+    config = TrainConfig.create(batch_size=500, epochs=2, in_memory_mb=in_memory_mb, verbose=0, jit_compile=False)
     memory = {"train": InMemorySplit.load(taobao, "train", spec)} if in_memory_mb else {}
     strategy = tf.distribute.get_strategy()
     run = SeedRun(taobao, str(tmp_path), config, 3, spec, strategy, True,
@@ -218,7 +218,7 @@ def test_two_workers_read_their_own_partitions_and_evaluate_exactly(taobao, tmp_
     for key in w0:
         np.testing.assert_array_equal(w0[key], w1[key])
     # One process, the same weights, the whole test split: the same metrics.
-    config = TrainConfig(preset="dare", batch_size=258, eval_batch_size=258, jit_compile=False, verbose=0,
+    config = TrainConfig.create(preset="dare", batch_size=258, eval_batch_size=258, jit_compile=False, verbose=0,
                          model_overrides=dict(initializer="keras", top_k=5))
     strategy = tf.distribute.get_strategy()
     run = SeedRun(taobao, str(tmp_path / "one"), config, 0, spec, strategy, True,
@@ -243,7 +243,7 @@ def test_batch_norm_statistics_refresh_fits_the_current_weights(planted, tmp_pat
     spec = DatasetSpec.load(data_dir)
 
     def seed_run(name, **changes):
-        config = TrainConfig(preset="twin", **dict(FAST, **changes))
+        config = TrainConfig.create(preset="twin", **dict(FAST, **changes))
         strategy = tf.distribute.get_strategy()
         return SeedRun(data_dir, str(tmp_path / name), config, 0, spec, strategy, True,
                        training.effective_model_config(config, spec, strategy), print)
@@ -297,28 +297,33 @@ def test_rerun_with_other_flags_is_refused_naming_the_fields(taobao, tmp_path):
     from dare_tf.training import RunConfigMismatchError
 
     out = str(tmp_path / "run")
-    first = train(taobao, out, TrainConfig(preset="dare", **TINY))
-    again = train(taobao, out, TrainConfig(preset="dare", **TINY))  # identical: reused
+    first = train(taobao, out, TrainConfig.create(preset="dare", **TINY))
+    again = train(taobao, out, TrainConfig.create(preset="dare", **TINY))  # identical: reused
     assert again["test"] == first["test"]
+    # The runtime section does not identify a run: another one reuses it.
+    runtime = dict(verbose=2, log_every=7, steps_per_execution=5)
+    assert train(taobao, out, TrainConfig.create(preset="dare", **dict(TINY, **runtime)), report=lambda s: None
+                 )["test"] == first["test"]
     # A run recorded before a model field existed (hash_bits) matches that field's default.
     recorded = json.load(open(os.path.join(out, "run_config.json")))
     del recorded["model_config"]["hash_bits"]
     json.dump(recorded, open(os.path.join(out, "run_config.json"), "w"))
-    assert train(taobao, out, TrainConfig(preset="dare", **TINY))["test"] == first["test"]
+    assert train(taobao, out, TrainConfig.create(preset="dare", **TINY))["test"] == first["test"]
     with pytest.raises(RunConfigMismatchError, match="model_config.hash_bits: 32 in the run, 8 now"):
-        train(taobao, out, TrainConfig(preset="dare", **dict(TINY, model_overrides=dict(
+        train(taobao, out, TrainConfig.create(preset="dare", **dict(TINY, model_overrides=dict(
             TINY.get("model_overrides", {}), hash_bits=8))))
     before = open(os.path.join(out, "results.json")).read()
     changed = dict(TINY, learning_rate=0.02, model_overrides=dict(top_k=5, embedding_dim=8))
     with pytest.raises(RunConfigMismatchError) as err:
-        train(taobao, out, TrainConfig(preset="twin", **changed))
+        train(taobao, out, TrainConfig.create(preset="twin", **changed))
     message = str(err.value)
-    for field in ("train_config.preset: 'dare' in the run, 'twin' now", "train_config.learning_rate",
+    for field in ("train_config.preset: 'dare' in the run, 'twin' now",
+                  "train_config.optimizer.learning_rate: 0.01 in the run, 0.02 now",
                   "model_config.embedding_dim: 16 in the run, 8 now", "model_config.coupling"):
         assert field in message, message
     assert open(os.path.join(out, "results.json")).read() == before  # untouched
     (tmp_path / "run" / "my_notes.txt").write_text("keep")
-    result = train(taobao, out, TrainConfig(preset="twin", **changed), overwrite=True)
+    result = train(taobao, out, TrainConfig.create(preset="twin", **changed), overwrite=True)
     assert result["config"]["preset"] == "twin"
     assert json.load(open(os.path.join(out, "run_config.json")))["model_config"]["embedding_dim"] == 8
     assert (tmp_path / "run" / "my_notes.txt").read_text() == "keep"
@@ -328,9 +333,9 @@ def test_another_dataset_in_the_same_run_dir_is_refused(taobao, planted, tmp_pat
     from dare_tf.training import RunConfigMismatchError
 
     out = str(tmp_path / "run")
-    train(taobao, out, TrainConfig(preset="dare", **TINY))
+    train(taobao, out, TrainConfig.create(preset="dare", **TINY))
     with pytest.raises(RunConfigMismatchError, match="dataset.fingerprint"):
-        train(planted[0], out, TrainConfig(preset="dare", **TINY))
+        train(planted[0], out, TrainConfig.create(preset="dare", **TINY))
 
 
 def test_results_report_metrics_by_history_length(planted, tmp_path):
@@ -339,7 +344,7 @@ def test_results_report_metrics_by_history_length(planted, tmp_path):
     assert [b[0] for b in history_length_buckets(200)] == ["1-9", "10-49", "50-199", "full"]
     assert [b[0] for b in history_length_buckets(30)] == ["1-9", "10-29", "full"]
     data_dir, _ = planted
-    results = train(data_dir, str(tmp_path / "run"), TrainConfig(preset="dare", **TINY))
+    results = train(data_dir, str(tmp_path / "run"), TrainConfig.create(preset="dare", **TINY))
     buckets = results["test_by_history_length"]
     spec = json.load(open(os.path.join(data_dir, "spec.json")))
     assert sum(b["count"] for b in buckets.values()) == spec["counts"]["test"]
@@ -385,7 +390,7 @@ def test_keras_compile_fit_evaluate_give_the_trainers_loss_on_the_same_batch(tao
     from dare_tf.data.spec import MODEL_INPUTS, DatasetSpec
 
     spec = DatasetSpec.load(taobao)
-    config = TrainConfig(preset="dare", **TINY)
+    config = TrainConfig.create(preset="dare", **TINY)
     strategy = tf.distribute.get_strategy()
     run = SeedRun(taobao, str(tmp_path / "run"), config, 0, spec, strategy, True,
                   training.effective_model_config(config, spec, strategy), print)
@@ -408,13 +413,32 @@ def test_keras_compile_fit_evaluate_give_the_trainers_loss_on_the_same_batch(tao
     assert np.isfinite(trainer_loss) and trainer_loss > 0.5  # two cross entropies near log 2 each
 
 
+def test_train_config_sections_flat_names_and_identity():
+    from dare_tf.training.config import DataConfig, OptimizerConfig, RuntimeConfig, ScheduleConfig
+
+    config = TrainConfig.create(preset="twin", batch_size=64, optimizer="lazy_adam", in_memory_mb=0, verbose=0,
+                                seeds=[3, 4])
+    assert config.schedule == ScheduleConfig(batch_size=64) and config.optimizer == OptimizerConfig("lazy_adam")
+    assert config.data == DataConfig(in_memory_mb=0) and config.runtime == RuntimeConfig(verbose=0)
+    assert config.seeds == (3, 4) and TrainConfig.create(**config.flat()) == config
+    assert config.replace(learning_rate=0.5).optimizer.learning_rate == 0.5
+    identity = config.identity()
+    assert "runtime" not in identity and identity["optimizer"] == {"name": "lazy_adam", "learning_rate": 0.01}
+    with pytest.raises(TypeError, match="^TrainConfig.create: unknown field 'batchsize'$"):
+        TrainConfig.create(batchsize=1)
+    with pytest.raises(ValueError, match=r"^optimizer='sgd': must be one of \('adam', 'lazy_adam'\)$"):
+        TrainConfig.create(optimizer="sgd")
+    with pytest.raises(ValueError, match="^batch_size=0: must be >= 1$"):
+        TrainConfig.create(batch_size=0)
+
+
 def test_steps_per_execution_trains_the_same_run(taobao, tmp_path):
-    assert TrainConfig(eval_every=150, steps_per_execution=10).execution_steps == 10
-    assert TrainConfig(eval_every=33, steps_per_execution=10).execution_steps == 3  # validations 33 steps apart
-    assert TrainConfig(eval_every=7, steps_per_execution=4).execution_steps == 1
+    assert TrainConfig.create(eval_every=150, steps_per_execution=10).execution_steps == 10
+    assert TrainConfig.create(eval_every=33, steps_per_execution=10).execution_steps == 3  # validations 33 steps apart
+    assert TrainConfig.create(eval_every=7, steps_per_execution=4).execution_steps == 1
     config = dict(TINY, eval_every=6, max_steps=12)
-    one = train(taobao, str(tmp_path / "one"), TrainConfig(preset="dare", steps_per_execution=1, **config))
-    six = train(taobao, str(tmp_path / "six"), TrainConfig(preset="dare", steps_per_execution=6, **config))
+    one = train(taobao, str(tmp_path / "one"), TrainConfig.create(preset="dare", steps_per_execution=1, **config))
+    six = train(taobao, str(tmp_path / "six"), TrainConfig.create(preset="dare", steps_per_execution=6, **config))
     assert one["per_seed"][0]["steps"] == six["per_seed"][0]["steps"] == 12
     assert one["test"] == six["test"] and one["val"] == six["val"]
 

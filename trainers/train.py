@@ -32,7 +32,7 @@ def main(argv):
     from dare_tf import training
 
     config = dare_tf.cli.train_config_from_flags()
-    strategy = training.make_strategy(config.strategy, FLAGS.cpu_devices)
+    strategy = training.make_strategy(config.runtime.strategy, FLAGS.cpu_devices)
     results = training.train(FLAGS.data_dir, FLAGS.output_dir, config, strategy, overwrite=FLAGS.overwrite,
                              flags_text=FLAGS.flags_into_string())
     print(training.format_results(results))

@@ -5,16 +5,16 @@ embeddings) receives the sum of two gradients: one through the attention
 scores, one through the represented vectors. `split_gradients` computes the
 two separately in one backward pass, by feeding the model two copies of the
 gathered rows, one for the attention roles and one for the representation
-roles; their sum is the model's own gradient. `SplitGradientTrainer` trains
-with that sum (so the model trained is the plain model, step for step) and
-records, every N steps, per table field, the norm of each path's gradient and
-the per-row cosine between them.
+roles; their sum is the model's own gradient. `SplitGradientRecorder`, a
+callback of the model's own `fit`, records every N steps, per table field, the
+norm of each path's gradient and the per-row cosine between them.
 
 TensorFlow backend only (gradient tapes).
 """
 
 from __future__ import annotations
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -126,29 +126,28 @@ def path_statistics(paths, fields=("category", "item")) -> dict:
     return out
 
 
-class SplitGradientTrainer:
-    """Trains `model` (compiled, with an optimizer) with `split_gradients`: each
-    step applies the sum of the two paths, which is the model's own gradient,
-    so the weights follow plain training step for step. `step(x, y, record)`
-    returns the loss and, when `record`, `path_statistics`."""
+class SplitGradientRecorder(keras.callbacks.Callback):
+    """A Keras callback for `model.fit`: every `every` steps, before the step trains on
+    its batch, records that batch's `path_statistics` (`split_gradients` of the
+    current weights). It changes no weight: the model trains exactly as without it.
 
-    def __init__(self, model):
-        self.model = model
-        self._step = tf.function(self._apply, autograph=False, reduce_retracing=True)
+    Args:
+        batch_at: `step -> (x, y)`, the batch `fit` trains on at that step.
+        every: steps between records.
 
-    def _apply(self, x, y):
-        loss, paths, dense = split_gradients(self.model, x, y)
-        self.model.optimizer.apply_gradients(table_gradients(paths) + dense)
-        return loss, {k: {p: e[p] for p in ("attention", "representation")} for k, e in paths.items()}
+    After `fit`, `samples` holds `{"step", "statistics"}` per record.
+    """
 
-    def step(self, x, y, record: bool = False):
-        ids = self.model._unpack({k: x[k] for k in MODEL_INPUTS})
-        loss, grads = self._step(x, y)
-        if not record:
-            return float(loss), None
-        row_ids = self.model.embedding.row_ids(*ids)
-        paths = {k: {"table": row_ids[k][0], "ids": row_ids[k][1], **grads[k]} for k in grads}
-        return float(loss), path_statistics(paths)
+    def __init__(self, batch_at, every: int):
+        super().__init__()
+        self.batch_at, self.every, self.samples = batch_at, every, []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        step = int(self.model.optimizer.iterations.numpy())
+        if step % self.every == 0:
+            x, y = self.batch_at(step)
+            _, paths, _ = split_gradients(self.model, x, y)
+            self.samples.append({"step": step, "statistics": path_statistics(paths)})
 
 
 def summarize(samples: list[dict], field: str = "category") -> dict:

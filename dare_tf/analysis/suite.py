@@ -244,20 +244,20 @@ class _Suite:
                               seed=cfg.seed, jit_compile_dense=False)
             model.build()
             model.compile(optimizer=make_optimizer("adam", cfg.learning_rate))
-            model.optimizer.build(model.trainable_variables)
-            trainer = gradients.SplitGradientTrainer(model)
             order = np.random.default_rng(cfg.seed).permutation(len(self.train))
-            samples = []
+            x = {k: v[order] for k, v in self.train.features.items()}
+            y = self.train.labels[order]
+            size = cfg.batch_size
+
+            def batch_at(step, x=x, y=y, size=size):
+                return {k: v[step * size: (step + 1) * size] for k, v in x.items()}, y[step * size: (step + 1) * size]
+
+            recorder = gradients.SplitGradientRecorder(batch_at, cfg.gradient_every)
             started = time.perf_counter()
-            for step, x in enumerate(_batches(
-                    {**{k: v[order] for k, v in self.train.features.items()}, "label": self.train.labels[order]},
-                    cfg.batch_size)):
-                if step >= cfg.gradient_steps:
-                    break
-                record = step % cfg.gradient_every == 0
-                _, stats = trainer.step(x, x["label"], record=record)
-                if record:
-                    samples.append({"step": step, "statistics": stats})
+            # The model's own fit (the trainer's loop), in the permutation's order.
+            model.fit(x, y, batch_size=size, epochs=1, steps_per_epoch=min(cfg.gradient_steps, -(-len(y) // size)),
+                      shuffle=False, verbose=0, callbacks=[recorder])
+            samples = recorder.samples
             summaries[preset] = gradients.summarize(samples)
             summaries[preset]["item"] = gradients.summarize(samples, "item")
             summaries[preset]["coupling"] = model.model_config.coupling
@@ -317,7 +317,7 @@ class _Suite:
                 continue
             run_dir = os.path.join(self.output_dir, "dimension_runs", f"attention_{width}")
             self.say(f"  training DARE with attention width {width} (representation {rep_dim}) in {run_dir}")
-            train(self.data_dir, run_dir, TrainConfig(
+            train(self.data_dir, run_dir, TrainConfig.create(
                 preset="dare", batch_size=cfg.batch_size * 2, eval_batch_size=4096, epochs=cfg.dimension_epochs,
                 eval_every=10**9, learning_rate=cfg.learning_rate, seeds=(cfg.seed,), verbose=0,
                 model_overrides=dict(embedding_dim=rep_dim, attention_embedding_dim=width,

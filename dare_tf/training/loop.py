@@ -47,19 +47,19 @@ class SeedRun:
         self.spec, self.strategy, self.chief, self.model_config = spec, strategy, chief, model_config
         self._print = report
         os.makedirs(run_dir, exist_ok=True)
-        self.distributed = strategy.num_replicas_in_sync > 1 or config.strategy != "default"
-        if self.distributed and config.batch_size % strategy.num_replicas_in_sync:
-            raise ValueError(f"batch_size={config.batch_size} must be divisible by the "
+        self.distributed = strategy.num_replicas_in_sync > 1 or config.runtime.strategy != "default"
+        if self.distributed and config.schedule.batch_size % strategy.num_replicas_in_sync:
+            raise ValueError(f"batch_size={config.schedule.batch_size} must be divisible by the "
                              f"{strategy.num_replicas_in_sync} replicas")
         keras.utils.set_random_seed(seed)
         with strategy.scope():
             # Row-wise updates need sparse table gradients; dense Adam updates every row
             # anyway and is faster with the lookups inside the compiled forward pass.
             self.model = DareModel(model_config, seed=seed, name=config.preset,
-                                   jit_compile_dense=config.jit_compile,
-                                   sparse_embedding_gradients=config.optimizer == "lazy_adam")
+                                   jit_compile_dense=config.runtime.jit_compile,
+                                   sparse_embedding_gradients=config.optimizer.name == "lazy_adam")
             self.model.build()
-            self.model.compile(optimizer=make_optimizer(config.optimizer, config.learning_rate),
+            self.model.compile(optimizer=make_optimizer(config.optimizer.name, config.optimizer.learning_rate),
                                metrics=[keras.metrics.AUC(name="auc", num_thresholds=1000)],
                                steps_per_execution=config.execution_steps)
             self.model.optimizer.build(self.model.trainable_variables)
@@ -79,29 +79,29 @@ class SeedRun:
         # left out of that epoch, a different rest each epoch as the order is reshuffled).
         self.worker, self.workers = worker_index(strategy)
         self.partitions = worker_partitions(spec, self.worker, self.workers)
-        self.local_batch = config.batch_size // self.workers
+        self.local_batch = config.schedule.batch_size // self.workers
         if self.workers > 1:
-            if config.batch_size % self.workers:
-                raise ValueError(f"batch_size={config.batch_size} must be divisible by the {self.workers} workers")
+            if config.schedule.batch_size % self.workers:
+                raise ValueError(f"batch_size={config.schedule.batch_size} must be divisible by the {self.workers} workers")
             counts = [sum(spec.records(n) for n in spec.shard_files("train", worker_partitions(spec, w, self.workers)))
                       for w in range(self.workers)]
             self.steps_per_epoch = min(counts) // self.local_batch
-            self.total_steps = self.steps_per_epoch * config.epochs
+            self.total_steps = self.steps_per_epoch * config.schedule.epochs
         else:
-            count, batch = spec.counts["train"], config.batch_size
+            count, batch = spec.counts["train"], config.schedule.batch_size
             # In memory, the epochs' permutations run back to back, cut into full batches
             # (static shapes: LazyAdam's step ran 2x faster with them); streamed, every
             # epoch ends with its partial batch, dropped when distributed.
             self.steps_per_epoch = (count // batch if self.distributed or "train" in self.memory
                                     else math.ceil(count / batch))
-            self.total_steps = (config.epochs * count // batch if "train" in self.memory
-                                else self.steps_per_epoch * config.epochs)
+            self.total_steps = (config.schedule.epochs * count // batch if "train" in self.memory
+                                else self.steps_per_epoch * config.schedule.epochs)
         if self.steps_per_epoch == 0:
             raise ValueError(f"{data_dir}: the train split has fewer examples ({spec.counts['train']}"
                              f"{'' if self.workers == 1 else ' over all workers; the fewest on one worker'}) "
                              f"than one batch ({self.local_batch} per {'worker' if self.workers > 1 else 'step'})")
-        if config.max_steps is not None:
-            self.total_steps = min(self.total_steps, config.max_steps)
+        if config.schedule.max_steps is not None:
+            self.total_steps = min(self.total_steps, config.schedule.max_steps)
         self.started = time.perf_counter()
 
     # -- data ---------------------------------------------------------------------------
@@ -115,7 +115,7 @@ class SeedRun:
             order = self._permutation(epoch)[: self.steps_per_epoch * self.local_batch if self.workers > 1 else None]
             return self.memory["train"].batches(order, self.local_batch)
         return make_dataset(self.data_dir, "train", self.local_batch, shuffle=True,
-                            shuffle_buffer=shuffle_buffer or self.config.shuffle_buffer, deterministic=True,
+                            shuffle_buffer=shuffle_buffer or self.config.data.shuffle_buffer, deterministic=True,
                             seed=self.seed * 1000 + epoch, spec=self.spec, partitions=self.partitions,
                             drop_remainder=self.distributed,
                             max_len=self.model_config.max_len).take(self.steps_per_epoch)
@@ -128,19 +128,19 @@ class SeedRun:
             # Examples per epoch: the whole split, or a worker's equal share.
             per_epoch = self.steps_per_epoch * batch if self.workers > 1 else len(self.memory["train"])
             first = skip * batch // per_epoch
-            order = np.concatenate([self._permutation(e)[:per_epoch] for e in range(first, self.config.epochs)])
+            order = np.concatenate([self._permutation(e)[:per_epoch] for e in range(first, self.config.schedule.epochs)])
             start = skip * batch - first * per_epoch
             ds = self.memory["train"].batches(order[start: start + (self.total_steps - skip) * batch], batch)
         else:
             first = skip // self.steps_per_epoch
             ds = self._epoch_batches(first).skip(skip - first * self.steps_per_epoch)
-            for epoch in range(first + 1, self.config.epochs):
+            for epoch in range(first + 1, self.config.schedule.epochs):
                 ds = ds.concatenate(self._epoch_batches(epoch))
             ds = ds.take(self.total_steps - skip)
         ds = ds.map(lambda x, y: ({k: x[k] for k in MODEL_INPUTS}, y))
         if not self.distributed:
             return ds.prefetch(tf.data.AUTOTUNE)
-        per_replica = self.config.batch_size // self.strategy.num_replicas_in_sync
+        per_replica = self.config.schedule.batch_size // self.strategy.num_replicas_in_sync
 
         def dataset_fn(context):
             if context.num_input_pipelines != self.workers:
@@ -151,8 +151,8 @@ class SeedRun:
 
     @property
     def eval_batch_size(self) -> int:
-        cap = max(self.config.batch_size, EVAL_BEHAVIOURS // self.model_config.max_len)
-        return min(self.config.eval_batch_size, cap)
+        cap = max(self.config.schedule.batch_size, EVAL_BEHAVIOURS // self.model_config.max_len)
+        return min(self.config.data.eval_batch_size, cap)
 
     def predict(self, split: str) -> dict[str, np.ndarray]:
         """Predictions over the whole split: this worker's partitions, gathered
@@ -175,12 +175,12 @@ class SeedRun:
 
     def refresh_batch_norm_statistics(self) -> None:
         cfg = self.config
-        if cfg.reference_mode or not cfg.bn_statistics_batches:
+        if cfg.reference_mode or not cfg.schedule.bn_statistics_batches:
             return
         # A small shuffle buffer: a mixed sample of the training split, cheap to fill.
-        batches = self._epoch_batches(999, min(cfg.shuffle_buffer, 8 * cfg.batch_size))
+        batches = self._epoch_batches(999, min(cfg.data.shuffle_buffer, 8 * cfg.schedule.batch_size))
         combine = (lambda stats: gather_workers(self.strategy, stats)) if self.workers > 1 else None
-        refresh_batch_norm_statistics(self.model, (x for x, _ in batches.take(cfg.bn_statistics_batches)), combine)
+        refresh_batch_norm_statistics(self.model, (x for x, _ in batches.take(cfg.schedule.bn_statistics_batches)), combine)
 
     # -- history and reporting ---------------------------------------------------------
     def _history_path(self) -> str:
@@ -200,7 +200,7 @@ class SeedRun:
                 f.write(json.dumps(entry, default=float) + "\n")
 
     def report(self, step: int, val: dict, improved: bool) -> None:
-        if self.chief and self.config.verbose == 2:
+        if self.chief and self.config.runtime.verbose == 2:
             self._print(f"{self.config.preset} on {self.spec.dataset} {os.path.basename(self.data_dir)} seed "
                         f"{self.seed}, step {step}/{self.total_steps}: validation "
                         + " ".join(f"{k} {v:.4f}" for k, v in val.items()) + (" (best)" if improved else ""))
@@ -218,16 +218,16 @@ class SeedRun:
             callbacks = [
                 StopOnNonFiniteLoss(lambda s: f"epoch {(s - 1) // self.steps_per_epoch}, seed {self.seed} "
                                               f"of {cfg.preset}"),
-                StopAtStep(cfg.eval_every, self.total_steps),
+                StopAtStep(cfg.schedule.eval_every, self.total_steps),
                 ExactValidation(self),
             ]
             if self.chief:
                 callbacks.append(keras.callbacks.TensorBoard(os.path.join(self.run_dir, "tensorboard"),
-                                                             update_freq=cfg.log_every))
+                                                             update_freq=cfg.runtime.log_every))
             fit = fit_distributed if self.distributed else keras.Model.fit
-            fit(self.model, self.train_stream(step), steps_per_epoch=cfg.eval_every,
-                epochs=math.ceil(self.total_steps / cfg.eval_every), initial_epoch=step // cfg.eval_every,
-                callbacks=callbacks, shuffle=False, verbose=1 if cfg.verbose == 1 and self.chief else 0)
+            fit(self.model, self.train_stream(step), steps_per_epoch=cfg.schedule.eval_every,
+                epochs=math.ceil(self.total_steps / cfg.schedule.eval_every), initial_epoch=step // cfg.schedule.eval_every,
+                callbacks=callbacks, shuffle=False, verbose=1 if cfg.runtime.verbose == 1 and self.chief else 0)
         return self._finish()
 
     def _finish(self) -> dict:
@@ -264,7 +264,7 @@ def train(data_dir: str, output_dir: str, config: TrainConfig,
     `output_dir/flags.txt` (a flagfile that reproduces the run).
     """
     spec = DatasetSpec.load(data_dir)
-    strategy = strategy or make_strategy(config.strategy)
+    strategy = strategy or make_strategy(config.runtime.strategy)
     chief = is_chief(strategy)
     # One writer per run directory: the chief holds its lock for the whole run; the
     # configuration check and the first write happen under it.
@@ -293,7 +293,7 @@ def _train(data_dir, output_dir, config, spec, strategy, chief, overwrite, repor
             partitions = worker_partitions(spec, *worker_index(strategy))
             memory = {split: InMemorySplit.load(data_dir, split, spec, model_config.max_len, partitions)
                       for split in ("train", "val")
-                      if InMemorySplit.estimated_bytes(spec, split, partitions) <= config.in_memory_mb * 2**20}
+                      if InMemorySplit.estimated_bytes(spec, split, partitions) <= config.data.in_memory_mb * 2**20}
         per_seed.append(SeedRun(data_dir, run_dir, config, seed, spec, strategy, chief, model_config,
                                  report, memory).run())
     results = {

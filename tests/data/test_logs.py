@@ -211,7 +211,7 @@ def test_a_model_trains_and_evaluates_on_an_impression_log(tmp_path):
     out = str(tmp_path / "imp")
     spec = prepare(fmt, path, out, protocol)
     for in_memory_mb in (0, 4096):
-        results = train(out, str(tmp_path / f"run{in_memory_mb}"), TrainConfig(
+        results = train(out, str(tmp_path / f"run{in_memory_mb}"), TrainConfig.create(
             preset="dare", batch_size=64, eval_batch_size=64, epochs=2, eval_every=10, jit_compile=False,
             verbose=0, in_memory_mb=in_memory_mb, model_overrides=dict(top_k=5, max_len=20)))
         assert results["per_seed"][0]["steps"] == (2 * spec.counts["train"] // 64 if in_memory_mb
