@@ -177,13 +177,14 @@ def define_train_flags(with_model: bool = True) -> None:
     overrides of the preset, every user-settable `ModelConfig` field."""
     from dare_tf import config
     from dare_tf.layers.embedding import COUPLINGS
+    from dare_tf.optimizers import OPTIMIZERS
     from dare_tf.training import config as train
 
     exclude = ("model_overrides", *train.SECTIONS) + (() if with_model else ("preset",))
     define_flags(train.TrainConfig, exclude=exclude, rename=_TRAIN_RENAME, choices={"preset": sorted(config.PRESETS)})
     for section, kind in train.SECTIONS.items():
         define_flags(kind, rename=_section_rename(section),
-                     choices={"name": train.OPTIMIZERS, "strategy": train.STRATEGIES})
+                     choices={"name": OPTIMIZERS, "strategy": train.STRATEGIES})
     define_flags(config.ModelConfig, exclude=_MODEL_DERIVED, preset_defaults=True, choices={
         "coupling": COUPLINGS, "search": sorted(config.SEARCHES), "scorer": config.SCORERS,
         "initializer": config.INITIALIZERS, "aux_attention": config.AUX_ATTENTIONS})

@@ -12,7 +12,7 @@ import tensorflow as tf
 
 import dare_tf
 from dare_tf.analysis import attention, gradients, representation, retrieval
-from dare_tf.training import make_optimizer
+from dare_tf.optimizers import make_optimizer
 from tests.conftest import REPO, random_batch
 
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)

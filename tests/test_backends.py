@@ -12,12 +12,10 @@ from tests.conftest import REPO
 pytest.importorskip("jax")
 
 
-# (tests/layers/test_baselines.py checks ETA, SDIM and TWIN-V2 against numpy on TensorFlow;
-# on JAX their layers run in test_keras_models.py's serialization tests.) Two processes, so
-# that make test's two workers run them side by side.
+# Two processes, so that make test's two workers run them side by side.
 @pytest.mark.slow
-@pytest.mark.parametrize("suite", [["tests/layers", "--ignore", "tests/layers/test_baselines.py"],
-                                   ["tests/test_keras_models.py"]], ids=["layers", "models"])
+@pytest.mark.parametrize("suite", [["tests/layers", "tests/search"], ["tests/test_keras_models.py"]],
+                         ids=["layers and searches", "models"])
 def test_layers_and_models_on_jax(suite):
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=REPO)
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",

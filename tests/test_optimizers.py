@@ -136,7 +136,7 @@ def test_fused_adam_sparse_gradients_equal_dense_adam(rng):
 @pytest.mark.parametrize("jit_compile_dense", [True, False])
 def test_lazy_adam_training_touches_only_looked_up_rows(rng, jit_compile_dense):
     import dare_tf
-    from dare_tf.training import make_optimizer
+    from dare_tf.optimizers import make_optimizer
     from tests.conftest import random_batch
 
     # Item (1,000 rows) and position (2,000 rows) tables have more rows than the

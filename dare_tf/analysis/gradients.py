@@ -146,7 +146,11 @@ class SplitGradientRecorder(keras.callbacks.Callback):
         step = int(self.model.optimizer.iterations.numpy())
         if step % self.every == 0:
             x, y = self.batch_at(step)
+            # The training-mode forward pass moves BatchNorm's statistics: put them back.
+            state = [v.numpy() for v in self.model.non_trainable_variables]
             _, paths, _ = split_gradients(self.model, x, y)
+            for variable, value in zip(self.model.non_trainable_variables, state):
+                variable.assign(value)
             self.samples.append({"step": step, "statistics": path_statistics(paths)})
 
 

@@ -231,7 +231,7 @@ class _Suite:
 
         from dare_tf.config import make_config
         from dare_tf.models import DareModel
-        from dare_tf.training import make_optimizer
+        from dare_tf.optimizers import make_optimizer
 
         cfg = self.config
         dim = next(iter(self.runs.values())).model.model_config.embedding_dim if self.runs else 16

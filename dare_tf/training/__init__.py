@@ -4,11 +4,12 @@ TensorFlow only (tf.data, tf.distribute, checkpoints). `train(data_dir,
 output_dir, TrainConfig(...))` trains one model per seed on a prepared
 dataset with `DareModel.fit` and these callbacks (`dare_tf.training.callbacks`):
 
-- `ExactValidation`: every `eval_every` steps (a Keras "epoch" here is
-  `eval_every` steps of one continuous input stream) and at the end, refreshes
-  BatchNorm's statistics, computes the exact validation metrics (AUC, GAUC,
-  category AUC, logloss), keeps the best-on-validation weights, appends the
-  metric history, and writes a checkpoint;
+- every `eval_every` steps (a Keras "epoch" here is `eval_every` steps of one
+  continuous input stream) and at the end: `ExactValidation` refreshes
+  BatchNorm's statistics and computes the exact validation metrics (AUC, GAUC,
+  category AUC, logloss), `KeepBestWeights` keeps the best-on-validation
+  weights, `AppendHistory` appends the metric history, `SaveCheckpoint` writes
+  a checkpoint;
 - `StopOnNonFiniteLoss`: stops with `NonFiniteLossError` naming the step;
 - `StopAtStep`: ends training after `epochs` passes (or `max_steps`);
 - Keras's `TensorBoard` and progress bar.
@@ -31,24 +32,29 @@ distributed loop), `evaluation` (predictions and metrics), `callbacks`, and
 """
 
 from dare_tf.run_directory import RunConfigMismatchError, RunLockedError, read_history
-from dare_tf.training.callbacks import ExactValidation, NonFiniteLossError, StopAtStep, StopOnNonFiniteLoss
-from dare_tf.training.config import (EVAL_BEHAVIOURS, METRICS, OPTIMIZERS, STRATEGIES, TrainConfig,
+from dare_tf.training.callbacks import (AppendHistory, ExactValidation, KeepBestWeights, NonFiniteLossError,
+                                        SaveCheckpoint, StopAtStep, StopOnNonFiniteLoss)
+from dare_tf.training.config import (EVAL_BEHAVIOURS, METRICS, STRATEGIES, TrainConfig,
                                      effective_model_config, run_identity)
 from dare_tf.training.distribution import gather_workers, make_strategy, worker_index, worker_partitions
 from dare_tf.training.evaluation import (evaluate_outputs, format_results, history_length_buckets,
                                          metrics_by_history_length, predict_batches, predict_split,
-                                         refresh_batch_norm_statistics, summarize)
-from dare_tf.training.loop import SeedRun, make_optimizer, train, write_curves
+                                         refresh_batch_norm_statistics, summarize, write_curves)
+from dare_tf.optimizers import OPTIMIZERS, make_optimizer
+from dare_tf.training.loop import SeedRun, train
 
 __all__ = [
     "EVAL_BEHAVIOURS",
     "METRICS",
     "OPTIMIZERS",
     "STRATEGIES",
+    "AppendHistory",
     "ExactValidation",
+    "KeepBestWeights",
     "NonFiniteLossError",
     "RunConfigMismatchError",
     "RunLockedError",
+    "SaveCheckpoint",
     "SeedRun",
     "StopAtStep",
     "StopOnNonFiniteLoss",

@@ -1,7 +1,17 @@
-"""The trainer's Keras callbacks."""
+"""The trainer's Keras callbacks, one concern each.
+
+At the end of each Keras epoch (`eval_every` steps), in this order:
+`ExactValidation` computes the exact validation metrics (into the epoch's logs
+as `val_*`, for TensorBoard and the progress bar); `KeepBestWeights` saves the
+weights when validation AUC improved; `AppendHistory` writes the history line
+(and the `--verbose=2` report); `SaveCheckpoint` writes the checkpoint. History
+comes before the checkpoint: a kill between the two re-runs those steps, and
+resuming drops history lines past the checkpoint (`truncate_history`).
+"""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -9,7 +19,7 @@ from typing import Callable
 
 import keras
 
-from dare_tf.run_directory import BEST_WEIGHTS
+from dare_tf.run_directory import HISTORY, read_history
 from dare_tf.training.evaluation import evaluate_outputs
 
 
@@ -49,46 +59,96 @@ class StopAtStep(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
-class ExactValidation(keras.callbacks.Callback):
-    """At the end of each Keras epoch (`eval_every` steps): BatchNorm refresh,
-    exact validation metrics, best weights, history line, checkpoint; the
-    metrics go into the epoch's logs as `val_*` (TensorBoard, progress bar)."""
 
-    def __init__(self, run):
+class ExactValidation(keras.callbacks.Callback):
+    """Exact validation metrics at the end of each Keras epoch: refreshes
+    BatchNorm's statistics (`refresh()`), predicts the validation split
+    (`predict()`, every example, all workers gathered) and puts the metrics into
+    the epoch's logs as `val_*`. `last` holds the step, the metrics and the
+    timing of the latest validation, for the callbacks after it."""
+
+    def __init__(self, refresh: Callable[[], None], predict: Callable[[], dict]):
         super().__init__()
-        self.run = run
-        self.fit_started = time.perf_counter()
-        self.evaluating = 0.0
+        self.refresh, self.predict = refresh, predict
+        self.fit_started, self.evaluating, self.last = time.perf_counter(), 0.0, None
 
     def on_train_begin(self, logs=None):
         self.fit_started, self.evaluating = time.perf_counter(), 0.0
 
     def on_epoch_end(self, epoch, logs=None):
-        run = self.run
-        step = int(self.model.optimizer.iterations.numpy())
         started = time.perf_counter()
-        run.refresh_batch_norm_statistics()
+        self.refresh()
         refreshed = time.perf_counter()
-        outputs = run.predict("val")
+        outputs = self.predict()
         val = evaluate_outputs(outputs)
         predicted = time.perf_counter()
-        timing = {"train_seconds": started - self.fit_started - self.evaluating,
-                  "bn_seconds": refreshed - started, "val_seconds": predicted - refreshed,
-                  "val_examples": int(len(outputs["labels"]))}
-        improved = val["auc"] > float(run.best_auc)
-        if improved:
-            run.best_auc.assign(val["auc"])
-            run.best_step.assign(step)
-            tmp = os.path.join(run.work_dir, f"best.tmp-{os.getpid()}.weights.h5")
-            self.model.save_weights(tmp)
-            os.replace(tmp, os.path.join(run.work_dir, BEST_WEIGHTS))
+        self.last = {"step": int(self.model.optimizer.iterations.numpy()), "val": val,
+                     "train_loss": float((logs or {}).get("loss", float("nan"))),
+                     "timing": {"train_seconds": started - self.fit_started - self.evaluating,
+                                "bn_seconds": refreshed - started, "val_seconds": predicted - refreshed,
+                                "val_examples": int(len(outputs["labels"]))}}
         if logs is not None:
             logs.update({f"val_{k}": v for k, v in val.items()})
-        # History first, then the checkpoint: a kill between the two re-runs
-        # these steps, and resuming drops history lines past the checkpoint.
-        run.append_history({"step": step, "epoch": step // run.steps_per_epoch,
-                            "train_loss": float((logs or {}).get("loss", float("nan"))), "val": val,
-                            "best": improved, "seconds": time.perf_counter() - run.started, "timing": timing})
-        run.manager.save(checkpoint_number=step)
-        run.report(step, val, improved)
         self.evaluating += time.perf_counter() - started
+
+
+class KeepBestWeights(keras.callbacks.Callback):
+    """Saves the weights to `path` whenever validation AUC improves on `best_auc`
+    (a variable, checkpointed with the run, as `best_step` is)."""
+
+    def __init__(self, validation: ExactValidation, path: str, best_auc, best_step):
+        super().__init__()
+        self.validation, self.path, self.best_auc, self.best_step = validation, path, best_auc, best_step
+        self.improved = False
+
+    def on_epoch_end(self, epoch, logs=None):
+        last = self.validation.last
+        self.improved = last["val"]["auc"] > float(self.best_auc)
+        if self.improved:
+            self.best_auc.assign(last["val"]["auc"])
+            self.best_step.assign(last["step"])
+            tmp = f"{self.path}.tmp-{os.getpid()}.weights.h5"
+            self.model.save_weights(tmp)
+            os.replace(tmp, self.path)
+
+
+def truncate_history(seed_dir: str, step: int) -> None:
+    """Drops the history lines past `step` (those of a killed run after its checkpoint)."""
+    kept = [h for h in read_history(seed_dir) if h["step"] <= step]
+    path = os.path.join(seed_dir, HISTORY)
+    with open(path + ".tmp", "w") as f:
+        f.writelines(json.dumps(h) + "\n" for h in kept)
+    os.replace(path + ".tmp", path)
+
+
+class AppendHistory(keras.callbacks.Callback):
+    """Appends each validation's line to `seed_dir/history.jsonl` (step, epoch,
+    training loss, metrics, whether best, seconds since `started`, timing) and
+    hands a one-line summary to `report` (None: no report)."""
+
+    def __init__(self, validation: ExactValidation, best: KeepBestWeights, seed_dir: str, steps_per_epoch: int,
+                 started: float, report: Callable[[int, dict, bool], None] | None = None):
+        super().__init__()
+        self.validation, self.best, self.seed_dir = validation, best, seed_dir
+        self.steps_per_epoch, self.started, self.report = steps_per_epoch, started, report
+
+    def on_epoch_end(self, epoch, logs=None):
+        last = self.validation.last
+        entry = {"step": last["step"], "epoch": last["step"] // self.steps_per_epoch,
+                 "train_loss": last["train_loss"], "val": last["val"], "best": self.best.improved,
+                 "seconds": time.perf_counter() - self.started, "timing": last["timing"]}
+        with open(os.path.join(self.seed_dir, HISTORY), "a") as f:
+            f.write(json.dumps(entry, default=float) + "\n")
+        if self.report is not None:
+            self.report(last["step"], last["val"], self.best.improved)
+
+
+class SaveCheckpoint(keras.callbacks.Callback):
+    """Writes a checkpoint (`tf.train.CheckpointManager`) at each validation's step."""
+
+    def __init__(self, manager):
+        super().__init__()
+        self.manager = manager
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.manager.save(checkpoint_number=int(self.model.optimizer.iterations.numpy()))

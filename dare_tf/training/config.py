@@ -9,11 +9,11 @@ from typing import Any
 from dare_tf.config import ModelConfig, make_config
 from dare_tf.data.pipeline import DEFAULT_SHUFFLE_BUFFER
 from dare_tf.data.spec import DatasetSpec
+from dare_tf.optimizers import OPTIMIZERS
 from dare_tf.search import search_class
 
 
 STRATEGIES = ("default", "mirrored", "multi_worker")
-OPTIMIZERS = ("adam", "lazy_adam")
 METRICS = ("auc", "gauc", "category_auc", "logloss")
 # Behaviours per evaluation batch at most (B x L): bounds evaluation memory at long L.
 EVAL_BEHAVIOURS = 1 << 22

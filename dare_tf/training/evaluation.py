@@ -3,6 +3,8 @@ BatchNorm statistics refreshed for the current weights, multi-seed summaries."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import tensorflow as tf
 
@@ -10,6 +12,7 @@ from dare_tf import metrics
 from dare_tf.data.pipeline import make_dataset
 from dare_tf.data.spec import HIST_ITEMS, MODEL_INPUTS, TARGET_CATEGORY, USER, DatasetSpec
 from dare_tf.models import DareModel
+from dare_tf.run_directory import read_history
 from dare_tf.training.config import METRICS
 
 
@@ -135,3 +138,12 @@ def format_results(results: dict) -> str:
         count = "" if entry["count"] is None else f"{entry['count']:,}"
         lines.append(f"| {name} | {count} | " + " | ".join(f"{entry[m]:.4f}" for m in METRICS) + " |")
     return "\n".join(lines)
+
+
+def write_curves(output_dir: str, config) -> str:
+    """`output_dir/curves.png`: training loss and validation metrics against steps, per seed."""
+    from dare_tf.analysis.figures import training_curves
+
+    histories = {f"seed {s}": read_history(os.path.join(output_dir, f"seed_{s}")) for s in config.seeds}
+    return training_curves({k: v for k, v in histories.items() if v}, os.path.join(output_dir, "curves.png"),
+                           f"{config.preset}: {os.path.basename(os.path.normpath(output_dir))}")

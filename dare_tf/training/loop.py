@@ -17,23 +17,17 @@ from absl import logging
 from dare_tf.data.pipeline import InMemorySplit, make_dataset
 from dare_tf.data.spec import MODEL_INPUTS, DatasetSpec
 from dare_tf.models import DareModel
-from dare_tf.optimizers import FusedAdam, LazyAdam
+from dare_tf.optimizers import make_optimizer
 from dare_tf._files import atomic_json
-from dare_tf.run_directory import BEST_WEIGHTS, HISTORY, MODEL, SEED_RESULT, RunDirectory, read_history
-from dare_tf.training.callbacks import ExactValidation, StopAtStep, StopOnNonFiniteLoss
-from dare_tf.training.config import (EVAL_BEHAVIOURS, OPTIMIZERS, TrainConfig, effective_model_config,
+from dare_tf.run_directory import BEST_WEIGHTS, MODEL, SEED_RESULT, RunDirectory, read_history
+from dare_tf.training.callbacks import (AppendHistory, ExactValidation, KeepBestWeights, SaveCheckpoint,
+                                        StopAtStep, StopOnNonFiniteLoss, truncate_history)
+from dare_tf.training.config import (EVAL_BEHAVIOURS, TrainConfig, effective_model_config,
                                      identity_check, run_identity)
 from dare_tf.training.distribution import (fit_distributed, is_chief, task_id, gather_workers, make_strategy,
                                            worker_index, worker_partitions)
 from dare_tf.training.evaluation import (evaluate_outputs, metrics_by_history_length, predict_batches,
-                                         predict_split, refresh_batch_norm_statistics, summarize)
-
-
-def make_optimizer(name: str, learning_rate: float):
-    """`adam`: Adam (TensorFlow's fused kernel for dense updates); `lazy_adam`: LazyAdam."""
-    if name not in OPTIMIZERS:
-        raise ValueError(f"optimizer={name!r}: expected one of {OPTIMIZERS}")
-    return (LazyAdam if name == "lazy_adam" else FusedAdam)(learning_rate=learning_rate)
+                                         predict_split, refresh_batch_norm_statistics, summarize, write_curves)
 
 
 class SeedRun:
@@ -182,28 +176,31 @@ class SeedRun:
         combine = (lambda stats: gather_workers(self.strategy, stats)) if self.workers > 1 else None
         refresh_batch_norm_statistics(self.model, (x for x, _ in batches.take(cfg.schedule.bn_statistics_batches)), combine)
 
-    # -- history and reporting ---------------------------------------------------------
-    def _history_path(self) -> str:
-        return os.path.join(self.run_dir, HISTORY)
-
-    def _truncate_history(self, step: int) -> None:
-        kept = [h for h in read_history(self.run_dir) if h["step"] <= step]
-        if self.chief:
-            tmp = self._history_path() + ".tmp"
-            with open(tmp, "w") as f:
-                f.writelines(json.dumps(h) + "\n" for h in kept)
-            os.replace(tmp, self._history_path())
-
-    def append_history(self, entry: dict) -> None:
-        if self.chief:
-            with open(self._history_path(), "a") as f:
-                f.write(json.dumps(entry, default=float) + "\n")
-
     def report(self, step: int, val: dict, improved: bool) -> None:
-        if self.chief and self.config.runtime.verbose == 2:
-            self._print(f"{self.config.preset} on {self.spec.dataset} {os.path.basename(self.data_dir)} seed "
-                        f"{self.seed}, step {step}/{self.total_steps}: validation "
-                        + " ".join(f"{k} {v:.4f}" for k, v in val.items()) + (" (best)" if improved else ""))
+        self._print(f"{self.config.preset} on {self.spec.dataset} {os.path.basename(self.data_dir)} seed "
+                    f"{self.seed}, step {step}/{self.total_steps}: validation "
+                    + " ".join(f"{k} {v:.4f}" for k, v in val.items()) + (" (best)" if improved else ""))
+
+    def callbacks(self) -> list:
+        """The callbacks of this seed's `fit` (see `dare_tf.training.callbacks`)."""
+        cfg = self.config
+        validation = ExactValidation(self.refresh_batch_norm_statistics, lambda: self.predict("val"))
+        best = KeepBestWeights(validation, os.path.join(self.work_dir, BEST_WEIGHTS), self.best_auc, self.best_step)
+        callbacks = [
+            StopOnNonFiniteLoss(lambda s: f"epoch {(s - 1) // self.steps_per_epoch}, seed {self.seed} "
+                                          f"of {cfg.preset}"),
+            StopAtStep(cfg.schedule.eval_every, self.total_steps),
+            validation,
+            best,
+        ]
+        if self.chief:
+            callbacks.append(AppendHistory(validation, best, self.run_dir, self.steps_per_epoch, self.started,
+                                           self.report if cfg.runtime.verbose == 2 else None))
+        callbacks.append(SaveCheckpoint(self.manager))
+        if self.chief:
+            callbacks.append(keras.callbacks.TensorBoard(os.path.join(self.run_dir, "tensorboard"),
+                                                         update_freq=cfg.runtime.log_every))
+        return callbacks
 
     # -- the run ---------------------------------------------------------------------------
     def run(self) -> dict:
@@ -213,17 +210,10 @@ class SeedRun:
             logging.info("seed %d: resumed from %s at step %d", self.seed, self.manager.latest_checkpoint,
                          int(self.model.optimizer.iterations.numpy()))
         step = int(self.model.optimizer.iterations.numpy())
-        self._truncate_history(step)
+        if self.chief:
+            truncate_history(self.run_dir, step)
         if step < self.total_steps:
-            callbacks = [
-                StopOnNonFiniteLoss(lambda s: f"epoch {(s - 1) // self.steps_per_epoch}, seed {self.seed} "
-                                              f"of {cfg.preset}"),
-                StopAtStep(cfg.schedule.eval_every, self.total_steps),
-                ExactValidation(self),
-            ]
-            if self.chief:
-                callbacks.append(keras.callbacks.TensorBoard(os.path.join(self.run_dir, "tensorboard"),
-                                                             update_freq=cfg.runtime.log_every))
+            callbacks = self.callbacks()
             fit = fit_distributed if self.distributed else keras.Model.fit
             fit(self.model, self.train_stream(step), steps_per_epoch=cfg.schedule.eval_every,
                 epochs=math.ceil(self.total_steps / cfg.schedule.eval_every), initial_epoch=step // cfg.schedule.eval_every,
@@ -308,12 +298,3 @@ def _train(data_dir, output_dir, config, spec, strategy, chief, overwrite, repor
         run_directory.write_results(results)
         write_curves(output_dir, config)
     return results
-
-
-def write_curves(output_dir: str, config: TrainConfig) -> str:
-    """`output_dir/curves.png`: training loss and validation metrics against steps, per seed."""
-    from dare_tf.analysis.figures import training_curves
-
-    histories = {f"seed {s}": read_history(os.path.join(output_dir, f"seed_{s}")) for s in config.seeds}
-    return training_curves({k: v for k, v in histories.items() if v}, os.path.join(output_dir, "curves.png"),
-                           f"{config.preset}: {os.path.basename(os.path.normpath(output_dir))}")
