@@ -8,9 +8,8 @@ import pytest
 
 from dare_tf.experiments import reproduce
 from dare_tf.training import TrainConfig, make_strategy
-from dare_tf.data.protocol import prepare
 
-from tests.conftest import REPO, SHARED_DATA
+from tests.conftest import REPO
 
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
 

@@ -5,7 +5,6 @@ import sys
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from dare_tf.data.pipeline import InMemorySplit, make_dataset
 from dare_tf.data.spec import DatasetSpec, read_id_map

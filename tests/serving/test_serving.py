@@ -3,7 +3,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 
 import grpc
 import numpy as np

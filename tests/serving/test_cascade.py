@@ -1,6 +1,5 @@
-"""The TFRS retrieval stage. Ordinary pytest functions, each run in a fresh process of
-its own (`own_process`, tests/conftest.py): TFRS needs `tf.keras` to be Keras 2, which
-is resolved once per process."""
+"""Two-stage recommendation served (retrieval, then the ranker) and in process, in a process of
+its own (`own_process`: the retrieval model needs `tf.keras` as Keras 2)."""
 
 import json
 import os
@@ -14,85 +13,6 @@ from tests.conftest import REPO
 
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
 pytestmark = pytest.mark.own_process
-
-
-def recall_at_k(q, c, ids, positives, ks):
-    """Share of queries whose positive is among the k highest dot products."""
-    scores = q @ c.T
-    positive = scores[np.arange(len(positives)), np.searchsorted(ids, positives)]
-    rank = (scores > positive[:, None]).sum(axis=1)
-    return {f"recall@{k}": float((rank < k).mean()) for k in ks}
-
-
-def test_factorized_top_k_recall_and_the_index_match_numpy_and_keras3_coexists():
-    import tensorflow as tf
-
-    import dare_tf
-    from dare_tf.retrieval import TwoTowerModel, brute_force_index
-
-    rng = np.random.default_rng(0)
-    items = np.arange(1, 300, dtype=np.int32); cats = (items % 7 + 1).astype(np.int32)
-    model = TwoTowerModel(301, 9, 8, 8, (items, cats), ks=(1, 5, 20))
-    hist = rng.integers(0, 300, (64, 12)).astype(np.int32); hist[:, :3] = 0
-    pos = rng.choice(items, 64).astype(np.int32)
-    x = {"hist_items": hist, "hist_categories": np.where(hist > 0, hist % 7 + 1, 0).astype(np.int32),
-         "target_item": pos, "target_category": (pos % 7 + 1).astype(np.int32)}
-    model.query(x); model.candidate((items, cats))  # build
-    for w in model.trainable_variables:  # spread the towers so scores differ
-        w.assign(rng.normal(0, 1, w.shape))
-    model.compile(optimizer="adagrad")
-    metrics = model.evaluate(tf.data.Dataset.from_tensor_slices(x).batch(64), return_dict=True, verbose=0)
-    q = model.query(x).numpy(); c = model.candidate((items, cats)).numpy()
-    ref = recall_at_k(q, c, items, pos, (1, 5, 20))
-    got = {f"recall@{k}": metrics[f"factorized_top_k/top_{k}_categorical_accuracy"] for k in (1, 5, 20)}
-    _, ids = brute_force_index(model, (items, cats), 10)({"hist_items": hist, "hist_categories": x["hist_categories"]})
-    top = items[np.argsort(-(q @ c.T), axis=1, kind="stable")[:, :10]]
-    ranker = dare_tf.build_model("dare", 50, 5, max_len=8, top_k=3); ranker.compile(optimizer="adam")
-    loss = float(ranker.evaluate(ranker.dummy_inputs(4), np.array([1.0, 0, 1, 0]), verbose=0))
-    import keras
-
-    out = {"got": got, "ref": ref, "same_top": bool((ids.numpy() == top).all()),
-           "keras3": keras.__version__.startswith("3"), "loss": loss}
-    for k, v in out["ref"].items():
-        assert out["got"][k] == pytest.approx(v, abs=1e-6), (k, out)
-    assert 0 < out["ref"]["recall@20"] < 1
-    assert out["same_top"] and out["keras3"] and out["loss"] > 0
-
-
-def test_tf_keras_resolved_to_keras3_first_is_refused_with_the_fix():
-    env = {k: v for k, v in ENV.items() if k != "TF_USE_LEGACY_KERAS"}
-    done = subprocess.run([sys.executable, "-c", "import tensorflow as tf\ntf.keras.layers\nimport dare_tf.retrieval\n"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode != 0
-    assert "TF_USE_LEGACY_KERAS=1" in done.stderr and "already resolved to Keras 3" in done.stderr
-
-
-@pytest.mark.slow
-def test_train_retrieval_program_writes_recall_and_the_popularity_baseline(taobao, tmp_path):
-    out = tmp_path / "retrieval"
-    command = [sys.executable, "-m", "trainers.train_retrieval", f"--data_dir={taobao}", f"--output_dir={out}",
-               "--epochs=2", "--batch_size=256"]
-    done = subprocess.run(command, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = json.load(open(out / "results.json"))
-    keys = ["recall@10", "recall@50", "recall@100", "recall@200"]
-    for part in ("test", "test_popularity"):
-        values = [results[part][k] for k in keys]
-        assert values == sorted(values) and 0 <= values[0] and values[-1] <= 1, (part, values)
-    assert results["catalogue"] > 1000 and results["test_positives"] == 86
-    bad = subprocess.run(command[:-2] + ["--epochs=0"], cwd=REPO, env=ENV, capture_output=True, text=True)
-    assert bad.returncode == 2 and "--epochs=0: must be >= 1" in bad.stderr
-    other = subprocess.run(command[:-2] + ["--epochs=3"], cwd=REPO, env=ENV, capture_output=True, text=True)
-    assert other.returncode == 1 and "retrieval_config.epochs: 2 in the run, 3 now" in other.stderr
-    exported = subprocess.run([sys.executable, "-m", "serving.export", f"--run_dir={out}",
-                               f"--export_base={tmp_path / 'exports'}", "--model_name=retrieval", "--top_n=50"],
-                              cwd=REPO, env=ENV, capture_output=True, text=True)
-    assert exported.returncode == 0, exported.stderr[-3000:]
-    assert exported.stdout.strip().endswith(os.path.join("exports", "retrieval", "1"))
-    too_many = subprocess.run([sys.executable, "-m", "serving.export", f"--run_dir={out}",
-                               f"--export_base={tmp_path / 'exports'}", "--model_name=retrieval",
-                               "--top_n=999999"], cwd=REPO, env=ENV, capture_output=True, text=True)
-    assert too_many.returncode == 1 and "top_n=999999 is larger than the catalogue" in too_many.stderr
 
 
 @pytest.mark.slow
@@ -220,57 +140,3 @@ def test_two_stage_recommend_served_and_in_process(taobao, tmp_path):
     assert f"| 1 | {out['items'][0]} |" in stdout
     code, stderr = out["cli_missing"]
     assert code == 1 and "the retrieval model 'nope' is not served" in stderr
-
-
-@pytest.mark.slow
-def test_cascade_evaluation_matches_the_retrieval_recall_and_a_per_example_reference(taobao, tmp_path):
-    from dare_tf.retrieval import RetrievalConfig, evaluate_cascade, train_retrieval  # noqa: I001
-    from dare_tf.retrieval.cascade import rerank
-    from dare_tf.training import TrainConfig, train
-    data, work = taobao, str(tmp_path)
-    retrieval = train_retrieval(data, os.path.join(work, "retrieval"), RetrievalConfig(epochs=2, batch_size=256))
-    train(data, os.path.join(work, "dare"), TrainConfig.create(preset="dare", batch_size=256, epochs=1, eval_every=20,
-                                                         verbose=0, model_overrides=dict(top_k=10)))
-    out = evaluate_cascade(data, os.path.join(work, "retrieval"), {"dare": os.path.join(work, "dare")},
-                           os.path.join(work, "cascade"), num_candidates=200, k=10, report=lambda s: None)
-    import keras
-    model = keras.models.load_model(os.path.join(work, "dare", "seed_0", "model.keras"))
-    rng = np.random.default_rng(0)
-    examples = {"hist_items": rng.integers(1, 50, (3, 200)).astype(np.int32),
-                "hist_categories": rng.integers(1, 9, (3, 200)).astype(np.int32)}
-    candidates = rng.permutation(np.arange(1, 400))[:60].reshape(3, 20)
-    category_of = np.arange(500) % 9 + 1
-    reordered = rerank(model, examples, candidates, category_of, rows_per_call=16)
-    reference = []
-    for e in range(3):  # one candidate at a time
-        p = [float(model.predict_on_batch({"target_item": np.array([c], np.int32),
-                                           "target_category": np.array([category_of[c]], np.int32),
-                                           "hist_items": examples["hist_items"][e:e + 1],
-                                           "hist_categories": examples["hist_categories"][e:e + 1]})[0])
-             for c in candidates[e]]
-        reference.append(dict(zip(candidates[e].tolist(), p)))
-    try:
-        evaluate_cascade(data, os.path.join(work, "retrieval"), {"dare": os.path.join(work, "dare")},
-                         os.path.join(work, "cascade"), num_candidates=100, k=10, report=lambda s: None)
-        refused = None
-    except ValueError as e:
-        refused = str(e)
-    out = json.loads(json.dumps({"cascade": out, "retrieval": retrieval["test"], "reordered": reordered.tolist(),
-                      "reference": reference, "refused": refused,
-                      "written": json.load(open(os.path.join(work, "cascade", "cascade.json"))) == out}))
-    cascade, tfrs_recall = out["cascade"], out["retrieval"]
-    assert cascade["examples"] == 86
-    # the brute-force cascade and TFRS's FactorizedTopK agree: retrieval's HitRate@10 is its recall@10
-    assert cascade["retrieval"]["hit_rate@10"] == pytest.approx(tfrs_recall["recall@10"], abs=1e-6)
-    assert cascade["retrieval"]["recall@200"] == pytest.approx(tfrs_recall["recall@200"], abs=1e-6)
-    assert cascade["retrieval"]["ndcg@10"] <= cascade["retrieval"]["hit_rate@10"]
-    dare = cascade["rankers"]["dare"]
-    assert 0 <= dare["ndcg@10"] <= dare["hit_rate@10"] <= cascade["retrieval"]["recall@200"]
-    # The batched order is the one-at-a-time probabilities' order (ties within float
-    # noise of the batch size may swap).
-    for reordered, probability in zip(out["reordered"], out["reference"]):
-        p = [probability[str(c)] for c in reordered]
-        assert sorted(reordered) == sorted(int(c) for c in probability)
-        assert all(a >= b - 1e-6 for a, b in zip(p, p[1:])), p
-    assert out["written"]
-    assert "holds a cascade evaluation of another configuration" in out["refused"]

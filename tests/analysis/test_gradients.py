@@ -1,0 +1,61 @@
+"""Gradient domination and conflict: the split sums to the gradient; recording changes nothing."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import dare_tf
+from dare_tf.analysis import gradients
+from dare_tf.optimizers import make_optimizer
+from tests.conftest import random_batch
+
+
+def _twin(jit=False):
+    model = dare_tf.build_model("twin", 60, 8, max_len=12, top_k=4, seed=1, jit_compile_dense=jit)
+    model.compile(optimizer=make_optimizer("adam", 0.01))
+    model.optimizer.build(model.trainable_variables)
+    return model
+
+
+def test_gradient_split_sums_to_the_gradient_and_recording_during_fit_changes_nothing(rng):
+    batches = []
+    for _ in range(4):
+        x = {k: v.astype("int32") for k, v in random_batch(rng, 32, 12, 60, 8).items()}
+        batches.append((x, rng.integers(0, 2, 32).astype("float32")))
+    model = _twin()
+    x, y = batches[0]
+    with tf.GradientTape() as tape:
+        loss = model.loss_terms(y, model.forward(x, training=True))["total"]
+    full = dict(zip([v.path for v in model.trainable_variables], tape.gradient(loss, model.trainable_variables)))
+    model = _twin()  # (the forward above moved BatchNorm's statistics)
+    split_loss, paths, dense = gradients.split_gradients(model, x, y)
+    assert float(split_loss) == pytest.approx(float(loss), rel=1e-6)
+    both = [k for k, e in paths.items() if float(tf.reduce_sum(tf.abs(e["attention"]))) > 0
+            and float(tf.reduce_sum(tf.abs(e["representation"]))) > 0]
+    assert both, "shared tables: some rows get gradient through both paths"
+    for g, table in gradients.table_gradients(paths):
+        np.testing.assert_allclose(tf.convert_to_tensor(g).numpy(), tf.convert_to_tensor(full[table.path]).numpy(),
+                                   atol=1e-9)
+    for g, v in dense:
+        np.testing.assert_allclose(g.numpy(), tf.convert_to_tensor(full[v.path]).numpy(), atol=1e-9)
+
+    # Recording during the model's own fit changes no weight, and records what
+    # split_gradients gives on that step's batch.
+    xs = {k: np.concatenate([x[k] for x, _ in batches]) for k in batches[0][0]}
+    ys = np.concatenate([y for _, y in batches])
+    plain, recorded, reference = _twin(), _twin(), _twin()
+
+    def batch_at(step):
+        return {k: v[step * 32:(step + 1) * 32] for k, v in xs.items()}, ys[step * 32:(step + 1) * 32]
+
+    recorder = gradients.SplitGradientRecorder(batch_at, every=2)
+    plain.fit(xs, ys, batch_size=32, epochs=1, shuffle=False, verbose=0)
+    recorded.fit(xs, ys, batch_size=32, epochs=1, shuffle=False, verbose=0, callbacks=[recorder])
+    for a, b in zip(plain.weights, recorded.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+    assert [s["step"] for s in recorder.samples] == [0, 2]
+    expected = gradients.path_statistics(gradients.split_gradients(reference, *batch_at(0))[1])["category"]
+    got = recorder.samples[0]["statistics"]["category"]
+    np.testing.assert_allclose(got["cosines"], expected["cosines"], rtol=1e-5)
+    assert got["attention_norm"] == pytest.approx(expected["attention_norm"], rel=1e-5)
+    assert np.all(np.abs(recorder.samples[1]["statistics"]["category"]["cosines"]) <= 1 + 1e-6)

@@ -1,0 +1,89 @@
+"""The analysis suite and its program end to end."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
+
+
+@pytest.fixture(scope="module")
+def analysed(tmp_path_factory):
+    """Two short runs on a small planted log, and the whole suite on them."""
+    from dare_tf.analysis.suite import AnalysisConfig, run_analyses
+    from dare_tf.data.protocol import Protocol, prepare
+    from dare_tf.data.synthetic import SyntheticConfig, write
+    from dare_tf.training import TrainConfig, train
+
+    root = tmp_path_factory.mktemp("analysis")
+    log = str(root / "log.csv")
+    write(SyntheticConfig(users=500, items=1500, categories=30, min_length=60, max_length=120, seed=3), log)
+    data = str(root / "prepared")
+    prepare("taobao", log, data, Protocol(min_clicks=50, max_len=30, train_targets=6))
+    runs = {}
+    for preset in ("dare", "twin"):
+        runs[preset] = str(root / preset)
+        train(data, runs[preset], TrainConfig.create(preset=preset, batch_size=256, eval_batch_size=1024, epochs=1,
+                                              eval_every=5, max_steps=15, jit_compile=False, verbose=0,
+                                              model_overrides=dict(top_k=5)))
+    out = str(root / "out")
+    config = AnalysisConfig(gradient_steps=12, gradient_every=4, attention_dims=(16, 8), kmeans_examples=600,
+                            min_target_examples=10, positions=5, top_categories=6)
+    result = run_analyses(data, runs, out, config, dimension_runs={16: runs["dare"]}, report=lambda _: None)
+    return data, runs, out, result
+
+
+@pytest.mark.slow
+def test_the_suite_writes_every_number_figure_and_the_report_and_refuses_bad_input(analysed, tmp_path):
+    """One test for the module's expensive fixture (pytest rebuilds a module fixture
+    on each xdist worker that runs a test using it)."""
+    data, runs, out, result = analysed
+    saved = json.load(open(os.path.join(out, "analysis.json")))
+    for key in ("attention", "retrieval", "gradients", "representation", "convergence", "dimensions"):
+        assert key in saved
+    assert set(saved["retrieval"]["ndcg"]) == {"dare", "twin"}
+    assert all(0 <= v <= 1 for v in saved["retrieval"]["ndcg"].values())
+    assert set(saved["retrieval"]["planted"]["ndcg"]) == {"dare", "twin"}  # the synthetic log's truth
+    assert saved["gradients"]["model"] == "twin" and saved["gradients"]["norm_ratio"] > 0
+    assert 0 <= saved["gradients"]["conflict_share"] <= 1
+    assert saved["gradients"]["by_model"]["dare"]["conflict_share"] is None  # decoupled: no shared rows
+    assert [r["attention_dim"] for r in saved["dimensions"]["rows"]] == [8, 16]
+    assert saved["convergence"]["steps_to_reference_best"]["twin"] is not None
+    report = open(os.path.join(out, "report.md")).read()
+    for name, path in saved["figures"].items():
+        full = os.path.join(out, path)
+        with open(full, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n", name
+        assert os.path.getsize(full) > 5000, name
+        assert f"]({path})" in report, name
+    # The trainer drew each run's curves.
+    with open(os.path.join(runs["dare"], "curves.png"), "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    _program_errors(data, runs, tmp_path)
+
+
+def _program_errors(data, runs, tmp_path):
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+
+    def analyze(*args):
+        return subprocess.run([sys.executable, "-m", "trainers.analyze", f"--data_dir={data}", *args],
+                              cwd=REPO, env=ENV, capture_output=True, text=True)
+
+    done = analyze(f"--runs=dare:{runs['dare']}", f"--output_dir={foreign}", "--analyses=convergence")
+    assert done.returncode == 1 and "notes.txt" in done.stderr and "did not write" in done.stderr
+    assert (foreign / "notes.txt").read_text() == "keep me"
+    done = analyze("--runs=dare", f"--output_dir={tmp_path / 'a'}")
+    assert done.returncode == 2 and "'dare' is not label:run_dir" in done.stderr
+    from dare_tf.analysis.suite import run_analyses
+
+    with pytest.raises(FileNotFoundError, match="run_config.json not found"):
+        run_analyses(data, {"dare": str(tmp_path)}, str(tmp_path / "b"), analyses=("convergence",))
+    with pytest.raises(ValueError, match=r"unknown \['speed'\]"):
+        run_analyses(data, runs, str(tmp_path / "c"), analyses=("speed",))

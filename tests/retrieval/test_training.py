@@ -1,0 +1,41 @@
+"""`trainers.train_retrieval` and the retrieval export, in a process of their own (`own_process`)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
+pytestmark = pytest.mark.own_process
+
+
+@pytest.mark.slow
+def test_train_retrieval_program_writes_recall_and_the_popularity_baseline(taobao, tmp_path):
+    out = tmp_path / "retrieval"
+    command = [sys.executable, "-m", "trainers.train_retrieval", f"--data_dir={taobao}", f"--output_dir={out}",
+               "--epochs=2", "--batch_size=256"]
+    done = subprocess.run(command, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.load(open(out / "results.json"))
+    keys = ["recall@10", "recall@50", "recall@100", "recall@200"]
+    for part in ("test", "test_popularity"):
+        values = [results[part][k] for k in keys]
+        assert values == sorted(values) and 0 <= values[0] and values[-1] <= 1, (part, values)
+    assert results["catalogue"] > 1000 and results["test_positives"] == 86
+    bad = subprocess.run(command[:-2] + ["--epochs=0"], cwd=REPO, env=ENV, capture_output=True, text=True)
+    assert bad.returncode == 2 and "--epochs=0: must be >= 1" in bad.stderr
+    other = subprocess.run(command[:-2] + ["--epochs=3"], cwd=REPO, env=ENV, capture_output=True, text=True)
+    assert other.returncode == 1 and "retrieval_config.epochs: 2 in the run, 3 now" in other.stderr
+    exported = subprocess.run([sys.executable, "-m", "serving.export", f"--run_dir={out}",
+                               f"--export_base={tmp_path / 'exports'}", "--model_name=retrieval", "--top_n=50"],
+                              cwd=REPO, env=ENV, capture_output=True, text=True)
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    assert exported.stdout.strip().endswith(os.path.join("exports", "retrieval", "1"))
+    too_many = subprocess.run([sys.executable, "-m", "serving.export", f"--run_dir={out}",
+                               f"--export_base={tmp_path / 'exports'}", "--model_name=retrieval",
+                               "--top_n=999999"], cwd=REPO, env=ENV, capture_output=True, text=True)
+    assert too_many.returncode == 1 and "top_n=999999 is larger than the catalogue" in too_many.stderr

@@ -1,0 +1,25 @@
+"""dare_tf.execution: the one private Keras attribute it reads is where it expects it,
+and the whole-gradient XLA step applies only where it may."""
+
+import keras
+import numpy as np
+import pytest
+
+from dare_tf import build_model, execution
+from tests.conftest import random_batch
+
+
+def test_keras_loss_tracker_is_where_the_xla_step_expects_it(rng):
+    model = build_model("dare", 60, 7, max_len=12, top_k=4, seed=0, sparse_embedding_gradients=False)
+    assert execution.loss_tracker(model) is None  # before compile
+    model.compile(optimizer="adam")
+    tracker = execution.loss_tracker(model)
+    assert isinstance(tracker, keras.metrics.Metric), "Keras renamed Trainer._loss_tracker"
+    assert execution.whole_gradient_in_xla(model)
+    x = random_batch(rng, 32, 12, 60, 7)
+    logs = model.train_on_batch(x, rng.integers(0, 2, 32).astype("float32"), return_dict=True)
+    assert logs["loss"] == pytest.approx(float(tracker.result()), rel=1e-6)
+    sparse = build_model("dare", 60, 7, max_len=12, top_k=4, seed=0)
+    sparse.compile(optimizer="adam")
+    assert not execution.whole_gradient_in_xla(sparse)  # row-wise gradients: Keras's own step
+    assert np.isfinite(logs["loss"])

@@ -1,0 +1,111 @@
+"""RunDirectory: a run directory never mixes configurations, one writer at a time, kinds."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from dare_tf.training import TrainConfig, train
+from tests.conftest import REPO
+from tests.training.common import ENV, TINY, train_command
+
+
+@pytest.mark.slow
+def test_rerun_with_other_flags_is_refused_naming_the_fields(taobao, tmp_path):
+    from dare_tf.training import RunConfigMismatchError
+
+    out = str(tmp_path / "run")
+    first = train(taobao, out, TrainConfig.create(preset="dare", **TINY))
+    again = train(taobao, out, TrainConfig.create(preset="dare", **TINY))  # identical: reused
+    assert again["test"] == first["test"]
+    # The runtime section does not identify a run: another one reuses it.
+    runtime = dict(verbose=2, log_every=7, steps_per_execution=5)
+    assert train(taobao, out, TrainConfig.create(preset="dare", **dict(TINY, **runtime)), report=lambda s: None
+                 )["test"] == first["test"]
+    # A run recorded before a model field existed (hash_bits) matches that field's default.
+    recorded = json.load(open(os.path.join(out, "run_config.json")))
+    del recorded["model_config"]["hash_bits"]
+    json.dump(recorded, open(os.path.join(out, "run_config.json"), "w"))
+    assert train(taobao, out, TrainConfig.create(preset="dare", **TINY))["test"] == first["test"]
+    with pytest.raises(RunConfigMismatchError, match="model_config.hash_bits: 32 in the run, 8 now"):
+        train(taobao, out, TrainConfig.create(preset="dare", **dict(TINY, model_overrides=dict(
+            TINY.get("model_overrides", {}), hash_bits=8))))
+    before = open(os.path.join(out, "results.json")).read()
+    changed = dict(TINY, learning_rate=0.02, model_overrides=dict(top_k=5, embedding_dim=8))
+    with pytest.raises(RunConfigMismatchError) as err:
+        train(taobao, out, TrainConfig.create(preset="twin", **changed))
+    message = str(err.value)
+    for field in ("train_config.preset: 'dare' in the run, 'twin' now",
+                  "train_config.optimizer.learning_rate: 0.01 in the run, 0.02 now",
+                  "model_config.embedding_dim: 16 in the run, 8 now", "model_config.coupling"):
+        assert field in message, message
+    assert open(os.path.join(out, "results.json")).read() == before  # untouched
+    (tmp_path / "run" / "my_notes.txt").write_text("keep")
+    result = train(taobao, out, TrainConfig.create(preset="twin", **changed), overwrite=True)
+    assert result["config"]["preset"] == "twin"
+    assert json.load(open(os.path.join(out, "run_config.json")))["model_config"]["embedding_dim"] == 8
+    assert (tmp_path / "run" / "my_notes.txt").read_text() == "keep"
+
+
+def test_another_dataset_in_the_same_run_dir_is_refused(taobao, planted, tmp_path):
+    from dare_tf.training import RunConfigMismatchError
+
+    out = str(tmp_path / "run")
+    train(taobao, out, TrainConfig.create(preset="dare", **TINY))
+    with pytest.raises(RunConfigMismatchError, match="dataset.fingerprint"):
+        train(planted[0], out, TrainConfig.create(preset="dare", **TINY))
+
+
+def test_one_trainer_per_run_directory_and_a_killed_holders_lock_is_taken_over(taobao, tmp_path):
+    """A second trainer on a run directory in use stops at once with one line naming
+    the holder's pid (exit 1) and writes nothing; the lock of a killed holder is
+    taken over."""
+    from dare_tf.run_directory import LOCK, RunDirectory, RunLockedError
+
+    out = tmp_path / "run"
+    with RunDirectory(str(out)).lock():
+        result = subprocess.run(train_command(taobao, out), cwd=REPO, env=ENV, capture_output=True, text=True)
+        assert result.returncode == 1, result.stderr[-2000:]
+        assert result.stderr.strip().splitlines()[-1] == (
+            f"error: {out} is in use by another trainer (pid {os.getpid()}); wait for it to finish or choose "
+            "another --output_dir")
+        assert os.listdir(out) == [LOCK]
+        with pytest.raises(RunLockedError):  # also within one process
+            with RunDirectory(str(out)).lock():
+                pass
+    killed = subprocess.run([sys.executable, "-c", "import os, sys; from dare_tf.run_directory import RunDirectory; "
+                             "RunDirectory(sys.argv[1]).lock().__enter__(); os.kill(os.getpid(), 9)", str(out)],
+                            cwd=REPO, env=ENV, capture_output=True, text=True)
+    assert killed.returncode == -9
+    assert (out / LOCK).read_text().strip() != str(os.getpid())  # the killed process's pid
+    with RunDirectory(str(out)).lock():
+        assert (out / LOCK).read_text().strip() == str(os.getpid())
+
+
+def test_kind_is_recorded_and_inferred_for_older_runs_and_required(tmp_path):
+    from dare_tf.run_directory import RunConfigMismatchError, RunDirectory
+
+    identity = {"retrieval_config": {"epochs": 2}, "dataset": {"fingerprint": "f"}}
+    run = RunDirectory(str(tmp_path / "r"))
+    run.start("retrieval", identity)
+    assert run.kind == "retrieval" and run.identity() == {"kind": "retrieval", **identity}
+    legacy = tmp_path / "old"
+    legacy.mkdir()
+    (legacy / "run_config.json").write_text(json.dumps({"train_config": {}, "dataset": {"fingerprint": "f"}}))
+    assert RunDirectory(str(legacy)).kind == "ranking"
+    with pytest.raises(FileNotFoundError, match="results.json not found; is it a finished run of python -m "
+                                                "trainers.train_retrieval"):
+        run.require("retrieval")
+    (tmp_path / "r" / "results.json").write_text("{}")
+    assert run.require("retrieval", "f")["retrieval_config"] == {"epochs": 2}
+    with pytest.raises(ValueError, match="is a retrieval run, not a ranking run$"):
+        run.require("ranking")
+    with pytest.raises(ValueError, match=r"trained on another dataset \(fingerprint f, not g\)$"):
+        run.require("retrieval", "g")
+    run.check("retrieval", identity)  # the same run: nothing to say
+    with pytest.raises(RunConfigMismatchError, match="kind: 'retrieval' in the run, 'ranking' now"):
+        run.check("ranking", identity)
+    with pytest.raises(ValueError, match="^RunDirectory.start: kind='x' is not one of"):
+        run.start("x", {})

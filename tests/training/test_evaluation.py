@@ -1,0 +1,81 @@
+"""Evaluation: BatchNorm statistics refreshed for the current weights, metrics by history length."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from dare_tf.training import SeedRun, TrainConfig, train
+from tests.training.common import FAST, TINY
+
+
+@pytest.mark.slow
+def test_batch_norm_statistics_refresh_fits_the_current_weights(planted, tmp_path):
+    import tensorflow as tf
+
+    from dare_tf import training
+    from dare_tf.data.pipeline import make_dataset
+    from dare_tf.data.spec import MODEL_INPUTS, DatasetSpec
+
+    data_dir, _ = planted
+    spec = DatasetSpec.load(data_dir)
+
+    def seed_run(name, **changes):
+        config = TrainConfig.create(preset="twin", **dict(FAST, **changes))
+        strategy = tf.distribute.get_strategy()
+        return SeedRun(data_dir, str(tmp_path / name), config, 0, spec, strategy, True,
+                       training.effective_model_config(config, spec, strategy), print)
+
+    x, _ = next(iter(make_dataset(data_dir, "val", 512, shuffle=False)))
+    x = {k: x[k] for k in MODEL_INPUTS}
+    for name, changes, refreshes in (("on", {}, True), ("lazy_adam", dict(optimizer="lazy_adam"), True),
+                                     ("reference", dict(reference_mode=True), False),
+                                     ("off", dict(bn_statistics_batches=0), False)):
+        run = seed_run(name, **changes)
+        run.model.fit(run.train_stream(0).take(40), verbose=0)  # some signal to calibrate
+        norms = list(run.model.batch_norm_layers().values())
+        assert len(norms) == 2
+        for bn in norms:  # stale statistics, as after weights that moved fast
+            bn.moving_mean.assign(bn.moving_mean + 1.0)
+            bn.moving_variance.assign(bn.moving_variance * 4.0)
+        stale = [bn.moving_mean.numpy().copy() for bn in norms]
+        trainable = [w.numpy().copy() for w in run.model.trainable_weights]
+        stale_p = run.model.forward(x, training=False)["probability"].numpy()
+        run.refresh_batch_norm_statistics()
+        fresh_p = run.model.forward(x, training=False)["probability"].numpy()
+        for w, before in zip(run.model.trainable_weights, trainable):
+            np.testing.assert_array_equal(w.numpy(), before)  # no weight update
+        if not refreshes:
+            for bn, before in zip(norms, stale):
+                np.testing.assert_array_equal(bn.moving_mean.numpy(), before)
+            continue
+        # An exact average over the same batches: what the statistics held before is gone.
+        refreshed = [(bn.moving_mean.numpy(), bn.moving_variance.numpy()) for bn in norms]
+        for bn in norms:
+            bn.moving_mean.assign(bn.moving_mean - 7.0)
+            bn.moving_variance.assign(bn.moving_variance * 0.01)
+        run.refresh_batch_norm_statistics()
+        for bn, (mean, variance) in zip(norms, refreshed):
+            np.testing.assert_allclose(bn.moving_mean.numpy(), mean, rtol=1e-4, atol=1e-6)
+            np.testing.assert_allclose(bn.moving_variance.numpy(), variance, rtol=1e-4, atol=1e-7)
+        # The batch's own statistics (this call also moves the moving ones; it comes last).
+        batch_p = run.model.forward(x, training=True)["probability"].numpy()
+        stale_gap, fresh_gap = np.abs(stale_p - batch_p).mean(), np.abs(fresh_p - batch_p).mean()
+        assert stale_gap > 0.05 and fresh_gap < stale_gap / 5, (stale_gap, fresh_gap)
+
+
+def test_results_report_metrics_by_history_length(planted, tmp_path):
+    from dare_tf.training import format_results, history_length_buckets
+
+    assert [b[0] for b in history_length_buckets(200)] == ["1-9", "10-49", "50-199", "full"]
+    assert [b[0] for b in history_length_buckets(30)] == ["1-9", "10-29", "full"]
+    data_dir, _ = planted
+    results = train(data_dir, str(tmp_path / "run"), TrainConfig.create(preset="dare", **TINY))
+    buckets = results["test_by_history_length"]
+    spec = json.load(open(os.path.join(data_dir, "spec.json")))
+    assert sum(b["count"] for b in buckets.values()) == spec["counts"]["test"]
+    for entry in buckets.values():
+        assert set(entry) == {"count", "auc", "gauc", "category_auc", "logloss"}
+    table = format_results(results)
+    assert "| full |" in table and "| all |" in table

@@ -1,0 +1,206 @@
+"""The training loop end to end: learning, resuming, the program, Keras conventions."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from dare_tf.training import SeedRun, TrainConfig, train
+from tests.conftest import REPO
+from tests.training.common import ENV, FAST, TINY, train_command
+
+
+@pytest.mark.slow
+def test_planted_log_dare_and_twin_learn_and_fixed_seed_reproduces(planted, tmp_path):
+    data_dir, truth = planted
+    # The generator's own next-click probability reaches this AUC on such a log.
+    assert truth["generator_auc"] > 0.75
+    aucs = {}
+    for preset in ("dare", "twin"):
+        results = train(data_dir, str(tmp_path / preset), TrainConfig.create(preset=preset, **FAST))
+        aucs[preset] = results["test"]["auc"]
+        assert all(np.isfinite(v) for v in results["test"].values())
+    # Well above chance (0.5), in the range of the generator's own AUC.
+    assert min(aucs.values()) > 0.7, aucs
+    again = train(data_dir, str(tmp_path / "dare_again"), TrainConfig.create(preset="dare", **FAST))
+    assert again["test"]["auc"] == pytest.approx(aucs["dare"], abs=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", ["eta", "sdim", "twin_v2"])
+def test_remaining_baselines_learn_the_planted_log(planted, tmp_path, preset):
+    data_dir, _ = planted
+    results = train(data_dir, str(tmp_path / preset), TrainConfig.create(preset=preset, **FAST))
+    assert results["test"]["auc"] > 0.7, results["test"]
+
+
+@pytest.mark.slow
+def test_real_taobao_sample_trains_with_finite_metrics(taobao, tmp_path):
+    results = train(taobao, str(tmp_path / "run"), TrainConfig.create(
+        preset="dare", batch_size=256, eval_batch_size=256, epochs=1, eval_every=10, max_steps=12,
+        seeds=(0, 1), reference_mode=True, verbose=0))
+    with open(tmp_path / "run" / "results.json") as f:
+        on_disk = json.load(f)
+    for key in ("auc", "gauc", "category_auc", "logloss"):
+        assert np.isfinite(on_disk["test"][key]) and np.isfinite(on_disk["test_std"][key])
+        assert [r["seed"] for r in on_disk["per_seed"]] == [0, 1]
+    # Reference mode drops the last partial evaluation batch: 258 val examples, batch 256.
+    assert results["per_seed"][0]["best_step"] in (10, 12)
+    history = [json.loads(line) for line in open(tmp_path / "run" / "seed_0" / "history.jsonl")]
+    assert [h["step"] for h in history] == [10, 12]
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_without_lost_or_repeated_steps(taobao, tmp_path):
+    out = str(tmp_path / "killed")
+    proc = subprocess.Popen(train_command(taobao, out), cwd=REPO, env=ENV,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    history = os.path.join(out, "seed_0", "history.jsonl")
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        if os.path.exists(history) and len(open(history).readlines()) >= 3:
+            break
+        if proc.poll() is not None:
+            pytest.fail("training finished before it could be killed")
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not os.path.exists(os.path.join(out, "results.json"))
+    done = subprocess.run(train_command(taobao, out), cwd=REPO, env=ENV, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = [json.loads(line)["step"] for line in open(history)]
+    # Evaluations every 5 steps, to max_steps 30.
+    assert steps == [5, 10, 15, 20, 25, 30]
+    # The resumed run ends where an uninterrupted run ends.
+    clean = str(tmp_path / "clean")
+    subprocess.run(train_command(taobao, clean), cwd=REPO, env=ENV, check=True, capture_output=True)
+    resumed = json.load(open(os.path.join(out, "results.json")))
+    uninterrupted = json.load(open(os.path.join(clean, "results.json")))
+    assert resumed["test"]["auc"] == pytest.approx(uninterrupted["test"]["auc"], abs=1e-4)
+
+
+@pytest.mark.parametrize("in_memory_mb", [0, 4096])
+def test_training_stream_resumes_at_any_step(taobao, in_memory_mb, tmp_path):
+    """From step k the stream is the uninterrupted stream's tail (streamed from the
+    shards and decoded in memory); in memory, every batch is full and each run of
+    len(train) examples from an epoch start is a permutation of the split."""
+    import tensorflow as tf
+
+    from dare_tf.data.pipeline import InMemorySplit
+    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.training import effective_model_config
+
+    spec = DatasetSpec.load(taobao)
+    config = TrainConfig.create(batch_size=500, epochs=2, in_memory_mb=in_memory_mb, verbose=0, jit_compile=False)
+    memory = {"train": InMemorySplit.load(taobao, "train", spec)} if in_memory_mb else {}
+    strategy = tf.distribute.get_strategy()
+    run = SeedRun(taobao, str(tmp_path), config, 3, spec, strategy, True,
+                   effective_model_config(config, spec, strategy), print, memory)
+
+    def targets(skip):
+        return [(x["target_item"].numpy(), x["hist_items"].numpy()) for x, _ in run.train_stream(skip)]
+
+    full = targets(0)
+    assert len(full) == run.total_steps
+    for skip in (1, run.steps_per_epoch, run.total_steps - 1):
+        tail = targets(skip)
+        assert len(tail) == len(full) - skip
+        for a, b in zip(tail, full[skip:]):
+            np.testing.assert_array_equal(a[0], b[0])
+            np.testing.assert_array_equal(a[1], b[1])
+    count = spec.counts["train"]
+    if in_memory_mb:
+        assert all(len(t[0]) == 500 for t in full)
+        assert run.total_steps == 2 * count // 500
+        rows = lambda items, hist: (lambda a: a[np.lexsort(a.T[::-1])])(  # noqa: E731
+            np.concatenate([items[:, None], hist], axis=1))
+        first_epoch = rows(np.concatenate([t[0] for t in full])[:count],
+                           np.concatenate([t[1] for t in full])[:count])
+        split = memory["train"].features
+        np.testing.assert_array_equal(first_epoch, rows(split["target_item"], split["hist_items"]))
+    else:
+        assert run.total_steps == 2 * -(-count // 500)
+        # Streamed: each epoch (its steps, the last batch partial) is the split, each example once.
+        rows = lambda items, hist: (lambda a: a[np.lexsort(a.T[::-1])])(  # noqa: E731
+            np.concatenate([items[:, None], hist], axis=1))
+        split = InMemorySplit.load(taobao, "train", spec).features
+        for epoch in (0, 1):
+            batches = full[epoch * run.steps_per_epoch: (epoch + 1) * run.steps_per_epoch]
+            np.testing.assert_array_equal(rows(np.concatenate([t[0] for t in batches]),
+                                               np.concatenate([t[1] for t in batches])),
+                                          rows(split["target_item"], split["hist_items"]))
+
+
+@pytest.mark.slow
+def test_trainer_command_line_errors_and_flag_file(taobao, tmp_path):
+    out = str(tmp_path / "cli")
+    base = [sys.executable, "-m", "trainers.train", f"--data_dir={taobao}", f"--output_dir={out}"]
+    cases = [(["--learning_rate=-1"], 2, "--learning_rate=-1.0: must be a finite number > 0"),
+             (["--top_k=500"], 1, "--top_k=500 is larger than the history length max_len=200"),
+             (["--max_len=0"], 1, "--max_len: must be >= 1, got 0"),
+             ([f"--data_dir={tmp_path}/nowhere"], 1, "spec.json not found")]
+    for args, code, message in cases:
+        result = subprocess.run(base + args, cwd=REPO, env=ENV, capture_output=True, text=True)
+        assert result.returncode == code, (args, result.stderr[-2000:])
+        assert "Traceback" not in result.stderr and message in result.stderr.strip().splitlines()[-1], result.stderr
+    help_text = subprocess.run([sys.executable, "-m", "trainers.train", "--help"], cwd=REPO, env=ENV,
+                               capture_output=True, text=True).stdout
+    for flag in ("--learning_rate", "--max_len", "--attention_embedding_dim", "--coupling", "--top_k", "--l2", "--mlp_units",
+                 "--bn_statistics_batches", "--model", "--overwrite"):
+        assert flag in help_text, flag
+    done = subprocess.run(base + ["--flagfile=configs/smoke.flags", "--nojit_compile"], cwd=REPO, env=ENV,
+                          capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    flags_txt = open(os.path.join(out, "flags.txt")).read()
+    assert "--max_steps=3" in flags_txt and "--model=dare" in flags_txt
+
+
+def test_keras_compile_fit_evaluate_give_the_trainers_loss_on_the_same_batch(taobao, tmp_path):
+    """The README's Keras example and trainers.train compute one loss."""
+    import keras
+    import tensorflow as tf
+
+    import dare_tf
+    from dare_tf import training
+    from dare_tf.data.pipeline import make_dataset
+    from dare_tf.data.spec import MODEL_INPUTS, DatasetSpec
+
+    spec = DatasetSpec.load(taobao)
+    config = TrainConfig.create(preset="dare", **TINY)
+    strategy = tf.distribute.get_strategy()
+    run = SeedRun(taobao, str(tmp_path / "run"), config, 0, spec, strategy, True,
+                  training.effective_model_config(config, spec, strategy), print)
+    x, y = next(iter(make_dataset(taobao, "train", 256, shuffle=False)))
+    x = {k: x[k].numpy() for k in MODEL_INPUTS}
+    y = y.numpy()
+    # The README's way: build, compile, evaluate / fit on the same batch, same weights.
+    readme = dare_tf.build_model("dare", spec.num_items, spec.num_categories, max_len=spec.max_len, top_k=5,
+                                 seed=0, jit_compile_dense=False)
+    readme.set_weights(run.model.get_weights())
+    readme.compile(optimizer=keras.optimizers.Adam(0.005))
+    expected = run.model.loss_terms(y, run.model.forward(x, training=False))["total"]
+    np.testing.assert_allclose(readme.evaluate(x, y, batch_size=256, verbose=0), float(expected), rtol=1e-5)
+    trainer_eval = run.model.evaluate(x, y, batch_size=256, verbose=0, return_dict=True)
+    np.testing.assert_allclose(trainer_eval["loss"], float(expected), rtol=1e-5)
+    # One training step of each (BatchNorm in training mode): the loss before the update agrees.
+    trainer_loss = run.model.train_on_batch(x, y, return_dict=True)["loss"]
+    readme_loss = readme.train_on_batch(x, y)
+    np.testing.assert_allclose(trainer_loss, readme_loss, rtol=1e-4)
+    assert np.isfinite(trainer_loss) and trainer_loss > 0.5  # two cross entropies near log 2 each
+
+
+def test_steps_per_execution_trains_the_same_run(taobao, tmp_path):
+    assert TrainConfig.create(eval_every=150, steps_per_execution=10).execution_steps == 10
+    assert TrainConfig.create(eval_every=33, steps_per_execution=10).execution_steps == 3  # validations 33 steps apart
+    assert TrainConfig.create(eval_every=7, steps_per_execution=4).execution_steps == 1
+    config = dict(TINY, eval_every=6, max_steps=12)
+    one = train(taobao, str(tmp_path / "one"), TrainConfig.create(preset="dare", steps_per_execution=1, **config))
+    six = train(taobao, str(tmp_path / "six"), TrainConfig.create(preset="dare", steps_per_execution=6, **config))
+    assert one["per_seed"][0]["steps"] == six["per_seed"][0]["steps"] == 12
+    assert one["test"] == six["test"] and one["val"] == six["val"]
