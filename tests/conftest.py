@@ -11,6 +11,8 @@ import pytest  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
+OWN_PROCESS = "DARE_TF_TEST_IN_OWN_PROCESS"
+PARENT_TAOBAO = "DARE_TF_TEST_TAOBAO"
 
 
 def random_batch(rng, batch, length, num_items, num_categories, lengths=None):
@@ -51,10 +53,28 @@ def planted_presence_task(rng, n, length, num_items=200, num_categories=21):
 
 
 @pytest.fixture(scope="session")
+def planted(tmp_path_factory):
+    """A small planted log: 1,200 users, 60 categories, histories of 50."""
+    from dare_tf.data.protocol import Protocol, prepare
+    from dare_tf.data.synthetic import SyntheticConfig, write
+
+    root = tmp_path_factory.mktemp("planted")
+    log = str(root / "log.csv")
+    truth = write(SyntheticConfig(users=1200, items=3000, categories=60, min_length=80, max_length=160,
+                                  seed=5), log)
+    out = str(root / "prepared")
+    prepare("taobao", log, out, Protocol(min_clicks=60, max_len=50, train_targets=8))
+    return out, truth
+
+
+@pytest.fixture(scope="session")
 def taobao(tmp_path_factory):
-    """The real Taobao sample, prepared once per test session (default protocol, seed 0)."""
+    """The real Taobao sample, prepared once per test session (default protocol, seed 0);
+    a test in a process of its own (`own_process`) reads its parent's."""
     from dare_tf.data.protocol import prepare
 
+    if os.environ.get(PARENT_TAOBAO):
+        return os.environ[PARENT_TAOBAO]
     out = str(tmp_path_factory.mktemp("prepared") / "taobao_sample")
     prepare("taobao", os.path.join(SHARED_DATA, "taobao", "UserBehavior_sample.csv"), out)
     return out
@@ -68,7 +88,6 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: not (item.get_closest_marker("slow") or item.get_closest_marker("xdist_group")))
 
 
-OWN_PROCESS = "DARE_TF_TEST_IN_OWN_PROCESS"
 
 
 def pytest_pyfunc_call(pyfuncitem):
@@ -82,6 +101,8 @@ def pytest_pyfunc_call(pyfuncitem):
     import sys
 
     env = dict(os.environ, **{OWN_PROCESS: "1", "TF_USE_LEGACY_KERAS": "1", "PYTHONPATH": REPO})
+    if "taobao" in pyfuncitem.funcargs:
+        env[PARENT_TAOBAO] = pyfuncitem.funcargs["taobao"]
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
                            pyfuncitem.nodeid], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     if done.returncode != 0:

@@ -11,7 +11,6 @@ import pytest
 from tests.conftest import REPO
 
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
-pytestmark = pytest.mark.own_process
 
 
 def recall_at_k(q, c, ids, positives, ks):
@@ -22,6 +21,7 @@ def recall_at_k(q, c, ids, positives, ks):
     return {f"recall@{k}": float((rank < k).mean()) for k in ks}
 
 
+@pytest.mark.own_process
 def test_factorized_top_k_recall_and_the_index_match_numpy_and_keras3_coexists():
     import tensorflow as tf
 

@@ -1,4 +1,4 @@
-"""`trainers.train_retrieval` and the retrieval export, in a process of their own (`own_process`)."""
+"""`trainers.train_retrieval` and the retrieval export, as programs (each in a process of its own)."""
 
 import json
 import os
@@ -10,7 +10,6 @@ import pytest
 from tests.conftest import REPO
 
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
-pytestmark = pytest.mark.own_process
 
 
 @pytest.mark.slow
