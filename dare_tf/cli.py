@@ -126,6 +126,16 @@ def flag_message(message: str, rename: dict[str, str] | None = None) -> str:
     return message
 
 
+def program_flags_text(exclude: tuple[str, ...] = ("debug", "overwrite")) -> str:
+    """The program's own flags (its module's and those it adopted, not absl's), one
+    `--name=value` line each: a flagfile that reruns the program
+    (`--flagfile=RUN/flags.txt`). One-time actions (`--overwrite`) are left out."""
+    module = sys.argv[0] if FLAGS.get_key_flags_for_module(sys.argv[0]) else sys.modules["__main__"]
+    lines = [flag.serialize() for flag in FLAGS.get_key_flags_for_module(module)
+             if flag.name not in exclude and flag.value is not None]
+    return "\n".join(sorted(line for line in lines if line)) + "\n"
+
+
 def run(main: Callable[[list[str]], Any]) -> None:
     """`app.run(main)`, with user errors as one line on stderr and exit code 1."""
 

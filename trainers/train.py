@@ -34,7 +34,7 @@ def main(argv):
     config = dare_tf.cli.train_config_from_flags()
     strategy = training.make_strategy(config.runtime.strategy, FLAGS.cpu_devices)
     results = training.train(FLAGS.data_dir, FLAGS.output_dir, config, strategy, overwrite=FLAGS.overwrite,
-                             flags_text=FLAGS.flags_into_string())
+                             flags_text=dare_tf.cli.program_flags_text())
     print(training.format_results(results))
     print(json.dumps({"test": results["test"], "test_std": results["test_std"]}, indent=2))
 

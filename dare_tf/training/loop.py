@@ -21,7 +21,7 @@ from dare_tf.optimizers import make_optimizer
 from dare_tf._files import atomic_json
 from dare_tf.run_directory import BEST_WEIGHTS, MODEL, SEED_RESULT, RunDirectory, read_history
 from dare_tf.training.callbacks import (AppendHistory, ExactValidation, KeepBestWeights, SaveCheckpoint,
-                                        StopAtStep, StopOnNonFiniteLoss, truncate_history)
+                                        StopAtStep, StopOnNonFiniteLoss, TensorBoardScalars, truncate_history)
 from dare_tf.training.config import (EVAL_BEHAVIOURS, TrainConfig, effective_model_config,
                                      identity_check, run_identity)
 from dare_tf.training.distribution import (fit_distributed, is_chief, task_id, gather_workers, make_strategy,
@@ -194,13 +194,11 @@ class SeedRun:
             best,
         ]
         if self.chief:
-            callbacks.append(AppendHistory(validation, best, self.run_dir, self.steps_per_epoch, self.started,
-                                           self.report if cfg.runtime.verbose == 2 else None))
-        callbacks.append(SaveCheckpoint(self.manager))
-        if self.chief:
-            callbacks.append(keras.callbacks.TensorBoard(os.path.join(self.run_dir, "tensorboard"),
-                                                         update_freq=cfg.runtime.log_every))
-        return callbacks
+            callbacks += [AppendHistory(validation, best, self.run_dir, self.steps_per_epoch, self.started,
+                                        self.report if cfg.runtime.verbose == 2 else None),
+                          TensorBoardScalars(os.path.join(self.run_dir, "tensorboard"), cfg.runtime.log_every,
+                                             validation)]
+        return callbacks + [SaveCheckpoint(self.manager)]
 
     # -- the run ---------------------------------------------------------------------------
     def run(self) -> dict:
@@ -238,6 +236,7 @@ class SeedRun:
             "model_config": self.model_config.to_dict(),
         }
         if self.chief:
+            TensorBoardScalars(os.path.join(self.run_dir, "tensorboard"), 1, None).write_test(result["test"], steps)
             self.model.save(os.path.join(self.run_dir, MODEL))
             atomic_json(os.path.join(self.run_dir, SEED_RESULT), result)
         return result

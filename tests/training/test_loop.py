@@ -43,7 +43,7 @@ def test_remaining_baselines_learn_the_planted_log(planted, tmp_path, preset):
 def test_real_taobao_sample_trains_with_finite_metrics(taobao, tmp_path):
     results = train(taobao, str(tmp_path / "run"), TrainConfig.create(
         preset="dare", batch_size=256, eval_batch_size=256, epochs=1, eval_every=10, max_steps=12,
-        seeds=(0, 1), reference_mode=True, verbose=0))
+        seeds=(0, 1), reference_mode=True, verbose=0, log_every=5))
     with open(tmp_path / "run" / "results.json") as f:
         on_disk = json.load(f)
     for key in ("auc", "gauc", "category_auc", "logloss"):
@@ -53,6 +53,25 @@ def test_real_taobao_sample_trains_with_finite_metrics(taobao, tmp_path):
     assert results["per_seed"][0]["best_step"] in (10, 12)
     history = [json.loads(line) for line in open(tmp_path / "run" / "seed_0" / "history.jsonl")]
     assert [h["step"] for h in history] == [10, 12]
+    # TensorBoard: the training loss every log_every steps, the exact validation metrics at
+    # every validation and the test metrics of the kept weights, at their true steps.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    def scalars(run):
+        events = EventAccumulator(str(tmp_path / "run" / "seed_0" / "tensorboard" / run), size_guidance={"tensors": 0})
+        events.Reload()
+        return {tag: [(e.step, float(tf.make_ndarray(e.tensor_proto))) for e in events.Tensors(tag)]
+                for tag in events.Tags()["tensors"]}
+
+    import tensorflow as tf
+
+    assert [step for step, _ in scalars("train")["loss"]] == [5, 10]
+    validation = scalars("validation")
+    assert sorted(validation) == ["auc", "category_auc", "gauc", "logloss"]
+    assert [step for step, _ in validation["auc"]] == [10, 12]
+    assert [value for _, value in validation["auc"]] == pytest.approx([h["val"]["auc"] for h in history])
+    (step, test_auc), = scalars("test")["auc"]
+    assert step == 12 and test_auc == pytest.approx(results["per_seed"][0]["test"]["auc"])
 
 
 @pytest.mark.slow
@@ -158,7 +177,17 @@ def test_trainer_command_line_errors_and_flag_file(taobao, tmp_path):
                           text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     flags_txt = open(os.path.join(out, "flags.txt")).read()
-    assert "--max_steps=3" in flags_txt and "--model=dare" in flags_txt
+    assert "--max_steps=3" in flags_txt and "--model=dare" in flags_txt and "--nojit_compile" in flags_txt
+    lines = flags_txt.splitlines()
+    assert all(line.startswith("--") for line in lines) and len(lines) == len(set(lines))
+    for absl_own in ("--test_tmpdir", "--stderrthreshold", "--flagfile", "--overwrite", "--debug", "--helpfull"):
+        assert absl_own not in flags_txt, absl_own
+    # The flagfile reruns the same run, which is finished: reused as it is.
+    results = open(os.path.join(out, "results.json")).read()
+    again = subprocess.run([sys.executable, "-m", "trainers.train", f"--flagfile={out}/flags.txt"], cwd=REPO, env=ENV,
+                           capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert open(os.path.join(out, "results.json")).read() == results
 
 
 def test_keras_compile_fit_evaluate_give_the_trainers_loss_on_the_same_batch(taobao, tmp_path):
