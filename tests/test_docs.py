@@ -19,9 +19,11 @@ def _mkdocs():
 
 
 def test_the_site_builds_strictly_with_the_api_reference(tmp_path):
-    done = subprocess.run([_mkdocs(), "build", "--strict", "-q", "-d", str(tmp_path / "site")], cwd=REPO,
+    # (Not -q: quiet mkdocs drops the warnings that --strict counts.)
+    done = subprocess.run([_mkdocs(), "build", "--strict", "-d", str(tmp_path / "site")], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "WARNING" not in done.stderr, done.stderr[-3000:]
     page = (tmp_path / "site" / "api" / "search" / "index.html").read_text()
     for cls in ("SoftTopKSearch", "HashSamplingSearch", "FullHistorySearch"):  # rendered from the docstrings
         assert cls in page
@@ -35,6 +37,13 @@ def test_a_broken_reference_fails_the_strict_build(tmp_path):
     os.symlink(os.path.join(REPO, "dare_tf"), copy / "dare_tf")
     with open(copy / "docs" / "api" / "search.md", "a") as f:
         f.write("\n::: dare_tf.search.NoSuchSearch\n")
-    done = subprocess.run([_mkdocs(), "build", "--strict", "-q", "-d", str(tmp_path / "site")], cwd=copy,
+    done = subprocess.run([_mkdocs(), "build", "--strict", "-d", str(tmp_path / "site")], cwd=copy,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode != 0 and "NoSuchSearch" in done.stderr, done.stderr[-2000:]
+    # A guide linking to a page that does not exist fails it too (a warning, counted by --strict).
+    shutil.copy(os.path.join(REPO, "docs", "api", "search.md"), copy / "docs" / "api" / "search.md")
+    with open(copy / "docs" / "index.md", "a") as f:
+        f.write("\nSee [a missing guide](missing.md).\n")
+    done = subprocess.run([_mkdocs(), "build", "--strict", "-d", str(tmp_path / "site")], cwd=copy,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "missing.md" in done.stderr, done.stderr[-2000:]

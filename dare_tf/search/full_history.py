@@ -22,8 +22,12 @@ class FullHistorySearch(BehaviorSearch):
 
     Args:
         scorer: `dot` or `din`.
-        din_units, initializer, prelu_init, l2, seed: `DINAttention`'s
-            arguments (`scorer="din"`).
+        din_units: `DINAttention`'s hidden width (`scorer="din"`).
+        initializer: `DINAttention`'s initializer (`scorer="din"`).
+        prelu_init: `DINAttention`'s initial PReLU slope (`scorer="din"`).
+        l2: `DINAttention`'s L2 penalty (`scorer="din"`).
+        seed: `DINAttention`'s seed (`scorer="din"`).
+        top_k: unused (every slot is kept); accepted for a uniform constructor.
 
     Example:
     >>> search = FullHistorySearch()
