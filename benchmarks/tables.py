@@ -38,6 +38,12 @@ TABLES = {
                                "and as a share of one streamed training epoch"),
     ("bench_data", "workers"): (["workers", "worker", "peak_rss_mb", "store_mb", "steps"],
                                 "peak RSS (MB) and store memory (MB) per process, 200 steps on the 1M-row log"),
+    ("bench_layers", "presets"): (["preset", "batch", "graph", "xla", "xla/graph"],
+                                  "forward+backward samples/s of every preset (L=200, K=20, d=16, 50k items): the "
+                                  "step as one graph, and with the model's dense stages compiled by XLA inside it"),
+    ("bench_layers", "models"): (["model", "L", "ms", "ns_per_behaviour", "vs_twin"],
+                                 "stage 1 alone of each model (`BehaviorSearch.search_only` after the attention "
+                                 "lookup), batch 128, XLA: ms per call, ns per behaviour, ratio to TWIN in the same run"),
 }
 MARK = re.compile(r"(<!-- table:(\w+)/(\w+) -->\n).*?(<!-- /table -->)", re.S)
 
