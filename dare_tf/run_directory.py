@@ -71,6 +71,11 @@ def _flatten(d: dict, prefix: str = "") -> dict:
     return out
 
 
+def _kind_of(identity: dict) -> str:
+    """A recorded identity's kind; runs recorded before kinds were: by their config."""
+    return identity.get("kind") or ("retrieval" if "retrieval_config" in identity else "ranking")
+
+
 class RunDirectory:
     """A run's directory: identity check, lock, results, history, seeds, models, kind.
 
@@ -130,8 +135,8 @@ class RunDirectory:
         was recorded, with the value that means the run's behaviour."""
         recorded = self.identity()
         if recorded is not None:
-            recorded_kind = recorded.pop("kind", None) or ("retrieval" if "retrieval_config" in recorded
-                                                           else "ranking")
+            recorded_kind = _kind_of(recorded)
+            recorded.pop("kind", None)
             old, new = _flatten(recorded), _flatten(json.loads(json.dumps(identity)))
             defaults = defaults or {}
             differ = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k) and k not in ignored
@@ -186,7 +191,7 @@ class RunDirectory:
         if identity is None:
             raise FileNotFoundError(f"{self.file(RUN_CONFIG)} not found: is {self.path!r} a run of "
                                     "python -m trainers.train or trainers.train_retrieval?")
-        return identity.get("kind") or ("retrieval" if "retrieval_config" in identity else "ranking")
+        return _kind_of(identity)
 
     def require(self, kind: str, fingerprint: str | None = None, label: str | None = None) -> dict:
         """The identity of a finished run of `kind` (trained on the dataset of

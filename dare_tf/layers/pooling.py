@@ -20,6 +20,14 @@ def masked_softmax(scores, mask):
     return weights / ops.maximum(total, 1e-30)
 
 
+def gather_slots(values, positions):
+    """`values[b, positions[b, k]]`: `[B, L, ...]` -> `[B, K, ...]` (the kept slots)."""
+    index = ops.cast(positions, "int32")
+    for _ in range(len(values.shape) - 2):
+        index = ops.expand_dims(index, -1)
+    return ops.take_along_axis(values, index, axis=1)
+
+
 def target_aware(target, pooled):
     """`concat(h, v_t * h)`: the pooled vector and the paper's target-aware
     representation (TR)."""
@@ -70,8 +78,7 @@ class TargetAttentionPooling(keras.layers.Layer):
     def call(self, target, values, scores, mask, positions=None, return_attention_weights=False):
         weights = masked_softmax(scores, mask)  # [B, K] float32
         if positions is not None:
-            values = ops.take_along_axis(
-                values, ops.expand_dims(ops.cast(positions, "int32"), -1), axis=1)  # [B, K, D]
+            values = gather_slots(values, positions)  # [B, K, D]
         pooled = ops.einsum("bk,bkd->bd", ops.cast(weights, values.dtype), values)
         if self.target_aware:
             pooled = target_aware(target, pooled)

@@ -17,6 +17,8 @@ from typing import Any
 import keras
 from keras import ops
 
+from dare_tf.layers.pooling import gather_slots
+
 # The reference fills padded scores with -2**32 + 1 (reference.md, "Search").
 PADDING_SCORE = -(2.0**32) + 1.0
 
@@ -78,14 +80,6 @@ def scaled_dot_scores(query, keys, position_dim: int = 0):
 def every_slot(mask):
     """Slot indices `[B, L]` int32 of a whole history (what a search that keeps every slot returns)."""
     return ops.broadcast_to(ops.arange(ops.shape(mask)[1], dtype="int32")[None, :], ops.shape(mask))
-
-
-def gather_slots(values, positions):
-    """`values[b, positions[b, k]]`: `[B, L, ...]` -> `[B, K, ...]`."""
-    index = ops.cast(positions, "int32")
-    for _ in range(len(values.shape) - 2):
-        index = ops.expand_dims(index, -1)
-    return ops.take_along_axis(values, index, axis=1)
 
 
 class BehaviorSearch(keras.layers.Layer, abc.ABC):
@@ -199,17 +193,13 @@ class TopKSearch(BehaviorSearch):
             raise ValueError(f"{type(self).__name__}: the history length (keys.shape[1]) must be static")
         priority, scores = self.ranking(query, keys, mask, target_category, history_categories, **precomputed)
         k = min(self.top_k, length)
-        if scores is not None:
-            top_scores, positions = ops.top_k(scores, k, sorted=True)
-            positions = ops.cast(positions, "int32")
-            valid = ops.take_along_axis(mask, positions, axis=1)
-        else:
-            # (As float32: exact below 2**24, and XLA's CPU top-k is several times faster on floats.)
-            _, positions = ops.top_k(ops.cast(priority, "float32"), k, sorted=True)
-            positions = ops.cast(positions, "int32")
-            valid = ops.take_along_axis(mask, positions, axis=1)
-            # The ranking did not need the scores: only the K kept slots are scored.
-            top_scores = self.score(query, gather_slots(keys, positions), valid)
+        # (A priority as float32: exact below 2**24, and XLA's CPU top-k is several times
+        # faster on floats.)
+        top, positions = ops.top_k(scores if scores is not None else ops.cast(priority, "float32"), k, sorted=True)
+        positions = ops.cast(positions, "int32")
+        valid = ops.take_along_axis(mask, positions, axis=1)
+        # A ranking that is not the scores: only the K kept slots are scored.
+        top_scores = top if scores is not None else self.score(query, gather_slots(keys, positions), valid)
         return {"positions": positions, "scores": top_scores, "valid": valid,
                 "values": None if values is None else gather_slots(values, positions), "explain": {}}
 

@@ -60,7 +60,7 @@ class FullHistorySearch(BehaviorSearch):
     def from_model_config(cls, config, seed=None):
         return cls(config.attention_pos_dim, scorer=config.scorer, din_units=config.din_units,
                    initializer=config.initializer, prelu_init=config.prelu_init, l2=config.l2,
-                   seed=offset_seed(seed, 100), top_k=config.top_k, name="search")
+                   seed=offset_seed(seed, 100), name="search")
 
     def build(self, query_shape=None, keys_shape=None, *args, **kwargs):
         if self.din_attention is not None and not self.din_attention.built:

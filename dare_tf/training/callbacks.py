@@ -156,6 +156,24 @@ class SaveCheckpoint(keras.callbacks.Callback):
         self.manager.save(checkpoint_number=int(self.model.optimizer.iterations.numpy()))
 
 
+class ScalarWriters:
+    """TensorBoard event files under `log_dir`, one run (`train`, `validation`,
+    `test`) per subdirectory; each `write` flushes."""
+
+    def __init__(self, log_dir: str):
+        self.log_dir, self.writers = log_dir, {}
+
+    def write(self, name: str, values: dict, step: int) -> None:
+        import tensorflow as tf
+
+        if name not in self.writers:
+            self.writers[name] = tf.summary.create_file_writer(os.path.join(self.log_dir, name))
+        with self.writers[name].as_default():
+            for tag, value in values.items():
+                tf.summary.scalar(tag, float(value), step=step)
+        self.writers[name].flush()
+
+
 class TensorBoardScalars(keras.callbacks.Callback):
     """TensorBoard event files a reader can use, at the optimizer's true steps:
     `train/` gets the training loss every `log_every` steps, `validation/` the
@@ -163,37 +181,18 @@ class TensorBoardScalars(keras.callbacks.Callback):
 
     (Keras's `TensorBoard` callback with an integer `update_freq` writes an
     epoch's summaries only when the step count is a multiple of it, and it
-    never sees the exact metrics.) `write_test(metrics, step)` adds the test
-    metrics of the kept weights under `test/`."""
+    never sees the exact metrics.) The trainer adds the test metrics of the kept
+    weights under `test/` with `ScalarWriters`."""
 
     def __init__(self, log_dir: str, log_every: int, validation: ExactValidation):
         super().__init__()
-        self.log_dir, self.log_every, self.validation = log_dir, log_every, validation
-        self.writers = {}
-
-    def writer(self, name: str):
-        import tensorflow as tf
-
-        if name not in self.writers:
-            self.writers[name] = tf.summary.create_file_writer(os.path.join(self.log_dir, name))
-        return self.writers[name]
-
-    def _scalars(self, name: str, values: dict, step: int) -> None:
-        import tensorflow as tf
-
-        with self.writer(name).as_default():
-            for tag, value in values.items():
-                tf.summary.scalar(tag, float(value), step=step)
-        self.writers[name].flush()
+        self.scalars, self.log_every, self.validation = ScalarWriters(log_dir), log_every, validation
 
     def on_train_batch_end(self, batch, logs=None):
         step = int(self.model.optimizer.iterations.numpy())
         if logs and "loss" in logs and step % self.log_every == 0:
-            self._scalars("train", {"loss": logs["loss"]}, step)
+            self.scalars.write("train", {"loss": logs["loss"]}, step)
 
     def on_epoch_end(self, epoch, logs=None):
         last = self.validation.last
-        self._scalars("validation", last["val"], last["step"])
-
-    def write_test(self, metrics: dict, step: int) -> None:
-        self._scalars("test", metrics, step)
+        self.scalars.write("validation", last["val"], last["step"])

@@ -21,7 +21,8 @@ from dare_tf.optimizers import make_optimizer
 from dare_tf._files import atomic_json
 from dare_tf.run_directory import BEST_WEIGHTS, MODEL, SEED_RESULT, RunDirectory, read_history
 from dare_tf.training.callbacks import (AppendHistory, ExactValidation, KeepBestWeights, SaveCheckpoint,
-                                        StopAtStep, StopOnNonFiniteLoss, TensorBoardScalars, truncate_history)
+                                        ScalarWriters, StopAtStep, StopOnNonFiniteLoss, TensorBoardScalars,
+                                        truncate_history)
 from dare_tf.training.config import (EVAL_BEHAVIOURS, TrainConfig, effective_model_config,
                                      identity_check, run_identity)
 from dare_tf.training.distribution import (fit_distributed, is_chief, task_id, gather_workers, make_strategy,
@@ -236,7 +237,7 @@ class SeedRun:
             "model_config": self.model_config.to_dict(),
         }
         if self.chief:
-            TensorBoardScalars(os.path.join(self.run_dir, "tensorboard"), 1, None).write_test(result["test"], steps)
+            ScalarWriters(os.path.join(self.run_dir, "tensorboard")).write("test", result["test"], steps)
             self.model.save(os.path.join(self.run_dir, MODEL))
             atomic_json(os.path.join(self.run_dir, SEED_RESULT), result)
         return result
