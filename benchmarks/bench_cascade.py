@@ -37,7 +37,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tensorflow_recommenders as tfrs  # noqa: E402
 
-from benchmarks.common import print_table, selected_parts, write_json  # noqa: E402
+from benchmarks.common import print_table, selected_parts, write_parts  # noqa: E402
 
 TOP_N = 200
 SHARED = os.path.join(os.path.dirname(REPO), "shared", "data", "taobao", "UserBehavior_sample.csv")
@@ -182,7 +182,7 @@ def main():
         finally:
             shutil.rmtree(work, ignore_errors=True)  # the data, the runs and the exports
         print_table(payload["recommend"], list(payload["recommend"][0]))
-    write_json("bench_cascade", payload, args.json)
+    write_parts("bench_cascade", payload, sorted(parts), args.json)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from benchmarks.bench_prepare import baseline_tree, measure_in, size_mb  # noqa: E402
-from benchmarks.common import RESULTS_DIR, print_table, selected_parts, write_json  # noqa: E402
+from benchmarks.common import print_table, selected_parts, write_parts  # noqa: E402
 
 BASELINE_REF = "e6149c4"  # the last commit of the .npz layout
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
@@ -267,22 +267,7 @@ def main():
     finally:
         if tree:
             subprocess.run(["git", "worktree", "remove", "--force", tree], cwd=REPO, capture_output=True)
-    path = args.json or os.path.join(RESULTS_DIR, "bench_data.json")
-    import platform
-    import time
-
-    run = {"written": time.strftime("%Y-%m-%dT%H:%M:%S"), "command": " ".join(["python", "benchmarks/bench_data.py",
-                                                                             *sys.argv[1:]]),
-           "machine": {"platform": platform.platform(), "cpus": os.cpu_count()}}
-    payload["meta"] = {part: run for part in parts}
-    if os.path.exists(path):  # parts not run this time keep their last results (and when and how they ran)
-        with open(path) as f:
-            previous = json.load(f)
-        kept = [k for k in ("prepare", "train", "checks", "workers") if k in previous and k not in parts]
-        payload = {**{k: previous[k] for k in kept}, **payload,
-                   "meta": {**{k: previous.get("meta", {}).get(k, {k2: previous.get(k2) for k2 in run})
-                               for k in kept}, **payload["meta"]}}
-    write_json("bench_data", payload, path)
+    write_parts("bench_data", payload, parts, args.json)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ sys.path.insert(0, REPO)
 
 import numpy as np  # noqa: E402
 
-from benchmarks.common import print_table, time_call, write_json  # noqa: E402
+from benchmarks.common import print_table, time_call, write_parts  # noqa: E402
 
 
 def main():
@@ -80,7 +80,7 @@ def main():
             print(f"  {rows[-1]}", flush=True)
     print(f"serving long histories (in-process SavedModel, DARE K=20 d=16, {os.cpu_count()} CPUs)")
     print_table(rows, ["L", "targets", "history", "request_kb", "p50_ms", "examples_per_s"])
-    write_json("bench_long", {"serving": rows}, args.json)
+    write_parts("bench_long", {"serving": rows}, ["serving"], args.json)
 
 
 if __name__ == "__main__":

@@ -311,7 +311,7 @@ def main():
     args = parser.parse_args()
     if args.backend:
         os.environ["KERAS_BACKEND"] = args.backend
-    from benchmarks.common import print_table, selected_parts, write_json
+    from benchmarks.common import print_table, selected_parts, write_parts
 
     import keras
 
@@ -351,7 +351,7 @@ def main():
         print(f"ab: DARE train step, this checkout vs {args.baseline_ref} (median of 3 alternating rounds)")
         payload["ab"] = bench_ab(args.baseline_ref, args.quick, [int(b) for b in args.ab_batches.split(",")])
         print_table(payload["ab"], ["vocabulary", "optimizer", "batch", "baseline", "now", "now/baseline"])
-    write_json(f"bench_train_{keras.backend.backend()}", payload, args.json)
+    write_parts(f"bench_train_{keras.backend.backend()}", payload, sorted(parts), args.json)
 
 
 if __name__ == "__main__":

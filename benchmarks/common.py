@@ -61,3 +61,27 @@ def write_json(name: str, payload: dict, path: str | None = None) -> str:
         json.dump(payload, f, indent=2)
     print(f"wrote {path}")
     return path
+
+
+def write_parts(name: str, payload: dict, parts, path: str | None = None) -> str:
+    """Writes the parts measured now (`payload[part]`) into `results/NAME.json`, each
+    with when, where and how it ran (`meta`); parts not run this time keep their last
+    results and meta."""
+    path = path or os.path.join(RESULTS_DIR, f"{name}.json")
+    run = {"written": time.strftime("%Y-%m-%dT%H:%M:%S"),
+           "command": " ".join(["python", os.path.relpath(sys.argv[0], os.path.dirname(RESULTS_DIR) + "/.."),
+                                *sys.argv[1:]]),
+           "machine": {"platform": platform.platform(), "cpus": os.cpu_count()}}
+    out = {"meta": {}}
+    if os.path.exists(path):
+        with open(path) as f:
+            previous = json.load(f)
+        for part, rows in previous.items():
+            if part not in parts and isinstance(rows, list):
+                out[part] = rows
+                out["meta"][part] = previous.get("meta", {}).get(part, {k: previous.get(k) for k in run})
+    for part in parts:
+        out[part] = payload[part]
+        out["meta"][part] = run
+    out.update({k: v for k, v in payload.items() if k not in out})
+    return write_json(name, out, path)

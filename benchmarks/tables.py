@@ -44,11 +44,53 @@ TABLES = {
     ("bench_layers", "models"): (["model", "L", "ms", "ns_per_behaviour", "vs_twin"],
                                  "stage 1 alone of each model (`BehaviorSearch.search_only` after the attention "
                                  "lookup), batch 128, XLA: ms per call, ns per behaviour, ratio to TWIN in the same run"),
+    ("bench_train_tensorflow", "long"): (["model", "L", "samples_per_s", "us_per_behaviour", "per_behaviour_vs_L1000",
+                                          "peak_rss_mb"],
+                                         "DARE's train step by history length L (batches assembled from a store by "
+                                         "the real pipeline, then Keras's train function; Adam, K=20, 50k items, each "
+                                         "configuration in its own process): samples/s, microseconds per behaviour, "
+                                         "its ratio to L=1,000, peak RSS (MB); `aux=retrieved` looks up the K kept "
+                                         "slots only, `aux=all` is the reference's auxiliary head over all L slots"),
+    ("bench_long", "serving"): (["L", "targets", "history", "request_kb", "p50_ms", "examples_per_s"],
+                                "a DARE SavedModel (K=20, d=16, untrained) in process, one history of L behaviours: "
+                                "request size (KB), median latency (ms) and examples/s, the history sent once "
+                                "(shared) or once per target (repeated)"),
+    ("bench_cascade", "index"): (["items", "queries", "build_s", "query_ms", "numpy_ms", "numpy/tfrs", "same_top"],
+                                 "the retrieval index (`tfrs.layers.factorized_top_k.BruteForce`, 32-d, top 200) "
+                                 "against a numpy brute force: build seconds, ms per call, and whether both return "
+                                 "the same top 200"),
+    ("bench_cascade", "recommend"): (None, "`recommend` (retrieval, then DARE ranking 200 candidates; histories of "
+                                           "200, top 10): latency percentiles (ms) and recommendations/s, in process "
+                                           "and through the stand-in server with concurrent clients"),
+    ("bench_quality", "table1"): (None, "`make demo`: test AUC of each model on the demo's synthetic log and on the "
+                                        "real Taobao sample (one seed, one epoch)"),
+    ("bench_quality", "by_length"): (None, "`make demo`: DARE's test AUC on the synthetic log by the history length "
+                                           "of the example (examples per bucket)"),
+    ("bench_quality", "retrieval"): (None, "`make demo`: recall@K of the two-tower retrieval model on the test "
+                                           "positives against the most-popular-items baseline"),
+    ("bench_quality", "cascade"): (None, "`make demo`: HitRate@10 and NDCG@10 of the clicked item, for the retrieval "
+                                         "order and for each ranker reordering the retrieved candidates"),
+    ("bench_quality", "analyses"): (None, "`make demo`'s analyses on the synthetic log: search-stage NDCG against "
+                                          "the MI and the planted truth, Spearman correlation of learned and true "
+                                          "attention, the largest k-means MI(cluster; label) over the k sweep "
+                                          "(nats), and steps to reach TWIN's best validation AUC"),
+    ("bench_quality", "gradients"): (None, "`make demo`'s gradient analysis: median representation/attention "
+                                           "gradient norm ratio and the share of sampled steps whose two gradients "
+                                           "conflict (negative cosine)"),
+    ("bench_quality", "dimensions"): (None, "`make demo`'s attention-dimension cut: DARE with narrower attention "
+                                            "embeddings, test AUC and search-stage microseconds per example"),
+    ("bench_quality", "demo_time"): (None, "`make demo` end to end: wall seconds, and examples of each prepared "
+                                           "dataset"),
+    ("bench_quality", "baselines"): (None, "DARE and four baselines with the demo's training settings (one epoch, "
+                                           "batch 512, learning rate 0.005, K=20, d=16): test AUC, mean and std "
+                                           "over 3 seeds, on the demo's synthetic log and the real Taobao sample"),
 }
 MARK = re.compile(r"(<!-- table:(\w+)/(\w+) -->\n).*?(<!-- /table -->)", re.S)
 
 
 def fmt(value) -> str:
+    if value is None:
+        return ""
     if isinstance(value, float):
         return f"{value:,.3g}" if abs(value) < 100 else f"{value:,.0f}"
     if isinstance(value, list):
@@ -58,7 +100,8 @@ def fmt(value) -> str:
 
 def table(name: str, part: str, payload: dict) -> str:
     rows = payload[part]
-    columns, what = TABLES.get((name, part), (list(rows[0]), part))
+    columns, what = TABLES.get((name, part), (None, part))
+    columns = columns or list(rows[0])
     lines = [f"{what}.", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in columns) + " |" for r in rows]
     run = payload.get("meta", {}).get(part, payload)  # when, where and how this part ran
@@ -104,7 +147,9 @@ def main():
     found = results()
     stale = []
     targets = {DOC: render_doc(found)}
-    for path in (README, os.path.join(REPO, "docs", "data.md")):
+    for path in [README] + sorted(glob.glob(os.path.join(REPO, "docs", "*.md"))):
+        if path == DOC:
+            continue
         with open(path) as f:
             targets[path] = render_marks(f.read(), found)
     for path, text in targets.items():

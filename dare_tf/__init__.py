@@ -19,6 +19,13 @@ being listed here):
 With the TensorFlow backend (the default) `import dare_tf` also registers the
 layers and optimizers, so that saved models that use them load.
 
+The programs (`trainers`, `serving`, `data`) parse their flags before
+TensorFlow loads, so that `--help` and a bad flag answer at once: their
+packages set `DARE_TF_DEFER_IMPORTS=1`, which this package consumes (it is
+not passed on to child processes); `dare_tf.cli.run` then calls `load()`
+once the flags are parsed. Either way, every name below is imported on
+first use.
+
 With `DARE_TF_DATA_ONLY=1` in the environment (set by the data preparation
 program, `python -m data.prepare`, and so by its Beam workers), and in the
 `dare-prepare` console script, `import dare_tf` imports neither Keras nor
@@ -26,26 +33,48 @@ TensorFlow: preparation needs numpy and pyarrow only, and TensorFlow's
 runtime alone costs about 0.6 GB of memory.
 """
 
+import importlib as _importlib
 import os as _os
 import sys as _sys
 
 if _os.path.basename((getattr(_sys, "argv", None) or [""])[0]) == "dare-prepare":
     _os.environ.setdefault("DARE_TF_DATA_ONLY", "1")
 
-if _os.environ.get("DARE_TF_DATA_ONLY") != "1":
-    from dare_tf._startup import import_tensorflow_quietly as _quiet
+# Public name -> the module that defines it (imported on first use).
+_EXPORTS = {
+    "PRESETS": "dare_tf.config", "ModelConfig": "dare_tf.config", "make_config": "dare_tf.config",
+    "INPUT_KEYS": "dare_tf.models", "DareModel": "dare_tf.models", "build_model": "dare_tf.models",
+    "ClickTask": "dare_tf.tasks", "click_cross_entropy": "dare_tf.tasks",
+}
+_SUBMODULES = ("config", "data", "layers", "metrics", "models", "optimizers", "search", "tasks")
 
-    _quiet()  # before keras imports TensorFlow: filters its harmless start-up lines
 
-    import keras as _keras
+def load() -> None:
+    """Imports Keras and the layers, searches, models and (TensorFlow backend)
+    optimizers, so that saved models using them load; TensorFlow's start-up
+    notices are filtered. `import dare_tf` does this unless deferred."""
+    from dare_tf._startup import import_tensorflow_quietly
 
-    from dare_tf import config, data, layers, metrics, models, search
-    from dare_tf.config import PRESETS, ModelConfig, make_config
-    from dare_tf.models import INPUT_KEYS, DareModel, build_model
-    from dare_tf.tasks import ClickTask, click_cross_entropy
+    import_tensorflow_quietly()  # before keras imports TensorFlow: filters its harmless start-up lines
+    import keras
 
-    if _keras.backend.backend() == "tensorflow":
+    from dare_tf import layers, models, search  # noqa: F401
+
+    search.import_variants()
+    if keras.backend.backend() == "tensorflow":
         from dare_tf import optimizers  # noqa: F401
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(_importlib.import_module(_EXPORTS[name]), name)
+    if name in _SUBMODULES:
+        return _importlib.import_module(f"dare_tf.{name}")
+    raise AttributeError(f"module 'dare_tf' has no attribute {name!r}")
+
+
+if _os.environ.pop("DARE_TF_DEFER_IMPORTS", None) != "1" and _os.environ.get("DARE_TF_DATA_ONLY") != "1":
+    load()
 
 __version__ = "0.3.0"
 

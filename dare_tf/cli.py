@@ -16,6 +16,7 @@ that `--help` lists the generated flags.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import sys
 from typing import Any, Callable
@@ -136,12 +137,22 @@ def program_flags_text(exclude: tuple[str, ...] = ("debug", "overwrite")) -> str
     return "\n".join(sorted(line for line in lines if line)) + "\n"
 
 
-def run(main: Callable[[list[str]], Any]) -> None:
-    """`app.run(main)`, with user errors as one line on stderr and exit code 1."""
+def run(main: Callable[..., Any], configure: Callable[[], Any] | None = None) -> None:
+    """`app.run(main)`, with user errors as one line on stderr and exit code 1.
+
+    Once the flags are parsed, `configure()` (when given) builds the program's
+    configuration, so that a bad value is refused before TensorFlow loads;
+    then TensorFlow loads (quietly) and `main(argv)`, or `main(configuration)`,
+    runs."""
 
     def guarded(argv):
         try:
-            return main(argv)
+            configuration = configure() if configure else None
+            if os.environ.get("DARE_TF_DATA_ONLY") != "1":
+                import dare_tf
+
+                dare_tf.load()  # the flags are parsed: now TensorFlow, quietly
+            return main(configuration) if configure else main(argv)
         except KeyboardInterrupt:
             raise
         except (app.UsageError, ValueError, OSError, KeyError, FloatingPointError) as e:
@@ -164,10 +175,16 @@ def run(main: Callable[[list[str]], Any]) -> None:
     app.run(guarded, flags_parser=_parse_flags)
 
 
+_HELP = ("--help", "-help", "-h", "-?", "--helpshort", "--helpfull", "--helpxml")
+
+
 def _parse_flags(argv):
     """absl's flag parsing, with a bad flag reported in one line (exit code 2)."""
     try:
         return FLAGS(argv)
+    except SystemExit as e:  # absl's --help exits with 1 after printing the help
+        asked = any(a.split("=")[0] in _HELP for a in argv[1:])
+        sys.exit(0 if asked and e.code == 1 else e.code)
     except flags.Error as e:
         print(f"error: {e} (see --help)", file=sys.stderr, flush=True)
         sys.exit(2)
@@ -186,17 +203,16 @@ def define_train_flags(with_model: bool = True) -> None:
     (`--model` is the preset, `--optimizer` the optimizer's name) and, as
     overrides of the preset, every user-settable `ModelConfig` field."""
     from dare_tf import config
-    from dare_tf.layers.embedding import COUPLINGS
-    from dare_tf.optimizers import OPTIMIZERS
+    from dare_tf.search import VARIANTS
     from dare_tf.training import config as train
 
     exclude = ("model_overrides", *train.SECTIONS) + (() if with_model else ("preset",))
     define_flags(train.TrainConfig, exclude=exclude, rename=_TRAIN_RENAME, choices={"preset": sorted(config.PRESETS)})
     for section, kind in train.SECTIONS.items():
         define_flags(kind, rename=_section_rename(section),
-                     choices={"name": OPTIMIZERS, "strategy": train.STRATEGIES})
+                     choices={"name": train.OPTIMIZERS, "strategy": train.STRATEGIES})
     define_flags(config.ModelConfig, exclude=_MODEL_DERIVED, preset_defaults=True, choices={
-        "coupling": COUPLINGS, "search": sorted(config.SEARCHES), "scorer": config.SCORERS,
+        "coupling": config.COUPLINGS, "search": sorted(VARIANTS), "scorer": config.SCORERS,
         "initializer": config.INITIALIZERS, "aux_attention": config.AUX_ATTENTIONS})
     flags.DEFINE_integer("cpu_devices", 0, "Split the CPU into this many logical devices "
                                            "(for --strategy=mirrored on a CPU-only machine).")

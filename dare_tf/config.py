@@ -10,9 +10,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from dare_tf.layers.embedding import COUPLINGS
-from dare_tf.search import SEARCHES
-from dare_tf.search.full_history import SCORERS
+from dare_tf.search import VARIANTS
+
+# The names a config may give; the layers that read them validate against these.
+COUPLINGS = ("shared", "decoupled", "four", "projection")  # dare_tf.layers.BehaviorEmbedding
+SCORERS = ("dot", "din")  # dare_tf.search.FullHistorySearch
 INITIALIZERS = ("reference", "keras")
 AUX_ATTENTIONS = ("all", "retrieved")
 
@@ -38,7 +40,7 @@ class ModelConfig:
         coupling: `shared` (TWIN, DIN: one set of tables), `decoupled` (DARE:
             attention and representation tables), `four` (TWIN-4E), or
             `projection` (TWIN w/ proj.: shared tables and 12 linear maps).
-        search: the search stage, a name in `dare_tf.search.SEARCHES`:
+        search: the search stage, a name in `dare_tf.search.VARIANTS`:
             `soft` (top-K by attention score), `hard` (same category, most
             recent K), `none` (attend over the whole history: DIN), `simhash`
             (ETA: top-K by SimHash Hamming distance, then attention), `sdim`
@@ -141,7 +143,7 @@ class ModelConfig:
                 raise ValueError(f"ModelConfig.{field}: {message}")
 
         check(self.coupling in COUPLINGS, "coupling", f"{self.coupling!r} is not one of {COUPLINGS}")
-        check(self.search in SEARCHES, "search", f"{self.search!r} is not one of {tuple(SEARCHES)}")
+        check(self.search in VARIANTS, "search", f"{self.search!r} is not one of {tuple(VARIANTS)}")
         check(self.scorer in SCORERS, "scorer", f"{self.scorer!r} is not one of {SCORERS}")
         check(self.initializer in INITIALIZERS, "initializer",
               f"{self.initializer!r} is not one of {INITIALIZERS}")
@@ -168,8 +170,12 @@ class ModelConfig:
                   "equal the representation dims; use coupling='decoupled' (DARE) to set them apart")
         check(not (self.scorer == "din" and self.coupling != "shared"), "scorer",
               "the DIN activation unit reads one set of tables; use coupling='shared'")
-        check(self.scorer == "dot" or not SEARCHES[self.search].keeps_top_k, "scorer",
-              f"the DIN activation unit scores a whole history; search={self.search!r} ranks by its own scores")
+        if self.scorer != "dot":
+            from dare_tf.search.base import search_class
+
+            check(not search_class(self.search).keeps_top_k, "scorer",
+                  f"the DIN activation unit scores a whole history; search={self.search!r} ranks by its own "
+                  "scores")
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

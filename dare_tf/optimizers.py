@@ -142,11 +142,10 @@ def _masked_adam(w, m, v, values, rows, alpha, beta_1, beta_2, epsilon):
             for old, new in zip((w, m, v), _adam(grad, w, m, v, alpha, beta_1, beta_2, epsilon))]
 
 
-OPTIMIZERS = ("adam", "lazy_adam")
-
-
 def make_optimizer(name: str, learning_rate: float):
     """`adam`: Adam (TensorFlow's fused kernel for dense updates); `lazy_adam`: LazyAdam."""
+    from dare_tf.training.config import OPTIMIZERS
+
     if name not in OPTIMIZERS:
         raise ValueError(f"optimizer={name!r}: expected one of {OPTIMIZERS}")
     return (LazyAdam if name == "lazy_adam" else FusedAdam)(learning_rate=learning_rate)

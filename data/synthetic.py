@@ -4,10 +4,14 @@ Usage:
   python -m data.synthetic --output=data/synthetic/log.csv --users=2000 --seed=0
 """
 
-from absl import flags
+import os
 
-import dare_tf.cli
-from dare_tf.data.synthetic import SyntheticConfig, write
+os.environ.setdefault("DARE_TF_DATA_ONLY", "1")  # numpy only: no TensorFlow runtime
+
+from absl import flags  # noqa: E402
+
+import dare_tf.cli  # noqa: E402
+from dare_tf.data.synthetic import SyntheticConfig, write  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output", None, "Path of the Taobao-format CSV to write.")

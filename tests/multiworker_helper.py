@@ -2,8 +2,10 @@
 weights (WEIGHTS_OUT.npz) and what it read and computed (WEIGHTS_OUT.json: steps,
 test metrics, its partitions' train users, the clicks of the store it loaded).
 
-Usage: python tests/multiworker_helper.py STRATEGY DATA_DIR OUTPUT_DIR WEIGHTS_OUT [MAX_STEPS [OPTIMIZER [IN_MEMORY_MB]]]
-(the caller sets TF_CONFIG for multi_worker).
+Usage: python tests/multiworker_helper.py STRATEGY DATA_DIR OUTPUT_DIR WEIGHTS_OUT [MAX_STEPS [OPTIMIZERS [IN_MEMORY_MB]]]
+(the caller sets TF_CONFIG for multi_worker). OPTIMIZERS: one name, or several
+comma-separated, each trained in turn in this process (OUTPUT_DIR/NAME,
+WEIGHTS_OUT with `.npz` replaced by `.NAME.npz`).
 """
 
 import json
@@ -19,8 +21,18 @@ from dare_tf.data import store  # noqa: E402
 from dare_tf.data.spec import DatasetSpec  # noqa: E402
 
 
-def main(strategy_name, data_dir, output_dir, weights_out, max_steps="6", optimizer="adam", in_memory_mb="4096"):
+def main(strategy_name, data_dir, output_dir, weights_out, max_steps="6", optimizers="adam", in_memory_mb="4096"):
     strategy = training.make_strategy(strategy_name, cpu_devices=2 if strategy_name == "mirrored" else 0)
+    names = optimizers.split(",")
+    for optimizer in names:
+        if len(names) > 1:
+            train_one(strategy, strategy_name, data_dir, os.path.join(output_dir, optimizer),
+                      weights_out.replace(".npz", f".{optimizer}.npz"), max_steps, optimizer, in_memory_mb)
+        else:
+            train_one(strategy, strategy_name, data_dir, output_dir, weights_out, max_steps, optimizer, in_memory_mb)
+
+
+def train_one(strategy, strategy_name, data_dir, output_dir, weights_out, max_steps, optimizer, in_memory_mb):
     config = training.TrainConfig.create(
         preset="dare", batch_size=258, eval_batch_size=258, epochs=1, eval_every=100, max_steps=int(max_steps),
         strategy=strategy_name, jit_compile=False, optimizer=optimizer, verbose=0, in_memory_mb=int(in_memory_mb),

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from dare_tf.training import TrainConfig, train
-from tests.conftest import REPO
-from tests.training.common import ENV, TINY, train_command
+from tests.conftest import ENV, REPO
+from tests.training.common import TINY, train_command
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ split; the dimension cut trains DARE at the --attention_dims that
 from absl import app, flags
 
 import dare_tf.cli
-from dare_tf.analysis.suite import ANALYSES, AnalysisConfig, run_analyses
+from dare_tf.analysis.config import ANALYSES, AnalysisConfig
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("data_dir", None, "Prepared dataset the runs were trained on.")
@@ -42,12 +42,18 @@ def _pairs(name: str, values, key=str) -> dict:
     return out
 
 
-def main(argv):
-    del argv
+def configure():
+    """The analyses, their configuration and the runs (refused before TensorFlow loads)."""
     analyses = ANALYSES if FLAGS.analyses == ["all"] else tuple(FLAGS.analyses)
     config = dare_tf.cli.from_flags(AnalysisConfig, gradient_presets=tuple(FLAGS.gradient_models))
-    result = run_analyses(FLAGS.data_dir, _pairs("runs", FLAGS.runs), FLAGS.output_dir, config, analyses,
-                          _pairs("dimension_runs", FLAGS.dimension_runs, int))
+    return analyses, config, _pairs("runs", FLAGS.runs), _pairs("dimension_runs", FLAGS.dimension_runs, int)
+
+
+def main(configuration):
+    from dare_tf.analysis.suite import run_analyses
+
+    analyses, config, runs, dimension_runs = configuration
+    result = run_analyses(FLAGS.data_dir, runs, FLAGS.output_dir, config, analyses, dimension_runs)
     print(f"wrote {FLAGS.output_dir}/analysis.json, {FLAGS.output_dir}/report.md and "
           f"{len(result['figures'])} figures")
 
@@ -57,7 +63,7 @@ flags.adopt_module_key_flags(dare_tf.cli)
 
 
 def run():
-    dare_tf.cli.run(main)
+    dare_tf.cli.run(main, configure=configure)
 
 
 if __name__ == "__main__":

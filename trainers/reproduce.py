@@ -29,11 +29,9 @@ flags.adopt_module_key_flags(dare_tf.cli)
 flags.mark_flags_as_required(["data_dirs", "output_dir"])
 
 
-def main(argv):
-    del argv
+def configure():
+    """The grid's base configuration and dims (refused before TensorFlow loads)."""
     from dare_tf.config import PRESETS
-    from dare_tf.experiments import reproduce
-    from dare_tf.training import make_strategy
 
     unknown = sorted(set(FLAGS.models) - set(PRESETS))
     if unknown:
@@ -42,8 +40,15 @@ def main(argv):
         dims = [int(d) for d in FLAGS.dims]
     except ValueError:
         raise app.UsageError(f"--dims={','.join(FLAGS.dims)}: expected comma-separated integers") from None
-    base = dare_tf.cli.train_config_from_flags(preset=FLAGS.models[0])
-    strategy = make_strategy(base.strategy, FLAGS.cpu_devices)
+    return dare_tf.cli.train_config_from_flags(preset=FLAGS.models[0]), dims
+
+
+def main(configuration):
+    from dare_tf.experiments import reproduce
+    from dare_tf.training import make_strategy
+
+    base, dims = configuration
+    strategy = make_strategy(base.runtime.strategy, FLAGS.cpu_devices)
 
     def config_for(model, dim):
         return dataclasses.replace(base, preset=model,
@@ -54,7 +59,7 @@ def main(argv):
 
 
 def run():
-    dare_tf.cli.run(main)
+    dare_tf.cli.run(main, configure=configure)
 
 
 if __name__ == "__main__":

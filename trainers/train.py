@@ -27,11 +27,9 @@ flags.adopt_module_key_flags(dare_tf.cli)
 flags.mark_flags_as_required(["data_dir", "output_dir"])
 
 
-def main(argv):
-    del argv
+def main(config):
     from dare_tf import training
 
-    config = dare_tf.cli.train_config_from_flags()
     strategy = training.make_strategy(config.runtime.strategy, FLAGS.cpu_devices)
     results = training.train(FLAGS.data_dir, FLAGS.output_dir, config, strategy, overwrite=FLAGS.overwrite,
                              flags_text=dare_tf.cli.program_flags_text())
@@ -40,7 +38,7 @@ def main(argv):
 
 
 def run():
-    dare_tf.cli.run(main)
+    dare_tf.cli.run(main, configure=dare_tf.cli.train_config_from_flags)
 
 
 if __name__ == "__main__":

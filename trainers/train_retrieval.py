@@ -15,7 +15,7 @@ import json
 from absl import flags
 
 import dare_tf.cli
-from dare_tf.retrieval.training import RetrievalConfig
+from dare_tf.retrieval.config import RetrievalConfig
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("data_dir", None, "Prepared dataset (python -m data.prepare).")
@@ -26,17 +26,15 @@ flags.adopt_module_key_flags(dare_tf.cli)
 flags.mark_flags_as_required(["data_dir", "output_dir"])
 
 
-def main(argv):
-    del argv
+def main(config: RetrievalConfig):
     from dare_tf.retrieval.training import train_retrieval
 
-    config = dare_tf.cli.from_flags(RetrievalConfig)
     results = train_retrieval(FLAGS.data_dir, FLAGS.output_dir, config, overwrite=FLAGS.overwrite)
     print(json.dumps({k: results[k] for k in ("test", "test_std", "test_popularity")}, indent=2))
 
 
 def run():
-    dare_tf.cli.run(main)
+    dare_tf.cli.run(main, configure=lambda: dare_tf.cli.from_flags(RetrievalConfig))
 
 
 if __name__ == "__main__":

@@ -27,11 +27,9 @@ import numpy as np
 import tensorflow as tf
 
 from dare_tf.data.records import feature_spec, verify_shards
-from dare_tf.data.spec import (HIST_CATEGORIES, HIST_ITEMS, TARGET_CATEGORY, TARGET_ITEM, USER, DatasetSpec)
+from dare_tf.data.spec import (DEFAULT_SHUFFLE_BUFFER, HIST_CATEGORIES, HIST_ITEMS, TARGET_CATEGORY, TARGET_ITEM, USER,
+                               DatasetSpec)
 from dare_tf.data.store import SequenceStore, check_max_len, load_store, read_examples
-
-DEFAULT_SHUFFLE_BUFFER = 100_000
-
 
 def _store_tensors(store: SequenceStore) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """The store's arrays as tensors, made once per store (every split and every

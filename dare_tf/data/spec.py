@@ -49,6 +49,7 @@ STORE_USER_COLUMNS = ("uid",)
 STORE_CLICK_COLUMNS = ("items", "categories")
 STORE_KIND = "store"
 COMPRESSIONS = {"gzip": "GZIP", "none": ""}  # --compression -> tf.io / spec.json value
+DEFAULT_SHUFFLE_BUFFER = 100_000  # examples a training input stream shuffles over (tf.data)
 # The feature spec as spec.json records it, for `tf.io.parse_example`: "[]" is a
 # scalar (`tf.io.FixedLenFeature([], tf.int64)`), "[None]" a list
 # (`tf.io.RaggedFeature(tf.int64)`).

@@ -5,7 +5,8 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-COUPLINGS = ("shared", "decoupled", "four", "projection")
+from dare_tf.config import COUPLINGS
+
 _FIELDS = ("item", "category", "position")
 ROLES = ("target_attention", "history_attention", "target_representation", "history_representation")
 ATTENTION_ROLES = ROLES[:2]

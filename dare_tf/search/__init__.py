@@ -10,21 +10,49 @@
 | `none` | `FullHistorySearch` | DIN |
 
 A new variant is one module here with a `@register_search("name")` subclass,
-its test, and a preset line in `dare_tf.config.PRESETS`.
+its line in `VARIANTS`, its test, and a preset line in `dare_tf.config.PRESETS`.
+
+Naming the searches (`VARIANTS`: a config's validation, a program's flags)
+imports no Keras; a variant's module is imported when its class is first
+asked for (`search_class`, `SEARCHES`, or its name here), so that a
+program's `--help` never loads TensorFlow.
 """
 
-from dare_tf.search.base import (PADDING_SCORE, SEARCHES, BehaviorSearch, TopKSearch, build_search, register_search,
-                                 scaled_dot_scores, search_class)
-from dare_tf.search.soft import SoftTopKSearch
-from dare_tf.search.hard import HardTopKSearch, hard_search_priority
-from dare_tf.search.simhash import SimHashTopKSearch, hamming_priority
-from dare_tf.search.cluster import ClusterTopKSearch
-from dare_tf.search.sampling import HashSamplingSearch
-from dare_tf.search.full_history import FullHistorySearch
+import importlib
+
+# Every registered search, by its `ModelConfig.search` name, and the module here that defines it.
+VARIANTS = {"soft": "soft", "hard": "hard", "simhash": "simhash", "cluster": "cluster", "sdim": "sampling",
+            "none": "full_history"}
+
+# Public name -> the module that defines it.
+_EXPORTS = {
+    "PADDING_SCORE": "base", "BehaviorSearch": "base", "TopKSearch": "base", "build_search": "base",
+    "register_search": "base", "scaled_dot_scores": "base", "search_class": "base",
+    "SoftTopKSearch": "soft", "HardTopKSearch": "hard", "hard_search_priority": "hard",
+    "SimHashTopKSearch": "simhash", "hamming_priority": "simhash", "ClusterTopKSearch": "cluster",
+    "HashSamplingSearch": "sampling", "FullHistorySearch": "full_history",
+}
+
+
+def import_variants() -> dict:
+    """Imports every variant's module; returns the registry (name -> class)."""
+    for module in VARIANTS.values():
+        importlib.import_module(f"dare_tf.search.{module}")
+    return importlib.import_module("dare_tf.search.base").SEARCHES
+
+
+def __getattr__(name):
+    if name == "SEARCHES":
+        return import_variants()
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"dare_tf.search.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'dare_tf.search' has no attribute {name!r}")
+
 
 __all__ = [
     "PADDING_SCORE",
     "SEARCHES",
+    "VARIANTS",
     "BehaviorSearch",
     "ClusterTopKSearch",
     "FullHistorySearch",
@@ -36,6 +64,7 @@ __all__ = [
     "build_search",
     "hamming_priority",
     "hard_search_priority",
+    "import_variants",
     "register_search",
     "scaled_dot_scores",
     "search_class",

@@ -12,6 +12,7 @@ with `build_search` and calls it once per forward pass.
 from __future__ import annotations
 
 import abc
+import importlib
 from typing import Any
 
 import keras
@@ -40,9 +41,13 @@ def register_search(name: str):
 
 
 def search_class(name: str) -> type["BehaviorSearch"]:
-    """The registered search stage called `name`."""
+    """The registered search stage called `name` (its module imported on first use)."""
+    from dare_tf.search import VARIANTS
+
+    if name not in VARIANTS:
+        raise ValueError(f"unknown search {name!r}; known searches: {sorted(VARIANTS)}")
     if name not in SEARCHES:
-        raise ValueError(f"unknown search {name!r}; known searches: {sorted(SEARCHES)}")
+        importlib.import_module(f"dare_tf.search.{VARIANTS[name]}")
     return SEARCHES[name]
 
 

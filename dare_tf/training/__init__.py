@@ -29,19 +29,40 @@ Modules, one concern each: `config` (TrainConfig, the run's model config and
 identity), `distribution` (strategies, workers, partitions, gathers, the
 distributed loop), `evaluation` (predictions and metrics), `callbacks`, and
 `loop` (one seed's run, `train`).
+
+Importing this package costs nothing: each name is imported from its module on
+first use (`config` needs no TensorFlow, so a program's flags are defined and
+parsed before TensorFlow loads).
 """
 
-from dare_tf.run_directory import RunConfigMismatchError, RunLockedError, read_history
-from dare_tf.training.callbacks import (AppendHistory, ExactValidation, KeepBestWeights, NonFiniteLossError,
-                                        SaveCheckpoint, StopAtStep, StopOnNonFiniteLoss)
-from dare_tf.training.config import (EVAL_BEHAVIOURS, METRICS, STRATEGIES, TrainConfig,
-                                     effective_model_config, run_identity)
-from dare_tf.training.distribution import gather_workers, make_strategy, worker_index, worker_partitions
-from dare_tf.training.evaluation import (evaluate_outputs, format_results, history_length_buckets,
-                                         metrics_by_history_length, predict_batches, predict_split,
-                                         refresh_batch_norm_statistics, summarize, write_curves)
-from dare_tf.optimizers import OPTIMIZERS, make_optimizer
-from dare_tf.training.loop import SeedRun, train
+import importlib
+
+# Public name -> the module that defines it.
+_EXPORTS = {
+    "RunConfigMismatchError": "dare_tf.run_directory", "RunLockedError": "dare_tf.run_directory",
+    "read_history": "dare_tf.run_directory",
+    **dict.fromkeys(("AppendHistory", "ExactValidation", "KeepBestWeights", "NonFiniteLossError", "SaveCheckpoint",
+                     "StopAtStep", "StopOnNonFiniteLoss"), "dare_tf.training.callbacks"),
+    **dict.fromkeys(("EVAL_BEHAVIOURS", "METRICS", "OPTIMIZERS", "STRATEGIES", "TrainConfig",
+                     "effective_model_config", "run_identity"), "dare_tf.training.config"),
+    **dict.fromkeys(("gather_workers", "make_strategy", "worker_index", "worker_partitions"),
+                    "dare_tf.training.distribution"),
+    **dict.fromkeys(("evaluate_outputs", "format_results", "history_length_buckets", "metrics_by_history_length",
+                     "predict_batches", "predict_split", "refresh_batch_norm_statistics", "summarize",
+                     "write_curves"), "dare_tf.training.evaluation"),
+    "make_optimizer": "dare_tf.optimizers",
+    "SeedRun": "dare_tf.training.loop", "train": "dare_tf.training.loop",
+}
+_SUBMODULES = ("callbacks", "config", "distribution", "evaluation", "loop")
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    if name in _SUBMODULES:
+        return importlib.import_module(f"dare_tf.training.{name}")
+    raise AttributeError(f"module 'dare_tf.training' has no attribute {name!r}")
+
 
 __all__ = [
     "EVAL_BEHAVIOURS",

@@ -7,13 +7,11 @@ import math
 from typing import Any
 
 from dare_tf.config import ModelConfig, make_config
-from dare_tf.data.pipeline import DEFAULT_SHUFFLE_BUFFER
-from dare_tf.data.spec import DatasetSpec
-from dare_tf.optimizers import OPTIMIZERS
-from dare_tf.search import search_class
+from dare_tf.data.spec import DEFAULT_SHUFFLE_BUFFER, DatasetSpec
 
 
 STRATEGIES = ("default", "mirrored", "multi_worker")
+OPTIMIZERS = ("adam", "lazy_adam")  # dare_tf.optimizers.make_optimizer
 METRICS = ("auc", "gauc", "category_auc", "logloss")
 # Behaviours per evaluation batch at most (B x L): bounds evaluation memory at long L.
 EVAL_BEHAVIOURS = 1 << 22
@@ -241,6 +239,8 @@ def effective_model_config(config: TrainConfig, spec: DatasetSpec, strategy):
     if distributed:
         overrides["synchronized_batch_norm"] = True
     model_config = make_config(config.preset, spec.num_items, spec.num_categories, **overrides)
+    from dare_tf.search.base import search_class  # (Keras: only once a run is configured)
+
     if search_class(model_config.search).keeps_top_k and model_config.top_k > model_config.max_len:
         raise ValueError(f"top_k={model_config.top_k} is larger than the history length "
                          f"max_len={model_config.max_len} of the dataset")

@@ -7,9 +7,8 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import ENV, REPO
 
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
 
 
 @pytest.fixture(scope="module")

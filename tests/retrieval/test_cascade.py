@@ -1,4 +1,4 @@
-"""The cascade evaluation, in a process of its own (`own_process`)."""
+"""The cascade evaluation."""
 
 import json
 import os
@@ -6,25 +6,19 @@ import os
 import numpy as np
 import pytest
 
-from tests.conftest import REPO
-
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
-pytestmark = pytest.mark.own_process
-
 
 @pytest.mark.slow
-def test_cascade_evaluation_matches_the_retrieval_recall_and_a_per_example_reference(taobao, tmp_path):
-    from dare_tf.retrieval import RetrievalConfig, evaluate_cascade, train_retrieval  # noqa: I001
+@pytest.mark.xdist_group("two_stage")
+def test_cascade_evaluation_matches_the_retrieval_recall_and_a_per_example_reference(taobao, two_stage, tmp_path):
+    from dare_tf.retrieval import evaluate_cascade  # noqa: I001
     from dare_tf.retrieval.cascade import rerank
-    from dare_tf.training import TrainConfig, train
     data, work = taobao, str(tmp_path)
-    retrieval = train_retrieval(data, os.path.join(work, "retrieval"), RetrievalConfig(epochs=2, batch_size=256))
-    train(data, os.path.join(work, "dare"), TrainConfig.create(preset="dare", batch_size=256, epochs=1, eval_every=20,
-                                                         verbose=0, model_overrides=dict(top_k=10)))
-    out = evaluate_cascade(data, os.path.join(work, "retrieval"), {"dare": os.path.join(work, "dare")},
+    with open(os.path.join(two_stage["retrieval"], "results.json")) as f:
+        retrieval = json.load(f)
+    out = evaluate_cascade(data, two_stage["retrieval"], {"dare": two_stage["dare"]},
                            os.path.join(work, "cascade"), num_candidates=200, k=10, report=lambda s: None)
     import keras
-    model = keras.models.load_model(os.path.join(work, "dare", "seed_0", "model.keras"))
+    model = keras.models.load_model(os.path.join(two_stage["dare"], "seed_0", "model.keras"))
     rng = np.random.default_rng(0)
     examples = {"hist_items": rng.integers(1, 50, (3, 200)).astype(np.int32),
                 "hist_categories": rng.integers(1, 9, (3, 200)).astype(np.int32)}
@@ -40,7 +34,7 @@ def test_cascade_evaluation_matches_the_retrieval_recall_and_a_per_example_refer
              for c in candidates[e]]
         reference.append(dict(zip(candidates[e].tolist(), p)))
     try:
-        evaluate_cascade(data, os.path.join(work, "retrieval"), {"dare": os.path.join(work, "dare")},
+        evaluate_cascade(data, two_stage["retrieval"], {"dare": two_stage["dare"]},
                          os.path.join(work, "cascade"), num_candidates=100, k=10, report=lambda s: None)
         refused = None
     except ValueError as e:

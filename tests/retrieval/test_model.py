@@ -1,16 +1,13 @@
-"""The two-tower model (tensorflow-recommenders, Keras 2), each test in a process of its own
-(`own_process`, tests/conftest.py): TFRS needs `tf.keras` to be Keras 2, resolved once per process."""
+"""The two-tower model (tensorflow-recommenders, Keras 2, beside Keras 3)."""
 
-import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import ENV, REPO
 
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
 
 
 def recall_at_k(q, c, ids, positives, ks):
@@ -21,7 +18,6 @@ def recall_at_k(q, c, ids, positives, ks):
     return {f"recall@{k}": float((rank < k).mean()) for k in ks}
 
 
-@pytest.mark.own_process
 def test_factorized_top_k_recall_and_the_index_match_numpy_and_keras3_coexists():
     import tensorflow as tf
 

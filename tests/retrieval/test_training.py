@@ -7,9 +7,8 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import ENV, REPO
 
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
 
 
 @pytest.mark.slow
@@ -25,8 +24,6 @@ def test_train_retrieval_program_writes_recall_and_the_popularity_baseline(taoba
         values = [results[part][k] for k in keys]
         assert values == sorted(values) and 0 <= values[0] and values[-1] <= 1, (part, values)
     assert results["catalogue"] > 1000 and results["test_positives"] == 86
-    bad = subprocess.run(command[:-2] + ["--epochs=0"], cwd=REPO, env=ENV, capture_output=True, text=True)
-    assert bad.returncode == 2 and "--epochs=0: must be >= 1" in bad.stderr
     other = subprocess.run(command[:-2] + ["--epochs=3"], cwd=REPO, env=ENV, capture_output=True, text=True)
     assert other.returncode == 1 and "retrieval_config.epochs: 2 in the run, 3 now" in other.stderr
     exported = subprocess.run([sys.executable, "-m", "serving.export", f"--run_dir={out}",

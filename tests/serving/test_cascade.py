@@ -1,5 +1,4 @@
-"""Two-stage recommendation served (retrieval, then the ranker) and in process, in a process of
-its own (`own_process`: the retrieval model needs `tf.keras` as Keras 2)."""
+"""Two-stage recommendation served (retrieval, then the ranker) and in process."""
 
 import json
 import os
@@ -9,15 +8,10 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import REPO
-
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
-pytestmark = pytest.mark.own_process
-
 
 @pytest.mark.slow
-def test_two_stage_recommend_served_and_in_process(taobao, tmp_path):
-    from dare_tf.retrieval import RetrievalConfig, train_retrieval  # noqa: I001 (first: tf.keras)
+@pytest.mark.xdist_group("two_stage")
+def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
     from dare_tf import build_model
     from dare_tf.data.protocol import Protocol, prepare
     from dare_tf.data.spec import DatasetSpec, read_id_map
@@ -29,8 +23,7 @@ def test_two_stage_recommend_served_and_in_process(taobao, tmp_path):
 
     data, work = taobao, str(tmp_path)
     exports = os.path.join(work, "exports")
-    train_retrieval(data, os.path.join(work, "retrieval"), RetrievalConfig(epochs=1, batch_size=256))
-    export_run(os.path.join(work, "retrieval"), exports, "retrieval", top_n=50)
+    export_run(two_stage["retrieval"], exports, "retrieval", top_n=50)
     spec = DatasetSpec.load(data)
     ranker = build_model("dare", spec.num_items, spec.num_categories, max_len=spec.max_len, seed=0, top_k=10)
     export_saved_model(ranker, data, exports, "dare")
@@ -56,7 +49,7 @@ def test_two_stage_recommend_served_and_in_process(taobao, tmp_path):
     exported = LocalModel(os.path.join(exports, "retrieval")).predict_tensors({"hist_items": h_items,
                                                                               "hist_categories": h_cats})
     dense = test["hist_items"][:8].copy(); dense[0, -1] = spec.oov_item
-    scores, ids = brute_force_index(load_retrieval_model(os.path.join(work, "retrieval"), spec, items, cats),
+    scores, ids = brute_force_index(load_retrieval_model(two_stage["retrieval"], spec, items, cats),
                                     (items, cats), 50)({"hist_items": dense, "hist_categories": test["hist_categories"][:8]})
     category_of = dict(zip(items.tolist(), cats.tolist()))
     index_check = {"same_items": bool((exported["items"] == raw_item_of[ids.numpy()]).all()),

@@ -1,5 +1,7 @@
 """TrainConfig: sections, flat names, identity."""
 
+import types
+
 import pytest
 
 from dare_tf.training import TrainConfig
@@ -22,3 +24,18 @@ def test_train_config_sections_flat_names_and_identity():
         TrainConfig.create(optimizer="sgd")
     with pytest.raises(ValueError, match="^batch_size=0: must be >= 1$"):
         TrainConfig.create(batch_size=0)
+
+
+def test_a_run_configuration_the_dataset_cannot_hold_is_refused_with_the_flag(taobao):
+    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.training.config import effective_model_config
+
+    spec, one_device = DatasetSpec.load(taobao), types.SimpleNamespace(num_replicas_in_sync=1)
+    with pytest.raises(ValueError, match=r"^learning_rate=-1: must be a finite number > 0$"):
+        TrainConfig.create(learning_rate=-1)
+    with pytest.raises(ValueError, match="^top_k=500 is larger than the history length max_len=200 of the dataset$"):
+        effective_model_config(TrainConfig.create(model_overrides=dict(top_k=500)), spec, one_device)
+    with pytest.raises(ValueError, match="^ModelConfig.max_len: must be >= 1, got 0$"):
+        effective_model_config(TrainConfig.create(model_overrides=dict(max_len=0)), spec, one_device)
+    with pytest.raises(FileNotFoundError, match="spec.json not found"):
+        DatasetSpec.load(taobao + "/nowhere")

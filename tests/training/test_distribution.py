@@ -11,7 +11,7 @@ import pytest
 
 from dare_tf.training import SeedRun, TrainConfig
 from tests.conftest import REPO
-from tests.training.common import ENV
+from tests.conftest import ENV
 
 
 def _free_port():

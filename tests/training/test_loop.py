@@ -12,7 +12,8 @@ import pytest
 
 from dare_tf.training import SeedRun, TrainConfig, train
 from tests.conftest import REPO
-from tests.training.common import ENV, FAST, TINY, train_command
+from tests.conftest import ENV
+from tests.training.common import FAST, TINY, train_command
 
 
 @pytest.mark.slow
@@ -156,22 +157,9 @@ def test_training_stream_resumes_at_any_step(taobao, in_memory_mb, tmp_path):
 
 
 @pytest.mark.slow
-def test_trainer_command_line_errors_and_flag_file(taobao, tmp_path):
+def test_trainer_flag_file_reruns_the_run(taobao, tmp_path):
     out = str(tmp_path / "cli")
     base = [sys.executable, "-m", "trainers.train", f"--data_dir={taobao}", f"--output_dir={out}"]
-    cases = [(["--learning_rate=-1"], 2, "--learning_rate=-1.0: must be a finite number > 0"),
-             (["--top_k=500"], 1, "--top_k=500 is larger than the history length max_len=200"),
-             (["--max_len=0"], 1, "--max_len: must be >= 1, got 0"),
-             ([f"--data_dir={tmp_path}/nowhere"], 1, "spec.json not found")]
-    for args, code, message in cases:
-        result = subprocess.run(base + args, cwd=REPO, env=ENV, capture_output=True, text=True)
-        assert result.returncode == code, (args, result.stderr[-2000:])
-        assert "Traceback" not in result.stderr and message in result.stderr.strip().splitlines()[-1], result.stderr
-    help_text = subprocess.run([sys.executable, "-m", "trainers.train", "--help"], cwd=REPO, env=ENV,
-                               capture_output=True, text=True).stdout
-    for flag in ("--learning_rate", "--max_len", "--attention_embedding_dim", "--coupling", "--top_k", "--l2", "--mlp_units",
-                 "--bn_statistics_batches", "--model", "--overwrite"):
-        assert flag in help_text, flag
     done = subprocess.run(base + ["--flagfile=configs/smoke.flags", "--nojit_compile"], cwd=REPO, env=ENV,
                           capture_output=True,
                           text=True)

@@ -1,0 +1,133 @@
+"""What the models reach: the demo's results and a baselines grid, recorded from real
+runs so that the guides quote them from `results/bench_quality.json` (tables.py).
+
+Usage: python benchmarks/bench_quality.py [--parts demo,baselines] [--work_dir DIR] [--json PATH]
+
+demo: runs `python -m trainers.demo` (a fresh work directory), then reads what it
+  wrote: test AUC of every model on both datasets (`table1`), DARE's by history
+  length (`by_length`), the retrieval stage's recall against most-popular
+  (`retrieval`), the cascade (`cascade`), the analyses' headline numbers
+  (`analyses`, `dimensions`) and the demo's wall time (`demo_time`).
+baselines: `python -m trainers.reproduce` of DARE, TWIN, ETA, SDIM and TWIN-V2 with
+  the demo's training settings, 3 seeds, on the demo's two prepared datasets
+  (runs the demo part's preparation first when it is missing): test AUC mean
+  and std per cell (`baselines`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from benchmarks.common import print_table, selected_parts, write_parts  # noqa: E402
+
+DATASETS = ("synthetic", "taobao_sample")
+BASELINES = ("dare", "twin", "eta", "sdim", "twin_v2")
+# The demo's training settings (dare_tf.demo), as trainers.reproduce flags.
+DEMO_SETTINGS = ["--batch_size=512", "--eval_batch_size=4096", "--epochs=1", "--eval_every=60",
+                 "--learning_rate=0.005", "--top_k=20"]
+
+
+def _load(*path):
+    with open(os.path.join(*path)) as f:
+        return json.load(f)
+
+
+def _program(args: list[str], log: str) -> float:
+    started = time.perf_counter()
+    with open(log, "w") as out:
+        done = subprocess.run([sys.executable, "-m", *args], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO))
+    if done.returncode:
+        sys.exit(f"{args[0]} failed (exit {done.returncode}); its output: {log}")
+    return time.perf_counter() - started
+
+
+def bench_demo(work: str) -> dict:
+    demo, data = os.path.join(work, "demo"), os.path.join(work, "data")
+    for path in (demo, data):
+        shutil.rmtree(path, ignore_errors=True)
+    seconds = _program(["trainers.demo", f"--work_dir={demo}", f"--data_dir={data}"], os.path.join(work, "demo.log"))
+    runs = {d: {m: _load(demo, d, "d16", m, "results.json") for m in sorted(os.listdir(os.path.join(demo, d, "d16")))}
+            for d in DATASETS if os.path.isdir(os.path.join(demo, d))}
+    models = list(next(iter(runs.values())))
+    out = {"table1": [{"model": m, **{d: runs[d][m]["test"]["auc"] for d in runs}} for m in models]}
+    dare = runs["synthetic"]["dare"]
+    out["by_length"] = [{"history_length": "all", "examples": None, "auc": dare["test"]["auc"]}] + [
+        {"history_length": name, "examples": entry["count"], "auc": entry["auc"]}
+        for name, entry in dare["test_by_history_length"].items()]
+    retrieval = _load(demo, "retrieval", "results.json")
+    out["retrieval"] = [{"recall": k, "two_tower": retrieval["test"][k], "most_popular": retrieval["test_popularity"][k]}
+                        for k in sorted(retrieval["test"], key=lambda k: int(k.split("@")[1]))]
+    cascade = _load(demo, "cascade", "cascade.json")
+    out["cascade"] = [{"stage": "retrieval alone", "hit_rate@10": cascade["retrieval"]["hit_rate@10"],
+                       "ndcg@10": cascade["retrieval"]["ndcg@10"]}] + [
+        {"stage": f"retrieval top {cascade['config']['num_candidates']} -> {name}", "hit_rate@10": r["hit_rate@10"],
+         "ndcg@10": r["ndcg@10"]} for name, r in cascade["rankers"].items()]
+    analysis = _load(demo, "analysis", "analysis.json")
+    rows = []
+    for label in analysis["retrieval"]["ndcg"]:
+        mi = analysis["representation"]["mutual_information"].get(label, {})
+        rows.append({"model": label, "search_ndcg_mi": analysis["retrieval"]["ndcg"][label],
+                     "search_ndcg_planted": analysis["retrieval"].get("planted", {}).get("ndcg", {}).get(label),
+                     "attention_spearman": analysis["attention"]["rank_correlation"].get(label),
+                     "representation_mi_max": max(mi.values()) if mi else None,
+                     "steps_to_twin_best": analysis["convergence"]["steps_to_reference_best"].get(label)})
+    out["analyses"] = rows
+    grads = analysis["gradients"]
+    out["gradients"] = [{"model": grads["model"], "norm_ratio": grads["norm_ratio"],
+                         "conflict_share": grads["conflict_share"]}]
+    out["dimensions"] = [{k: r[k] for k in ("attention_dim", "representation_dim", "test_auc", "search_us_per_example")}
+                         for r in analysis["dimensions"]["rows"]]
+    out["demo_time"] = [{"program": "python -m trainers.demo", "seconds": seconds,
+                         **{f"{d} examples": sum(_load(data, "prepared", d, "spec.json")["counts"].values())
+                            for d in runs}}]
+    return out
+
+
+def bench_baselines(work: str) -> list[dict]:
+    prepared = [os.path.join(work, "data", "prepared", d) for d in DATASETS]
+    if not all(os.path.exists(os.path.join(p, "spec.json")) for p in prepared):
+        sys.exit(f"{prepared}: not prepared; run --parts demo first (it prepares them)")
+    out = os.path.join(work, "baselines")
+    shutil.rmtree(out, ignore_errors=True)
+    _program(["trainers.reproduce", f"--data_dirs={','.join(prepared)}", f"--models={','.join(BASELINES)}",
+              "--dims=16", "--seeds=0,1,2", f"--output_dir={out}", *DEMO_SETTINGS], os.path.join(work, "baselines.log"))
+    with open(os.path.join(out, "table1.csv")) as f:
+        rows = list(csv.DictReader(f))
+    return [{"model": r["model"], **{f"{d} {s}": float(r[f"{d} d=16 {s}"]) for d in DATASETS for s in ("mean", "std")},
+             "seeds": 3} for r in rows]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", default="demo,baselines")
+    parser.add_argument("--work_dir", default=os.path.join(tempfile.gettempdir(), "dare_bench_quality"))
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    parts = selected_parts(parser, args.parts, ("demo", "baselines"))
+    os.makedirs(args.work_dir, exist_ok=True)
+    payload = {}
+    if "demo" in parts:
+        payload.update(bench_demo(args.work_dir))
+        for part, rows in payload.items():
+            print(f"\n{part}")
+            print_table(rows, list(rows[0]))
+    if "baselines" in parts:
+        payload["baselines"] = bench_baselines(args.work_dir)
+        print_table(payload["baselines"], list(payload["baselines"][0]))
+    write_parts("bench_quality", payload, list(payload))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+"""How the two-tower retrieval model trains: `RetrievalConfig` (no TensorFlow: the
+program's flags are defined from it before TensorFlow loads)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class RetrievalConfig:
+    """How the two-tower retrieval model trains.
+
+    Attributes:
+        embedding_dim: width of each id embedding in both towers.
+        output_dim: width of the query and candidate vectors.
+        batch_size: positives per batch (the in-batch softmax's negatives).
+        learning_rate: Adagrad learning rate.
+        epochs: passes over the training split's positives.
+        seeds: one run per seed; results report mean and std.
+        popularity_correction: correct the in-batch softmax by each
+            candidate's sampling probability (its share of training clicks).
+        verbose: 0 silent, 1 Keras progress bar.
+    """
+
+    embedding_dim: int = 32
+    output_dim: int = 32
+    batch_size: int = 512
+    learning_rate: float = 0.1
+    epochs: int = 10
+    seeds: tuple[int, ...] = (0,)
+    popularity_correction: bool = False
+    verbose: int = 0
+
+    def __post_init__(self):
+        object.__setattr__(self, "seeds", tuple(int(s) for s in self.seeds))
+        for name in ("embedding_dim", "output_dim", "batch_size", "epochs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)}: must be >= 1")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate={self.learning_rate}: must be > 0")
+        if not self.seeds:
+            raise ValueError("seeds: needs at least one seed")

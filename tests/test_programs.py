@@ -1,0 +1,70 @@
+"""Every program answers `--help` and a bad flag at once: its flags are parsed
+before TensorFlow loads."""
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import ENV, REPO
+
+PROGRAMS = ["trainers.train", "trainers.train_retrieval", "trainers.reproduce", "trainers.evaluate_cascade",
+            "trainers.analyze", "trainers.demo", "serving.export", "serving.client", "serving.standin_server",
+            "data.prepare", "data.synthetic"]
+# Runs a program as `python -m` does and reports what it imported.
+PROBE = ("import runpy, sys\nsys.argv = [sys.argv[1]] + sys.argv[2:]\ncode = 0\n"
+         "try:\n    runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)\n"
+         "except SystemExit as e:\n    code = e.code\n"
+         "print('exit', code, 'loaded', sorted(m for m in ('tensorflow', 'keras', 'jax') if m in sys.modules),"
+         " file=sys.stderr)\n")
+
+
+def _probe(program, *args):
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", PROBE, program, *args], cwd=REPO, env=ENV, capture_output=True,
+                          text=True, timeout=120)
+    return done, time.perf_counter() - start
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_help_is_fast_exits_zero_and_loads_no_tensorflow(program):
+    done, seconds = _probe(program, "--help")
+    assert done.stderr.strip().splitlines()[-1] == "exit 0 loaded []", done.stderr[-2000:]
+    assert "flags:" in done.stdout and "Try --helpfull" in done.stdout
+    if seconds >= 2:  # a busy machine: the best of three
+        seconds = min(_probe(program, "--help")[1] for _ in range(3))
+    assert seconds < 2, f"{program} --help took {seconds:.2f} s"
+
+
+def test_help_lists_the_generated_flags_and_a_real_process_exits_zero():
+    done = subprocess.run([sys.executable, "-m", "trainers.train", "--help"], cwd=REPO, env=ENV, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    for flag in ("--learning_rate", "--max_len", "--attention_embedding_dim", "--coupling", "--top_k", "--l2",
+                 "--mlp_units", "--bn_statistics_batches", "--model", "--overwrite", "--search"):
+        assert flag in done.stdout, flag
+    assert "<cluster|hard|none|sdim|simhash|soft>" in done.stdout  # --search's choices: the registry's names
+
+
+@pytest.mark.parametrize("program, args, message", [
+    ("trainers.train", ["--data_dir=d", "--output_dir=o", "--max_len=many"],
+     "error: flag --max_len=many: invalid literal for int() with base 10: 'many' (see --help)"),
+    ("trainers.train", ["--data_dir=d", "--output_dir=o", "--search=fast"],
+     "error: flag --search=fast: value should be one of <cluster|hard|none|sdim|simhash|soft> (see --help)"),
+    ("serving.export", ["--nosuch"], "error: Unknown command line flag 'nosuch' (see --help)"),
+    # refused by the program's configuration (`dare_tf.cli.run(main, configure=...)`)
+    ("trainers.train", ["--data_dir=d", "--output_dir=o", "--learning_rate=-1"],
+     "error: --learning_rate=-1.0: must be a finite number > 0 (see --help)"),
+    ("trainers.reproduce", ["--data_dirs=d", "--output_dir=o", "--models=dare,bert"],
+     "error: --models: unknown preset(s) ['bert']; known: " + str(sorted(__import__("dare_tf.config").config.PRESETS))
+     + " (see --help)"),
+    ("trainers.train_retrieval", ["--data_dir=d", "--output_dir=o", "--epochs=0"],
+     "error: --epochs=0: must be >= 1 (see --help)"),
+    ("trainers.analyze", ["--data_dir=d", "--output_dir=o", "--runs=dare"],
+     "error: --runs: 'dare' is not label:run_dir (see --help)"),
+])
+def test_a_bad_flag_or_value_is_one_line_before_tensorflow_loads(program, args, message):
+    done, _ = _probe(program, *args)
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1] == "exit 2 loaded []" and lines[-2] == message, done.stderr[-2000:]
