@@ -7,7 +7,8 @@ demo: runs `python -m trainers.demo` (a fresh work directory), then reads what i
   wrote: test AUC of every model on both datasets (`table1`), DARE's by history
   length (`by_length`), the retrieval stage's recall against most-popular
   (`retrieval`), the cascade (`cascade`), the analyses' headline numbers
-  (`analyses`, `dimensions`) and the demo's wall time (`demo_time`).
+  (`analyses`, `gradients`, `dimensions`) and the demo's wall time (`demo_time`);
+  the analyses' figures are copied to docs/figures/.
 baselines: `python -m trainers.reproduce` of DARE, TWIN, ETA, SDIM and TWIN-V2 with
   the demo's training settings, 3 seeds, on the demo's two prepared datasets
   (runs the demo part's preparation first when it is missing): test AUC mean
@@ -75,6 +76,8 @@ def bench_demo(work: str) -> dict:
         {"stage": f"retrieval top {cascade['config']['num_candidates']} -> {name}", "hit_rate@10": r["hit_rate@10"],
          "ndcg@10": r["ndcg@10"]} for name, r in cascade["rankers"].items()]
     analysis = _load(demo, "analysis", "analysis.json")
+    for path in analysis["figures"].values():  # the guide's figures (docs/analyses.md), of this run
+        shutil.copy(os.path.join(demo, "analysis", path), os.path.join(REPO, "docs", "figures"))
     rows = []
     for label in analysis["retrieval"]["ndcg"]:
         mi = analysis["representation"]["mutual_information"].get(label, {})

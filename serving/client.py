@@ -35,8 +35,8 @@ flags.DEFINE_integer("num_candidates", 200, "recommend: candidates the retrieval
                      lower_bound=1)
 flags.DEFINE_integer("top", 10, "recommend: recommendations to print.", lower_bound=1)
 flags.DEFINE_bool("explain", False, "recommend: also print the ranker's heaviest retrieved behaviours.")
-flags.DEFINE_bool("share_history", True, "recommend: send the history once for all candidates; turn off for "
-                  "a TensorFlow Serving started with --enable_batching (it needs equal batch sizes).")
+flags.DEFINE_bool("share_history", False, "recommend: send the history once for all candidates, only to a server "
+                  "without batching (TF Serving's --enable_batching needs equal batch sizes).")
 flags.DEFINE_enum("format", "table", ["table", "json"], "recommend: a markdown table or JSON.")
 flags.adopt_module_key_flags(dare_tf.cli)
 flags.mark_flags_as_required(["model_name"])

@@ -21,12 +21,17 @@ flags.DEFINE_string("model_config_file", None, "A TF Serving models.config: serv
 flags.DEFINE_integer("port", 8500, "gRPC port (0 picks a free one).", lower_bound=0)
 flags.DEFINE_integer("rest_port", None, "REST port (none: no REST).", lower_bound=0)
 flags.DEFINE_bool("batching", True, "Merge concurrent Predict requests (like --enable_batching).")
+flags.DEFINE_integer("max_batch_size", 1024, "Rows one request may hold, and the batcher merges (TF Serving: "
+                     "max_batch_size of its batching parameters); a larger request gets INVALID_ARGUMENT.",
+                     lower_bound=1)
+flags.DEFINE_integer("max_request_bytes", 64 << 20, "Bytes of one gRPC message (RESOURCE_EXHAUSTED above) or "
+                     "REST body (HTTP 413 above).", lower_bound=1024)
 flags.adopt_module_key_flags(dare_tf.cli)
 
 
 def main(argv):
     del argv
-    from dare_tf.testing.standin_server import read_model_config, serve
+    from dare_tf.testing.standin_server import Limits, read_model_config, serve
 
     if bool(FLAGS.model_config_file) == bool(FLAGS.model_base or FLAGS.model_name):
         raise app.UsageError("give either --model_config_file or both --model_base and --model_name")
@@ -36,7 +41,8 @@ def main(argv):
         raise app.UsageError("--model_base and --model_name go together")
     else:
         models = {FLAGS.model_name: FLAGS.model_base}
-    server, port, http = serve(models, FLAGS.port, FLAGS.rest_port, batching=FLAGS.batching)
+    server, port, http = serve(models, FLAGS.port, FLAGS.rest_port, batching=FLAGS.batching,
+                                 limits=Limits(FLAGS.max_batch_size, FLAGS.max_request_bytes))
     print(f"serving {', '.join(sorted(models))} on gRPC localhost:{port}"
           + (f" and REST localhost:{http.server_address[1]}" if http else ""), flush=True)
     server.wait_for_termination()

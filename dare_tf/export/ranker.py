@@ -44,7 +44,7 @@ from dare_tf._files import clean_stale, staging_dir
 from dare_tf.data.spec import (HIST_CATEGORIES, HIST_ITEMS, ID_MAP_FILES, MODEL_INPUTS, TARGET_CATEGORY,
                                TARGET_ITEM, DatasetSpec, id_map_digest, read_id_map)
 from dare_tf.export.tf_serving import (DATASET_INPUT, DATASET_SIGNATURE, WARMUP_FILE, IdTable, dataset_outputs,
-                                       next_version, set_method_names, warmup_requests, write_server_configs)
+                                       model_base, next_version, set_method_names, warmup_requests, write_server_configs)
 from dare_tf.models import DareModel
 
 # Rank of each serving input: targets [B], histories [B, T].
@@ -180,15 +180,14 @@ def export_saved_model(model: DareModel, data_dir: str, export_base: str, model_
                        version: int | None = None) -> str:
     """Writes a TF-Serving-ready version directory; returns its path."""
     graph = _ServingGraph(model, data_dir)
-    model_base = os.path.join(export_base, model_name)
-    os.makedirs(model_base, exist_ok=True)
-    version = next_version(model_base) if version is None else version
-    final = os.path.join(model_base, str(version))
+    base = model_base(export_base, model_name)
+    version = next_version(base) if version is None else version
+    final = os.path.join(base, str(version))
     if os.path.exists(final):
         raise FileExistsError(f"{final} exists: TF Serving versions are immutable; pick another --version")
-    for path in clean_stale(model_base, "version"):
+    for path in clean_stale(base, "version"):
         logging.info("removed %s, left by a killed export", path)
-    staging = staging_dir(model_base, "version")
+    staging = staging_dir(base, "version")
     # The SavedModel holds plain TensorFlow graphs (no XLA clusters), which any
     # TF Serving build runs.
     jit, model.jit_compile_dense = model.jit_compile_dense, False

@@ -10,8 +10,8 @@ import numpy as np
 from dare_tf._files import clean_stale, replace_directory, staging_dir
 from dare_tf.data.pipeline import InMemorySplit
 from dare_tf.data.spec import ID_MAP_FILES, DatasetSpec, id_map_digest, read_id_map
-from dare_tf.export.tf_serving import (DATASET_INPUT, DATASET_SIGNATURE, IdTable, dataset_outputs, next_version,
-                                       write_server_configs)
+from dare_tf.export.tf_serving import (DATASET_INPUT, DATASET_SIGNATURE, IdTable, dataset_outputs, model_base,
+                                       next_version, write_server_configs)
 from dare_tf.retrieval.model import TwoTowerModel, brute_force_index, load_retrieval_model
 from dare_tf.retrieval.training import catalogue, category_array
 
@@ -57,7 +57,7 @@ def export_retrieval(run_dir: str, data_dir: str, export_base: str, model_name: 
     `[B, T]` (ids <= 0 are padding, unknown ids go to the out-of-vocabulary row)
     -> `items`, `categories` (raw ids) and `scores` of the top `top_n`; and the
     `dataset` signature of every export (`dare_tf.export`). Rewrites
-    `export_base/models.config` to list every model there."""
+    `export_base/models.config` (merged: see `write_server_configs`)."""
     spec = DatasetSpec.load(data_dir)
     splits = {s: InMemorySplit.load(data_dir, s, spec) for s in ("train", "val", "test")}
     items, categories = catalogue(spec, splits)
@@ -65,11 +65,10 @@ def export_retrieval(run_dir: str, data_dir: str, export_base: str, model_name: 
         raise ValueError(f"top_n={top_n} is larger than the catalogue ({len(items)} items)")
     module = _RetrievalServing(load_retrieval_model(run_dir, spec, items, categories), data_dir, spec, items,
                                categories, top_n)
-    model_base = os.path.join(export_base, model_name)
-    os.makedirs(model_base, exist_ok=True)
-    clean_stale(model_base, "version")
-    final = os.path.join(model_base, str(next_version(model_base)))
-    staging = staging_dir(model_base, "version")
+    base = model_base(export_base, model_name)
+    clean_stale(base, "version")
+    final = os.path.join(base, str(next_version(base)))
+    staging = staging_dir(base, "version")
     tf.saved_model.save(module, staging, signatures={"serving_default": module.serve,
                                                      DATASET_SIGNATURE: module.dataset})
     replace_directory(staging, final)

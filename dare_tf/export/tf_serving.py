@@ -101,21 +101,98 @@ def next_version(model_base: str) -> int:
 
 
 MODELS_CONFIG = "models.config"
+BATCHING_FILE = "batching_parameters.txt"
+EXPORTED_MARK = ".dare_tf_export"  # in a model's base directory: this package exported it
+_WRITTEN_BY = "# written by dare_tf.export (a file without this first line is kept as it is)\n"
+_MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def model_base(export_base: str, model_name: str) -> str:
+    """`export_base/model_name`, created, for a model name that is one path component
+    of `[A-Za-z0-9_.-]` not starting with `.` (what models.config, REST URLs and the
+    file system all take as it is); marks it as exported by this package."""
+    if not isinstance(model_name, str) or not _MODEL_NAME.fullmatch(model_name):
+        raise ValueError(f"model_name={model_name!r}: a model name is letters, digits, '_', '.' and '-', "
+                         "not starting with '.' (one directory under the export base)")
+    path = os.path.join(export_base, model_name)
+    os.makedirs(path, exist_ok=True)
+    open(os.path.join(path, EXPORTED_MARK), "a").close()
+    return path
+
+
+def _exported_models(export_base: str) -> list[str]:
+    """Models this package exported into `export_base` that hold a version."""
+    return sorted(d for d in os.listdir(export_base) if _MODEL_NAME.fullmatch(d)
+                  and os.path.exists(os.path.join(export_base, d, EXPORTED_MARK))
+                  and versions(os.path.join(export_base, d)))
+
+
+def _model_config_list_end(text: str, path: str) -> int:
+    """Offset of the closing brace of `model_config_list { ... }` in a models.config
+    (braces inside quotes and comments skipped)."""
+    start = re.search(r"\bmodel_config_list\s*:?\s*\{", text)
+    if start is None:
+        raise ValueError(f"{path}: holds no model_config_list {{ ... }}: dare_tf.export adds its models to a "
+                         "TF Serving model config; move this file away or write its models there")
+    depth, i, quote = 1, start.end(), None
+    while i < len(text):
+        c = text[i]
+        if quote:
+            if c == "\\":
+                i += 1
+            elif c == quote:
+                quote = None
+        elif c in "'\"":
+            quote = c
+        elif c == "#":
+            i = text.find("\n", i)
+            i = len(text) if i < 0 else i
+        elif c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    raise ValueError(f"{path}: model_config_list {{ is never closed")
 
 
 def write_server_configs(export_base: str, max_batch_size: int = 256) -> None:
-    """`models.config` listing every model exported into `export_base` (a ranker
-    and a retrieval model: one TF Serving process serves both; paths as inside
-    the tensorflow/serving container, where `export_base` is `/models`) and
-    `batching_parameters.txt`."""
-    names = sorted(d for d in os.listdir(export_base) if versions(os.path.join(export_base, d)))
-    entries = "".join(f"  config {{\n    name: '{name}'\n    base_path: '/models/{name}'\n"
-                      "    model_platform: 'tensorflow'\n  }\n" for name in names)
-    with open(os.path.join(export_base, MODELS_CONFIG), "w") as f:
-        f.write("model_config_list {\n" + entries + "}\n")
-    with open(os.path.join(export_base, "batching_parameters.txt"), "w") as f:
-        f.write(f"max_batch_size {{ value: {max_batch_size} }}\n"
-                "batch_timeout_micros { value: 1000 }\n"
-                "max_enqueued_batches { value: 100 }\n"
-                "num_batch_threads { value: 4 }\n"
-                "pad_variable_length_inputs: true\n")
+    """Adds every model this package exported into `export_base` (a ranker and a
+    retrieval model: one TF Serving process serves both; base paths as inside the
+    tensorflow/serving container, where `export_base` is `/models`) to
+    `models.config`, and writes `batching_parameters.txt`.
+
+    A `models.config` already there is merged into, not replaced: its entries and
+    settings (other models, version policies, ...) stay as they are, byte for
+    byte; only entries for models it does not list yet are added. A batching file
+    not written by this package is kept."""
+    from google.protobuf import text_format
+    from tensorflow_serving.config import model_server_config_pb2
+
+    path = os.path.join(export_base, MODELS_CONFIG)
+    text = open(path).read() if os.path.exists(path) else "model_config_list {\n}\n"
+    config = model_server_config_pb2.ModelServerConfig()
+    try:
+        text_format.Parse(text, config)
+    except text_format.ParseError as e:
+        raise ValueError(f"{path}: not a TF Serving model config ({e}); dare_tf.export adds its models to it, "
+                         "so fix or move it") from e
+    listed = {entry.name for entry in config.model_config_list.config}
+    new = [name for name in _exported_models(export_base) if name not in listed]
+    if new or not os.path.exists(path):
+        end = _model_config_list_end(text, path)
+        entries = "".join(f"  config {{\n    name: '{name}'\n    base_path: '/models/{name}'\n"
+                          "    model_platform: 'tensorflow'\n  }\n" for name in new)
+        staged = f"{path}.tmp-{os.getpid()}"
+        with open(staged, "w") as f:
+            f.write(text[:end] + entries + text[end:])
+        os.replace(staged, path)
+    batching = os.path.join(export_base, BATCHING_FILE)
+    if not os.path.exists(batching) or open(batching).readline() == _WRITTEN_BY:
+        with open(batching, "w") as f:
+            f.write(_WRITTEN_BY + f"max_batch_size {{ value: {max_batch_size} }}\n"
+                    "batch_timeout_micros { value: 1000 }\n"
+                    "max_enqueued_batches { value: 100 }\n"
+                    "num_batch_threads { value: 4 }\n"
+                    "pad_variable_length_inputs: true\n")

@@ -71,14 +71,15 @@ class Recommender:
         ranker: a ranker export (`dare_tf.export`), the same way.
         share_history: send the history once for all N candidates (`[1, T]`,
             which the ranker export broadcasts) rather than N copies of it
-            (`[N, T]`). TensorFlow Serving's `--enable_batching` needs every
-            input of a request to have the same batch size: turn it off there.
+            (`[N, T]`, the default). Only for a server without batching:
+            TensorFlow Serving's `--enable_batching` (and the stand-in's
+            batching) refuses inputs of different batch sizes.
 
     The first call checks, through both exports' `dataset` signature, that
     they map raw ids through the same id maps, and refuses otherwise.
     """
 
-    def __init__(self, retrieval, ranker, share_history: bool = True):
+    def __init__(self, retrieval, ranker, share_history: bool = False):
         self.retrieval, self.ranker, self.share_history = retrieval, ranker, share_history
         self.checked = False
 

@@ -20,14 +20,15 @@ Program: `python -m serving.standin_server` (serving/standin_server.py).
 
 from __future__ import annotations
 
-import json
+import dataclasses
+import math
 import os
 import queue
 import re
 import threading
 import time
 from concurrent import futures
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import grpc
 import numpy as np
@@ -41,6 +42,53 @@ from tensorflow_serving.config import model_server_config_pb2
 from dare_tf.export.tf_serving import versions
 
 DEFAULT_SIGNATURE = "serving_default"
+# The TensorProto field that carries each dtype's values when tensor_content is empty.
+_VALUE_FIELDS = {tf.int64: "int64_val", tf.int32: "int_val", tf.int16: "int_val", tf.int8: "int_val",
+                 tf.uint8: "int_val", tf.float32: "float_val", tf.float64: "double_val", tf.string: "string_val",
+                 tf.bool: "bool_val", tf.float16: "half_val"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """What one request may ask of the server, checked before anything is
+    allocated for it. TF Serving bounds the same: its batching parameters'
+    `max_batch_size` and gRPC's receive-message limit.
+
+    Attributes:
+        max_batch_size: rows (the first dimension of any input) of one request,
+            and of a batch the batcher merges.
+        max_request_bytes: bytes of one gRPC message or REST body.
+    """
+
+    max_batch_size: int = 1024
+    max_request_bytes: int = 64 << 20
+
+    def check_tensor(self, name: str, proto) -> None:
+        """Refuses a TensorProto whose shape claims more values than it carries
+        (TensorFlow would fill the claimed shape from one value) or whose batch
+        is over `max_batch_size`."""
+        try:
+            dtype = tf.dtypes.as_dtype(proto.dtype)
+        except TypeError as e:
+            raise ServingError(grpc.StatusCode.INVALID_ARGUMENT, f"input {name}: {e}") from e
+        dims = [d.size for d in proto.tensor_shape.dim]
+        if any(d < 0 for d in dims) or dtype not in _VALUE_FIELDS:
+            raise ServingError(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"input {name}: a {dtype.name} tensor of shape {dims} is not servable here")
+        claimed = math.prod(dims)
+        carried = (len(proto.tensor_content) / dtype.size if proto.tensor_content
+                   else len(getattr(proto, _VALUE_FIELDS[dtype])))
+        if carried != claimed:
+            raise ServingError(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"input {name}: shape {dims} claims {claimed:,} values but the request carries "
+                               f"{carried:,.0f}")
+        self.check_batch(name, dims)
+
+    def check_batch(self, name: str, shape) -> None:
+        if len(shape) and shape[0] > self.max_batch_size:
+            raise ServingError(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"input {name}: a batch of {shape[0]:,} rows is over the server's max_batch_size "
+                               f"of {self.max_batch_size:,}; split the request")
 
 
 class ServingError(Exception):
@@ -74,7 +122,11 @@ def read_model_config(path: str) -> dict[str, str]:
             raise ValueError(f"{path}: model {entry.name!r} is listed twice")
         base = entry.base_path
         if base.startswith(CONTAINER_ROOT):
-            base = os.path.join(os.path.dirname(os.path.abspath(path)), base[len(CONTAINER_ROOT):])
+            root = os.path.dirname(os.path.abspath(path))
+            base = os.path.normpath(os.path.join(root, base[len(CONTAINER_ROOT):]))
+            if os.path.commonpath([root, base]) != root:
+                raise ValueError(f"{path}: model {entry.name!r}: base_path {entry.base_path!r} leaves the "
+                                 "mounted directory")
         models[entry.name] = base
     return models
 
@@ -150,8 +202,10 @@ def _examples(input_proto) -> np.ndarray:
 
 class Batcher:
     """Merges concurrent Predict requests into one call, like TF Serving's
-    `--enable_batching`: requests of the same signature whose inputs share a
-    batch size within the request and the same trailing shapes are
+    `--enable_batching`: every input of a request needs the same batch size (a
+    request that shares one `[1, T]` history among its targets is refused, as
+    TF Serving's batching session refuses it); requests of the same signature
+    with the same trailing shapes are
     concatenated (up to `max_batch_size` rows, waiting at most `timeout_s`
     for more), run once, and split back."""
 
@@ -164,13 +218,15 @@ class Batcher:
     def _key(name, inputs):
         sizes = {v.shape[0] if v.ndim else None for v in inputs.values()}
         if len(sizes) != 1 or None in sizes:
-            return None  # not row-aligned: run alone (the signature reports the error)
+            return None  # not row-aligned
         return (name, tuple(sorted((k, v.shape[1:], v.dtype.str) for k, v in inputs.items())))
 
     def run(self, name, definition, inputs):
         key = self._key(name, inputs)
-        if key is None:
-            return self.model.run(name, definition, inputs)
+        if key is None:  # as TF Serving's batching session refuses it
+            raise ServingError(grpc.StatusCode.INVALID_ARGUMENT,
+                               "with batching, every input needs the same 0th-dimension size (send a history "
+                               "per target, not one [1, T] history for all), or serve without batching")
         done = futures.Future()
         self.queue.put((key, name, definition, inputs, done))
         return done.result()
@@ -219,9 +275,10 @@ def _served(models: dict[str, LoadedModel], name: str) -> LoadedModel:
 class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
     """The gRPC service over the loaded models (by name), each with its own batcher."""
 
-    def __init__(self, models: dict[str, LoadedModel], batching: bool = True):
-        self.models = models
-        self.batchers = {name: Batcher(model) for name, model in models.items()} if batching else {}
+    def __init__(self, models: dict[str, LoadedModel], batching: bool = True, limits: Limits = Limits()):
+        self.models, self.limits = models, limits
+        self.batchers = ({name: Batcher(model, limits.max_batch_size) for name, model in models.items()}
+                         if batching else {})
 
     def _guard(self, context, fn):
         try:
@@ -239,6 +296,8 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         def handle():
             model = _served(self.models, request.model_spec.name)
             name, definition = model.signature(request.model_spec, "tensorflow/serving/predict")
+            for key, proto in sorted(request.inputs.items()):
+                self.limits.check_tensor(key, proto)
             try:
                 inputs = {k: tf.make_ndarray(v) for k, v in request.inputs.items()}
             except Exception as e:  # a malformed TensorProto
@@ -259,7 +318,9 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         """Runs a Classify/Regress request's tf.Examples; fills the response's model spec."""
         model = _served(self.models, request.model_spec.name)
         name, definition = model.signature(request.model_spec, method)
-        outputs = model.run(name, definition, {"inputs": _examples(request.input)})
+        examples = _examples(request.input)
+        self.limits.check_batch("inputs", examples.shape)
+        outputs = model.run(name, definition, {"inputs": examples})
         self._spec(response.model_spec, model, name)
         return outputs
 
@@ -299,76 +360,11 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         return self._guard(context, handle)
 
 
-class _RestHandler(BaseHTTPRequestHandler):
-    models: dict[str, LoadedModel]
-
-    def log_message(self, *args):  # quiet
-        pass
-
-    def _reply(self, code: int, payload: dict):
-        body = json.dumps(payload).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_POST(self):
-        match = re.fullmatch(r"/v1/models/([^/:]+)(?:/versions/(\d+))?:predict", self.path)
-        if not match or match.group(1) not in self.models:
-            return self._reply(404, {"error": f"Servable not found for request: {self.path}"})
-        model = self.models[match.group(1)]
-        try:
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-            name = body.get("signature_name", DEFAULT_SIGNATURE)
-            definition = model.signature_defs.get(name)
-            if definition is None:
-                raise ServingError(grpc.StatusCode.INVALID_ARGUMENT, f"Serving signature key \"{name}\" not found.")
-            if "inputs" in body:  # columnar format
-                columns, rows = body["inputs"], False
-            elif "instances" in body:  # row format
-                instances = body["instances"]
-                columns, rows = {k: [inst[k] for inst in instances] for k in instances[0]}, True
-            else:
-                raise ServingError(grpc.StatusCode.INVALID_ARGUMENT, "body needs 'inputs' or 'instances'")
-            feed = {k: _rest_array(k, v, tf.dtypes.as_dtype(definition.inputs[k].dtype))
-                    if k in definition.inputs else np.array(v) for k, v in columns.items()}
-            outputs = model.run(name, definition, feed)
-        except ServingError as e:
-            return self._reply(400, {"error": str(e)})
-        except (ValueError, KeyError, IndexError, TypeError, json.JSONDecodeError) as e:
-            return self._reply(400, {"error": f"malformed request: {e}"})
-        if rows:
-            n = len(next(iter(outputs.values())))
-            return self._reply(200, {"predictions": [{k: v[i].tolist() for k, v in outputs.items()} for i in range(n)]})
-        return self._reply(200, {"outputs": {k: v.tolist() for k, v in outputs.items()}})
-
-
-def _rest_array(name: str, value, dtype: tf.DType) -> np.ndarray:
-    """A JSON value as an array of the signature's dtype; integer inputs take only
-    JSON integers in the int64 range (1.5, true or 2**70 are refused, not truncated)."""
-    if dtype.is_integer:
-        flat = value if isinstance(value, list) else [value]
-        while flat and isinstance(flat[0], list):
-            flat = [x for row in flat for x in (row if isinstance(row, list) else [row])]
-        for x in flat:
-            if isinstance(x, bool) or not isinstance(x, int):
-                raise ServingError(grpc.StatusCode.INVALID_ARGUMENT,
-                                   f"input {name}: {x!r} is not an integer id")
-            if not dtype.min <= x <= dtype.max:
-                raise ServingError(grpc.StatusCode.INVALID_ARGUMENT,
-                                   f"input {name}: {x} is outside the {dtype.name} range")
-    try:
-        return np.array(value, dtype=dtype.as_numpy_dtype)
-    except (ValueError, TypeError, OverflowError) as e:
-        raise ServingError(grpc.StatusCode.INVALID_ARGUMENT, f"input {name}: {e}") from e
-
-
 def serve(models: dict[str, str], port: int = 0, rest_port: int | None = None, workers: int = 16,
-          batching: bool = True):
+          batching: bool = True, limits: Limits = Limits()):
     """Starts the gRPC (and optionally REST) stand-in serving `models` (name ->
     base path holding numeric versions; `read_model_config` reads them from a
-    `models.config`); returns (grpc_server, grpc_port, http_server).
+    `models.config`) within `limits`; returns (grpc_server, grpc_port, http_server).
 
     Raises OSError when a port is already in use (no port sharing: two
     servers on one port would split the connections between them).
@@ -377,8 +373,9 @@ def serve(models: dict[str, str], port: int = 0, rest_port: int | None = None, w
         raise ValueError("no model to serve")
     loaded = {name: LoadedModel(base, name) for name, base in models.items()}
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers),
-                         options=[("grpc.max_receive_message_length", 64 << 20), ("grpc.so_reuseport", 0)])
-    service = PredictionService(loaded, batching)
+                         options=[("grpc.max_receive_message_length", limits.max_request_bytes),
+                                  ("grpc.so_reuseport", 0)])
+    service = PredictionService(loaded, batching, limits)
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(service, server)
     try:
         bound = server.add_insecure_port(f"localhost:{port}")
@@ -389,7 +386,9 @@ def serve(models: dict[str, str], port: int = 0, rest_port: int | None = None, w
     server.start()
     http = None
     if rest_port is not None:
-        handler = type("Handler", (_RestHandler,), {"models": loaded})
+        from dare_tf.testing.rest import RestHandler
+
+        handler = type("Handler", (RestHandler,), {"models": loaded, "limits": limits})
         try:
             http = ThreadingHTTPServer(("localhost", rest_port), handler)
         except OSError as e:

@@ -1,4 +1,5 @@
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -143,16 +144,32 @@ def test_bad_inputs_give_defined_results_or_invalid_argument(setup):
     # Unknown and negative ids are defined: OOV rows, padding in histories.
     neg = dict(good, target_item=np.array([-1, 10**15], np.int64))
     assert np.all(np.isfinite(client.predict_tensors(neg)["probability"]))
-    # One history ([1, T]) is shared by every target: the same as repeating it.
+    # One history ([1, T]) is shared by every target: the same as repeating it (the export, in
+    # process); a batching server refuses it, as TF Serving's batching session does.
+    from dare_tf.serving.cascade import LocalModel
+
     shared = dict(good, hist_items=good["hist_items"][1:], hist_categories=good["hist_categories"][1:])
     repeated = dict(good, hist_items=good["hist_items"][[1, 1]], hist_categories=good["hist_categories"][[1, 1]])
-    np.testing.assert_allclose(client.predict_tensors(shared)["probability"],
+    local = LocalModel(os.path.dirname(setup["path"]))
+    np.testing.assert_allclose(local.predict_tensors(shared)["probability"],
                                client.predict_tensors(repeated)["probability"], atol=1e-6)
+    with pytest.raises(grpc.RpcError) as err:
+        client.predict_tensors(shared)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.details().startswith("with batching, every input needs the same 0th-dimension size")
+    import tensorflow as tf
+
+    for inputs, message in [
+            (dict(good, hist_items=np.zeros((3, 2), np.int64), hist_categories=np.zeros((3, 2), np.int64)),
+             "hist_items must have the batch size of target_item, or 1"),
+            (dict(good, target_category=np.array([1], np.int64)), "batch sizes differ")]:
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message):  # the export's own checks
+            local.predict_tensors(inputs)
     cases = [
         (dict(good, hist_items=np.zeros((3, 2), np.int64), hist_categories=np.zeros((3, 2), np.int64)),
-         "hist_items must have the batch size of target_item, or 1"),
+         "every input needs the same 0th-dimension size"),  # (without batching: the export's own message)
         (dict(good, hist_items=good["hist_items"].astype(np.int32)), "Expects arg\\[hist_items\\] to be int64"),
-        (dict(good, target_category=np.array([1], np.int64)), "batch sizes differ"),
+        (dict(good, target_category=np.array([1], np.int64)), "every input needs the same 0th-dimension size"),
         (dict(good, hist_categories=np.array([[1, 2, 3], [1, 2, 3]], np.int64)), "shapes differ"),
         ({k: v for k, v in good.items() if k != "hist_items"}, "do not match the signature"),
     ]
@@ -198,7 +215,7 @@ def test_failed_export_leaves_no_partial_version(setup, monkeypatch):
     monkeypatch.setattr(export_lib, "warmup_requests", boom)
     with pytest.raises(RuntimeError, match="disk full"):
         export_lib.export_saved_model(setup["model"], setup["data_dir"], base, "dare")
-    assert os.listdir(os.path.join(base, "dare")) == []
+    assert os.listdir(os.path.join(base, "dare")) == [".dare_tf_export"]  # no version, no staging
     monkeypatch.undo()
     path = export_lib.export_saved_model(setup["model"], setup["data_dir"], base, "dare")
     assert os.path.basename(path) == "1"
@@ -284,7 +301,7 @@ def test_stale_export_staging_of_a_dead_process_is_removed(setup, tmp_path):
     stale.mkdir(parents=True)
     (stale / "saved_model.pb").write_bytes(b"x")
     export_lib.export_saved_model(setup["model"], setup["data_dir"], str(base), "dare")
-    assert sorted(os.listdir(base / "dare")) == ["1"]
+    assert sorted(os.listdir(base / "dare")) == [".dare_tf_export", "1"]
 
 
 @pytest.mark.xdist_group("serving_setup")
@@ -327,12 +344,20 @@ def test_model_config_lists_every_export_and_the_stand_in_reads_it(tmp_path):
     from dare_tf.export import write_server_configs
     from dare_tf.testing.standin_server import read_model_config
 
+    from dare_tf.export.tf_serving import model_base
+
     for name in ("dare", "retrieval"):
-        os.makedirs(tmp_path / name / "1")
+        os.makedirs(os.path.join(model_base(str(tmp_path), name), "1"))
     os.makedirs(tmp_path / "notes")  # no numeric version: not a model
+    os.makedirs(tmp_path / "photos" / "2023")  # numbered, but not exported by us: not a model
     write_server_configs(str(tmp_path))
     assert read_model_config(str(tmp_path / "models.config")) == {
         "dare": str(tmp_path / "dare"), "retrieval": str(tmp_path / "retrieval")}
+    escaping = tmp_path / "escaping.config"
+    escaping.write_text("model_config_list { config { name: 'x' base_path: '/models/../../etc' } }")
+    with pytest.raises(ValueError, match="escaping.config: model 'x': base_path '/models/../../etc' leaves the "
+                                         "mounted directory"):
+        read_model_config(str(escaping))
     bad = tmp_path / "bad.config"
     bad.write_text("model_config_list { config { name: 'a' base_path: '/x' } config { name: 'a' base_path: '/y' } }")
     with pytest.raises(ValueError, match="bad.config: model 'a' is listed twice"):
@@ -343,3 +368,132 @@ def test_model_config_lists_every_export_and_the_stand_in_reads_it(tmp_path):
     bad.write_text("")
     with pytest.raises(ValueError, match="bad.config: lists no model"):
         read_model_config(str(bad))
+
+
+def test_export_names_stay_inside_the_export_base_and_a_users_models_config_is_merged(tmp_path):
+    from dare_tf.export import write_server_configs
+    from dare_tf.export.tf_serving import model_base
+    from dare_tf.testing.standin_server import read_model_config
+
+    base = tmp_path / "exports"
+    for bad in ("../escaped", "a'b", "", ".", "..", "a/b", ".hidden", "dare\n"):
+        with pytest.raises(ValueError, match=f"^model_name={re.escape(repr(bad))}: a model name is letters, "):
+            model_base(str(base), bad)
+    assert not (tmp_path / "escaped").exists()
+    os.makedirs(base / "theirs" / "7")
+    users = ("# the team's models\nmodel_config_list {\n  config {\n    name: 'theirs'\n"
+             "    base_path: '/models/theirs'\n    model_platform: 'tensorflow'\n"
+             "    model_version_policy { specific { versions: 7 } }\n  }\n}\n")
+    (base / "models.config").write_text(users)
+    (base / "batching_parameters.txt").write_text("max_batch_size { value: 32 }\n")
+    os.makedirs(os.path.join(model_base(str(base), "dare"), "1"))
+    write_server_configs(str(base))
+    merged = (base / "models.config").read_text()
+    assert merged.startswith(users[:users.rindex("}")]) and merged.endswith("}\n")  # theirs kept byte for byte
+    assert read_model_config(str(base / "models.config")) == {"theirs": str(base / "theirs"),
+                                                              "dare": str(base / "dare")}
+    assert "specific { versions: 7 }" in merged
+    assert (base / "batching_parameters.txt").read_text() == "max_batch_size { value: 32 }\n"  # hand-written: kept
+    write_server_configs(str(base))  # again: nothing to add, nothing changes
+    assert (base / "models.config").read_text() == merged
+    (base / "models.config").write_text("nonsense {")
+    with pytest.raises(ValueError, match="models.config: not a TF Serving model config"):
+        write_server_configs(str(base))
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+
+
+@pytest.mark.xdist_group("serving_setup")
+def test_oversized_requests_are_refused_before_anything_is_allocated(setup):
+    import grpc
+    import tensorflow as tf
+    from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+    channel = grpc.insecure_channel(f"localhost:{setup['port']}")
+    stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+
+    def call(inputs, protos=None):
+        request = predict_pb2.PredictRequest()
+        request.model_spec.name = "dare"
+        for name, value in inputs.items():
+            request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
+        for name, proto in (protos or {}).items():
+            request.inputs[name].CopyFrom(proto)
+        try:
+            stub.Predict(request, timeout=30)
+            return grpc.StatusCode.OK, "", request.ByteSize()
+        except grpc.RpcError as e:
+            return e.code(), e.details(), request.ByteSize()
+
+    items, _ = raw_maps(setup["data_dir"])
+    some = np.array(list(items)[:200], np.int64)
+    history = {"hist_items": some[None], "hist_categories": np.ones((1, 200), np.int64)}
+    four = {"hist_items": np.repeat(some[None], 4, 0), "hist_categories": np.ones((4, 200), np.int64)}
+    assert call({"target_item": some[:4], "target_category": np.ones(4, np.int64), **four})[0] == grpc.StatusCode.OK
+    idle = _rss_mb()
+    # 60,000 targets sharing one 200-behaviour history: under 1 MB on the wire
+    many = np.resize(some, 60_000)
+    code, details, size = call({"target_item": many, "target_category": np.ones(60_000, np.int64), **history})
+    assert size < 1 << 20 and code == grpc.StatusCode.INVALID_ARGUMENT
+    assert details == "input target_category: a batch of 60,000 rows is over the server's max_batch_size of 1,024; " \
+                      "split the request"
+    # a TensorProto of a few bytes claiming 2^26 values (TensorFlow would fill them from one)
+    claim = tf.make_tensor_proto(np.int64(5)); claim.tensor_shape.Clear()
+    claim.tensor_shape.dim.add(size=1 << 26)
+    code, details, size = call({"target_category": np.ones(1, np.int64), **history}, {"target_item": claim})
+    assert claim.ByteSize() < 20 and code == grpc.StatusCode.INVALID_ARGUMENT
+    assert details == "input target_item: shape [67108864] claims 67,108,864 values but the request carries 1"
+    assert _rss_mb() - idle < 300
+    channel.close()
+
+
+@pytest.mark.xdist_group("serving_setup")
+def test_rest_answers_every_hostile_body(setup):
+    import http.client
+    import json
+
+    port = int(setup["rest"].rsplit(":", 1)[1])
+
+    def post(path, body: bytes, length=None):
+        connection = http.client.HTTPConnection("localhost", port, timeout=30)
+        connection.putrequest("POST", path)
+        connection.putheader("Content-Length", str(len(body) if length is None else length))
+        connection.endheaders()
+        connection.send(body)
+        response = connection.getresponse()
+        answer = response.status, json.loads(response.read())["error" if response.status != 200 else "outputs"]
+        connection.close()
+        return answer
+
+    path = "/v1/models/dare:predict"
+    good = {"target_item": [1], "target_category": [1], "hist_items": [[3]], "hist_categories": [[1]]}
+    assert post(path, json.dumps({"inputs": good}).encode())[0] == 200
+    assert post("/v1/models/dare/versions/1:predict", json.dumps({"inputs": good}).encode())[0] == 200
+    cases = {
+        b"[1, 2]": (400, "malformed request: the body must be a JSON object, not list"),
+        b"7": (400, "malformed request: the body must be a JSON object, not int"),
+        b"[" * 100_000 + b"]" * 100_000: (400, "malformed request: the body is not JSON (RecursionError)"),
+        json.dumps({"inputs": [1, 2]}).encode():
+            (400, "malformed request: 'inputs' must be an object naming each input of 'serving_default': "
+                  "['hist_categories', 'hist_items', 'target_category', 'target_item']"),
+        json.dumps({"instances": 3}).encode(): (400, "malformed request: 'instances' must be a non-empty list"),
+        json.dumps({"inputs": dict(good, extra=[1])}).encode():
+            (400, "malformed request: unknown inputs ['extra']; 'serving_default' takes "
+                  "['hist_categories', 'hist_items', 'target_category', 'target_item']"),
+    }
+    for body, (code, message) in cases.items():
+        assert post(path, body) == (code, message), body[:40]
+    code, message = post("/v1/models/dare/versions/99:predict", json.dumps({"inputs": good}).encode())
+    assert code == 404 and message.startswith("Servable not found for request: Specific(dare, 99)")
+    code, message = post(path, b"{}", length=100 << 20)  # a claimed 100 MB body is not read
+    assert (code, message) == (413, "a body of 104,857,600 bytes is over the server's max_request_bytes of "
+                                     "67,108,864")
+    # the dataset signature over REST: string outputs come back as JSON strings
+    items, _ = raw_maps(setup["data_dir"])
+    code, outputs = post(path, json.dumps({"signature_name": "dataset", "inputs": {"item_ids": [next(iter(items)), -5]}}
+                                          ).encode())
+    assert code == 200 and outputs["known"] == [True, False] and isinstance(outputs["id_maps"][0], str)
+    assert post(path, json.dumps({"inputs": good}).encode())[0] == 200  # the server lives on
