@@ -24,7 +24,6 @@ import dataclasses
 import math
 import os
 import queue
-import re
 import threading
 import time
 from concurrent import futures
