@@ -48,10 +48,22 @@ def _read_request(fields):
             request = json.load(f)
         except json.JSONDecodeError as e:
             raise ValueError(f"{FLAGS.request_json}: not valid JSON ({e})") from e
+    if not isinstance(request, dict):
+        raise ValueError(f"{FLAGS.request_json}: expected a JSON object with {list(fields)}, got "
+                         f"{type(request).__name__}")
     missing = [k for k in fields if k not in request]
     if missing:
         raise ValueError(f"{FLAGS.request_json}: missing field(s) {missing}")
     return request
+
+
+def _history(request, name):
+    """A user's history: a flat list of integer ids."""
+    value = request[name]
+    if not isinstance(value, list) or any(isinstance(x, (list, dict)) for x in value):
+        raise ValueError(f"{FLAGS.request_json}: {name} must be one user's history, a flat list of ids "
+                         f"(oldest first), got {json.dumps(value)[:60]}")
+    return value
 
 
 def recommend():
@@ -65,8 +77,9 @@ def recommend():
     clients = [ServingClient(FLAGS.server, name, timeout=FLAGS.timeout, retries=FLAGS.retries)
                for name in (FLAGS.retrieval_model, FLAGS.model_name)]
     try:
-        result = Recommender(*clients, share_history=FLAGS.share_history).recommend(request[HIST_ITEMS], request[HIST_CATEGORIES],
-                                                 FLAGS.num_candidates, FLAGS.top, FLAGS.explain)
+        result = Recommender(*clients, share_history=FLAGS.share_history).recommend(
+            _history(request, HIST_ITEMS), _history(request, HIST_CATEGORIES), FLAGS.num_candidates, FLAGS.top,
+            FLAGS.explain)
     finally:
         for client in clients:
             client.close()
@@ -102,8 +115,18 @@ def main(argv):
     print(json.dumps(out, indent=2))
 
 
+def _one_line_rpc_errors(argv):
+    """`main`, with a gRPC failure (an unreachable server, a refused request) as one line."""
+    import grpc
+
+    try:
+        return main(argv)
+    except grpc.RpcError as e:
+        raise ValueError(f"{FLAGS.server}: {e.code().name}: {e.details()}") from e
+
+
 def run():
-    dare_tf.cli.run(main)
+    dare_tf.cli.run(_one_line_rpc_errors)
 
 
 if __name__ == "__main__":

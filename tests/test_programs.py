@@ -68,3 +68,19 @@ def test_a_bad_flag_or_value_is_one_line_before_tensorflow_loads(program, args, 
     done, _ = _probe(program, *args)
     lines = done.stderr.strip().splitlines()
     assert lines[-1] == "exit 2 loaded []" and lines[-2] == message, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("args, body, message", [
+    (["recommend"], "null", "error: {json}: expected a JSON object with ['hist_items', 'hist_categories'], got NoneType"),
+    (["recommend"], '{"hist_items": [[1, 2]], "hist_categories": [[1, 2]]}',
+     "error: {json}: hist_items must be one user's history, a flat list of ids (oldest first), got [[1, 2]]"),
+    (["recommend"], '{"hist_items": [1, 2], "hist_categories": [1, 2]}', "error: localhost:1: UNAVAILABLE: "),
+], ids=["null", "two-dimensional", "unreachable"])
+def test_the_client_answers_bad_requests_and_an_unreachable_server_in_one_line(tmp_path, args, body, message):
+    request = tmp_path / "request.json"
+    request.write_text(body)
+    done = subprocess.run([sys.executable, "-m", "serving.client", *args, "--server=localhost:1", "--model_name=dare",
+                           "--retries=0", f"--request_json={request}"], cwd=REPO, env=ENV, capture_output=True,
+                          text=True, timeout=120)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1 and lines[0].startswith(message.format(json=request)), done.stderr
