@@ -173,6 +173,18 @@ class ScalarWriters:
                 tf.summary.scalar(tag, float(value), step=step)
         self.writers[name].flush()
 
+    def hparams(self, values: dict) -> None:
+        """The run's hyperparameters (TensorBoard's HParams plugin), in the log
+        directory's own event file; lists and None as text."""
+        import tensorflow as tf
+        from tensorboard.plugins.hparams import api as hp
+
+        if "" not in self.writers:
+            self.writers[""] = tf.summary.create_file_writer(self.log_dir)
+        with self.writers[""].as_default():
+            hp.hparams({k: v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in values.items()})
+        self.writers[""].flush()
+
 
 class TensorBoardScalars(keras.callbacks.Callback):
     """TensorBoard event files a reader can use, at the optimizer's true steps:

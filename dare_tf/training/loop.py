@@ -237,7 +237,10 @@ class SeedRun:
             "model_config": self.model_config.to_dict(),
         }
         if self.chief:
-            ScalarWriters(os.path.join(self.run_dir, "tensorboard")).write("test", result["test"], steps)
+            writers = ScalarWriters(os.path.join(self.run_dir, "tensorboard"))
+            writers.write("test", result["test"], steps)
+            writers.hparams({**{f"train.{k}": v for k, v in self.config.flat().items() if k != "model_overrides"},
+                             **{f"model.{k}": v for k, v in self.model_config.to_dict().items()}, "seed": self.seed})
             self.model.save(os.path.join(self.run_dir, MODEL))
             atomic_json(os.path.join(self.run_dir, SEED_RESULT), result)
         return result

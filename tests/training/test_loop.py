@@ -73,6 +73,15 @@ def test_real_taobao_sample_trains_with_finite_metrics(taobao, tmp_path):
     assert [value for _, value in validation["auc"]] == pytest.approx([h["val"]["auc"] for h in history])
     (step, test_auc), = scalars("test")["auc"]
     assert step == 12 and test_auc == pytest.approx(results["per_seed"][0]["test"]["auc"])
+    # The run's hyperparameters, for TensorBoard's HParams dashboard.
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    events = EventAccumulator(str(tmp_path / "run" / "seed_0" / "tensorboard"))
+    events.Reload()
+    content = events.PluginTagToContent("hparams")
+    session = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"]).session_start_info
+    assert session.hparams["model.coupling"].string_value == "decoupled"
+    assert session.hparams["train.batch_size"].number_value == 256 and session.hparams["seed"].number_value == 0
 
 
 @pytest.mark.slow
