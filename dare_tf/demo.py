@@ -16,7 +16,7 @@ from dare_tf.data.spec import DatasetSpec, read_id_map
 from dare_tf.data.synthetic import SyntheticConfig, write
 from dare_tf.experiments import reproduce
 from dare_tf.serving.cascade import Recommender, format_recommendations
-from dare_tf.serving.client import ServingClient
+from dare_tf.serving.client import ServingClient, explained_behaviours, format_explanation
 from dare_tf.export import MODELS_CONFIG, export_run
 from dare_tf.testing.standin_server import read_model_config, serve
 from dare_tf.training import TrainConfig, format_results, make_strategy
@@ -64,14 +64,10 @@ def _print_request(client: ServingClient, request: dict) -> None:
     for i in range(n):
         _say(f"| {request['target_item'][i]} | {request['target_category'][i]} | "
              f"{'yes' if request['labels'][i] > 0.5 else 'no'} | {out['probability'][i]:.4f} |")
-    index, weight = out["history_index"][0], out["attention_weight"][0]
-    keep = index >= 0
-    order = np.argsort(-weight[keep], kind="stable")
     _say(f"behaviours the model retrieved for item {request['target_item'][0]} "
          f"(category {request['target_category'][0]}), by weight:")
-    _say("| rank | behaviour item | category | clicks ago | weight |\n|---|---|---|---|---|")
-    for rank, (i, w) in enumerate(zip(index[keep][order], weight[keep][order]), start=1):
-        _say(f"| {rank} | {request['hist_items'][i]} | {request['hist_categories'][i]} | {length - i} | {w:.4f} |")
+    _say(format_explanation(explained_behaviours(out["history_index"][0], out["attention_weight"][0],
+                                                 request["hist_items"], request["hist_categories"])))
 
 
 def _two_stage(work_dir: str, data_dir: str, export_base: str, ranker_run: str) -> None:

@@ -37,7 +37,8 @@ flags.DEFINE_integer("top", 10, "recommend: recommendations to print.", lower_bo
 flags.DEFINE_bool("explain", False, "recommend: also print the ranker's heaviest retrieved behaviours.")
 flags.DEFINE_bool("share_history", False, "recommend: send the history once for all candidates, only to a server "
                   "without batching (TF Serving's --enable_batching needs equal batch sizes).")
-flags.DEFINE_enum("format", "table", ["table", "json"], "recommend: a markdown table or JSON.")
+flags.DEFINE_enum("format", "table", ["table", "json"], "Output: markdown tables or JSON, in the request's raw "
+                  "ids (with explain: each retrieved behaviour's item, category, clicks ago and weight).")
 flags.adopt_module_key_flags(dare_tf.cli)
 flags.mark_flags_as_required(["model_name"])
 
@@ -111,8 +112,34 @@ def main(argv):
     if FLAGS.rest_url:
         out = rest_predict(FLAGS.rest_url, FLAGS.model_name, inputs, FLAGS.signature, FLAGS.timeout)
     else:
-        out = {k: v.tolist() for k, v in client.predict_tensors(inputs, FLAGS.signature).items()}
-    print(json.dumps(out, indent=2))
+        out = client.predict_tensors(inputs, FLAGS.signature)
+    print(_predictions(request, out))
+
+
+def _predictions(request: dict, out: dict) -> str:
+    """Each target's P(click) and, from `explain`, its retrieved behaviours in the
+    request's raw ids (how many clicks ago, weight): a table, or JSON."""
+    from dare_tf.data.spec import HIST_CATEGORIES, HIST_ITEMS, TARGET_CATEGORY, TARGET_ITEM
+    from dare_tf.serving.client import explained_behaviours, format_explanation
+
+    targets, categories = list(request[TARGET_ITEM]), list(request[TARGET_CATEGORY])
+    histories = [(request[HIST_ITEMS][0 if len(request[HIST_ITEMS]) == 1 else i],
+                  request[HIST_CATEGORIES][0 if len(request[HIST_CATEGORIES]) == 1 else i])
+                 for i in range(len(targets))]
+    rows = [{"target_item": targets[i], "target_category": categories[i],
+             "probability": float(out["probability"][i])} for i in range(len(targets))]
+    if "history_index" in out:
+        for i, row in enumerate(rows):
+            row["behaviours"] = explained_behaviours(out["history_index"][i], out["attention_weight"][i],
+                                                     *histories[i])
+    if FLAGS.format == "json":
+        return json.dumps(rows, indent=2)
+    lines = ["| target item | category | P(click) |", "|---|---|---|"]
+    lines += [f"| {r['target_item']} | {r['target_category']} | {r['probability']:.4f} |" for r in rows]
+    for r in rows if "history_index" in out else []:
+        lines += ["", f"target {r['target_item']}: the behaviours it retrieved, by weight",
+                  format_explanation(r["behaviours"])]
+    return "\n".join(lines)
 
 
 def _one_line_rpc_errors(argv):

@@ -13,6 +13,8 @@ _LAZY = {
     "make_example": "dare_tf.serving.client",
     "pad_histories": "dare_tf.serving.client",
     "rest_predict": "dare_tf.serving.client",
+    "explained_behaviours": "dare_tf.serving.client",
+    "format_explanation": "dare_tf.serving.client",
     "Recommender": "dare_tf.serving.cascade",
     "LocalModel": "dare_tf.serving.cascade",
     "format_recommendations": "dare_tf.serving.cascade",

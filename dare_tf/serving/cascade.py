@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from dare_tf.data.spec import HIST_CATEGORIES, HIST_ITEMS, TARGET_CATEGORY, TARGET_ITEM
-from dare_tf.serving.client import as_ids
+from dare_tf.serving.client import as_ids, explained_behaviours
 from dare_tf.export.tf_serving import DATASET_SIGNATURE, versions
 
 class LocalModel:
@@ -138,17 +138,17 @@ def format_recommendations(result: dict, hist_items, hist_categories, behaviours
     each row names the ranker's `behaviours` heaviest retrieved behaviours."""
     hist_items, hist_categories = np.asarray(hist_items).reshape(-1), np.asarray(hist_categories).reshape(-1)
     explained = "history_index" in result
-    lines = ["| rank | item | category | P(click) | retrieval rank |" + (" heaviest behaviours (item/category: weight) |"
+    lines = ["| rank | item | category | P(click) | retrieval rank |" + (" heaviest behaviours (item/category "
+                                                                         "(clicks ago): weight) |"
                                                                          if explained else ""),
              "|---|---|---|---|---|" + ("---|" if explained else "")]
     for row in range(len(result["items"])):
         line = (f"| {row + 1} | {result['items'][row]} | {result['categories'][row]} | "
                 f"{result['probability'][row]:.4f} | {result['retrieval_rank'][row]} |")
         if explained:
-            index, weight = result["history_index"][row], result["attention_weight"][row]
-            keep = np.flatnonzero(index >= 0)
-            keep = keep[np.argsort(-weight[keep], kind="stable")][:behaviours]
-            line += " " + ", ".join(f"{hist_items[index[k]]}/{hist_categories[index[k]]}: {weight[k]:.3f}"
-                                    for k in keep) + " |"
+            heaviest = explained_behaviours(result["history_index"][row], result["attention_weight"][row],
+                                            hist_items, hist_categories)[:behaviours]
+            line += " " + ", ".join(f"{b['item']}/{b['category']} ({b['clicks_ago']} ago): {b['weight']:.3f}"
+                                    for b in heaviest) + " |"
         lines.append(line)
     return "\n".join(lines)

@@ -71,6 +71,28 @@ def request_tensors(target_items, target_categories, hist_items, hist_categories
             HIST_CATEGORIES: pad_histories(hist_categories, HIST_CATEGORIES)}
 
 
+def explained_behaviours(history_index, attention_weight, hist_items, hist_categories) -> list[dict]:
+    """One target's retrieved behaviours in the request's terms, heaviest first: the
+    raw `item` and `category` of each, how many clicks before the target it was
+    (`clicks_ago`, 1 = the most recent) and its attention `weight`.
+    `history_index`, `attention_weight`: the `explain` signature's row for the
+    target; the histories: the ones the request sent (oldest first)."""
+    hist_items, hist_categories = np.asarray(hist_items).reshape(-1), np.asarray(hist_categories).reshape(-1)
+    index, weight = np.asarray(history_index), np.asarray(attention_weight)
+    keep = np.flatnonzero(index >= 0)
+    keep = keep[np.argsort(-weight[keep], kind="stable")]
+    return [{"item": int(hist_items[index[k]]), "category": int(hist_categories[index[k]]),
+             "clicks_ago": int(len(hist_items) - index[k]), "weight": float(weight[k])} for k in keep]
+
+
+def format_explanation(behaviours: list[dict]) -> str:
+    """`explained_behaviours` as a markdown table."""
+    lines = ["| rank | behaviour item | category | clicks ago | weight |", "|---|---|---|---|---|"]
+    lines += [f"| {rank} | {b['item']} | {b['category']} | {b['clicks_ago']} | {b['weight']:.4f} |"
+              for rank, b in enumerate(behaviours, start=1)]
+    return "\n".join(lines)
+
+
 class ServingClient:
     """gRPC client of TF Serving's PredictionService for one model.
 

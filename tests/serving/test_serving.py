@@ -497,3 +497,41 @@ def test_rest_answers_every_hostile_body(setup):
                                           ).encode())
     assert code == 200 and outputs["known"] == [True, False] and isinstance(outputs["id_maps"][0], str)
     assert post(path, json.dumps({"inputs": good}).encode())[0] == 200  # the server lives on
+
+
+@pytest.mark.xdist_group("serving_setup")
+def test_client_program_explains_in_the_requests_raw_ids(setup, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import ENV, REPO
+
+    items = [int(r) for r in read_id_map(setup["data_dir"], "item")]
+    cats = [int(r) for r in read_id_map(setup["data_dir"], "category")]
+    history = items[10:16]
+    request = {"target_item": [items[3], items[4]], "target_category": [cats[1], cats[2]],
+               "hist_items": [history, history], "hist_categories": [cats[:6], cats[:6]]}
+    (tmp_path / "request.json").write_text(json.dumps(request))
+
+    def client(*flags):
+        done = subprocess.run([sys.executable, "-m", "serving.client", f"--server=localhost:{setup['port']}",
+                               "--model_name=dare", "--signature=explain", f"--request_json={tmp_path / 'request.json'}",
+                               *flags], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
+
+    rows = json.loads(client("--format=json"))
+    expected = ServingClient(f"localhost:{setup['port']}", "dare").explain(
+        request["target_item"], request["target_category"], request["hist_items"], request["hist_categories"])
+    for i, row in enumerate(rows):
+        assert row["target_item"] == request["target_item"][i]
+        assert row["probability"] == pytest.approx(float(expected["probability"][i]), abs=1e-6)
+        weights = [b["weight"] for b in row["behaviours"]]
+        assert weights == sorted(weights, reverse=True) and len(weights) == (expected["history_index"][i] >= 0).sum()
+        for b in row["behaviours"]:  # raw ids of the request, and how many clicks before the target
+            assert b["item"] == history[len(history) - b["clicks_ago"]]
+            assert b["category"] == cats[:6][len(history) - b["clicks_ago"]]
+    table = client()
+    assert "| target item | category | P(click) |" in table
+    assert "| rank | behaviour item | category | clicks ago | weight |" in table
