@@ -21,7 +21,7 @@ import re
 import sys
 from typing import Any, Callable
 
-from absl import app, flags
+from absl import app, flags, logging
 
 FLAGS = flags.FLAGS
 
@@ -147,6 +147,8 @@ def run(main: Callable[..., Any], configure: Callable[[], Any] | None = None) ->
 
     def guarded(argv):
         try:
+            if not FLAGS["verbosity"].present:  # quiet by default: absl INFO only when --verbosity asks
+                logging.set_verbosity(logging.WARNING)
             configuration = configure() if configure else None
             if os.environ.get("DARE_TF_DATA_ONLY") != "1":
                 import dare_tf

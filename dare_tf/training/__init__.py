@@ -41,8 +41,8 @@ import importlib
 _EXPORTS = {
     "RunConfigMismatchError": "dare_tf.run_directory", "RunLockedError": "dare_tf.run_directory",
     "read_history": "dare_tf.run_directory",
-    **dict.fromkeys(("AppendHistory", "ExactValidation", "KeepBestWeights", "NonFiniteLossError", "SaveCheckpoint",
-                     "StopAtStep", "StopOnNonFiniteLoss"), "dare_tf.training.callbacks"),
+    **dict.fromkeys(("AppendHistory", "ExactValidation", "KeepBestWeights", "NonFiniteLossError", "RunProgress",
+                     "SaveCheckpoint", "StopAtStep", "StopOnNonFiniteLoss"), "dare_tf.training.callbacks"),
     **dict.fromkeys(("EVAL_BEHAVIOURS", "METRICS", "OPTIMIZERS", "STRATEGIES", "TrainConfig",
                      "effective_model_config", "run_identity"), "dare_tf.training.config"),
     **dict.fromkeys(("gather_workers", "make_strategy", "worker_index", "worker_partitions"),
@@ -73,6 +73,7 @@ __all__ = [
     "ExactValidation",
     "KeepBestWeights",
     "NonFiniteLossError",
+    "RunProgress",
     "RunConfigMismatchError",
     "RunLockedError",
     "SaveCheckpoint",

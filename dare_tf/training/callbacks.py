@@ -208,3 +208,31 @@ class TensorBoardScalars(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         last = self.validation.last
         self.scalars.write("validation", last["val"], last["step"])
+
+
+class RunProgress(keras.callbacks.Callback):
+    """`--verbose=1`: a line naming the run ("dare on taobao_sample, seed 2 of 5"),
+    one progress bar over the run's optimizer steps with its ETA (Keras's
+    `Progbar`; a resumed run starts at its step), and each validation's results
+    printed beneath it. (Keras's own bar counts a Keras "epoch", which here is
+    `eval_every` steps, not a pass over the data.)"""
+
+    def __init__(self, title: str, total_steps: int, validation: ExactValidation, write=print):
+        super().__init__()
+        self.title, self.total_steps, self.validation, self.write = title, total_steps, validation, write
+        self.bar = None
+
+    def on_train_begin(self, logs=None):
+        step = int(self.model.optimizer.iterations.numpy())
+        self.write(f"{self.title}: steps {step + 1} to {self.total_steps}")
+        self.bar = keras.utils.Progbar(self.total_steps, stateful_metrics=["loss"], unit_name="step")
+        self.bar.update(step)
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = int(self.model.optimizer.iterations.numpy())
+        self.bar.update(step, [("loss", float(logs["loss"]))] if logs and "loss" in logs else None,
+                        finalize=step >= self.total_steps)
+
+    def on_epoch_end(self, epoch, logs=None):
+        last = self.validation.last
+        self.write(f"\n  validation at step {last['step']}: " + " ".join(f"{k} {v:.4f}" for k, v in last["val"].items()))

@@ -119,7 +119,8 @@ class RuntimeConfig:
             check, TensorBoard) see every call's last step. The distributed
             path runs one step per call.
         log_every: steps between TensorBoard loss summaries.
-        verbose: 0 silent, 1 Keras progress bar, 2 one line per evaluation.
+        verbose: 0 silent, 1 a progress bar over the run's steps with the
+            validations beneath it, 2 one line per validation.
     """
 
     strategy: str = "default"

@@ -20,9 +20,9 @@ from dare_tf.models import DareModel
 from dare_tf.optimizers import make_optimizer
 from dare_tf._files import atomic_json
 from dare_tf.run_directory import BEST_WEIGHTS, MODEL, SEED_RESULT, RunDirectory, read_history
-from dare_tf.training.callbacks import (AppendHistory, ExactValidation, KeepBestWeights, SaveCheckpoint,
-                                        ScalarWriters, StopAtStep, StopOnNonFiniteLoss, TensorBoardScalars,
-                                        truncate_history)
+from dare_tf.training.callbacks import (AppendHistory, ExactValidation, KeepBestWeights, RunProgress,
+                                        SaveCheckpoint, ScalarWriters, StopAtStep, StopOnNonFiniteLoss,
+                                        TensorBoardScalars, truncate_history)
 from dare_tf.training.config import (EVAL_BEHAVIOURS, TrainConfig, effective_model_config,
                                      identity_check, run_identity)
 from dare_tf.training.distribution import (fit_distributed, is_chief, task_id, gather_workers, make_strategy,
@@ -199,6 +199,10 @@ class SeedRun:
                                         self.report if cfg.runtime.verbose == 2 else None),
                           TensorBoardScalars(os.path.join(self.run_dir, "tensorboard"), cfg.runtime.log_every,
                                              validation)]
+            if cfg.runtime.verbose == 1:
+                callbacks.append(RunProgress(f"{cfg.preset} on {os.path.basename(os.path.normpath(self.data_dir))}, "
+                                             f"seed {cfg.seeds.index(self.seed) + 1} of {len(cfg.seeds)} (seed "
+                                             f"{self.seed})", self.total_steps, validation, self._print))
         return callbacks + [SaveCheckpoint(self.manager)]
 
     # -- the run ---------------------------------------------------------------------------
@@ -216,7 +220,7 @@ class SeedRun:
             fit = fit_distributed if self.distributed else keras.Model.fit
             fit(self.model, self.train_stream(step), steps_per_epoch=cfg.schedule.eval_every,
                 epochs=math.ceil(self.total_steps / cfg.schedule.eval_every), initial_epoch=step // cfg.schedule.eval_every,
-                callbacks=callbacks, shuffle=False, verbose=1 if cfg.runtime.verbose == 1 and self.chief else 0)
+                callbacks=callbacks, shuffle=False, verbose=0)  # progress: RunProgress
         return self._finish()
 
     def _finish(self) -> dict:
@@ -252,10 +256,9 @@ def train(data_dir: str, output_dir: str, config: TrainConfig,
     """Trains every seed of `config` (resuming or reusing finished ones) and
     writes `output_dir/results.json`; returns its content.
 
-    `report` receives one line per validation (with `verbose=2`);
-    `flags_text`, the program's effective flags, is written to
-    `output_dir/flags.txt` (a flagfile that reproduces the run).
-    """
+    `report` receives the progress lines (`verbose` 1 and 2); `flags_text`, the
+    program's effective flags, is written to `output_dir/flags.txt` (a flagfile
+    that reproduces the run)."""
     spec = DatasetSpec.load(data_dir)
     strategy = strategy or make_strategy(config.runtime.strategy)
     chief = is_chief(strategy)
@@ -289,14 +292,8 @@ def _train(data_dir, output_dir, config, spec, strategy, chief, overwrite, repor
                       if InMemorySplit.estimated_bytes(spec, split, partitions) <= config.data.in_memory_mb * 2**20}
         per_seed.append(SeedRun(data_dir, run_dir, config, seed, spec, strategy, chief, model_config,
                                  report, memory).run())
-    results = {
-        "data_dir": os.path.abspath(data_dir),
-        "dataset": spec.dataset,
-        "config": identity["train_config"],
-        "seeds": list(config.seeds),
-        **summarize(per_seed),
-        "per_seed": per_seed,
-    }
+    results = {"data_dir": os.path.abspath(data_dir), "dataset": spec.dataset, "config": identity["train_config"],
+               "seeds": list(config.seeds), **summarize(per_seed), "per_seed": per_seed}
     if chief:
         run_directory.write_results(results)
         write_curves(output_dir, config)

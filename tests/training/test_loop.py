@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -169,10 +170,15 @@ def test_training_stream_resumes_at_any_step(taobao, in_memory_mb, tmp_path):
 def test_trainer_flag_file_reruns_the_run(taobao, tmp_path):
     out = str(tmp_path / "cli")
     base = [sys.executable, "-m", "trainers.train", f"--data_dir={taobao}", f"--output_dir={out}"]
-    done = subprocess.run(base + ["--flagfile=configs/smoke.flags", "--nojit_compile"], cwd=REPO, env=ENV,
-                          capture_output=True,
-                          text=True)
+    # Quiet by default (no TF_CPP_MIN_LOG_LEVEL from the environment): no TensorFlow C++ or absl
+    # INFO lines, no retracing or serialization warnings.
+    loud = {k: v for k, v in ENV.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    done = subprocess.run(base + ["--flagfile=configs/smoke.flags", "--nojit_compile"], cwd=REPO, env=loud,
+                          capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
+    noise = [line for line in (done.stdout + done.stderr).splitlines()
+             if re.match(r"^[IWE]\d{4} ", line) or re.search(r"retracing|non-serializable|oneDNN|cuda", line)]
+    assert not noise, noise
     flags_txt = open(os.path.join(out, "flags.txt")).read()
     assert "--max_steps=3" in flags_txt and "--model=dare" in flags_txt and "--nojit_compile" in flags_txt
     lines = flags_txt.splitlines()
