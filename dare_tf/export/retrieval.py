@@ -37,6 +37,8 @@ class _RetrievalServing(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int64, name="hist_items"),
                                   tf.TensorSpec([None, None], tf.int64, name="hist_categories")])
     def serve(self, hist_items, hist_categories):
+        # A leading padding slot: an empty history ([B, 0]) is all padding, as for the ranker.
+        hist_items, hist_categories = (tf.pad(h, [[0, 0], [1, 0]]) for h in (hist_items, hist_categories))
         real = hist_items > 0
         dense = {"hist_items": tf.cast(tf.where(real, self.items.lookup(hist_items), 0), tf.int32),
                  "hist_categories": tf.cast(tf.where(real, self.categories.lookup(hist_categories), 0), tf.int32)}

@@ -86,6 +86,12 @@ def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
         except ValueError as e:
             errors[name] = str(e)
     empty = served.recommend([], [], n=50, top=5)
+    retrieval_export = LocalModel(os.path.join(exports, "retrieval"))
+    no_history = retrieval_export.predict_tensors({"hist_items": np.zeros((1, 0), np.int64),
+                                                   "hist_categories": np.zeros((1, 0), np.int64)})
+    only_padding = retrieval_export.predict_tensors({"hist_items": np.zeros((1, 3), np.int64),
+                                                     "hist_categories": np.zeros((1, 3), np.int64)})
+    assert (no_history["items"] == only_padding["items"]).all()  # [1, 0]: a defined answer, as the ranker's
     padding = served.recommend([0, 0, 0], [0, 0, 0], n=50, top=5)
     with open(os.path.join(work, "user.json"), "w") as f:
         json.dump({"hist_items": hist_items, "hist_categories": hist_cats}, f)
