@@ -71,6 +71,13 @@ class TwoTowerModel(tfrs.Model):
         self.task = tfrs.tasks.Retrieval(metrics=tfrs.metrics.FactorizedTopK(candidates=candidates, ks=ks),
                                          remove_accidental_hits=True)
         self.popularity_correction = popularity_correction
+        self._config = dict(num_items=num_items, num_categories=num_categories, embedding_dim=embedding_dim,
+                            output_dim=output_dim, ks=tuple(ks), popularity_correction=popularity_correction)
+
+    def get_config(self) -> dict:
+        """The sizes and settings (the catalogue's arrays are data, not configuration:
+        `load_retrieval_model` passes them again)."""
+        return dict(self._config, ks=list(self._config["ks"]))
 
     def compute_loss(self, features, training=False):
         query = self.query(features)
