@@ -13,6 +13,7 @@ def _pyplot():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    plt.rcParams["figure.constrained_layout.use"] = True  # labels, titles and legends never overlap
     return plt
 
 
@@ -32,14 +33,17 @@ def training_curves(history: dict[str, list[dict]], path: str, title: str) -> st
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     for name, entries in history.items():
         steps = [h["step"] for h in entries]
-        axes[0].plot(steps, [h.get("train_loss", np.nan) for h in entries], marker=".", label=name)
-        axes[1].plot(steps, [h["val"]["auc"] for h in entries], marker=".", label=name)
-        axes[2].plot(steps, [h["val"]["logloss"] for h in entries], marker=".", label=name)
+        axes[0].plot(steps, [h.get("train_loss", np.nan) for h in entries], marker="o", label=name)
+        axes[1].plot(steps, [h["val"]["auc"] for h in entries], marker="o", label=name)
+        axes[2].plot(steps, [h["val"]["logloss"] for h in entries], marker="o", label=name)
     for ax, label in zip(axes, ("training loss (last batch)", "validation AUC", "validation logloss")):
         ax.set_xlabel("training step")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
-    axes[0].legend()
+    if len(history) > 1:
+        axes[0].legend()
+    if max((len(entries) for entries in history.values()), default=0) <= 1:
+        title += "\n(one validation per seed, so no curve: validate more often with --eval_every)"
     fig.suptitle(title)
     return _save(fig, path)
 
@@ -65,7 +69,6 @@ def attention_heatmaps(truth: np.ndarray, learned: dict[str, np.ndarray], target
             ax.set_yticks(range(len(categories)), [str(x) for x in categories], fontsize=7)
             fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="normalised")
     fig.suptitle("Attention accuracy: ground-truth correlation vs learned attention")
-    fig.tight_layout()
     return _save(fig, path)
 
 
@@ -141,12 +144,17 @@ def conflict_by_category(shares: dict[int, float], counts: dict[int, int], path:
     plt = _pyplot()
     rows = sorted(shares, key=lambda r: -counts[r])[:20]
     fig, ax = plt.subplots(figsize=(9, 3.4))
-    ax.bar([str(r) for r in rows], [shares[r] for r in rows])
+    ax.bar([str(r) for r in rows], [shares[r] for r in rows], label="one category's embedding row")
     ax.axhline(0.5, color="gray", lw=0.8)
     ax.set_xlabel("category (dense id; the 20 most often sampled)")
     ax.set_ylabel("share of steps with\nnegative cosine")
     ax.set_ylim(0, 1)
     ax.set_title(title)
+    ax.legend(loc="upper right", fontsize=8)
+    fig.text(0.01, 0.0, "Bars: per category row, the share of sampled steps where that row's representation and "
+             "attention gradients point apart. The headline conflict share is another measure: the share of steps "
+             "whose cosine, averaged over all rows, is negative; the two can disagree.", fontsize=7, wrap=True,
+             va="top")
     ax.tick_params(axis="x", labelsize=7, rotation=60)
     return _save(fig, path)
 
@@ -186,13 +194,17 @@ def attention_dimensions(rows: list[dict], path: str) -> str:
     rows = sorted(rows, key=lambda r: r["attention_dim"])
     dims = [r["attention_dim"] for r in rows]
     fig, ax = plt.subplots(figsize=(6, 3.8))
-    ax.plot(dims, [r["test_auc"] for r in rows], marker="o", color="C0")
+    ax.plot(dims, [r["test_auc"] for r in rows], marker="o", color="C0", label="test AUC")
     ax.set_xscale("log", base=2)
     ax.set_xticks(dims, [str(d) for d in dims])
     ax.set_xlabel("attention embedding width")
     ax.set_ylabel("test AUC", color="C0")
     other = ax.twinx()
-    other.plot(dims, [r["search_us_per_example"] for r in rows], marker="s", color="C1")
+    other.plot(dims, [r["search_us_per_example"] for r in rows], marker="s", color="C1",
+               label="search stage, us per example")
     other.set_ylabel("search stage, us per example", color="C1")
+    lines = ax.get_legend_handles_labels()
+    more = other.get_legend_handles_labels()
+    ax.legend(lines[0] + more[0], lines[1] + more[1], loc="lower right", fontsize=8)
     ax.set_title("Attention-dimension cut (DARE)")
     return _save(fig, path)

@@ -146,4 +146,9 @@ def write_curves(output_dir: str, config) -> str:
 
     histories = {f"seed {s}": read_history(os.path.join(output_dir, f"seed_{s}")) for s in config.seeds}
     return training_curves({k: v for k, v in histories.items() if v}, os.path.join(output_dir, "curves.png"),
-                           f"{config.preset}: {os.path.basename(os.path.normpath(output_dir))}")
+                           _curves_title(config.preset, os.path.basename(os.path.normpath(output_dir))))
+
+
+def _curves_title(preset: str, run: str) -> str:
+    """The preset, and the run directory's name when it says more (no "dare: dare")."""
+    return preset if run in (preset, "") else f"{preset} ({run})"

@@ -79,3 +79,10 @@ def test_results_report_metrics_by_history_length(planted, tmp_path):
         assert set(entry) == {"count", "auc", "gauc", "category_auc", "logloss"}
     table = format_results(results)
     assert "| full |" in table and "| all |" in table
+
+
+def test_curves_titles_do_not_repeat_the_preset():
+    from dare_tf.training.evaluation import _curves_title
+
+    assert _curves_title("dare", "dare") == "dare"
+    assert _curves_title("dare", "dare_10k") == "dare (dare_10k)"
