@@ -21,6 +21,8 @@ flags.DEFINE_string("model_config_file", None, "A TF Serving models.config: serv
 flags.DEFINE_integer("port", 8500, "gRPC port (0 picks a free one).", lower_bound=0)
 flags.DEFINE_integer("rest_port", None, "REST port (none: no REST).", lower_bound=0)
 flags.DEFINE_bool("batching", True, "Merge concurrent Predict requests (like --enable_batching).")
+flags.DEFINE_string("batching_parameters_file", None, "A TF Serving batching parameters file (as serving.export "
+                    "writes it): batching on, with its max_batch_size (instead of --max_batch_size).")
 flags.DEFINE_integer("max_batch_size", 1024, "Rows one request may hold, and the batcher merges (TF Serving: "
                      "max_batch_size of its batching parameters); a larger request gets INVALID_ARGUMENT.",
                      lower_bound=1)
@@ -31,7 +33,7 @@ flags.adopt_module_key_flags(dare_tf.cli)
 
 def main(argv):
     del argv
-    from dare_tf.testing.standin_server import Limits, read_model_config, serve
+    from dare_tf.testing.standin_server import Limits, read_batching_parameters, read_model_config, serve
 
     if bool(FLAGS.model_config_file) == bool(FLAGS.model_base or FLAGS.model_name):
         raise app.UsageError("give either --model_config_file or both --model_base and --model_name")
@@ -41,8 +43,9 @@ def main(argv):
         raise app.UsageError("--model_base and --model_name go together")
     else:
         models = {FLAGS.model_name: FLAGS.model_base}
-    server, port, http = serve(models, FLAGS.port, FLAGS.rest_port, batching=FLAGS.batching,
-                                 limits=Limits(FLAGS.max_batch_size, FLAGS.max_request_bytes))
+    batch = read_batching_parameters(FLAGS.batching_parameters_file) if FLAGS.batching_parameters_file else None
+    server, port, http = serve(models, FLAGS.port, FLAGS.rest_port, batching=FLAGS.batching or batch is not None,
+                               limits=Limits(batch or FLAGS.max_batch_size, FLAGS.max_request_bytes))
     print(f"serving {', '.join(sorted(models))} on gRPC localhost:{port}"
           + (f" and REST localhost:{http.server_address[1]}" if http else ""), flush=True)
     server.wait_for_termination()

@@ -6,6 +6,7 @@ gets an HTTP answer; a failure inside the server is a 500 with its message."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from http.server import BaseHTTPRequestHandler
@@ -99,18 +100,21 @@ class RestHandler(BaseHTTPRequestHandler):
         feed = {k: rest_array(k, v, tf.dtypes.as_dtype(definition.inputs[k].dtype)) for k, v in columns.items()}
         for key, value in feed.items():
             self.limits.check_batch(key, value.shape)
-        outputs = {k: _json_value(v) for k, v in model.run(name, definition, feed).items()}
+        outputs = {k: _json_value(k, v) for k, v in model.run(name, definition, feed).items()}
         if rows:
             n = len(next(iter(outputs.values())))
             return self._reply(200, {"predictions": [{k: v[i] for k, v in outputs.items()} for i in range(n)]})
         return self._reply(200, {"outputs": outputs})
 
 
-def _json_value(array: np.ndarray):
-    """An output as JSON: numbers as they are, strings decoded."""
+def _json_value(name: str, array: np.ndarray):
+    """An output as TF Serving's REST API writes it: numbers as they are, strings
+    as JSON strings, and the strings of an output whose name ends in `_bytes` as
+    `{"b64": base64}`."""
     if array.dtype == object:
-        return np.vectorize(lambda b: b.decode("utf-8", "replace") if isinstance(b, bytes) else b,
-                            otypes=[object])(array).tolist()
+        encode = ((lambda b: {"b64": base64.b64encode(b).decode()}) if name.endswith("_bytes")
+                  else (lambda b: b.decode("utf-8", "replace") if isinstance(b, bytes) else b))
+        return np.vectorize(encode, otypes=[object])(array).tolist()
     return array.tolist()
 
 

@@ -24,6 +24,7 @@ import dataclasses
 import math
 import os
 import queue
+import re
 import threading
 import time
 from concurrent import futures
@@ -128,6 +129,16 @@ def read_model_config(path: str) -> dict[str, str]:
                                  "mounted directory")
         models[entry.name] = base
     return models
+
+
+def read_batching_parameters(path: str) -> int:
+    """`max_batch_size` of a TF Serving batching parameters file (text
+    `BatchingParameters`, as `serving.export` writes it)."""
+    with open(path) as f:
+        match = re.search(r"\bmax_batch_size\s*\{\s*value\s*:\s*(\d+)\s*\}", f.read())
+    if match is None or int(match.group(1)) < 1:
+        raise ValueError(f"{path}: no max_batch_size {{ value: N }} (a TF Serving batching parameters file)")
+    return int(match.group(1))
 
 
 def latest_version(model_base: str) -> int:

@@ -394,6 +394,12 @@ def test_export_names_stay_inside_the_export_base_and_a_users_models_config_is_m
                                                               "dare": str(base / "dare")}
     assert "specific { versions: 7 }" in merged
     assert (base / "batching_parameters.txt").read_text() == "max_batch_size { value: 32 }\n"  # hand-written: kept
+    from dare_tf.testing.standin_server import read_batching_parameters
+
+    assert read_batching_parameters(str(base / "batching_parameters.txt")) == 32  # the stand-in's limit from it
+    os.makedirs(tmp_path / "fresh")
+    write_server_configs(str(tmp_path / "fresh"))
+    assert read_batching_parameters(str(tmp_path / "fresh" / "batching_parameters.txt")) == 256  # ours
     write_server_configs(str(base))  # again: nothing to add, nothing changes
     assert (base / "models.config").read_text() == merged
     (base / "models.config").write_text("nonsense {")
