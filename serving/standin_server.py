@@ -33,7 +33,8 @@ flags.adopt_module_key_flags(dare_tf.cli)
 
 def main(argv):
     del argv
-    from dare_tf.testing.standin_server import Limits, read_batching_parameters, read_model_config, serve
+    from dare_tf.testing.requests import Limits
+    from dare_tf.testing.standin_server import read_batching_parameters, read_model_config, serve
 
     if bool(FLAGS.model_config_file) == bool(FLAGS.model_base or FLAGS.model_name):
         raise app.UsageError("give either --model_config_file or both --model_base and --model_name")

@@ -15,7 +15,7 @@ import grpc
 import numpy as np
 import tensorflow as tf
 
-from dare_tf.testing.standin_server import DEFAULT_SIGNATURE, Limits, LoadedModel, ServingError
+from dare_tf.testing.requests import DEFAULT_SIGNATURE, Limits, ServingError
 
 _PATH = re.compile(r"/v1/models/([^/:]+)(?:/versions/(\d+))?:predict")
 
@@ -25,7 +25,7 @@ class _BadRequest(Exception):
 
 
 class RestHandler(BaseHTTPRequestHandler):
-    models: dict[str, LoadedModel]
+    models: dict  # name -> dare_tf.testing.standin_server.LoadedModel
     limits: Limits = Limits()
 
     def log_message(self, *args):  # quiet
@@ -64,7 +64,7 @@ class RestHandler(BaseHTTPRequestHandler):
         except Exception as e:  # noqa: BLE001  (an answer for every request, never a dropped connection)
             return self._reply(500, {"error": f"{type(e).__name__}: {e}"})
 
-    def _predict(self, model: LoadedModel, raw: bytes):
+    def _predict(self, model, raw: bytes):
         try:
             body = json.loads(raw)
         except (ValueError, RecursionError) as e:
