@@ -5,15 +5,14 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # The tests' models are tiny and compiled once each: XLA's optimisation passes cost more
 # than they save (measured: the JAX model tests 97 s -> 73 s). Subprocesses inherit it.
 os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
-# tensorflow-recommenders (the retrieval tests) needs tf.keras to be Keras 2, which it
-# resolves once per process; Keras 3 (`import keras`, every other test) is unaffected.
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
+OWN_PROCESS = "DARE_TF_TEST_IN_OWN_PROCESS"
+PARENT_TAOBAO = "DARE_TF_TEST_TAOBAO"
 # The environment of the programs a test runs (python -m trainers.train, ...).
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
 
@@ -72,9 +71,12 @@ def planted(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def taobao(tmp_path_factory):
-    """The real Taobao sample, prepared once per test session (default protocol, seed 0)."""
+    """The real Taobao sample, prepared once per test session (default protocol, seed 0);
+    a test in a process of its own (`own_process`) reads its parent's."""
     from dare_tf.data.protocol import prepare
 
+    if os.environ.get(PARENT_TAOBAO):
+        return os.environ[PARENT_TAOBAO]
     out = str(tmp_path_factory.mktemp("prepared") / "taobao_sample")
     prepare("taobao", os.path.join(SHARED_DATA, "taobao", "UserBehavior_sample.csv"), out)
     return out
@@ -91,7 +93,10 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def two_stage(taobao, tmp_path_factory):
     """A retrieval run and a DARE run (top_k 10) on the Taobao sample: run directories
-    `retrieval` and `dare` (tests marked `xdist_group("two_stage")` share them)."""
+    `retrieval` and `dare`, trained in the `own_process` child that needs them (the
+    parent process never imports tensorflow-recommenders)."""
+    if not os.environ.get(OWN_PROCESS):
+        return None
     from dare_tf.retrieval import RetrievalConfig, train_retrieval  # noqa: I001 (first: tf.keras)
     from dare_tf.training import TrainConfig, train
 
@@ -101,3 +106,23 @@ def two_stage(taobao, tmp_path_factory):
     train(taobao, runs["dare"], TrainConfig.create(preset="dare", batch_size=256, epochs=1, eval_every=20, verbose=0,
                                                    model_overrides=dict(top_k=10)))
     return runs
+
+
+def pytest_pyfunc_call(pyfuncitem):
+    """A test marked `own_process` runs in a fresh `python -m pytest` of its own (with
+    `TF_USE_LEGACY_KERAS=1` from the start, as tensorflow-recommenders needs `tf.keras`
+    to be Keras 2), and this process reports its outcome: TensorFlow cannot be forked
+    safely once it has run, and `tf.keras` resolves once per process."""
+    if not pyfuncitem.get_closest_marker("own_process") or os.environ.get(OWN_PROCESS):
+        return None
+    import subprocess
+    import sys
+
+    env = dict(os.environ, **{OWN_PROCESS: "1", "TF_USE_LEGACY_KERAS": "1", "PYTHONPATH": REPO})
+    if "taobao" in pyfuncitem.funcargs:
+        env[PARENT_TAOBAO] = pyfuncitem.funcargs["taobao"]
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           pyfuncitem.nodeid], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        pytest.fail(f"in its own process:\n{done.stdout[-6000:]}\n{done.stderr[-2000:]}", pytrace=False)
+    return True

@@ -110,6 +110,11 @@ def _train_seed(run_dir, spec, config, seed, train, test, catalogue_) -> dict:
     metrics = model.evaluate(tf.data.Dataset.from_tensor_slices(test).batch(4096), return_dict=True, verbose=0)
     result = {"seed": seed, "test": {f"recall@{k}": float(metrics[f"factorized_top_k/top_{k}_categorical_accuracy"])
                                      for k in KS}}
+    from dare_tf.training.callbacks import ScalarWriters  # (Keras 3 beside tf.keras 2: fine)
+
+    # TensorBoard: the test recall@K at the run's last step, as the ranker's test metrics.
+    ScalarWriters(os.path.join(run_dir, "tensorboard")).write("test", result["test"],
+                                                              int(model.optimizer.iterations.numpy()))
     model.query.save_weights(os.path.join(run_dir, "query_tower"))
     model.candidate.save_weights(os.path.join(run_dir, "candidate_tower"))
     atomic_json(done, result)

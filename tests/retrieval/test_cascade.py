@@ -8,7 +8,7 @@ import pytest
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("two_stage")
+@pytest.mark.own_process  # tensorflow-recommenders: tf.keras as Keras 2
 def test_cascade_evaluation_matches_the_retrieval_recall_and_a_per_example_reference(taobao, two_stage, tmp_path):
     from dare_tf.retrieval import evaluate_cascade  # noqa: I001
     from dare_tf.retrieval.cascade import rerank

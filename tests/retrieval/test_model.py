@@ -18,6 +18,7 @@ def recall_at_k(q, c, ids, positives, ks):
     return {f"recall@{k}": float((rank < k).mean()) for k in ks}
 
 
+@pytest.mark.own_process  # tf.keras as Keras 2, resolved once per process
 def test_factorized_top_k_recall_and_the_index_match_numpy_and_keras3_coexists():
     import tensorflow as tf
 

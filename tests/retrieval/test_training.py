@@ -24,6 +24,16 @@ def test_train_retrieval_program_writes_recall_and_the_popularity_baseline(taoba
         values = [results[part][k] for k in keys]
         assert values == sorted(values) and 0 <= values[0] and values[-1] <= 1, (part, values)
     assert results["catalogue"] > 1000 and results["test_positives"] == 86
+    # TensorBoard: the test recall@K of each seed at its last step.
+    import tensorflow as tf
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(out / "seed_0" / "tensorboard" / "test"), size_guidance={"tensors": 0})
+    events.Reload()
+    assert sorted(events.Tags()["tensors"]) == sorted(keys)
+    (event,) = events.Tensors("recall@200")
+    assert event.step > 0 and float(tf.make_ndarray(event.tensor_proto)) == pytest.approx(
+        results["per_seed"][0]["test"]["recall@200"])
     other = subprocess.run(command[:-2] + ["--epochs=3"], cwd=REPO, env=ENV, capture_output=True, text=True)
     assert other.returncode == 1 and "retrieval_config.epochs: 2 in the run, 3 now" in other.stderr
     exported = subprocess.run([sys.executable, "-m", "serving.export", f"--run_dir={out}",
