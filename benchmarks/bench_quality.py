@@ -68,11 +68,16 @@ def bench_demo(work: str) -> dict:
         {"history_length": name, "examples": entry["count"], "auc": entry["auc"]}
         for name, entry in dare["test_by_history_length"].items()]
     retrieval = _load(demo, "retrieval", "results.json")
-    out["retrieval"] = [{"recall": k, "two_tower": retrieval["test"][k], "most_popular": retrieval["test_popularity"][k]}
+    sources = retrieval["test_sources"]
+    out["retrieval"] = [{"recall": k, "merged": retrieval["test"][k], "two_tower": sources["two_tower"][k],
+                         "most_popular": sources["popularity"][k], "recent_categories": sources["recent_categories"][k]}
                         for k in sorted(retrieval["test"], key=lambda k: int(k.split("@")[1]))]
     cascade = _load(demo, "cascade", "cascade.json")
-    out["cascade"] = [{"stage": "retrieval alone", "hit_rate@10": cascade["retrieval"]["hit_rate@10"],
-                       "ndcg@10": cascade["retrieval"]["ndcg@10"]}] + [
+    n = cascade["config"]["num_candidates"]
+    out["cascade"] = [{"stage": f"{name} alone", f"recall@{n}": r[f"recall@{n}"]}
+                      for name, r in cascade["sources"].items()] + [
+        {"stage": "retrieval alone (merged)", f"recall@{n}": cascade["retrieval"][f"recall@{n}"],
+         "hit_rate@10": cascade["retrieval"]["hit_rate@10"], "ndcg@10": cascade["retrieval"]["ndcg@10"]}] + [
         {"stage": f"retrieval top {cascade['config']['num_candidates']} -> {name}", "hit_rate@10": r["hit_rate@10"],
          "ndcg@10": r["ndcg@10"]} for name, r in cascade["rankers"].items()]
     analysis = _load(demo, "analysis", "analysis.json")
@@ -81,15 +86,16 @@ def bench_demo(work: str) -> dict:
     rows = []
     for label in analysis["retrieval"]["ndcg"]:
         mi = analysis["representation"]["mutual_information"].get(label, {})
-        rows.append({"model": label, "search_ndcg_mi": analysis["retrieval"]["ndcg"][label],
+        rows.append({"model": label, "ndcg_k": analysis["retrieval"]["k"][label],
+                     "search_ndcg_mi": analysis["retrieval"]["ndcg"][label],
                      "search_ndcg_planted": analysis["retrieval"].get("planted", {}).get("ndcg", {}).get(label),
                      "attention_spearman": analysis["attention"]["rank_correlation"].get(label),
-                     "representation_mi_max": max(mi.values()) if mi else None,
+                     "representation_ami_max": max(mi.values()) if mi else None,
                      "steps_to_twin_best": analysis["convergence"]["steps_to_reference_best"].get(label)})
     out["analyses"] = rows
     grads = analysis["gradients"]
     out["gradients"] = [{"model": grads["model"], "norm_ratio": grads["norm_ratio"],
-                         "conflict_share": grads["conflict_share"]}]
+                         "final_norm_ratio": grads.get("final_norm_ratio"), "conflict_share": grads["conflict_share"]}]
     out["dimensions"] = [{k: r[k] for k in ("attention_dim", "representation_dim", "test_auc", "search_us_per_example")}
                          for r in analysis["dimensions"]["rows"]]
     out["demo_time"] = [{"program": "python -m trainers.demo", "seconds": seconds,

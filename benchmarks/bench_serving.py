@@ -1,20 +1,24 @@
-"""Load test of the gRPC serving path: latency and throughput vs in-process SavedModel.
+"""Load test of the serving paths, gRPC and REST: latency, throughput and server memory.
 
-Usage: python benchmarks/bench_serving.py [--requests 10000] [--json PATH]
+Usage: python benchmarks/bench_serving.py [--parts grpc,rest] [--requests 10000] [--json PATH]
 
 Trains DARE (L=200, K=20, d=16) briefly on the prepared Taobao sample (a
 trained model: predictions and attention differ per request, as in
 production), exports it, starts the test stand-in server
-(serving/standin_server.py, with request batching) in its own process, and sends requests through serving.client:
-batch 1 from one client, then batch 1 (`--requests`), 64 and 256 from 16
-concurrent client threads. Reports
-errors, p50/p99 latency, QPS and examples/s, beside the in-process
-SavedModel's examples/s on the same batches.
+(`serving.standin_server`, with request batching and a REST port) in its own
+process, and sends requests from 16 concurrent clients: through
+`serving.client` over gRPC (`grpc`), and as TF Serving's REST JSON over HTTP
+(`rest`). Batch 1 from one client, then batch 1 (`--requests`), 64 and 256
+from 16 clients. Reports errors, p50/p99 latency, QPS, examples/s beside the
+in-process SavedModel's, and the server's resident memory before and after
+each row (`rss_mb_before`, `rss_mb_after`).
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
+import json
 import os
 import shutil
 import subprocess
@@ -30,14 +34,15 @@ sys.path.insert(0, REPO)
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from benchmarks.common import print_table, write_json  # noqa: E402
+from benchmarks.common import print_table, selected_parts, write_parts  # noqa: E402
 from dare_tf.data.protocol import prepare  # noqa: E402
 from dare_tf.data.spec import read_id_map  # noqa: E402
-from dare_tf.serving.client import ServingClient  # noqa: E402
 from dare_tf.export import export_run  # noqa: E402
+from dare_tf.serving.client import ServingClient  # noqa: E402
 from dare_tf.training import TrainConfig, train  # noqa: E402
 
 CLIENTS = 16
+PARTS = ("grpc", "rest")
 
 
 def make_requests(data_dir, batch, count, rng):
@@ -50,13 +55,55 @@ def make_requests(data_dir, batch, count, rng):
     return out
 
 
-def load(port, requests, clients=16):
+class GrpcSender:
+    def __init__(self, grpc_port, rest_port):
+        self.client = ServingClient(f"localhost:{grpc_port}", "dare", timeout=30.0)
+
+    def __call__(self, request):
+        self.client.predict_tensors(request)
+
+    def close(self):
+        self.client.close()
+
+
+class RestSender:
+    """TF Serving's columnar REST request (`{"inputs": {...}}`) to /v1/models/dare:predict."""
+
+    def __init__(self, grpc_port, rest_port):
+        self.port = rest_port
+
+    def __call__(self, request):
+        body = json.dumps({"inputs": {k: v.tolist() for k, v in request.items()}})
+        connection = http.client.HTTPConnection("localhost", self.port, timeout=30.0)
+        try:
+            connection.request("POST", "/v1/models/dare:predict", body, {"Content-Type": "application/json"})
+            reply = connection.getresponse()
+            payload = reply.read()
+            if reply.status != 200:
+                raise RuntimeError(f"HTTP {reply.status}: {payload[:200]!r}")
+            json.loads(payload)["outputs"]
+        finally:
+            connection.close()
+
+    def close(self):
+        pass
+
+
+SENDERS = {"grpc": GrpcSender, "rest": RestSender}
+
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+
+
+def load(sender, ports, requests, clients=16):
     latencies, errors = [], []
     lock = threading.Lock()
     queue = list(range(len(requests)))
 
     def worker():
-        client = ServingClient(f"localhost:{port}", "dare", timeout=30.0)
+        send = sender(*ports)
         while True:
             with lock:
                 if not queue:
@@ -64,13 +111,13 @@ def load(port, requests, clients=16):
                 i = queue.pop()
             t0 = time.perf_counter()
             try:
-                client.predict_tensors(requests[i])
+                send(requests[i])
                 with lock:
                     latencies.append(time.perf_counter() - t0)
             except Exception as e:  # counted, not raised: the load test reports errors
                 with lock:
                     errors.append(repr(e))
-        client.close()
+        send.close()
 
     start = time.perf_counter()
     threads = [threading.Thread(target=worker) for _ in range(clients)]
@@ -91,7 +138,7 @@ def in_process(path, requests):
     return time.perf_counter() - start
 
 
-def run_benchmark(work, args, rng):
+def run_benchmark(work, args, parts, rng):
     data_dir = os.path.join(work, "data")
     prepare("taobao", os.path.join(os.path.dirname(REPO), "shared", "data", "taobao", "UserBehavior_sample.csv"),
             data_dir)
@@ -101,50 +148,59 @@ def run_benchmark(work, args, rng):
     print(f"trained DARE: test AUC {results['test']['auc']:.4f}")
     path = export_run(run_dir, os.path.join(work, "exports"), "dare")
     server = subprocess.Popen([sys.executable, "-m", "serving.standin_server", f"--model_base={os.path.dirname(path)}",
-                               "--model_name=dare", "--port=0"], cwd=REPO, stdout=subprocess.PIPE, text=True,
-                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+                               "--model_name=dare", "--port=0", "--rest_port=0"], cwd=REPO, stdout=subprocess.PIPE,
+                              text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     line = server.stdout.readline()
-    port = int(line.split("localhost:")[1].split()[0])
-    rows = []
+    ports = (int(line.split("gRPC localhost:")[1].split()[0]), int(line.split("REST localhost:")[1].split()[0]))
+    out = {part: [] for part in parts}
     try:
         plan = [(1, 1, min(args.requests, 2000)), (1, CLIENTS, args.requests),
                 (64, CLIENTS, max(args.requests // 10, 200)), (256, CLIENTS, 200)]
-        for batch, clients, count in plan:
-            requests = make_requests(data_dir, batch, count, rng)
-            load(port, requests[: min(50, count)], clients)  # warm-up
-            latencies, errors, seconds = load(port, requests, clients)
-            local = in_process(path, requests[: min(count, 500)]) / min(count, 500) * count
-            rows.append({
-                "batch": batch, "clients": clients, "requests": count, "errors": len(errors),
-                "p50_ms": float(np.percentile(latencies, 50) * 1e3) if len(latencies) else float("nan"),
-                "p99_ms": float(np.percentile(latencies, 99) * 1e3) if len(latencies) else float("nan"),
-                "qps": count / seconds, "served_examples_per_s": count * batch / seconds,
-                "in_process_examples_per_s": count * batch / local,
-                "served/in_process": local / seconds,
-            })
-            print_table(rows[-1:], list(rows[-1]))
-            if errors:
-                print("first errors:", errors[:3])
+        for part in parts:
+            for batch, clients, count in plan:
+                requests = make_requests(data_dir, batch, count, rng)
+                load(SENDERS[part], ports, requests[: min(50, count)], clients)  # warm-up
+                before = rss_mb(server.pid)
+                latencies, errors, seconds = load(SENDERS[part], ports, requests, clients)
+                local = in_process(path, requests[: min(count, 500)]) / min(count, 500) * count
+                out[part].append({
+                    "batch": batch, "clients": clients, "requests": count, "errors": len(errors),
+                    "p50_ms": float(np.percentile(latencies, 50) * 1e3) if len(latencies) else float("nan"),
+                    "p99_ms": float(np.percentile(latencies, 99) * 1e3) if len(latencies) else float("nan"),
+                    "qps": count / seconds, "served_examples_per_s": count * batch / seconds,
+                    "in_process_examples_per_s": count * batch / local,
+                    "served/in_process": local / seconds,
+                    "rss_mb_before": before, "rss_mb_after": rss_mb(server.pid),
+                })
+                print(part)
+                print_table(out[part][-1:], list(out[part][-1]))
+                if errors:
+                    print("first errors:", errors[:3])
     finally:
         server.terminate()
         server.wait()
-    return rows
+    return out
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated: {', '.join(PARTS)}")
     parser.add_argument("--requests", type=int, default=10_000, help="batch-1 requests")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    parts = [p for p in PARTS if p in selected_parts(parser, args.parts, PARTS)]
     rng = np.random.default_rng(0)
     work = tempfile.mkdtemp(prefix="bench_serving_")
     try:
-        rows = run_benchmark(work, args, rng)
+        out = run_benchmark(work, args, parts, rng)
     finally:
         shutil.rmtree(work, ignore_errors=True)  # the data, the run and the export (~25 MB)
-    print("targets: p99 <= 10 ms at batch 1 (16 clients), served/in_process >= 0.8 at batch 256")
-    print_table(rows, list(rows[0]))
-    write_json("bench_serving", {"clients": CLIENTS, "results": rows}, args.json)
+    print("targets: 0 errors; p99 <= 10 ms at batch 1 (16 clients, gRPC); REST p99 <= 3x gRPC p99; "
+          "served/in_process >= 0.8 at batch 256; server memory flat")
+    for part in parts:
+        print(part)
+        print_table(out[part], list(out[part][0]))
+    write_parts("bench_serving", dict(out, clients=CLIENTS), parts, args.json)
 
 
 if __name__ == "__main__":

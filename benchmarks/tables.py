@@ -66,17 +66,31 @@ TABLES = {
                                         "real Taobao sample (one seed, one epoch)"),
     ("bench_quality", "by_length"): (None, "`make demo`: DARE's test AUC on the synthetic log by the history length "
                                            "of the example (examples per bucket)"),
-    ("bench_quality", "retrieval"): (None, "`make demo`: recall@K of the two-tower retrieval model on the test "
-                                           "positives against the most-popular-items baseline"),
-    ("bench_quality", "cascade"): (None, "`make demo`: HitRate@10 and NDCG@10 of the clicked item, for the retrieval "
-                                         "order and for each ranker reordering the retrieved candidates"),
-    ("bench_quality", "analyses"): (None, "`make demo`'s analyses on the synthetic log: search-stage NDCG against "
-                                          "the MI and the planted truth, Spearman correlation of learned and true "
-                                          "attention, the largest k-means MI(cluster; label) over the k sweep "
-                                          "(nats), and steps to reach TWIN's best validation AUC"),
-    ("bench_quality", "gradients"): (None, "`make demo`'s gradient analysis: median representation/attention "
-                                           "gradient norm ratio and the share of sampled steps whose two gradients "
-                                           "conflict (negative cosine)"),
+    ("bench_serving", "grpc"): (["batch", "clients", "requests", "errors", "p50_ms", "p99_ms", "qps",
+                                 "served_examples_per_s", "served/in_process", "rss_mb_before", "rss_mb_after"],
+                                "a trained DARE export (L=200, K=20, d=16) behind the stand-in server with batching, "
+                                "over gRPC (`serving.client`): latency (ms), throughput, the ratio to the SavedModel "
+                                "called in process, and the server's resident memory (MB) before and after the row"),
+    ("bench_serving", "rest"): (["batch", "clients", "requests", "errors", "p50_ms", "p99_ms", "qps",
+                                 "served_examples_per_s", "served/in_process", "rss_mb_before", "rss_mb_after"],
+                                "the same export and server over REST (TF Serving's columnar JSON, a new HTTP "
+                                "connection per request)"),
+    ("bench_quality", "retrieval"): (None, "`make demo`: recall@K on the test positives of the merged candidates "
+                                           "(what `recommend` uses) and of each source alone: the two-tower model, "
+                                           "the most popular items, the popular items of the user's recent "
+                                           "categories; already-clicked items excluded"),
+    ("bench_quality", "cascade"): (None, "`make demo`: recall@N of each candidate source and of the merged "
+                                         "candidates, then HitRate@10 and NDCG@10 of the clicked item for the "
+                                         "merged order and for each ranker reordering the merged candidates"),
+    ("bench_quality", "analyses"): (None, "`make demo`'s analyses on the synthetic log: search-stage NDCG@K (one "
+                                          "K for every model) against the MI and the planted truth, Spearman "
+                                          "correlation of learned and true attention, the largest adjusted mutual "
+                                          "information of k-means clusters and the label over the k sweep, and "
+                                          "steps to reach TWIN's best validation AUC"),
+    ("bench_quality", "gradients"): (None, "`make demo`'s gradient analysis over a full run (samples at equal "
+                                           "fractions of its steps): the median and the final "
+                                           "representation/attention gradient norm ratio, and the share of sampled "
+                                           "steps whose two gradients conflict (negative cosine)"),
     ("bench_quality", "dimensions"): (None, "`make demo`'s attention-dimension cut: DARE with narrower attention "
                                             "embeddings, test AUC and search-stage microseconds per example"),
     ("bench_quality", "demo_time"): (None, "`make demo` end to end: wall seconds, and examples of each prepared "

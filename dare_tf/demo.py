@@ -73,8 +73,11 @@ def _print_request(client: ServingClient, request: dict) -> None:
 def _two_stage(work_dir: str, data_dir: str, export_base: str, ranker_run: str) -> None:
     retrieval_run = os.path.join(work_dir, "retrieval")
     results = train_retrieval(data_dir, retrieval_run, RetrievalConfig(epochs=3))
-    _say("retrieval recall on the test positives (two-tower / most popular): " + ", ".join(
-        f"@{k.split('@')[1]} {results['test'][k]:.3f} / {results['test_popularity'][k]:.3f}" for k in results["test"]))
+    sources = results["test_sources"]
+    _say("retrieval recall on the test positives (merged candidates / two-tower / most popular / recent "
+         "categories): " + ", ".join(
+             f"@{k.split('@')[1]} {results['test'][k]:.3f} / {sources['two_tower'][k]:.3f} / "
+             f"{sources['popularity'][k]:.3f} / {sources['recent_categories'][k]:.3f}" for k in results["test"]))
     runs = {m: os.path.join(work_dir, "synthetic", "d16", m) for m in ("dare", "twin", "din")}
     evaluate_cascade(data_dir, retrieval_run, runs, os.path.join(work_dir, "cascade"), report=_say)
     export_run(retrieval_run, export_base, "retrieval")

@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 import csv
+import math
 import os
 
 from dare_tf.data.spec import DatasetSpec
 from dare_tf.training import train
 
+LOWER_IS_BETTER = {"logloss"}
 
-def reproduce(data_dirs, models, dims, output_dir, config_for, strategy, metric="auc", overwrite=False):
+
+def reproduce(data_dirs, models, dims, output_dir, config_for, strategy, metric="auc", overwrite=False,
+              report=print):
     """Trains every (dataset, dim, model) cell with `config_for(model, dim)`; writes
-    table1.md and table1.csv of the test `metric` (mean (std) over seeds).
+    table1.md and table1.csv of the test `metric` (mean, std and number of seeds;
+    the best of each column and the cells tied with it marked) and prints the
+    table with every run's undertraining warnings beneath it.
     Finished cells are reused and interrupted ones resumed; a cell holding a run of
-    another configuration or dataset is refused unless `overwrite`."""
-    columns, cells = [], {}
+    another configuration or dataset is refused unless `overwrite`.
+
+    Returns the columns and the cells: (model, column) -> (mean, std, seeds)."""
+    columns, cells, warnings = [], {}, []
     for data_dir in data_dirs:
         DatasetSpec.load(data_dir)  # fail early on a directory that is not a prepared dataset
         name = os.path.basename(os.path.normpath(data_dir))
@@ -26,31 +34,58 @@ def reproduce(data_dirs, models, dims, output_dir, config_for, strategy, metric=
                 results = train(data_dir, out, config_for(model, dim), strategy, overwrite=overwrite)
                 cells[(model, column)] = (results["test"][metric], results["test_std"][metric],
                                           len(results["seeds"]))
-    write_tables(output_dir, models, columns, cells, metric)
+                warnings += [f"{model} on {column}, {w}" for w in results.get("warnings", [])]
+    report(write_tables(output_dir, models, columns, cells, metric, warnings))
     return columns, cells
 
 
-def _cell(mean: float, std: float, seeds: int) -> str:
-    return f"{mean:.5f} ({std:.5f})" if seeds > 1 else f"{mean:.5f} (n/a)"
+def tied_with_best(cells: dict, models, column: str, metric: str = "auc") -> set[str]:
+    """The models of `column` whose mean is the best or within two standard errors
+    of the best (the standard error of the difference of two means over seeds); a
+    single-seed cell ties only with itself, having no standard error."""
+    sign = -1 if metric in LOWER_IS_BETTER else 1
+    best = max(models, key=lambda m: sign * cells[(m, column)][0])
+    b_mean, b_std, b_n = cells[(best, column)]
+    out = {best}
+    for model in models:
+        mean, std, n = cells[(model, column)]
+        if n > 1 and b_n > 1 and sign * (b_mean - mean) <= 2 * math.sqrt(b_std ** 2 / b_n + std ** 2 / n):
+            out.add(model)
+    return out
 
 
-def write_tables(output_dir, models, columns, cells, metric):
-    """table1.md (printed too) and table1.csv: per model and column the test `metric`,
-    mean and std over the cell's seeds; a single seed's std is "n/a" (blank in the CSV)."""
+def _cell(mean: float, std: float, seeds: int, tied: bool) -> str:
+    spread = f"{std:.5f}" if seeds > 1 else "n/a"
+    return f"{'**' if tied else ''}{mean:.5f}{'**' if tied else ''} ({spread}, n={seeds})"
+
+
+def write_tables(output_dir, models, columns, cells, metric, warnings=()) -> str:
+    """table1.md and table1.csv: per model and column the test `metric`, mean, std
+    and number of seeds; a single seed's std is "n/a" (blank in the CSV). In each
+    column the best mean and every mean within two standard errors of it (a tie)
+    are bold (`tied` in the CSV). Returns the table as printed: title, table,
+    legend and the runs' warnings."""
     os.makedirs(output_dir, exist_ok=True)
+    ties = {c: tied_with_best(cells, models, c, metric) for c in columns}
     lines = ["| model | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for model in models:
-        lines.append(f"| {model} | " + " | ".join(_cell(*cells[(model, c)]) for c in columns) + " |")
+        lines.append(f"| {model} | " + " | ".join(_cell(*cells[(model, c)], model in ties[c]) for c in columns) + " |")
     counts = sorted({cells[key][2] for key in cells})
     seeds = " or ".join(str(n) for n in counts)
-    title = f"Test {metric.upper() if metric in ('auc', 'gauc') else metric}, mean (std) over {seeds} seed(s) per cell"
-    table = "\n".join(lines)
+    name = metric.upper() if metric in ("auc", "gauc") else metric
+    title = f"Test {name}, mean (std, n seeds) over {seeds} seed(s) per cell"
+    legend = (f"Bold: the best of its column ({'lowest' if metric in LOWER_IS_BETTER else 'highest'} {name}) and "
+              "every model within two standard errors of it (a tie: the difference is not resolved by these seeds).")
+    text = f"{title}\n\n" + "\n".join(lines) + f"\n\n{legend}\n"
+    if warnings:
+        text += "\nWarnings (see each run's results.json):\n" + "".join(f"- {w}\n" for w in warnings)
     with open(os.path.join(output_dir, "table1.md"), "w") as f:
-        f.write(f"{title}\n\n{table}\n")
+        f.write(text)
     with open(os.path.join(output_dir, "table1.csv"), "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["model"] + [f"{c} mean" for c in columns] + [f"{c} std" for c in columns])
+        w.writerow(["model"] + [f"{c} {part}" for part in ("mean", "std", "seeds", "tied") for c in columns])
         for model in models:
             w.writerow([model] + [cells[(model, c)][0] for c in columns]
-                       + [cells[(model, c)][1] if cells[(model, c)][2] > 1 else "" for c in columns])
-    print(f"{title}\n{table}")
+                       + [cells[(model, c)][1] if cells[(model, c)][2] > 1 else "" for c in columns]
+                       + [cells[(model, c)][2] for c in columns] + [int(model in ties[c]) for c in columns])
+    return text

@@ -15,6 +15,18 @@ OWN_PROCESS = "DARE_TF_TEST_IN_OWN_PROCESS"
 PARENT_TAOBAO = "DARE_TF_TEST_TAOBAO"
 # The environment of the programs a test runs (python -m trainers.train, ...).
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
+# ... and a user's: no TF_CPP_MIN_LOG_LEVEL, so a test sees what the program prints by itself.
+LOUD_ENV = {k: v for k, v in ENV.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+
+
+def noise(output: str) -> list[str]:
+    """The lines of a program's output that a quiet program never prints:
+    TensorFlow C++ and absl log lines (`I1124 ...`), retracing, serialization,
+    oneDNN and CUDA notices."""
+    import re
+
+    return [line for line in output.splitlines()
+            if re.match(r"^[IWE]\d{4} ", line) or re.search(r"retracing|non-serializable|oneDNN|cuda", line)]
 
 
 def random_batch(rng, batch, length, num_items, num_categories, lengths=None):
@@ -82,12 +94,19 @@ def taobao(tmp_path_factory):
     return out
 
 
+@pytest.hookimpl(wrapper=True)  # the groups are set before xdist reads them
 def pytest_collection_modifyitems(config, items):
     """Tests marked `slow`, and groups that share an expensive module fixture
     (`xdist_group`: `make test` runs `--dist loadgroup`, one worker per group),
     run first: under two xdist workers the long work starts at once and the
-    short tests fill the gaps, instead of a long test starting last."""
+    short tests fill the gaps, instead of a long test starting last. The
+    `own_process` tests form one group: one child process runs them all."""
+    config._own_process = [item.nodeid for item in items if item.get_closest_marker("own_process")]
+    for item in items:
+        if item.get_closest_marker("own_process"):
+            item.add_marker(pytest.mark.xdist_group("own_process"))
     items.sort(key=lambda item: not (item.get_closest_marker("slow") or item.get_closest_marker("xdist_group")))
+    return (yield)
 
 
 @pytest.fixture(scope="session")
@@ -108,21 +127,49 @@ def two_stage(taobao, tmp_path_factory):
     return runs
 
 
-def pytest_pyfunc_call(pyfuncitem):
-    """A test marked `own_process` runs in a fresh `python -m pytest` of its own (with
-    `TF_USE_LEGACY_KERAS=1` from the start, as tensorflow-recommenders needs `tf.keras`
-    to be Keras 2), and this process reports its outcome: TensorFlow cannot be forked
-    safely once it has run, and `tf.keras` resolves once per process."""
-    if not pyfuncitem.get_closest_marker("own_process") or os.environ.get(OWN_PROCESS):
-        return None
+_OWN_PROCESS_OUTCOMES: dict[str, str | None] = {}
+
+
+def _run_own_process_tests(pyfuncitem) -> None:
+    """Runs every selected `own_process` test in one fresh `python -m pytest` and
+    records each one's outcome (None: passed; else the failure's text)."""
     import subprocess
     import sys
+    import tempfile
+    import xml.etree.ElementTree as ElementTree
 
+    nodeids = pyfuncitem.config._own_process
     env = dict(os.environ, **{OWN_PROCESS: "1", "TF_USE_LEGACY_KERAS": "1", "PYTHONPATH": REPO})
     if "taobao" in pyfuncitem.funcargs:
         env[PARENT_TAOBAO] = pyfuncitem.funcargs["taobao"]
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-                           pyfuncitem.nodeid], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-    if done.returncode != 0:
-        pytest.fail(f"in its own process:\n{done.stdout[-6000:]}\n{done.stderr[-2000:]}", pytrace=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        report = os.path.join(tmp, "junit.xml")
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                               f"--junitxml={report}", *nodeids], cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=1800)
+        cases = ElementTree.parse(report).getroot().iter("testcase") if os.path.exists(report) else []
+        for case in cases:
+            problem = case.find("failure") if case.find("failure") is not None else case.find("error")
+            nodeid = case.get("classname").replace(".", "/") + ".py::" + case.get("name")
+            _OWN_PROCESS_OUTCOMES[nodeid] = None if problem is None else (problem.text or problem.get("message"))
+    for nodeid in nodeids:  # a child that died reports nothing: every test fails with its output
+        _OWN_PROCESS_OUTCOMES.setdefault(nodeid, f"no result (exit {done.returncode}):\n{done.stdout[-6000:]}\n"
+                                                 f"{done.stderr[-2000:]}")
+
+
+def pytest_pyfunc_call(pyfuncitem):
+    """The tests marked `own_process` run together in one fresh `python -m pytest` of
+    their own (with `TF_USE_LEGACY_KERAS=1` from the start, as
+    tensorflow-recommenders needs `tf.keras` to be Keras 2), started by the first of
+    them to run here (they share one xdist group, so one worker); this process
+    reports each one's outcome: TensorFlow cannot be forked safely once it has run,
+    and `tf.keras` resolves once per process."""
+    if not pyfuncitem.get_closest_marker("own_process") or os.environ.get(OWN_PROCESS):
+        return None
+    nodeid = pyfuncitem.nodeid.split("@")[0]  # (xdist's loadgroup appends "@group")
+    if nodeid not in _OWN_PROCESS_OUTCOMES:
+        _run_own_process_tests(pyfuncitem)
+    failure = _OWN_PROCESS_OUTCOMES[nodeid]
+    if failure is not None:
+        pytest.fail(f"in the own_process child:\n{failure[-6000:]}", pytrace=False)
     return True

@@ -2,12 +2,15 @@
 weights (WEIGHTS_OUT.npz) and what it read and computed (WEIGHTS_OUT.json: steps,
 test metrics, its partitions' train users, the clicks of the store it loaded).
 
-Usage: python tests/multiworker_helper.py STRATEGY DATA_DIR OUTPUT_DIR WEIGHTS_OUT [MAX_STEPS [OPTIMIZERS [IN_MEMORY_MB]]]
-(the caller sets TF_CONFIG for multi_worker). OPTIMIZERS: one name, or several
-comma-separated, each trained in turn in this process (OUTPUT_DIR/NAME,
-WEIGHTS_OUT with `.npz` replaced by `.NAME.npz`).
+Usage: python tests/multiworker_helper.py STRATEGIES DATA_DIR OUTPUT_DIR WEIGHTS_OUT [MAX_STEPS [OPTIMIZERS [IN_MEMORY_MB]]]
+(the caller sets TF_CONFIG for multi_worker). STRATEGIES, OPTIMIZERS and
+IN_MEMORY_MB: one value, or several comma-separated, each combination trained
+in turn in this process (one process start for all) in OUTPUT_DIR/S/O/M and
+WEIGHTS_OUT with `.npz` replaced by `.S.O.M.npz`, naming only the settings
+given several values.
 """
 
+import itertools
 import json
 import os
 import sys
@@ -21,15 +24,16 @@ from dare_tf.data import store  # noqa: E402
 from dare_tf.data.spec import DatasetSpec  # noqa: E402
 
 
-def main(strategy_name, data_dir, output_dir, weights_out, max_steps="6", optimizers="adam", in_memory_mb="4096"):
-    strategy = training.make_strategy(strategy_name, cpu_devices=2 if strategy_name == "mirrored" else 0)
-    names = optimizers.split(",")
-    for optimizer in names:
-        if len(names) > 1:
-            train_one(strategy, strategy_name, data_dir, os.path.join(output_dir, optimizer),
-                      weights_out.replace(".npz", f".{optimizer}.npz"), max_steps, optimizer, in_memory_mb)
-        else:
-            train_one(strategy, strategy_name, data_dir, output_dir, weights_out, max_steps, optimizer, in_memory_mb)
+def main(strategy_names, data_dir, output_dir, weights_out, max_steps="6", optimizers="adam", in_memory_mb="4096"):
+    strategies, names, sizes = strategy_names.split(","), optimizers.split(","), in_memory_mb.split(",")
+    # Logical devices are set once, before TensorFlow runs anything.
+    made = {name: training.make_strategy(name, cpu_devices=2 if "mirrored" in strategies and i == 0 else 0)
+            for i, name in enumerate(strategies)}
+    for strategy_name, optimizer, size in itertools.product(strategies, names, sizes):
+        parts = [v for v, many in ((strategy_name, len(strategies) > 1), (optimizer, len(names) > 1),
+                                   (size, len(sizes) > 1)) if many]
+        train_one(made[strategy_name], strategy_name, data_dir, os.path.join(output_dir, *parts),
+                  weights_out.replace(".npz", "".join(f".{p}" for p in parts) + ".npz"), max_steps, optimizer, size)
 
 
 def train_one(strategy, strategy_name, data_dir, output_dir, weights_out, max_steps, optimizer, in_memory_mb):

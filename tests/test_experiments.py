@@ -26,13 +26,18 @@ def test_reproduce_writes_table_and_export_cli_serves_a_cell(taobao, tmp_path):
     columns, cells = reproduce([taobao], ["dare", "din"], [8], out, config_for, make_strategy("default"))
     assert columns == ["taobao_sample d=8"]
     table = open(os.path.join(out, "table1.md")).read()
-    assert table.startswith("Test AUC, mean (std) over 1 or 2 seed(s) per cell\n")
-    assert "| dare | " in table and "| din | " in table and table.rstrip().endswith("(n/a) |")
+    assert table.startswith("Test AUC, mean (std, n seeds) over 1 or 2 seed(s) per cell\n")
+    assert "| dare | " in table and "| din | " in table
+    assert "(n/a, n=1) |\n" in table and ", n=2) |\n" in table and "\nBold: the best of its column" in table
+    # A 4-step run is undertrained, and the table says so beneath it.
+    assert "\nWarnings (see each run's results.json):\n- dare on taobao_sample d=8, seed 0: " in table
     rows = list(csv.DictReader(open(os.path.join(out, "table1.csv"))))
     assert [r["model"] for r in rows] == ["dare", "din"]
     assert 0 < float(rows[0]["taobao_sample d=8 mean"]) < 1 and np.isfinite(float(rows[0]["taobao_sample d=8 std"]))
     assert 0 < float(rows[1]["taobao_sample d=8 mean"]) < 1
     assert rows[1]["taobao_sample d=8 std"] == ""  # DIN: one seed, no std
+    assert [r["taobao_sample d=8 seeds"] for r in rows] == ["2", "1"]
+    assert sorted(r["taobao_sample d=8 tied"] for r in rows) in (["0", "1"], ["1", "1"])
     run_dir = os.path.join(out, "taobao_sample", "d8", "dare")
     done = subprocess.run([sys.executable, "-m", "serving.export", f"--run_dir={run_dir}",
                            f"--export_base={tmp_path / 'exports'}", "--model_name=dare"],
@@ -42,16 +47,31 @@ def test_reproduce_writes_table_and_export_cli_serves_a_cell(taobao, tmp_path):
     assert os.path.exists(tmp_path / "exports" / "dare" / "1" / "saved_model.pb")
 
 
+def test_ties_are_differences_within_two_standard_errors_of_the_best(tmp_path):
+    from dare_tf.experiments import tied_with_best, write_tables
+
+    cells = {("dare", "c"): (0.900, 0.010, 4), ("twin", "c"): (0.888, 0.010, 4),  # 0.012 <= 2 * 0.00707
+             ("din", "c"): (0.880, 0.010, 4),  # 0.020 > 0.01414
+             ("sdim", "c"): (0.899, 0.0, 1)}  # one seed: no standard error, no tie
+    assert tied_with_best(cells, ["dare", "twin", "din", "sdim"], "c") == {"dare", "twin"}
+    assert tied_with_best({("a", "c"): (0.30, 0.01, 3), ("b", "c"): (0.40, 0.01, 3)}, ["a", "b"], "c",
+                          "logloss") == {"a"}
+    text = write_tables(str(tmp_path), ["dare", "twin", "din", "sdim"], ["c"], cells, "auc", ["dare on c, seed 0: w"])
+    assert "| dare | **0.90000** (0.01000, n=4) |\n| twin | **0.88800** (0.01000, n=4) |\n" in text
+    assert "| din | 0.88000 (0.01000, n=4) |\n| sdim | 0.89900 (n/a, n=1) |\n" in text
+    assert text.endswith("Warnings (see each run's results.json):\n- dare on c, seed 0: w\n")
+    assert open(tmp_path / "table1.md").read() == text
+
+
 @pytest.mark.slow
 def test_mirrored_over_two_cpu_devices_matches_one_process(taobao, tmp_path):
     helper = os.path.join(REPO, "tests", "multiworker_helper.py")
-    for strategy in ("default", "mirrored"):  # each process trains with both optimizers
-        done = subprocess.run([sys.executable, helper, strategy, taobao, str(tmp_path / strategy),
-                               str(tmp_path / f"{strategy}.npz"), "2", "adam,lazy_adam"],
-                              env=ENV, capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr[-3000:]
+    # One process trains both strategies with both optimizers.
+    done = subprocess.run([sys.executable, helper, "default,mirrored", taobao, str(tmp_path / "runs"),
+                           str(tmp_path / "w.npz"), "2", "adam,lazy_adam"], env=ENV, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
     for optimizer in ("adam", "lazy_adam"):
-        runs = {s: np.load(tmp_path / f"{s}.{optimizer}.npz") for s in ("default", "mirrored")}
+        runs = {s: np.load(tmp_path / f"w.{s}.{optimizer}.npz") for s in ("default", "mirrored")}
         assert len(runs["default"].files) > 10
         for key in runs["default"]:
             # The same tolerance, and reason, as the multi-worker test.

@@ -1,6 +1,7 @@
 """Every program answers `--help` and a bad flag at once: its flags are parsed
 before TensorFlow loads."""
 
+import os
 import subprocess
 import sys
 import time
@@ -84,3 +85,54 @@ def test_the_client_answers_bad_requests_and_an_unreachable_server_in_one_line(t
                           text=True, timeout=120)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 1 and len(lines) == 1 and lines[0].startswith(message.format(json=request)), done.stderr
+
+
+@pytest.mark.slow
+def test_each_programs_smallest_job_is_quiet(tmp_path):
+    """A user's environment (no TF_CPP_MIN_LOG_LEVEL): the smallest real job of each
+    program prints no TensorFlow C++ or absl INFO line and no retracing or
+    serialization warning. (trainers.train: tests/training/test_loop.py;
+    train_retrieval: tests/retrieval/test_training.py; evaluate_cascade:
+    tests/retrieval/test_cascade.py; the demo runs these programs' library calls.)"""
+    import json
+
+    from dare_tf.data.spec import read_id_map
+    from tests.conftest import LOUD_ENV, noise
+
+    def program(*args, check=True):
+        done = subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=LOUD_ENV, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0 or not check, done.stderr[-3000:]
+        assert not noise(done.stdout + done.stderr), (args[0], noise(done.stdout + done.stderr))
+        return done
+
+    log, data, runs = tmp_path / "log.csv", tmp_path / "data", tmp_path / "runs"
+    program("data.synthetic", f"--output={log}", "--users=60", "--items=400", "--categories=12", "--min_length=40",
+            "--max_length=60", "--length_median=50", "--seed=4")
+    assert "users" in program("data.prepare", "--dataset=taobao", f"--input={log}", f"--output_dir={data}",
+                              "--min_clicks=30", "--max_len=20", "--train_targets=2", "--seed=4").stdout
+    program("trainers.reproduce", f"--data_dirs={data}", "--models=dare", "--dims=8", "--seeds=0",
+            f"--output_dir={runs}", "--batch_size=64", "--max_steps=2", "--top_k=5", "--nojit_compile")
+    run = runs / "data" / "d8" / "dare"
+    program("trainers.analyze", f"--data_dir={data}", f"--runs=dare:{run}", f"--output_dir={tmp_path / 'analysis'}",
+            "--analyses=convergence")
+    export = program("serving.export", f"--run_dir={run}", f"--export_base={tmp_path / 'exports'}",
+                     "--model_name=dare").stdout.strip().splitlines()[-1]
+    server = subprocess.Popen([sys.executable, "-m", "serving.standin_server", f"--model_base={os.path.dirname(export)}",
+                               "--model_name=dare", "--port=0"], cwd=REPO, env=LOUD_ENV, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        line = server.stdout.readline()
+        port = int(line.split("localhost:")[1].split()[0])
+        items = [int(r) for r in read_id_map(str(data), "item")]
+        cats = [int(r) for r in read_id_map(str(data), "category")]
+        request = tmp_path / "request.json"
+        request.write_text(json.dumps({"target_item": items[:2], "target_category": cats[:2],
+                                       "hist_items": [items[2:8]] * 2, "hist_categories": [cats[2:8]] * 2}))
+        out = program("serving.client", f"--server=localhost:{port}", "--model_name=dare",
+                      f"--request_json={request}").stdout
+        assert "P(click)" in out or "probability" in out, out
+    finally:
+        server.terminate()
+        _, err = server.communicate(timeout=60)
+    assert not noise(line + err), noise(line + err)

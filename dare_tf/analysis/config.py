@@ -28,8 +28,10 @@ class AnalysisConfig:
             from 10 to 1000, capped at a fifth of the examples).
         gradient_presets: presets trained with the gradient split (the
             shared-embedding one first: its numbers are the headline).
-        gradient_steps: training steps of each gradient run.
-        gradient_every: a gradient sample every this many steps.
+        gradient_steps: training steps of each gradient run (None: a full run,
+            one epoch of the training split at `batch_size`).
+        gradient_samples: gradient samples, at equal fractions of that run
+            (its first and last step included).
         batch_size: batch size of the suite's own training.
         learning_rate: learning rate of the suite's own training.
         attention_dims: DARE attention widths of the dimension cut (when no
@@ -47,8 +49,8 @@ class AnalysisConfig:
     kmeans_examples: int = 4000
     cluster_counts: tuple[int, ...] = ()
     gradient_presets: tuple[str, ...] = ("twin", "dare")
-    gradient_steps: int = 300
-    gradient_every: int = 10
+    gradient_steps: int | None = None
+    gradient_samples: int = 21
     batch_size: int = 256
     learning_rate: float = 0.005
     attention_dims: tuple[int, ...] = (64, 32, 16, 8)
@@ -57,9 +59,11 @@ class AnalysisConfig:
 
     def __post_init__(self):
         for name in ("top_categories", "heatmap_targets", "positions", "max_examples", "kmeans_examples",
-                     "gradient_steps", "gradient_every", "batch_size", "dimension_epochs", "timing_batch"):
+                     "gradient_samples", "batch_size", "dimension_epochs", "timing_batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}: must be >= 1")
+        if self.gradient_steps is not None and self.gradient_steps < 1:
+            raise ValueError(f"gradient_steps={self.gradient_steps}: must be >= 1")
         if self.min_target_examples < 0:
             raise ValueError(f"min_target_examples={self.min_target_examples}: must be >= 0")
         if any(d < 1 for d in self.attention_dims) or any(k < 2 for k in self.cluster_counts):

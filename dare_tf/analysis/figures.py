@@ -114,19 +114,21 @@ def retrieval_case(gains: np.ndarray, scores: dict[str, np.ndarray], path: str, 
 
 
 def gradient_conflict(summaries: dict[str, dict], path: str) -> str:
-    """Left: norm ratio (representation / attention) per sampled step, per model.
+    """Left: norm ratio (representation / attention) over the run's trajectory
+    (fraction of the run's steps), per model.
     Right: histogram of the mean per-category cosine per sampled step (models
     with shared tables), with the conflicting share."""
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     for name, s in summaries.items():
-        axes[0].plot(s["steps"][:len(s["norm_ratios"])], s["norm_ratios"], marker=".", label=name)
+        axes[0].plot(s["fractions"], s["norm_ratios"], marker=".",
+                     label=f"{name}: median {s['norm_ratio']:.3g}, final {s['final_norm_ratio']:.3g}")
         if s.get("mean_cosines"):
             share = s["conflict_share"]
             axes[1].hist(s["mean_cosines"], bins=20, range=(-1, 1), alpha=0.6,
                          label=f"{name}: {100 * share:.0f}% negative")
     axes[0].axhline(1.0, color="gray", lw=0.8)
-    axes[0].set_xlabel("training step")
+    axes[0].set_xlabel("fraction of the run's training steps")
     axes[0].set_ylabel("gradient norm ratio\nrepresentation / attention")
     axes[0].set_yscale("log")
     axes[0].set_title("Gradient domination")
@@ -167,7 +169,8 @@ def representation_information(curves: dict[str, dict[int, float]], path: str) -
         ax.plot(ks, [curve[k] for k in ks], marker="o", label=name)
     ax.set_xscale("log")
     ax.set_xlabel("k-means clusters k")
-    ax.set_ylabel("MI(cluster, label) (nats)")
+    ax.set_ylabel("adjusted MI(cluster, label)")
+    ax.axhline(0.0, color="gray", lw=0.8)
     ax.set_title("Representation discriminability")
     ax.grid(alpha=0.3)
     ax.legend()

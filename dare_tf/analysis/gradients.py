@@ -127,24 +127,24 @@ def path_statistics(paths, fields=("category", "item")) -> dict:
 
 
 class SplitGradientRecorder(keras.callbacks.Callback):
-    """A Keras callback for `model.fit`: every `every` steps, before the step trains on
+    """A Keras callback for `model.fit`: at each of `steps`, before the step trains on
     its batch, records that batch's `path_statistics` (`split_gradients` of the
     current weights). It changes no weight: the model trains exactly as without it.
 
     Args:
         batch_at: `step -> (x, y)`, the batch `fit` trains on at that step.
-        every: steps between records.
+        steps: the steps to record (`trajectory_steps` spreads them over a run).
 
     After `fit`, `samples` holds `{"step", "statistics"}` per record.
     """
 
-    def __init__(self, batch_at, every: int):
+    def __init__(self, batch_at, steps):
         super().__init__()
-        self.batch_at, self.every, self.samples = batch_at, every, []
+        self.batch_at, self.steps, self.samples = batch_at, set(int(s) for s in steps), []
 
     def on_train_batch_begin(self, batch, logs=None):
         step = int(self.model.optimizer.iterations.numpy())
-        if step % self.every == 0:
+        if step in self.steps:
             x, y = self.batch_at(step)
             # The training-mode forward pass moves BatchNorm's statistics: put them back.
             state = [v.numpy() for v in self.model.non_trainable_variables]
@@ -154,19 +154,28 @@ class SplitGradientRecorder(keras.callbacks.Callback):
             self.samples.append({"step": step, "statistics": path_statistics(paths)})
 
 
-def summarize(samples: list[dict], field: str = "category") -> dict:
-    """Aggregates `path_statistics` samples of one field: per sampled step, the
-    norm ratio (representation / attention; `norm_ratio` is their median) and
-    the mean per-row cosine; the
-    share of steps whose mean cosine is negative (the paper's conflict share);
-    per row, the share of steps with a negative cosine."""
+def trajectory_steps(total_steps: int, samples: int) -> list[int]:
+    """`samples` steps at equal fractions of a run of `total_steps` (its first and
+    last step included): the gradients are read over the whole trained
+    trajectory, not only its first steps, where they are still collapsing."""
+    return sorted({int(round(s)) for s in np.linspace(0, total_steps - 1, max(samples, 1))})
+
+
+def summarize(samples: list[dict], field: str = "category", total_steps: int | None = None) -> dict:
+    """Aggregates `path_statistics` samples of one field over a run of
+    `total_steps`: per sampled step, its fraction of the run, the norm ratio
+    (representation / attention) and the mean per-row cosine; `norm_ratio`, the
+    median ratio over the trajectory, and `final_norm_ratio`, the last sample's;
+    the share of sampled steps whose mean cosine is negative (the paper's
+    conflict share); per row, the share of steps with a negative cosine."""
     steps = [s for s in samples if field in s["statistics"]]
-    ratios = [s["statistics"][field]["representation_norm"] / s["statistics"][field]["attention_norm"]
-              for s in steps if s["statistics"][field]["attention_norm"] > 0]
-    # The median: at initialisation the attention path's gradient is near zero (tiny
-    # embeddings give flat scores) and the first samples' ratios are in the thousands.
-    out = {"field": field, "samples": len(steps), "steps": [s["step"] for s in steps],
-           "norm_ratios": ratios, "norm_ratio": float(np.median(ratios)) if ratios else float("nan")}
+    kept = [s for s in steps if s["statistics"][field]["attention_norm"] > 0]
+    ratios = [s["statistics"][field]["representation_norm"] / s["statistics"][field]["attention_norm"] for s in kept]
+    last = max(1, (total_steps or (max((s["step"] for s in steps), default=0) + 1)) - 1)
+    out = {"field": field, "samples": len(steps), "steps": [s["step"] for s in kept],
+           "fractions": [s["step"] / last for s in kept], "norm_ratios": ratios,
+           "norm_ratio": float(np.median(ratios)) if ratios else float("nan"),
+           "final_norm_ratio": float(ratios[-1]) if ratios else float("nan")}
     cosines = [s["statistics"][field]["cosines"] for s in steps]
     if steps and all(c is not None for c in cosines):
         means = [float(np.mean(c)) for c in cosines if len(c)]

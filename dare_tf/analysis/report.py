@@ -16,6 +16,19 @@ def _fmt(value, digits=3) -> str:
     return "n/a" if value is None or value != value else f"{value:.{digits}f}"
 
 
+def _verdict(holds) -> str:
+    """Says plainly whether a paper claim reproduced."""
+    if holds is None:
+        return " Whether the paper's claim holds cannot be read from these runs."
+    return " **The paper's claim holds here.**" if holds else " **The paper's claim does not reproduce here.**"
+
+
+def _better(values: dict, first: str, second: str):
+    """Whether `values[first] > values[second]`; None when either is missing or not a number."""
+    a, b = values.get(first), values.get(second)
+    return None if a is None or b is None or a != a or b != b else bool(a > b)
+
+
 def _sections(result: dict) -> list[str]:
     figures = result.get("figures", {})
     lines = []
@@ -36,43 +49,55 @@ def _sections(result: dict) -> list[str]:
                      f"x {len(a['positions'])} positions): {corr}.\n")
     if "retrieval" in result:
         r = result["retrieval"]
-        measured = ", ".join(f"{k} {_fmt(v)}" for k, v in r["ndcg"].items())
-        paper = ", ".join(f"{k} {v}" for k, v in PAPER["ndcg"].items())
+        k = next(iter(r["k"].values()), None)
+        measured = ", ".join(f"{name} {_fmt(v)}" for name, v in r["ndcg"].items())
+        paper = ", ".join(f"{name} {v}" for name, v in PAPER["ndcg"].items())
         lines.append("## Search-stage quality\n")
         image("retrieval", "NDCG of each model's search stage")
-        lines.append(f"The paper found NDCG against the MI ground truth of {paper} on Taobao. Measured on "
-                     f"{r['examples']} test examples: {measured}.")
+        lines.append(f"The paper found NDCG against the MI ground truth of {paper} on Taobao (DARE's search ranks "
+                     f"the behaviours that matter first, TWIN's does worst). Measured on {r['examples']} test "
+                     f"examples, NDCG@{k} for every model (each model's stage-1 scores cut at the same K; a model "
+                     f"without search, DIN, ranked by its own attention): {measured}.")
         if r.get("planted"):
-            planted = ", ".join(f"{k} {_fmt(v)}" for k, v in r["planted"]["ndcg"].items())
+            planted = ", ".join(f"{name} {_fmt(v)}" for name, v in r["planted"]["ndcg"].items())
             lines.append(f" Against the generator's planted truth: {planted}.")
-        lines.append("\n")
+        lines.append(_verdict(_better(r["ndcg"], "dare", "twin")) + "\n")
         image("retrieval_case", "one test example")
     if "gradients" in result:
         g = result["gradients"]
+        share = g["conflict_share"]
         lines.append("## Gradient domination and conflict\n")
         image("gradients", "gradient norm ratio and cosine")
         lines.append(f"The paper found the representation gradient about {PAPER['norm_ratio']:.0f}x the attention "
                      f"gradient on TWIN's shared embeddings, and the two in conflict (negative cosine) in "
                      f"{PAPER['conflict_share'][0]:.0%}-{PAPER['conflict_share'][1]:.0%} of cases. Measured on "
-                     f"{g['model']} (category embeddings, the paper's measure): norm ratio {_fmt(g['norm_ratio'], 2)}, "
-                     f"conflicting in {_fmt(100 * g['conflict_share'] if g['conflict_share'] is not None else None, 0)}% "
-                     "of sampled steps.")
-        others = {k: v for k, v in g["by_model"].items() if k != g["model"]}
+                     f"{g['model']} (category embeddings, the paper's measure) at equal fractions of a full run: "
+                     f"norm ratio {_fmt(g['norm_ratio'], 2)} (median over the run; "
+                     f"{_fmt(g.get('final_norm_ratio'), 2)} at its end), conflicting in "
+                     f"{_fmt(100 * share if share is not None else None, 0)}% of sampled steps.")
+        others = {name: v for name, v in g["by_model"].items() if name != g["model"]}
         if others:
             lines.append(" For contrast: " + ", ".join(
-                f"{k} ({v['coupling']} tables) norm ratio {_fmt(v['norm_ratio'], 2)}" for k, v in others.items())
+                f"{name} ({v['coupling']} tables) norm ratio {_fmt(v['norm_ratio'], 2)}" for name, v in others.items())
                 + " (with decoupled tables the two gradients reach different tables and cannot conflict).")
-        lines.append("\n")
+        ratio = g["norm_ratio"]
+        dominated = None if ratio is None or ratio != ratio else bool(PAPER["norm_ratio"] / 2 <= ratio <= PAPER[
+            "norm_ratio"] * 2)
+        lines.append(" Domination (a ratio within 2x of the paper's):" + _verdict(dominated)
+                     + " Conflict (most sampled steps conflicting):"
+                     + _verdict(None if share is None or share != share else bool(share > 0.5)) + "\n")
         image("gradients_by_category", "conflict per category")
     if "representation" in result:
         rep = result["representation"]
-        best = {k: max(v.values()) for k, v in rep["mutual_information"].items()}
+        best = {name: max(v.values()) for name, v in rep["mutual_information"].items()}
         lines.append("## Representation discriminability\n")
-        image("representation", "MI between k-means clusters and labels")
+        image("representation", "adjusted MI between k-means clusters and labels")
         lines.append("The paper found DARE's representations more discriminative (higher mutual information "
-                     "between k-means clusters and labels) than TWIN's. Measured, the highest MI over the k sweep "
-                     f"{rep['cluster_counts']} on {rep['examples']} test examples: "
-                     + ", ".join(f"{k} {_fmt(v, 4)} nats" for k, v in best.items()) + ".\n")
+                     f"between k-means clusters and labels) than TWIN's. Measured with the "
+                     f"{rep.get('estimator', 'mutual information')}, about 0 for clusters unrelated to the label "
+                     f"at every k; the highest over the k sweep {rep['cluster_counts']} on {rep['examples']} test "
+                     "examples: " + ", ".join(f"{name} {_fmt(v, 4)}" for name, v in best.items()) + "."
+                     + _verdict(_better(best, "dare", "twin")) + "\n")
     if "convergence" in result:
         c = result["convergence"]
         lines.append("## Convergence\n")
@@ -80,12 +105,19 @@ def _sections(result: dict) -> list[str]:
         text = ("The paper found that on Tmall DARE reaches TWIN's best validation accuracy in about 450 "
                 "iterations where TWIN needs about 1,300. ")
         if c["reference"]:
+            reach = c["steps_to_reference_best"]
             text += "Measured, steps to reach TWIN's best validation AUC " \
                     f"({_fmt(c['best_val_auc'][c['reference']], 4)}): " + ", ".join(
-                        f"{k} {v if v is not None else 'never'}" for k, v in c["steps_to_reference_best"].items())
+                        f"{k} {v if v is not None else 'never'}" for k, v in reach.items()) + "."
+            faster = None
+            if reach.get("dare") is not None and reach.get("twin") is not None:
+                faster = reach["dare"] < reach["twin"]
+            elif "dare" in reach:
+                faster = False  # DARE never reached TWIN's best
+            text += _verdict(faster)
         else:
             text += "No run is labelled `twin`, so no steps-to-reach figure."
-        lines.append(text + ".\n")
+        lines.append(text + "\n")
     if "dimensions" in result:
         rows = result["dimensions"]["rows"]
         lines.append("## Attention-dimension cut\n")

@@ -139,22 +139,24 @@ class _Suite:
             truths["planted truth"] = retrieval.planted_gains(planted, raw[test["target_category"]],
                                                               raw[test["hist_categories"]])
         scores = {label: _slot_scores(run.model, test) for label, run in self.runs.items()}
-        out = {"examples": int(keep.sum()), "k": {label: run.top_k for label, run in self.runs.items()},
+        # One K for every model: the fewest behaviours any model keeps (a model that
+        # keeps the whole history, DIN, is ranked by its own attention and cut there too).
+        k = min(run.top_k for run in self.runs.values())
+        out = {"examples": int(keep.sum()), "k": {label: k for label in self.runs},
+               "kept": {label: run.top_k for label, run in self.runs.items()},
                "ndcg": {}, "ndcg_interval": {}, "planted": None}
         results = {}
         for truth_name, gains in truths.items():
             results[truth_name] = {}
-            for label, run in self.runs.items():
-                values = retrieval.ndcg_at_k(gains[keep], scores[label][keep], valid[keep], run.top_k)
+            for label in self.runs:
+                values = retrieval.ndcg_at_k(gains[keep], scores[label][keep], valid[keep], k)
                 results[truth_name][label] = retrieval.mean_with_interval(values)
         out["ndcg"] = {label: r["mean"] for label, r in results["MI ground truth"].items()}
         out["ndcg_interval"] = results["MI ground truth"]
         if "planted truth" in results:
             out["planted"] = {"ndcg": {label: r["mean"] for label, r in results["planted truth"].items()},
                               "ndcg_interval": results["planted truth"]}
-        ks = sorted(set(out["k"].values()))
-        path = figures.ndcg_bars(results, os.path.join(self.figures_dir, "retrieval_ndcg.png"),
-                                 "K" if len(ks) > 1 else str(ks[0]))
+        path = figures.ndcg_bars(results, os.path.join(self.figures_dir, "retrieval_ndcg.png"), str(k))
         self.figure("retrieval", path)
         if keep.any():  # case study: the kept example with the longest history
             i = int(np.flatnonzero(keep)[np.argmax(valid[keep].sum(axis=1))])
@@ -194,14 +196,16 @@ class _Suite:
             def batch_at(step, x=x, y=y, size=size):
                 return {k: v[step * size: (step + 1) * size] for k, v in x.items()}, y[step * size: (step + 1) * size]
 
-            recorder = gradients.SplitGradientRecorder(batch_at, cfg.gradient_every)
+            total = min(cfg.gradient_steps or len(y), -(-len(y) // size))
+            recorder = gradients.SplitGradientRecorder(batch_at, gradients.trajectory_steps(total, cfg.gradient_samples))
             started = time.perf_counter()
             # The model's own fit (the trainer's loop), in the permutation's order.
-            model.fit(x, y, batch_size=size, epochs=1, steps_per_epoch=min(cfg.gradient_steps, -(-len(y) // size)),
-                      shuffle=False, verbose=0, callbacks=[recorder])
+            model.fit(x, y, batch_size=size, epochs=1, steps_per_epoch=total, shuffle=False, verbose=0,
+                      callbacks=[recorder])
             samples = recorder.samples
-            summaries[preset] = gradients.summarize(samples)
-            summaries[preset]["item"] = gradients.summarize(samples, "item")
+            summaries[preset] = gradients.summarize(samples, total_steps=total)
+            summaries[preset]["item"] = gradients.summarize(samples, "item", total)
+            summaries[preset]["total_steps"] = total
             summaries[preset]["coupling"] = model.model_config.coupling
             self.say(f"  gradients of {preset}: {len(samples)} samples in {time.perf_counter() - started:.0f} s")
         path = figures.gradient_conflict(summaries, os.path.join(self.figures_dir, "gradient_conflict.png"))
@@ -215,6 +219,7 @@ class _Suite:
                 f"{headline}: gradient conflict per category")
             self.figure("gradients_by_category", path)
         return {"model": headline, "norm_ratio": summaries[headline]["norm_ratio"],
+                "final_norm_ratio": summaries[headline]["final_norm_ratio"],
                 "conflict_share": summaries[headline].get("conflict_share"),
                 "by_model": summaries}
 
@@ -231,7 +236,7 @@ class _Suite:
             curves[label] = representation.cluster_label_information(features, subset["label"], ks, cfg.seed)
         path = figures.representation_information(curves, os.path.join(self.figures_dir, "representation_mi.png"))
         self.figure("representation", path)
-        return {"cluster_counts": ks, "examples": int(len(sample)),
+        return {"cluster_counts": ks, "examples": int(len(sample)), "estimator": representation.ESTIMATOR,
                 "mutual_information": {label: {str(k): v for k, v in c.items()} for label, c in curves.items()}}
 
     # -- 5. convergence -----------------------------------------------------------------

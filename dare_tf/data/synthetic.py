@@ -16,6 +16,11 @@ Planted structure (all users simulated together, one step at a time):
   (beyond a 200-slot window at the default lags). With long users
   (`min_length` = `length_median` = `max_length` in the thousands) this is
   the "lifelong" log of `README.md`, "Long histories".
+- long-range returns (`p_return`, off by default): a new session returns,
+  with probability `p_return`, to the category of the user's own click
+  `lag` steps back (`lag` uniform in `recall_lag`): the next click's
+  category is predictable from far back in the history, not from its
+  recent clicks.
 About 10% extra rows are buy/cart/fav events, which preparation drops.
 
 `<output>.truth.json` holds the generator's parameters; per history lag, the
@@ -65,7 +70,9 @@ class SyntheticConfig:
         extra_events: share of extra non-click (buy/cart/fav) rows.
         p_recall: probability that a click repeats one of the user's own
             clicks `recall_lag` back (0: none).
-        recall_lag: `(min, max)` lag of a repeated click.
+        recall_lag: `(min, max)` lag of a repeated click or a returning session.
+        p_return: probability that a new session returns to the category of
+            the user's own click `recall_lag` back (0: none).
         seed: random seed.
     """
 
@@ -84,12 +91,14 @@ class SyntheticConfig:
     extra_events: float = 0.1
     p_recall: float = 0.0
     recall_lag: tuple[int, ...] = (500, 1900)
+    p_return: float = 0.0
     seed: int = 0
 
     def __post_init__(self):
         object.__setattr__(self, "recall_lag", tuple(int(v) for v in self.recall_lag))
-        if not 0 <= self.p_recall <= 1:
-            raise ValueError(f"p_recall={self.p_recall}: must be in [0, 1]")
+        for name in ("p_recall", "p_return"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name}={getattr(self, name)}: must be in [0, 1]")
         if len(self.recall_lag) != 2 or not 1 <= self.recall_lag[0] <= self.recall_lag[1]:
             raise ValueError(f"recall_lag={list(self.recall_lag)}: need two lags 1 <= min <= max")
 
@@ -158,6 +167,9 @@ def generate(cfg: SyntheticConfig):
                        world.interests[np.arange(n_users), rng.integers(0, cfg.interests, n_users)],
                        np.where(v < cfg.p_interest + cfg.p_related, world.related[session],
                                 rng.choice(cfg.categories, n_users, p=world.cat_p)))
+        if cfg.p_return > 0 and t >= cfg.recall_lag[0]:
+            lag = rng.integers(cfg.recall_lag[0], min(cfg.recall_lag[1], t) + 1, n_users)
+            new = np.where(rng.random(n_users) < cfg.p_return, cats[np.arange(n_users), t - lag], new)
         session = np.where(stay, session, new)
         cats[:, t] = session
     valid = np.arange(steps)[None, :] < lengths[:, None]

@@ -12,18 +12,24 @@ from dare_tf.data.pipeline import InMemorySplit
 from dare_tf.data.spec import ID_MAP_FILES, DatasetSpec, id_map_digest, read_id_map
 from dare_tf.export.tf_serving import (DATASET_INPUT, DATASET_SIGNATURE, IdTable, dataset_outputs, model_base,
                                        next_version, write_server_configs)
-from dare_tf.retrieval.model import TwoTowerModel, brute_force_index, load_retrieval_model
-from dare_tf.retrieval.training import catalogue, category_array
+from dare_tf.retrieval.candidates import SOURCES
+from dare_tf.retrieval.model import TwoTowerModel, load_retrieval_model
+from dare_tf.retrieval.training import candidate_merger, catalogue, category_array, positives
+from dare_tf.run_directory import RunDirectory
 
 import tensorflow as tf  # noqa: E402  (after dare_tf.retrieval.model: tf.keras is Keras 2 then)
 
 
 class _RetrievalServing(tf.Module):
-    def __init__(self, model: TwoTowerModel, data_dir: str, spec: DatasetSpec, items, categories, top_n: int):
+    def __init__(self, model: TwoTowerModel, data_dir: str, spec: DatasetSpec, items, categories, top_n: int,
+                 merger, quotas: dict, include_seen: bool):
         super().__init__()
-        # Only the index (the query tower and the candidates' vectors) is saved; the
+        # Only the query tower, the candidates' vectors and the merger are saved; the
         # training model's candidate dataset is not serializable.
-        self.index = brute_force_index(model, (items, categories), top_n)
+        self.query = model.query
+        self.vectors = tf.constant(model.candidate((tf.constant(items), tf.constant(categories))).numpy())
+        self.merger, self.top_n, self.include_seen = merger, top_n, include_seen
+        self.quotas = tuple(quotas[s] for s in SOURCES)
         self.items = IdTable(os.path.join(data_dir, ID_MAP_FILES["item"]), spec.oov_item)
         self.categories = IdTable(os.path.join(data_dir, ID_MAP_FILES["category"]), spec.oov_category)
         self.tables = [self.items.table, self.categories.table]  # tracked, so the SavedModel holds them
@@ -42,10 +48,13 @@ class _RetrievalServing(tf.Module):
         real = hist_items > 0
         dense = {"hist_items": tf.cast(tf.where(real, self.items.lookup(hist_items), 0), tf.int32),
                  "hist_categories": tf.cast(tf.where(real, self.categories.lookup(hist_categories), 0), tf.int32)}
-        scores, ids = self.index(dense)
-        ids = tf.cast(ids, tf.int64)
+        scores = tf.matmul(self.query(dense), self.vectors, transpose_b=True)
+        ranks = self.merger.ranks(scores, dense["hist_items"], dense["hist_categories"])
+        seen = None if self.include_seen else self.merger.seen(dense["hist_items"])
+        slots = self.merger.merge(ranks, self.quotas, seen, self.top_n)
+        ids = tf.cast(slots, tf.int64) + 1
         return {"items": tf.gather(self.raw_items, ids), "categories": tf.gather(self.raw_categories_of_items, ids),
-                "scores": scores}
+                "scores": tf.gather(scores, slots, batch_dims=1)}
 
     @tf.function(input_signature=[DATASET_INPUT])
     def dataset(self, item_ids):
@@ -57,7 +66,9 @@ def export_retrieval(run_dir: str, data_dir: str, export_base: str, model_name: 
     """Writes `export_base/model_name/<version>/` (built aside, then renamed) with a
     `serving_default` signature: int64 RAW `hist_items`, `hist_categories`
     `[B, T]` (ids <= 0 are padding, unknown ids go to the out-of-vocabulary row)
-    -> `items`, `categories` (raw ids) and `scores` of the top `top_n`; and the
+    -> `items`, `categories` (raw ids) and `scores` (the tower's) of the first
+    `top_n` merged candidates (the run's sources and quotas, its seen-items
+    setting: `dare_tf.retrieval.candidates`); and the
     `dataset` signature of every export (`dare_tf.export`). Rewrites
     `export_base/models.config` (merged: see `write_server_configs`)."""
     spec = DatasetSpec.load(data_dir)
@@ -65,8 +76,11 @@ def export_retrieval(run_dir: str, data_dir: str, export_base: str, model_name: 
     items, categories = catalogue(spec, splits)
     if top_n > len(items):
         raise ValueError(f"top_n={top_n} is larger than the catalogue ({len(items)} items)")
+    recorded = RunDirectory(run_dir).results()
+    merger = candidate_merger(spec, (items, categories), positives(splits["train"]))
     module = _RetrievalServing(load_retrieval_model(run_dir, spec, items, categories), data_dir, spec, items,
-                               categories, top_n)
+                               categories, top_n, merger, recorded["quotas"],
+                               recorded["config"].get("include_seen", False))
     base = model_base(export_base, model_name)
     clean_stale(base, "version")
     final = os.path.join(base, str(next_version(base)))

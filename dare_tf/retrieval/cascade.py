@@ -2,8 +2,9 @@
 
 `evaluate_cascade(data_dir, retrieval_run, {"dare": run, ...}, output_dir)`
 takes the test split's positive examples (a user's history and the item they
-clicked next), lets the retrieval model pick its top-N of the whole
-catalogue, and lets each ranker reorder those N. For each it reports
+clicked next), lets the retrieval stage pick its first N candidates of the
+whole catalogue (the run's merged sources, `dare_tf.retrieval.candidates`),
+and lets each ranker reorder those N. For each it reports
 HitRate@k and NDCG@k of the clicked item, and the retrieval stage's recall at
 N (the ceiling any ranker can reach).
 """
@@ -20,10 +21,10 @@ from dare_tf._files import atomic_json
 from dare_tf.data.pipeline import InMemorySplit
 from dare_tf.data.spec import HIST_CATEGORIES, HIST_ITEMS, TARGET_CATEGORY, TARGET_ITEM, DatasetSpec
 from dare_tf.metrics import hit_rate_and_ndcg
-from dare_tf.retrieval.model import brute_force_index, load_retrieval_model
-from dare_tf.retrieval.training import catalogue, category_array, positives
-
-import tensorflow as tf  # noqa: E402  (after dare_tf.retrieval.model: tf.keras is Keras 2 then)
+from dare_tf.retrieval.candidates import SOURCES, one_source
+from dare_tf.retrieval.model import load_retrieval_model
+from dare_tf.retrieval.training import candidate_merger, catalogue, category_array, merged_candidates, positives
+from dare_tf.run_directory import RunDirectory
 
 CASCADE_FILE = "cascade.json"
 
@@ -32,15 +33,6 @@ def _rank_of(ids: np.ndarray, target: np.ndarray) -> np.ndarray:
     """The 0-based position of `target[i]` in `ids[i]`, -1 when absent."""
     found = ids == target[:, None]
     return np.where(found.any(axis=1), found.argmax(axis=1), -1)
-
-
-def retrieve(index, examples: dict, batch_size: int = 1024) -> np.ndarray:
-    """The retrieval index's top-N dense item ids `[E, N]` for each example's history."""
-    out = []
-    for start in range(0, len(examples[TARGET_ITEM]), batch_size):
-        query = {k: tf.constant(examples[k][start: start + batch_size], tf.int32) for k in (HIST_ITEMS, HIST_CATEGORIES)}
-        out.append(index(query)[1].numpy())
-    return np.concatenate(out).astype(np.int64)
 
 
 def rerank(model, examples: dict, candidates: np.ndarray, category_of: np.ndarray, rows_per_call: int = 8192):
@@ -91,18 +83,25 @@ def evaluate_cascade(data_dir: str, retrieval_run: str, ranking_runs: dict[str, 
     if num_candidates > len(items):
         raise ValueError(f"num_candidates={num_candidates} is larger than the catalogue ({len(items)} items)")
     rankers = {name: load_run(name, run_dir, spec, data_dir).model for name, run_dir in ranking_runs.items()}
-    index = brute_force_index(load_retrieval_model(retrieval_run, spec, items, categories), (items, categories),
-                              num_candidates)
+    model = load_retrieval_model(retrieval_run, spec, items, categories)
+    recorded = RunDirectory(retrieval_run).results()
+    quotas, include_seen = recorded["quotas"], recorded["config"].get("include_seen", False)
+    merger = candidate_merger(spec, (items, categories), positives(splits["train"]))
     examples = positives(splits["test"])
     if max_examples is not None:
         examples = {key: value[:max_examples] for key, value in examples.items()}
-    candidates = retrieve(index, examples)
+    candidates = merged_candidates(model, merger, (items, categories), examples, quotas, num_candidates, include_seen)
     target = examples[TARGET_ITEM].astype(np.int64)
     ranks = _rank_of(candidates, target)
     hit, ndcg = hit_rate_and_ndcg(ranks, k)
+    sources = {name: float((_rank_of(merged_candidates(model, merger, (items, categories), examples,
+                                                       one_source(name), num_candidates, include_seen),
+                                     target) >= 0).mean()) for name in SOURCES}
     results = {"config": config, "examples": int(len(target)), "catalogue": int(len(items)),
+               "quotas": quotas, "include_seen": include_seen,
                "retrieval": {f"hit_rate@{k}": hit, f"ndcg@{k}": ndcg,
-                             f"recall@{num_candidates}": float((ranks >= 0).mean())}, "rankers": {}}
+                             f"recall@{num_candidates}": float((ranks >= 0).mean())},
+               "sources": {name: {f"recall@{num_candidates}": v} for name, v in sources.items()}, "rankers": {}}
     category_of = category_array(spec, items, categories)
     for name, model in rankers.items():
         hit, ndcg = hit_rate_and_ndcg(_rank_of(rerank(model, examples, candidates, category_of), target), k)
@@ -116,8 +115,10 @@ def evaluate_cascade(data_dir: str, retrieval_run: str, ranking_runs: dict[str, 
 def format_cascade(results: dict) -> str:
     """A markdown table of `evaluate_cascade`'s results."""
     k, n = results["config"]["k"], results["config"]["num_candidates"]
+    sources = ", ".join(f"{name} {row[f'recall@{n}']:.4f}" for name, row in results.get("sources", {}).items())
     lines = [f"{results['examples']:,} test positives, catalogue {results['catalogue']:,} items; "
-             f"retrieval recall@{n} (the rankers' ceiling): {results['retrieval'][f'recall@{n}']:.4f}",
+             f"retrieval recall@{n} (the rankers' ceiling): {results['retrieval'][f'recall@{n}']:.4f} merged"
+             + (f" (each source alone: {sources})" if sources else ""),
              f"| stage | HitRate@{k} | NDCG@{k} |", "|---|---|---|",
              f"| retrieval alone | {results['retrieval'][f'hit_rate@{k}']:.4f} | "
              f"{results['retrieval'][f'ndcg@{k}']:.4f} |"]

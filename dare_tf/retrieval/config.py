@@ -18,7 +18,12 @@ class RetrievalConfig:
         epochs: passes over the training split's positives.
         seeds: one run per seed; results report mean and std.
         popularity_correction: correct the in-batch softmax by each
-            candidate's sampling probability (its share of training clicks).
+            candidate's sampling probability (its share of training clicks:
+            logQ correction), so that the tower does not learn popularity the
+            in-batch negatives under-sample.
+        include_seen: keep the items a user already clicked among the
+            candidates (by default they are excluded: evaluation, the cascade
+            and the export follow the run's setting).
         verbose: 0 silent, 1 Keras progress bar.
     """
 
@@ -28,7 +33,8 @@ class RetrievalConfig:
     learning_rate: float = 0.1
     epochs: int = 10
     seeds: tuple[int, ...] = (0,)
-    popularity_correction: bool = False
+    popularity_correction: bool = True
+    include_seen: bool = False
     verbose: int = 0
 
     def __post_init__(self):

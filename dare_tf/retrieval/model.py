@@ -21,14 +21,20 @@ KS = (10, 50, 100, 200)
 
 class QueryTower(keras2.Model):
     """The user's history (item and category ids, 0 = padding, oldest first, as the
-    ranker takes them) -> one vector: the masked mean of `concat(item, category)`
-    embeddings and the most recent behaviour's (the next click follows the current
-    session), then a dense layer."""
+    ranker takes them) -> one vector, read with recency: the masked mean of
+    `concat(item, category)` embeddings over the whole history (long-term
+    interests), a position-weighted sum over its last `recent` behaviours (one
+    learned weight per position from the end, softmax over the real ones), and
+    the most recent behaviour (the next click follows the current session);
+    then a dense layer."""
 
-    def __init__(self, num_items, num_categories, embedding_dim, output_dim, **kwargs):
+    def __init__(self, num_items, num_categories, embedding_dim, output_dim, recent=50, **kwargs):
         super().__init__(**kwargs)
+        self.recent = recent
         self.items = keras2.layers.Embedding(num_items, embedding_dim, name="history_item_embedding")
         self.categories = keras2.layers.Embedding(num_categories, embedding_dim, name="history_category_embedding")
+        self.position_logits = keras2.layers.Embedding(recent, 1, embeddings_initializer="zeros",
+                                                       name="recency_logits")
         self.dense = keras2.layers.Dense(output_dim, name="query_projection")
 
     def call(self, inputs):
@@ -36,7 +42,14 @@ class QueryTower(keras2.Model):
         vectors = tf.concat([self.items(hist_items), self.categories(hist_categories)], axis=-1)
         mask = tf.cast(hist_items > 0, vectors.dtype)[..., None]
         mean = tf.reduce_sum(vectors * mask, axis=1) / tf.maximum(tf.reduce_sum(mask, axis=1), 1.0)
-        return self.dense(tf.concat([mean, vectors[:, -1]], axis=-1))  # (padding is on the left)
+        # The last `recent` slots (padding is on the left), position 0 = the most recent.
+        width = tf.minimum(tf.shape(hist_items)[1], self.recent)
+        last_vectors, last_mask = vectors[:, -width:], mask[:, -width:]
+        logits = self.position_logits(tf.range(width - 1, -1, -1))[None]  # [1, width, 1]
+        logits = tf.where(last_mask > 0, logits, tf.constant(-1e9, logits.dtype))
+        weights = tf.nn.softmax(logits, axis=1) * last_mask
+        recent = tf.reduce_sum(weights * last_vectors, axis=1)
+        return self.dense(tf.concat([mean, recent, vectors[:, -1]], axis=-1))
 
 
 class CandidateTower(keras2.Model):
@@ -61,7 +74,7 @@ class TwoTowerModel(tfrs.Model):
     ids and their categories)."""
 
     def __init__(self, num_items, num_categories, embedding_dim, output_dim, catalogue, ks=KS,
-                 popularity_correction=False):
+                 popularity_correction=True):
         super().__init__()
         self.query = QueryTower(num_items, num_categories, embedding_dim, output_dim)
         self.candidate = CandidateTower(num_items, num_categories, embedding_dim, output_dim)
@@ -97,7 +110,7 @@ def brute_force_index(model: TwoTowerModel, catalogue, k: int):
 
 
 def compiled_two_tower(num_items: int, num_categories: int, embedding_dim: int, output_dim: int, catalogue,
-                       learning_rate: float, seed: int, popularity_correction: bool = False) -> TwoTowerModel:
+                       learning_rate: float, seed: int, popularity_correction: bool = True) -> TwoTowerModel:
     """A `TwoTowerModel` seeded by `seed`, compiled with Adagrad."""
     keras2.utils.set_random_seed(seed)
     model = TwoTowerModel(num_items, num_categories, embedding_dim, output_dim, catalogue,

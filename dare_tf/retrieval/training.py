@@ -12,7 +12,8 @@ from dare_tf._files import atomic_json
 from dare_tf.data.pipeline import InMemorySplit
 from dare_tf.data.spec import DatasetSpec
 from dare_tf.retrieval.config import RetrievalConfig
-from dare_tf.retrieval.model import KS, compiled_two_tower, fit_epochs
+from dare_tf.retrieval.candidates import SOURCES, CandidateMerger, evaluate_sources, one_source, quota_grid
+from dare_tf.retrieval.model import KS, TwoTowerModel, compiled_two_tower, fit_epochs
 
 import tensorflow as tf  # noqa: E402  (after dare_tf.retrieval.model: tf.keras is Keras 2 then)
 from dare_tf.run_directory import SEED_RESULT, RunDirectory
@@ -46,19 +47,57 @@ def positives(split: InMemorySplit) -> dict:
 
 
 def popularity_recall(train: dict, test: dict, ks=KS) -> dict:
-    """The most-clicked training targets as the top-k for everybody: recall on the test positives."""
+    """The most-clicked training targets as the top-k for everybody, seen items
+    included: recall on the test positives."""
     counts = np.bincount(train["target_item"])
     ranking = np.argsort(-counts, kind="stable")
     ranking = ranking[counts[ranking] > 0]
     return {f"recall@{k}": float(np.isin(test["target_item"], ranking[:k]).mean()) for k in ks}
 
 
+def candidate_merger(spec: DatasetSpec, catalogue_, train: dict) -> CandidateMerger:
+    """The merger of the candidate sources over the catalogue, with the training
+    split's clicks (`dare_tf.retrieval.candidates`)."""
+    items, categories = catalogue_
+    clicks = np.bincount(train["target_item"], minlength=spec.num_items)[items]
+    return CandidateMerger(categories, clicks, spec.num_categories, depth=max(KS) + spec.max_len)
+
+
+def tower_scores(model: TwoTowerModel, catalogue_):
+    """`(hist_items, hist_categories) -> [B, C]` scores of the query tower against
+    every catalogue slot's candidate vector."""
+    items, categories = catalogue_
+    vectors = model.candidate((tf.constant(items), tf.constant(categories)))
+    return lambda hist_items, hist_categories: tf.matmul(
+        model.query({"hist_items": hist_items, "hist_categories": hist_categories}), vectors, transpose_b=True)
+
+
+def evaluate_candidates(model, merger, catalogue_, val: dict, test: dict, include_seen: bool) -> dict:
+    """Chooses the sources' quotas on the validation positives (highest recall at
+    the largest K) and reports the test positives' recall@K of the merged list
+    (`test`) and of each source alone (`test_sources`)."""
+    scores = tower_scores(model, catalogue_)
+    choices = quota_grid()
+    on_val = evaluate_sources(merger, scores, val, choices, KS, include_seen)
+    top = f"recall@{max(KS)}"
+    quotas = max(choices, key=lambda q: on_val[q][top])  # (ties: the first, a single source)
+    singles = {name: one_source(name) for name in SOURCES}
+    on_test = evaluate_sources(merger, scores, test, [quotas, *singles.values()], KS, include_seen)
+    return {"test": on_test[quotas], "test_sources": {name: on_test[q] for name, q in singles.items()},
+            "quotas": dict(zip(SOURCES, quotas)), "val": on_val[quotas]}
+
+
 def train_retrieval(data_dir: str, output_dir: str, config: RetrievalConfig = RetrievalConfig(),
                     overwrite: bool = False) -> dict:
     """Trains one two-tower model per seed on the training split's positives
     (resuming from per-epoch checkpoints) and writes `output_dir/results.json`:
-    `test` (recall@10/50/100/200 on the test positives against the whole
-    catalogue, mean over seeds), `test_std`, `test_popularity`, `per_seed`."""
+    `test`, recall@10/50/100/200 on the test positives of the merged candidates
+    (`dare_tf.retrieval.candidates`: the tower, most-popular and the popular
+    items of the user's recent categories, with the `quotas` chosen on the
+    validation positives; already-clicked items excluded unless
+    `config.include_seen`), mean over seeds; `test_std`; `test_sources`, each
+    source alone; `test_popularity` (= `test_sources["popularity"]`); `quotas`
+    (the first seed's, which the cascade and the export use); `per_seed`."""
     spec = DatasetSpec.load(data_dir)
     identity = {"retrieval_config": dict(dataclasses.asdict(config), seeds=list(config.seeds)),
                 "dataset": {"name": spec.dataset, "fingerprint": spec.fingerprint()}}
@@ -71,21 +110,26 @@ def train_retrieval(data_dir: str, output_dir: str, config: RetrievalConfig = Re
     train = positives(splits["train"])
     clicks = np.bincount(train["target_item"], minlength=spec.num_items)
     train["sampling_probability"] = (clicks / max(clicks.sum(), 1))[train["target_item"]].astype(np.float32)
-    test = positives(splits["test"])
-    per_seed = []
-    for seed in config.seeds:
-        per_seed.append(_train_seed(run_directory.seed_dir(seed), spec, config, seed, train, test,
-                                    (items, categories)))
+    val, test = positives(splits["val"]), positives(splits["test"])
+    merger = candidate_merger(spec, (items, categories), train)
+    per_seed = [_train_seed(run_directory.seed_dir(seed), spec, config, seed, train, (val, test),
+                            (items, categories), merger) for seed in config.seeds]
+
+    def mean(rows):
+        return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
+
     results = {"data_dir": os.path.abspath(data_dir), "dataset": spec.dataset, "config": identity["retrieval_config"],
                "catalogue": int(len(items)), "test_positives": int(len(test["target_item"])),
-               "test": {k: float(np.mean([r["test"][k] for r in per_seed])) for k in per_seed[0]["test"]},
+               "test": mean([r["test"] for r in per_seed]),
                "test_std": {k: float(np.std([r["test"][k] for r in per_seed])) for k in per_seed[0]["test"]},
-               "test_popularity": popularity_recall(train, test), "per_seed": per_seed}
+               "test_sources": {name: mean([r["test_sources"][name] for r in per_seed]) for name in SOURCES},
+               "test_popularity": mean([r["test_sources"]["popularity"] for r in per_seed]),
+               "quotas": per_seed[0]["quotas"], "per_seed": per_seed}
     run_directory.write_results(results)
     return results
 
 
-def _train_seed(run_dir, spec, config, seed, train, test, catalogue_) -> dict:
+def _train_seed(run_dir, spec, config, seed, train, evaluation, catalogue_, merger) -> dict:
     done = os.path.join(run_dir, SEED_RESULT)
     if os.path.exists(done):
         with open(done) as f:
@@ -107,9 +151,7 @@ def _train_seed(run_dir, spec, config, seed, train, test, catalogue_) -> dict:
     if int(epoch.numpy()) < config.epochs:
         fit_epochs(model, data.shuffle(len(train["target_item"]), seed=seed).batch(config.batch_size),
                    config.epochs, int(epoch.numpy()), save, os.path.join(run_dir, "tensorboard"), config.verbose)
-    metrics = model.evaluate(tf.data.Dataset.from_tensor_slices(test).batch(4096), return_dict=True, verbose=0)
-    result = {"seed": seed, "test": {f"recall@{k}": float(metrics[f"factorized_top_k/top_{k}_categorical_accuracy"])
-                                     for k in KS}}
+    result = {"seed": seed, **evaluate_candidates(model, merger, catalogue_, *evaluation, config.include_seen)}
     from dare_tf.training.callbacks import ScalarWriters  # (Keras 3 beside tf.keras 2: fine)
 
     # TensorBoard: the test recall@K at the run's last step, as the ranker's test metrics.
@@ -119,3 +161,18 @@ def _train_seed(run_dir, spec, config, seed, train, test, catalogue_) -> dict:
     model.candidate.save_weights(os.path.join(run_dir, "candidate_tower"))
     atomic_json(done, result)
     return result
+
+
+def merged_candidates(model, merger: CandidateMerger, catalogue_, examples: dict, quotas, n: int,
+                      include_seen: bool, batch_size: int = 256) -> np.ndarray:
+    """The first `n` merged candidates `[E, n]` (dense item ids, in merged order) for
+    each example's history (dense `hist_items`, `hist_categories`)."""
+    scores = tower_scores(model, catalogue_)
+    quotas = tuple(quotas[s] for s in SOURCES) if isinstance(quotas, dict) else tuple(quotas)
+    out = []
+    for start in range(0, len(examples["hist_items"]), batch_size):
+        items = examples["hist_items"][start: start + batch_size].astype(np.int32)
+        cats = examples["hist_categories"][start: start + batch_size].astype(np.int32)
+        ranks = merger.ranks(scores(items, cats), items, cats)
+        out.append(merger.merge(ranks, quotas, None if include_seen else merger.seen(items), n).numpy() + 1)
+    return np.concatenate(out).astype(np.int64)

@@ -78,6 +78,8 @@ class ScheduleConfig:
         batch_size: global training batch size.
         epochs: passes over the training split.
         eval_every: steps between validation evaluations (and checkpoints).
+            None (the default): the paper's 150, or fewer so that the run
+            validates at least 5 times (`dare_tf.training.diagnostics`).
         max_steps: stop each seed after this many steps (None: all epochs).
         bn_statistics_batches: before each evaluation, BatchNorm's moving
             statistics are set to the average statistics of this many training
@@ -90,14 +92,14 @@ class ScheduleConfig:
 
     batch_size: int = 2048
     epochs: int = 2
-    eval_every: int = 150
+    eval_every: int | None = None
     max_steps: int | None = None
     bn_statistics_batches: int = 30
 
     def __post_init__(self):
         _check(self, [(self.batch_size >= 1, "batch_size", "must be >= 1"),
                       (self.epochs >= 1, "epochs", "must be >= 1"),
-                      (self.eval_every >= 1, "eval_every", "must be >= 1"),
+                      (self.eval_every is None or self.eval_every >= 1, "eval_every", "must be >= 1"),
                       (self.max_steps is None or self.max_steps >= 1, "max_steps", "must be >= 1"),
                       (self.bn_statistics_batches >= 0, "bn_statistics_batches", "must be >= 0")])
 
@@ -219,10 +221,9 @@ class TrainConfig:
         d["seeds"] = list(d["seeds"])
         return d
 
-    @property
-    def execution_steps(self) -> int:
-        """Steps per train-function call: the largest divisor of `eval_every` up to `steps_per_execution`."""
-        every = self.schedule.eval_every
+    def execution_steps(self, every: int) -> int:
+        """Steps per train-function call: the largest divisor of the run's validation
+        interval `every` up to `steps_per_execution`."""
         return max(d for d in range(1, min(self.runtime.steps_per_execution, every) + 1) if every % d == 0)
 
 

@@ -130,13 +130,15 @@ def summarize(per_seed: list[dict]) -> dict:
 
 
 def format_results(results: dict) -> str:
-    """The test metrics overall and by history length, as a Markdown table."""
+    """The test metrics overall and by history length, as a Markdown table, and
+    the run's undertraining warnings beneath it (`dare_tf.training.diagnostics`)."""
     rows = [("all", {"count": None, **results["test"]})]
     rows += list(results.get("test_by_history_length", {}).items())
     lines = ["| history length | examples | " + " | ".join(METRICS) + " |", "|---" * (len(METRICS) + 2) + "|"]
     for name, entry in rows:
         count = "" if entry["count"] is None else f"{entry['count']:,}"
         lines.append(f"| {name} | {count} | " + " | ".join(f"{entry[m]:.4f}" for m in METRICS) + " |")
+    lines += [f"warning: {w}" for w in results.get("warnings", [])]
     return "\n".join(lines)
 
 

@@ -25,6 +25,7 @@ from dare_tf.training.callbacks import (AppendHistory, ExactValidation, KeepBest
                                         TensorBoardScalars, truncate_history)
 from dare_tf.training.config import (EVAL_BEHAVIOURS, TrainConfig, effective_model_config,
                                      identity_check, run_identity)
+from dare_tf.training.diagnostics import default_eval_every, run_warnings, seed_warnings
 from dare_tf.training.distribution import (fit_distributed, is_chief, task_id, gather_workers, make_strategy,
                                            worker_index, worker_partitions)
 from dare_tf.training.evaluation import (evaluate_outputs, metrics_by_history_length, predict_batches,
@@ -46,28 +47,6 @@ class SeedRun:
         if self.distributed and config.schedule.batch_size % strategy.num_replicas_in_sync:
             raise ValueError(f"batch_size={config.schedule.batch_size} must be divisible by the "
                              f"{strategy.num_replicas_in_sync} replicas")
-        keras.utils.set_random_seed(seed)
-        with strategy.scope():
-            # Row-wise updates need sparse table gradients; dense Adam updates every row
-            # anyway and is faster with the lookups inside the compiled forward pass.
-            self.model = DareModel(model_config, seed=seed, name=config.preset,
-                                   jit_compile_dense=config.runtime.jit_compile,
-                                   sparse_embedding_gradients=config.optimizer.name == "lazy_adam")
-            self.model.build()
-            self.model.compile(optimizer=make_optimizer(config.optimizer.name, config.optimizer.learning_rate),
-                               metrics=[keras.metrics.AUC(name="auc", num_thresholds=1000)],
-                               steps_per_execution=config.execution_steps)
-            self.model.optimizer.build(self.model.trainable_variables)
-        self.best_auc = tf.Variable(-1.0, dtype=tf.float64, trainable=False, name="best_val_auc")
-        self.best_step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="best_step")
-        self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.model.optimizer,
-                                              best_auc=self.best_auc, best_step=self.best_step)
-        # Non-chief workers save too (checkpointing is collective), into their own scratch
-        # directory, where they also keep their copy of the best weights.
-        self.work_dir = run_dir if chief else os.path.join(run_dir, f".worker-{task_id(strategy)}")
-        os.makedirs(self.work_dir, exist_ok=True)
-        self.manager = tf.train.CheckpointManager(
-            self.checkpoint, os.path.join(self.work_dir, "checkpoints"), max_to_keep=2)
         # Each worker reads its own partitions (users) of every split: per-worker input and
         # store memory ~1/W. Every worker runs the same steps per epoch: the fewest full
         # local batches any worker's partitions hold (the rest of a larger partition set is
@@ -97,6 +76,29 @@ class SeedRun:
                              f"than one batch ({self.local_batch} per {'worker' if self.workers > 1 else 'step'})")
         if config.schedule.max_steps is not None:
             self.total_steps = min(self.total_steps, config.schedule.max_steps)
+        self.eval_every = config.schedule.eval_every or default_eval_every(self.total_steps)
+        keras.utils.set_random_seed(seed)
+        with strategy.scope():
+            # Row-wise updates need sparse table gradients; dense Adam updates every row
+            # anyway and is faster with the lookups inside the compiled forward pass.
+            self.model = DareModel(model_config, seed=seed, name=config.preset,
+                                   jit_compile_dense=config.runtime.jit_compile,
+                                   sparse_embedding_gradients=config.optimizer.name == "lazy_adam")
+            self.model.build()
+            self.model.compile(optimizer=make_optimizer(config.optimizer.name, config.optimizer.learning_rate),
+                               metrics=[keras.metrics.AUC(name="auc", num_thresholds=1000)],
+                               steps_per_execution=config.execution_steps(self.eval_every))
+            self.model.optimizer.build(self.model.trainable_variables)
+        self.best_auc = tf.Variable(-1.0, dtype=tf.float64, trainable=False, name="best_val_auc")
+        self.best_step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="best_step")
+        self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.model.optimizer,
+                                              best_auc=self.best_auc, best_step=self.best_step)
+        # Non-chief workers save too (checkpointing is collective), into their own scratch
+        # directory, where they also keep their copy of the best weights.
+        self.work_dir = run_dir if chief else os.path.join(run_dir, f".worker-{task_id(strategy)}")
+        os.makedirs(self.work_dir, exist_ok=True)
+        self.manager = tf.train.CheckpointManager(
+            self.checkpoint, os.path.join(self.work_dir, "checkpoints"), max_to_keep=2)
         self.started = time.perf_counter()
 
     # -- data ---------------------------------------------------------------------------
@@ -190,7 +192,7 @@ class SeedRun:
         callbacks = [
             StopOnNonFiniteLoss(lambda s: f"epoch {(s - 1) // self.steps_per_epoch}, seed {self.seed} "
                                           f"of {cfg.preset}"),
-            StopAtStep(cfg.schedule.eval_every, self.total_steps),
+            StopAtStep(self.eval_every, self.total_steps),
             validation,
             best,
         ]
@@ -207,7 +209,6 @@ class SeedRun:
 
     # -- the run ---------------------------------------------------------------------------
     def run(self) -> dict:
-        cfg = self.config
         if self.manager.latest_checkpoint:
             self.checkpoint.restore(self.manager.latest_checkpoint).assert_existing_objects_matched()
             logging.info("seed %d: resumed from %s at step %d", self.seed, self.manager.latest_checkpoint,
@@ -218,8 +219,8 @@ class SeedRun:
         if step < self.total_steps:
             callbacks = self.callbacks()
             fit = fit_distributed if self.distributed else keras.Model.fit
-            fit(self.model, self.train_stream(step), steps_per_epoch=cfg.schedule.eval_every,
-                epochs=math.ceil(self.total_steps / cfg.schedule.eval_every), initial_epoch=step // cfg.schedule.eval_every,
+            fit(self.model, self.train_stream(step), steps_per_epoch=self.eval_every,
+                epochs=math.ceil(self.total_steps / self.eval_every), initial_epoch=step // self.eval_every,
                 callbacks=callbacks, shuffle=False, verbose=0)  # progress: RunProgress
         return self._finish()
 
@@ -239,6 +240,7 @@ class SeedRun:
             "test": evaluate_outputs(test),
             "test_by_history_length": metrics_by_history_length(test, self.model_config.max_len),
             "model_config": self.model_config.to_dict(),
+            "warnings": seed_warnings(history, self.total_steps, self.spec),
         }
         if self.chief:
             writers = ScalarWriters(os.path.join(self.run_dir, "tensorboard"))
@@ -293,7 +295,8 @@ def _train(data_dir, output_dir, config, spec, strategy, chief, overwrite, repor
         per_seed.append(SeedRun(data_dir, run_dir, config, seed, spec, strategy, chief, model_config,
                                  report, memory).run())
     results = {"data_dir": os.path.abspath(data_dir), "dataset": spec.dataset, "config": identity["train_config"],
-               "seeds": list(config.seeds), **summarize(per_seed), "per_seed": per_seed}
+               "seeds": list(config.seeds), **summarize(per_seed), "per_seed": per_seed,
+               "warnings": run_warnings(per_seed)}
     if chief:
         run_directory.write_results(results)
         write_curves(output_dir, config)

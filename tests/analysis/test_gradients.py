@@ -48,14 +48,26 @@ def test_gradient_split_sums_to_the_gradient_and_recording_during_fit_changes_no
     def batch_at(step):
         return {k: v[step * 32:(step + 1) * 32] for k, v in xs.items()}, ys[step * 32:(step + 1) * 32]
 
-    recorder = gradients.SplitGradientRecorder(batch_at, every=2)
+    recorder = gradients.SplitGradientRecorder(batch_at, gradients.trajectory_steps(4, 2) + [2])
     plain.fit(xs, ys, batch_size=32, epochs=1, shuffle=False, verbose=0)
     recorded.fit(xs, ys, batch_size=32, epochs=1, shuffle=False, verbose=0, callbacks=[recorder])
     for a, b in zip(plain.weights, recorded.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
-    assert [s["step"] for s in recorder.samples] == [0, 2]
+    assert [s["step"] for s in recorder.samples] == [0, 2, 3]
     expected = gradients.path_statistics(gradients.split_gradients(reference, *batch_at(0))[1])["category"]
     got = recorder.samples[0]["statistics"]["category"]
     np.testing.assert_allclose(got["cosines"], expected["cosines"], rtol=1e-5)
     assert got["attention_norm"] == pytest.approx(expected["attention_norm"], rel=1e-5)
     assert np.all(np.abs(recorder.samples[1]["statistics"]["category"]["cosines"]) <= 1 + 1e-6)
+
+
+def test_trajectory_steps_spread_over_the_whole_run_and_summaries_follow_them():
+    assert gradients.trajectory_steps(1000, 5) == [0, 250, 500, 749, 999]
+    assert gradients.trajectory_steps(3, 21) == [0, 1, 2]
+    stats = lambda rep, att: {"category": {"representation_norm": rep, "attention_norm": att,  # noqa: E731
+                                           "cosines": None, "rows": None}}
+    samples = [{"step": 0, "statistics": stats(8700.0, 1.0)}, {"step": 500, "statistics": stats(60.0, 1.0)},
+               {"step": 999, "statistics": stats(6.0, 1.0)}]
+    out = gradients.summarize(samples, total_steps=1000)
+    assert out["fractions"] == [0.0, 500 / 999, 1.0] and out["norm_ratios"] == [8700.0, 60.0, 6.0]
+    assert out["norm_ratio"] == 60.0 and out["final_norm_ratio"] == 6.0 and out["conflict_share"] is None

@@ -39,14 +39,30 @@ def test_cascade_evaluation_matches_the_retrieval_recall_and_a_per_example_refer
         refused = None
     except ValueError as e:
         refused = str(e)
-    out = json.loads(json.dumps({"cascade": out, "retrieval": retrieval["test"], "reordered": reordered.tolist(),
+    # The program writes the same evaluation, quietly (a user's environment).
+    import subprocess
+    import sys
+
+    from tests.conftest import LOUD_ENV, REPO, noise
+    done = subprocess.run([sys.executable, "-m", "trainers.evaluate_cascade", f"--data_dir={data}",
+                           f"--retrieval_run={two_stage['retrieval']}", f"--ranking_runs=dare:{two_stage['dare']}",
+                           f"--output_dir={os.path.join(work, 'program')}"], cwd=REPO, env=LOUD_ENV,
+                          capture_output=True, text=True, timeout=600)
+    program = {"code": done.returncode, "stderr": done.stderr[-3000:], "noise": noise(done.stdout + done.stderr),
+               "same": os.path.exists(os.path.join(work, "program", "cascade.json")) and json.load(
+                   open(os.path.join(work, "program", "cascade.json"))) == out}
+    out = json.loads(json.dumps({"program": program, "cascade": out, "retrieval": retrieval["test"], "sources": retrieval["test_sources"],
+                                 "reordered": reordered.tolist(),
                       "reference": reference, "refused": refused,
                       "written": json.load(open(os.path.join(work, "cascade", "cascade.json"))) == out}))
     cascade, tfrs_recall = out["cascade"], out["retrieval"]
     assert cascade["examples"] == 86
-    # the brute-force cascade and TFRS's FactorizedTopK agree: retrieval's HitRate@10 is its recall@10
+    # The cascade's candidates are the run's merged candidates: retrieval's HitRate@10 is
+    # the run's recall@10, and each source's recall@200 the run's.
     assert cascade["retrieval"]["hit_rate@10"] == pytest.approx(tfrs_recall["recall@10"], abs=1e-6)
     assert cascade["retrieval"]["recall@200"] == pytest.approx(tfrs_recall["recall@200"], abs=1e-6)
+    for name, recall in out["sources"].items():
+        assert cascade["sources"][name]["recall@200"] == pytest.approx(recall["recall@200"], abs=1e-6), name
     assert cascade["retrieval"]["ndcg@10"] <= cascade["retrieval"]["hit_rate@10"]
     dare = cascade["rankers"]["dare"]
     assert 0 <= dare["ndcg@10"] <= dare["hit_rate@10"] <= cascade["retrieval"]["recall@200"]
@@ -57,4 +73,5 @@ def test_cascade_evaluation_matches_the_retrieval_recall_and_a_per_example_refer
         assert sorted(reordered) == sorted(int(c) for c in probability)
         assert all(a >= b - 1e-6 for a, b in zip(p, p[1:])), p
     assert out["written"]
+    assert out["program"]["code"] == 0 and out["program"]["same"] and not out["program"]["noise"], out["program"]
     assert "holds a cascade evaluation of another configuration" in out["refused"]

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ENV, REPO
+from tests.conftest import ENV, LOUD_ENV, REPO, noise
 
 
 
@@ -16,13 +16,17 @@ def test_train_retrieval_program_writes_recall_and_the_popularity_baseline(taoba
     out = tmp_path / "retrieval"
     command = [sys.executable, "-m", "trainers.train_retrieval", f"--data_dir={taobao}", f"--output_dir={out}",
                "--epochs=2", "--batch_size=256"]
-    done = subprocess.run(command, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(command, cwd=REPO, env=LOUD_ENV, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert not noise(done.stdout + done.stderr)  # quiet in a user's environment
     results = json.load(open(out / "results.json"))
     keys = ["recall@10", "recall@50", "recall@100", "recall@200"]
-    for part in ("test", "test_popularity"):
-        values = [results[part][k] for k in keys]
+    parts = {"test": results["test"], "test_popularity": results["test_popularity"], **results["test_sources"]}
+    assert sorted(results["test_sources"]) == ["popularity", "recent_categories", "two_tower"]
+    for part, recall in parts.items():
+        values = [recall[k] for k in keys]
         assert values == sorted(values) and 0 <= values[0] and values[-1] <= 1, (part, values)
+    assert sorted(results["quotas"]) == sorted(results["test_sources"]) and sum(results["quotas"].values()) == 1
     assert results["catalogue"] > 1000 and results["test_positives"] == 86
     # TensorBoard: the test recall@K of each seed at its last step.
     import tensorflow as tf
@@ -38,8 +42,9 @@ def test_train_retrieval_program_writes_recall_and_the_popularity_baseline(taoba
     assert other.returncode == 1 and "retrieval_config.epochs: 2 in the run, 3 now" in other.stderr
     exported = subprocess.run([sys.executable, "-m", "serving.export", f"--run_dir={out}",
                                f"--export_base={tmp_path / 'exports'}", "--model_name=retrieval", "--top_n=50"],
-                              cwd=REPO, env=ENV, capture_output=True, text=True)
+                              cwd=REPO, env=LOUD_ENV, capture_output=True, text=True)
     assert exported.returncode == 0, exported.stderr[-3000:]
+    assert not noise(exported.stdout + exported.stderr)
     assert exported.stdout.strip().endswith(os.path.join("exports", "retrieval", "1"))
     too_many = subprocess.run([sys.executable, "-m", "serving.export", f"--run_dir={out}",
                                f"--export_base={tmp_path / 'exports'}", "--model_name=retrieval",

@@ -37,8 +37,10 @@ def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
                        os.path.join(work, "other"), exports, "other")
     # the exported top-N equals the in-process index on real test histories (an unknown raw id included)
     from dare_tf.data.pipeline import InMemorySplit
-    from dare_tf.retrieval.model import brute_force_index, load_retrieval_model
-    from dare_tf.retrieval.training import catalogue
+    from dare_tf.retrieval.model import load_retrieval_model
+    from dare_tf.retrieval.training import (candidate_merger, catalogue, merged_candidates, positives,
+                                            tower_scores)
+    from dare_tf.run_directory import RunDirectory
     splits = {s: InMemorySplit.load(data, s, spec) for s in ("train", "val", "test")}
     items, cats = catalogue(spec, splits)
     test = splits["test"].features
@@ -49,13 +51,21 @@ def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
     exported = LocalModel(os.path.join(exports, "retrieval")).predict_tensors({"hist_items": h_items,
                                                                               "hist_categories": h_cats})
     dense = test["hist_items"][:8].copy(); dense[0, -1] = spec.oov_item
-    scores, ids = brute_force_index(load_retrieval_model(two_stage["retrieval"], spec, items, cats),
-                                    (items, cats), 50)({"hist_items": dense, "hist_categories": test["hist_categories"][:8]})
+    # The export's candidates are the run's merged candidates (its quotas; seen items excluded).
+    model = load_retrieval_model(two_stage["retrieval"], spec, items, cats)
+    examples = {"hist_items": dense, "hist_categories": test["hist_categories"][:8]}
+    ids = merged_candidates(model, candidate_merger(spec, (items, cats), positives(splits["train"])), (items, cats),
+                            examples, RunDirectory(two_stage["retrieval"]).results()["quotas"], 50, False)
+    scores = np.take_along_axis(tower_scores(model, (items, cats))(dense.astype(np.int32),
+                                                                   examples["hist_categories"].astype(np.int32))
+                                .numpy(), ids - 1, axis=1)
     category_of = dict(zip(items.tolist(), cats.tolist()))
-    index_check = {"same_items": bool((exported["items"] == raw_item_of[ids.numpy()]).all()),
-                   "score_error": float(np.abs(exported["scores"] - scores.numpy()).max()),
+    index_check = {"same_items": bool((exported["items"] == raw_item_of[ids]).all()),
+                   "score_error": float(np.abs(exported["scores"] - scores).max()),
                    "categories_ok": bool((exported["categories"] == raw_cat_of[[[category_of[i] for i in row]
-                                                                             for row in ids.numpy()]]).all()),
+                                                                             for row in ids]]).all()),
+                   "unseen": not any(set(row) & set(h) for row, h in zip(exported["items"].tolist(),
+                                                                         h_items.tolist())),
                    "shape": list(exported["items"].shape)}
     models = read_model_config(os.path.join(exports, "models.config"))
     server, port, _ = serve(models, 0)
@@ -113,7 +123,7 @@ def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
         "table": format_recommendations(got, hist_items, hist_cats), "models": sorted(models), "index": index_check,
         "cli": [cli.returncode, cli.stdout, cli.stderr[-2000:]], "cli_missing": [cli_missing.returncode, cli_missing.stderr[-500:]]}))
     index = out["index"]
-    assert index["same_items"] and index["categories_ok"] and index["score_error"] < 1e-5, index
+    assert index["same_items"] and index["categories_ok"] and index["score_error"] < 1e-5 and index["unseen"], index
     assert index["shape"] == [8, 50], index
     assert out["models"] == ["dare", "other", "retrieval"]  # one models.config lists every export
     probability = np.array(out["probability"])

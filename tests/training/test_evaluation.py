@@ -65,13 +65,28 @@ def test_batch_norm_statistics_refresh_fits_the_current_weights(planted, tmp_pat
         assert stale_gap > 0.05 and fresh_gap < stale_gap / 5, (stale_gap, fresh_gap)
 
 
-def test_results_report_metrics_by_history_length(planted, tmp_path):
+def test_results_report_metrics_by_history_length_and_undertraining_warnings(planted, tmp_path):
+    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.run_directory import read_history
     from dare_tf.training import format_results, history_length_buckets
+    from dare_tf.training.diagnostics import split_labels, undertraining_warnings
 
     assert [b[0] for b in history_length_buckets(200)] == ["1-9", "10-49", "50-199", "full"]
     assert [b[0] for b in history_length_buckets(30)] == ["1-9", "10-29", "full"]
     data_dir, _ = planted
-    results = train(data_dir, str(tmp_path / "run"), TrainConfig.create(preset="dare", **TINY))
+    # The default schedule (no eval_every): a 10-step run validates 5 times.
+    results = train(data_dir, str(tmp_path / "run"),
+                    TrainConfig.create(preset="dare", **dict(TINY, eval_every=None, max_steps=10)))
+    history = read_history(str(tmp_path / "run" / "seed_0"))
+    assert [h["step"] for h in history] == [2, 4, 6, 8, 10]
+    spec = DatasetSpec.load(data_dir)
+    # Its warnings are the history's, recorded per seed and for the run, and printed
+    # beneath the results table (the warnings themselves: tests/training/test_diagnostics.py).
+    expected = undertraining_warnings(history, 10, *split_labels(spec, "val"))
+    assert results["per_seed"][0]["warnings"] == expected and results["warnings"] == [f"seed 0: {w}" for w in expected]
+    assert not any("fewer than 5" in w for w in expected)
+    assert [line for line in format_results(results).splitlines() if line.startswith("warning: ")] == [
+        f"warning: seed 0: {w}" for w in expected]
     buckets = results["test_by_history_length"]
     spec = json.load(open(os.path.join(data_dir, "spec.json")))
     assert sum(b["count"] for b in buckets.values()) == spec["counts"]["test"]

@@ -2,7 +2,6 @@
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -12,8 +11,7 @@ import numpy as np
 import pytest
 
 from dare_tf.training import SeedRun, TrainConfig, train
-from tests.conftest import REPO
-from tests.conftest import ENV
+from tests.conftest import ENV, LOUD_ENV, REPO, noise
 from tests.training.common import FAST, TINY, train_command
 
 
@@ -172,13 +170,14 @@ def test_trainer_flag_file_reruns_the_run(taobao, tmp_path):
     base = [sys.executable, "-m", "trainers.train", f"--data_dir={taobao}", f"--output_dir={out}"]
     # Quiet by default (no TF_CPP_MIN_LOG_LEVEL from the environment): no TensorFlow C++ or absl
     # INFO lines, no retracing or serialization warnings.
-    loud = {k: v for k, v in ENV.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    done = subprocess.run(base + ["--flagfile=configs/smoke.flags", "--nojit_compile"], cwd=REPO, env=loud,
+    done = subprocess.run(base + ["--flagfile=configs/smoke.flags", "--nojit_compile"], cwd=REPO, env=LOUD_ENV,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
-    noise = [line for line in (done.stdout + done.stderr).splitlines()
-             if re.match(r"^[IWE]\d{4} ", line) or re.search(r"retracing|non-serializable|oneDNN|cuda", line)]
-    assert not noise, noise
+    assert not noise(done.stdout + done.stderr)
+    # A deliberately short run (3 steps, one validation) says so beneath its table.
+    assert ("\nwarning: seed 0: 1 validation (fewer than 5): too few to see convergence; validate more often "
+            "(--eval_every) or train longer (--epochs)\n") in done.stdout
+    assert json.load(open(os.path.join(out, "results.json")))["warnings"][0].startswith("seed 0: 1 validation")
     flags_txt = open(os.path.join(out, "flags.txt")).read()
     assert "--max_steps=3" in flags_txt and "--model=dare" in flags_txt and "--nojit_compile" in flags_txt
     lines = flags_txt.splitlines()
@@ -228,9 +227,9 @@ def test_keras_compile_fit_evaluate_give_the_trainers_loss_on_the_same_batch(tao
 
 
 def test_steps_per_execution_trains_the_same_run(taobao, tmp_path):
-    assert TrainConfig.create(eval_every=150, steps_per_execution=10).execution_steps == 10
-    assert TrainConfig.create(eval_every=33, steps_per_execution=10).execution_steps == 3  # validations 33 steps apart
-    assert TrainConfig.create(eval_every=7, steps_per_execution=4).execution_steps == 1
+    assert TrainConfig.create(steps_per_execution=10).execution_steps(150) == 10
+    assert TrainConfig.create(steps_per_execution=10).execution_steps(33) == 3  # validations 33 steps apart
+    assert TrainConfig.create(steps_per_execution=4).execution_steps(7) == 1
     config = dict(TINY, eval_every=6, max_steps=12)
     one = train(taobao, str(tmp_path / "one"), TrainConfig.create(preset="dare", steps_per_execution=1, **config))
     six = train(taobao, str(tmp_path / "six"), TrainConfig.create(preset="dare", steps_per_execution=6, **config))
