@@ -95,6 +95,10 @@ TABLES = {
                                             "embeddings, test AUC and search-stage microseconds per example"),
     ("bench_quality", "demo_time"): (None, "`make demo` end to end: wall seconds, and examples of each prepared "
                                            "dataset"),
+    ("bench_quality", "schedule"): (None, "DARE with the trainer's default schedule (2 epochs; a validation every "
+                                          "150 steps, or fewer so that a run validates at least 5 times) by log size "
+                                          "and batch size: training steps, validations, test AUC, wall seconds on "
+                                          "this machine and the run's undertraining warnings"),
     ("bench_quality", "baselines"): (None, "DARE and four baselines with the demo's training settings (one epoch, "
                                            "batch 512, learning rate 0.005, K=20, d=16): test AUC, mean and std "
                                            "over 3 seeds, on the demo's synthetic log and the real Taobao sample"),

@@ -39,6 +39,18 @@ def test_cascade_evaluation_matches_the_retrieval_recall_and_a_per_example_refer
         refused = None
     except ValueError as e:
         refused = str(e)
+    # The retrieval run refuses other flags; its export refuses a top_n over the catalogue.
+    from dare_tf.export import export_run
+    from dare_tf.retrieval import RetrievalConfig, train_retrieval
+    refusals = {}
+    for name, call in {"epochs": lambda: train_retrieval(data, two_stage["retrieval"], RetrievalConfig(epochs=3,
+                                                                                                      batch_size=256)),
+                       "top_n": lambda: export_run(two_stage["retrieval"], os.path.join(work, "exports"),
+                                                   "retrieval", top_n=999999)}.items():
+        try:
+            call()
+        except ValueError as e:
+            refusals[name] = str(e)
     # The program writes the same evaluation, quietly (a user's environment).
     import subprocess
     import sys
@@ -51,7 +63,7 @@ def test_cascade_evaluation_matches_the_retrieval_recall_and_a_per_example_refer
     program = {"code": done.returncode, "stderr": done.stderr[-3000:], "noise": noise(done.stdout + done.stderr),
                "same": os.path.exists(os.path.join(work, "program", "cascade.json")) and json.load(
                    open(os.path.join(work, "program", "cascade.json"))) == out}
-    out = json.loads(json.dumps({"program": program, "cascade": out, "retrieval": retrieval["test"], "sources": retrieval["test_sources"],
+    out = json.loads(json.dumps({"program": program, "refusals": refusals, "cascade": out, "retrieval": retrieval["test"], "sources": retrieval["test_sources"],
                                  "reordered": reordered.tolist(),
                       "reference": reference, "refused": refused,
                       "written": json.load(open(os.path.join(work, "cascade", "cascade.json"))) == out}))
@@ -73,5 +85,7 @@ def test_cascade_evaluation_matches_the_retrieval_recall_and_a_per_example_refer
         assert sorted(reordered) == sorted(int(c) for c in probability)
         assert all(a >= b - 1e-6 for a, b in zip(p, p[1:])), p
     assert out["written"]
+    assert "retrieval_config.epochs: 2 in the run, 3 now" in out["refusals"]["epochs"], out["refusals"]
+    assert "top_n=999999 is larger than the catalogue" in out["refusals"]["top_n"], out["refusals"]
     assert out["program"]["code"] == 0 and out["program"]["same"] and not out["program"]["noise"], out["program"]
     assert "holds a cascade evaluation of another configuration" in out["refused"]

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ENV, LOUD_ENV, REPO, noise
+from tests.conftest import LOUD_ENV, REPO, noise
 
 
 
@@ -38,15 +38,9 @@ def test_train_retrieval_program_writes_recall_and_the_popularity_baseline(taoba
     (event,) = events.Tensors("recall@200")
     assert event.step > 0 and float(tf.make_ndarray(event.tensor_proto)) == pytest.approx(
         results["per_seed"][0]["test"]["recall@200"])
-    other = subprocess.run(command[:-2] + ["--epochs=3"], cwd=REPO, env=ENV, capture_output=True, text=True)
-    assert other.returncode == 1 and "retrieval_config.epochs: 2 in the run, 3 now" in other.stderr
     exported = subprocess.run([sys.executable, "-m", "serving.export", f"--run_dir={out}",
                                f"--export_base={tmp_path / 'exports'}", "--model_name=retrieval", "--top_n=50"],
                               cwd=REPO, env=LOUD_ENV, capture_output=True, text=True)
     assert exported.returncode == 0, exported.stderr[-3000:]
     assert not noise(exported.stdout + exported.stderr)
     assert exported.stdout.strip().endswith(os.path.join("exports", "retrieval", "1"))
-    too_many = subprocess.run([sys.executable, "-m", "serving.export", f"--run_dir={out}",
-                               f"--export_base={tmp_path / 'exports'}", "--model_name=retrieval",
-                               "--top_n=999999"], cwd=REPO, env=ENV, capture_output=True, text=True)
-    assert too_many.returncode == 1 and "top_n=999999 is larger than the catalogue" in too_many.stderr

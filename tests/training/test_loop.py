@@ -104,11 +104,11 @@ def test_killed_run_resumes_without_lost_or_repeated_steps(taobao, tmp_path):
     steps = [json.loads(line)["step"] for line in open(history)]
     # Evaluations every 5 steps, to max_steps 30.
     assert steps == [5, 10, 15, 20, 25, 30]
-    # The resumed run ends where an uninterrupted run ends.
-    clean = str(tmp_path / "clean")
-    subprocess.run(train_command(taobao, clean), cwd=REPO, env=ENV, check=True, capture_output=True)
+    # The resumed run ends where an uninterrupted run (the same flags, in process) ends.
+    uninterrupted = train(taobao, str(tmp_path / "clean"), TrainConfig.create(
+        preset="dare", batch_size=128, eval_batch_size=512, epochs=2, eval_every=5, max_steps=30,
+        model_overrides=dict(top_k=10), jit_compile=False, verbose=0))
     resumed = json.load(open(os.path.join(out, "results.json")))
-    uninterrupted = json.load(open(os.path.join(clean, "results.json")))
     assert resumed["test"]["auc"] == pytest.approx(uninterrupted["test"]["auc"], abs=1e-4)
 
 
