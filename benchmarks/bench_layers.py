@@ -23,6 +23,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
+from dare_tf._startup import import_tensorflow_quietly  # noqa: E402
+
+import_tensorflow_quietly()  # (TensorFlow's start-up notices filtered, as in the programs)
 import tensorflow as tf  # noqa: E402
 
 import dare_tf  # noqa: E402

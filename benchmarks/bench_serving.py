@@ -8,7 +8,7 @@ production), exports it, starts the test stand-in server
 (`serving.standin_server`, with request batching and a REST port) in its own
 process, and sends requests from 16 concurrent clients: through
 `serving.client` over gRPC (`grpc`), and as TF Serving's REST JSON over HTTP
-(`rest`). Batch 1 from one client, then batch 1 (`--requests`), 64 and 256
+(`rest`, one kept-alive connection per client). Batch 1 from one client, then batch 1 (`--requests`), 64 and 256
 from 16 clients. Reports errors, p50/p99 latency, QPS, examples/s beside the
 in-process SavedModel's, and the server's resident memory before and after
 each row (`rss_mb_before`, `rss_mb_after`).
@@ -32,6 +32,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 import numpy as np  # noqa: E402
+from dare_tf._startup import import_tensorflow_quietly  # noqa: E402
+
+import_tensorflow_quietly()  # (TensorFlow's start-up notices filtered, as in the programs)
 import tensorflow as tf  # noqa: E402
 
 from benchmarks.common import print_table, selected_parts, write_parts  # noqa: E402
@@ -67,26 +70,23 @@ class GrpcSender:
 
 
 class RestSender:
-    """TF Serving's columnar REST request (`{"inputs": {...}}`) to /v1/models/dare:predict."""
+    """TF Serving's columnar REST request (`{"inputs": {...}}`) to /v1/models/dare:predict,
+    over one kept-alive HTTP/1.1 connection per client."""
 
     def __init__(self, grpc_port, rest_port):
-        self.port = rest_port
+        self.connection = http.client.HTTPConnection("localhost", rest_port, timeout=30.0)
 
     def __call__(self, request):
         body = json.dumps({"inputs": {k: v.tolist() for k, v in request.items()}})
-        connection = http.client.HTTPConnection("localhost", self.port, timeout=30.0)
-        try:
-            connection.request("POST", "/v1/models/dare:predict", body, {"Content-Type": "application/json"})
-            reply = connection.getresponse()
-            payload = reply.read()
-            if reply.status != 200:
-                raise RuntimeError(f"HTTP {reply.status}: {payload[:200]!r}")
-            json.loads(payload)["outputs"]
-        finally:
-            connection.close()
+        self.connection.request("POST", "/v1/models/dare:predict", body, {"Content-Type": "application/json"})
+        reply = self.connection.getresponse()
+        payload = reply.read()
+        if reply.status != 200:
+            raise RuntimeError(f"HTTP {reply.status}: {payload[:200]!r}")
+        json.loads(payload)["outputs"]
 
     def close(self):
-        pass
+        self.connection.close()
 
 
 SENDERS = {"grpc": GrpcSender, "rest": RestSender}

@@ -26,7 +26,9 @@ class _BadRequest(Exception):
 
 class RestHandler(BaseHTTPRequestHandler):
     models: dict  # name -> dare_tf.testing.standin_server.LoadedModel
+    batchers: dict = {}  # name -> its Batcher (shared with gRPC), when batching is on
     limits: Limits = Limits()
+    protocol_version = "HTTP/1.1"  # keep-alive, as TF Serving's REST server
 
     def log_message(self, *args):  # quiet
         pass
@@ -100,7 +102,9 @@ class RestHandler(BaseHTTPRequestHandler):
         feed = {k: rest_array(k, v, tf.dtypes.as_dtype(definition.inputs[k].dtype)) for k, v in columns.items()}
         for key, value in feed.items():
             self.limits.check_batch(key, value.shape)
-        outputs = {k: _json_value(k, v) for k, v in model.run(name, definition, feed).items()}
+        batcher = self.batchers.get(model.name)
+        outputs = {k: _json_value(k, v) for k, v in (batcher.run if batcher else model.run)(name, definition,
+                                                                                            feed).items()}
         if rows:
             n = len(next(iter(outputs.values())))
             return self._reply(200, {"predictions": [{k: v[i] for k, v in outputs.items()} for i in range(n)]})

@@ -313,6 +313,11 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         return self._guard(context, handle)
 
 
+class _HTTPServer(ThreadingHTTPServer):
+    request_queue_size = 256  # (the default 5 drops connections under load: 1 s SYN retries)
+    daemon_threads = True
+
+
 def serve(models: dict[str, str], port: int = 0, rest_port: int | None = None, workers: int = 16,
           batching: bool = True, limits: Limits = Limits()):
     """Starts the gRPC (and optionally REST) stand-in serving `models` (name ->
@@ -341,9 +346,9 @@ def serve(models: dict[str, str], port: int = 0, rest_port: int | None = None, w
     if rest_port is not None:
         from dare_tf.testing.rest import RestHandler
 
-        handler = type("Handler", (RestHandler,), {"models": loaded, "limits": limits})
+        handler = type("Handler", (RestHandler,), {"models": loaded, "limits": limits, "batchers": service.batchers})
         try:
-            http = ThreadingHTTPServer(("localhost", rest_port), handler)
+            http = _HTTPServer(("localhost", rest_port), handler)
         except OSError as e:
             server.stop(0)
             raise OSError(f"REST port localhost:{rest_port}: address in use ({e.strerror})") from e
