@@ -29,6 +29,7 @@ class RestHandler(BaseHTTPRequestHandler):
     batchers: dict = {}  # name -> its Batcher (shared with gRPC), when batching is on
     limits: Limits = Limits()
     protocol_version = "HTTP/1.1"  # keep-alive, as TF Serving's REST server
+    disable_nagle_algorithm = True  # (headers and body are two writes: no 40 ms delayed-ACK wait between them)
 
     def log_message(self, *args):  # quiet
         pass
