@@ -73,8 +73,8 @@ TABLES = {
                                 "called in process, and the server's resident memory (MB) before and after the row"),
     ("bench_serving", "rest"): (["batch", "clients", "requests", "errors", "p50_ms", "p99_ms", "qps",
                                  "served_examples_per_s", "served/in_process", "rss_mb_before", "rss_mb_after"],
-                                "the same export and server over REST (TF Serving's columnar JSON, a new HTTP "
-                                "connection per request)"),
+                                "the same export and server over REST (TF Serving's columnar JSON, one kept-alive HTTP/1.1 "
+                                "connection per client)"),
     ("bench_quality", "retrieval"): (None, "`make demo`: recall@K on the test positives of the merged candidates "
                                            "(what `recommend` uses) and of each source alone: the two-tower model, "
                                            "the most popular items, the popular items of the user's recent "
