@@ -79,11 +79,11 @@ def bench_demo(work: str) -> dict:
                         for k in sorted(retrieval["test"], key=lambda k: int(k.split("@")[1]))]
     cascade = _load(demo, "cascade", "cascade.json")
     n = cascade["config"]["num_candidates"]
-    out["cascade"] = [{"stage": f"{name} alone", f"recall@{n}": r[f"recall@{n}"]}
-                      for name, r in cascade["sources"].items()] + [
+    out["cascade"] = [{"stage": f"{name} alone", f"recall@{n}": r[f"recall@{n}"], "hit_rate@10": None,
+                       "ndcg@10": None} for name, r in cascade["sources"].items()] + [
         {"stage": "retrieval alone (merged)", f"recall@{n}": cascade["retrieval"][f"recall@{n}"],
          "hit_rate@10": cascade["retrieval"]["hit_rate@10"], "ndcg@10": cascade["retrieval"]["ndcg@10"]}] + [
-        {"stage": f"retrieval top {cascade['config']['num_candidates']} -> {name}", "hit_rate@10": r["hit_rate@10"],
+        {"stage": f"retrieval top {n} -> {name}", f"recall@{n}": None, "hit_rate@10": r["hit_rate@10"],
          "ndcg@10": r["ndcg@10"]} for name, r in cascade["rankers"].items()]
     analysis = _load(demo, "analysis", "analysis.json")
     for path in analysis["figures"].values():  # the guide's figures (docs/analyses.md), of this run
