@@ -21,9 +21,10 @@ from dare_tf._files import atomic_json
 from dare_tf.data.pipeline import InMemorySplit
 from dare_tf.data.spec import HIST_CATEGORIES, HIST_ITEMS, TARGET_CATEGORY, TARGET_ITEM, DatasetSpec
 from dare_tf.metrics import hit_rate_and_ndcg
-from dare_tf.retrieval.candidates import SOURCES, one_source
+from dare_tf.retrieval.candidates import SOURCES, evaluate_sources, one_source
 from dare_tf.retrieval.model import load_retrieval_model
-from dare_tf.retrieval.training import candidate_merger, catalogue, category_array, merged_candidates, positives
+from dare_tf.retrieval.training import (candidate_merger, catalogue, category_array, merged_candidates, positives,
+                                        tower_scores)
 from dare_tf.run_directory import RunDirectory
 
 CASCADE_FILE = "cascade.json"
@@ -94,9 +95,10 @@ def evaluate_cascade(data_dir: str, retrieval_run: str, ranking_runs: dict[str, 
     target = examples[TARGET_ITEM].astype(np.int64)
     ranks = _rank_of(candidates, target)
     hit, ndcg = hit_rate_and_ndcg(ranks, k)
-    sources = {name: float((_rank_of(merged_candidates(model, merger, (items, categories), examples,
-                                                       one_source(name), num_candidates, include_seen),
-                                     target) >= 0).mean()) for name in SOURCES}
+    # Each source alone: one pass that ranks once and merges with each source's quotas.
+    alone = evaluate_sources(merger, tower_scores(model, (items, categories)), examples,
+                             [one_source(name) for name in SOURCES], [num_candidates], include_seen)
+    sources = {name: alone[one_source(name)][f"recall@{num_candidates}"] for name in SOURCES}
     results = {"config": config, "examples": int(len(target)), "catalogue": int(len(items)),
                "quotas": quotas, "include_seen": include_seen,
                "retrieval": {f"hit_rate@{k}": hit, f"ndcg@{k}": ndcg,
