@@ -1,7 +1,7 @@
 """What the models reach: the demo's results and a baselines grid, recorded from real
 runs so that the guides quote them from `results/bench_quality.json` (tables.py).
 
-Usage: python benchmarks/bench_quality.py [--parts demo,baselines,schedule] [--work_dir DIR] [--json PATH]
+Usage: python benchmarks/bench_quality.py [--parts demo,baselines,schedule,negatives] [--work_dir DIR] [--json PATH]
 
 demo: runs `python -m trainers.demo` (a fresh work directory), then reads what it
   wrote: test AUC of every model on both datasets (`table1`), DARE's by history
@@ -18,6 +18,13 @@ schedule: DARE with the trainer's default schedule (2 epochs, a validation every
   synthetic logs of 500 and 2,000 users (`schedule`): steps, validations, test
   AUC and the run's undertraining warnings; the README's schedule advice comes
   from this table.
+negatives: the retrieval stage (`trainers.train_retrieval`, its defaults) with 0 and
+  more uniformly drawn extra negatives per batch (`--negatives`), on three logs:
+  the demo's synthetic log, and the two planted logs of the retrieval tests
+  (`sessions`: the next click follows the session; `far_back`: a new session
+  returns to a category 25-45 clicks back): recall@50 and @200 of the merged
+  candidates and of the tower alone, most-popular's recall@200 (`negatives`);
+  the default of `--negatives` comes from this table.
 """
 
 from __future__ import annotations
@@ -127,14 +134,26 @@ SCHEDULE_USERS = (500, 2000)
 SCHEDULE_BATCHES = (256, 2048)
 
 
+# The demo's preparation of its synthetic log (dare_tf.demo.SYNTHETIC_PROTOCOL), and the retrieval tests'.
+DEMO_PROTOCOL = ["--min_clicks=50", "--max_len=100", "--train_targets=10", "--stride=5"]
+PLANTED_PROTOCOL = ["--min_clicks=60", "--max_len=50", "--train_targets=8"]
+PLANTED_LOG = ["--users=800", "--items=3000", "--categories=60", "--min_length=80", "--max_length=160", "--seed=7"]
+
+
+def _synthetic(work: str, name: str, log_flags: list[str], protocol: list[str]) -> str:
+    """A prepared synthetic log in `work/name` (generated and prepared once)."""
+    log, data = os.path.join(work, f"{name}.csv"), os.path.join(work, name)
+    if not os.path.exists(os.path.join(data, "spec.json")):
+        _program(["data.synthetic", f"--output={log}", *log_flags], log + ".log")
+        _program(["data.prepare", "--dataset=taobao", f"--input={log}", f"--output_dir={data}", *protocol],
+                 log + ".log")
+    return data
+
+
 def bench_schedule(work: str) -> list[dict]:
     rows = []
     for users in SCHEDULE_USERS:
-        log, data = os.path.join(work, f"schedule_{users}.csv"), os.path.join(work, f"schedule_{users}")
-        if not os.path.exists(os.path.join(data, "spec.json")):
-            _program(["data.synthetic", f"--output={log}", f"--users={users}", "--seed=0"], log + ".log")
-            _program(["data.prepare", "--dataset=taobao", f"--input={log}", f"--output_dir={data}",
-                      "--min_clicks=50", "--max_len=100", "--train_targets=10", "--stride=5"], log + ".log")  # the demo's
+        data = _synthetic(work, f"schedule_{users}", [f"--users={users}", "--seed=0"], DEMO_PROTOCOL)
         for batch in SCHEDULE_BATCHES:
             out = os.path.join(work, f"schedule_{users}_b{batch}")
             shutil.rmtree(out, ignore_errors=True)
@@ -150,13 +169,37 @@ def bench_schedule(work: str) -> list[dict]:
     return rows
 
 
+NEGATIVES = (0, 256, 1024)
+
+
+def bench_negatives(work: str) -> list[dict]:
+    logs = {"demo": _synthetic(work, "schedule_2000", ["--users=2000", "--seed=0"], DEMO_PROTOCOL),
+            "sessions": _synthetic(work, "planted_sessions", PLANTED_LOG, PLANTED_PROTOCOL),
+            "far_back": _synthetic(work, "planted_far_back", [*PLANTED_LOG, "--p_return=0.7", "--recall_lag=25,45",
+                                                              "--p_interest=0.1"], PLANTED_PROTOCOL)}
+    rows = []
+    for log, data in logs.items():
+        for negatives in NEGATIVES:
+            out = os.path.join(work, f"negatives_{log}_{negatives}")
+            shutil.rmtree(out, ignore_errors=True)
+            seconds = _program(["trainers.train_retrieval", f"--data_dir={data}", f"--output_dir={out}",
+                                f"--negatives={negatives}"], out + ".log")
+            results = _load(out, "results.json")
+            tower = results["test_sources"]["two_tower"]
+            rows.append({"log": log, "negatives": negatives, "merged@50": results["test"]["recall@50"],
+                         "merged@200": results["test"]["recall@200"], "tower@50": tower["recall@50"],
+                         "tower@200": tower["recall@200"],
+                         "popularity@200": results["test_popularity"]["recall@200"], "seconds": seconds})
+    return rows
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", default="demo,baselines")
     parser.add_argument("--work_dir", default=os.path.join(tempfile.gettempdir(), "dare_bench_quality"))
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    parts = selected_parts(parser, args.parts, ("demo", "baselines", "schedule"))
+    parts = selected_parts(parser, args.parts, ("demo", "baselines", "schedule", "negatives"))
     os.makedirs(args.work_dir, exist_ok=True)
     payload = {}
     if "demo" in parts:
@@ -170,6 +213,9 @@ def main():
     if "schedule" in parts:
         payload["schedule"] = bench_schedule(args.work_dir)
         print_table(payload["schedule"], list(payload["schedule"][0]))
+    if "negatives" in parts:
+        payload["negatives"] = bench_negatives(args.work_dir)
+        print_table(payload["negatives"], list(payload["negatives"][0]))
     write_parts("bench_quality", payload, list(payload))
 
 

@@ -67,20 +67,40 @@ def _history(request, name):
     return value
 
 
-def recommend():
+def _command(argv):
+    """The command (`recommend` or None) and its request, checked before TensorFlow
+    loads (a bad command, a missing flag or a malformed request file answers at once)."""
+    from dare_tf.data.spec import HIST_CATEGORIES, HIST_ITEMS, MODEL_INPUTS
+
+    commands = argv[1:]
+    if commands == ["recommend"]:
+        if FLAGS.rest_url:
+            raise app.UsageError("recommend talks gRPC (--server); --rest_url is for single-model requests")
+        if not FLAGS.request_json:
+            raise app.UsageError("recommend needs --request_json")
+        request = _read_request([HIST_ITEMS, HIST_CATEGORIES])
+        for name in (HIST_ITEMS, HIST_CATEGORIES):
+            _history(request, name)
+        return "recommend", request
+    if commands:
+        raise app.UsageError(f"unknown command {' '.join(commands)!r} (the only one is 'recommend')")
+    if FLAGS.metadata:
+        return None, None
+    if not FLAGS.request_json:
+        raise app.UsageError("--request_json is required (or --metadata)")
+    return None, _read_request(MODEL_INPUTS)
+
+
+def recommend(request):
     from dare_tf.data.spec import HIST_CATEGORIES, HIST_ITEMS
     from dare_tf.serving.cascade import Recommender, format_recommendations
     from dare_tf.serving.client import ServingClient
 
-    if FLAGS.rest_url:
-        raise app.UsageError("recommend talks gRPC (--server); --rest_url is for single-model requests")
-    request = _read_request([HIST_ITEMS, HIST_CATEGORIES])
     clients = [ServingClient(FLAGS.server, name, timeout=FLAGS.timeout, retries=FLAGS.retries)
                for name in (FLAGS.retrieval_model, FLAGS.model_name)]
     try:
         result = Recommender(*clients, share_history=FLAGS.share_history).recommend(
-            _history(request, HIST_ITEMS), _history(request, HIST_CATEGORIES), FLAGS.num_candidates, FLAGS.top,
-            FLAGS.explain)
+            request[HIST_ITEMS], request[HIST_CATEGORIES], FLAGS.num_candidates, FLAGS.top, FLAGS.explain)
     finally:
         for client in clients:
             client.close()
@@ -94,20 +114,13 @@ def main(argv):
     from dare_tf.data.spec import MODEL_INPUTS
     from dare_tf.serving.client import ServingClient, request_tensors, rest_predict
 
-    commands = argv[1:]
-    if commands == ["recommend"]:
-        if not FLAGS.request_json:
-            raise app.UsageError("recommend needs --request_json")
-        return recommend()
-    if commands:
-        raise app.UsageError(f"unknown command {' '.join(commands)!r} (the only one is 'recommend')")
+    command, request = _command(argv)
+    if command == "recommend":
+        return recommend(request)
     client = ServingClient(FLAGS.server, FLAGS.model_name, timeout=FLAGS.timeout, retries=FLAGS.retries)
     if FLAGS.metadata:
         print(json.dumps(client.metadata(), indent=2))
         return
-    if not FLAGS.request_json:
-        raise app.UsageError("--request_json is required (or --metadata)")
-    request = _read_request(MODEL_INPUTS)
     inputs = request_tensors(*(request[k] for k in MODEL_INPUTS))
     if FLAGS.rest_url:
         out = rest_predict(FLAGS.rest_url, FLAGS.model_name, inputs, FLAGS.signature, FLAGS.timeout)
@@ -153,7 +166,7 @@ def _one_line_rpc_errors(argv):
 
 
 def run():
-    dare_tf.cli.run(_one_line_rpc_errors)
+    dare_tf.cli.run(_one_line_rpc_errors, check=_command)
 
 
 if __name__ == "__main__":

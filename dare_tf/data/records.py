@@ -16,10 +16,11 @@ numpy, all records of a chunk at once (`encode_examples`; a test checks
 the bytes parse to the same `tf.train.Example`), then framed as TFRecords
 (`ShardWriter`) without loading TensorFlow's runtime.
 
-Reading (`read_shard`): a shard's size and sha256 are checked against
-spec.json (a file cut short, modified, or from another preparation is
-named), then it is parsed whole by tf.data, and its record count and every
-id are checked against spec.json's vocabularies, vectorised, once per shard.
+Reading (`read_shard`, `read_shards` for several as one pipeline): a shard's
+size and sha256 are checked against spec.json (a file cut short, modified, or
+from another preparation is named), then it is parsed whole by tf.data, and
+its record count and every id are checked against spec.json's vocabularies,
+vectorised, once per shard.
 """
 
 from __future__ import annotations
@@ -248,27 +249,65 @@ def read_shard(data_dir: str, name: str, spec: DatasetSpec, kind: str) -> dict[s
     import tensorflow as tf
 
     path = check_file(data_dir, name, spec)
-    parse = lambda s: tf.io.parse_example(s, feature_spec(kind))  # noqa: E731
-    ds = tf.data.TFRecordDataset([path], compression_type=spec.compression, buffer_size=1 << 20)
-    parts: dict[str, list] = {}
     try:
-        for batch in ds.batch(1 << 16).map(parse):
-            for k, v in batch.items():
-                if k == STORE_CLICK_COLUMNS[0]:  # every user's clicks: its length once
-                    parts.setdefault("length", []).append(v.row_lengths().numpy())
-                parts.setdefault(k, []).append((v.flat_values if isinstance(v, tf.RaggedTensor) else v).numpy())
+        columns = _parse_files([path], spec, kind)
     except (tf.errors.DataLossError, tf.errors.InvalidArgumentError, tf.errors.OutOfRangeError) as e:
         reason = re.sub(r"\{\{[^}]*\}\}|\s*\[Op:.*$|'? failed with", "", str(e).strip().splitlines()[0]).strip()[:200]
         raise ShardError(f"{path}: not a complete {spec.compression or 'uncompressed'} TFRecord file of "
                          f"{kind} records ({type(e).__name__}: {reason}); prepare the dataset again") from None
-    names = EXAMPLE_COLUMNS if kind != STORE_KIND else ("uid", "length", *STORE_CLICK_COLUMNS)
-    columns = {k: np.concatenate(parts[k]) if k in parts else np.zeros(0, np.int64) for k in names}
     records = len(columns["uid"])
     if records != spec.records(name):
         raise ShardError(f"{path}: holds {records} records; spec.json records {spec.records(name)}")
     check_ids(path, columns, spec)
     VERIFIED.add((os.path.realpath(path), spec.files[name]["sha256"]))
     return {k: v.astype(np.int32) for k, v in columns.items()}
+
+
+def read_shards(data_dir: str, names: list[str], spec: DatasetSpec, kind: str) -> list[dict[str, np.ndarray]]:
+    """`read_shard` of each of `names` (shards of one kind), read as one tf.data
+    pipeline: its files' sha256 are checked first, so each shard's records are
+    its spec.json count; on any mismatch or parse error the shards are read one
+    by one, so that the error names the file."""
+    import tensorflow as tf
+
+    if len(names) < 2:
+        return [read_shard(data_dir, name, spec, kind) for name in names]
+    paths = [check_file(data_dir, name, spec) for name in names]
+    try:
+        columns = _parse_files(paths, spec, kind)
+    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError, tf.errors.OutOfRangeError):
+        columns = None
+    counts = np.array([spec.records(name) for name in names])
+    if columns is None or len(columns["uid"]) != counts.sum():
+        return [read_shard(data_dir, name, spec, kind) for name in names]
+    record_starts = np.concatenate([[0], np.cumsum(counts)])
+    click_starts = np.concatenate([[0], np.cumsum(columns["length"])])[record_starts] if kind == STORE_KIND else None
+    out = []
+    for i, (name, path) in enumerate(zip(names, paths)):
+        records = slice(record_starts[i], record_starts[i + 1])
+        clicks = slice(click_starts[i], click_starts[i + 1]) if kind == STORE_KIND else records
+        shard = {k: v[clicks if k in STORE_CLICK_COLUMNS else records] for k, v in columns.items()}
+        check_ids(path, shard, spec)
+        VERIFIED.add((os.path.realpath(path), spec.files[name]["sha256"]))
+        out.append({k: v.astype(np.int32) for k, v in shard.items()})
+    return out
+
+
+def _parse_files(paths: list[str], spec: DatasetSpec, kind: str) -> dict[str, np.ndarray]:
+    """The records of `paths`, in order, parsed eagerly (no function to trace) into
+    int64 columns."""
+    import tensorflow as tf
+
+    features = feature_spec(kind)
+    ds = tf.data.TFRecordDataset(paths, compression_type=spec.compression, buffer_size=1 << 20)
+    parts: dict[str, list] = {}
+    for serialized in ds.batch(1 << 16):
+        for k, v in tf.io.parse_example(serialized, features).items():
+            if k == STORE_CLICK_COLUMNS[0]:  # every user's clicks: its length once
+                parts.setdefault("length", []).append(v.row_lengths().numpy())
+            parts.setdefault(k, []).append((v.flat_values if isinstance(v, tf.RaggedTensor) else v).numpy())
+    names = EXAMPLE_COLUMNS if kind != STORE_KIND else ("uid", "length", *STORE_CLICK_COLUMNS)
+    return {k: np.concatenate(parts[k]) if k in parts else np.zeros(0, np.int64) for k in names}
 
 
 # Shards checked by `read_shard` in this process: (real path, sha256).
@@ -283,4 +322,4 @@ def verify_shards(data_dir: str, spec: DatasetSpec, names) -> None:
 
 
 __all__ = ["ShardError", "ShardWriter", "check_file", "check_ids", "encode_examples", "encode_store",
-           "feature_spec", "read_shard", "verify_shards"]
+           "feature_spec", "read_shard", "read_shards", "verify_shards"]

@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from dare_tf.data.records import ShardError, read_shard
+from dare_tf.data.records import ShardError, read_shards
 from dare_tf.data.spec import EXAMPLE_COLUMNS, STORE_KIND, DatasetSpec
 
 
@@ -33,7 +33,7 @@ class SequenceStore:
     def load(cls, data_dir: str, spec: DatasetSpec, partitions=None) -> "SequenceStore":
         """The store shards of `partitions` (indices; default all)."""
         names = spec.shard_files(STORE_KIND, partitions)
-        parts = [read_shard(data_dir, name, spec, STORE_KIND) for name in names]
+        parts = read_shards(data_dir, names, spec, STORE_KIND)
         uid = np.concatenate([p["uid"] for p in parts]).astype(np.int64)
         lengths = np.concatenate([p["length"] for p in parts]).astype(np.int64)
         items = np.concatenate([p["items"] for p in parts])
@@ -72,7 +72,7 @@ def read_examples(data_dir: str, split: str, spec: DatasetSpec, store: SequenceS
     if split not in spec.shards:
         raise KeyError(f"{os.path.join(data_dir, 'spec.json')}: no split {split!r}; splits: {sorted(spec.shards)}")
     names = spec.shard_files(split, partitions)
-    parts = [read_shard(data_dir, name, spec, split) for name in names]
+    parts = read_shards(data_dir, names, spec, split)
     columns = {k: np.concatenate([p[k] for p in parts]) for k in EXAMPLE_COLUMNS}
     if store is not None and len(columns["uid"]):
         bad = np.flatnonzero(columns["position"] > store.length[columns["uid"]])

@@ -68,14 +68,24 @@ class CandidateTower(keras2.Model):
 
 
 class TwoTowerModel(tfrs.Model):
-    """In-batch softmax retrieval (`tfrs.tasks.Retrieval`, accidental hits removed,
-    optionally corrected by the candidates' sampling probability) with
-    `tfrs.metrics.FactorizedTopK` against the whole catalogue (`catalogue`: item
-    ids and their categories)."""
+    """Sampled-softmax retrieval (`tfrs.tasks.Retrieval`, accidental hits removed)
+    with `tfrs.metrics.FactorizedTopK` against the whole catalogue (`catalogue`:
+    item ids and their categories).
+
+    A training batch's negatives are the other positives of the batch and, with
+    `negatives` > 0, that many catalogue items drawn uniformly per batch (mixed
+    negative sampling: rare items get negatives the batch under-samples). With
+    `popularity_correction`, each candidate's logit is corrected by the log of
+    its expected count among a batch's candidates (logQ correction):
+    `batch * share + negatives / catalogue`, where `share` is its share of the
+    training clicks (the feature `sampling_probability` for the batch's
+    targets, `click_share` per catalogue slot for the drawn ones)."""
 
     def __init__(self, num_items, num_categories, embedding_dim, output_dim, catalogue, ks=KS,
-                 popularity_correction=True):
+                 popularity_correction=True, negatives=0, click_share=None):
         super().__init__()
+        if negatives and popularity_correction and click_share is None:
+            raise ValueError("negatives > 0 with popularity_correction needs click_share (per catalogue slot)")
         self.query = QueryTower(num_items, num_categories, embedding_dim, output_dim)
         self.candidate = CandidateTower(num_items, num_categories, embedding_dim, output_dim)
         items, categories = catalogue
@@ -84,20 +94,38 @@ class TwoTowerModel(tfrs.Model):
         self.task = tfrs.tasks.Retrieval(metrics=tfrs.metrics.FactorizedTopK(candidates=candidates, ks=ks),
                                          remove_accidental_hits=True)
         self.popularity_correction = popularity_correction
+        self.negatives = int(negatives)
+        self._catalogue = (tf.constant(items, tf.int32), tf.constant(categories, tf.int32))
+        self._click_share = None if click_share is None else tf.constant(click_share, tf.float32)
         self._config = dict(num_items=num_items, num_categories=num_categories, embedding_dim=embedding_dim,
-                            output_dim=output_dim, ks=tuple(ks), popularity_correction=popularity_correction)
+                            output_dim=output_dim, ks=tuple(ks), popularity_correction=popularity_correction,
+                            negatives=self.negatives)
 
     def get_config(self) -> dict:
         """The sizes and settings (the catalogue's arrays are data, not configuration:
         `load_retrieval_model` passes them again)."""
         return dict(self._config, ks=list(self._config["ks"]))
 
+    def negative_slots(self):
+        """The catalogue slots drawn as one training batch's extra negatives (uniform)."""
+        return tf.random.uniform([self.negatives], maxval=tf.shape(self._catalogue[0])[0], dtype=tf.int32)
+
     def compute_loss(self, features, training=False):
         query = self.query(features)
-        candidate = self.candidate((features["target_item"], features["target_category"]))
+        items, categories = tf.cast(features["target_item"], tf.int32), tf.cast(features["target_category"], tf.int32)
         probability = features.get("sampling_probability") if self.popularity_correction else None
-        return self.task(query, candidate, candidate_sampling_probability=probability,
-                         candidate_ids=features["target_item"], compute_metrics=not training)
+        if training and self.negatives:
+            slots = self.negative_slots()
+            items = tf.concat([items, tf.gather(self._catalogue[0], slots)], 0)
+            categories = tf.concat([categories, tf.gather(self._catalogue[1], slots)], 0)
+            if probability is not None:
+                share = tf.concat([tf.cast(probability, tf.float32), tf.gather(self._click_share, slots)], 0)
+                batch = tf.cast(tf.shape(query)[0], tf.float32)
+                catalogue = tf.cast(tf.shape(self._catalogue[0])[0], tf.float32)
+                probability = batch * share + self.negatives / catalogue
+        candidate = self.candidate((items, categories))
+        return self.task(query, candidate, candidate_sampling_probability=probability, candidate_ids=items,
+                         compute_metrics=not training)
 
 
 def brute_force_index(model: TwoTowerModel, catalogue, k: int):
@@ -110,11 +138,12 @@ def brute_force_index(model: TwoTowerModel, catalogue, k: int):
 
 
 def compiled_two_tower(num_items: int, num_categories: int, embedding_dim: int, output_dim: int, catalogue,
-                       learning_rate: float, seed: int, popularity_correction: bool = True) -> TwoTowerModel:
+                       learning_rate: float, seed: int, popularity_correction: bool = True, negatives: int = 0,
+                       click_share=None) -> TwoTowerModel:
     """A `TwoTowerModel` seeded by `seed`, compiled with Adagrad."""
     keras2.utils.set_random_seed(seed)
     model = TwoTowerModel(num_items, num_categories, embedding_dim, output_dim, catalogue,
-                          popularity_correction=popularity_correction)
+                          popularity_correction=popularity_correction, negatives=negatives, click_share=click_share)
     model.compile(optimizer=keras2.optimizers.Adagrad(learning_rate))
     return model
 

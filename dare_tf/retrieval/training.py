@@ -108,12 +108,12 @@ def train_retrieval(data_dir: str, output_dir: str, config: RetrievalConfig = Re
     splits = {s: InMemorySplit.load(data_dir, s, spec) for s in ("train", "val", "test")}
     items, categories = catalogue(spec, splits)
     train = positives(splits["train"])
-    clicks = np.bincount(train["target_item"], minlength=spec.num_items)
-    train["sampling_probability"] = (clicks / max(clicks.sum(), 1))[train["target_item"]].astype(np.float32)
+    share = np.bincount(train["target_item"], minlength=spec.num_items) / max(len(train["target_item"]), 1)
+    train["sampling_probability"] = share[train["target_item"]].astype(np.float32)
     val, test = positives(splits["val"]), positives(splits["test"])
     merger = candidate_merger(spec, (items, categories), train)
     per_seed = [_train_seed(run_directory.seed_dir(seed), spec, config, seed, train, (val, test),
-                            (items, categories), merger) for seed in config.seeds]
+                            (items, categories), merger, share[items]) for seed in config.seeds]
 
     def mean(rows):
         return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
@@ -129,14 +129,15 @@ def train_retrieval(data_dir: str, output_dir: str, config: RetrievalConfig = Re
     return results
 
 
-def _train_seed(run_dir, spec, config, seed, train, evaluation, catalogue_, merger) -> dict:
+def _train_seed(run_dir, spec, config, seed, train, evaluation, catalogue_, merger, click_share) -> dict:
     done = os.path.join(run_dir, SEED_RESULT)
     if os.path.exists(done):
         with open(done) as f:
             return json.load(f)
     os.makedirs(run_dir, exist_ok=True)
     model = compiled_two_tower(spec.num_items, spec.num_categories, config.embedding_dim, config.output_dim,
-                               catalogue_, config.learning_rate, seed, config.popularity_correction)
+                               catalogue_, config.learning_rate, seed, config.popularity_correction,
+                               config.negatives, click_share)
     epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
     checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, epoch=epoch)
     manager = tf.train.CheckpointManager(checkpoint, os.path.join(run_dir, "checkpoints"), max_to_keep=1)

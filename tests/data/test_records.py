@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from dare_tf.data.pipeline import InMemorySplit, make_dataset
 from dare_tf.data.protocol import Protocol, prepare
-from dare_tf.data.records import ShardError, ShardWriter, encode_examples, encode_store, read_shard
+from dare_tf.data.records import ShardError, ShardWriter, encode_examples, encode_store, read_shard, read_shards
 from dare_tf.data.spec import DatasetSpec, SpecError, partition_of
 from tests.conftest import SHARED_DATA
 
@@ -126,6 +126,38 @@ def test_out_of_range_ids_are_refused_naming_file_feature_and_value(prepared, tm
     with pytest.raises(ShardError, match=f"{name}: feature '{feature}' holds {value} \\(value 3 of the shard\\); "
                                          f"{message}"):
         list(make_dataset(bad, "val", 16))
+
+
+def test_shards_read_as_one_pipeline_equal_shards_read_one_by_one(prepared, tmp_path):
+    """Store shards (ragged clicks) and example shards, an empty shard among them;
+    a bad id in one of them is named as when read alone."""
+    data_dir, spec = prepared
+    tiny = str(tmp_path / "tiny")
+    log = tmp_path / "log.csv"
+    log.write_text("".join(f"{u},{i},{i % 3 + 1},pv,{1511500000 + i}\n" for u in (1, 2)
+                           for i in range(10 * u, 10 * u + 30)))
+    for directory, dataset_spec in ((data_dir, spec), (tiny, prepare("taobao", str(log), tiny,
+                                                                     Protocol(min_clicks=20, train_targets=2,
+                                                                              negatives=0)))):
+        for kind, names in (("store", dataset_spec.store), ("train", dataset_spec.shards["train"])):
+            together = read_shards(directory, names, dataset_spec, kind)
+            alone = [read_shard(directory, name, dataset_spec, kind) for name in names]
+            assert len(together) == len(alone) == len(names)
+            for a, b in zip(together, alone):
+                assert a.keys() == b.keys()
+                for k in a:
+                    assert a[k].dtype == b[k].dtype == np.int32
+                    np.testing.assert_array_equal(a[k], b[k])
+    tiny_spec = DatasetSpec.load(tiny)
+    assert min(tiny_spec.records(n) for n in tiny_spec.shards["train"]) == 0  # an empty shard was read
+    bad = str(tmp_path / "bad")
+    shutil.copytree(data_dir, bad)
+    name = spec.shards["test"][2]
+    columns = {k: v.astype(np.int64) for k, v in read_shard(data_dir, name, spec, "test").items()}
+    columns["target_item"][1] = 2**33  # outside int32 too
+    _rewrite_shard(bad, name, "test", columns)
+    with pytest.raises(ShardError, match=f"{name}: feature 'target_item' holds {2**33} \\(value 1 of the shard\\)"):
+        InMemorySplit.load(bad, "test")
 
 
 def test_store_ids_are_checked(prepared, tmp_path):

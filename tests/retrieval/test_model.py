@@ -54,6 +54,60 @@ def test_factorized_top_k_recall_and_the_index_match_numpy_and_keras3_coexists()
     assert out["same_top"] and out["keras3"] and out["loss"] > 0
 
 
+def sampled_softmax_loss(q, c, ids, probability=None):
+    """Sum over queries of -log softmax over all candidates (positive: query i's
+    column i; other columns with query i's positive id removed), logits corrected
+    by -log(probability)."""
+    logits = q @ c.T - (0 if probability is None else np.log(probability)[None])
+    b = len(q)
+    hit = (ids[None, :] == ids[:b, None]) & ~np.eye(b, len(ids), dtype=bool)
+    logits = np.where(hit, -np.inf, logits)
+    top = logits.max(axis=1, keepdims=True)
+    log_softmax = logits - top - np.log(np.exp(logits - top).sum(axis=1, keepdims=True))
+    return float(-log_softmax[np.arange(b), np.arange(b)].sum())
+
+
+@pytest.mark.own_process  # tf.keras as Keras 2, resolved once per process
+def test_training_loss_with_extra_negatives_matches_a_numpy_sampled_softmax():
+    """Mixed negatives: the batch's positives and the drawn catalogue items are the
+    candidates, each corrected by log(batch * share + negatives / catalogue); a
+    drawn item equal to a query's positive is not its negative; evaluation uses
+    the batch alone."""
+    import tensorflow as tf
+
+    from dare_tf.retrieval import TwoTowerModel
+
+    rng = np.random.default_rng(1)
+    items = np.arange(1, 40, dtype=np.int32); cats = (items % 5 + 1).astype(np.int32)
+    share = rng.dirichlet(np.ones(len(items)))
+    pos = np.array([3, 7, 7, 12, 30, 2], np.int32)
+    hist = rng.integers(1, 40, (6, 9)).astype(np.int32)
+    x = {"hist_items": hist, "hist_categories": hist % 5 + 1, "target_item": pos, "target_category": pos % 5 + 1,
+         "sampling_probability": share[pos - 1].astype(np.float32)}
+    slots = np.array([0, 6, 20, 29, 11], np.int32)  # items 1, 7 (a positive of queries 1, 2), 21, 30, 12
+    out = {}
+    for correction in (True, False):
+        model = TwoTowerModel(41, 7, 8, 8, (items, cats), popularity_correction=correction, negatives=len(slots),
+                              click_share=share)
+        model.negative_slots = lambda: tf.constant(slots)
+        model.query(x); model.candidate((items, cats))
+        for w in model.trainable_variables:
+            w.assign(rng.normal(0, 0.5, w.shape))
+        ids = np.concatenate([pos, items[slots]])
+        q = model.query(x).numpy(); c = model.candidate((ids, (ids % 5 + 1).astype(np.int32))).numpy()
+        p = 6 * np.concatenate([share[pos - 1], share[slots]]) + len(slots) / len(items)
+        out[correction] = (float(model.compute_loss(x, training=True)),
+                           sampled_softmax_loss(q, c, ids, p if correction else None),
+                           float(model.compute_loss(x, training=False)),
+                           sampled_softmax_loss(q, c[:6], pos, x["sampling_probability"] if correction else None))
+    for correction, (got, want, got_eval, want_eval) in out.items():
+        assert got == pytest.approx(want, rel=1e-5), correction
+        assert got_eval == pytest.approx(want_eval, rel=1e-5), correction
+    assert out[True][0] != pytest.approx(out[False][0], rel=1e-3)
+    with pytest.raises(ValueError, match="negatives > 0 with popularity_correction needs click_share"):
+        TwoTowerModel(41, 7, 8, 8, (items, cats), negatives=3)
+
+
 def test_tf_keras_resolved_to_keras3_first_is_refused_with_the_fix():
     env = {k: v for k, v in ENV.items() if k != "TF_USE_LEGACY_KERAS"}
     done = subprocess.run([sys.executable, "-c", "import tensorflow as tf\ntf.keras.layers\nimport dare_tf.retrieval\n"],
