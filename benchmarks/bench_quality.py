@@ -19,12 +19,12 @@ schedule: DARE with the trainer's default schedule (2 epochs, a validation every
   AUC and the run's undertraining warnings; the README's schedule advice comes
   from this table.
 negatives: the retrieval stage (`trainers.train_retrieval`, its defaults) with 0 and
-  more uniformly drawn extra negatives per batch (`--negatives`), on three logs:
+  more uniformly drawn extra negatives per batch (`--uniform_negatives`), on three logs:
   the demo's synthetic log, and the two planted logs of the retrieval tests
   (`sessions`: the next click follows the session; `far_back`: a new session
   returns to a category 25-45 clicks back): recall@50 and @200 of the merged
   candidates and of the tower alone, most-popular's recall@200 (`negatives`);
-  the default of `--negatives` comes from this table.
+  the default of `--uniform_negatives` comes from this table.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ from benchmarks.common import print_table, selected_parts, write_parts  # noqa: 
 
 DATASETS = ("synthetic", "taobao_sample")
 BASELINES = ("dare", "twin", "eta", "sdim", "twin_v2")
-# The demo's training settings (dare_tf.demo), as trainers.reproduce flags.
+# The demo's training settings (dare_tf.demo), as trainers.reproduce flags, with a validation
+# every 60 steps (the demo validates at the default schedule, every 20 of its 101 steps).
 DEMO_SETTINGS = ["--batch_size=512", "--eval_batch_size=4096", "--epochs=1", "--eval_every=60",
                  "--learning_rate=0.005", "--top_k=20"]
 
@@ -183,7 +184,7 @@ def bench_negatives(work: str) -> list[dict]:
             out = os.path.join(work, f"negatives_{log}_{negatives}")
             shutil.rmtree(out, ignore_errors=True)
             seconds = _program(["trainers.train_retrieval", f"--data_dir={data}", f"--output_dir={out}",
-                                f"--negatives={negatives}"], out + ".log")
+                                f"--uniform_negatives={negatives}"], out + ".log")
             results = _load(out, "results.json")
             tower = results["test_sources"]["two_tower"]
             rows.append({"log": log, "negatives": negatives, "merged@50": results["test"]["recall@50"],

@@ -123,9 +123,9 @@ def run_demo(work_dir: str, data_root: str, taobao_sample: str, synthetic_users:
         _say(f"(skipping the real sample: {taobao_sample} not found)")
 
     _say("== 2. DARE, TWIN, DIN and DARE without target-aware representation (one seed each; "
-         "a validation line every 30 steps)")
-    base = TrainConfig.create(batch_size=512, eval_batch_size=4096, epochs=1, eval_every=30, learning_rate=0.005,
-                       model_overrides=dict(top_k=20), verbose=2)
+         "a validation line 5 times per run, the trainer's default schedule)")
+    base = TrainConfig.create(batch_size=512, eval_batch_size=4096, epochs=1, learning_rate=0.005,
+                              model_overrides=dict(top_k=20), verbose=2)
 
     def config_for(model, dim):
         return dataclasses.replace(base, preset=model, model_overrides=dict(base.model_overrides, embedding_dim=dim))

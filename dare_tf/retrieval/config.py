@@ -21,7 +21,7 @@ class RetrievalConfig:
             candidate's sampling probability (its share of training clicks:
             logQ correction), so that the tower does not learn popularity the
             in-batch negatives under-sample.
-        negatives: catalogue items drawn uniformly per training batch as
+        uniform_negatives: catalogue items drawn uniformly per training batch as
             extra negatives beside the batch's own positives (mixed negative
             sampling; 0: in-batch negatives only).
         include_seen: keep the items a user already clicked among the
@@ -37,7 +37,7 @@ class RetrievalConfig:
     epochs: int = 10
     seeds: tuple[int, ...] = (0,)
     popularity_correction: bool = True
-    negatives: int = 0
+    uniform_negatives: int = 0
     include_seen: bool = False
     verbose: int = 0
 
@@ -46,8 +46,8 @@ class RetrievalConfig:
         for name in ("embedding_dim", "output_dim", "batch_size", "epochs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}: must be >= 1")
-        if self.negatives < 0:
-            raise ValueError(f"negatives={self.negatives}: must be >= 0")
+        if self.uniform_negatives < 0:
+            raise ValueError(f"uniform_negatives={self.uniform_negatives}: must be >= 0")
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate={self.learning_rate}: must be > 0")
         if not self.seeds:

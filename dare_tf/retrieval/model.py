@@ -73,19 +73,20 @@ class TwoTowerModel(tfrs.Model):
     item ids and their categories).
 
     A training batch's negatives are the other positives of the batch and, with
-    `negatives` > 0, that many catalogue items drawn uniformly per batch (mixed
+    `uniform_negatives` > 0, that many catalogue items drawn uniformly per batch (mixed
     negative sampling: rare items get negatives the batch under-samples). With
     `popularity_correction`, each candidate's logit is corrected by the log of
     its expected count among a batch's candidates (logQ correction):
-    `batch * share + negatives / catalogue`, where `share` is its share of the
+    `batch * share + uniform_negatives / catalogue`, where `share` is its share of the
     training clicks (the feature `sampling_probability` for the batch's
     targets, `click_share` per catalogue slot for the drawn ones)."""
 
     def __init__(self, num_items, num_categories, embedding_dim, output_dim, catalogue, ks=KS,
-                 popularity_correction=True, negatives=0, click_share=None):
+                 popularity_correction=True, uniform_negatives=0, click_share=None):
         super().__init__()
-        if negatives and popularity_correction and click_share is None:
-            raise ValueError("negatives > 0 with popularity_correction needs click_share (per catalogue slot)")
+        if uniform_negatives and popularity_correction and click_share is None:
+            raise ValueError("uniform_negatives > 0 with popularity_correction needs click_share (per catalogue "
+                             "slot)")
         self.query = QueryTower(num_items, num_categories, embedding_dim, output_dim)
         self.candidate = CandidateTower(num_items, num_categories, embedding_dim, output_dim)
         items, categories = catalogue
@@ -94,12 +95,12 @@ class TwoTowerModel(tfrs.Model):
         self.task = tfrs.tasks.Retrieval(metrics=tfrs.metrics.FactorizedTopK(candidates=candidates, ks=ks),
                                          remove_accidental_hits=True)
         self.popularity_correction = popularity_correction
-        self.negatives = int(negatives)
+        self.uniform_negatives = int(uniform_negatives)
         self._catalogue = (tf.constant(items, tf.int32), tf.constant(categories, tf.int32))
         self._click_share = None if click_share is None else tf.constant(click_share, tf.float32)
         self._config = dict(num_items=num_items, num_categories=num_categories, embedding_dim=embedding_dim,
                             output_dim=output_dim, ks=tuple(ks), popularity_correction=popularity_correction,
-                            negatives=self.negatives)
+                            uniform_negatives=self.uniform_negatives)
 
     def get_config(self) -> dict:
         """The sizes and settings (the catalogue's arrays are data, not configuration:
@@ -108,13 +109,13 @@ class TwoTowerModel(tfrs.Model):
 
     def negative_slots(self):
         """The catalogue slots drawn as one training batch's extra negatives (uniform)."""
-        return tf.random.uniform([self.negatives], maxval=tf.shape(self._catalogue[0])[0], dtype=tf.int32)
+        return tf.random.uniform([self.uniform_negatives], maxval=tf.shape(self._catalogue[0])[0], dtype=tf.int32)
 
     def compute_loss(self, features, training=False):
         query = self.query(features)
         items, categories = tf.cast(features["target_item"], tf.int32), tf.cast(features["target_category"], tf.int32)
         probability = features.get("sampling_probability") if self.popularity_correction else None
-        if training and self.negatives:
+        if training and self.uniform_negatives:
             slots = self.negative_slots()
             items = tf.concat([items, tf.gather(self._catalogue[0], slots)], 0)
             categories = tf.concat([categories, tf.gather(self._catalogue[1], slots)], 0)
@@ -122,7 +123,7 @@ class TwoTowerModel(tfrs.Model):
                 share = tf.concat([tf.cast(probability, tf.float32), tf.gather(self._click_share, slots)], 0)
                 batch = tf.cast(tf.shape(query)[0], tf.float32)
                 catalogue = tf.cast(tf.shape(self._catalogue[0])[0], tf.float32)
-                probability = batch * share + self.negatives / catalogue
+                probability = batch * share + self.uniform_negatives / catalogue
         candidate = self.candidate((items, categories))
         return self.task(query, candidate, candidate_sampling_probability=probability, candidate_ids=items,
                          compute_metrics=not training)
@@ -138,12 +139,13 @@ def brute_force_index(model: TwoTowerModel, catalogue, k: int):
 
 
 def compiled_two_tower(num_items: int, num_categories: int, embedding_dim: int, output_dim: int, catalogue,
-                       learning_rate: float, seed: int, popularity_correction: bool = True, negatives: int = 0,
+                       learning_rate: float, seed: int, popularity_correction: bool = True, uniform_negatives: int = 0,
                        click_share=None) -> TwoTowerModel:
     """A `TwoTowerModel` seeded by `seed`, compiled with Adagrad."""
     keras2.utils.set_random_seed(seed)
     model = TwoTowerModel(num_items, num_categories, embedding_dim, output_dim, catalogue,
-                          popularity_correction=popularity_correction, negatives=negatives, click_share=click_share)
+                          popularity_correction=popularity_correction, uniform_negatives=uniform_negatives,
+                          click_share=click_share)
     model.compile(optimizer=keras2.optimizers.Adagrad(learning_rate))
     return model
 

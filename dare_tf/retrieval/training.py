@@ -137,7 +137,7 @@ def _train_seed(run_dir, spec, config, seed, train, evaluation, catalogue_, merg
     os.makedirs(run_dir, exist_ok=True)
     model = compiled_two_tower(spec.num_items, spec.num_categories, config.embedding_dim, config.output_dim,
                                catalogue_, config.learning_rate, seed, config.popularity_correction,
-                               config.negatives, click_share)
+                               config.uniform_negatives, click_share)
     epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
     checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, epoch=epoch)
     manager = tf.train.CheckpointManager(checkpoint, os.path.join(run_dir, "checkpoints"), max_to_keep=1)

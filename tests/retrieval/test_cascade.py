@@ -63,10 +63,10 @@ def test_cascade_evaluation_matches_the_retrieval_recall_and_a_per_example_refer
     program = {"code": done.returncode, "stderr": done.stderr[-3000:], "noise": noise(done.stdout + done.stderr),
                "same": os.path.exists(os.path.join(work, "program", "cascade.json")) and json.load(
                    open(os.path.join(work, "program", "cascade.json"))) == out}
-    out = json.loads(json.dumps({"program": program, "refusals": refusals, "cascade": out, "retrieval": retrieval["test"], "sources": retrieval["test_sources"],
-                                 "reordered": reordered.tolist(),
-                      "reference": reference, "refused": refused,
-                      "written": json.load(open(os.path.join(work, "cascade", "cascade.json"))) == out}))
+    out = json.loads(json.dumps({"program": program, "refusals": refusals, "cascade": out,
+                                 "retrieval": retrieval["test"], "sources": retrieval["test_sources"],
+                                 "reordered": reordered.tolist(), "reference": reference, "refused": refused,
+                                 "written": json.load(open(os.path.join(work, "cascade", "cascade.json"))) == out}))
     cascade, tfrs_recall = out["cascade"], out["retrieval"]
     assert cascade["examples"] == 86
     # The cascade's candidates are the run's merged candidates: retrieval's HitRate@10 is

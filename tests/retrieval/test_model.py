@@ -70,7 +70,7 @@ def sampled_softmax_loss(q, c, ids, probability=None):
 @pytest.mark.own_process  # tf.keras as Keras 2, resolved once per process
 def test_training_loss_with_extra_negatives_matches_a_numpy_sampled_softmax():
     """Mixed negatives: the batch's positives and the drawn catalogue items are the
-    candidates, each corrected by log(batch * share + negatives / catalogue); a
+    candidates, each corrected by log(batch * share + uniform_negatives / catalogue); a
     drawn item equal to a query's positive is not its negative; evaluation uses
     the batch alone."""
     import tensorflow as tf
@@ -87,7 +87,8 @@ def test_training_loss_with_extra_negatives_matches_a_numpy_sampled_softmax():
     slots = np.array([0, 6, 20, 29, 11], np.int32)  # items 1, 7 (a positive of queries 1, 2), 21, 30, 12
     out = {}
     for correction in (True, False):
-        model = TwoTowerModel(41, 7, 8, 8, (items, cats), popularity_correction=correction, negatives=len(slots),
+        model = TwoTowerModel(41, 7, 8, 8, (items, cats), popularity_correction=correction,
+                              uniform_negatives=len(slots),
                               click_share=share)
         model.negative_slots = lambda: tf.constant(slots)
         model.query(x); model.candidate((items, cats))
@@ -104,13 +105,14 @@ def test_training_loss_with_extra_negatives_matches_a_numpy_sampled_softmax():
         assert got == pytest.approx(want, rel=1e-5), correction
         assert got_eval == pytest.approx(want_eval, rel=1e-5), correction
     assert out[True][0] != pytest.approx(out[False][0], rel=1e-3)
-    with pytest.raises(ValueError, match="negatives > 0 with popularity_correction needs click_share"):
-        TwoTowerModel(41, 7, 8, 8, (items, cats), negatives=3)
+    with pytest.raises(ValueError, match="uniform_negatives > 0 with popularity_correction needs click_share"):
+        TwoTowerModel(41, 7, 8, 8, (items, cats), uniform_negatives=3)
 
 
 def test_tf_keras_resolved_to_keras3_first_is_refused_with_the_fix():
     env = {k: v for k, v in ENV.items() if k != "TF_USE_LEGACY_KERAS"}
-    done = subprocess.run([sys.executable, "-c", "import tensorflow as tf\ntf.keras.layers\nimport dare_tf.retrieval\n"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    script = "import tensorflow as tf\ntf.keras.layers\nimport dare_tf.retrieval\n"
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode != 0
     assert "TF_USE_LEGACY_KERAS=1" in done.stderr and "already resolved to Keras 3" in done.stderr

@@ -94,7 +94,7 @@ def test_killed_run_resumes_without_lost_or_repeated_steps(taobao, tmp_path):
     history = os.path.join(out, "seed_0", "history.jsonl")
     deadline = time.time() + 300
     while time.time() < deadline:
-        if os.path.exists(history) and len(open(history).readlines()) >= 3:
+        if os.path.exists(history) and len(open(history).readlines()) >= 2:
             break
         if proc.poll() is not None:
             pytest.fail("training finished before it could be killed")
@@ -102,16 +102,16 @@ def test_killed_run_resumes_without_lost_or_repeated_steps(taobao, tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not os.path.exists(os.path.join(out, "results.json"))
-    done = subprocess.run(train_command(taobao, out), cwd=REPO, env=ENV, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
+    # Resumed in process with the configuration the flags make (another one would be
+    # refused: tests/test_run_directory.py), then an uninterrupted run of it.
+    config = TrainConfig.create(preset="dare", batch_size=128, eval_batch_size=512, epochs=2, eval_every=5,
+                                max_steps=30, model_overrides=dict(top_k=10), jit_compile=False, verbose=0)
+    resumed = train(taobao, out, config)
     steps = [json.loads(line)["step"] for line in open(history)]
     # Evaluations every 5 steps, to max_steps 30.
     assert steps == [5, 10, 15, 20, 25, 30]
-    # The resumed run ends where an uninterrupted run (the same flags, in process) ends.
-    uninterrupted = train(taobao, str(tmp_path / "clean"), TrainConfig.create(
-        preset="dare", batch_size=128, eval_batch_size=512, epochs=2, eval_every=5, max_steps=30,
-        model_overrides=dict(top_k=10), jit_compile=False, verbose=0))
-    resumed = json.load(open(os.path.join(out, "results.json")))
+    # The resumed run ends where an uninterrupted run ends.
+    uninterrupted = train(taobao, str(tmp_path / "clean"), config)
     assert resumed["test"]["auc"] == pytest.approx(uninterrupted["test"]["auc"], abs=1e-4)
 
 
