@@ -1,8 +1,8 @@
 """The data path on TFRecord files: preparation, the trainer's input streamed and
 cached against the previous commit, and memory per worker.
 
-Usage: python benchmarks/bench_data.py [--parts prepare,train,checks,workers] [--rows 1000000,4000000]
-           [--baseline_ref REF] [--rounds 2] [--json PATH]
+Usage: python benchmarks/bench_data.py [--parts prepare,train,checks,workers,load] [--rows 1000000,4000000]
+           [--baseline_ref REF] [--load_ref REF] [--rounds 2] [--json PATH]
 
 prepare: `python -m data.prepare` (GZIP, and --compression=none) and the same
   program at `--baseline_ref` (the `.npz` layout) on generated Taobao-format
@@ -23,6 +23,13 @@ checks: what reading checks cost on the train part's dataset, per pass over all
 workers: peak RSS of each process training 200 steps on the 1M-row log with
   1 process and with 2 local `multi_worker` processes (TF_CONFIG on
   localhost), and the store bytes each loads (its partitions' clicks).
+load: what a training run reads before its first step, the three splits'
+  columns (`InMemorySplit.load`) and the store (`SequenceStore.load`), checked,
+  in a fresh process (first) and again in it, at this commit and at
+  `--load_ref` (the last commit that read shard by shard), alternating,
+  `--rounds` rounds, on the prepared Taobao sample (16 partitions of a few
+  hundred records) and the train part's 1M-row dataset: median seconds and
+  the previous commit's time over this one's.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from benchmarks.bench_prepare import baseline_tree, measure_in, size_mb  # noqa:
 from benchmarks.common import print_table, selected_parts, write_parts  # noqa: E402
 
 BASELINE_REF = "e6149c4"  # the last commit of the .npz layout
+LOAD_REF = "d4e0e0a"  # the last commit that read (and traced a tf.data function for) each shard on its own
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 
 # Runs in any checkout (argv: repo data_dir run_dir in_memory_mb strategy max_steps log):
@@ -76,6 +84,64 @@ print("RESULT", json.dumps({"steps": steps, "train_samples_per_s": steps * 256 /
                             "wall_s": wall, "test_auc": results["test"]["auc"], "store_mb": store_bytes / 1e6,
                             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
+
+
+# Runs in any checkout (argv: repo data_dir): loads what a training run loads, twice, and
+# prints one JSON line with the seconds of each.
+LOAD_SCRIPT = r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+import tensorflow  # noqa: F401  (started before the clock)
+from dare_tf.data.pipeline import InMemorySplit
+from dare_tf.data.spec import DatasetSpec
+from dare_tf.data.store import SequenceStore
+spec = DatasetSpec.load(sys.argv[2])
+seconds = []
+for _ in range(2):
+    start = time.perf_counter()
+    for split in ("train", "val", "test"):
+        InMemorySplit.load(sys.argv[2], split, spec)
+    SequenceStore.load(sys.argv[2], spec)
+    seconds.append(time.perf_counter() - start)
+print("RESULT", json.dumps({"first_s": seconds[0], "again_s": seconds[1]}))
+"""
+
+
+def bench_load(work: str, ref: str, rounds: int) -> list[dict]:
+    from dare_tf.data.protocol import prepare
+    from dare_tf.data.spec import DatasetSpec
+
+    sample = os.path.join(work, "taobao_sample")
+    if not os.path.exists(os.path.join(sample, "spec.json")):
+        prepare("taobao", os.path.join(os.path.dirname(REPO), "shared", "data", "taobao", "UserBehavior_sample.csv"),
+                sample)
+    e2e = os.path.join(work, "data_e2e")
+    if not os.path.exists(os.path.join(e2e, "spec.json")):
+        subprocess.run([sys.executable, "-m", "data.prepare", "--dataset=taobao", f"--input={end_to_end_log(work)}",
+                        f"--output_dir={e2e}"], cwd=REPO, check=True, capture_output=True, env=ENV)
+    tree = baseline_tree(ref)
+    try:
+        variants = [("this commit", REPO), (f"previous commit ({ref})", tree)]
+        rows = []
+        for name, data_dir in (("Taobao sample", sample), ("1M-row log", e2e)):
+            runs: dict[str, list[dict]] = {v: [] for v, _ in variants}
+            for r in range(rounds):
+                for variant, root in variants[r % 2:] + variants[:r % 2]:
+                    done = subprocess.run([sys.executable, "-c", LOAD_SCRIPT, root, data_dir], cwd=root, env=ENV,
+                                          capture_output=True, text=True, check=True)
+                    runs[variant].append(json.loads(done.stdout.split("RESULT ")[-1]))
+            spec = DatasetSpec.load(data_dir)
+            base = {k: statistics.median(x[k] for x in runs[variants[1][0]]) for k in ("first_s", "again_s")}
+            for variant, _ in variants:
+                first, again = (statistics.median(x[k] for x in runs[variant]) for k in ("first_s", "again_s"))
+                rows.append({"dataset": name, "examples": sum(spec.counts.values()),
+                             "shards": sum(len(v) for v in spec.shards.values()) + len(spec.store), "code": variant,
+                             "first_s": first, "again_s": again, "previous/this (first)": base["first_s"] / first,
+                             "previous/this (again)": base["again_s"] / again})
+                print(f"  {rows[-1]}", flush=True)
+        return rows
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", tree], cwd=REPO, capture_output=True)
 
 
 def generate_log(work: str, target: int) -> tuple[str, int]:
@@ -236,11 +302,12 @@ def main():
     parser.add_argument("--parts", default="prepare,train,checks,workers")
     parser.add_argument("--rows", default="1000000,4000000", help="prepare: comma-separated log sizes")
     parser.add_argument("--baseline_ref", default=BASELINE_REF, help="the commit to compare with ('' to skip)")
-    parser.add_argument("--rounds", type=int, default=3, help="train: alternating rounds")
+    parser.add_argument("--load_ref", default=LOAD_REF, help="load: the commit to compare with")
+    parser.add_argument("--rounds", type=int, default=3, help="train, load: alternating rounds")
     parser.add_argument("--work_dir", default=os.path.join(tempfile.gettempdir(), "dare_bench_data"))
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    parts = selected_parts(parser, args.parts, ("prepare", "train", "checks", "workers"))
+    parts = selected_parts(parser, args.parts, ("prepare", "train", "checks", "workers", "load"))
     os.makedirs(args.work_dir, exist_ok=True)
     tree = baseline_tree(args.baseline_ref) if args.baseline_ref and parts & {"prepare", "train"} else None
     payload = {"baseline_ref": args.baseline_ref}
@@ -264,6 +331,10 @@ def main():
             print("workers: peak RSS per process, 200 steps on the 1M-row log")
             payload["workers"] = bench_workers(args.work_dir)
             print_table(payload["workers"], ["workers", "worker", "peak_rss_mb", "store_mb", "steps"])
+        if "load" in parts:
+            print("load: the splits and the store a training run reads, this commit against the previous")
+            payload["load"] = bench_load(args.work_dir, args.load_ref, args.rounds)
+            print_table(payload["load"], list(payload["load"][0]))
     finally:
         if tree:
             subprocess.run(["git", "worktree", "remove", "--force", tree], cwd=REPO, capture_output=True)

@@ -36,6 +36,12 @@ TABLES = {
     ("bench_data", "checks"): (["what", "seconds", "us_per_record", "of_a_streamed_epoch"],
                                "what reading checks cost: one pass over the train part's dataset's shards, per record, "
                                "and as a share of one streamed training epoch"),
+    ("bench_data", "load"): (["dataset", "examples", "shards", "code", "first_s", "again_s", "previous/this (first)",
+                              "previous/this (again)"],
+                             "what a training run reads before its first step (the three splits and the store, "
+                             "checked): seconds in a fresh process (first) and again in it, median of the rounds, "
+                             "this commit against the last commit that read each shard on its own; the ratio is "
+                             "the previous commit's seconds over this one's"),
     ("bench_data", "workers"): (["workers", "worker", "peak_rss_mb", "store_mb", "steps"],
                                 "peak RSS (MB) and store memory (MB) per process, 200 steps on the 1M-row log"),
     ("bench_layers", "presets"): (["preset", "batch", "graph", "xla", "xla/graph"],
