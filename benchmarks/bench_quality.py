@@ -23,7 +23,8 @@ negatives: the retrieval stage (`trainers.train_retrieval`, its defaults) with 0
   the demo's synthetic log, and the two planted logs of the retrieval tests
   (`sessions`: the next click follows the session; `far_back`: a new session
   returns to a category 25-45 clicks back): recall@50 and @200 of the merged
-  candidates and of the tower alone, most-popular's recall@200 (`negatives`);
+  candidates and of the tower alone, most-popular's recall@200, the quotas chosen
+  on validation (`negatives`);
   the default of `--uniform_negatives` comes from this table.
 """
 
@@ -171,6 +172,7 @@ def bench_schedule(work: str) -> list[dict]:
 
 
 NEGATIVES = (0, 256, 1024)
+QUOTA_ORDER = ("two_tower", "popularity", "recent_categories")
 
 
 def bench_negatives(work: str) -> list[dict]:
@@ -190,7 +192,8 @@ def bench_negatives(work: str) -> list[dict]:
             rows.append({"log": log, "negatives": negatives, "merged@50": results["test"]["recall@50"],
                          "merged@200": results["test"]["recall@200"], "tower@50": tower["recall@50"],
                          "tower@200": tower["recall@200"],
-                         "popularity@200": results["test_popularity"]["recall@200"], "seconds": seconds})
+                         "popularity@200": results["test_popularity"]["recall@200"],
+                         "quotas": " / ".join(f"{results['quotas'][s]:g}" for s in QUOTA_ORDER), "seconds": seconds})
     return rows
 
 

@@ -108,7 +108,9 @@ TABLES = {
     ("bench_quality", "negatives"): (None, "the retrieval stage with its defaults (10 epochs, batch 512) and N "
                                            "catalogue items drawn uniformly per batch as extra negatives "
                                            "(`--uniform_negatives=N`): recall@50 and @200 of the merged candidates and of "
-                                           "the tower alone, and most-popular's recall@200, on the demo's synthetic "
+                                           "the tower alone, most-popular's recall@200 and the quotas chosen on the "
+                                           "validation positives (tower / popularity / recent categories: 0 leaves "
+                                           "a source out), on the demo's synthetic "
                                            "log (2,000 users) and the retrieval tests' two planted logs (800 users "
                                            "each); wall seconds of the whole program on this machine"),
     ("bench_quality", "baselines"): (None, "DARE and four baselines with the demo's training settings (one epoch, "
