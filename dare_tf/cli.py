@@ -137,23 +137,20 @@ def program_flags_text(exclude: tuple[str, ...] = ("debug", "overwrite")) -> str
     return "\n".join(sorted(line for line in lines if line)) + "\n"
 
 
-def run(main: Callable[..., Any], configure: Callable[[], Any] | None = None,
-        check: Callable[[list[str]], Any] | None = None) -> None:
+def run(main: Callable[..., Any], configure: Callable[[list[str]], Any] | None = None) -> None:
     """`app.run(main)`, with user errors as one line on stderr and exit code 1.
 
-    Once the flags are parsed, `configure()` (when given) builds the program's
-    configuration and `check(argv)` (when given) checks the command line's
-    arguments and input files, so that a bad value is refused before
-    TensorFlow loads; then TensorFlow loads (quietly) and `main(argv)`, or
-    `main(configuration)`, runs."""
+    Once the flags are parsed, `configure(argv)` (when given) builds the
+    program's configuration from the flags and the command line's positional
+    arguments (and checks its input files), so that a bad value is refused
+    before TensorFlow loads; then TensorFlow loads (quietly) and `main(argv)`,
+    or `main(configuration)`, runs."""
 
     def guarded(argv):
         try:
             if not FLAGS["verbosity"].present:  # quiet by default: absl INFO only when --verbosity asks
                 logging.set_verbosity(logging.WARNING)
-            configuration = configure() if configure else None
-            if check:
-                check(argv)
+            configuration = configure(argv) if configure else None
             if os.environ.get("DARE_TF_DATA_ONLY") != "1":
                 import dare_tf
 

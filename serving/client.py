@@ -68,8 +68,9 @@ def _history(request, name):
 
 
 def _command(argv):
-    """The command (`recommend` or None) and its request, checked before TensorFlow
-    loads (a bad command, a missing flag or a malformed request file answers at once)."""
+    """The program's configuration: the command (`recommend` or None) and its
+    request, checked before TensorFlow loads (a bad command, a missing flag or a
+    malformed request file answers at once)."""
     from dare_tf.data.spec import HIST_CATEGORIES, HIST_ITEMS, MODEL_INPUTS
 
     commands = argv[1:]
@@ -110,11 +111,12 @@ def recommend(request):
         print(format_recommendations(result, request[HIST_ITEMS], request[HIST_CATEGORIES]))
 
 
-def main(argv):
+def main(configuration):
+    """`configuration`: `_command`'s (command, request)."""
     from dare_tf.data.spec import MODEL_INPUTS
     from dare_tf.serving.client import ServingClient, request_tensors, rest_predict
 
-    command, request = _command(argv)
+    command, request = configuration
     if command == "recommend":
         return recommend(request)
     client = ServingClient(FLAGS.server, FLAGS.model_name, timeout=FLAGS.timeout, retries=FLAGS.retries)
@@ -155,18 +157,18 @@ def _predictions(request: dict, out: dict) -> str:
     return "\n".join(lines)
 
 
-def _one_line_rpc_errors(argv):
+def _one_line_rpc_errors(configuration):
     """`main`, with a gRPC failure (an unreachable server, a refused request) as one line."""
     import grpc
 
     try:
-        return main(argv)
+        return main(configuration)
     except grpc.RpcError as e:
         raise ValueError(f"{FLAGS.server}: {e.code().name}: {e.details()}") from e
 
 
 def run():
-    dare_tf.cli.run(_one_line_rpc_errors, check=_command)
+    dare_tf.cli.run(_one_line_rpc_errors, configure=_command)
 
 
 if __name__ == "__main__":

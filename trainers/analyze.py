@@ -42,8 +42,9 @@ def _pairs(name: str, values, key=str) -> dict:
     return out
 
 
-def configure():
+def configure(argv):
     """The analyses, their configuration and the runs (refused before TensorFlow loads)."""
+    del argv
     analyses = ANALYSES if FLAGS.analyses == ["all"] else tuple(FLAGS.analyses)
     config = dare_tf.cli.from_flags(AnalysisConfig, gradient_presets=tuple(FLAGS.gradient_models))
     return analyses, config, _pairs("runs", FLAGS.runs), _pairs("dimension_runs", FLAGS.dimension_runs, int)

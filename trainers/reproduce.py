@@ -29,8 +29,9 @@ flags.adopt_module_key_flags(dare_tf.cli)
 flags.mark_flags_as_required(["data_dirs", "output_dir"])
 
 
-def configure():
+def configure(argv):
     """The grid's base configuration and dims (refused before TensorFlow loads)."""
+    del argv
     from dare_tf.config import PRESETS
 
     unknown = sorted(set(FLAGS.models) - set(PRESETS))

@@ -38,7 +38,7 @@ def main(config):
 
 
 def run():
-    dare_tf.cli.run(main, configure=dare_tf.cli.train_config_from_flags)
+    dare_tf.cli.run(main, configure=lambda argv: dare_tf.cli.train_config_from_flags())
 
 
 if __name__ == "__main__":

@@ -258,9 +258,7 @@ def read_shard(data_dir: str, name: str, spec: DatasetSpec, kind: str) -> dict[s
     records = len(columns["uid"])
     if records != spec.records(name):
         raise ShardError(f"{path}: holds {records} records; spec.json records {spec.records(name)}")
-    check_ids(path, columns, spec)
-    VERIFIED.add((os.path.realpath(path), spec.files[name]["sha256"]))
-    return {k: v.astype(np.int32) for k, v in columns.items()}
+    return _checked(path, name, columns, spec)
 
 
 def read_shards(data_dir: str, names: list[str], spec: DatasetSpec, kind: str) -> list[dict[str, np.ndarray]]:
@@ -286,11 +284,17 @@ def read_shards(data_dir: str, names: list[str], spec: DatasetSpec, kind: str) -
     for i, (name, path) in enumerate(zip(names, paths)):
         records = slice(record_starts[i], record_starts[i + 1])
         clicks = slice(click_starts[i], click_starts[i + 1]) if kind == STORE_KIND else records
-        shard = {k: v[clicks if k in STORE_CLICK_COLUMNS else records] for k, v in columns.items()}
-        check_ids(path, shard, spec)
-        VERIFIED.add((os.path.realpath(path), spec.files[name]["sha256"]))
-        out.append({k: v.astype(np.int32) for k, v in shard.items()})
+        out.append(_checked(path, name, {k: v[clicks if k in STORE_CLICK_COLUMNS else records]
+                                         for k, v in columns.items()}, spec))
     return out
+
+
+def _checked(path: str, name: str, columns: dict[str, np.ndarray], spec: DatasetSpec) -> dict[str, np.ndarray]:
+    """A parsed shard's int64 columns, ids checked (`check_ids`, before the cast), as
+    int32; the shard is recorded as verified."""
+    check_ids(path, columns, spec)
+    VERIFIED.add((os.path.realpath(path), spec.files[name]["sha256"]))
+    return {k: v.astype(np.int32) for k, v in columns.items()}
 
 
 def _parse_files(paths: list[str], spec: DatasetSpec, kind: str) -> dict[str, np.ndarray]:
@@ -315,10 +319,14 @@ VERIFIED: set[tuple[str, str]] = set()
 
 
 def verify_shards(data_dir: str, spec: DatasetSpec, names) -> None:
-    """Checks each shard (`read_shard`) once per process, before it is first streamed."""
+    """Checks each shard (`read_shards`, one pipeline per kind) once per process,
+    before it is first streamed."""
+    by_kind: dict[str, list[str]] = {}
     for name in names:
         if (os.path.realpath(os.path.join(data_dir, name)), spec.files[name]["sha256"]) not in VERIFIED:
-            read_shard(data_dir, name, spec, STORE_KIND if name.startswith(STORE_KIND) else name.split("-")[0])
+            by_kind.setdefault(STORE_KIND if name.startswith(STORE_KIND) else name.split("-")[0], []).append(name)
+    for kind, unverified in by_kind.items():
+        read_shards(data_dir, unverified, spec, kind)
 
 
 __all__ = ["ShardError", "ShardWriter", "check_file", "check_ids", "encode_examples", "encode_store",
