@@ -12,6 +12,7 @@ from keras import ops
 
 from dare_tf.config import ModelConfig, make_config
 from dare_tf.data.spec import MODEL_INPUTS as INPUT_KEYS
+from dare_tf.data.spec import RANK_INPUTS
 from dare_tf.layers import BehaviorEmbedding, PredictionHead, TargetAttentionPooling
 from dare_tf.layers.embedding import ROLES, ROLES_BEFORE_SEARCH
 from dare_tf.layers.pooling import target_aware
@@ -143,6 +144,22 @@ class DareModel(keras.Model):
                              f"built for max_len={self.model_config.max_len}")
         return ti, tc, hi, hc
 
+    def _unpack_rank(self, inputs):
+        """`rank`'s inputs -> the per-target ids `(target_item, target_category [U * N],
+        hist_items, hist_categories [U, L])` and N."""
+        if not isinstance(inputs, dict) or any(k not in inputs for k in RANK_INPUTS):
+            raise KeyError(f"DareModel.rank expects a dict with keys {RANK_INPUTS}, got "
+                           f"{sorted(inputs) if isinstance(inputs, dict) else type(inputs).__name__}")
+        hist_items, hist_categories, items, categories = (ops.cast(inputs[k], "int32") for k in RANK_INPUTS)
+        if len(items.shape) != 2 or len(hist_items.shape) != 2:
+            raise ValueError(f"DareModel.rank: candidates must be [users, N] and histories [users, L]; got "
+                             f"{tuple(items.shape)} and {tuple(hist_items.shape)}")
+        if hist_items.shape[1] is not None and hist_items.shape[1] != self.model_config.max_len:
+            raise ValueError(f"DareModel.rank: hist_items has length {hist_items.shape[1]}, but the model was "
+                             f"built for max_len={self.model_config.max_len}")
+        return (ops.reshape(items, (-1,)), ops.reshape(categories, (-1,)), hist_items, hist_categories), \
+            ops.shape(items)[1]
+
     # -- forward ----------------------------------------------------------
     def forward(self, inputs, training=False, compiled: bool = True) -> dict:
         """All outputs: `probability`, `aux_probability` (with the auxiliary
@@ -187,14 +204,44 @@ class DareModel(keras.Model):
         """The roles the forward pass looks up before its search."""
         return ROLES_BEFORE_SEARCH if self.retrieved_representation_only() else ROLES
 
+    def rank_forward(self, inputs) -> dict:
+        """`forward` for N candidates per user against that user's one history:
+        `inputs` `hist_items`, `hist_categories` `[U, L]` and `candidate_items`,
+        `candidate_categories` `[U, N]` (dense ids, 0 = padding). Each history's
+        embeddings are looked up once; the search scores all N candidates of a
+        user in one product (`BehaviorSearch.search_users`); pooling and the head
+        run per candidate. The outputs of `explain`, shaped `[U, N, ...]`, equal
+        `forward` on the U * N (candidate, history) pairs. Never compiled, not
+        for training: serving's path (the export's `rank` signature)."""
+        ids, candidates = self._unpack_rank(inputs)
+        if not self.embedding.built:
+            self.embedding.build()
+        cfg = self.model_config
+        # The representation rows of the K kept slots only, where nothing reads all L.
+        late = (cfg.coupling in ("decoupled", "four") and self.search.selects_slots and not cfg.use_history_mean
+                and not self._aux_attends_all())
+        roles = ROLES_BEFORE_SEARCH if late else ROLES
+        emb = self.embedding.combine(self.embedding.lookup(*ids, roles=roles), roles)
+        out = self.stages_from_embeddings(emb, ids, candidates=candidates)
+        users = ops.shape(inputs[RANK_INPUTS[0]])[0]
+        return {k: ops.reshape(v, (users, candidates, *v.shape[1:]))
+                for k, v in out.items() if k in ("probability", "positions", "attention_weights",
+                                                 *self.search.explain_outputs)}
+
+    def rank(self, inputs):
+        """Click probabilities `[U, N]` of each user's N candidates (`rank_forward`)."""
+        return self.rank_forward(inputs)["probability"]
+
     def _stages(self, rows, ids, training) -> dict:
         return self.stages_from_embeddings(self.embedding.combine(rows, self._looked_up_roles()), ids, training)
 
-    def stages_from_embeddings(self, emb: dict, ids, training=False) -> dict:
+    def stages_from_embeddings(self, emb: dict, ids, training=False, candidates=None) -> dict:
         """`forward`'s outputs from the four role embeddings of `BehaviorEmbedding`
         (`target_attention`, ...) and the ids `(target_item, target_category,
         hist_items, hist_categories)`: search, pooling and heads. Analyses feed
-        it embeddings whose paths they separate (`dare_tf.analysis.gradients`)."""
+        it embeddings whose paths they separate (`dare_tf.analysis.gradients`).
+        `candidates` (N): user-major, the targets are N per user (`[U * N]`,
+        user-major order) over `[U, L]` histories (`rank_forward`)."""
         cfg = self.model_config
         target_item, target_category, hist_items, hist_categories = ids
         mask = ops.greater(hist_items, 0)
@@ -202,8 +249,14 @@ class DareModel(keras.Model):
         values = emb.get("history_representation")  # None: looked up for the retrieved slots only
         query, keys = emb["target_attention"], emb["history_attention"]
         late = values is None  # the search only selects: no gradient through its [B, L] scores
-        found = self.search(ops.stop_gradient(query) if late else query, ops.stop_gradient(keys) if late else keys,
-                            values, mask, target_category, hist_categories)
+        if candidates is None:
+            search, search_query, search_category = self.search, query, target_category
+        else:  # the N targets of each user against the user's one history
+            search = self.search.search_users
+            search_query = ops.reshape(query, (-1, candidates, query.shape[-1]))
+            search_category = ops.reshape(target_category, (-1, candidates))
+        found = search(ops.stop_gradient(search_query) if late else search_query,
+                       ops.stop_gradient(keys) if late else keys, values, mask, search_category, hist_categories)
         positions = found["positions"]
         if "pooled" in found:  # a search that pools itself (SDIM)
             pooled, weights = found["pooled"], found["weights"]
@@ -214,21 +267,24 @@ class DareModel(keras.Model):
             if late:
                 # The K kept slots are looked up again and rescored with gradients: the
                 # same values (`scores` exactly), gradients through K rows, not L.
+                slots = positions if candidates is None else ops.reshape(positions, (-1, candidates,
+                                                                                      positions.shape[-1]))
                 rescored = self.search.score(
-                    query, self.embedding.history_at("history_attention", hist_items, hist_categories, positions),
-                    valid)
+                    query, self.embedding.history_at("history_attention", hist_items, hist_categories, slots), valid)
                 scores = ops.stop_gradient(scores) + (rescored - ops.stop_gradient(rescored))
-                kept = self.embedding.history_at("history_representation", hist_items, hist_categories, positions)
+                kept = self.embedding.history_at("history_representation", hist_items, hist_categories, slots)
             pooled, weights = self.pooling(v_t, kept, scores, valid, return_attention_weights=True)
         aux_pooled = pooled
         if self._aux_attends_all():
             # The reference's auxiliary head sees attention over every
             # non-padded slot, not only the retrieved ones.
-            aux_pooled = self.pooling(v_t, values, self.search.score(query, keys, mask), mask)
+            aux_pooled = self.pooling(v_t, values, self.search.score(search_query, keys, mask), mask)
         features = [v_t, pooled]
         if cfg.use_history_mean:
             m = ops.cast(ops.expand_dims(mask, -1), values.dtype)
             mean = ops.sum(values * m, axis=1) / (ops.sum(m, axis=1) + 1.0)
+            if candidates is not None:  # one mean per user, for each of its candidates
+                mean = ops.repeat(mean, candidates, axis=0)
             features += [mean, v_t * mean] if cfg.target_aware else [mean]
         features = ops.concatenate(features, axis=-1)
         outputs = {

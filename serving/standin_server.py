@@ -12,6 +12,7 @@ Deploy with the tensorflow/serving container instead (see the README).
 from absl import app, flags
 
 import dare_tf.cli
+from dare_tf.signatures import MAX_BATCH_SIZE
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_base", None, "Directory holding numeric version directories (one model).")
@@ -22,8 +23,9 @@ flags.DEFINE_integer("port", 8500, "gRPC port (0 picks a free one).", lower_boun
 flags.DEFINE_integer("rest_port", None, "REST port (none: no REST).", lower_bound=0)
 flags.DEFINE_bool("batching", True, "Merge concurrent Predict requests (like --enable_batching).")
 flags.DEFINE_string("batching_parameters_file", None, "A TF Serving batching parameters file (as serving.export "
-                    "writes it): batching on, with its max_batch_size (instead of --max_batch_size).")
-flags.DEFINE_integer("max_batch_size", 1024, "Rows one request may hold, and the batcher merges (TF Serving: "
+                    "writes it): batching on, with its max_batch_size (instead of --max_batch_size) and its "
+                    "pad_variable_length_inputs.")
+flags.DEFINE_integer("max_batch_size", MAX_BATCH_SIZE, "Rows one request may hold, and the batcher merges (TF Serving: "
                      "max_batch_size of its batching parameters); a larger request gets INVALID_ARGUMENT.",
                      lower_bound=1)
 flags.DEFINE_integer("max_request_bytes", 64 << 20, "Bytes of one gRPC message (RESOURCE_EXHAUSTED above) or "
@@ -46,7 +48,9 @@ def main(argv):
         models = {FLAGS.model_name: FLAGS.model_base}
     batch = read_batching_parameters(FLAGS.batching_parameters_file) if FLAGS.batching_parameters_file else None
     server, port, http = serve(models, FLAGS.port, FLAGS.rest_port, batching=FLAGS.batching or batch is not None,
-                               limits=Limits(batch or FLAGS.max_batch_size, FLAGS.max_request_bytes))
+                               limits=Limits(batch.max_batch_size if batch else FLAGS.max_batch_size,
+                                             FLAGS.max_request_bytes),
+                               pad_variable_length_inputs=batch.pad_variable_length_inputs if batch else True)
     print(f"serving {', '.join(sorted(models))} on gRPC localhost:{port}"
           + (f" and REST localhost:{http.server_address[1]}" if http else ""), flush=True)
     server.wait_for_termination()

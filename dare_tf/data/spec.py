@@ -35,6 +35,11 @@ SCALAR_FEATURES = (USER, TARGET_ITEM, TARGET_CATEGORY, LABEL)
 SEQUENCE_FEATURES = (HIST_ITEMS, HIST_CATEGORIES)
 # What a model (and a serving request) takes, in this order.
 MODEL_INPUTS = (TARGET_ITEM, TARGET_CATEGORY, HIST_ITEMS, HIST_CATEGORIES)
+# User-major ranking (`DareModel.rank`, the export's `rank` signature): each user's
+# one history `[U, L]` and that user's N candidates `[U, N]`.
+CANDIDATE_ITEMS = "candidate_items"
+CANDIDATE_CATEGORIES = "candidate_categories"
+RANK_INPUTS = (HIST_ITEMS, HIST_CATEGORIES, CANDIDATE_ITEMS, CANDIDATE_CATEGORIES)
 # The marker that a directory is a dataset written by dare_tf's preparation;
 # earlier formats (per-example TFRecords, then `.npz` shards) are recognised as
 # ours (preparation may replace them) but must be prepared again to be read.

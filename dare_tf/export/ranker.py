@@ -9,10 +9,22 @@ never sees a half-written version) with these signatures:
   first; ids <= 0 in a history are padding. Raw ids are mapped in-graph
   through the dataset's id maps; unknown ids (negative targets included) go
   to the out-of-vocabulary row. Histories are clipped or left-padded to the
-  model's L, keeping the most recent. A history of batch size 1 (`[1, T]`)
-  is shared by every target of the request: scoring N candidates for one
-  user with a 10,000-behaviour history sends 2 x 10,000 ids, not N times
-  that. Output: `probability` `[B]`.
+  model's L, keeping the most recent. Ids <= 0 are padding wherever they
+  stand (the real ids, in order, are the history), so the zeros TF
+  Serving's batcher appends to a shorter history change nothing as long as
+  the request's first history id is padding (`serving.client` sends each
+  history behind a 0). A history of batch size 1 (`[1, T]`) is shared by
+  every target of the request (only without batching: TF Serving's batcher
+  refuses unequal first dimensions). Output: `probability` `[B]`.
+- `rank` (Predict): user-major ranking, one row per user, which TF
+  Serving's batcher merges across users (`dare_tf.signatures`): int64 raw
+  `hist_items`, `hist_categories` `[U, T]` (oldest first), `hist_length`
+  `[U]`, `candidate_items`, `candidate_categories` `[U, N]`,
+  `candidate_count` `[U]` -> `probability` `[U, N]`. Each history is looked
+  up once and scored against its N candidates in one product
+  (`DareModel.rank`); the slots past `hist_length` and `candidate_count`
+  are never read. `rank_explain` also returns `history_index` `[U, N, K]`
+  (index into the user's history row) and `attention_weight` `[U, N, K]`.
 - `explain` (Predict): also `history_index` `[B, K]` (index into the
   request's history, -1 for none) and `attention_weight` `[B, K]`; for
   SDIM (K = L, the weight is the share of hash functions that put the
@@ -41,11 +53,13 @@ import tensorflow as tf
 from absl import logging
 
 from dare_tf._files import clean_stale, staging_dir
-from dare_tf.data.spec import (HIST_CATEGORIES, HIST_ITEMS, ID_MAP_FILES, MODEL_INPUTS, TARGET_CATEGORY,
-                               TARGET_ITEM, DatasetSpec, id_map_digest, read_id_map)
+from dare_tf.data.spec import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS, ID_MAP_FILES,
+                               MODEL_INPUTS, TARGET_CATEGORY, TARGET_ITEM, DatasetSpec, id_map_digest, read_id_map)
 from dare_tf.export.tf_serving import (DATASET_INPUT, DATASET_SIGNATURE, WARMUP_FILE, IdTable, dataset_outputs,
                                        model_base, next_version, set_method_names, warmup_requests, write_server_configs)
 from dare_tf.models import DareModel
+from dare_tf.signatures import (CANDIDATE_COUNT, HIST_LENGTH, MAX_CANDIDATES, RANK, RANK_EXPLAIN,
+                                RANK_REQUEST_INPUTS as RANK_SIGNATURE_INPUTS)
 
 # Rank of each serving input: targets [B], histories [B, T].
 INPUT_RANKS = {TARGET_ITEM: 1, TARGET_CATEGORY: 1, HIST_ITEMS: 2, HIST_CATEGORIES: 2}
@@ -54,8 +68,9 @@ INPUT_RANKS = {TARGET_ITEM: 1, TARGET_CATEGORY: 1, HIST_ITEMS: 2, HIST_CATEGORIE
 class _ServingGraph:
     """The in-graph preprocessing and the endpoint functions around a model."""
 
-    def __init__(self, model: DareModel, data_dir: str):
+    def __init__(self, model: DareModel, data_dir: str, max_candidates: int = MAX_CANDIDATES):
         spec = DatasetSpec.load(data_dir)
+        self.max_candidates = max_candidates
         cfg = model.model_config
         if (cfg.num_items, cfg.num_categories) != (spec.num_items, spec.num_categories):
             raise ValueError(
@@ -82,8 +97,8 @@ class _ServingGraph:
         with tf.control_dependencies(rank_checks):  # before any op that relies on the ranks
             target_item = tf.reshape(raw[TARGET_ITEM], [-1])
             target_category = tf.reshape(raw[TARGET_CATEGORY], [-1])
-            hist_items = tf.identity(raw[HIST_ITEMS])
-            hist_categories = tf.identity(raw[HIST_CATEGORIES])
+            hist_items = tf.ensure_shape(raw[HIST_ITEMS], [None, None])
+            hist_categories = tf.ensure_shape(raw[HIST_CATEGORIES], [None, None])
         batch = tf.shape(target_item)[0]
         checks = [
             tf.debugging.assert_equal(tf.shape(target_category)[0], batch,
@@ -96,44 +111,115 @@ class _ServingGraph:
                                       message="hist_categories and hist_items shapes differ"),
         ]
         with tf.control_dependencies(checks):
-            length = tf.shape(hist_items)[1]
-            hist_items = hist_items[:, -self.max_len:]
-            hist_categories = hist_categories[:, -self.max_len:]
-        pad = self.max_len - tf.shape(hist_items)[1]
-        real = hist_items > 0
+            # Ids <= 0 are padding wherever they stand (TF Serving's batcher pads a
+            # shorter history AFTER its ids): the real ids, in order, right-aligned.
+            real = hist_items > 0
+            column = tf.broadcast_to(tf.range(tf.shape(hist_items)[1], dtype=tf.int64), tf.shape(hist_items))
+            hist_items, hist_categories, column = (_right_aligned(x, real, self.max_len)
+                                                   for x in (hist_items, hist_categories, column))
+        real = column >= 0
         dense_items = tf.where(real, self.items.lookup(hist_items), 0)
         dense_cats = tf.where(real, self.categories.lookup(hist_categories), 0)
-        paddings = [[0, 0], [pad, 0]]
         # A shared history ([1, T]) is mapped once, then repeated for every target.
         rows = tf.stack([batch // tf.maximum(tf.shape(hist_items)[0], 1), 1])
         inputs = {
             TARGET_ITEM: self.items.lookup(target_item),
             TARGET_CATEGORY: self.categories.lookup(target_category),
-            HIST_ITEMS: tf.reshape(tf.tile(tf.pad(dense_items, paddings), rows), [-1, self.max_len]),
-            HIST_CATEGORIES: tf.reshape(tf.tile(tf.pad(dense_cats, paddings), rows), [-1, self.max_len]),
+            HIST_ITEMS: tf.reshape(tf.tile(dense_items, rows), [-1, self.max_len]),
+            HIST_CATEGORIES: tf.reshape(tf.tile(dense_cats, rows), [-1, self.max_len]),
         }
-        return inputs, pad, length
+        return inputs, tf.reshape(tf.tile(column, rows), [-1, self.max_len])
 
     def dataset(self, item_ids):
         return dataset_outputs(self.items, self.digest, item_ids)
 
     def predict(self, target_item, target_category, hist_items, hist_categories):
-        inputs, _, _ = self.model_inputs(target_item, target_category, hist_items, hist_categories)
+        inputs, _ = self.model_inputs(target_item, target_category, hist_items, hist_categories)
         return {"probability": self.model(inputs, training=False)}
 
     def explain(self, target_item, target_category, hist_items, hist_categories):
-        inputs, pad, length = self.model_inputs(target_item, target_category, hist_items, hist_categories)
-        out = self.model.explain(inputs)
+        inputs, column = self.model_inputs(target_item, target_category, hist_items, hist_categories)
+        return self._explained(self.model.explain(inputs), column)
+
+    def _explained(self, out: dict, column) -> dict:
+        """An `explain` result in the request's terms: each kept slot's `history_index`
+        (`column`: the request's index of each of the model's L slots, -1 for padding)."""
         slots = tf.cast(out["positions"], tf.int32)
-        index = slots - pad + tf.maximum(length - self.max_len, 0)
         weight = out["attention_weights"]
+        index = tf.gather(column, slots, batch_dims=len(slots.shape) - 1)
         result = {
             "probability": out["probability"],
-            "history_index": tf.cast(tf.where((slots >= pad) & (weight > 0), index, -1), tf.int64),
+            "history_index": tf.where(weight > 0, index, -1),
             "attention_weight": weight,
         }
         for name in self.model.search.explain_outputs:  # per slot of history_index (SDIM: hash_matches)
             result[name] = tf.cast(out[name], tf.int64)
+        return result
+
+    # -- user-major ranking: one history per user, N candidates per user ---------
+    def rank_inputs(self, hist_items, hist_categories, hist_length, candidate_items, candidate_categories,
+                    candidate_count):
+        """`rank`'s raw inputs -> the model's dense `rank` inputs, the request's index of
+        each of the model's L slots (`[U, L]`, -1 for padding) and each candidate's
+        validity `[U, N]`. Only the first `hist_length` ids of a history row and the
+        first `candidate_count` of a candidate row are read: TF Serving's batcher pads
+        what follows them."""
+        raw = dict(zip(RANK_SIGNATURE_INPUTS, (hist_items, hist_categories, hist_length, candidate_items,
+                                               candidate_categories, candidate_count)))
+        rank_checks = [tf.debugging.assert_rank(raw[name], rank, message=(
+            f"input {name} must have shape {'[users]' if rank == 1 else '[users, ' + name.split('_')[0] + 's]'}"))
+            for name, rank in RANK_SIGNATURE_INPUTS.items()]
+        with tf.control_dependencies(rank_checks):  # (static ranks once they are checked)
+            raw = {name: tf.ensure_shape(raw[name], [None] * rank) for name, rank in RANK_SIGNATURE_INPUTS.items()}
+            users = tf.shape(raw[HIST_LENGTH])[0]
+            shape_checks = [
+                tf.debugging.assert_equal(tf.shape(raw[name])[0], users, message=(
+                    f"{name}'s first dimension (users) differs from {HIST_LENGTH}'s: every input of a rank "
+                    "request has one row per user"))
+                for name in RANK_SIGNATURE_INPUTS if name != HIST_LENGTH]
+            shape_checks += [
+                tf.debugging.assert_equal(tf.shape(raw[HIST_CATEGORIES]), tf.shape(raw[HIST_ITEMS]),
+                                          message="hist_categories and hist_items shapes differ"),
+                tf.debugging.assert_equal(tf.shape(raw[CANDIDATE_CATEGORIES]), tf.shape(raw[CANDIDATE_ITEMS]),
+                                          message="candidate_categories and candidate_items shapes differ"),
+                tf.debugging.assert_less_equal(tf.shape(raw[CANDIDATE_ITEMS])[1], self.max_candidates, message=(
+                    f"candidate_items: more candidates per user than this export's limit of "
+                    f"{self.max_candidates} (serving.export --max_candidates)")),
+                _in_range(raw[HIST_LENGTH], tf.shape(raw[HIST_ITEMS])[1], f"{HIST_LENGTH} (ids per history row)"),
+                _in_range(raw[CANDIDATE_COUNT], tf.shape(raw[CANDIDATE_ITEMS])[1],
+                          f"{CANDIDATE_COUNT} (candidates per row)"),
+            ]
+        with tf.control_dependencies(shape_checks):
+            length = tf.cast(raw[HIST_LENGTH], tf.int64)
+            # The most recent min(length, L) of the row's first `length` ids, right-aligned.
+            column = length[:, None] - self.max_len + tf.range(self.max_len, dtype=tf.int64)[None, :]
+            at = tf.maximum(column, 0)
+            one_more = [[0, 0], [0, 1]]  # (a [U, 0] history still has a column to gather from)
+            hist_items = tf.gather(tf.pad(raw[HIST_ITEMS], one_more), at, batch_dims=1)
+            hist_categories = tf.gather(tf.pad(raw[HIST_CATEGORIES], one_more), at, batch_dims=1)
+        real = (column >= 0) & (hist_items > 0)
+        candidates = tf.range(tf.shape(raw[CANDIDATE_ITEMS])[1], dtype=tf.int64)[None, :] < tf.cast(
+            raw[CANDIDATE_COUNT], tf.int64)[:, None]
+        inputs = {
+            HIST_ITEMS: tf.where(real, self.items.lookup(hist_items), 0),
+            HIST_CATEGORIES: tf.where(real, self.categories.lookup(hist_categories), 0),
+            CANDIDATE_ITEMS: self.items.lookup(raw[CANDIDATE_ITEMS]),
+            CANDIDATE_CATEGORIES: self.categories.lookup(raw[CANDIDATE_CATEGORIES]),
+        }
+        return inputs, tf.where(real, column, -1), candidates
+
+    def rank(self, *raw):
+        inputs, _, candidates = self.rank_inputs(*raw)
+        return {"probability": tf.where(candidates, self.model.rank(inputs), 0.0)}
+
+    def rank_explain(self, *raw):
+        inputs, column, candidates = self.rank_inputs(*raw)
+        out = self.model.rank_forward(inputs)
+        candidates_per_user = tf.shape(out["positions"])[1]
+        column = tf.repeat(column[:, None, :], candidates_per_user, axis=1)  # [U, N, L]
+        result = self._explained(out, column)
+        result["probability"] = tf.where(candidates, result["probability"], 0.0)
+        result["history_index"] = tf.where(candidates[..., None], result["history_index"], -1)
         return result
 
     def parse_examples(self, serialized):
@@ -152,6 +238,23 @@ class _ServingGraph:
         return {"outputs": self.predict(*self.parse_examples(inputs))["probability"]}
 
 
+def _in_range(values, upper, name: str):
+    values = tf.cast(values, tf.int64)
+    return tf.debugging.Assert(tf.reduce_all((values >= 0) & (values <= tf.cast(upper, tf.int64))),
+                               [f"{name} must lie in [0, the row's width]; got", values, "for width", upper])
+
+
+def _right_aligned(x, real, width: int):
+    """The `real` entries of each row of `x` `[B, T]`, in order, right-aligned in
+    `[B, width]` (the last `width` of them), -1 before them."""
+    def reverse(t):
+        return tf.reverse(t, axis=[1])
+
+    compacted = tf.ragged.boolean_mask(reverse(x), reverse(real))  # each row's real entries, newest first
+    compacted = compacted[:, :width].to_tensor(default_value=-1, shape=tf.stack([tf.shape(x)[0], width]))
+    return reverse(compacted)
+
+
 def _left_aligned(sparse: tf.SparseTensor) -> tf.Tensor:
     """Dense [B, T] of variable-length rows, each right-aligned (left-padded with 0)."""
     dense = tf.sparse.to_dense(sparse, default_value=0)
@@ -166,10 +269,13 @@ def _signatures(graph: _ServingGraph) -> dict:
     # Unknown rank, so that a wrong-rank request reaches the signature's own
     # check and its message, not an internal error from deep in the graph.
     raw = [tf.TensorSpec(None, tf.int64, name=name) for name in MODEL_INPUTS]
+    ranked = [tf.TensorSpec(None, tf.int64, name=name) for name in RANK_SIGNATURE_INPUTS]
     examples = [tf.TensorSpec(None, tf.string, name="inputs")]
     return {
         "serving_default": (graph.predict, raw),
         "explain": (graph.explain, raw),
+        RANK: (graph.rank, ranked),
+        RANK_EXPLAIN: (graph.rank_explain, ranked),
         "classify": (graph.classify, examples),
         "regress": (graph.regress, examples),
         DATASET_SIGNATURE: (graph.dataset, [DATASET_INPUT]),
@@ -177,9 +283,12 @@ def _signatures(graph: _ServingGraph) -> dict:
 
 
 def export_saved_model(model: DareModel, data_dir: str, export_base: str, model_name: str,
-                       version: int | None = None) -> str:
-    """Writes a TF-Serving-ready version directory; returns its path."""
-    graph = _ServingGraph(model, data_dir)
+                       version: int | None = None, max_candidates: int = MAX_CANDIDATES) -> str:
+    """Writes a TF-Serving-ready version directory; returns its path. `rank` requests
+    may carry up to `max_candidates` candidates per user."""
+    if max_candidates < 1:
+        raise ValueError(f"max_candidates={max_candidates}: must be >= 1")
+    graph = _ServingGraph(model, data_dir, max_candidates)
     base = model_base(export_base, model_name)
     version = next_version(base) if version is None else version
     final = os.path.join(base, str(version))

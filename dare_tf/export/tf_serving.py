@@ -10,7 +10,9 @@ import re
 import numpy as np
 import tensorflow as tf
 
-from dare_tf.data.spec import HIST_CATEGORIES, HIST_ITEMS, TARGET_CATEGORY, TARGET_ITEM
+from dare_tf.data.spec import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS, TARGET_CATEGORY,
+                               TARGET_ITEM)
+from dare_tf.signatures import CANDIDATE_COUNT, HIST_LENGTH, MAX_BATCH_SIZE, RANK, SERVING_DEFAULT
 
 CLASSIFY_METHOD = "tensorflow/serving/classify"
 
@@ -68,20 +70,26 @@ def set_method_names(export_dir: str) -> None:
 
 
 def warmup_requests(model_name: str, raw: dict, max_len: int):
-    """PredictionLogs of a batch-1 and a batch-8 request (tensorflow-serving-api protos)."""
+    """PredictionLogs of a batch-1 and a batch-8 `serving_default` request and of a
+    one-user `rank` request with 8 candidates (tensorflow-serving-api protos)."""
     from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
 
+    item, category = raw[TARGET_ITEM], raw[TARGET_CATEGORY]
+    requests = [(SERVING_DEFAULT, {
+        TARGET_ITEM: np.full([batch], item, np.int64), TARGET_CATEGORY: np.full([batch], category, np.int64),
+        HIST_ITEMS: np.full([batch, max_len], item, np.int64),
+        HIST_CATEGORIES: np.full([batch, max_len], category, np.int64)}) for batch in (1, 8)]
+    candidates = 8
+    requests.append((RANK, {
+        HIST_ITEMS: np.full([1, max_len], item, np.int64), HIST_CATEGORIES: np.full([1, max_len], category, np.int64),
+        HIST_LENGTH: np.array([max_len], np.int64), CANDIDATE_ITEMS: np.full([1, candidates], item, np.int64),
+        CANDIDATE_CATEGORIES: np.full([1, candidates], category, np.int64),
+        CANDIDATE_COUNT: np.array([candidates], np.int64)}))
     logs = []
-    for batch in (1, 8):
+    for signature, values in requests:
         request = predict_pb2.PredictRequest()
         request.model_spec.name = model_name
-        request.model_spec.signature_name = "serving_default"
-        values = {
-            TARGET_ITEM: np.full([batch], raw[TARGET_ITEM], np.int64),
-            TARGET_CATEGORY: np.full([batch], raw[TARGET_CATEGORY], np.int64),
-            HIST_ITEMS: np.full([batch, max_len], raw[TARGET_ITEM], np.int64),
-            HIST_CATEGORIES: np.full([batch, max_len], raw[TARGET_CATEGORY], np.int64),
-        }
+        request.model_spec.signature_name = signature
         for name, value in values.items():
             request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
         logs.append(prediction_log_pb2.PredictionLog(
@@ -157,7 +165,7 @@ def _model_config_list_end(text: str, path: str) -> int:
     raise ValueError(f"{path}: model_config_list {{ is never closed")
 
 
-def write_server_configs(export_base: str, max_batch_size: int = 256) -> None:
+def write_server_configs(export_base: str, max_batch_size: int = MAX_BATCH_SIZE) -> None:
     """Adds every model this package exported into `export_base` (a ranker and a
     retrieval model: one TF Serving process serves both; base paths as inside the
     tensorflow/serving container, where `export_base` is `/models`) to
@@ -166,7 +174,13 @@ def write_server_configs(export_base: str, max_batch_size: int = 256) -> None:
     A `models.config` already there is merged into, not replaced: its entries and
     settings (other models, version policies, ...) stay as they are, byte for
     byte; only entries for models it does not list yet are added. A batching file
-    not written by this package is kept."""
+    not written by this package is kept.
+
+    The batching parameters pad variable-length inputs (TF Serving's
+    `pad_variable_length_inputs`): requests with histories of different
+    lengths are merged, each padded after its ids with its first id, which
+    neither `rank` (it reads `hist_length` ids) nor `serving_default` (ids
+    <= 0 are padding; the client sends each history behind a 0) reads."""
     from google.protobuf import text_format
     from tensorflow_serving.config import model_server_config_pb2
 

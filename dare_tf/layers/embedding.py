@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from dare_tf.config import COUPLINGS
+from dare_tf.layers.pooling import gather_user_slots
 
 _FIELDS = ("item", "category", "position")
 ROLES = ("target_attention", "history_attention", "target_representation", "history_representation")
@@ -228,11 +229,17 @@ class BehaviorEmbedding(keras.layers.Layer):
         embeddings of the slots `slots` `[B, K]` of `[B, L]` histories only:
         the ids at those slots looked up (with their position ids L - slot),
         equal to gathering `call`'s `[B, L, D]` output at `slots` without
-        computing it (its gradient reaches K rows per example, not L)."""
+        computing it (its gradient reaches K rows per example, not L).
+        User-major `slots` `[U, N, K]` of `[U, L]` histories give `[U * N, K, D]`."""
         length = ops.shape(history_items)[1]
         slots = ops.cast(slots, "int32")
-        items = ops.take_along_axis(history_items, slots, axis=1)
-        categories = ops.take_along_axis(history_categories, slots, axis=1)
+        if len(slots.shape) == 3:  # user-major
+            items = gather_user_slots(history_items, slots)
+            categories = gather_user_slots(history_categories, slots)
+            slots = ops.reshape(slots, (-1, slots.shape[-1]))
+        else:
+            items = ops.take_along_axis(history_items, slots, axis=1)
+            categories = ops.take_along_axis(history_categories, slots, axis=1)
         rows = self.lookup(items[:, 0], categories[:, 0], items, categories, (role,),
                            history_positions=ops.cast(length, "int32") - slots)
         return self.combine(rows, (role,))[role]

@@ -52,5 +52,9 @@ def popcount16(words):
 
 
 def hamming_distance(query_words, key_words):
-    """Differing bits between packed signatures: `[B, W]` vs `[B, L, W]` -> `[B, L]` int32."""
+    """Differing bits between packed signatures: `[B, W]` vs `[B, L, W]` -> `[B, L]`
+    int32; user-major, `[U, N, W]` vs `[U, L, W]` -> `[U, N, L]`."""
+    if len(query_words.shape) == 3:
+        return ops.sum(popcount16(ops.bitwise_xor(ops.expand_dims(key_words, 1), ops.expand_dims(query_words, 2))),
+                       axis=-1)
     return ops.sum(popcount16(ops.bitwise_xor(key_words, ops.expand_dims(query_words, 1))), axis=-1)

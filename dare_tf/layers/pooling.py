@@ -28,6 +28,24 @@ def gather_slots(values, positions):
     return ops.take_along_axis(values, index, axis=1)
 
 
+def user_major(query) -> bool:
+    """Whether `query` holds N targets per user, `[U, N, D]` (serving's ranking of
+    candidates against each user's one history), rather than one per example `[B, D]`."""
+    return len(query.shape) == 3
+
+
+def gather_user_slots(values, positions):
+    """`values[u, positions[u, n, k]]` flattened to the U * N targets: `[U, L, ...]`
+    and `[U, N, K]` -> `[U * N, K, ...]`, read from each user's one copy (no
+    `[U, N, L, ...]` intermediate)."""
+    positions = ops.cast(positions, "int32")
+    users, length = ops.shape(values)[0], ops.shape(values)[1]
+    index = positions + ops.reshape(ops.arange(users, dtype="int32") * length, (-1, 1, 1))
+    flat = ops.reshape(values, (-1, *values.shape[2:]))
+    return ops.reshape(ops.take(flat, ops.reshape(index, (-1,)), axis=0),
+                       (-1, positions.shape[-1], *values.shape[2:]))
+
+
 def target_aware(target, pooled):
     """`concat(h, v_t * h)`: the pooled vector and the paper's target-aware
     representation (TR)."""
@@ -55,6 +73,11 @@ class TargetAttentionPooling(keras.layers.Layer):
             `values` directly (then K = L).
         return_attention_weights: also return the weights `[B, K]`.
 
+    User-major (N targets per user over each user's one history): `scores`
+    `[U, N, L]`, `values` `[U, L, D]`, `mask` `[U, L]`, `target` `[U * N, D]`
+    pool every slot without repeating the histories; the output is
+    `[U * N, ...]` and the weights `[U * N, L]`.
+
     Returns:
         `[B, 2D]` (`[B, D]` without `target_aware`), and the weights if asked.
         A row without any valid slot pools to zeros.
@@ -76,10 +99,16 @@ class TargetAttentionPooling(keras.layers.Layer):
         self.target_aware = target_aware
 
     def call(self, target, values, scores, mask, positions=None, return_attention_weights=False):
-        weights = masked_softmax(scores, mask)  # [B, K] float32
-        if positions is not None:
-            values = gather_slots(values, positions)  # [B, K, D]
-        pooled = ops.einsum("bk,bkd->bd", ops.cast(weights, values.dtype), values)
+        if len(scores.shape) == 3:  # user-major: [U, N, L] over [U, L, D]
+            weights = masked_softmax(scores, ops.expand_dims(mask, 1))
+            pooled = ops.reshape(ops.einsum("unl,uld->und", ops.cast(weights, values.dtype), values),
+                                 (-1, values.shape[-1]))
+            weights = ops.reshape(weights, (-1, scores.shape[-1]))
+        else:
+            weights = masked_softmax(scores, mask)  # [B, K] float32
+            if positions is not None:
+                values = gather_slots(values, positions)  # [B, K, D]
+            pooled = ops.einsum("bk,bkd->bd", ops.cast(weights, values.dtype), values)
         if self.target_aware:
             pooled = target_aware(target, pooled)
         if return_attention_weights:

@@ -18,7 +18,7 @@ from typing import Any
 import keras
 from keras import ops
 
-from dare_tf.layers.pooling import gather_slots
+from dare_tf.layers.pooling import gather_slots, gather_user_slots, user_major
 
 # The reference fills padded scores with -2**32 + 1 (reference.md, "Search").
 PADDING_SCORE = -(2.0**32) + 1.0
@@ -62,7 +62,9 @@ def offset_seed(seed: int | None, offset: int) -> int | None:
 
 
 def scaled_dot_scores(query, keys, position_dim: int = 0):
-    """Attention scores `[B, L]` of keys `[B, L, D]` for a query `[B, D]`, in float32.
+    """Attention scores `[B, L]` of keys `[B, L, D]` for a query `[B, D]`, in float32;
+    user-major, `[U, N, L]` for N queries `[U, N, D]` per user over keys `[U, L, D]`
+    (one product for all N: each user's keys are read once).
 
     With `position_dim > 0` the last `position_dim` features are the position
     part and are scaled on their own (reference.md):
@@ -72,14 +74,21 @@ def scaled_dot_scores(query, keys, position_dim: int = 0):
     query = ops.cast(query, "float32")
     keys = ops.cast(keys, "float32")
     width = query.shape[-1]
+    product = "und,uld->unl" if user_major(query) else "bd,bld->bl"
     if not position_dim:
-        return ops.einsum("bd,bld->bl", query, keys) / float(width) ** 0.5
+        return ops.einsum(product, query, keys) / float(width) ** 0.5
     sem = width - position_dim
     # One product over the whole width with the query's parts pre-scaled: the [B, L, D]
     # keys are read once and never sliced (a slice is a copy outside XLA).
     scale = ops.concatenate([ops.full((sem,), float(sem) ** -0.5, "float32"),
                              ops.full((position_dim,), float(position_dim) ** -0.5, "float32")])
-    return ops.einsum("bd,bld->bl", query * scale, keys)
+    return ops.einsum(product, query * scale, keys)
+
+
+def slot_axis(x, query):
+    """A per-slot tensor `[U, L, ...]` of the histories, broadcastable against the
+    user-major scores `[U, N, L, ...]` of `query` `[U, N, D]`; as it is otherwise."""
+    return ops.expand_dims(x, 1) if user_major(query) else x
 
 
 def every_slot(mask):
@@ -106,6 +115,15 @@ class BehaviorSearch(keras.layers.Layer, abc.ABC):
         explain_outputs: the names of the per-variant outputs in the result's
             `explain` (returned by `DareModel.explain` and a served model's
             `explain` signature).
+
+    User-major search (`search_users`): N targets per user against that
+    user's one history, as serving ranks candidates. The same result as
+    `call` on the N copies of each history, with the U x N targets flattened
+    to B = U * N (user-major order); a variant computes what does not depend
+    on the target once per user (its keys, signatures, clusters) and the
+    targets' scores as one `[U, N, L]` product. The base implementation
+    repeats each history N times and calls `call` (exact, not cheaper);
+    variants override it.
 
     Args:
         top_k: K, what the stage keeps (where it keeps a top K).
@@ -152,11 +170,13 @@ class BehaviorSearch(keras.layers.Layer, abc.ABC):
         return cls(top_k=config.top_k, position_dim=config.attention_pos_dim, name="search")
 
     def score(self, query, keys, mask, score_bias=None):
-        """Masked scaled dot-product scores `[B, N]` (float32); padding gets -2**32 + 1."""
+        """Masked scaled dot-product scores `[B, N]` (float32); padding gets -2**32 + 1.
+        User-major (`query` `[U, N, D]`, `keys` `[U, L, D]`, `mask` and `score_bias`
+        `[U, L]`): `[U, N, L]`."""
         scores = scaled_dot_scores(query, keys, self.position_dim)
         if score_bias is not None:
-            scores = scores + ops.cast(score_bias, "float32")
-        return ops.where(ops.cast(mask, "bool"), scores, PADDING_SCORE)
+            scores = scores + slot_axis(ops.cast(score_bias, "float32"), query)
+        return ops.where(slot_axis(ops.cast(mask, "bool"), query), scores, PADDING_SCORE)
 
     def kept(self, length: int) -> int:
         """How many entries the modelling stage attends over for a history of `length`."""
@@ -170,6 +190,17 @@ class BehaviorSearch(keras.layers.Layer, abc.ABC):
     def slot_scores(self, query, keys, mask, target_category=None, history_categories=None):
         """What the stage ranks by, `[B, N]` float32, higher first, padding
         -2**32 + 1 (N = L, or the clusters for TWIN-V2)."""
+
+    def search_users(self, query, keys, values, mask, target_category=None, history_categories=None) -> dict:
+        """`call` for N targets per user: `query` `[U, N, Da]`, `target_category`
+        `[U, N]`, `keys` `[U, L, Da]`, `values` `[U, L, Dr]` or `None`, `mask` and
+        `history_categories` `[U, L]`; returns `call`'s result for B = U * N
+        (user-major order). Here: each history repeated N times, then `call`."""
+        candidates = ops.shape(query)[1]
+        repeat = lambda x: None if x is None else ops.repeat(x, candidates, axis=0)  # noqa: E731
+        return self.call(ops.reshape(query, (-1, query.shape[-1])), repeat(keys), repeat(values), repeat(mask),
+                         None if target_category is None else ops.reshape(target_category, (-1,)),
+                         repeat(history_categories))
 
     def search_only(self, query, keys, mask, target_category=None, history_categories=None, **precomputed):
         """The stage without any representation read: what the attention-dimension
@@ -207,6 +238,24 @@ class TopKSearch(BehaviorSearch):
         top_scores = top if scores is not None else self.score(query, gather_slots(keys, positions), valid)
         return {"positions": positions, "scores": top_scores, "valid": valid,
                 "values": None if values is None else gather_slots(values, positions), "explain": {}}
+
+    def search_users(self, query, keys, values, mask, target_category=None, history_categories=None,
+                     **precomputed):
+        """User-major: the ranking of all N targets as one `[U, N, L]` product, the
+        top K per target, the kept slots gathered from each user's one history."""
+        mask = ops.cast(mask, "bool")
+        length = keys.shape[1]
+        if length is None:
+            raise ValueError(f"{type(self).__name__}: the history length (keys.shape[1]) must be static")
+        priority, scores = self.ranking(query, keys, mask, target_category, history_categories, **precomputed)
+        k = min(self.top_k, length)
+        top, positions = ops.top_k(scores if scores is not None else ops.cast(priority, "float32"), k, sorted=True)
+        positions = ops.cast(positions, "int32")  # [U, N, K]
+        valid = gather_user_slots(mask, positions)  # [B, K]
+        top_scores = (ops.reshape(top, (-1, k)) if scores is not None else
+                      self.score(ops.reshape(query, (-1, query.shape[-1])), gather_user_slots(keys, positions), valid))
+        return {"positions": ops.reshape(positions, (-1, k)), "scores": top_scores, "valid": valid,
+                "values": None if values is None else gather_user_slots(values, positions), "explain": {}}
 
     def slot_scores(self, query, keys, mask, target_category=None, history_categories=None):
         mask = ops.cast(mask, "bool")

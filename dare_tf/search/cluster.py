@@ -63,6 +63,15 @@ class ClusterTopKSearch(SoftTopKSearch):
             result["values"] = None
         return result
 
+    def search_users(self, query, keys, values, mask, target_category=None, history_categories=None):
+        """User-major: each user's history clustered once, then all N targets scored."""
+        keys, cluster_values, valid, bias = self.clusters(keys, keys if values is None else values, mask,
+                                                          history_categories)
+        result = super().search_users(query, keys, cluster_values, valid, score_bias=bias)
+        if values is None:
+            result["values"] = None
+        return result
+
     def slot_scores(self, query, keys, mask, target_category=None, history_categories=None):
         keys, _, valid, bias = self.clusters(keys, keys, mask, history_categories)
         return self.score(query, keys, valid, bias)

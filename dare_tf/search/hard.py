@@ -11,10 +11,13 @@ def hard_search_priority(mask, target_category, history_categories):
     """Hard search's ranking `[B, L]` int32: every real slot of the target's
     category ranks above every other slot; within a group the more recent
     (larger index) ranks higher. Its top K is the reference's "most recent K of
-    the category, widened by the most recent other slots"."""
+    the category, widened by the most recent other slots". User-major
+    (`target_category` `[U, N]` over `[U, L]` histories): `[U, N, L]`."""
     length = ops.shape(history_categories)[1]
+    if len(target_category.shape) == 2:  # user-major
+        mask, history_categories = ops.expand_dims(mask, 1), ops.expand_dims(history_categories, 1)
     same = ops.logical_and(mask, ops.equal(history_categories, ops.expand_dims(target_category, -1)))
-    return ops.arange(length, dtype="int32")[None, :] + ops.cast(same, "int32") * length
+    return ops.arange(length, dtype="int32") + ops.cast(same, "int32") * length
 
 
 @register_search("hard")

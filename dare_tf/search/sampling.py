@@ -8,6 +8,13 @@ from dare_tf.layers.hashing import add_projection, bucket_codes, simhash_bits
 from dare_tf.search.base import PADDING_SCORE, BehaviorSearch, every_slot, offset_seed, register_search
 
 
+def _mean_of_normalized(sums):
+    """`[B, m, Dr]` per-hash bucket sums -> `[B, Dr]`: each L2-normalised, then averaged."""
+    # The floor inside the square root keeps an empty bucket's gradient finite.
+    norms = ops.sqrt(ops.maximum(ops.sum(ops.square(ops.cast(sums, "float32")), axis=-1, keepdims=True), 1e-24))
+    return ops.mean(sums / ops.cast(norms, sums.dtype), axis=1)
+
+
 @register_search("sdim")
 class HashSamplingSearch(BehaviorSearch):
     """SDIM: the behaviours that share the target's hash bucket, averaged; no top K.
@@ -78,12 +85,24 @@ class HashSamplingSearch(BehaviorSearch):
     def call(self, query, keys, values, mask, target_category=None, history_categories=None):
         matches = self.matches(query, keys, mask)
         weights = ops.cast(matches, "float32")
-        sums = ops.einsum("blh,bld->bhd", ops.cast(weights, values.dtype), values)  # [B, m, Dr]
-        # The floor inside the square root keeps an empty bucket's gradient finite.
-        norms = ops.sqrt(ops.maximum(ops.sum(ops.square(ops.cast(sums, "float32")), axis=-1, keepdims=True), 1e-24))
-        interest = ops.mean(sums / ops.cast(norms, sums.dtype), axis=1)
+        interest = _mean_of_normalized(ops.einsum("blh,bld->bhd", ops.cast(weights, values.dtype), values))
         return {"positions": every_slot(mask), "pooled": interest, "weights": ops.mean(weights, axis=-1),
                 "explain": {"hash_matches": matches}}
+
+    def search_users(self, query, keys, values, mask, target_category=None, history_categories=None):
+        """User-major: each behaviour hashed once per user, the N targets' buckets
+        matched against them, `[U, N, L, m]`, and summed per target."""
+        buckets = self.buckets(keys)  # [U, L, m]
+        matches = ops.logical_and(ops.equal(ops.expand_dims(buckets, 1), ops.expand_dims(self.buckets(query), 2)),
+                                  ops.expand_dims(ops.expand_dims(ops.cast(mask, "bool"), 1), -1))  # [U, N, L, m]
+        weights = ops.cast(matches, "float32")
+        sums = ops.einsum("unlh,uld->unhd", ops.cast(weights, values.dtype), values)  # [U, N, m, Dr]
+        interest = _mean_of_normalized(ops.reshape(sums, (-1, self.num_hashes, values.shape[-1])))
+        length = keys.shape[1]
+        flat_matches = ops.reshape(matches, (-1, length, self.num_hashes))
+        return {"positions": every_slot(flat_matches[..., 0]), "pooled": interest,
+                "weights": ops.mean(ops.cast(flat_matches, "float32"), axis=-1),
+                "explain": {"hash_matches": flat_matches}}
 
     def slot_scores(self, query, keys, mask, target_category=None, history_categories=None):
         weights = ops.mean(ops.cast(self.matches(query, keys, mask), "float32"), axis=-1)

@@ -5,17 +5,17 @@ from __future__ import annotations
 from keras import ops
 
 from dare_tf.layers.hashing import add_projection, hamming_distance, pack_bits, simhash_bits
-from dare_tf.search.base import TopKSearch, offset_seed, register_search
+from dare_tf.search.base import TopKSearch, offset_seed, register_search, slot_axis
 
 
 def hamming_priority(query_signature, key_signatures, mask, bits: int):
     """SimHash search's ranking `[B, L]` int32 from packed signatures (`pack_bits`):
     fewer differing bits first, then the more recent slot; padding below every
-    real slot."""
+    real slot. User-major (`query_signature` `[U, N, W]`): `[U, N, L]`."""
     length = ops.shape(key_signatures)[1]
     differing = hamming_distance(query_signature, key_signatures)
-    priority = (bits - differing) * length + ops.arange(length, dtype="int32")[None, :]
-    return ops.where(mask, priority, -1)
+    priority = (bits - differing) * length + ops.arange(length, dtype="int32")
+    return ops.where(slot_axis(mask, query_signature), priority, -1)
 
 
 @register_search("simhash")

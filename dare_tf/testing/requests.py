@@ -10,6 +10,8 @@ import math
 import grpc
 import tensorflow as tf
 
+from dare_tf.signatures import MAX_BATCH_SIZE
+
 DEFAULT_SIGNATURE = "serving_default"
 # The TensorProto field that carries each dtype's values when tensor_content is empty.
 _VALUE_FIELDS = {tf.int64: "int64_val", tf.int32: "int_val", tf.int16: "int_val", tf.int8: "int_val",
@@ -21,7 +23,8 @@ _VALUE_FIELDS = {tf.int64: "int64_val", tf.int32: "int_val", tf.int16: "int_val"
 class Limits:
     """What one request may ask of the server, checked before anything is
     allocated for it. TF Serving bounds the same: its batching parameters'
-    `max_batch_size` and gRPC's receive-message limit.
+    `max_batch_size` and gRPC's receive-message limit. The default batch limit is
+    the exported batching parameters' (`dare_tf.signatures.MAX_BATCH_SIZE`).
 
     Attributes:
         max_batch_size: rows (the first dimension of any input) of one request,
@@ -29,7 +32,7 @@ class Limits:
         max_request_bytes: bytes of one gRPC message or REST body.
     """
 
-    max_batch_size: int = 1024
+    max_batch_size: int = MAX_BATCH_SIZE
     max_request_bytes: int = 64 << 20
 
     def check_tensor(self, name: str, proto) -> None:

@@ -20,6 +20,7 @@ Program: `python -m serving.standin_server` (serving/standin_server.py).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import queue
 import re
@@ -38,6 +39,7 @@ from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2,
 from tensorflow_serving.config import model_server_config_pb2
 
 from dare_tf.export.tf_serving import versions
+from dare_tf.signatures import MAX_BATCH_SIZE
 from dare_tf.testing.requests import DEFAULT_SIGNATURE, Limits, ServingError
 
 CONTAINER_ROOT = "/models/"
@@ -74,14 +76,24 @@ def read_model_config(path: str) -> dict[str, str]:
     return models
 
 
-def read_batching_parameters(path: str) -> int:
-    """`max_batch_size` of a TF Serving batching parameters file (text
-    `BatchingParameters`, as `serving.export` writes it)."""
+@dataclasses.dataclass(frozen=True)
+class BatchingParameters:
+    """What the stand-in reads of a TF Serving batching parameters file."""
+
+    max_batch_size: int = MAX_BATCH_SIZE
+    pad_variable_length_inputs: bool = True
+
+
+def read_batching_parameters(path: str) -> BatchingParameters:
+    """`max_batch_size` and `pad_variable_length_inputs` of a TF Serving batching
+    parameters file (text `BatchingParameters`, as `serving.export` writes it)."""
     with open(path) as f:
-        match = re.search(r"\bmax_batch_size\s*\{\s*value\s*:\s*(\d+)\s*\}", f.read())
+        text = f.read()
+    match = re.search(r"\bmax_batch_size\s*\{\s*value\s*:\s*(\d+)\s*\}", text)
     if match is None or int(match.group(1)) < 1:
         raise ValueError(f"{path}: no max_batch_size {{ value: N }} (a TF Serving batching parameters file)")
-    return int(match.group(1))
+    pad = re.search(r"\bpad_variable_length_inputs\s*:\s*(\w+)", text)
+    return BatchingParameters(int(match.group(1)), pad is not None and pad.group(1) == "true")
 
 
 def latest_version(model_base: str) -> int:
@@ -154,16 +166,23 @@ def _examples(input_proto) -> np.ndarray:
 
 
 class Batcher:
-    """Merges concurrent Predict requests into one call, like TF Serving's
-    `--enable_batching`: every input of a request needs the same batch size (a
-    request that shares one `[1, T]` history among its targets is refused, as
-    TF Serving's batching session refuses it); requests of the same signature
-    with the same trailing shapes are
-    concatenated (up to `max_batch_size` rows, waiting at most `timeout_s`
-    for more), run once, and split back."""
+    """Merges concurrent Predict requests into one call, as TF Serving's
+    `--enable_batching` does (`batching_session.cc`, `batching_util.cc`):
+    every input of a request needs the same first dimension (a request that
+    shares one `[1, T]` history among its targets is refused, as TF
+    Serving's batching session refuses it); requests of the same signature
+    are concatenated along it (up to `max_batch_size` rows, waiting at most
+    `timeout_s` for more), run once, and split back along it. Inputs whose
+    other dimensions differ are padded, with `pad_variable_length_inputs`,
+    AFTER their elements to the batch's largest with each tensor's own first
+    element (an empty tensor among non-empty ones fails the batch), or fail
+    the whole batch without it; outputs come back split along the first
+    dimension only, with the batch's padded sizes."""
 
-    def __init__(self, model: LoadedModel, max_batch_size: int = 256, timeout_s: float = 0.001):
+    def __init__(self, model: LoadedModel, max_batch_size: int = MAX_BATCH_SIZE, timeout_s: float = 0.001,
+                 pad_variable_length_inputs: bool = True):
         self.model, self.max_batch_size, self.timeout_s = model, max_batch_size, timeout_s
+        self.pad = pad_variable_length_inputs
         self.queue: queue.Queue = queue.Queue()
         threading.Thread(target=self._loop, daemon=True).start()
 
@@ -172,14 +191,15 @@ class Batcher:
         sizes = {v.shape[0] if v.ndim else None for v in inputs.values()}
         if len(sizes) != 1 or None in sizes:
             return None  # not row-aligned
-        return (name, tuple(sorted((k, v.shape[1:], v.dtype.str) for k, v in inputs.items())))
+        return (name, tuple(sorted((k, v.ndim, v.dtype.str) for k, v in inputs.items())))
 
     def run(self, name, definition, inputs):
         key = self._key(name, inputs)
         if key is None:  # as TF Serving's batching session refuses it
             raise ServingError(grpc.StatusCode.INVALID_ARGUMENT,
                                "with batching, every input needs the same 0th-dimension size (send a history "
-                               "per target, not one [1, T] history for all), or serve without batching")
+                               "per target, not one [1, T] history for all; or use the rank signature), or serve "
+                               "without batching")
         done = futures.Future()
         self.queue.put((key, name, definition, inputs, done))
         return done.result()
@@ -202,12 +222,31 @@ class Batcher:
             for items in groups.values():
                 self._run_group(items)
 
+    def merged(self, requests: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        """The requests' inputs as TF Serving's batcher concatenates them (see the class)."""
+        merged = {}
+        for key in requests[0]:
+            tensors = [r[key] for r in requests]
+            widest = np.max([t.shape for t in tensors], axis=0)
+            if any(tuple(t.shape[1:]) != tuple(widest[1:]) for t in tensors):
+                if not self.pad:
+                    raise ServingError(grpc.StatusCode.INVALID_ARGUMENT, (
+                        f"Tensors with name '{key}' from different tasks have different shapes and padding is "
+                        "turned off. Set pad_variable_length_inputs to true, or ensure that all tensors with "
+                        "the same name have equal dimensions starting with the first dim."))
+                if any(t.size == 0 for t in tensors):
+                    raise ServingError(grpc.StatusCode.INVALID_ARGUMENT,
+                                       "Got empty tensor in batch of non-empty tensors.")
+                tensors = [np.pad(t, [(0, 0)] + [(0, w - d) for w, d in zip(widest[1:], t.shape[1:])],
+                                  constant_values=t.flat[0]) for t in tensors]
+            merged[key] = np.concatenate(tensors)
+        return merged
+
     def _run_group(self, items):
         _, name, definition, _, _ = items[0]
         sizes = [next(iter(it[3].values())).shape[0] for it in items]
-        merged = {k: np.concatenate([it[3][k] for it in items]) for k in items[0][3]}
         try:
-            outputs = self.model.run(name, definition, merged)
+            outputs = self.model.run(name, definition, self.merged([it[3] for it in items]))
         except Exception as e:  # every request of the group gets the error
             for it in items:
                 it[4].set_exception(e)
@@ -228,10 +267,12 @@ def _served(models: dict[str, LoadedModel], name: str) -> LoadedModel:
 class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
     """The gRPC service over the loaded models (by name), each with its own batcher."""
 
-    def __init__(self, models: dict[str, LoadedModel], batching: bool = True, limits: Limits = Limits()):
+    def __init__(self, models: dict[str, LoadedModel], batching: bool = True, limits: Limits = Limits(),
+                 pad_variable_length_inputs: bool = True):
         self.models, self.limits = models, limits
-        self.batchers = ({name: Batcher(model, limits.max_batch_size) for name, model in models.items()}
-                         if batching else {})
+        self.batchers = ({name: Batcher(model, limits.max_batch_size,
+                                        pad_variable_length_inputs=pad_variable_length_inputs)
+                          for name, model in models.items()} if batching else {})
 
     def _guard(self, context, fn):
         try:
@@ -319,10 +360,11 @@ class _HTTPServer(ThreadingHTTPServer):
 
 
 def serve(models: dict[str, str], port: int = 0, rest_port: int | None = None, workers: int = 16,
-          batching: bool = True, limits: Limits = Limits()):
+          batching: bool = True, limits: Limits = Limits(), pad_variable_length_inputs: bool = True):
     """Starts the gRPC (and optionally REST) stand-in serving `models` (name ->
     base path holding numeric versions; `read_model_config` reads them from a
-    `models.config`) within `limits`; returns (grpc_server, grpc_port, http_server).
+    `models.config`) within `limits`, merging concurrent requests (`batching`,
+    `Batcher`); returns (grpc_server, grpc_port, http_server).
 
     Raises OSError when a port is already in use (no port sharing: two
     servers on one port would split the connections between them).
@@ -333,7 +375,7 @@ def serve(models: dict[str, str], port: int = 0, rest_port: int | None = None, w
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers),
                          options=[("grpc.max_receive_message_length", limits.max_request_bytes),
                                   ("grpc.so_reuseport", 0)])
-    service = PredictionService(loaded, batching, limits)
+    service = PredictionService(loaded, batching, limits, pad_variable_length_inputs)
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(service, server)
     try:
         bound = server.add_insecure_port(f"localhost:{port}")

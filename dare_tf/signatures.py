@@ -1,0 +1,37 @@
+"""TensorFlow Serving conventions that the exports, the client and the stand-in
+share: signature names, the inputs of the user-major `rank` signature and the
+batching limit. Plain Python: importing it loads neither TensorFlow nor Keras.
+
+`rank` (and `rank_explain`) take one row per user, so that TF Serving's batcher,
+which concatenates requests along the first dimension of every input, can merge
+the requests of different users:
+
+| input | shape | meaning |
+|---|---|---|
+| `hist_items`, `hist_categories` | `[U, T]` int64 | raw ids, oldest first, any T |
+| `hist_length` | `[U]` int64 | how many of the row's first ids are the history |
+| `candidate_items`, `candidate_categories` | `[U, N]` int64 | raw ids |
+| `candidate_count` | `[U]` int64 | how many of the row's first candidates are real |
+
+Output `probability` `[U, N]` (0 beyond `candidate_count`). With
+`pad_variable_length_inputs`, TF Serving pads a shorter input after its
+elements with that tensor's first element; the signature never reads those
+slots, so a request's answer does not depend on what it is merged with.
+"""
+
+from dare_tf.data.spec import CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS
+
+SERVING_DEFAULT = "serving_default"
+EXPLAIN = "explain"
+RANK = "rank"
+RANK_EXPLAIN = "rank_explain"
+HIST_LENGTH = "hist_length"
+CANDIDATE_COUNT = "candidate_count"
+# `rank`'s inputs, in order, with their ranks.
+RANK_REQUEST_INPUTS = {HIST_ITEMS: 2, HIST_CATEGORIES: 2, HIST_LENGTH: 1, CANDIDATE_ITEMS: 2, CANDIDATE_CATEGORIES: 2,
+               CANDIDATE_COUNT: 1}
+# Rows (first-dimension entries) of one request and of one merged batch: the
+# exported batching_parameters.txt's max_batch_size and the stand-in's default.
+MAX_BATCH_SIZE = 256
+# Candidates per user a `rank` request may carry (serving.export --max_candidates).
+MAX_CANDIDATES = 1000
