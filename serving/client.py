@@ -6,13 +6,17 @@ Usage:
   python -m serving.client --server=localhost:8500 --model_name=dare --metadata
   python -m serving.client recommend --server=localhost:8500 --model_name=dare \
       --retrieval_model=retrieval --request_json=user.json [--num_candidates=200 --top=10 --explain]
+  python -m serving.client recommend --server=localhost:8500 --model_name=dare \
+      --user_id=1 --histories=lmdb:histories   # the history from the history service
 
 req.json holds lists `target_item`, `target_category` and lists of lists
 `hist_items`, `hist_categories` (raw integer ids, oldest first, any lengths).
 For `recommend`, user.json holds one user's `hist_items` and `hist_categories`
-(lists of raw ids, oldest first): the retrieval model picks --num_candidates
-items, the ranker (--model_name) scores them in one batched request, and the
---top are printed by click probability.
+(lists of raw ids, oldest first), or --user_id names a user whose history the
+history service (--histories, `python -m serving.histories`) holds, read at
+call time: the retrieval model picks --num_candidates items, the ranker
+(--model_name) scores them in one `rank` request, and the --top are printed
+by click probability.
 """
 
 import json
@@ -35,8 +39,11 @@ flags.DEFINE_integer("num_candidates", 200, "recommend: candidates the retrieval
                      lower_bound=1)
 flags.DEFINE_integer("top", 10, "recommend: recommendations to print.", lower_bound=1)
 flags.DEFINE_bool("explain", False, "recommend: also print the ranker's heaviest retrieved behaviours.")
-flags.DEFINE_bool("share_history", False, "recommend: send the history once for all candidates, only to a server "
-                  "without batching (TF Serving's --enable_batching needs equal batch sizes).")
+flags.DEFINE_string("user_id", None, "recommend: a raw user id whose history --histories holds (instead of "
+                    "--request_json).")
+flags.DEFINE_string("histories", None, "recommend --user_id: the history store, lmdb:DIR or redis://HOST:PORT.")
+flags.DEFINE_integer("max_len", None, "recommend --user_id: read the user's last this many clicks (default all "
+                     "the store keeps; the ranker keeps its own L of them).", lower_bound=1)
 flags.DEFINE_enum("format", "table", ["table", "json"], "Output: markdown tables or JSON, in the request's raw "
                   "ids (with explain: each retrieved behaviour's item, category, clicks ago and weight).")
 flags.adopt_module_key_flags(dare_tf.cli)
@@ -77,8 +84,18 @@ def _command(argv):
     if commands == ["recommend"]:
         if FLAGS.rest_url:
             raise app.UsageError("recommend talks gRPC (--server); --rest_url is for single-model requests")
+        if FLAGS.user_id is not None:
+            if FLAGS.request_json or not FLAGS.histories:
+                raise app.UsageError("recommend --user_id reads the history from --histories (not --request_json)")
+            try:
+                user = int(FLAGS.user_id)
+            except ValueError:
+                raise ValueError(f"--user_id={FLAGS.user_id}: a raw user id is an integer") from None
+            if not -(2**63) <= user < 2**63:
+                raise ValueError(f"--user_id={FLAGS.user_id}: does not fit int64")
+            return "recommend", {"user_id": user}
         if not FLAGS.request_json:
-            raise app.UsageError("recommend needs --request_json")
+            raise app.UsageError("recommend needs --request_json (or --user_id with --histories)")
         request = _read_request([HIST_ITEMS, HIST_CATEGORIES])
         for name in (HIST_ITEMS, HIST_CATEGORIES):
             _history(request, name)
@@ -99,12 +116,23 @@ def recommend(request):
 
     clients = [ServingClient(FLAGS.server, name, timeout=FLAGS.timeout, retries=FLAGS.retries)
                for name in (FLAGS.retrieval_model, FLAGS.model_name)]
+    store = None
     try:
-        result = Recommender(*clients, share_history=FLAGS.share_history).recommend(
-            request[HIST_ITEMS], request[HIST_CATEGORIES], FLAGS.num_candidates, FLAGS.top, FLAGS.explain)
+        if "user_id" in request:
+            from dare_tf.histories import open_store
+
+            store = open_store(FLAGS.histories, read_only=True)
+            result, history = Recommender(*clients, histories=store).recommend_user(
+                request["user_id"], FLAGS.num_candidates, FLAGS.top, FLAGS.explain, FLAGS.max_len)
+            request = dict(zip((HIST_ITEMS, HIST_CATEGORIES), history.row(0)))
+        else:
+            result = Recommender(*clients).recommend(request[HIST_ITEMS], request[HIST_CATEGORIES],
+                                                     FLAGS.num_candidates, FLAGS.top, FLAGS.explain)
     finally:
         for client in clients:
             client.close()
+        if store is not None:
+            store.close()
     if FLAGS.format == "json":
         print(json.dumps({k: v.tolist() for k, v in result.items()}, indent=2))
     else:

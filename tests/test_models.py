@@ -155,6 +155,36 @@ def test_xla_and_bfloat16_match_default_path(rng, preset):
     np.testing.assert_allclose(np.asarray(out["probability"]), expected, atol=0.02)
 
 
+@pytest.mark.parametrize("preset", sorted(dare_tf.PRESETS))
+def test_rank_equals_the_per_example_path(rng, preset):
+    """User-major ranking (N candidates per user, each history looked up once) gives
+    `explain`'s outputs on the U * N (candidate, history) pairs; empty and short
+    histories and the auxiliary head's variants included."""
+    users, n = 4, 5
+    x = random_batch(rng, users, LENGTH, NUM_ITEMS, NUM_CATS, lengths=[LENGTH, 7, 0, 2])
+    model = build_model(preset, NUM_ITEMS, NUM_CATS, max_len=LENGTH, top_k=4, initializer="keras", seed=2)
+    for table in model.embedding.weights:
+        table.assign(rng.normal(0, 0.5, table.shape))
+    candidates = {"candidate_items": rng.integers(1, NUM_ITEMS, (users, n)),
+                  "candidate_categories": rng.integers(1, NUM_CATS, (users, n)),
+                  "hist_items": x["hist_items"], "hist_categories": x["hist_categories"]}
+    got = model.rank_forward(candidates)
+    want = model.explain({"target_item": candidates["candidate_items"].reshape(-1),
+                          "target_category": candidates["candidate_categories"].reshape(-1),
+                          "hist_items": np.repeat(x["hist_items"], n, 0),
+                          "hist_categories": np.repeat(x["hist_categories"], n, 0)})
+    assert np.asarray(want["probability"]).std() > 1e-3
+    np.testing.assert_allclose(np.asarray(model.rank(candidates)), np.asarray(want["probability"]).reshape(users, n),
+                               atol=1e-5)
+    for key in want:
+        value = np.asarray(got[key])
+        assert value.shape[:2] == (users, n), key
+        np.testing.assert_allclose(value.reshape(np.asarray(want[key]).shape), np.asarray(want[key]), atol=1e-5,
+                                   err_msg=key)
+    with pytest.raises(KeyError, match=r"^\"DareModel.rank expects a dict with keys \('hist_items'"):
+        model.rank({"hist_items": x["hist_items"]})
+
+
 def _functional_model(length, num_items, num_categories):
     inputs = {k: keras.Input(shape=(length,) if k.startswith("hist") else (), dtype="int32", name=k)
               for k in dare_tf.INPUT_KEYS}

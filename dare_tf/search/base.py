@@ -198,9 +198,15 @@ class BehaviorSearch(keras.layers.Layer, abc.ABC):
         (user-major order). Here: each history repeated N times, then `call`."""
         candidates = ops.shape(query)[1]
         repeat = lambda x: None if x is None else ops.repeat(x, candidates, axis=0)  # noqa: E731
-        return self.call(ops.reshape(query, (-1, query.shape[-1])), repeat(keys), repeat(values), repeat(mask),
-                         None if target_category is None else ops.reshape(target_category, (-1,)),
-                         repeat(history_categories))
+        return self(ops.reshape(query, (-1, query.shape[-1])), repeat(keys), repeat(values), repeat(mask),
+                    None if target_category is None else ops.reshape(target_category, (-1,)),
+                    repeat(history_categories))
+
+    def built_for(self, query) -> None:
+        """Builds the stage (its weights) for attention vectors of `query`'s width, as
+        its first `__call__` would: `search_users` is called directly."""
+        if not self.built:
+            self.build((None, query.shape[-1]))
 
     def search_only(self, query, keys, mask, target_category=None, history_categories=None, **precomputed):
         """The stage without any representation read: what the attention-dimension
@@ -243,6 +249,7 @@ class TopKSearch(BehaviorSearch):
                      **precomputed):
         """User-major: the ranking of all N targets as one `[U, N, L]` product, the
         top K per target, the kept slots gathered from each user's one history."""
+        self.built_for(query)
         mask = ops.cast(mask, "bool")
         length = keys.shape[1]
         if length is None:

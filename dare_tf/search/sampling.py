@@ -92,6 +92,7 @@ class HashSamplingSearch(BehaviorSearch):
     def search_users(self, query, keys, values, mask, target_category=None, history_categories=None):
         """User-major: each behaviour hashed once per user, the N targets' buckets
         matched against them, `[U, N, L, m]`, and summed per target."""
+        self.built_for(query)
         buckets = self.buckets(keys)  # [U, L, m]
         matches = ops.logical_and(ops.equal(ops.expand_dims(buckets, 1), ops.expand_dims(self.buckets(query), 2)),
                                   ops.expand_dims(ops.expand_dims(ops.cast(mask, "bool"), 1), -1))  # [U, N, L, m]

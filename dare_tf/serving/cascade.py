@@ -20,9 +20,11 @@ import grpc
 import numpy as np
 import tensorflow as tf
 
-from dare_tf.data.spec import HIST_CATEGORIES, HIST_ITEMS, TARGET_CATEGORY, TARGET_ITEM
-from dare_tf.serving.client import as_ids, explained_behaviours
+from dare_tf.data.spec import HIST_CATEGORIES, HIST_ITEMS
 from dare_tf.export.tf_serving import DATASET_SIGNATURE, versions
+from dare_tf.serving.client import as_ids, explained_behaviours, rank_results, rank_tensors
+from dare_tf.signatures import RANK, RANK_EXPLAIN
+
 
 class LocalModel:
     """An exported SavedModel loaded in this process, with the client's
@@ -68,19 +70,19 @@ class Recommender:
     Args:
         retrieval: the retrieval export (`dare_tf.export.retrieval`), as a
             `ServingClient` or `LocalModel`.
-        ranker: a ranker export (`dare_tf.export`), the same way.
-        share_history: send the history once for all N candidates (`[1, T]`,
-            which the ranker export broadcasts) rather than N copies of it
-            (`[N, T]`, the default). Only for a server without batching:
-            TensorFlow Serving's `--enable_batching` (and the stand-in's
-            batching) refuses inputs of different batch sizes.
+        ranker: a ranker export (`dare_tf.export`), the same way; its `rank`
+            signature scores all N candidates against the user's one history
+            (sent once, merged with other users' requests by TF Serving's
+            batcher).
+        histories: a history service (`dare_tf.histories`) for
+            `recommend_user`.
 
     The first call checks, through both exports' `dataset` signature, that
     they map raw ids through the same id maps, and refuses otherwise.
     """
 
-    def __init__(self, retrieval, ranker, share_history: bool = False):
-        self.retrieval, self.ranker, self.share_history = retrieval, ranker, share_history
+    def __init__(self, retrieval, ranker, histories=None):
+        self.retrieval, self.ranker, self.histories = retrieval, ranker, histories
         self.checked = False
 
     def check_same_dataset(self) -> None:
@@ -110,19 +112,16 @@ class Recommender:
             raise ValueError(f"hist_items has {len(items)} ids but hist_categories {len(categories)}")
         if not self.checked:
             self.check_same_dataset()
-        if not len(items):  # one padding slot: the signatures take [B, T] with T >= 1
-            items, categories = np.zeros([1], np.int64), np.zeros([1], np.int64)
-        retrieved = self.retrieval.predict_tensors({HIST_ITEMS: items[None], HIST_CATEGORIES: categories[None]})
+        # (one padding slot for an empty history: the retrieval signature takes [1, T] with T >= 1)
+        sent = (items, categories) if len(items) else (np.zeros([1], np.int64), np.zeros([1], np.int64))
+        retrieved = self.retrieval.predict_tensors({HIST_ITEMS: sent[0][None], HIST_CATEGORIES: sent[1][None]})
         available = retrieved["items"].shape[1]
         if n > available:
             raise ValueError(f"n={n}: the retrieval model {self.retrieval.model_name!r} returns {available} "
                              "candidates (its export's --top_n, at most the catalogue); ask for at most that")
         candidates, candidate_categories = retrieved["items"][0, :n], retrieved["categories"][0, :n]
-        ranked = self.ranker.predict_tensors(
-            {TARGET_ITEM: candidates, TARGET_CATEGORY: candidate_categories,
-             HIST_ITEMS: items[None] if self.share_history else np.repeat(items[None], n, axis=0),
-             HIST_CATEGORIES: categories[None] if self.share_history else np.repeat(categories[None], n, axis=0)},
-            "explain" if explain else "serving_default")
+        inputs = rank_tensors([items], [categories], [candidates], [candidate_categories])
+        ranked = rank_results(inputs, self.ranker.predict_tensors(inputs, RANK_EXPLAIN if explain else RANK))[0]
         order = np.argsort(-ranked["probability"], kind="stable")[:top]
         result = {"items": candidates[order], "categories": candidate_categories[order],
                   "probability": ranked["probability"][order], "retrieval_rank": order + 1,
@@ -131,6 +130,17 @@ class Recommender:
             result["history_index"] = ranked["history_index"][order]
             result["attention_weight"] = ranked["attention_weight"][order]
         return result
+
+    def recommend_user(self, user_id, n: int = 200, top: int = 10, explain: bool = False, max_len: int | None = None):
+        """`recommend` for a user whose history the history service holds (`histories`):
+        the user's last `max_len` clicks (default: all the store keeps) are read at
+        call time, so a click appended a moment ago counts. Returns `(result,
+        history)`: `recommend`'s result and the `Histories` it read."""
+        if self.histories is None:
+            raise ValueError("recommend_user needs a history service (Recommender(..., histories=open_store(...)))")
+        history = self.histories.last([user_id], max_len)
+        items, categories = history.row(0)
+        return self.recommend(items, categories, n, top, explain), history
 
 
 def format_recommendations(result: dict, hist_items, hist_categories, behaviours: int = 3) -> str:

@@ -21,7 +21,9 @@ import tensorflow as tf
 from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2, predict_pb2,
                                      prediction_service_pb2_grpc, regression_pb2)
 
-from dare_tf.data.spec import HIST_CATEGORIES, HIST_ITEMS, MODEL_INPUTS, TARGET_CATEGORY, TARGET_ITEM
+from dare_tf.data.spec import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS, MODEL_INPUTS,
+                               TARGET_CATEGORY, TARGET_ITEM)
+from dare_tf.signatures import CANDIDATE_COUNT, HIST_LENGTH, RANK, RANK_EXPLAIN
 
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE,)
 
@@ -44,14 +46,57 @@ def as_ids(name: str, values) -> np.ndarray:
 
 
 def pad_histories(histories: Sequence[Sequence[int]], name: str = HIST_ITEMS) -> np.ndarray:
-    """Variable-length histories (oldest first) -> int64 [B, T], left-padded with 0."""
+    """Variable-length histories (oldest first) -> int64 [B, T], left-padded with 0,
+    with at least one 0 before every row's first id: TF Serving's batcher pads a
+    request merged with a longer one by repeating its first id, which is then
+    padding (0) and ignored by `serving_default`."""
     rows = [as_ids(f"{name}[{i}]", h).reshape(-1) for i, h in enumerate(histories)]
-    width = max((len(h) for h in rows), default=0)
-    out = np.zeros((len(rows), max(width, 1)), np.int64)
+    width = max((len(h) for h in rows), default=0) + 1
+    out = np.zeros((len(rows), width), np.int64)
     for row, history in enumerate(rows):
         if len(history):
             out[row, out.shape[1] - len(history):] = history
     return out
+
+
+def left_aligned(rows: Sequence[Sequence[int]], name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Variable-length rows -> int64 `[U, max(1, longest)]`, each row's ids first
+    (padding 0 after them), and each row's length `[U]`: the `rank` signature's
+    layout, which TF Serving's padding (after a row's ids) cannot change."""
+    rows = [as_ids(f"{name}[{i}]", r).reshape(-1) for i, r in enumerate(rows)]
+    lengths = np.array([len(r) for r in rows], np.int64)
+    out = np.zeros((len(rows), max(int(lengths.max(initial=0)), 1)), np.int64)
+    for i, r in enumerate(rows):
+        out[i, :len(r)] = r
+    return out, lengths
+
+
+def rank_tensors(hist_items, hist_categories, candidate_items, candidate_categories) -> dict[str, np.ndarray]:
+    """The `rank` signature's inputs for U users: per user a history (raw ids,
+    oldest first) and a candidate list, each of any length."""
+    if not len(hist_items) == len(hist_categories) == len(candidate_items) == len(candidate_categories):
+        raise ValueError(f"rank: one history and one candidate list per user; got {len(hist_items)} hist_items, "
+                         f"{len(hist_categories)} hist_categories, {len(candidate_items)} candidate_items and "
+                         f"{len(candidate_categories)} candidate_categories")
+    out = {}
+    for ids, categories, length in ((HIST_ITEMS, HIST_CATEGORIES, HIST_LENGTH),
+                                    (CANDIDATE_ITEMS, CANDIDATE_CATEGORIES, CANDIDATE_COUNT)):
+        values = {HIST_ITEMS: hist_items, HIST_CATEGORIES: hist_categories, CANDIDATE_ITEMS: candidate_items,
+                  CANDIDATE_CATEGORIES: candidate_categories}
+        out[ids], lengths = left_aligned(values[ids], ids)
+        out[categories], other = left_aligned(values[categories], categories)
+        if (lengths != other).any():
+            user = int(np.flatnonzero(lengths != other)[0])
+            raise ValueError(f"rank: user {user} has {lengths[user]} {ids} but {other[user]} {categories}")
+        out[length] = lengths
+    return out
+
+
+def rank_results(inputs: dict[str, np.ndarray], outputs: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
+    """A `rank` (or `rank_explain`) answer per user, cut to that user's candidates
+    (TF Serving returns a merged batch's padded width)."""
+    return [{name: value[user, :inputs[CANDIDATE_COUNT][user]] for name, value in outputs.items()}
+            for user in range(len(inputs[CANDIDATE_COUNT]))]
 
 
 def make_example(target_item: int, target_category: int, hist_items: Sequence[int],
@@ -152,12 +197,22 @@ class ServingClient:
         """`probability`, `attention_weight` `[B, K]` and `history_index` `[B, K]`:
         the index of each retrieved behaviour in that user's own history list
         (-1 for none)."""
-        out = self.predict(target_items, target_categories, hist_items, hist_categories, signature="explain")
-        width = max(max((len(h) for h in hist_items), default=0), 1)
+        inputs = request_tensors(target_items, target_categories, hist_items, hist_categories)
+        out = self.predict_tensors(inputs, signature="explain")
+        width = inputs[HIST_ITEMS].shape[1]
         shift = width - np.array([len(h) for h in hist_items])[:, None]  # the client's left padding
         index = out["history_index"]
         out["history_index"] = np.where(index >= 0, index - shift, -1)
         return out
+
+    def rank(self, hist_items, hist_categories, candidate_items, candidate_categories,
+             explain: bool = False) -> list[dict[str, np.ndarray]]:
+        """User-major ranking (the `rank` signature): per user a history (raw ids,
+        oldest first) and its candidates, any lengths, in one request; returns per
+        user `probability` `[N_u]` (with `explain`, also `history_index` `[N_u, K]`,
+        the index into that user's history, -1 for none, and `attention_weight`)."""
+        inputs = rank_tensors(hist_items, hist_categories, candidate_items, candidate_categories)
+        return rank_results(inputs, self.predict_tensors(inputs, RANK_EXPLAIN if explain else RANK))
 
     def _input(self, request, examples):
         for example in examples:

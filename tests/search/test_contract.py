@@ -89,3 +89,29 @@ def test_search_config_round_trip(rng, name):
 def test_unknown_search_is_named():
     with pytest.raises(ValueError, match=r"^ModelConfig.search: 'fuzzy' is not one of \("):
         ModelConfig(num_items=5, num_categories=3, search="fuzzy")
+
+
+@pytest.mark.parametrize("name", sorted(SEARCHES))
+def test_search_contract_user_major(rng, name):
+    """`search_users` (N targets per user, one history each) = `call` on the N copies
+    of each history, for every variant (keys, values or none, categories)."""
+    users, n = 3, 4
+    q, k, v, mask, tc, hc = _inputs(rng)
+    k, v, mask, hc = k[:users], v[:users], mask[:users], hc[:users]
+    queries = rng.normal(size=(users, n, DA)).astype("float32")
+    categories = rng.integers(1, 4, (users, n))
+    search = _search(name)
+    repeat = lambda x: np.repeat(x, n, axis=0)  # noqa: E731
+    for values in ((v, None) if search.selects_slots else (v,)):
+        got = search.search_users(queries, k, values, mask, categories, hc)
+        want = search(queries.reshape(-1, DA), repeat(k), None if values is None else repeat(v), repeat(mask),
+                      categories.reshape(-1), repeat(hc))
+        assert set(got) == set(want) and set(got["explain"]) == set(want["explain"])
+        for key in set(want) - {"explain"}:
+            if want[key] is None:
+                assert got[key] is None, key
+                continue
+            assert _np(got[key]).shape == _np(want[key]).shape, key
+            np.testing.assert_allclose(_np(got[key]), _np(want[key]), atol=1e-5, err_msg=key)
+        for key in want["explain"]:
+            np.testing.assert_array_equal(_np(got["explain"][key]), _np(want["explain"][key]))

@@ -1,0 +1,98 @@
+"""LmdbStore: the embedded history store, one LMDB environment in a directory.
+
+Each user is one record, key the 8-byte big-endian user id, value its clicks as
+packed little-endian int64 `(time, item, category)` triples (`CLICK`), oldest
+first. A read is one memory-mapped lookup per user; an append rewrites the
+user's record in one write transaction (LMDB commits are atomic and synced).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from typing import Iterator
+
+import lmdb
+import numpy as np
+
+from dare_tf.histories import CLICK, DEFAULT_MAX_CLICKS, HistoryStore, StoreError, merged
+
+_META = b"meta"
+_FORMAT = "dare_tf.histories/1"
+# Virtual address space the memory map may grow to (a sparse file: disk grows with the data).
+MAP_SIZE = 1 << 40
+
+
+def _key(user: int) -> bytes:
+    return struct.pack(">q", user)
+
+
+class LmdbStore(HistoryStore):
+    """The history store in the LMDB environment at `path` (see `dare_tf.histories`)."""
+
+    def __init__(self, path: str, read_only: bool = False, max_clicks: int | None = None):
+        self.url, self.read_only = f"lmdb:{path}", read_only
+        exists = os.path.exists(os.path.join(path, "data.mdb"))
+        if not exists and (read_only or (os.path.isdir(path) and os.listdir(path))):
+            raise StoreError(f"{self.url}: not a history store (no data.mdb in {path}); "
+                             + ("nothing to read" if read_only else "give an empty or new directory"))
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise StoreError(f"{self.url}: {path} is a file; a history store is a directory")
+        try:
+            self.env = lmdb.open(path, map_size=MAP_SIZE, max_dbs=2, readonly=read_only, subdir=True,
+                                 create=not read_only, lock=True)
+        except lmdb.Error as e:
+            raise StoreError(f"{self.url}: cannot open the store ({e})") from e
+        try:
+            self.meta = self.env.open_db(_META, create=not read_only)
+            self.clicks = self.env.open_db(b"clicks", create=not read_only)
+        except lmdb.Error as e:
+            self.env.close()
+            raise StoreError(f"{self.url}: not a history store written by dare_tf ({e})") from e
+        with self.env.begin(db=self.meta, write=not read_only) as txn:
+            stored = txn.get(b"config")
+            if stored is None:
+                if read_only:
+                    raise StoreError(f"{self.url}: not a history store written by dare_tf (no config)")
+                config = {"format": _FORMAT, "max_clicks": max_clicks or DEFAULT_MAX_CLICKS}
+                txn.put(b"config", json.dumps(config).encode())
+            else:
+                config = json.loads(stored)
+                if config.get("format") != _FORMAT:
+                    raise StoreError(f"{self.url}: a store of format {config.get('format')!r}, expected {_FORMAT}")
+        self.max_clicks = int(config["max_clicks"])
+
+    def append_many(self, by_user: dict[int, np.ndarray]) -> dict[int, int]:
+        self._writable()
+        lengths = {}
+        with self.env.begin(db=self.clicks, write=True) as txn:
+            for user, new in by_user.items():
+                old = txn.get(_key(user))
+                rows = merged(np.frombuffer(old, CLICK) if old else np.zeros(0, CLICK), new, self.max_clicks)
+                txn.put(_key(user), rows.tobytes())
+                lengths[user] = len(rows)
+        return lengths
+
+    def _read(self, users: list[int], max_len: int | None) -> list[np.ndarray]:
+        with self.env.begin(db=self.clicks, buffers=True) as txn:
+            # (the last max_len copied inside the transaction: its buffers are valid only there)
+            return [np.frombuffer(v, CLICK)[-max_len if max_len else 0:].copy() if (v := txn.get(_key(u))) is not None
+                    else np.zeros(0, CLICK) for u in users]
+
+    def size(self, user) -> int:
+        with self.env.begin(db=self.clicks, buffers=True) as txn:
+            value = txn.get(_key(self._user(user)))
+            return 0 if value is None else len(value) // CLICK.itemsize
+
+    def users(self) -> Iterator[int]:
+        with self.env.begin(db=self.clicks) as txn:
+            for key in txn.cursor().iternext(keys=True, values=False):
+                yield struct.unpack(">q", key)[0]
+
+    def __len__(self) -> int:
+        with self.env.begin(db=self.clicks) as txn:
+            return txn.stat(self.clicks)["entries"]
+
+    def close(self) -> None:
+        self.env.close()

@@ -1,0 +1,179 @@
+"""The history service's program: load a prepared dataset's histories, append live
+clicks, show a user's history. STORE is lmdb:DIR (embedded) or redis://HOST:PORT.
+
+Usage:
+  python -m serving.histories load --data_dir=data/prepared/taobao --store=lmdb:histories
+  python -m serving.histories append --store=lmdb:histories --input=clicks.csv --format=csv \
+      --columns=user=0,item=1,category=2,time=4
+  tail -f clicks.csv | python -m serving.histories append --store=redis://localhost:6379 --input=- \
+      --format=csv --columns=user=0,item=1,category=2,time=4
+  python -m serving.histories show --store=lmdb:histories --user_id=1 --max_len=50
+
+`load` writes every stored user's clicks in raw ids (a prepared dataset keeps
+no click times: they load as 0, before any live click). `append` reads rows in
+the `--columns` language of `data.prepare` (with `action=COL --click=VALUE`
+only clicks are kept) and appends them as they arrive: from `-` (standard
+input), each batch of lines that is ready is one atomic append. `show`
+prints `{"user_id", "items", "categories", "times"}` as one JSON object,
+oldest first.
+"""
+
+import json
+import os
+import select
+import sys
+import tempfile
+
+from absl import app, flags
+
+import dare_tf.cli
+from dare_tf.data.logs import FILE_FORMATS, LogFormat, parse_columns
+
+FLAGS = flags.FLAGS
+COMMANDS = ("load", "append", "show")
+USERS_PER_TRANSACTION = 10_000  # load: users written per atomic append
+flags.DEFINE_string("store", None, "The history store: lmdb:DIR or redis://HOST:PORT[/DB].")
+flags.DEFINE_string("data_dir", None, "load: a prepared dataset (data.prepare) whose store to load.")
+flags.DEFINE_integer("max_clicks", None, "load/append to a new store: clicks kept per user (default: the "
+                     "dataset's max_len for load, else the library's DEFAULT_MAX_CLICKS).", lower_bound=1)
+flags.DEFINE_string("input", None, "append: a click log file, or - for standard input.")
+flags.DEFINE_enum("format", "csv", sorted(FILE_FORMATS),
+                  "append: the log's file format (parquet: a file, not -).")
+flags.DEFINE_string("columns", None, "append: ROLE=COLUMN pairs as data.prepare's --columns (user, item, time; "
+                    "category; action with --click).")
+flags.DEFINE_string("click", None, "append: with an action column, the action value that is a click.")
+flags.DEFINE_bool("header", False, "append: the first line names the columns.")
+flags.DEFINE_integer("batch_lines", 1000, "append from -: the most lines one append holds.", lower_bound=1)
+flags.DEFINE_string("user_id", None, "show: the raw user id.")
+flags.DEFINE_integer("max_len", None, "show: the last this many clicks (default all).", lower_bound=1)
+flags.adopt_module_key_flags(dare_tf.cli)
+flags.mark_flags_as_required(["store"])
+
+
+def _configure(argv):
+    """The command and its checked flags, before TensorFlow loads."""
+    commands = argv[1:]
+    if len(commands) != 1 or commands[0] not in COMMANDS:
+        raise app.UsageError(f"give one command of {', '.join(COMMANDS)}; got {' '.join(commands) or 'none'}")
+    command = commands[0]
+    needs = {"load": ["data_dir"], "append": ["input", "columns"], "show": ["user_id"]}[command]
+    missing = [f"--{n}" for n in needs if FLAGS[n].value is None]
+    if missing:
+        raise app.UsageError(f"{command} needs {', '.join(missing)}")
+    fmt = None
+    if command == "append":
+        if FLAGS.input == "-" and FLAGS.format == "parquet":
+            raise app.UsageError("--format=parquet reads a file: give --input=FILE, not -")
+        try:
+            fmt = LogFormat(name=FLAGS.format, file_format=FLAGS.format, columns=parse_columns(FLAGS.columns),
+                            header=FLAGS.header, click=FLAGS.click)
+        except ValueError as e:
+            raise app.UsageError(str(e)) from None
+        if fmt.impressions:
+            raise app.UsageError("--columns: a history holds clicks; a label column makes an impression log")
+        if FLAGS.input != "-" and not os.path.isfile(FLAGS.input):
+            raise ValueError(f"--input={FLAGS.input}: no such file")
+    if command == "show":
+        try:
+            user = int(FLAGS.user_id)
+        except ValueError:
+            raise ValueError(f"--user_id={FLAGS.user_id}: a raw user id is an integer") from None
+        if not -(2**63) <= user < 2**63:
+            raise ValueError(f"--user_id={FLAGS.user_id}: does not fit int64")
+    return command, fmt
+
+
+def load(store):
+    import numpy as np
+
+    from dare_tf.data.spec import DatasetSpec, read_id_map
+    from dare_tf.data.store import SequenceStore
+    from dare_tf.histories import CLICK
+
+    spec = DatasetSpec.load(FLAGS.data_dir)
+    sequences = SequenceStore.load(FLAGS.data_dir, spec)
+    maps = {kind: np.array([0] + [int(r) for r in read_id_map(FLAGS.data_dir, kind)], np.int64)
+            for kind in ("item", "category", "user")}
+    users = np.flatnonzero(sequences.length)
+    batch = {}
+    for dense_user in users:
+        start, length = sequences.start[dense_user], sequences.length[dense_user]
+        rows = np.zeros(length, CLICK)  # (time 0: a prepared dataset keeps no click times)
+        rows["item"] = maps["item"][sequences.items[start:start + length]]
+        rows["category"] = maps["category"][sequences.categories[start:start + length]]
+        batch[int(maps["user"][dense_user])] = rows
+        if len(batch) == USERS_PER_TRANSACTION:
+            store.append_many(batch)
+            batch = {}
+    if batch:
+        store.append_many(batch)
+    print(f"{store.url}: loaded {len(users)} users from {FLAGS.data_dir} ({len(sequences.items)} clicks)")
+
+
+def _lines(stream, limit: int):
+    """Batches of lines from `stream`: what is ready, at most `limit` lines each."""
+    batch = []
+    while True:
+        line = stream.readline()
+        if not line:
+            break
+        batch.append(line)
+        ready = select.select([stream], [], [], 0)[0] if hasattr(stream, "fileno") else [stream]
+        if len(batch) >= limit or not ready:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def append(store, fmt):
+    from dare_tf.data.log_reader import read_clicks
+    from dare_tf.histories import clicks
+
+    def append_file(path):
+        read = read_clicks(path, fmt)
+        by_user = {}
+        for user in dict.fromkeys(read.user.tolist()):
+            rows = read.user == user
+            by_user[user] = clicks(read.item[rows], read.category[rows], read.time[rows])
+        store.append_many(by_user)
+        return len(read.user)
+
+    if FLAGS.input != "-":
+        print(f"{store.url}: appended {append_file(FLAGS.input)} clicks from {FLAGS.input}")
+        return
+    header = sys.stdin.readline() if FLAGS.header else ""
+    total = 0
+    with tempfile.TemporaryDirectory() as scratch:
+        path = os.path.join(scratch, "batch")
+        for batch in _lines(sys.stdin, FLAGS.batch_lines):
+            with open(path, "w") as f:  # (one parser for files and streams: the log reader's)
+                f.write(header + "".join(batch))
+            total += append_file(path)
+    print(f"{store.url}: appended {total} clicks from standard input")
+
+
+def show(store):
+    history = store.last([int(FLAGS.user_id)], FLAGS.max_len)
+    print(json.dumps(history.to_json(0, int(FLAGS.user_id))))
+
+
+def main(configuration):
+    from dare_tf.histories import open_store
+
+    command, fmt = configuration
+    max_clicks = FLAGS.max_clicks
+    if command == "load" and max_clicks is None:
+        from dare_tf.data.spec import DatasetSpec
+
+        max_clicks = DatasetSpec.load(FLAGS.data_dir).max_len
+    with open_store(FLAGS.store, read_only=command == "show", max_clicks=max_clicks) as store:
+        {"load": lambda: load(store), "append": lambda: append(store, fmt), "show": lambda: show(store)}[command]()
+
+
+def run():
+    dare_tf.cli.run(main, configure=_configure)
+
+
+if __name__ == "__main__":
+    run()
