@@ -174,7 +174,7 @@ class _ServingGraph:
             users = tf.shape(raw[HIST_LENGTH])[0]
             shape_checks = [
                 tf.debugging.assert_equal(tf.shape(raw[name])[0], users, message=(
-                    f"{name}'s first dimension (users) differs from {HIST_LENGTH}'s: every input of a rank "
+                    f"{name}: its first dimension (users) differs from that of {HIST_LENGTH}; every input of a rank "
                     "request has one row per user"))
                 for name in RANK_SIGNATURE_INPUTS if name != HIST_LENGTH]
             shape_checks += [
@@ -183,11 +183,11 @@ class _ServingGraph:
                 tf.debugging.assert_equal(tf.shape(raw[CANDIDATE_CATEGORIES]), tf.shape(raw[CANDIDATE_ITEMS]),
                                           message="candidate_categories and candidate_items shapes differ"),
                 tf.debugging.assert_less_equal(tf.shape(raw[CANDIDATE_ITEMS])[1], self.max_candidates, message=(
-                    f"candidate_items: more candidates per user than this export's limit of "
+                    f"candidate_items: more candidates per user than the limit of this export, "
                     f"{self.max_candidates} (serving.export --max_candidates)")),
-                _in_range(raw[HIST_LENGTH], tf.shape(raw[HIST_ITEMS])[1], f"{HIST_LENGTH} (ids per history row)"),
+                _in_range(raw[HIST_LENGTH], tf.shape(raw[HIST_ITEMS])[1], f"{HIST_LENGTH} (the ids of each history row)"),
                 _in_range(raw[CANDIDATE_COUNT], tf.shape(raw[CANDIDATE_ITEMS])[1],
-                          f"{CANDIDATE_COUNT} (candidates per row)"),
+                          f"{CANDIDATE_COUNT} (the candidates of each row)"),
             ]
         with tf.control_dependencies(shape_checks):
             length = tf.cast(raw[HIST_LENGTH], tf.int64)
@@ -241,7 +241,7 @@ class _ServingGraph:
 def _in_range(values, upper, name: str):
     values = tf.cast(values, tf.int64)
     return tf.debugging.Assert(tf.reduce_all((values >= 0) & (values <= tf.cast(upper, tf.int64))),
-                               [f"{name} must lie in [0, the row's width]; got", values, "for width", upper])
+                               [f"{name} must lie in [0, the width of the row]; got", values, "for width", upper])
 
 
 def _right_aligned(x, real, width: int):

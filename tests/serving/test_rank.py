@@ -1,0 +1,163 @@
+"""The export's user-major `rank` signature: equal to `serving_default` per
+candidate, exact when TF Serving's batcher merges and pads requests of
+different lengths (the stand-in pads as `batching_util.cc` does), and one-line
+errors for malformed requests."""
+
+import os
+import threading
+
+import grpc
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from dare_tf import build_model
+from dare_tf.data.protocol import Protocol, prepare
+from dare_tf.data.spec import DatasetSpec, read_id_map
+from dare_tf.export import ranker as export_lib
+from dare_tf.serving.client import ServingClient, rank_results, rank_tensors, request_tensors
+from dare_tf.testing.requests import ServingError
+from dare_tf.testing.standin_server import Batcher, LoadedModel, serve
+
+from tests.conftest import SHARED_DATA
+
+L, MAX_CANDIDATES = 20, 30
+ULPS = 4 * 2.0**-24  # a few units in the last place of a probability in [0.5, 1)
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory):
+    root = tmp_path_factory.mktemp("rank")
+    data_dir = str(root / "data")
+    prepare("taobao", os.path.join(SHARED_DATA, "taobao", "UserBehavior_sample.csv"), data_dir,
+            Protocol(max_len=L))
+    spec = DatasetSpec.load(data_dir)
+    model = build_model("dare", spec.num_items, spec.num_categories, max_len=L, top_k=5, initializer="keras", seed=3)
+    rng = np.random.default_rng(0)
+    for table in model.embedding.weights:  # spread embeddings: predictions differ per request
+        table.assign(rng.normal(0, 0.5, table.shape))
+    path = export_lib.export_saved_model(model, data_dir, str(root / "exports"), "dare",
+                                         max_candidates=MAX_CANDIDATES)
+    items = np.array([int(r) for r in read_id_map(data_dir, "item")], np.int64)
+    categories = np.array([int(r) for r in read_id_map(data_dir, "category")], np.int64)
+    return dict(path=path, base=str(root / "exports" / "dare"), items=items, categories=categories)
+
+
+def _users(export, rng, lengths, counts):
+    pick = lambda n, ids: list(rng.choice(ids, n))  # noqa: E731
+    return ([pick(t, export["items"]) for t in lengths], [pick(t, export["categories"]) for t in lengths],
+            [pick(n, export["items"]) for n in counts], [pick(n, export["categories"]) for n in counts])
+
+
+def _call(module, signature, inputs):
+    return {k: v.numpy() for k, v in module.signatures[signature](**{k: tf.constant(v) for k, v in
+                                                                    inputs.items()}).items()}
+
+
+@pytest.mark.xdist_group("rank_export")
+def test_rank_equals_serving_default_per_candidate(export, rng):
+    module = tf.saved_model.load(export["path"])
+    # histories shorter than L, longer than L, empty; 0 candidates for one user
+    users = _users(export, rng, [3, L + 9, 0, 12], [6, 2, 4, 0])
+    answers = rank_results(rank_tensors(*users), _call(module, "rank_explain", rank_tensors(*users)))
+    for u, answer in enumerate(answers):
+        hist_items, hist_categories, items, categories = (part[u] for part in users)
+        assert answer["probability"].shape == (len(items),)
+        if not items:
+            continue
+        single = _call(module, "explain", request_tensors(items, categories, [hist_items] * len(items),
+                                                         [hist_categories] * len(items)))
+        np.testing.assert_allclose(answer["probability"], single["probability"], atol=1e-5)
+        width = max(len(hist_items), 0) + 1  # serving_default's request: the client's leading padding
+        index = np.where(single["history_index"] >= 0, single["history_index"] - (width - len(hist_items)), -1)
+        np.testing.assert_array_equal(answer["history_index"], index)
+        kept = answer["history_index"][answer["history_index"] >= 0]
+        assert kept.max(initial=0) < max(len(hist_items), 1) and (kept >= max(len(hist_items) - L, 0)).all()
+    assert np.asarray(answers[0]["probability"]).std() > 1e-3
+
+
+@pytest.mark.xdist_group("rank_export")
+def test_merged_requests_of_different_lengths_answer_as_alone(export, rng):
+    """Two concurrent requests of different T and N go through the stand-in's batcher
+    as one padded batch (as TF Serving's) and each gets its own answer: the padding
+    is never read. Equal to float rounding, not bit for bit: TensorFlow's CPU
+    matrix kernels block their sums by the batch's row count, so one request's
+    probability can move by an ulp with the batch it is run in (any model, merged
+    or not); reading the padding moved one by 0.05. The same for serving_default
+    requests sent by the client (histories behind a 0)."""
+    loaded = LoadedModel(export["base"], "dare")
+    batcher = Batcher(loaded, timeout_s=2.0)  # waits for the second request
+    runs = []
+    model_run = loaded.run
+    loaded.run = lambda name, definition, inputs: runs.append({k: v.shape for k, v in inputs.items()}) or model_run(
+        name, definition, inputs)
+    short = rank_tensors(*_users(export, rng, [4], [3]))
+    long = rank_tensors(*_users(export, rng, [L + 6], [9]))
+    long_default = request_tensors(*_users(export, rng, [L + 6], [2])[2:], *_users(export, rng, [L + 6] * 2, [2])[:2])
+    short_default = request_tensors(*_users(export, rng, [5], [3])[2:], *_users(export, rng, [5, 2, 1], [3])[:2])
+    for signature, requests in (("rank", (short, long)), ("serving_default", (short_default, long_default))):
+        definition = loaded.signature_defs[signature]
+        alone = [model_run(signature, definition, r) for r in requests]
+        merged = [None, None]
+        threads = [threading.Thread(target=lambda i=i: merged.__setitem__(i, batcher.run(signature, definition,
+                                                                                         requests[i])))
+                   for i in range(2)]
+        runs.clear()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(runs) == 1, runs  # one merged, padded batch
+        rows = sum(len(next(iter(r.values()))) for r in requests)
+        assert next(iter(runs[0].values()))[0] == rows
+        for request, got, want in zip(requests, merged, alone):
+            if signature == "rank":  # the client cuts the batch's padded width to its own candidates
+                got, want = rank_results(request, got), rank_results(request, want)
+                for g, w in zip(got, want):
+                    np.testing.assert_allclose(g["probability"], w["probability"], rtol=0, atol=ULPS)
+            else:
+                np.testing.assert_allclose(got["probability"], want["probability"], rtol=0, atol=ULPS)
+    # TF Serving's rule: without padding, different widths fail the whole batch
+    strict = Batcher(loaded, pad_variable_length_inputs=False)
+    with pytest.raises(ServingError, match=r"^Tensors with name 'hist_items' from different tasks have different "):
+        strict.merged([short, long])
+    empty = rank_tensors(*_users(export, rng, [0], [1]))
+    empty["hist_items"], empty["hist_categories"] = (np.zeros((1, 0), np.int64),) * 2
+    with pytest.raises(ServingError, match=r"^Got empty tensor in batch of non-empty tensors\.$"):
+        batcher.merged([long, empty])
+
+
+@pytest.mark.xdist_group("rank_export")
+def test_rank_through_the_client_and_its_refusals(export, rng):
+    server, port, _ = serve({"dare": export["base"]}, 0)
+    client = ServingClient(f"localhost:{port}", "dare", retries=0)
+    try:
+        users = _users(export, rng, [7, 0], [5, 30])
+        answers = client.rank(*users, explain=True)
+        module = tf.saved_model.load(export["path"])
+        want = rank_results(rank_tensors(*users), _call(module, "rank_explain", rank_tensors(*users)))
+        for got, expected in zip(answers, want):
+            np.testing.assert_allclose(got["probability"], expected["probability"], rtol=0, atol=ULPS)
+            np.testing.assert_array_equal(got["history_index"], expected["history_index"])
+        errors = {}
+        bad = {
+            "users": dict(rank_tensors(*users), hist_length=np.array([7], np.int64)),
+            "too_many": rank_tensors(*_users(export, rng, [3], [MAX_CANDIDATES + 1])),
+            "length": dict(rank_tensors(*users), hist_length=np.array([8, 0], np.int64)),
+        }
+        for name, inputs in bad.items():
+            with pytest.raises(grpc.RpcError) as e:
+                client.predict_tensors(inputs, "rank")
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            errors[name] = e.value.details()
+        # batched (as TF Serving with batching): refused before the model runs; unbatched: by the signature
+        assert "every input needs the same 0th-dimension size" in errors["users"], errors
+        with pytest.raises(tf.errors.InvalidArgumentError, match=r"hist_items: its first dimension \(users\) differs from that of hist_length"):
+            _call(module, "rank", bad["users"])
+        assert f"more candidates per user than the limit of this export, {MAX_CANDIDATES}" in errors["too_many"], errors
+        assert "hist_length (the ids of each history row) must lie in [0, the width of the row]" in errors["length"], errors
+        with pytest.raises(ValueError, match=r"^rank: one history and one candidate list per user; got 2 hist_items"):
+            client.rank(users[0], users[1], users[2][:1], users[3][:1])
+    finally:
+        client.close()
+        server.stop(0)
