@@ -1,25 +1,36 @@
-"""Serving long histories: request size and in-process latency of the ranker
-export at history lengths 1,000 and 10,000.
+"""Serving long histories: the ranker export's user-major `rank` signature against
+the per-candidate `serving_default`, and the history service's reads.
 
-Usage: python benchmarks/bench_long.py [--lengths 1000,10000] [--json PATH]
+Usage: python benchmarks/bench_long.py [--parts rank,histories] [--lengths 1000,10000]
+                                       [--candidates 50,200] [--json PATH]
 
-Prepares a small lifelong synthetic log (vocabularies and id maps for the
-export), builds DARE (K=20, d=16, `aux_attention=retrieved`, untrained:
-latency does not depend on the weights) at L = each length, exports it
-(`dare_tf.export`), loads the SavedModel in this process
-(`LocalModel`) and times `serving_default` for one target and for 200
-candidates of one user, with the history sent once (`[1, T]`, shared) and
-repeated per candidate (`[200, T]`). The request size is the serialized
-`PredictRequest` (what gRPC carries). The training side of long histories
-is `bench_train.py --parts long`.
+`rank` (measured in process: the SavedModel loaded here, `LocalModel`):
+prepares a lifelong synthetic log (vocabularies and id maps for the export),
+builds DARE (K=20, d=16, attention width 16, untrained: latency does not
+depend on the weights) at L = each length, exports it and times, for one user
+and N candidates, the `rank` signature (history sent once) and
+`serving_default` with the history repeated per candidate (the path before
+`rank`; only at N = 50 for L = 10,000). Each row has the request's bytes (the
+serialized `PredictRequest`, what gRPC carries) beside one history plus the
+candidates, p50/p99, and a bound from the sizes: the multiply-adds of the
+score product (N x L x Da), the representation reads and the MLP, at the
+float32 multiply-add rate a large matrix product reaches in the same process.
+
+`histories` (in process): the history service's `last` for one user and for 64
+users at L = 10,000 from the LMDB store and from a Redis server started here
+(localhost), p50/p99 of 200 calls.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import socket
+import subprocess
 import sys
 import tempfile
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -27,15 +38,36 @@ sys.path.insert(0, REPO)
 
 import numpy as np  # noqa: E402
 
-from benchmarks.common import print_table, time_call, write_parts  # noqa: E402
+from benchmarks.common import print_table, selected_parts, write_parts  # noqa: E402
+
+PARTS = ("rank", "histories")
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lengths", default="1000,10000")
-    parser.add_argument("--candidates", type=int, default=200)
-    parser.add_argument("--json", default=None)
-    args = parser.parse_args()
+def percentiles(fn, calls: int) -> tuple[float, float]:
+    """p50 and p99 milliseconds of `calls` calls of `fn` (after two warm-up calls)."""
+    fn(), fn()
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        times.append(1000 * (time.perf_counter() - start))
+    return float(np.percentile(times, 50)), float(np.percentile(times, 99))
+
+
+def multiply_add_rate() -> float:
+    """float32 multiply-adds per second of a 1024 x 1024 matrix product here (numpy)."""
+    a = np.random.default_rng(0).normal(size=(1024, 1024)).astype(np.float32)
+    seconds = min(timeit(lambda: a @ a) for _ in range(5))
+    return 1024**3 / seconds
+
+
+def timeit(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def bench_rank(args, work: str) -> list[dict]:
     import tensorflow as tf
     from tensorflow_serving.apis import predict_pb2
 
@@ -43,10 +75,10 @@ def main():
     from dare_tf.data.protocol import Protocol, prepare
     from dare_tf.data.spec import DatasetSpec, read_id_map
     from dare_tf.data.synthetic import SyntheticConfig, write
-    from dare_tf.serving.cascade import LocalModel
     from dare_tf.export import export_saved_model
+    from dare_tf.serving.cascade import LocalModel
+    from dare_tf.serving.client import rank_tensors, request_tensors
 
-    work = tempfile.mkdtemp(prefix="bench_long_")
     log = os.path.join(work, "log.csv")
     write(SyntheticConfig(users=60, items=20_000, categories=200, min_length=1000, max_length=1000,
                           length_median=1000, length_sigma=0.0, seed=0), log)
@@ -56,31 +88,114 @@ def main():
     raw_items = np.array(read_id_map(data_dir, "item"), np.int64)
     raw_categories = np.array(read_id_map(data_dir, "category"), np.int64)
     rng = np.random.default_rng(0)
+    rate = multiply_add_rate()
     rows = []
     for length in [int(v) for v in args.lengths.split(",")]:
         model = dare_tf.build_model("dare", spec.num_items, spec.num_categories, max_len=length,
                                     num_positions=length + 1, aux_attention="retrieved", seed=0)
-        model.build()
+        cfg = model.model_config
         path = export_saved_model(model, data_dir, os.path.join(work, "exports"), f"dare_{length}")
         served = LocalModel(path)
         history = rng.integers(0, len(raw_items), length)
-        hist_items, hist_categories = raw_items[history][None], raw_categories[history % len(raw_categories)][None]
-        for batch, shared in ((1, True), (args.candidates, True), (args.candidates, False)):
-            targets = rng.integers(0, len(raw_items), batch)
-            inputs = {"target_item": raw_items[targets], "target_category": raw_categories[targets % len(raw_categories)],
-                      "hist_items": hist_items if shared else np.repeat(hist_items, batch, 0),
-                      "hist_categories": hist_categories if shared else np.repeat(hist_categories, batch, 0)}
-            request = predict_pb2.PredictRequest()
-            for name, value in inputs.items():
-                request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
-            seconds = time_call(lambda: served.predict_tensors(inputs), min_seconds=3.0)
-            rows.append({"L": length, "targets": batch, "history": "shared [1, T]" if shared else f"repeated [{batch}, T]",
-                         "request_kb": request.ByteSize() / 1024, "p50_ms": 1000 * seconds,
-                         "examples_per_s": batch / seconds})
-            print(f"  {rows[-1]}", flush=True)
-    print(f"serving long histories (in-process SavedModel, DARE K=20 d=16, {os.cpu_count()} CPUs)")
-    print_table(rows, ["L", "targets", "history", "request_kb", "p50_ms", "examples_per_s"])
-    write_parts("bench_long", {"serving": rows}, ["serving"], args.json)
+        hist_items, hist_categories = raw_items[history], raw_categories[history % len(raw_categories)]
+        da = 2 * (cfg.attention_embedding_dim or cfg.embedding_dim) + cfg.attention_position_dim
+        dr = 2 * cfg.embedding_dim + cfg.position_dim
+        head_in = dr * (4 if cfg.target_aware else 2)
+        mlp = sum(a * b for a, b in zip((head_in, *cfg.mlp_units), (*cfg.mlp_units, 1)))
+        for n in [int(v) for v in args.candidates.split(",")]:
+            targets = rng.integers(0, len(raw_items), n)
+            items, categories = raw_items[targets], raw_categories[targets % len(raw_categories)]
+            macs = n * length * da + n * cfg.top_k * dr * 2 + n * mlp
+            requests = {"rank": rank_tensors([hist_items], [hist_categories], [items], [categories])}
+            if length * n <= args.repeated_limit:
+                requests["serving_default"] = request_tensors(items, categories, [hist_items] * n,
+                                                              [hist_categories] * n)
+            for signature, inputs in requests.items():
+                request = predict_pb2.PredictRequest()
+                for name, value in inputs.items():
+                    request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
+                p50, p99 = percentiles(lambda: served.predict_tensors(inputs, signature), args.calls)
+                one_history = 8 * (2 * length + 2 * n)
+                bound = 1000 * macs / rate
+                rows.append({"L": length, "N": n, "signature": signature, "request_kb": request.ByteSize() / 1024,
+                             "bytes_over_history": request.ByteSize() / one_history, "p50_ms": p50, "p99_ms": p99,
+                             "examples_per_s": 1000 * n / p50, "bound_ms": bound, "p50_over_bound": p50 / bound})
+                print(f"  {rows[-1]}", flush=True)
+    print(f"rank vs serving_default (in process, SavedModel loaded here; DARE K=20 d=16; {os.cpu_count()} CPUs; "
+          f"bound at {rate / 1e9:.1f} G multiply-adds/s)")
+    print_table(rows, ["L", "N", "signature", "request_kb", "bytes_over_history", "p50_ms", "p99_ms",
+                       "examples_per_s", "bound_ms", "p50_over_bound"])
+    return rows
+
+
+def redis_server(work: str):
+    """A redis-server on a free localhost port: (process, url)."""
+    binary = shutil.which("redis-server") or shutil.which("redis-server", path=os.path.dirname(sys.executable))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    process = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+                                "no", "--dir", work], stdout=subprocess.DEVNULL)
+    import redis
+
+    url = f"redis://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            redis.Redis.from_url(url).ping()
+            break
+        except redis.exceptions.ConnectionError:
+            time.sleep(0.05)
+    return process, url
+
+
+def bench_histories(args, work: str) -> list[dict]:
+    from dare_tf.histories import CLICK, open_store
+
+    length, users = 10_000, 64
+    rng = np.random.default_rng(0)
+    clicks = {}
+    for user in range(1, users + 1):
+        rows = np.zeros(length, CLICK)
+        rows["time"] = np.arange(length)
+        rows["item"], rows["category"] = rng.integers(1, 10**9, length), rng.integers(1, 10**4, length)
+        clicks[user] = rows
+    process, redis_url = redis_server(work)
+    rows = []
+    try:
+        for url in (f"lmdb:{os.path.join(work, 'histories')}", redis_url):
+            with open_store(url, max_clicks=length) as store:
+                store.append_many(clicks)
+                for count in (1, users):
+                    ids = list(range(1, count + 1))
+                    p50, p99 = percentiles(lambda: store.last(ids, length), args.calls)
+                    rows.append({"store": url.split(":")[0], "users": count, "L": length, "p50_ms": p50,
+                                 "p99_ms": p99, "clicks_per_s": 1000 * count * length / p50})
+                    print(f"  {rows[-1]}", flush=True)
+    finally:
+        process.terminate()
+    print(f"history service reads, last(users, {length}) (in process; Redis on localhost)")
+    print_table(rows, ["store", "users", "L", "p50_ms", "p99_ms", "clicks_per_s"])
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", default=",".join(PARTS))
+    parser.add_argument("--lengths", default="1000,10000")
+    parser.add_argument("--candidates", default="50,200")
+    parser.add_argument("--calls", type=int, default=100)
+    parser.add_argument("--repeated_limit", type=int, default=500_000,
+                        help="serving_default (history repeated per candidate) only where L x N is at most this")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    parts = selected_parts(parser, args.parts, PARTS)
+    work = tempfile.mkdtemp(prefix="bench_long_")
+    payload = {}
+    if "rank" in parts:
+        payload["rank"] = bench_rank(args, work)
+    if "histories" in parts:
+        payload["histories"] = bench_histories(args, work)
+    write_parts("bench_long", payload, sorted(payload), args.json)
 
 
 if __name__ == "__main__":

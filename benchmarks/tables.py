@@ -57,10 +57,20 @@ TABLES = {
                                          "configuration in its own process): samples/s, microseconds per behaviour, "
                                          "its ratio to L=1,000, peak RSS (MB); `aux=retrieved` looks up the K kept "
                                          "slots only, `aux=all` is the reference's auxiliary head over all L slots"),
-    ("bench_long", "serving"): (["L", "targets", "history", "request_kb", "p50_ms", "examples_per_s"],
-                                "a DARE SavedModel (K=20, d=16, untrained) in process, one history of L behaviours: "
-                                "request size (KB), median latency (ms) and examples/s, the history sent once "
-                                "(shared) or once per target (repeated)"),
+    ("bench_long", "rank"): (["L", "N", "signature", "request_kb", "bytes_over_history", "p50_ms", "p99_ms",
+                              "examples_per_s", "bound_ms", "p50_over_bound"],
+                             "one user's history of L behaviours against N candidates, measured in process (the "
+                             "SavedModel loaded in the benchmark's process; DARE K=20, d=16, untrained): the `rank` "
+                             "signature (history sent once, scored against all N in one product) and "
+                             "`serving_default` with the history repeated per candidate; request KB and its ratio "
+                             "to one history plus the candidates (int64 ids), p50/p99 ms, examples/s, and the bound "
+                             "from the sizes (score product N x L x Da, K representation rows and the MLP per "
+                             "candidate, at the float32 multiply-add rate of a large matrix product in the same "
+                             "run)"),
+    ("bench_long", "histories"): (["store", "users", "L", "p50_ms", "p99_ms", "clicks_per_s"],
+                                  "the history service's `last(users, L)` at L = 10,000, measured in process (LMDB "
+                                  "embedded; Redis on localhost): p50/p99 ms of 200 calls and clicks read per "
+                                  "second"),
     ("bench_cascade", "index"): (None,
                                  "the retrieval index (`tfrs.layers.factorized_top_k.BruteForce`, 32-d, top 200) "
                                  "against a numpy brute force: build seconds, ms per call, and whether both return "

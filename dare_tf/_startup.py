@@ -27,7 +27,49 @@ _HARMLESS = re.compile(
     r"|This TensorFlow binary is optimized to use available CPU instructions"
     r"|To enable the following instructions"
     r"|rebuild TensorFlow with the appropriate compiler flags"
-    r"|cuda_executor|cuda_diagnostics|kernel driver does not appear to be running")
+    r"|cuda_executor|cuda_diagnostics|kernel driver does not appear to be running"
+    # oneDNN's notice, on a CPU its dtype check does not count as AVX-512 (AMD EPYC), that an
+    # op runs on Eigen instead: printed at the first such op, whatever TF_CPP_MIN_LOG_LEVEL says.
+    r"|oneDNN supports DT_\w+ only on platforms with AVX-512")
+
+
+class FilteredStderr:
+    """While open, file descriptor 2 goes through a pipe whose lines, less the
+    harmless TensorFlow notices above, a thread writes to the real stderr: the
+    notices TensorFlow prints while a program runs (not only at import). For
+    the programs (`dare_tf.cli.run`); off with TF_CPP_MIN_LOG_LEVEL=0."""
+
+    def __enter__(self):
+        import threading
+
+        self.saved = None
+        if os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "0":
+            return self
+        try:
+            self.saved = os.dup(2)
+        except OSError:  # no usable stderr
+            return self
+        read, write = os.pipe()
+        sys.stderr.flush()
+        os.dup2(write, 2)
+        os.close(write)
+        self.thread = threading.Thread(target=self._forward, args=(read,), daemon=True)
+        self.thread.start()
+        return self
+
+    def _forward(self, read: int) -> None:
+        with os.fdopen(read, "rb") as lines:
+            for line in lines:
+                if not _HARMLESS.search(line.decode(errors="replace")):
+                    os.write(self.saved, line)
+
+    def __exit__(self, *exc):
+        if self.saved is None:
+            return
+        sys.stderr.flush()
+        os.dup2(self.saved, 2)  # the pipe's last writer closed: the thread ends after its last line
+        self.thread.join(timeout=5)
+        os.close(self.saved)
 
 
 def configured_backend() -> str:

@@ -151,11 +151,14 @@ def run(main: Callable[..., Any], configure: Callable[[list[str]], Any] | None =
             if not FLAGS["verbosity"].present:  # quiet by default: absl INFO only when --verbosity asks
                 logging.set_verbosity(logging.WARNING)
             configuration = configure(argv) if configure else None
-            if os.environ.get("DARE_TF_DATA_ONLY") != "1":
-                import dare_tf
+            if os.environ.get("DARE_TF_DATA_ONLY") == "1":
+                return main(configuration) if configure else main(argv)
+            import dare_tf
+            from dare_tf._startup import FilteredStderr
 
+            with FilteredStderr():  # TensorFlow's notices while the program runs, filtered
                 dare_tf.load()  # the flags are parsed: now TensorFlow, quietly
-            return main(configuration) if configure else main(argv)
+                return main(configuration) if configure else main(argv)
         except KeyboardInterrupt:
             raise
         except (app.UsageError, ValueError, OSError, KeyError, FloatingPointError) as e:

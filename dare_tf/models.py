@@ -13,6 +13,7 @@ from keras import ops
 from dare_tf.config import ModelConfig, make_config
 from dare_tf.data.spec import MODEL_INPUTS as INPUT_KEYS
 from dare_tf.data.spec import RANK_INPUTS
+from dare_tf.model_inputs import example_ids, rank_ids
 from dare_tf.layers import BehaviorEmbedding, PredictionHead, TargetAttentionPooling
 from dare_tf.layers.embedding import ROLES, ROLES_BEFORE_SEARCH
 from dare_tf.layers.pooling import target_aware
@@ -133,32 +134,10 @@ class DareModel(keras.Model):
         }
 
     def _unpack(self, inputs):
-        if not isinstance(inputs, dict):
-            raise TypeError(f"DareModel expects a dict with keys {INPUT_KEYS}, got {type(inputs).__name__}")
-        missing = [k for k in INPUT_KEYS if k not in inputs]
-        if missing:
-            raise KeyError(f"DareModel inputs lack {missing}; expected keys {INPUT_KEYS}")
-        ti, tc, hi, hc = (ops.cast(inputs[k], "int32") for k in INPUT_KEYS)
-        if hi.shape[1] is not None and hi.shape[1] != self.model_config.max_len:
-            raise ValueError(f"DareModel: hist_items has length {hi.shape[1]}, but the model was "
-                             f"built for max_len={self.model_config.max_len}")
-        return ti, tc, hi, hc
+        return example_ids(inputs, self.model_config.max_len)
 
     def _unpack_rank(self, inputs):
-        """`rank`'s inputs -> the per-target ids `(target_item, target_category [U * N],
-        hist_items, hist_categories [U, L])` and N."""
-        if not isinstance(inputs, dict) or any(k not in inputs for k in RANK_INPUTS):
-            raise KeyError(f"DareModel.rank expects a dict with keys {RANK_INPUTS}, got "
-                           f"{sorted(inputs) if isinstance(inputs, dict) else type(inputs).__name__}")
-        hist_items, hist_categories, items, categories = (ops.cast(inputs[k], "int32") for k in RANK_INPUTS)
-        if len(items.shape) != 2 or len(hist_items.shape) != 2:
-            raise ValueError(f"DareModel.rank: candidates must be [users, N] and histories [users, L]; got "
-                             f"{tuple(items.shape)} and {tuple(hist_items.shape)}")
-        if hist_items.shape[1] is not None and hist_items.shape[1] != self.model_config.max_len:
-            raise ValueError(f"DareModel.rank: hist_items has length {hist_items.shape[1]}, but the model was "
-                             f"built for max_len={self.model_config.max_len}")
-        return (ops.reshape(items, (-1,)), ops.reshape(categories, (-1,)), hist_items, hist_categories), \
-            ops.shape(items)[1]
+        return rank_ids(inputs, self.model_config.max_len)
 
     # -- forward ----------------------------------------------------------
     def forward(self, inputs, training=False, compiled: bool = True) -> dict:

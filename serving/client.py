@@ -141,8 +141,8 @@ def recommend(request):
 
 def main(configuration):
     """`configuration`: `_command`'s (command, request)."""
-    from dare_tf.data.spec import MODEL_INPUTS
-    from dare_tf.serving.client import ServingClient, request_tensors, rest_predict
+    from dare_tf.data.spec import HIST_ITEMS, MODEL_INPUTS
+    from dare_tf.serving.client import ServingClient, in_own_history, request_tensors, rest_predict
 
     command, request = configuration
     if command == "recommend":
@@ -156,6 +156,8 @@ def main(configuration):
         out = rest_predict(FLAGS.rest_url, FLAGS.model_name, inputs, FLAGS.signature, FLAGS.timeout)
     else:
         out = client.predict_tensors(inputs, FLAGS.signature)
+    if "history_index" in out:
+        out = in_own_history(out, inputs, request[HIST_ITEMS])
     print(_predictions(request, out))
 
 

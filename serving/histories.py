@@ -143,13 +143,17 @@ def append(store, fmt):
         print(f"{store.url}: appended {append_file(FLAGS.input)} clicks from {FLAGS.input}")
         return
     header = sys.stdin.readline() if FLAGS.header else ""
-    total = 0
+    total, line = 0, 1 + bool(header)
     with tempfile.TemporaryDirectory() as scratch:
         path = os.path.join(scratch, "batch")
         for batch in _lines(sys.stdin, FLAGS.batch_lines):
             with open(path, "w") as f:  # (one parser for files and streams: the log reader's)
                 f.write(header + "".join(batch))
-            total += append_file(path)
+            try:
+                total += append_file(path)
+            except ValueError as e:  # named as the user sees it: lines of standard input
+                raise ValueError(str(e).replace(path, f"standard input (the batch from line {line})")) from None
+            line += len(batch)
     print(f"{store.url}: appended {total} clicks from standard input")
 
 

@@ -5,7 +5,9 @@ The numbers were written by this test's own run at commit 63d4358 (before the
 search family, the task object and the training package): a refactor that
 changes what a model computes, how it is initialised or how it is trained
 moves them. The runs are deterministic on one machine (checked twice); the
-tolerance covers another CPU's float rounding.
+tolerance covers another CPU's float rounding: on an AMD EPYC, where oneDNN
+runs some ops on Eigen instead, TWIN's and SDIM's AUCs moved by 6.8e-5 and
+3.4e-5 from these (written on the machine of the commit above).
 """
 
 import pytest
@@ -28,4 +30,4 @@ def test_short_taobao_run_gives_the_pinned_metrics(taobao, tmp_path, preset):
     results = train(taobao, str(tmp_path / preset), TrainConfig.create(
         preset=preset, batch_size=256, eval_batch_size=1024, epochs=1, eval_every=4, max_steps=4,
         bn_statistics_batches=2, model_overrides=dict(top_k=5), verbose=0, jit_compile=False))
-    assert results["test"] == pytest.approx(PINNED[preset], abs=1e-5)
+    assert results["test"] == pytest.approx(PINNED[preset], abs=1e-4)

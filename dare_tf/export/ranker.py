@@ -97,8 +97,8 @@ class _ServingGraph:
         with tf.control_dependencies(rank_checks):  # before any op that relies on the ranks
             target_item = tf.reshape(raw[TARGET_ITEM], [-1])
             target_category = tf.reshape(raw[TARGET_CATEGORY], [-1])
-            hist_items = tf.ensure_shape(raw[HIST_ITEMS], [None, None])
-            hist_categories = tf.ensure_shape(raw[HIST_CATEGORIES], [None, None])
+            hist_items = _of_rank(raw[HIST_ITEMS], 2)
+            hist_categories = _of_rank(raw[HIST_CATEGORIES], 2)
         batch = tf.shape(target_item)[0]
         checks = [
             tf.debugging.assert_equal(tf.shape(target_category)[0], batch,
@@ -170,7 +170,7 @@ class _ServingGraph:
             f"input {name} must have shape {'[users]' if rank == 1 else '[users, ' + name.split('_')[0] + 's]'}"))
             for name, rank in RANK_SIGNATURE_INPUTS.items()]
         with tf.control_dependencies(rank_checks):  # (static ranks once they are checked)
-            raw = {name: tf.ensure_shape(raw[name], [None] * rank) for name, rank in RANK_SIGNATURE_INPUTS.items()}
+            raw = {name: _of_rank(raw[name], rank) for name, rank in RANK_SIGNATURE_INPUTS.items()}
             users = tf.shape(raw[HIST_LENGTH])[0]
             shape_checks = [
                 tf.debugging.assert_equal(tf.shape(raw[name])[0], users, message=(
@@ -236,6 +236,15 @@ class _ServingGraph:
 
     def regress(self, inputs):
         return {"outputs": self.predict(*self.parse_examples(inputs))["probability"]}
+
+
+def _of_rank(x, rank: int):
+    """`x` with a static rank of 1 or 2, for the ops after its rank check: a reshape
+    that cannot fail before the check's own message (`[B]` or `[B, T]` unchanged)."""
+    if rank == 1:
+        return tf.reshape(x, [-1])
+    leading = tf.concat([tf.shape(x), [1]], 0)[0]  # (1 for a scalar)
+    return tf.reshape(x, tf.stack([leading, tf.reduce_prod(tf.shape(x)[1:])]))
 
 
 def _in_range(values, upper, name: str):

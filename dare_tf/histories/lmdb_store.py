@@ -16,7 +16,7 @@ from typing import Iterator
 import lmdb
 import numpy as np
 
-from dare_tf.histories import CLICK, DEFAULT_MAX_CLICKS, HistoryStore, StoreError, merged
+from dare_tf.histories.base import CLICK, DEFAULT_MAX_CLICKS, HistoryStore, StoreError, merged
 
 _META = b"meta"
 _FORMAT = "dare_tf.histories/1"

@@ -17,7 +17,7 @@ from typing import Iterator
 import numpy as np
 import redis
 
-from dare_tf.histories import CLICK, DEFAULT_MAX_CLICKS, HistoryStore, StoreError
+from dare_tf.histories.base import CLICK, DEFAULT_MAX_CLICKS, HistoryStore, StoreError
 
 _MEMBER = np.dtype([("sequence", ">u8"), ("item", ">i8"), ("category", ">i8")])
 _FORMAT = "dare_tf.histories/1"

@@ -71,6 +71,14 @@ def left_aligned(rows: Sequence[Sequence[int]], name: str) -> tuple[np.ndarray, 
     return out, lengths
 
 
+def in_own_history(out: dict, inputs: dict, hist_items) -> dict:
+    """An `explain` answer to a `request_tensors` request with its `history_index` made
+    an index into each user's own history list (the request left-pads them)."""
+    shift = inputs[HIST_ITEMS].shape[1] - np.array([len(h) for h in hist_items])[:, None]
+    index = out["history_index"]
+    return dict(out, history_index=np.where(index >= 0, index - shift, -1))
+
+
 def rank_tensors(hist_items, hist_categories, candidate_items, candidate_categories) -> dict[str, np.ndarray]:
     """The `rank` signature's inputs for U users: per user a history (raw ids,
     oldest first) and a candidate list, each of any length."""
@@ -198,12 +206,7 @@ class ServingClient:
         the index of each retrieved behaviour in that user's own history list
         (-1 for none)."""
         inputs = request_tensors(target_items, target_categories, hist_items, hist_categories)
-        out = self.predict_tensors(inputs, signature="explain")
-        width = inputs[HIST_ITEMS].shape[1]
-        shift = width - np.array([len(h) for h in hist_items])[:, None]  # the client's left padding
-        index = out["history_index"]
-        out["history_index"] = np.where(index >= 0, index - shift, -1)
-        return out
+        return in_own_history(self.predict_tensors(inputs, signature="explain"), inputs, hist_items)
 
     def rank(self, hist_items, hist_categories, candidate_items, candidate_categories,
              explain: bool = False) -> list[dict[str, np.ndarray]]:

@@ -103,6 +103,27 @@ def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
                                                      "hist_categories": np.zeros((1, 3), np.int64)})
     assert (no_history["items"] == only_padding["items"]).all()  # [1, 0]: a defined answer, as the ranker's
     padding = served.recommend([0, 0, 0], [0, 0, 0], n=50, top=5)
+    # The history service: recommend by user id; a click appended while the server runs
+    # changes the next recommendation; an unknown user gets the empty history's answer.
+    from dare_tf.histories import open_store
+    store_url = f"lmdb:{os.path.join(work, 'histories')}"
+    with open_store(store_url) as store:
+        store.append(42, hist_items, hist_cats, list(range(len(hist_items))))
+        by_user = Recommender(ServingClient(target, "retrieval"), ServingClient(target, "dare"), histories=store)
+        before, _ = by_user.recommend_user(42, n=50, top=10)
+        store.append(42, raw_items[200:240], [raw_cats[7]] * 40, list(range(100, 140)))
+        after, seen = by_user.recommend_user(42, n=50, top=10)
+        unknown, _ = by_user.recommend_user(4242, n=50, top=5)
+    user_cli = subprocess.run([sys.executable, "-m", "serving.client", "recommend", f"--server={target}",
+                               "--model_name=dare", "--user_id=42", f"--histories={store_url}", "--num_candidates=50",
+                               "--top=10", "--format=json"], capture_output=True, text=True)
+    bad_store = subprocess.run([sys.executable, "-m", "serving.client", "recommend", f"--server={target}",
+                                "--model_name=dare", "--user_id=42", "--histories=redis://127.0.0.1:1"],
+                               capture_output=True, text=True)
+    live = {"before": before["items"].tolist(), "same": got["items"].tolist(), "after": after["items"].tolist(),
+            "seen": int(seen.lengths[0]), "unknown": unknown["probability"].tolist(),
+            "cli": json.loads(user_cli.stdout)["items"] if user_cli.returncode == 0 else user_cli.stderr,
+            "bad_store": [bad_store.returncode, bad_store.stderr.strip().splitlines()]}
     with open(os.path.join(work, "user.json"), "w") as f:
         json.dump({"hist_items": hist_items, "hist_categories": hist_cats}, f)
     cli = subprocess.run([sys.executable, "-m", "serving.client", "recommend", f"--server={target}", "--model_name=dare",
@@ -118,7 +139,13 @@ def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
         "history_index": got["history_index"].tolist(), "attention_weight": got["attention_weight"].tolist(),
         "errors": errors, "empty": empty["probability"].tolist(), "padding": padding["probability"].tolist(),
         "table": format_recommendations(got, hist_items, hist_cats), "models": sorted(models), "index": index_check,
-        "cli": [cli.returncode, cli.stdout, cli.stderr[-2000:]]}))
+        "cli": [cli.returncode, cli.stdout, cli.stderr[-2000:]], "live": live}))
+    live = out["live"]
+    assert live["before"] == live["same"]  # the stored history answers as the request's
+    assert live["after"] != live["before"] and live["seen"] == 61 and live["cli"] == live["after"], live
+    assert live["unknown"] == out["empty"]
+    assert live["bad_store"][0] == 1 and len(live["bad_store"][1]) == 1, live["bad_store"]
+    assert "redis://127.0.0.1:1: no Redis server answers" in live["bad_store"][1][0]
     index = out["index"]
     assert index["same_items"] and index["categories_ok"] and index["score_error"] < 1e-5 and index["unseen"], index
     assert index["shape"] == [8, 50], index

@@ -394,12 +394,15 @@ def test_export_names_stay_inside_the_export_base_and_a_users_models_config_is_m
                                                               "dare": str(base / "dare")}
     assert "specific { versions: 7 }" in merged
     assert (base / "batching_parameters.txt").read_text() == "max_batch_size { value: 32 }\n"  # hand-written: kept
-    from dare_tf.testing.standin_server import read_batching_parameters
+    from dare_tf.signatures import MAX_BATCH_SIZE
+    from dare_tf.testing.standin_server import BatchingParameters, read_batching_parameters
 
-    assert read_batching_parameters(str(base / "batching_parameters.txt")) == 32  # the stand-in's limit from it
+    # the stand-in's limit from it; TF Serving's default for a field left out: no padding
+    assert read_batching_parameters(str(base / "batching_parameters.txt")) == BatchingParameters(32, False)
     os.makedirs(tmp_path / "fresh")
     write_server_configs(str(tmp_path / "fresh"))
-    assert read_batching_parameters(str(tmp_path / "fresh" / "batching_parameters.txt")) == 256  # ours
+    assert read_batching_parameters(str(tmp_path / "fresh" / "batching_parameters.txt")) == BatchingParameters(
+        MAX_BATCH_SIZE, True)  # ours: the stand-in's defaults
     write_server_configs(str(base))  # again: nothing to add, nothing changes
     assert (base / "models.config").read_text() == merged
     (base / "models.config").write_text("nonsense {")
@@ -444,7 +447,7 @@ def test_oversized_requests_are_refused_before_anything_is_allocated(setup):
     many = np.resize(some, 60_000)
     code, details, size = call({"target_item": many, "target_category": np.ones(60_000, np.int64), **history})
     assert size < 1 << 20 and code == grpc.StatusCode.INVALID_ARGUMENT
-    assert details == "input target_category: a batch of 60,000 rows is over the server's max_batch_size of 1,024; " \
+    assert details == "input target_category: a batch of 60,000 rows is over the server's max_batch_size of 256; " \
                       "split the request"
     # a TensorProto of a few bytes claiming 2^26 values (TensorFlow would fill them from one)
     claim = tf.make_tensor_proto(np.int64(5)); claim.tensor_shape.Clear()

@@ -1,0 +1,148 @@
+"""The history service's interface (`HistoryStore`), its records and checks;
+the stores and `open_store` are in `dare_tf.histories`."""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Iterator, Sequence
+
+import numpy as np
+
+# Clicks kept per user when a store is created without `max_clicks`.
+DEFAULT_MAX_CLICKS = 10_000
+INT64 = np.iinfo(np.int64)
+
+
+class StoreError(ValueError):
+    """A store that cannot be opened or used as asked (one line: the store and what was expected)."""
+
+
+@dataclasses.dataclass
+class Histories:
+    """Users' last clicks as `last` returns them: raw `items`, `categories` and
+    `times` `[U, T]`, oldest first, each row's clicks first and padding (0) after
+    them, and each row's `lengths` `[U]` (T = the longest, at least 1): the `rank`
+    signature's layout."""
+
+    items: np.ndarray
+    categories: np.ndarray
+    times: np.ndarray
+    lengths: np.ndarray
+
+    def row(self, user: int) -> tuple[np.ndarray, np.ndarray]:
+        """The `user`-th row's items and categories, without padding."""
+        n = self.lengths[user]
+        return self.items[user, :n], self.categories[user, :n]
+
+    def to_json(self, user: int, user_id: int) -> dict:
+        n = self.lengths[user]
+        return {"user_id": int(user_id), "items": self.items[user, :n].tolist(),
+                "categories": self.categories[user, :n].tolist(), "times": self.times[user, :n].tolist()}
+
+
+def as_int64(name: str, values) -> np.ndarray:
+    """`values` as int64, refusing non-integers and values outside int64 (one line)."""
+    array = np.asarray(values, dtype=object if not isinstance(values, np.ndarray) else None).reshape(-1)
+    if array.dtype.kind in "iu":
+        if array.dtype.kind == "u" and array.size and array.max() > INT64.max:
+            raise StoreError(f"{name}: {array.max()} does not fit int64")
+        return array.astype(np.int64)
+    for value in array:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise StoreError(f"{name}: ids and times are integers, got {value!r}")
+        if not INT64.min <= int(value) <= INT64.max:
+            raise StoreError(f"{name}: {value} does not fit int64")
+    return array.astype(np.int64) if array.size else np.zeros(0, np.int64)
+
+
+def merged(old: np.ndarray, new: np.ndarray, cap: int) -> np.ndarray:
+    """Clicks (`CLICK` records) `old` then `new` in time order, ties in arrival
+    order, the last `cap` kept."""
+    both = np.concatenate([old, new])
+    tail = both["time"][max(len(old) - 1, 0):]  # (old is in order already)
+    if (np.diff(tail) < 0).any():
+        both = both[np.argsort(both["time"], kind="stable")]
+    return both[-cap:]
+
+
+# One click as a store holds it.
+CLICK = np.dtype([("time", "<i8"), ("item", "<i8"), ("category", "<i8")])
+
+
+def clicks(items, categories, times) -> np.ndarray:
+    """Checked `CLICK` records of equal-length id and time lists."""
+    items, categories, times = (as_int64(n, v) for n, v in (("items", items), ("categories", categories),
+                                                              ("times", times)))
+    if not len(items) == len(categories) == len(times):
+        raise StoreError(f"append: {len(items)} items, {len(categories)} categories and {len(times)} times; "
+                         "one of each per click")
+    out = np.empty(len(items), CLICK)
+    out["time"], out["item"], out["category"] = times, items, categories
+    return out
+
+
+class HistoryStore(abc.ABC):
+    """Every user's clicks, by raw user id. See the module for the semantics.
+
+    Attributes:
+        url: the store's URL (`lmdb:DIR`, `redis://HOST:PORT`).
+        max_clicks: clicks kept per user (the oldest dropped).
+        read_only: opened for reading only (`append` refused).
+    """
+
+    url: str
+    max_clicks: int
+    read_only: bool
+
+    def append(self, user, items: Sequence[int], categories: Sequence[int], times: Sequence[int]) -> int:
+        """Adds one user's clicks (any order; kept in time order); returns the
+        user's number of clicks after it."""
+        return self.append_many({self._user(user): clicks(items, categories, times)})[self._user(user)]
+
+    @abc.abstractmethod
+    def append_many(self, by_user: dict[int, np.ndarray]) -> dict[int, int]:
+        """Adds `CLICK` records per user in one atomic write; returns each user's length after."""
+
+    @abc.abstractmethod
+    def _read(self, users: list[int], max_len: int | None) -> list[np.ndarray]:
+        """Each user's last `max_len` (None: all) `CLICK` records, oldest first
+        (empty for an unknown user)."""
+
+    def last(self, users: Sequence[int], max_len: int | None = None) -> Histories:
+        """The last `max_len` clicks (default all kept) of each user, oldest first."""
+        if max_len is not None and max_len < 1:
+            raise StoreError(f"last: max_len must be >= 1, got {max_len}")
+        ids = [self._user(u) for u in users]
+        rows = self._read(ids, max_len)
+        lengths = np.array([len(r) for r in rows], np.int64)
+        width = max(int(lengths.max(initial=0)), 1)
+        out = {name: np.zeros((len(rows), width), np.int64) for name in ("item", "category", "time")}
+        for u, r in enumerate(rows):
+            for name, array in out.items():
+                array[u, :len(r)] = r[name]
+        return Histories(out["item"], out["category"], out["time"], lengths)
+
+    @abc.abstractmethod
+    def size(self, user) -> int:
+        """Clicks held for `user` (0 for an unknown user)."""
+
+    @abc.abstractmethod
+    def users(self) -> Iterator[int]:
+        """Every user with clicks."""
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _user(self, user) -> int:
+        return int(as_int64("user_id", [user])[0])
+
+    def _writable(self) -> None:
+        if self.read_only:
+            raise StoreError(f"{self.url}: opened read-only; open it for writing to append")

@@ -1,0 +1,59 @@
+"""`python -m serving.histories`: load a prepared dataset's store, append live
+clicks from a file and from standard input, show a user's history."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from dare_tf.data.spec import DatasetSpec, read_id_map
+from dare_tf.data.store import SequenceStore
+from tests.conftest import SHARED_DATA  # noqa: F401 (the shared data must be there)
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def histories(*args, stdin=None):
+    return subprocess.run([sys.executable, "-m", "serving.histories", *args], capture_output=True, text=True,
+                          input=stdin, cwd=REPO)
+
+
+def test_load_append_show(taobao, tmp_path):
+    store = f"lmdb:{tmp_path / 'histories'}"
+    loaded = histories("load", f"--data_dir={taobao}", f"--store={store}")
+    assert loaded.returncode == 0, loaded.stderr
+    spec = DatasetSpec.load(taobao)
+    sequences = SequenceStore.load(taobao, spec)
+    users = np.flatnonzero(sequences.length)
+    assert loaded.stdout.strip().endswith(f"loaded {len(users)} users from {taobao} ({len(sequences.items)} clicks)")
+    dense = int(users[3])
+    raw_user = int(read_id_map(taobao, "user")[dense - 1])
+    raw_items = np.array([0] + [int(r) for r in read_id_map(taobao, "item")])
+    start, length = sequences.start[dense], sequences.length[dense]
+    shown = json.loads(histories("show", f"--store={store}", f"--user_id={raw_user}", "--max_len=5").stdout)
+    assert shown["user_id"] == raw_user and shown["times"] == [0] * min(5, length)
+    assert shown["items"] == raw_items[sequences.items[start:start + length]][-5:].tolist()
+    log = tmp_path / "live.csv"
+    log.write_text(f"{raw_user},555,777,pv,1600000000\n{raw_user},556,778,buy,1600000001\n")
+    appended = histories("append", f"--store={store}", f"--input={log}", "--columns=user=0,item=1,category=2,"
+                         "action=3,time=4", "--click=pv")
+    assert appended.returncode == 0 and "appended 1 clicks" in appended.stdout, appended.stderr
+    streamed = histories("append", f"--store={store}", "--input=-", "--columns=user=0,item=1,category=2,time=3",
+                         stdin=f"{raw_user},557,779,1600000002\n42,1,2,5\n")
+    assert streamed.returncode == 0 and "appended 2 clicks from standard input" in streamed.stdout, streamed.stderr
+    shown = json.loads(histories("show", f"--store={store}", f"--user_id={raw_user}", "--max_len=2").stdout)
+    assert shown == {"user_id": raw_user, "items": [555, 557], "categories": [777, 779],
+                     "times": [1600000000, 1600000002]}
+    for args, message in [
+            (("show", f"--store=lmdb:{tmp_path / 'none'}", "--user_id=1"), "not a history store (no data.mdb"),
+            (("show", f"--store={store}", "--user_id=99999999999999999999"), "--user_id=99999999999999999999: does "
+                                                                             "not fit int64"),
+            (("show", "--store=redis://127.0.0.1:1", "--user_id=1"), "redis://127.0.0.1:1: no Redis server answers"),
+            (("append", f"--store={store}", "--input=-", "--format=parquet", "--columns=user=0,item=1,time=2"),
+             "--format=parquet reads a file: give --input=FILE, not -"),
+            (("drop", f"--store={store}"), "give one command of load, append, show; got drop")]:
+        failed = histories(*args)
+        lines = failed.stderr.strip().splitlines()
+        assert failed.returncode != 0 and len(lines) == 1 and message in lines[0], failed.stderr

