@@ -16,6 +16,11 @@ candidates, p50/p99, and a bound from the sizes: the multiply-adds of the
 score product (N x L x Da), the representation reads and the MLP, at the
 float32 multiply-add rate a large matrix product reaches in the same process.
 
+`standin`: the same exports and `rank` requests through the stand-in server
+(its own process, batching on with the exported batching parameters), from
+one client over gRPC, and from 8 concurrent clients (each user its own
+request, merged by the batcher): p50/p99 and examples/s.
+
 `histories` (in process): the history service's `last` for one user and for 64
 users at L = 10,000 from the LMDB store and from a Redis server started here
 (localhost), p50/p99 of 200 calls.
@@ -40,7 +45,7 @@ import numpy as np  # noqa: E402
 
 from benchmarks.common import print_table, selected_parts, write_parts  # noqa: E402
 
-PARTS = ("rank", "histories")
+PARTS = ("rank", "standin", "histories")
 
 
 def percentiles(fn, calls: int) -> tuple[float, float]:
@@ -67,10 +72,18 @@ def timeit(fn) -> float:
     return time.perf_counter() - start
 
 
-def bench_rank(args, work: str) -> list[dict]:
+def request_bytes(inputs: dict) -> int:
+    """The serialized `PredictRequest` of `inputs` (what gRPC carries)."""
     import tensorflow as tf
     from tensorflow_serving.apis import predict_pb2
 
+    request = predict_pb2.PredictRequest()
+    for name, value in inputs.items():
+        request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
+    return request.ByteSize()
+
+
+def bench_rank(args, work: str, parts: set) -> dict[str, list[dict]]:
     import dare_tf
     from dare_tf.data.protocol import Protocol, prepare
     from dare_tf.data.spec import DatasetSpec, read_id_map
@@ -89,42 +102,93 @@ def bench_rank(args, work: str) -> list[dict]:
     raw_categories = np.array(read_id_map(data_dir, "category"), np.int64)
     rng = np.random.default_rng(0)
     rate = multiply_add_rate()
-    rows = []
+    rows, served = [], []
     for length in [int(v) for v in args.lengths.split(",")]:
         model = dare_tf.build_model("dare", spec.num_items, spec.num_categories, max_len=length,
                                     num_positions=length + 1, aux_attention="retrieved", seed=0)
         cfg = model.model_config
         path = export_saved_model(model, data_dir, os.path.join(work, "exports"), f"dare_{length}")
-        served = LocalModel(path)
+        local = LocalModel(path)
         history = rng.integers(0, len(raw_items), length)
         hist_items, hist_categories = raw_items[history], raw_categories[history % len(raw_categories)]
         da = 2 * (cfg.attention_embedding_dim or cfg.embedding_dim) + cfg.attention_position_dim
         dr = 2 * cfg.embedding_dim + cfg.position_dim
         head_in = dr * (4 if cfg.target_aware else 2)
         mlp = sum(a * b for a, b in zip((head_in, *cfg.mlp_units), (*cfg.mlp_units, 1)))
+        requests = {}
         for n in [int(v) for v in args.candidates.split(",")]:
             targets = rng.integers(0, len(raw_items), n)
             items, categories = raw_items[targets], raw_categories[targets % len(raw_categories)]
             macs = n * length * da + n * cfg.top_k * dr * 2 + n * mlp
-            requests = {"rank": rank_tensors([hist_items], [hist_categories], [items], [categories])}
+            requests[n] = {"rank": rank_tensors([hist_items], [hist_categories], [items], [categories])}
             if length * n <= args.repeated_limit:
-                requests["serving_default"] = request_tensors(items, categories, [hist_items] * n,
-                                                              [hist_categories] * n)
-            for signature, inputs in requests.items():
-                request = predict_pb2.PredictRequest()
-                for name, value in inputs.items():
-                    request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
-                p50, p99 = percentiles(lambda: served.predict_tensors(inputs, signature), args.calls)
-                one_history = 8 * (2 * length + 2 * n)
-                bound = 1000 * macs / rate
-                rows.append({"L": length, "N": n, "signature": signature, "request_kb": request.ByteSize() / 1024,
-                             "bytes_over_history": request.ByteSize() / one_history, "p50_ms": p50, "p99_ms": p99,
+                requests[n]["serving_default"] = request_tensors(items, categories, [hist_items] * n,
+                                                                 [hist_categories] * n)
+            for signature, inputs in requests[n].items() if "rank" in parts else ():
+                p50, p99 = percentiles(lambda: local.predict_tensors(inputs, signature), args.calls)
+                size, bound = request_bytes(inputs), 1000 * macs / rate
+                rows.append({"L": length, "N": n, "signature": signature, "request_kb": size / 1024,
+                             "bytes_over_history": size / (8 * (2 * length + 2 * n)), "p50_ms": p50, "p99_ms": p99,
                              "examples_per_s": 1000 * n / p50, "bound_ms": bound, "p50_over_bound": p50 / bound})
                 print(f"  {rows[-1]}", flush=True)
-    print(f"rank vs serving_default (in process, SavedModel loaded here; DARE K=20 d=16; {os.cpu_count()} CPUs; "
-          f"bound at {rate / 1e9:.1f} G multiply-adds/s)")
-    print_table(rows, ["L", "N", "signature", "request_kb", "bytes_over_history", "p50_ms", "p99_ms",
-                       "examples_per_s", "bound_ms", "p50_over_bound"])
+        if "standin" in parts:
+            served += bench_standin(args, os.path.dirname(os.path.dirname(path)), f"dare_{length}", length,
+                                    {n: r["rank"] for n, r in requests.items()}, rows)
+    if rows:
+        print(f"rank vs serving_default (in process, SavedModel loaded here; DARE K=20 d=16; {os.cpu_count()} "
+              f"CPUs; bound at {rate / 1e9:.1f} G multiply-adds/s)")
+        print_table(rows, ["L", "N", "signature", "request_kb", "bytes_over_history", "p50_ms", "p99_ms",
+                           "examples_per_s", "bound_ms", "p50_over_bound"])
+    if served:
+        print("rank through the stand-in server (its own process, batching on)")
+        print_table(served, ["L", "N", "clients", "p50_ms", "p99_ms", "examples_per_s", "in_process_p50_ms"])
+    return {"rank": rows, "standin": served}
+
+
+def bench_standin(args, export_base: str, name: str, length: int, requests: dict, local_rows: list) -> list[dict]:
+    """`rank` requests through the stand-in (batching on, the exported parameters)."""
+    import threading
+
+    from dare_tf.serving.client import ServingClient
+
+    server = subprocess.Popen([sys.executable, "-m", "serving.standin_server", f"--model_base={export_base}/{name}",
+                               f"--model_name={name}", "--port=0",
+                               f"--batching_parameters_file={export_base}/batching_parameters.txt"],
+                              cwd=REPO, stdout=subprocess.PIPE, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    rows = []
+    try:
+        port = int(server.stdout.readline().split("localhost:")[1].split()[0])
+        for n, inputs in requests.items():
+            in_process = next((r["p50_ms"] for r in local_rows if (r["L"], r["N"], r["signature"]) ==
+                               (length, n, "rank")), None)
+            for clients in (1, 8):
+                stubs = [ServingClient(f"localhost:{port}", name, timeout=60.0) for _ in range(clients)]
+                latencies = []
+
+                def call(client):
+                    for _ in range(args.calls // clients + 2):
+                        start = time.perf_counter()
+                        client.predict_tensors(inputs, "rank")
+                        latencies.append(1000 * (time.perf_counter() - start))
+
+                for client in stubs:  # warm-up
+                    client.predict_tensors(inputs, "rank")
+                threads = [threading.Thread(target=call, args=(c,)) for c in stubs]
+                start = time.perf_counter()
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                seconds = time.perf_counter() - start
+                for client in stubs:
+                    client.close()
+                rows.append({"L": length, "N": n, "clients": clients, "p50_ms": float(np.percentile(latencies, 50)),
+                             "p99_ms": float(np.percentile(latencies, 99)),
+                             "examples_per_s": n * len(latencies) / seconds, "in_process_p50_ms": in_process})
+                print(f"  {rows[-1]}", flush=True)
+    finally:
+        server.terminate()
+        server.wait()
     return rows
 
 
@@ -191,8 +255,9 @@ def main():
     parts = selected_parts(parser, args.parts, PARTS)
     work = tempfile.mkdtemp(prefix="bench_long_")
     payload = {}
-    if "rank" in parts:
-        payload["rank"] = bench_rank(args, work)
+    if parts & {"rank", "standin"}:
+        measured = bench_rank(args, work, parts)
+        payload.update({part: measured[part] for part in ("rank", "standin") if part in parts})
     if "histories" in parts:
         payload["histories"] = bench_histories(args, work)
     write_parts("bench_long", payload, sorted(payload), args.json)

@@ -67,6 +67,11 @@ TABLES = {
                              "from the sizes (score product N x L x Da, K representation rows and the MLP per "
                              "candidate, at the float32 multiply-add rate of a large matrix product in the same "
                              "run)"),
+    ("bench_long", "standin"): (["L", "N", "clients", "p50_ms", "p99_ms", "examples_per_s", "in_process_p50_ms"],
+                                "the same `rank` requests measured through the stand-in server (its own process, "
+                                "gRPC, batching on with the exported batching parameters), from 1 client and from "
+                                "8 concurrent clients (their requests merged by the batcher): p50/p99 ms, "
+                                "examples/s, and the in-process p50 of the same request"),
     ("bench_long", "histories"): (["store", "users", "L", "p50_ms", "p99_ms", "clicks_per_s"],
                                   "the history service's `last(users, L)` at L = 10,000, measured in process (LMDB "
                                   "embedded; Redis on localhost): p50/p99 ms of 200 calls and clicks read per "
