@@ -11,10 +11,14 @@ must agree exactly.
 recommend: a retrieval model (two-tower, one epoch) and DARE (L=200, K=20;
 weights as built: latency does not depend on them) on the prepared Taobao
 sample, exported. `Recommender.recommend` for histories of 200 behaviours
-and N=200 candidates: in process (both SavedModels loaded here), then
-through the stand-in server (its own process, both models from one
-models.config, request batching on) from 1 and 16 concurrent client threads.
-Reports p50/p99 latency and recommendations/s.
+and N=200 candidates (the ranker's `rank` signature): in process (both
+SavedModels loaded here), then through the stand-in server (its own process,
+both models from one models.config, request batching on) from 1 and 16
+concurrent client threads; then `recommend_user` by user id, the history read
+from the history service (an LMDB store loaded from the dataset) at call
+time, from 1 and 16 threads, with a writer appending a click every
+millisecond during the 16-thread row (errors, server memory and store size
+before and after). Reports p50/p99 latency and recommendations/s.
 """
 
 from __future__ import annotations
@@ -89,8 +93,9 @@ def _users(data_dir: str, calls: int, rng) -> list[tuple[np.ndarray, np.ndarray]
     return [(rng.choice(items, 200), rng.choice(cats, 200)) for _ in range(calls)]
 
 
-def _load(recommenders, users) -> tuple[list[float], float]:
-    """Each recommender in its own thread takes users from a shared queue."""
+def _load(recommenders, users, by_id: bool = False) -> tuple[list[float], float]:
+    """Each recommender in its own thread takes users from a shared queue (a history,
+    or with `by_id` a user id whose history the recommender's store holds)."""
     latencies, lock, queue = [], threading.Lock(), list(range(len(users)))
 
     def worker(recommender):
@@ -100,7 +105,10 @@ def _load(recommenders, users) -> tuple[list[float], float]:
                     return
                 i = queue.pop()
             t0 = time.perf_counter()
-            recommender.recommend(*users[i], n=TOP_N, top=10)
+            if by_id:
+                recommender.recommend_user(users[i], n=TOP_N, top=10)
+            else:
+                recommender.recommend(*users[i], n=TOP_N, top=10)
             with lock:
                 latencies.append(time.perf_counter() - t0)
 
@@ -151,11 +159,72 @@ def bench_recommend(work: str, calls: int, rng) -> list[dict]:
             latencies, seconds = _load(recommenders, users)
             rows.append({"path": "stand-in server", "clients": clients, "calls": calls, **_percentiles(latencies),
                          "recommendations_per_s": calls / seconds})
+        rows += _by_user_id(work, data, port, server.pid, calls, rng)
     finally:
         server.terminate()
         server.wait()
     for row in rows:
         row["served/in_process"] = row["recommendations_per_s"] / rows[0]["recommendations_per_s"]
+    return rows
+
+
+def _rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+
+
+def _by_user_id(work: str, data: str, port: int, server_pid: int, calls: int, rng) -> list[dict]:
+    """`recommend_user` through the stand-in, the histories read from an LMDB store at
+    call time, from 1 and from 16 client threads; during the 16-client row a writer
+    thread appends a click every millisecond. Counts errors, the server's resident
+    memory and the store's size before and after each row."""
+    from dare_tf.histories import open_store
+    from dare_tf.histories.prepared import load_prepared
+    from dare_tf.serving.cascade import Recommender
+    from dare_tf.serving.client import ServingClient
+
+    path = os.path.join(work, "histories")
+    rows = []
+    with open_store(f"lmdb:{path}") as store:
+        load_prepared(store, data)
+        ids = list(store.users())
+        users = [int(u) for u in rng.choice(ids, calls)]
+        for clients in (1, 16):
+            recommenders = [Recommender(ServingClient(f"localhost:{port}", "retrieval", timeout=60.0),
+                                        ServingClient(f"localhost:{port}", "dare", timeout=60.0), histories=store)
+                            for _ in range(clients)]
+            _load(recommenders, users[:2 * clients], by_id=True)  # warm-up
+            before = {"rss": _rss_mb(server_pid), "store": os.path.getsize(os.path.join(path, "data.mdb"))}
+            stop, appended, errors = threading.Event(), [0], []
+
+            def write():
+                while not stop.is_set():
+                    user = int(rng.choice(ids))
+                    try:
+                        store.append(user, [int(rng.integers(1, 10**9))], [1], [10**9 + appended[0]])
+                        appended[0] += 1
+                    except Exception as e:  # noqa: BLE001 (counted, reported in the row)
+                        errors.append(repr(e))
+                    time.sleep(0.001)
+
+            writer = threading.Thread(target=write) if clients > 1 else None
+            if writer:
+                writer.start()
+            try:
+                latencies, seconds = _load(recommenders, users, by_id=True)
+            except Exception as e:  # noqa: BLE001
+                errors.append(repr(e))
+                latencies, seconds = [float("nan")], float("nan")
+            stop.set()
+            if writer:
+                writer.join()
+            rows.append({"path": "stand-in server, by user id (LMDB store)", "clients": clients, "calls": calls,
+                         **_percentiles(latencies), "recommendations_per_s": calls / seconds,
+                         "clicks_appended": appended[0], "errors": len(errors),
+                         "server_rss_mb": f"{before['rss']:.0f} -> {_rss_mb(server_pid):.0f}",
+                         "store_mb": f"{before['store'] / 2**20:.1f} -> "
+                                     f"{os.path.getsize(os.path.join(path, 'data.mdb')) / 2**20:.1f}"})
+            print(f"  {rows[-1]}", flush=True)
     return rows
 
 

@@ -111,8 +111,7 @@ def bench_rank(args, work: str, parts: set) -> dict[str, list[dict]]:
         local = LocalModel(path)
         history = rng.integers(0, len(raw_items), length)
         hist_items, hist_categories = raw_items[history], raw_categories[history % len(raw_categories)]
-        da = 2 * (cfg.attention_embedding_dim or cfg.embedding_dim) + cfg.attention_position_dim
-        dr = 2 * cfg.embedding_dim + cfg.position_dim
+        da, dr = cfg.attention_width, cfg.representation_width
         head_in = dr * (4 if cfg.target_aware else 2)
         mlp = sum(a * b for a, b in zip((head_in, *cfg.mlp_units), (*cfg.mlp_units, 1)))
         requests = {}

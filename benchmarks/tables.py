@@ -80,9 +80,14 @@ TABLES = {
                                  "the retrieval index (`tfrs.layers.factorized_top_k.BruteForce`, 32-d, top 200) "
                                  "against a numpy brute force: build seconds, ms per call, and whether both return "
                                  "the same top 200"),
-    ("bench_cascade", "recommend"): (None, "`recommend` (retrieval, then DARE ranking 200 candidates; histories of "
-                                           "200, top 10): latency percentiles (ms) and recommendations/s, in process "
-                                           "and through the stand-in server with concurrent clients"),
+    ("bench_cascade", "recommend"): (["path", "clients", "calls", "p50_ms", "p99_ms", "recommendations_per_s",
+                                      "served/in_process", "clicks_appended", "errors", "server_rss_mb", "store_mb"],
+                                     "`recommend` (retrieval, then DARE ranking 200 candidates with `rank`; "
+                                     "histories of 200, top 10): latency percentiles (ms) and recommendations/s, "
+                                     "measured in process and through the stand-in server with concurrent clients; "
+                                     "by user id, the history is read from the history service (LMDB) at call time "
+                                     "while a writer appends clicks (16 clients): errors, the server's resident "
+                                     "memory (MB) and the store's size (MB) before and after"),
     ("bench_quality", "table1"): (None, "`make demo`: test AUC of each model on the demo's synthetic log and on the "
                                         "real Taobao sample (one seed, one epoch)"),
     ("bench_quality", "by_length"): (None, "`make demo`: DARE's test AUC on the synthetic log by the history length "

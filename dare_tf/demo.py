@@ -93,10 +93,31 @@ def _two_stage(work_dir: str, data_dir: str, export_base: str, ranker_run: str) 
         _say(f"user {request['user']} ({len(request['hist_items'])} clicks; clicked next: item {clicked}): "
              "the top 10 of 200 retrieved items by DARE's click probability (two gRPC requests):")
         _say(format_recommendations(result, request["hist_items"], request["hist_categories"]))
+        _live_clicks(work_dir, data_dir, clients, int(request["user"]))
     finally:
         for client in clients:
             client.close()
         server.stop(0)
+
+
+def _live_clicks(work_dir: str, data_dir: str, clients, user: int) -> None:
+    """The history service: the users' histories in an LMDB store, recommendations by
+    user id, and a click appended between two of them."""
+    from dare_tf.histories import open_store
+    from dare_tf.histories.prepared import load_prepared
+
+    url = f"lmdb:{os.path.join(work_dir, 'histories')}"
+    with open_store(url) as store:
+        if not len(store):  # (a demo run again finds them there)
+            users, clicks = load_prepared(store, data_dir)
+            _say(f"history service: {users} users' {clicks} clicks loaded into {url} (python -m serving.histories)")
+        recommender = Recommender(*clients, histories=store)
+        before, history = recommender.recommend_user(user, n=200, top=10)
+        clicked = int(before["items"][-1])
+        store.append(user, [clicked], [int(before["categories"][-1])], [int(history.times[0].max()) + 1])
+        after, _ = recommender.recommend_user(user, n=200, top=10)
+    _say(f"user {user} by id from the store: top 10 {before['items'].tolist()}; after a live click on item "
+         f"{clicked}: {after['items'].tolist()}")
 
 
 def run_demo(work_dir: str, data_root: str, taobao_sample: str, synthetic_users: int = 2000,

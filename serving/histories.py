@@ -31,7 +31,6 @@ from dare_tf.data.logs import FILE_FORMATS, LogFormat, parse_columns
 
 FLAGS = flags.FLAGS
 COMMANDS = ("load", "append", "show")
-USERS_PER_TRANSACTION = 10_000  # load: users written per atomic append
 flags.DEFINE_string("store", None, "The history store: lmdb:DIR or redis://HOST:PORT[/DB].")
 flags.DEFINE_string("data_dir", None, "load: a prepared dataset (data.prepare) whose store to load.")
 flags.DEFINE_integer("max_clicks", None, "load/append to a new store: clicks kept per user (default: the "
@@ -84,30 +83,10 @@ def _configure(argv):
 
 
 def load(store):
-    import numpy as np
+    from dare_tf.histories.prepared import load_prepared
 
-    from dare_tf.data.spec import DatasetSpec, read_id_map
-    from dare_tf.data.store import SequenceStore
-    from dare_tf.histories import CLICK
-
-    spec = DatasetSpec.load(FLAGS.data_dir)
-    sequences = SequenceStore.load(FLAGS.data_dir, spec)
-    maps = {kind: np.array([0] + [int(r) for r in read_id_map(FLAGS.data_dir, kind)], np.int64)
-            for kind in ("item", "category", "user")}
-    users = np.flatnonzero(sequences.length)
-    batch = {}
-    for dense_user in users:
-        start, length = sequences.start[dense_user], sequences.length[dense_user]
-        rows = np.zeros(length, CLICK)  # (time 0: a prepared dataset keeps no click times)
-        rows["item"] = maps["item"][sequences.items[start:start + length]]
-        rows["category"] = maps["category"][sequences.categories[start:start + length]]
-        batch[int(maps["user"][dense_user])] = rows
-        if len(batch) == USERS_PER_TRANSACTION:
-            store.append_many(batch)
-            batch = {}
-    if batch:
-        store.append_many(batch)
-    print(f"{store.url}: loaded {len(users)} users from {FLAGS.data_dir} ({len(sequences.items)} clicks)")
+    users, clicks = load_prepared(store, FLAGS.data_dir)
+    print(f"{store.url}: loaded {users} users from {FLAGS.data_dir} ({clicks} clicks)")
 
 
 def _lines(stream, limit: int):

@@ -6,7 +6,7 @@ One interface, `HistoryStore`, with two stores behind `open_store(url)`:
 - `lmdb:DIR` (`LmdbStore`, the embedded default): one LMDB environment
   (memory-mapped, many readers beside one writer, crash-safe commits).
 - `redis://HOST:PORT[/DB]` (`RedisStore`): a Redis server that a fleet of
-  rankers shares.
+  rankers shares (one string per user, the same packed records).
 
 Raw ids only (int64 user, item and category ids and int64 times), so a store
 never depends on a model's id maps. Semantics, the same for both stores:
@@ -16,7 +16,8 @@ never depends on a model's id maps. Semantics, the same for both stores:
 - Each user keeps at most `max_clicks` clicks (set when the store is created,
   recorded in it); the oldest are dropped.
 - `last` never sees a half-written append (LMDB: one write transaction per
-  append; Redis: MULTI/EXEC), and an append is durable once it returns
+  append; Redis: one MULTI/EXEC, retried under WATCH when another writer
+  changed the same users), and an append is durable once it returns
   (LMDB syncs each commit; Redis as its own persistence is configured): a
   killed writer loses at most the append it had not returned from.
 - An unknown user has an empty history (length 0), the model's defined answer.

@@ -113,14 +113,12 @@ class HistoryStore(abc.ABC):
         """The last `max_len` clicks (default all kept) of each user, oldest first."""
         if max_len is not None and max_len < 1:
             raise StoreError(f"last: max_len must be >= 1, got {max_len}")
-        ids = [self._user(u) for u in users]
-        rows = self._read(ids, max_len)
+        rows = self._read([self._user(u) for u in users], max_len)
         lengths = np.array([len(r) for r in rows], np.int64)
         width = max(int(lengths.max(initial=0)), 1)
-        out = {name: np.zeros((len(rows), width), np.int64) for name in ("item", "category", "time")}
+        out = np.zeros((len(rows), width), CLICK)
         for u, r in enumerate(rows):
-            for name, array in out.items():
-                array[u, :len(r)] = r[name]
+            out[u, :len(r)] = r
         return Histories(out["item"], out["category"], out["time"], lengths)
 
     @abc.abstractmethod

@@ -1,12 +1,12 @@
 """RedisStore: the history store in a Redis server that a fleet of rankers shares.
 
-Each user is one sorted set, `{prefix}{user_id}`, scored by click time; a
-member is the packed big-endian `(sequence, item, category)`, where the
-sequence (one server-wide counter) orders clicks of equal time by arrival and
-keeps members unique. An append reserves its sequence numbers, then adds the
-clicks, trims the set to `max_clicks` and records the user in one MULTI/EXEC
-transaction; `last` is one ZRANGE per user, pipelined. Times are scores
-(doubles): exact up to 2**53.
+Each user is one string, `{prefix}u:{user_id}`, holding its clicks as packed
+little-endian int64 `(time, item, category)` triples (`CLICK`), oldest first:
+the LMDB store's record. `last` is one GETRANGE of the last `max_len` clicks
+per user, pipelined; an append reads the users' strings under WATCH, merges
+the new clicks in time order (`merged`, as the LMDB store does) and writes
+them back with the users set in one MULTI/EXEC transaction, retried when
+another writer changed one of them meanwhile.
 """
 
 from __future__ import annotations
@@ -17,11 +17,9 @@ from typing import Iterator
 import numpy as np
 import redis
 
-from dare_tf.histories.base import CLICK, DEFAULT_MAX_CLICKS, HistoryStore, StoreError
+from dare_tf.histories.base import CLICK, DEFAULT_MAX_CLICKS, HistoryStore, StoreError, merged
 
-_MEMBER = np.dtype([("sequence", ">u8"), ("item", ">i8"), ("category", ">i8")])
 _FORMAT = "dare_tf.histories/1"
-MAX_EXACT_TIME = 2**53
 
 
 class RedisStore(HistoryStore):
@@ -34,18 +32,17 @@ class RedisStore(HistoryStore):
         try:
             self.client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
             stored = self.client.get(prefix + "config")
+            if stored is None and not read_only:
+                config = {"format": _FORMAT, "max_clicks": max_clicks or DEFAULT_MAX_CLICKS}
+                self.client.set(prefix + "config", json.dumps(config), nx=True)  # (a concurrent creator wins)
+                stored = self.client.get(prefix + "config")
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as e:
             raise StoreError(f"{url}: no Redis server answers ({e})") from e
         except ValueError as e:  # a malformed URL
             raise StoreError(f"--store={url!r}: not a Redis URL ({e}); expected redis://HOST:PORT[/DB]") from e
         if stored is None:
-            if read_only:
-                raise StoreError(f"{url}: holds no history store (no {prefix}config key); nothing to read")
-            config = {"format": _FORMAT, "max_clicks": max_clicks or DEFAULT_MAX_CLICKS}
-            self.client.set(prefix + "config", json.dumps(config), nx=True)
-            config = json.loads(self.client.get(prefix + "config"))
-        else:
-            config = json.loads(stored)
+            raise StoreError(f"{url}: holds no history store (no {prefix}config key); nothing to read")
+        config = json.loads(stored)
         if config.get("format") != _FORMAT:
             raise StoreError(f"{url}: {prefix}config is of format {config.get('format')!r}, expected {_FORMAT}")
         self.max_clicks = int(config["max_clicks"])
@@ -55,48 +52,32 @@ class RedisStore(HistoryStore):
 
     def append_many(self, by_user: dict[int, np.ndarray]) -> dict[int, int]:
         self._writable()
-        total = sum(len(c) for c in by_user.values())
-        if not total:
-            return {user: self.size(user) for user in by_user}
-        for user, rows in by_user.items():
-            if len(rows) and np.abs(rows["time"]).max() > MAX_EXACT_TIME:
-                raise StoreError(f"{self.url}: user {user}: a click time beyond 2**53 is not exact as a Redis score")
-        last = self.client.incrby(self.prefix + "sequence", total)
-        sequence = last - total + 1
+        if not by_user:
+            return {}
+        keys = [self._key(user) for user in by_user]
         with self.client.pipeline(transaction=True) as pipe:
-            for user, rows in by_user.items():
-                members = np.empty(len(rows), _MEMBER)
-                members["sequence"] = np.arange(sequence, sequence + len(rows))
-                members["item"], members["category"] = rows["item"], rows["category"]
-                sequence += len(rows)
-                packed = members.tobytes()
-                width = _MEMBER.itemsize
-                pipe.zadd(self._key(user), {packed[i * width:(i + 1) * width]: int(t)
-                                            for i, t in enumerate(rows["time"])})
-                pipe.zremrangebyrank(self._key(user), 0, -self.max_clicks - 1)
-                pipe.sadd(self.prefix + "users", user)
-                pipe.zcard(self._key(user))
-            replies = pipe.execute()
-        return {user: int(replies[4 * i + 3]) for i, user in enumerate(by_user)}
+            while True:
+                try:
+                    pipe.watch(*keys)
+                    rows = {user: merged(np.frombuffer(old, CLICK) if old else np.zeros(0, CLICK), new,
+                                         self.max_clicks)
+                            for (user, new), old in zip(by_user.items(), pipe.mget(keys))}
+                    pipe.multi()
+                    pipe.mset({key: r.tobytes() for key, r in zip(keys, rows.values())})
+                    pipe.sadd(self.prefix + "users", *by_user)
+                    pipe.execute()
+                    return {user: len(r) for user, r in rows.items()}
+                except redis.WatchError:  # another writer changed one of these users: again
+                    continue
 
     def _read(self, users: list[int], max_len: int | None) -> list[np.ndarray]:
         with self.client.pipeline(transaction=False) as pipe:
-            for user in users:  # only the last max_len members travel
-                pipe.zrange(self._key(user), -max_len if max_len else 0, -1, withscores=True)
-            replies = pipe.execute()
-        return [self._decode(reply) for reply in replies]
-
-    @staticmethod
-    def _decode(reply) -> np.ndarray:
-        rows = np.zeros(len(reply), CLICK)
-        if reply:
-            members = np.frombuffer(b"".join(m for m, _ in reply), _MEMBER)
-            rows["item"], rows["category"] = members["item"], members["category"]
-            rows["time"] = [int(score) for _, score in reply]
-        return rows
+            for user in users:  # only the last max_len clicks travel
+                pipe.getrange(self._key(user), -CLICK.itemsize * max_len if max_len else 0, -1)
+            return [np.frombuffer(value, CLICK) for value in pipe.execute()]
 
     def size(self, user) -> int:
-        return int(self.client.zcard(self._key(self._user(user))))
+        return int(self.client.strlen(self._key(self._user(user)))) // CLICK.itemsize
 
     def users(self) -> Iterator[int]:
         for user in self.client.sscan_iter(self.prefix + "users"):

@@ -19,7 +19,8 @@ import numpy as np
 
 from dare_tf._files import atomic_json
 from dare_tf.data.pipeline import InMemorySplit
-from dare_tf.data.spec import HIST_CATEGORIES, HIST_ITEMS, TARGET_CATEGORY, TARGET_ITEM, DatasetSpec
+from dare_tf.data.spec import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS, TARGET_ITEM,
+                               DatasetSpec)
 from dare_tf.metrics import hit_rate_and_ndcg
 from dare_tf.retrieval.candidates import SOURCES, evaluate_sources, one_source
 from dare_tf.retrieval.model import load_retrieval_model
@@ -38,18 +39,18 @@ def _rank_of(ids: np.ndarray, target: np.ndarray) -> np.ndarray:
 
 def rerank(model, examples: dict, candidates: np.ndarray, category_of: np.ndarray, rows_per_call: int = 8192):
     """Each example's candidates `[E, N]` reordered by the ranker's click probability
-    (stable: ties keep the retrieval order)."""
+    (stable: ties keep the retrieval order), scored user-major as serving's `rank`
+    scores them (`DareModel.rank`: each history looked up once for its N)."""
     count, n = candidates.shape
     per_call = max(rows_per_call // n, 1)
     reordered = np.empty_like(candidates)
     for start in range(0, count, per_call):
         ids = candidates[start: start + per_call]
         b = len(ids)
-        inputs = {TARGET_ITEM: ids.reshape(-1).astype(np.int32),
-                  TARGET_CATEGORY: category_of[ids].reshape(-1).astype(np.int32),
-                  HIST_ITEMS: np.repeat(examples[HIST_ITEMS][start: start + b], n, axis=0),
-                  HIST_CATEGORIES: np.repeat(examples[HIST_CATEGORIES][start: start + b], n, axis=0)}
-        probability = np.asarray(model.predict_on_batch(inputs)).reshape(b, n)
+        inputs = {CANDIDATE_ITEMS: ids.astype(np.int32), CANDIDATE_CATEGORIES: category_of[ids].astype(np.int32),
+                  HIST_ITEMS: examples[HIST_ITEMS][start: start + b],
+                  HIST_CATEGORIES: examples[HIST_CATEGORIES][start: start + b]}
+        probability = np.asarray(model.rank(inputs))
         order = np.argsort(-probability, axis=1, kind="stable")
         reordered[start: start + b] = np.take_along_axis(ids, order, axis=1)
     return reordered
