@@ -30,6 +30,12 @@ flags.DEFINE_integer("max_batch_size", MAX_BATCH_SIZE, "Rows one request may hol
                      lower_bound=1)
 flags.DEFINE_integer("max_request_bytes", 64 << 20, "Bytes of one gRPC message (RESOURCE_EXHAUSTED above) or "
                      "REST body (HTTP 413 above).", lower_bound=1024)
+flags.DEFINE_integer("rest_workers", None, "REST requests read and run at once (TF Serving: its REST thread "
+                     "pool); the others wait, bounding REST's memory (default: dare_tf.testing.requests.Limits').",
+                     lower_bound=1)
+flags.DEFINE_float("request_timeout_s", None, "Seconds a REST request waits for a worker (then 503) and a "
+                   "connection may stall mid-request (then closed) (default: dare_tf.testing.requests.Limits').",
+                   lower_bound=0.001)
 flags.adopt_module_key_flags(dare_tf.cli)
 
 
@@ -49,7 +55,10 @@ def main(argv):
     batch = read_batching_parameters(FLAGS.batching_parameters_file) if FLAGS.batching_parameters_file else None
     server, port, http = serve(models, FLAGS.port, FLAGS.rest_port, batching=FLAGS.batching or batch is not None,
                                limits=Limits(batch.max_batch_size if batch else FLAGS.max_batch_size,
-                                             FLAGS.max_request_bytes),
+                                             FLAGS.max_request_bytes, **{
+                                                 name: FLAGS[name].value for name in ("rest_workers",
+                                                                                      "request_timeout_s")
+                                                 if FLAGS[name].value is not None}),
                                pad_variable_length_inputs=batch.pad_variable_length_inputs if batch else True)
     print(f"serving {', '.join(sorted(models))} on gRPC localhost:{port}"
           + (f" and REST localhost:{http.server_address[1]}" if http else ""), flush=True)

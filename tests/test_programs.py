@@ -12,7 +12,7 @@ from tests.conftest import ENV, REPO
 
 PROGRAMS = ["trainers.train", "trainers.train_retrieval", "trainers.reproduce", "trainers.evaluate_cascade",
             "trainers.analyze", "trainers.demo", "serving.export", "serving.client", "serving.standin_server",
-            "data.prepare", "data.synthetic"]
+            "serving.histories", "data.prepare", "data.synthetic"]
 # Runs a program as `python -m` does and reports what it imported.
 PROBE = ("import runpy, sys\nsys.argv = [sys.argv[1]] + sys.argv[2:]\ncode = 0\n"
          "try:\n    runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)\n"

@@ -30,10 +30,17 @@ class Limits:
         max_batch_size: rows (the first dimension of any input) of one request,
             and of a batch the batcher merges.
         max_request_bytes: bytes of one gRPC message or REST body.
+        rest_workers: REST requests read and run at once (TF Serving: its REST
+            thread pool); each holds its body and the parsed JSON (several
+            times the body), so this bounds REST's memory.
+        request_timeout_s: how long a REST request waits for a worker, and a
+            connection for the rest of its request, before it is refused.
     """
 
     max_batch_size: int = MAX_BATCH_SIZE
     max_request_bytes: int = 64 << 20
+    rest_workers: int = 4
+    request_timeout_s: float = 30.0
 
     def check_tensor(self, name: str, proto) -> None:
         """Refuses a TensorProto whose shape claims more values than it carries

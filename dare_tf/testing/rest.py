@@ -1,14 +1,23 @@
 """The stand-in server's REST API (`POST /v1/models/NAME[/versions/N]:predict`), as
 TensorFlow Serving answers it: 200 with `outputs` (columnar `inputs`) or
 `predictions` (row `instances`), 400 for a malformed body, 404 for an unknown model
-or version, 413 for a body over the server's `max_request_bytes`. Every request
-gets an HTTP answer; a failure inside the server is a 500 with its message."""
+or version, 413 for a body over the server's `max_request_bytes`, 503 when no REST
+worker frees up within the request timeout; `GET /v1/models/NAME[/versions/N]` is
+the model's status. Every request gets a JSON answer; a failure inside the server is
+a 500 with its message.
+
+A request's body is always consumed before its answer (or the connection is
+closed), so bytes of one request are never read as the next request on a
+kept-alive connection; bodies of unknown length (chunked) are refused with the
+connection closed. At most `Limits.rest_workers` requests hold their bodies at
+once, which bounds REST's memory as TF Serving's fixed REST thread pool does."""
 
 from __future__ import annotations
 
 import base64
 import json
 import re
+import threading
 from http.server import BaseHTTPRequestHandler
 
 import grpc
@@ -18,6 +27,7 @@ import tensorflow as tf
 from dare_tf.testing.requests import DEFAULT_SIGNATURE, Limits, ServingError
 
 _PATH = re.compile(r"/v1/models/([^/:]+)(?:/versions/(\d+))?:predict")
+_STATUS_PATH = re.compile(r"/v1/models/([^/:]+)(?:/versions/(\d+))?")
 
 
 class _BadRequest(Exception):
@@ -28,8 +38,13 @@ class RestHandler(BaseHTTPRequestHandler):
     models: dict  # name -> dare_tf.testing.standin_server.LoadedModel
     batchers: dict = {}  # name -> its Batcher (shared with gRPC), when batching is on
     limits: Limits = Limits()
+    workers: threading.BoundedSemaphore  # Limits.rest_workers, set by `serve`
     protocol_version = "HTTP/1.1"  # keep-alive, as TF Serving's REST server
     disable_nagle_algorithm = True  # (headers and body are two writes: no 40 ms delayed-ACK wait between them)
+
+    def setup(self):
+        self.timeout = self.limits.request_timeout_s  # a client that stops sending is dropped
+        super().setup()
 
     def log_message(self, *args):  # quiet
         pass
@@ -39,33 +54,86 @@ class RestHandler(BaseHTTPRequestHandler):
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(body)
 
-    def do_POST(self):
-        match = _PATH.fullmatch(self.path)
-        if not match or match.group(1) not in self.models:
-            return self._reply(404, {"error": f"Servable not found for request: {self.path}"})
-        model = self.models[match.group(1)]
-        if match.group(2) is not None and int(match.group(2)) != model.version:
-            return self._reply(404, {"error": f"Servable not found for request: Specific({model.name}, "
-                                              f"{int(match.group(2))}); serving version {model.version}"})
+    def send_error(self, code, message=None, explain=None):
+        """http.server's own errors (a malformed request line, an unsupported
+        method) as JSON, the connection closed."""
+        self.close_connection = True
+        self._reply(code, {"error": message or self.responses.get(code, ("error",))[0]})
+
+    def _body_length(self) -> int | None:
+        """The body's length, or None after answering a request whose body cannot be
+        consumed safely (the connection is then closed, its bytes never read as a
+        request)."""
+        if self.headers.get("Transfer-Encoding"):
+            self.close_connection = True
+            self._reply(411, {"error": "a body needs a Content-Length (chunked bodies are not taken)"})
+            return None
         try:
             length = int(self.headers.get("Content-Length", 0))
+            if length < 0:
+                raise ValueError
         except ValueError:
-            return self._reply(400, {"error": "Content-Length is not a number"})
+            self.close_connection = True
+            self._reply(400, {"error": "Content-Length is not a non-negative number"})
+            return None
         if length > self.limits.max_request_bytes:
             self.close_connection = True  # the body is not read
-            return self._reply(413, {"error": f"a body of {length:,} bytes is over the server's max_request_bytes "
-                                              f"of {self.limits.max_request_bytes:,}"})
+            self._reply(413, {"error": f"a body of {length:,} bytes is over the server's max_request_bytes "
+                                       f"of {self.limits.max_request_bytes:,}"})
+            return None
+        return length
+
+    def _model(self, pattern) -> tuple | None:
+        """The model and path match a request names, or None after a 404."""
+        match = pattern.fullmatch(self.path)
+        if not match or match.group(1) not in self.models:
+            self._reply(404, {"error": f"Servable not found for request: {self.path}"})
+            return None
+        model = self.models[match.group(1)]
+        if match.group(2) is not None and int(match.group(2)) != model.version:
+            self._reply(404, {"error": f"Servable not found for request: Specific({model.name}, "
+                                       f"{int(match.group(2))}); serving version {model.version}"})
+            return None
+        return model
+
+    def do_GET(self):
+        """TF Serving's model status: `GET /v1/models/NAME[/versions/N]`."""
+        length = self._body_length()
+        if length is None:
+            return
+        self.rfile.read(length)  # (a GET's body, if any, is consumed)
+        model = self._model(_STATUS_PATH)
+        if model is not None:
+            self._reply(200, {"model_version_status": [{"version": str(model.version), "state": "AVAILABLE",
+                                                        "status": {"error_code": "OK", "error_message": ""}}]})
+
+    def do_POST(self):
+        length = self._body_length()
+        if length is None:
+            return
+        if not self.workers.acquire(timeout=self.limits.request_timeout_s):
+            self.close_connection = True  # (the body is not read)
+            return self._reply(503, {"error": f"no REST worker free within {self.limits.request_timeout_s:g} s "
+                                              f"({self.limits.rest_workers} at once); retry later"})
         try:
-            return self._predict(model, self.rfile.read(length))
+            raw = self.rfile.read(length)  # consumed before any answer
+            model = self._model(_PATH)
+            if model is None:
+                return
+            return self._predict(model, raw)
         except ServingError as e:
             return self._reply(400, {"error": str(e)})
         except _BadRequest as e:
             return self._reply(400, {"error": f"malformed request: {e}"})
         except Exception as e:  # noqa: BLE001  (an answer for every request, never a dropped connection)
             return self._reply(500, {"error": f"{type(e).__name__}: {e}"})
+        finally:
+            self.workers.release()
 
     def _predict(self, model, raw: bytes):
         try:

@@ -388,7 +388,8 @@ def serve(models: dict[str, str], port: int = 0, rest_port: int | None = None, w
     if rest_port is not None:
         from dare_tf.testing.rest import RestHandler
 
-        handler = type("Handler", (RestHandler,), {"models": loaded, "limits": limits, "batchers": service.batchers})
+        handler = type("Handler", (RestHandler,), {"models": loaded, "limits": limits, "batchers": service.batchers,
+                                                   "workers": threading.BoundedSemaphore(limits.rest_workers)})
         try:
             http = _HTTPServer(("localhost", rest_port), handler)
         except OSError as e:

@@ -509,6 +509,83 @@ def test_rest_answers_every_hostile_body(setup):
 
 
 @pytest.mark.xdist_group("serving_setup")
+def test_rest_never_reads_a_body_as_the_next_request_and_bounds_its_workers(setup):
+    """A request hidden in the body of a 404'd request is never run, and the next good
+    request on the kept-alive connection is answered; chunked bodies are refused with
+    the connection closed; GET is the model's status; when every REST worker is busy
+    a request waits its timeout, then gets 503."""
+    import json
+    import socket
+    import threading
+
+    from dare_tf.testing.requests import Limits
+    from dare_tf.testing.rest import RestHandler
+    from dare_tf.testing.standin_server import LoadedModel, _HTTPServer
+
+    port = int(setup["rest"].rsplit(":", 1)[1])
+    good = json.dumps({"inputs": {"target_item": [1], "target_category": [1], "hist_items": [[3]],
+                                  "hist_categories": [[1]]}}).encode()
+
+    def request(method, path, body=b"", headers=()):
+        head = f"{method} {path} HTTP/1.1\r\nHost: x\r\n" + "".join(f"{h}\r\n" for h in headers)
+        return (head + (f"Content-Length: {len(body)}\r\n" if not headers else "") + "\r\n").encode() + body
+
+    def answers(raw: bytes, expected: int) -> list[tuple[int, dict]]:
+        """Sends `raw` on one connection and reads `expected` answers (fewer if it
+        closes), then checks that nothing more comes."""
+        with socket.create_connection(("localhost", port), timeout=30) as sock:
+            sock.sendall(raw)
+            reader, out = sock.makefile("rb"), []
+            for _ in range(expected):
+                status = reader.readline()
+                if not status:
+                    return out
+                headers = {}
+                while (line := reader.readline().strip()):
+                    key, _, value = line.decode().partition(":")
+                    headers[key.lower()] = value.strip()
+                out.append((int(status.split()[1]), json.loads(reader.read(int(headers["content-length"])))))
+            sock.settimeout(0.5)
+            try:
+                assert not sock.recv(1), "an answer more than the requests sent"
+            except TimeoutError:
+                pass
+            return out
+
+    smuggled = request("POST", "/v1/models/dare:predict", good)
+    got = answers(request("POST", "/v1/models/nope:predict", smuggled) + request("POST", "/v1/models/dare:predict",
+                                                                                 good), 2)
+    assert [code for code, _ in got] == [404, 200], got  # the hidden request was a body, not a request
+    got = answers(request("POST", "/v1/models/dare/versions/99:predict", smuggled) + request(
+        "POST", "/v1/models/dare:predict", good), 2)
+    assert [code for code, _ in got] == [404, 200], got
+    got = answers(request("POST", "/v1/models/dare:predict", b"5\r\nhello\r\n0\r\n\r\n" + smuggled,
+                          headers=("Transfer-Encoding: chunked",)), 1)
+    assert got == [(411, {"error": "a body needs a Content-Length (chunked bodies are not taken)"})], got
+    got = answers(request("GET", "/v1/models/dare") + request("GET", "/v1/models/dare/versions/7") +
+                  request("DELETE", "/v1/models/dare"), 3)
+    assert got[0] == (200, {"model_version_status": [{"version": "1", "state": "AVAILABLE",
+                                                      "status": {"error_code": "OK", "error_message": ""}}]})
+    assert got[1][0] == 404 and got[2][0] == 501 and "error" in got[2][1], got
+    # every worker busy: the next request waits the timeout, then 503, its body unread
+    limits = Limits(rest_workers=1, request_timeout_s=0.3)
+    workers = threading.BoundedSemaphore(1)
+    handler = type("Handler", (RestHandler,), {"models": {"dare": LoadedModel(os.path.dirname(setup["path"]), "dare")},
+                                               "limits": limits, "workers": workers})
+    server = _HTTPServer(("localhost", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        workers.acquire()  # the one worker is taken
+        got = answers(request("POST", "/v1/models/dare:predict", good), 1)
+        assert got == [(503, {"error": "no REST worker free within 0.3 s (1 at once); retry later"})], got
+        workers.release()
+        assert answers(request("POST", "/v1/models/dare:predict", good), 1)[0][0] == 200
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.xdist_group("serving_setup")
 def test_client_program_explains_in_the_requests_raw_ids(setup, tmp_path):
     import json
     import subprocess
