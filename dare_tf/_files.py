@@ -4,6 +4,7 @@ killed writer left behind. Private to dare_tf."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -60,11 +61,31 @@ def replace_directory(staging: str, target: str) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def json_safe(value):
+    """`value` as standard JSON can hold it: numpy numbers as Python numbers, and a
+    NaN or infinite number (GAUC of a log without any user of both labels, a
+    diverged loss) as null, which every JSON parser reads (a bare NaN is not JSON)."""
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # a numpy scalar or 0-d array
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def strict_json(payload, **kwargs) -> str:
+    """`json.dumps` of `json_safe(payload)`, refusing anything that is not standard JSON."""
+    return json.dumps(json_safe(payload), allow_nan=False, **kwargs)
+
+
 def atomic_json(path: str, payload) -> None:
-    """Writes JSON to `path` through a temporary file and a rename."""
+    """Writes standard JSON (`strict_json`) to `path` through a temporary file and a rename."""
     tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "w") as f:
-        json.dump(payload, f, indent=2, sort_keys=True, default=float)
+        f.write(strict_json(payload, indent=2, sort_keys=True))
     os.replace(tmp, path)
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
 import re
 import shutil
@@ -58,7 +59,16 @@ def read_history(seed_dir: str) -> list[dict]:
     if not os.path.exists(path):
         return []
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        return [_metrics_as_numbers(json.loads(line)) for line in f if line.strip()]
+
+
+def _metrics_as_numbers(entry: dict) -> dict:
+    """A history line with its metrics as numbers again: JSON holds an undefined
+    metric (NaN, e.g. GAUC without any user of both labels) as null."""
+    entry["val"] = {k: math.nan if v is None else v for k, v in entry.get("val", {}).items()}
+    if entry.get("train_loss", 0.0) is None:
+        entry["train_loss"] = math.nan
+    return entry
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:

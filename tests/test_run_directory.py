@@ -109,3 +109,37 @@ def test_kind_is_recorded_and_inferred_for_older_runs_and_required(tmp_path):
         run.check("ranking", identity)
     with pytest.raises(ValueError, match="^RunDirectory.start: kind='x' is not one of"):
         run.start("x", {})
+
+
+def _strict(text: str):
+    """A parser that refuses what standard JSON does not have (NaN, Infinity)."""
+    def refuse(constant):
+        raise ValueError(f"not standard JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_results_and_history_are_standard_json_with_undefined_metrics_as_null(tmp_path):
+    import math
+
+    import numpy as np
+
+    from dare_tf._files import atomic_json
+    from dare_tf.run_directory import HISTORY, read_history
+    from dare_tf.training.callbacks import truncate_history
+
+    results = {"test": {"auc": np.float32(0.75), "gauc": float("nan"), "logloss": np.float64(np.inf)},
+               "per_seed": [{"val": {"auc": np.float64(0.5)}, "steps": np.int64(4)}]}
+    atomic_json(str(tmp_path / "results.json"), results)
+    parsed = _strict((tmp_path / "results.json").read_text())
+    assert parsed == {"test": {"auc": 0.75, "gauc": None, "logloss": None},
+                      "per_seed": [{"val": {"auc": 0.5}, "steps": 4}]}
+    # history lines: written standard, read back with NaN for the undefined metric
+    with open(tmp_path / HISTORY, "w") as f:
+        f.write('{"step": 1, "train_loss": null, "val": {"auc": 0.6, "gauc": null}}\n')
+        f.write('{"step": 2, "train_loss": 0.5, "val": {"auc": 0.7, "gauc": 0.1}}\n')
+    history = read_history(str(tmp_path))
+    assert math.isnan(history[0]["val"]["gauc"]) and math.isnan(history[0]["train_loss"])
+    truncate_history(str(tmp_path), 1)
+    assert [_strict(line) for line in (tmp_path / HISTORY).read_text().splitlines()] == [
+        {"step": 1, "train_loss": None, "val": {"auc": 0.6, "gauc": None}}]

@@ -12,11 +12,10 @@ checkpoint; other flags on a finished or started run are refused (--overwrite
 discards that run). The effective flags are written to OUT/flags.txt.
 """
 
-import json
-
 from absl import flags
 
 import dare_tf.cli
+from dare_tf._files import strict_json
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("data_dir", None, "Prepared dataset (python -m data.prepare).")
@@ -34,7 +33,7 @@ def main(config):
     results = training.train(FLAGS.data_dir, FLAGS.output_dir, config, strategy, overwrite=FLAGS.overwrite,
                              flags_text=dare_tf.cli.program_flags_text())
     print(training.format_results(results))
-    print(json.dumps({"test": results["test"], "test_std": results["test_std"]}, indent=2))
+    print(strict_json({"test": results["test"], "test_std": results["test_std"]}, indent=2))
 
 
 def run():

@@ -10,11 +10,10 @@ flags, a killed run resumes after its last finished epoch; other flags on an
 existing run are refused (--overwrite discards it).
 """
 
-import json
-
 from absl import flags
 
 import dare_tf.cli
+from dare_tf._files import strict_json
 from dare_tf.retrieval.config import RetrievalConfig
 
 FLAGS = flags.FLAGS
@@ -30,7 +29,7 @@ def main(config: RetrievalConfig):
     from dare_tf.retrieval.training import train_retrieval
 
     results = train_retrieval(FLAGS.data_dir, FLAGS.output_dir, config, overwrite=FLAGS.overwrite)
-    print(json.dumps({k: results[k] for k in ("test", "test_std", "test_popularity")}, indent=2))
+    print(strict_json({k: results[k] for k in ("test", "test_std", "test_popularity")}, indent=2))
 
 
 def run():

@@ -116,9 +116,10 @@ class HistoryStore(abc.ABC):
         rows = self._read([self._user(u) for u in users], max_len)
         lengths = np.array([len(r) for r in rows], np.int64)
         width = max(int(lengths.max(initial=0)), 1)
-        out = np.zeros((len(rows), width), CLICK)
-        for u, r in enumerate(rows):
-            out[u, :len(r)] = r
+        out = {field: np.zeros((len(rows), width), np.int64) for field in ("item", "category", "time")}
+        for u, clicks in enumerate(rows):  # (contiguous int64 rows: a copy per field and user)
+            for field, array in out.items():
+                array[u, :len(clicks)] = clicks[field]
         return Histories(out["item"], out["category"], out["time"], lengths)
 
     @abc.abstractmethod

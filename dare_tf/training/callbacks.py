@@ -13,7 +13,6 @@ at their true steps.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -21,6 +20,7 @@ from typing import Callable
 
 import keras
 
+from dare_tf._files import strict_json
 from dare_tf.run_directory import HISTORY, read_history
 from dare_tf.training.evaluation import evaluate_outputs
 
@@ -119,7 +119,7 @@ def truncate_history(seed_dir: str, step: int) -> None:
     kept = [h for h in read_history(seed_dir) if h["step"] <= step]
     path = os.path.join(seed_dir, HISTORY)
     with open(path + ".tmp", "w") as f:
-        f.writelines(json.dumps(h) + "\n" for h in kept)
+        f.writelines(strict_json(h) + "\n" for h in kept)
     os.replace(path + ".tmp", path)
 
 
@@ -140,7 +140,7 @@ class AppendHistory(keras.callbacks.Callback):
                  "train_loss": last["train_loss"], "val": last["val"], "best": self.best.improved,
                  "seconds": time.perf_counter() - self.started, "timing": last["timing"]}
         with open(os.path.join(self.seed_dir, HISTORY), "a") as f:
-            f.write(json.dumps(entry, default=float) + "\n")
+            f.write(strict_json(entry) + "\n")
         if self.report is not None:
             self.report(last["step"], last["val"], self.best.improved)
 

@@ -227,8 +227,10 @@ class SeedRun:
     def _finish(self) -> dict:
         steps = int(self.model.optimizer.iterations.numpy())
         best = os.path.join(self.work_dir, BEST_WEIGHTS)
+        kept_step = steps  # the step whose weights the result is of
         if os.path.exists(best):
             self.model.load_weights(best)  # (the optimizer's state of that step too)
+            kept_step = int(self.best_step)
         history = read_history(self.run_dir)
         best_entry = next((h for h in history if h["step"] == int(self.best_step)), None)
         test = self.predict("test")
@@ -244,7 +246,7 @@ class SeedRun:
         }
         if self.chief:
             writers = ScalarWriters(os.path.join(self.run_dir, "tensorboard"))
-            writers.write("test", result["test"], steps)
+            writers.write("test", result["test"], kept_step)  # (stamped at the kept weights' step)
             writers.hparams({**{f"train.{k}": v for k, v in self.config.flat().items() if k != "model_overrides"},
                              **{f"model.{k}": v for k, v in self.model_config.to_dict().items()}, "seed": self.seed})
             self.model.save(os.path.join(self.run_dir, MODEL))

@@ -47,8 +47,8 @@ def test_real_taobao_sample_trains_with_finite_metrics(taobao, tmp_path):
     results = train(taobao, str(tmp_path / "run"), TrainConfig.create(
         preset="dare", batch_size=256, eval_batch_size=256, epochs=1, eval_every=10, max_steps=12,
         seeds=(0, 1), reference_mode=True, verbose=0, log_every=5))
-    with open(tmp_path / "run" / "results.json") as f:
-        on_disk = json.load(f)
+    with open(tmp_path / "run" / "results.json") as f:  # standard JSON: a bare NaN is refused
+        on_disk = json.load(f, parse_constant=lambda c: pytest.fail(f"results.json holds {c}"))
     for key in ("auc", "gauc", "category_auc", "logloss"):
         assert np.isfinite(on_disk["test"][key]) and np.isfinite(on_disk["test_std"][key])
         assert [r["seed"] for r in on_disk["per_seed"]] == [0, 1]
@@ -74,7 +74,9 @@ def test_real_taobao_sample_trains_with_finite_metrics(taobao, tmp_path):
     assert [step for step, _ in validation["auc"]] == [10, 12]
     assert [value for _, value in validation["auc"]] == pytest.approx([h["val"]["auc"] for h in history])
     (step, test_auc), = scalars("test")["auc"]
-    assert step == 12 and test_auc == pytest.approx(results["per_seed"][0]["test"]["auc"])
+    # stamped at the step whose weights were kept (the best validation), not the last one
+    assert step == results["per_seed"][0]["best_step"] and test_auc == pytest.approx(
+        results["per_seed"][0]["test"]["auc"])
     # The run's hyperparameters, for TensorBoard's HParams dashboard.
     from tensorboard.plugins.hparams import plugin_data_pb2
 
