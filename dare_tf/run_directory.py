@@ -112,7 +112,10 @@ class RunDirectory:
         """Holds `.lock` exclusively (`flock`) while the block runs, with the
         holder's pid in it; raises `RunLockedError` naming that pid when another
         process holds it. The kernel releases the lock of a process that dies, so
-        a killed trainer's lock is taken over by the next run."""
+        a killed trainer's lock is taken over by the next run. A directory the
+        block created and left empty (a run that failed before writing) is
+        removed again, its lock file with it, while the lock is still held."""
+        created = not os.path.exists(self.path)
         os.makedirs(self.path, exist_ok=True)
         fd = os.open(self.file(LOCK), os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -127,6 +130,9 @@ class RunDirectory:
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
             yield
         finally:
+            if created and os.listdir(self.path) == [LOCK]:
+                os.unlink(self.file(LOCK))
+                os.rmdir(self.path)
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 

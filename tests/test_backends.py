@@ -37,8 +37,17 @@ def test_models_train_on_jax_without_importing_tensorflow():
               "m.compile(optimizer='adam')\n"
               "x = m.dummy_inputs(4); y = np.array([1.0, 0.0, 1.0, 0.0])\n"
               "m.fit(x, y, verbose=0); loss = m.evaluate(x, y, verbose=0)\n"
-              "print(np.isfinite(loss), 'tensorflow' in sys.modules)\n")
+              "ranked = m.rank({'hist_items': x['hist_items'][:2], 'hist_categories': x['hist_categories'][:2],\n"
+              "                 'candidate_items': np.ones((2, 3), 'int32'), 'candidate_categories': np.ones((2, 3), 'int32')})\n"
+              "print(np.isfinite(loss), 'tensorflow' in sys.modules, tuple(ranked.shape))\n"
+              "from dare_tf.training import TrainConfig, train\n"
+              "try:\n    train('nowhere', 'nowhere', TrainConfig.create(preset='dare'))\n"
+              "except ValueError as e:\n    print(e)\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split()[-2:] == ["True", "False"], done.stdout
+    lines = done.stdout.strip().splitlines()
+    assert lines[-2] == "True False (2, 3)", done.stdout
+    # the trainer refuses another backend in one line, before anything cryptic
+    assert lines[-1].startswith("the trainer runs on Keras's TensorFlow backend (tf.data input, TensorFlow "
+                                "checkpoints and distribution); KERAS_BACKEND is 'jax'"), done.stdout

@@ -143,3 +143,22 @@ def test_results_and_history_are_standard_json_with_undefined_metrics_as_null(tm
     truncate_history(str(tmp_path), 1)
     assert [_strict(line) for line in (tmp_path / HISTORY).read_text().splitlines()] == [
         {"step": 1, "train_loss": None, "val": {"auc": 0.6, "gauc": None}}]
+
+
+def test_a_run_that_fails_before_writing_leaves_no_directory(tmp_path):
+    from dare_tf.run_directory import RunDirectory
+
+    run = RunDirectory(str(tmp_path / "new"))
+    with pytest.raises(RuntimeError, match="^failed$"):
+        with run.lock():
+            assert os.listdir(tmp_path / "new") == [".lock"]
+            raise RuntimeError("failed")
+    assert not (tmp_path / "new").exists()  # created by the run, empty: removed with its lock
+    (tmp_path / "theirs").mkdir()
+    with pytest.raises(RuntimeError):
+        with RunDirectory(str(tmp_path / "theirs")).lock():
+            raise RuntimeError("failed")
+    assert os.listdir(tmp_path / "theirs") == [".lock"]  # a directory it did not create stays
+    with RunDirectory(str(tmp_path / "kept")).lock():
+        (tmp_path / "kept" / "results.json").write_text("{}")
+    assert sorted(os.listdir(tmp_path / "kept")) == [".lock", "results.json"]

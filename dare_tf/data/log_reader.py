@@ -56,6 +56,11 @@ def _resolved(fmt: LogFormat, path: str, names: tuple[str, ...]) -> dict[str, st
                     f"columns are named by 0-based index 0..{len(names) - 1} (or pass --header)")
             raise LogFormatError(f"--columns: {role}={column}: {path} has no column {column!r}; its columns are: "
                                  f"{', '.join(names)}")
+        fields = [i for i, name in enumerate(names) if name == column]
+        if len(fields) > 1:  # (which one is meant is not said: the parsers would each pick one)
+            raise LogFormatError(f"--columns: {role}={column}: {path} has {len(fields)} columns named {column!r} "
+                                 f"(fields {', '.join(map(str, fields))}, 0-based); rename them, or read the file "
+                                 "without --header and name columns by index")
         out[role] = column
     return out
 

@@ -229,8 +229,9 @@ def _validate(path: str, raw: dict) -> None:
             bad(field, f"a list of {partitions} shard names (one per partition)", names)
         for k, name in enumerate(names):
             m = _SHARD_NAME.fullmatch(name) if isinstance(name, str) else None
-            if m is None or int(m["index"]) != k or int(m["count"]) != partitions:
-                bad(f"{field}[{k}]", f"a shard file name like {shard_name(field.split('.')[-1], k, partitions, 'GZIP')!r} "
+            kind = field.split(".")[-1]  # the split's name, or "store": a shard names what it holds
+            if m is None or m["kind"] != kind or int(m["index"]) != k or int(m["count"]) != partitions:
+                bad(f"{field}[{k}]", f"a shard file name like {shard_name(kind, k, partitions, 'GZIP')!r} "
                     "(inside the dataset directory)", name)
             entry = raw["files"].get(name)
             if (not isinstance(entry, dict) or not all(_is_int(entry.get(k)) and entry[k] >= 0

@@ -136,13 +136,11 @@ def _exported_models(export_base: str) -> list[str]:
 
 
 def _model_config_list_end(text: str, path: str) -> int:
-    """Offset of the closing brace of `model_config_list { ... }` in a models.config
-    (braces inside quotes and comments skipped)."""
-    start = re.search(r"\bmodel_config_list\s*:?\s*\{", text)
-    if start is None:
-        raise ValueError(f"{path}: holds no model_config_list {{ ... }}: dare_tf.export adds its models to a "
-                         "TF Serving model config; move this file away or write its models there")
-    depth, i, quote = 1, start.end(), None
+    """Offset of the closing brace of `model_config_list { ... }` in a models.config;
+    the field and the braces are found outside comments and quotes (a comment that
+    mentions `model_config_list {` is a comment)."""
+    field = re.compile(r"model_config_list\s*:?\s*\{")
+    depth, i, quote = 0, 0, None
     while i < len(text):
         c = text[i]
         if quote:
@@ -155,6 +153,12 @@ def _model_config_list_end(text: str, path: str) -> int:
         elif c == "#":
             i = text.find("\n", i)
             i = len(text) if i < 0 else i
+        elif depth == 0:
+            opening = field.match(text, i) if c == "m" and (i == 0 or not (text[i - 1].isalnum()
+                                                                              or text[i - 1] == "_")) else None
+            if opening:
+                depth, i = 1, opening.end()
+                continue
         elif c == "{":
             depth += 1
         elif c == "}":
@@ -162,6 +166,9 @@ def _model_config_list_end(text: str, path: str) -> int:
             if depth == 0:
                 return i
         i += 1
+    if depth == 0:
+        raise ValueError(f"{path}: holds no model_config_list {{ ... }}: dare_tf.export adds its models to a "
+                         "TF Serving model config; move this file away or write its models there")
     raise ValueError(f"{path}: model_config_list {{ is never closed")
 
 

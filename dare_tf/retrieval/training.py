@@ -103,6 +103,11 @@ def train_retrieval(data_dir: str, output_dir: str, config: RetrievalConfig = Re
                 "dataset": {"name": spec.dataset, "fingerprint": spec.fingerprint()}}
     identity["retrieval_config"].pop("verbose")
     run_directory = RunDirectory(output_dir)
+    with run_directory.lock():  # one trainer per run directory, as trainers.train
+        return _train_run(data_dir, spec, config, identity, run_directory, overwrite)
+
+
+def _train_run(data_dir, spec, config, identity, run_directory, overwrite) -> dict:
     run_directory.check("retrieval", identity, overwrite)
     run_directory.start("retrieval", identity)
     splits = {s: InMemorySplit.load(data_dir, s, spec) for s in ("train", "val", "test")}

@@ -263,7 +263,16 @@ def train(data_dir: str, output_dir: str, config: TrainConfig,
     `report` receives the progress lines (`verbose` 1 and 2); `flags_text`, the
     program's effective flags, is written to `output_dir/flags.txt` (a flagfile
     that reproduces the run)."""
+    if keras.backend.backend() != "tensorflow":
+        raise ValueError(f"the trainer runs on Keras's TensorFlow backend (tf.data input, TensorFlow checkpoints "
+                         f"and distribution); KERAS_BACKEND is {keras.backend.backend()!r}: unset it, or train "
+                         "with DareModel's own compile/fit on that backend (docs/library.md)")
     spec = DatasetSpec.load(data_dir)
+    impressions = any(role == "label" for role, _ in spec.source.get("log", {}).get("columns", []))
+    if spec.protocol.get("negatives") == 0 and not impressions:
+        raise ValueError(f"{data_dir} was prepared with --negatives=0 from a click log: every example is a "
+                         "click, so a ranker has nothing to tell apart and AUC is undefined; prepare it with "
+                         "--negatives >= 1 (that dataset suits retrieval: trainers.train_retrieval)")
     strategy = strategy or make_strategy(config.runtime.strategy)
     chief = is_chief(strategy)
     # One writer per run directory: the chief holds its lock for the whole run; the

@@ -137,8 +137,13 @@ def test_bad_custom_logs_are_named(tmp_path):
         prepare(IMPRESSIONS, _csv(tmp_path, "empty.csv", ""), str(tmp_path / "o"), SMALL)
     with pytest.raises(ValueError, match="header.csv: input log has no data rows"):
         prepare(IMPRESSIONS, _csv(tmp_path, "header.csv", HEADER), str(tmp_path / "o"), SMALL)
+    # two columns of one name: refused, not read as one column by one parser and another by the other
+    twice = _csv(tmp_path, "twice.csv", HEADER.replace("cat", "item") + BODY)
+    with pytest.raises(LogFormatError, match="^--columns: item=item: .*twice.csv has 2 columns named 'item' "
+                                             "\\(fields 1, 2, 0-based\\); rename them"):
+        prepare(IMPRESSIONS, twice, str(tmp_path / "o"), SMALL, skip_bad_lines=True)
     assert sorted(os.listdir(tmp_path)) == sorted(["good.csv", "label.csv", "word.tsv", "empty.csv", "header.csv",
-                                                   "out", "o"])
+                                                   "twice.csv", "out", "o"])
 
 
 def test_bad_parquet_logs_are_named(tmp_path):
@@ -199,6 +204,13 @@ def test_zero_negatives_gives_positives_only(tmp_path):
                                                   for i in range(10 * u, 10 * u + 30)))
     spec = prepare("taobao", fmt_log, str(tmp_path / "out"), Protocol(min_clicks=20, train_targets=2, negatives=0))
     assert spec.counts == {"train": 4, "val": 2, "test": 2}
+    # a ranker cannot learn from clicks alone: the trainer refuses, not a run that ends with AUC NaN
+    from dare_tf.training import TrainConfig, train
+
+    with pytest.raises(ValueError, match="out was prepared with --negatives=0 from a click log: every example is "
+                                         "a click, so a ranker has nothing to tell apart"):
+        train(str(tmp_path / "out"), str(tmp_path / "run"), TrainConfig.create(preset="dare"))
+    assert not (tmp_path / "run").exists()
     assert (InMemorySplit.load(str(tmp_path / "out"), "train").columns["label"] == 1).all()
 
 

@@ -185,6 +185,10 @@ def test_store_ids_are_checked(prepared, tmp_path):
     (lambda raw: dict(raw, shards=dict(raw["shards"], test=raw["shards"]["test"][:2])),
      "field 'shards.test' must be a list of 4 shard names"),
     (lambda raw: dict(raw, counts=dict(raw["counts"], val=7)), "field 'counts.val' must be the number of records"),
+    # a split that lists another split's shards (training on the test set) is refused
+    (lambda raw: dict(raw, shards=dict(raw["shards"], train=raw["shards"]["test"]),
+                      counts=dict(raw["counts"], train=raw["counts"]["test"])),
+     "field 'shards.train\\[0\\]' must be a shard file name like 'train-00000-of-00004.tfrecord.gz'"),
 ])
 def test_spec_json_is_validated(prepared, tmp_path, change, message):
     data_dir, _ = prepared

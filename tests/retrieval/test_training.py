@@ -19,6 +19,14 @@ def test_train_retrieval_program_writes_recall_and_the_popularity_baseline(taoba
     done = subprocess.run(command, cwd=REPO, env=LOUD_ENV, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert not noise(done.stdout + done.stderr)  # quiet in a user's environment
+    # one trainer per run directory: a second one, while another holds it, is refused in one line
+    from dare_tf.run_directory import RunDirectory
+
+    with RunDirectory(str(out)).lock():
+        locked = subprocess.run(command, cwd=REPO, env=LOUD_ENV, capture_output=True, text=True, timeout=600)
+    assert locked.returncode == 1 and locked.stderr.strip().splitlines() == [
+        f"error: {out} is in use by another trainer (pid {os.getpid()}); wait for it to finish or choose another "
+        "--output_dir"], locked.stderr[-2000:]
     results = json.load(open(out / "results.json"))
     keys = ["recall@10", "recall@50", "recall@100", "recall@200"]
     parts = {"test": results["test"], "test_popularity": results["test_popularity"], **results["test_sources"]}

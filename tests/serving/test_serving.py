@@ -381,7 +381,8 @@ def test_export_names_stay_inside_the_export_base_and_a_users_models_config_is_m
             model_base(str(base), bad)
     assert not (tmp_path / "escaped").exists()
     os.makedirs(base / "theirs" / "7")
-    users = ("# the team's models\nmodel_config_list {\n  config {\n    name: 'theirs'\n"
+    users = ("# the team's models (our old model_config_list { ... } moved to a.config)\nmodel_config_list {\n"
+             "  config {\n    name: 'theirs'  # was: } in model_config_list {\n"
              "    base_path: '/models/theirs'\n    model_platform: 'tensorflow'\n"
              "    model_version_policy { specific { versions: 7 } }\n  }\n}\n")
     (base / "models.config").write_text(users)
