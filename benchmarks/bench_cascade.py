@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -41,7 +40,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tensorflow_recommenders as tfrs  # noqa: E402
 
-from benchmarks.common import print_table, selected_parts, write_parts  # noqa: E402
+from benchmarks.common import print_table, rss_mb, selected_parts, start_standin, write_parts  # noqa: E402
 
 TOP_N = 200
 SHARED = os.path.join(os.path.dirname(REPO), "shared", "data", "taobao", "UserBehavior_sample.csv")
@@ -145,12 +144,8 @@ def bench_recommend(work: str, calls: int, rng) -> list[dict]:
     latencies, seconds = _load([local], users)
     rows.append({"path": "in process", "clients": 1, "calls": calls, **_percentiles(latencies),
                  "recommendations_per_s": calls / seconds})
-    server = subprocess.Popen([sys.executable, "-m", "serving.standin_server",
-                               f"--model_config_file={os.path.join(exports, 'models.config')}", "--port=0"],
-                              cwd=REPO, stdout=subprocess.PIPE, text=True,
-                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    server, port, _ = start_standin(f"--model_config_file={os.path.join(exports, 'models.config')}")
     try:
-        port = int(server.stdout.readline().split("localhost:")[1].split()[0])
         for clients in (1, 16):
             recommenders = [Recommender(ServingClient(f"localhost:{port}", "retrieval", timeout=60.0),
                                         ServingClient(f"localhost:{port}", "dare", timeout=60.0))
@@ -166,11 +161,6 @@ def bench_recommend(work: str, calls: int, rng) -> list[dict]:
     for row in rows:
         row["served/in_process"] = row["recommendations_per_s"] / rows[0]["recommendations_per_s"]
     return rows
-
-
-def _rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
 
 
 def _by_user_id(work: str, data: str, port: int, server_pid: int, calls: int, rng) -> list[dict]:
@@ -194,7 +184,7 @@ def _by_user_id(work: str, data: str, port: int, server_pid: int, calls: int, rn
                                         ServingClient(f"localhost:{port}", "dare", timeout=60.0), histories=store)
                             for _ in range(clients)]
             _load(recommenders, users[:2 * clients], by_id=True)  # warm-up
-            before = {"rss": _rss_mb(server_pid), "store": os.path.getsize(os.path.join(path, "data.mdb"))}
+            before = {"rss": rss_mb(server_pid), "store": os.path.getsize(os.path.join(path, "data.mdb"))}
             stop, appended, errors = threading.Event(), [0], []
 
             def write():
@@ -221,7 +211,7 @@ def _by_user_id(work: str, data: str, port: int, server_pid: int, calls: int, rn
             rows.append({"path": "stand-in server, by user id (LMDB store)", "clients": clients, "calls": calls,
                          **_percentiles(latencies), "recommendations_per_s": calls / seconds,
                          "clicks_appended": appended[0], "errors": len(errors),
-                         "server_rss_mb": f"{before['rss']:.0f} -> {_rss_mb(server_pid):.0f}",
+                         "server_rss_mb": f"{before['rss']:.0f} -> {rss_mb(server_pid):.0f}",
                          "store_mb": f"{before['store'] / 2**20:.1f} -> "
                                      f"{os.path.getsize(os.path.join(path, 'data.mdb')) / 2**20:.1f}"})
             print(f"  {rows[-1]}", flush=True)

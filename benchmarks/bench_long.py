@@ -30,9 +30,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,7 +40,7 @@ sys.path.insert(0, REPO)
 
 import numpy as np  # noqa: E402
 
-from benchmarks.common import print_table, selected_parts, write_parts  # noqa: E402
+from benchmarks.common import print_table, selected_parts, start_standin, write_parts  # noqa: E402
 
 PARTS = ("rank", "standin", "histories")
 
@@ -150,13 +147,10 @@ def bench_standin(args, export_base: str, name: str, length: int, requests: dict
 
     from dare_tf.serving.client import ServingClient
 
-    server = subprocess.Popen([sys.executable, "-m", "serving.standin_server", f"--model_base={export_base}/{name}",
-                               f"--model_name={name}", "--port=0",
-                               f"--batching_parameters_file={export_base}/batching_parameters.txt"],
-                              cwd=REPO, stdout=subprocess.PIPE, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    server, port, _ = start_standin(f"--model_base={export_base}/{name}", f"--model_name={name}",
+                                    f"--batching_parameters_file={export_base}/batching_parameters.txt")
     rows = []
     try:
-        port = int(server.stdout.readline().split("localhost:")[1].split()[0])
         for n, inputs in requests.items():
             in_process = next((r["p50_ms"] for r in local_rows if (r["L"], r["N"], r["signature"]) ==
                                (length, n, "rank")), None)
@@ -191,28 +185,9 @@ def bench_standin(args, export_base: str, name: str, length: int, requests: dict
     return rows
 
 
-def redis_server(work: str):
-    """A redis-server on a free localhost port: (process, url)."""
-    binary = shutil.which("redis-server") or shutil.which("redis-server", path=os.path.dirname(sys.executable))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    process = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
-                                "no", "--dir", work], stdout=subprocess.DEVNULL)
-    import redis
-
-    url = f"redis://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            redis.Redis.from_url(url).ping()
-            break
-        except redis.exceptions.ConnectionError:
-            time.sleep(0.05)
-    return process, url
-
-
 def bench_histories(args, work: str) -> list[dict]:
     from dare_tf.histories import CLICK, open_store
+    from dare_tf.testing.redis_server import RedisServer
 
     length, users = 10_000, 64
     rng = np.random.default_rng(0)
@@ -222,9 +197,8 @@ def bench_histories(args, work: str) -> list[dict]:
         rows["time"] = np.arange(length)
         rows["item"], rows["category"] = rng.integers(1, 10**9, length), rng.integers(1, 10**4, length)
         clicks[user] = rows
-    process, redis_url = redis_server(work)
     rows = []
-    try:
+    with RedisServer(work) as redis_url:
         for url in (f"lmdb:{os.path.join(work, 'histories')}", redis_url):
             with open_store(url, max_clicks=length) as store:
                 store.append_many(clicks)
@@ -234,8 +208,6 @@ def bench_histories(args, work: str) -> list[dict]:
                     rows.append({"store": url.split(":")[0], "users": count, "L": length, "p50_ms": p50,
                                  "p99_ms": p99, "clicks_per_s": 1000 * count * length / p50})
                     print(f"  {rows[-1]}", flush=True)
-    finally:
-        process.terminate()
     print(f"history service reads, last(users, {length}) (in process; Redis on localhost)")
     print_table(rows, ["store", "users", "L", "p50_ms", "p99_ms", "clicks_per_s"])
     return rows

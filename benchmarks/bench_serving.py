@@ -21,7 +21,6 @@ import http.client
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -37,7 +36,7 @@ from dare_tf._startup import import_tensorflow_quietly  # noqa: E402
 import_tensorflow_quietly()  # (TensorFlow's start-up notices filtered, as in the programs)
 import tensorflow as tf  # noqa: E402
 
-from benchmarks.common import print_table, selected_parts, write_parts  # noqa: E402
+from benchmarks.common import print_table, rss_mb, selected_parts, start_standin, write_parts  # noqa: E402
 from dare_tf.data.protocol import prepare  # noqa: E402
 from dare_tf.data.spec import read_id_map  # noqa: E402
 from dare_tf.export import export_run  # noqa: E402
@@ -92,11 +91,6 @@ class RestSender:
 SENDERS = {"grpc": GrpcSender, "rest": RestSender}
 
 
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
-
-
 def load(sender, ports, requests, clients=16):
     latencies, errors = [], []
     lock = threading.Lock()
@@ -147,11 +141,7 @@ def run_benchmark(work, args, parts, rng):
                                                    verbose=0, model_overrides=dict(top_k=20)))
     print(f"trained DARE: test AUC {results['test']['auc']:.4f}")
     path = export_run(run_dir, os.path.join(work, "exports"), "dare")
-    server = subprocess.Popen([sys.executable, "-m", "serving.standin_server", f"--model_base={os.path.dirname(path)}",
-                               "--model_name=dare", "--port=0", "--rest_port=0"], cwd=REPO, stdout=subprocess.PIPE,
-                              text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-    line = server.stdout.readline()
-    ports = (int(line.split("gRPC localhost:")[1].split()[0]), int(line.split("REST localhost:")[1].split()[0]))
+    server, *ports = start_standin(f"--model_base={os.path.dirname(path)}", "--model_name=dare", "--rest_port=0")
     out = {part: [] for part in parts}
     try:
         plan = [(1, 1, min(args.requests, 2000)), (1, CLIENTS, args.requests),

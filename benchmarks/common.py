@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 
@@ -85,3 +86,20 @@ def write_parts(name: str, payload: dict, parts, path: str | None = None) -> str
         out["meta"][part] = run
     out.update({k: v for k, v in payload.items() if k not in out})
     return write_json(name, out, path)
+
+
+def start_standin(*flags: str) -> tuple[subprocess.Popen, int, int | None]:
+    """`python -m serving.standin_server FLAGS --port=0` in a process of its own:
+    `(process, gRPC port, REST port or None)` once it serves."""
+    repo = os.path.dirname(os.path.dirname(RESULTS_DIR))
+    process = subprocess.Popen([sys.executable, "-m", "serving.standin_server", *flags, "--port=0"], cwd=repo,
+                               stdout=subprocess.PIPE, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    line = process.stdout.readline()
+    rest = int(line.split("REST localhost:")[1].split()[0]) if "REST localhost:" in line else None
+    return process, int(line.split("gRPC localhost:")[1].split()[0]), rest
+
+
+def rss_mb(pid: int) -> float:
+    """A process's resident memory (MB)."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024

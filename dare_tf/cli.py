@@ -137,6 +137,17 @@ def program_flags_text(exclude: tuple[str, ...] = ("debug", "overwrite")) -> str
     return "\n".join(sorted(line for line in lines if line)) + "\n"
 
 
+def int64_flag(name: str, value: str) -> int:
+    """A flag's value as a raw int64 id (`--user_id=...`), refused in one line otherwise."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise ValueError(f"--{name}={value}: a raw id is an integer") from None
+    if not -(2**63) <= number < 2**63:
+        raise ValueError(f"--{name}={value}: does not fit int64")
+    return number
+
+
 def run(main: Callable[..., Any], configure: Callable[[list[str]], Any] | None = None) -> None:
     """`app.run(main)`, with user errors as one line on stderr and exit code 1.
 

@@ -87,13 +87,7 @@ def _command(argv):
         if FLAGS.user_id is not None:
             if FLAGS.request_json or not FLAGS.histories:
                 raise app.UsageError("recommend --user_id reads the history from --histories (not --request_json)")
-            try:
-                user = int(FLAGS.user_id)
-            except ValueError:
-                raise ValueError(f"--user_id={FLAGS.user_id}: a raw user id is an integer") from None
-            if not -(2**63) <= user < 2**63:
-                raise ValueError(f"--user_id={FLAGS.user_id}: does not fit int64")
-            return "recommend", {"user_id": user}
+            return "recommend", {"user_id": dare_tf.cli.int64_flag("user_id", FLAGS.user_id)}
         if not FLAGS.request_json:
             raise app.UsageError("recommend needs --request_json (or --user_id with --histories)")
         request = _read_request([HIST_ITEMS, HIST_CATEGORIES])

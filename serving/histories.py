@@ -73,12 +73,7 @@ def _configure(argv):
         if FLAGS.input != "-" and not os.path.isfile(FLAGS.input):
             raise ValueError(f"--input={FLAGS.input}: no such file")
     if command == "show":
-        try:
-            user = int(FLAGS.user_id)
-        except ValueError:
-            raise ValueError(f"--user_id={FLAGS.user_id}: a raw user id is an integer") from None
-        if not -(2**63) <= user < 2**63:
-            raise ValueError(f"--user_id={FLAGS.user_id}: does not fit int64")
+        dare_tf.cli.int64_flag("user_id", FLAGS.user_id)
     return command, fmt
 
 

@@ -228,20 +228,26 @@ class TopKSearch(BehaviorSearch):
         where the ranking is the scores themselves."""
         raise NotImplementedError
 
-    def call(self, query, keys, values, mask, target_category=None, history_categories=None, **precomputed):
-        mask = ops.cast(mask, "bool")
+    def _top_k(self, query, keys, mask, target_category, history_categories, precomputed):
+        """`(top values, positions [..., K] int32, whether the values are the scores)`
+        of the ranking over the last axis (per example, or per target user-major)."""
         length = keys.shape[1]
         if length is None:
             raise ValueError(f"{type(self).__name__}: the history length (keys.shape[1]) must be static")
         priority, scores = self.ranking(query, keys, mask, target_category, history_categories, **precomputed)
-        k = min(self.top_k, length)
         # (A priority as float32: exact below 2**24, and XLA's CPU top-k is several times
         # faster on floats.)
-        top, positions = ops.top_k(scores if scores is not None else ops.cast(priority, "float32"), k, sorted=True)
-        positions = ops.cast(positions, "int32")
+        top, positions = ops.top_k(scores if scores is not None else ops.cast(priority, "float32"),
+                                   min(self.top_k, length), sorted=True)
+        return top, ops.cast(positions, "int32"), scores is not None
+
+    def call(self, query, keys, values, mask, target_category=None, history_categories=None, **precomputed):
+        mask = ops.cast(mask, "bool")
+        top, positions, are_scores = self._top_k(query, keys, mask, target_category, history_categories,
+                                                 precomputed)
         valid = ops.take_along_axis(mask, positions, axis=1)
         # A ranking that is not the scores: only the K kept slots are scored.
-        top_scores = top if scores is not None else self.score(query, gather_slots(keys, positions), valid)
+        top_scores = top if are_scores else self.score(query, gather_slots(keys, positions), valid)
         return {"positions": positions, "scores": top_scores, "valid": valid,
                 "values": None if values is None else gather_slots(values, positions), "explain": {}}
 
@@ -251,15 +257,11 @@ class TopKSearch(BehaviorSearch):
         top K per target, the kept slots gathered from each user's one history."""
         self.built_for(query)
         mask = ops.cast(mask, "bool")
-        length = keys.shape[1]
-        if length is None:
-            raise ValueError(f"{type(self).__name__}: the history length (keys.shape[1]) must be static")
-        priority, scores = self.ranking(query, keys, mask, target_category, history_categories, **precomputed)
-        k = min(self.top_k, length)
-        top, positions = ops.top_k(scores if scores is not None else ops.cast(priority, "float32"), k, sorted=True)
-        positions = ops.cast(positions, "int32")  # [U, N, K]
+        top, positions, are_scores = self._top_k(query, keys, mask, target_category, history_categories,
+                                                 precomputed)  # [U, N, K]
+        k = positions.shape[-1]
         valid = gather_user_slots(mask, positions)  # [B, K]
-        top_scores = (ops.reshape(top, (-1, k)) if scores is not None else
+        top_scores = (ops.reshape(top, (-1, k)) if are_scores else
                       self.score(ops.reshape(query, (-1, query.shape[-1])), gather_user_slots(keys, positions), valid))
         return {"positions": ops.reshape(positions, (-1, k)), "scores": top_scores, "valid": valid,
                 "values": None if values is None else gather_user_slots(values, positions), "explain": {}}

@@ -55,22 +55,21 @@ class ClusterTopKSearch(SoftTopKSearch):
         keys, values, sizes, valid = self.clustering(keys, values, history_categories, mask)
         return keys, values, valid, ops.log(ops.maximum(sizes, 1.0))
 
-    def call(self, query, keys, values, mask, target_category=None, history_categories=None):
+    def _over_clusters(self, search, query, keys, values, mask, history_categories):
+        """`search` (the soft search per example or user-major) over the clusters."""
         keys, cluster_values, valid, bias = self.clusters(keys, keys if values is None else values, mask,
                                                           history_categories)
-        result = super().call(query, keys, cluster_values, valid, score_bias=bias)
+        result = search(query, keys, cluster_values, valid, score_bias=bias)
         if values is None:
             result["values"] = None
         return result
 
+    def call(self, query, keys, values, mask, target_category=None, history_categories=None):
+        return self._over_clusters(super().call, query, keys, values, mask, history_categories)
+
     def search_users(self, query, keys, values, mask, target_category=None, history_categories=None):
         """User-major: each user's history clustered once, then all N targets scored."""
-        keys, cluster_values, valid, bias = self.clusters(keys, keys if values is None else values, mask,
-                                                          history_categories)
-        result = super().search_users(query, keys, cluster_values, valid, score_bias=bias)
-        if values is None:
-            result["values"] = None
-        return result
+        return self._over_clusters(super().search_users, query, keys, values, mask, history_categories)
 
     def slot_scores(self, query, keys, mask, target_category=None, history_categories=None):
         keys, _, valid, bias = self.clusters(keys, keys, mask, history_categories)

