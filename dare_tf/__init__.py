@@ -26,6 +26,9 @@ not passed on to child processes); `dare_tf.cli.run` then calls `load()`
 once the flags are parsed. Either way, every name below is imported on
 first use.
 
+The console scripts (`dare-train`, ...) defer the same way: `import dare_tf`
+runs before their program's package, so the script's name (`dare-*`) tells.
+
 With `DARE_TF_DATA_ONLY=1` in the environment (set by the data preparation
 program, `python -m data.prepare`, and so by its Beam workers), and in the
 `dare-prepare` console script, `import dare_tf` imports neither Keras nor
@@ -37,8 +40,12 @@ import importlib as _importlib
 import os as _os
 import sys as _sys
 
-if _os.path.basename((getattr(_sys, "argv", None) or [""])[0]) == "dare-prepare":
+_SCRIPT = _os.path.basename((getattr(_sys, "argv", None) or [""])[0])
+if _SCRIPT == "dare-prepare":
     _os.environ.setdefault("DARE_TF_DATA_ONLY", "1")
+elif _SCRIPT.startswith("dare-"):  # a console script (setup.py): its program loads TensorFlow after its flags,
+    _os.environ.setdefault("DARE_TF_DEFER_IMPORTS", "1")  # quietly, as `python -m` does
+    _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # Public name -> the module that defines it (imported on first use).
 _EXPORTS = {

@@ -160,8 +160,10 @@ class _BlockParser:
             lines.pop()
         for offset, raw in enumerate(lines):
             text = raw.decode("utf-8", errors="replace").rstrip("\r")
-            fields = next(csv.reader([text], delimiter=self.delimiter), [])
-            problem, ints = self._problem(fields)
+            if "\r" in text:  # (the csv module raises on it)
+                problem, ints = "a carriage return inside the line (a file with \\r line ends?)", {}
+            else:
+                problem, ints = self._problem(next(csv.reader([text], delimiter=self.delimiter), []))
             if problem is not None:
                 self._bad(f"{self.path}:{first_line + offset}", problem, text)
             elif ints.pop("action", self.fmt.click) == self.fmt.click:
@@ -267,6 +269,25 @@ def _parquet_plan(path: str, fmt: LogFormat) -> BlockPlan:
     return BlockPlan(digest.hexdigest(), blocks, names)
 
 
+# The first bytes of files that are not CSV/TSV text, and what to do instead.
+_BINARY = {b"\x1f\x8b": "a gzip file: decompress it first (gunzip)",
+           b"PAR1": "a Parquet file: pass --format=parquet",
+           b"PK\x03\x04": "a zip archive: extract the log first",
+           b"BZh": "a bzip2 file: decompress it first (bunzip2)"}
+
+
+def _check_text(path: str, fmt: LogFormat) -> None:
+    """Refuses, in one line, a binary file given as CSV/TSV."""
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    for magic, what in _BINARY.items():
+        if head.startswith(magic):
+            raise LogFormatError(f"{path}: --format={fmt.file_format} reads text, but this is {what}")
+    if b"\x00" in head:
+        raise LogFormatError(f"{path}: --format={fmt.file_format} reads text, but this file holds NUL bytes "
+                             "(a binary file?)")
+
+
 def plan_blocks(path: str, fmt: LogFormat, block_bytes: int = BLOCK_BYTES) -> BlockPlan:
     """One pass over the file: its sha256, its column names and its blocks of
     about `block_bytes` cut at line ends (the header, checked here, and blank
@@ -285,6 +306,7 @@ def plan_blocks(path: str, fmt: LogFormat, block_bytes: int = BLOCK_BYTES) -> Bl
     if fmt.file_format == "parquet":
         return _parquet_plan(path, fmt)
     delimiter = FILE_FORMATS[fmt.file_format]
+    _check_text(path, fmt)
     digest = hashlib.sha256()
     limit = _content_end(path)  # blank lines at the end of the file are not rows
     blocks = []
@@ -292,6 +314,9 @@ def plan_blocks(path: str, fmt: LogFormat, block_bytes: int = BLOCK_BYTES) -> Bl
         line_no = 1
         first = f.readline()
         first_text = first.decode("utf-8", errors="replace").rstrip("\r\n")
+        if "\r" in first_text:
+            raise LogFormatError(f"{path}:1: a carriage return (\\r) inside the first line: a file whose lines end "
+                                 "in \\r alone (convert them: tr '\\r' '\\n'), or a stray \\r to remove")
         names = tuple(c.strip() for c in next(csv.reader([first_text], delimiter=delimiter), []))
         if fmt.header:
             digest.update(first)

@@ -16,6 +16,18 @@ ATTENTION_ROLES = ROLES[:2]
 ROLES_BEFORE_SEARCH = ROLES[:3]
 
 
+def _available_memory() -> int | None:
+    """Bytes of memory available to allocate (Linux's MemAvailable), None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def _take_rows(table, rows, dtype=None):
     """Rows `rows` of an embedding table, cast to `dtype`; the table's gradient is
     sparse (the batch's rows only).
@@ -150,7 +162,24 @@ class BehaviorEmbedding(keras.layers.Layer):
             return self._widths["representation"]
         return self._widths["attention" if "attention" in table_set else "representation"]
 
+    def table_bytes(self) -> int:
+        """What the tables will hold, in bytes (float32 or the policy's variable dtype)."""
+        itemsize = 2 if self.variable_dtype in ("float16", "bfloat16") else 8 if self.variable_dtype == "float64" else 4
+        total = 0
+        for table_set in dict.fromkeys(self._table_of_role.values()):
+            dim, pos_dim = self._set_widths(table_set)
+            total += (self.num_items + self.num_categories) * dim + (self.num_positions * pos_dim
+                                                                      if self.use_position else 0)
+        return total * itemsize
+
     def build(self, *args, **kwargs):
+        needed, available = self.table_bytes(), _available_memory()
+        if available is not None and needed > available:
+            raise ValueError(
+                f"BehaviorEmbedding: the embedding tables need {needed / 2**30:,.1f} GiB ({self.num_items:,} items, "
+                f"{self.num_categories:,} categories, widths {self._widths}), more than the "
+                f"{available / 2**30:,.1f} GiB of memory available; check the vocabulary sizes (spec.json's "
+                "num_items) or shrink the widths")
         self.tables: dict[str, dict[str, keras.Variable]] = {}
         for table_set in dict.fromkeys(self._table_of_role.values()):
             dim, pos_dim = self._set_widths(table_set)

@@ -2,6 +2,7 @@
 logs, impression logs, presets as instances of the same reader, and bad input."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -144,6 +145,31 @@ def test_bad_custom_logs_are_named(tmp_path):
         prepare(IMPRESSIONS, twice, str(tmp_path / "o"), SMALL, skip_bad_lines=True)
     assert sorted(os.listdir(tmp_path)) == sorted(["good.csv", "label.csv", "word.tsv", "empty.csv", "header.csv",
                                                    "twice.csv", "out", "o"])
+
+
+def test_binary_files_and_carriage_returns_are_named_in_one_line(tmp_path):
+    import gzip
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    body = (HEADER + BODY).encode()
+    (tmp_path / "log.csv.gz").write_bytes(gzip.compress(body))
+    pq.write_table(pa.table({"user": [1]}), tmp_path / "table.parquet")
+    (tmp_path / "mac.csv").write_bytes(body.replace(b"\n", b"\r"))
+    stray = HEADER + BODY.replace("2,3,3,103,1\n", "2,3,3,10\r3,1\n")
+    (tmp_path / "stray.csv").write_bytes(stray.encode())
+    for name, message in [("log.csv.gz", "--format=csv reads text, but this is a gzip file: decompress it first"),
+                          ("table.parquet", "--format=csv reads text, but this is a Parquet file: pass "
+                                            "--format=parquet"),
+                          ("mac.csv", ":1: a carriage return (\\r) inside the first line")]:
+        with pytest.raises(LogFormatError, match=re.escape(f"{tmp_path / name}") + f".*{re.escape(message)}"):
+            prepare(IMPRESSIONS, str(tmp_path / name), str(tmp_path / "o"), SMALL, skip_bad_lines=True)
+    with pytest.raises(BadLineError, match=re.escape(f"{tmp_path / 'stray.csv'}:15: a carriage return inside the "
+                                                     "line")):
+        prepare(IMPRESSIONS, str(tmp_path / "stray.csv"), str(tmp_path / "o"), SMALL)
+    spec = prepare(IMPRESSIONS, str(tmp_path / "stray.csv"), str(tmp_path / "o"), SMALL, skip_bad_lines=True)
+    assert spec.source["bad_lines"] == 1
 
 
 def test_bad_parquet_logs_are_named(tmp_path):

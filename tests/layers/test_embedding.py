@@ -83,3 +83,16 @@ def test_serialization_round_trip(rng):
     for k, v in call(clone, x).items():
         np.testing.assert_array_equal(v, out[k])
     assert keras.saving.get_registered_object("dare_tf>BehaviorEmbedding") is BehaviorEmbedding
+
+
+def test_tables_larger_than_the_memory_are_refused_before_allocating():
+    """A vocabulary of 2**31 - 1 items (what spec.json allows) needs 256 GiB of
+    tables: refused in one line, not an out-of-memory crash; the count is exact."""
+    import dare_tf
+
+    with pytest.raises(ValueError, match=r"^BehaviorEmbedding: the embedding tables need 256\.0 GiB "
+                                         r"\(2,147,483,647 items, 10 categories, .*more than the .* GiB of memory "
+                                         r"available; check the vocabulary sizes"):
+        dare_tf.build_model("dare", 2**31 - 1, 10, max_len=10)
+    model = dare_tf.build_model("dare", 1000, 10, max_len=10, attention_embedding_dim=4)
+    assert model.embedding.table_bytes() == sum(int(np.prod(w.shape)) * 4 for w in model.embedding.weights)
