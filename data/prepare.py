@@ -79,9 +79,20 @@ def main(argv):
         raise app.UsageError(dare_tf.cli.flag_message(str(e))) from None
     compression = COMPRESSIONS[FLAGS.compression]
     if FLAGS.runner == "beam":
-        from apache_beam.options.pipeline_options import PipelineOptions
+        import logging as python_logging
 
-        from dare_tf.data import beam
+        quiet = not FLAGS["verbosity"].present
+        root, beam_logger = python_logging.getLogger(), python_logging.getLogger("apache_beam")
+        level = root.level
+        if quiet:  # Beam warns on import (root logger) and logs a failed step's traceback before its error
+            root.setLevel(python_logging.ERROR)
+            beam_logger.setLevel(python_logging.CRITICAL)
+        try:
+            from apache_beam.options.pipeline_options import PipelineOptions
+
+            from dare_tf.data import beam
+        finally:
+            root.setLevel(level)
 
         options = PipelineOptions(FLAGS.beam_options.split() or ["--runner=DirectRunner"])
         spec = beam.prepare(fmt, FLAGS.input, FLAGS.output_dir, protocol, FLAGS.skip_bad_lines, options,

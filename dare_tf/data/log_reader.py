@@ -24,14 +24,10 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 from absl import logging
 
-
 from dare_tf.data.logs import (FILE_FORMATS, INT64_MAX, INT_ROLES, BadLineError, Clicks, LogFormat, LogFormatError,
-                               dense_ids)
+                               check_text, dense_ids)
 
-BLOCK_BYTES = 64 << 20
-
-
-BLOCK_BYTES = 64 << 20
+BLOCK_BYTES = 64 << 20  # bytes of a CSV/TSV block parsed at once (a Beam work item)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -269,25 +265,6 @@ def _parquet_plan(path: str, fmt: LogFormat) -> BlockPlan:
     return BlockPlan(digest.hexdigest(), blocks, names)
 
 
-# The first bytes of files that are not CSV/TSV text, and what to do instead.
-_BINARY = {b"\x1f\x8b": "a gzip file: decompress it first (gunzip)",
-           b"PAR1": "a Parquet file: pass --format=parquet",
-           b"PK\x03\x04": "a zip archive: extract the log first",
-           b"BZh": "a bzip2 file: decompress it first (bunzip2)"}
-
-
-def _check_text(path: str, fmt: LogFormat) -> None:
-    """Refuses, in one line, a binary file given as CSV/TSV."""
-    with open(path, "rb") as f:
-        head = f.read(4096)
-    for magic, what in _BINARY.items():
-        if head.startswith(magic):
-            raise LogFormatError(f"{path}: --format={fmt.file_format} reads text, but this is {what}")
-    if b"\x00" in head:
-        raise LogFormatError(f"{path}: --format={fmt.file_format} reads text, but this file holds NUL bytes "
-                             "(a binary file?)")
-
-
 def plan_blocks(path: str, fmt: LogFormat, block_bytes: int = BLOCK_BYTES) -> BlockPlan:
     """One pass over the file: its sha256, its column names and its blocks of
     about `block_bytes` cut at line ends (the header, checked here, and blank
@@ -306,7 +283,7 @@ def plan_blocks(path: str, fmt: LogFormat, block_bytes: int = BLOCK_BYTES) -> Bl
     if fmt.file_format == "parquet":
         return _parquet_plan(path, fmt)
     delimiter = FILE_FORMATS[fmt.file_format]
-    _check_text(path, fmt)
+    check_text(path, fmt)
     digest = hashlib.sha256()
     limit = _content_end(path)  # blank lines at the end of the file are not rows
     blocks = []

@@ -138,3 +138,22 @@ def dense_ids(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     rank = np.empty(len(uniq), np.int64)
     rank[order] = np.arange(1, len(uniq) + 1)
     return rank[inverse].reshape(-1), uniq[order]
+
+
+# The first bytes of files that are not CSV/TSV text, and what to do instead.
+_BINARY = {b"\x1f\x8b": "a gzip file: decompress it first (gunzip)",
+           b"PAR1": "a Parquet file: pass --format=parquet",
+           b"PK\x03\x04": "a zip archive: extract the log first",
+           b"BZh": "a bzip2 file: decompress it first (bunzip2)"}
+
+
+def check_text(path: str, fmt: LogFormat) -> None:
+    """Refuses, in one line, a binary file given as a CSV/TSV log (`fmt`)."""
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    for magic, what in _BINARY.items():
+        if head.startswith(magic):
+            raise LogFormatError(f"{path}: --format={fmt.file_format} reads text, but this is {what}")
+    if b"\x00" in head:
+        raise LogFormatError(f"{path}: --format={fmt.file_format} reads text, but this file holds NUL bytes "
+                             "(a binary file?)")

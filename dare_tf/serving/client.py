@@ -259,6 +259,13 @@ def rest_predict(base_url: str, model_name: str, inputs: dict, signature: str = 
                                      headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            return json.loads(response.read())["outputs"]
-    except urllib.error.HTTPError as e:
-        raise RuntimeError(f"REST predict failed ({e.code}): {e.read().decode(errors='replace')}") from e
+            payload = response.read()
+    except urllib.error.HTTPError as e:  # (a ValueError: the programs end it in one line)
+        raise ValueError(f"{base_url}: REST predict failed (HTTP {e.code}): "
+                         f"{e.read().decode(errors='replace')[:500]}") from e
+    except urllib.error.URLError as e:
+        raise ValueError(f"{base_url}: no REST server answers ({e.reason})") from e
+    try:
+        return json.loads(payload)["outputs"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{base_url}: not a TF Serving REST answer ({payload[:200]!r})") from e

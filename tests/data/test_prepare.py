@@ -499,6 +499,14 @@ def test_beam_pipeline_writes_what_the_in_memory_path_writes(taobao, tmp_path):
     huge = write(tmp_path, "huge.csv", GOOD + "7,99999999999999999999,9,pv,1\n")
     with pytest.raises(BadLineError, match=r"huge.csv:62: item \(column '1'\) = 99999999999999999999 does not fit"):
         beam_driver.prepare("taobao", huge, str(tmp_path / "bad"), Protocol(min_clicks=20, train_targets=2))
+    # the program: Beam's own traceback is not printed, the error is one line
+    failed = subprocess.run([sys.executable, "-m", "data.prepare", "--dataset=taobao", f"--input={bad}",
+                             f"--output_dir={tmp_path / 'bad'}", "--runner=beam", "--min_clicks=20",
+                             "--train_targets=2"], cwd=REPO, capture_output=True, text=True)
+    assert failed.returncode == 1 and "Traceback" not in failed.stderr, failed.stderr[-3000:]
+    assert failed.stderr.strip().splitlines() == [
+        f"error: {bad}:62: expected 5 comma-separated fields, got 4: '7,8,9,pv' (use --skip_bad_lines to skip and "
+        "count such lines) [while running 'Parse']"], failed.stderr[-3000:]
     spec = beam_driver.prepare("taobao", huge, str(tmp_path / "skipped"), Protocol(min_clicks=20, train_targets=2),
                                skip_bad_lines=True)
     assert spec.source["bad_lines"] == 1

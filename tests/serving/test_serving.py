@@ -622,3 +622,12 @@ def test_client_program_explains_in_the_requests_raw_ids(setup, tmp_path):
     table = client()
     assert "| target item | category | P(click) |" in table
     assert "| rank | behaviour item | category | clicks ago | weight |" in table
+    # REST failures end the program in one line, as gRPC's do
+    for flags, message in [((f"--rest_url={setup['rest']}", "--model_name=nope"),
+                            f"error: {setup['rest']}: REST predict failed (HTTP 404): "),
+                           (("--rest_url=http://127.0.0.1:1",), "error: http://127.0.0.1:1: no REST server answers")]:
+        done = subprocess.run([sys.executable, "-m", "serving.client", "--model_name=dare",
+                               f"--request_json={tmp_path / 'request.json'}", *flags], cwd=REPO, env=ENV,
+                              capture_output=True, text=True, timeout=120)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 1 and len(lines) == 1 and lines[0].startswith(message), done.stderr[-2000:]
