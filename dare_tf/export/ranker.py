@@ -185,7 +185,8 @@ class _ServingGraph:
                 tf.debugging.assert_less_equal(tf.shape(raw[CANDIDATE_ITEMS])[1], self.max_candidates, message=(
                     f"candidate_items: more candidates per user than the limit of this export, "
                     f"{self.max_candidates} (serving.export --max_candidates)")),
-                _in_range(raw[HIST_LENGTH], tf.shape(raw[HIST_ITEMS])[1], f"{HIST_LENGTH} (the ids of each history row)"),
+                _in_range(raw[HIST_LENGTH], tf.shape(raw[HIST_ITEMS])[1],
+                          f"{HIST_LENGTH} (the ids of each history row)"),
                 _in_range(raw[CANDIDATE_COUNT], tf.shape(raw[CANDIDATE_ITEMS])[1],
                           f"{CANDIDATE_COUNT} (the candidates of each row)"),
             ]

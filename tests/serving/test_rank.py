@@ -152,10 +152,12 @@ def test_rank_through_the_client_and_its_refusals(export, rng):
             errors[name] = e.value.details()
         # batched (as TF Serving with batching): refused before the model runs; unbatched: by the signature
         assert "every input needs the same 0th-dimension size" in errors["users"], errors
-        with pytest.raises(tf.errors.InvalidArgumentError, match=r"hist_items: its first dimension \(users\) differs from that of hist_length"):
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=r"hist_items: its first dimension \(users\) differs from that of hist_length"):
             _call(module, "rank", bad["users"])
         assert f"more candidates per user than the limit of this export, {MAX_CANDIDATES}" in errors["too_many"], errors
-        assert "hist_length (the ids of each history row) must lie in [0, the width of the row]" in errors["length"], errors
+        assert ("hist_length (the ids of each history row) must lie in [0, the width of the row]"
+                in errors["length"]), errors
         with pytest.raises(ValueError, match=r"^rank: one history and one candidate list per user; got 2 hist_items"):
             client.rank(users[0], users[1], users[2][:1], users[3][:1])
     finally:
