@@ -70,11 +70,22 @@ def evaluate(labels, probabilities, users, categories) -> dict[str, float]:
     }
 
 
-def hit_rate_and_ndcg(ranks, k: int) -> tuple[float, float]:
-    """HitRate@k and NDCG@k with one relevant item per query: `ranks` holds its
-    0-based position in each query's ranked list (-1 when it is not in the
-    list). A hit at position r gains 1 / log2(r + 2)."""
+def hits_and_gains(ranks, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per query, with one relevant item each: whether it is in the top `k` (0/1)
+    and its NDCG@k gain, from `ranks`, its 0-based position in each query's ranked
+    list (-1 when it is not in the list). A hit at position r gains 1 / log2(r + 2)."""
     ranks = np.asarray(ranks).reshape(-1)
     hit = (ranks >= 0) & (ranks < k)
-    gain = np.where(hit, 1.0 / np.log2(np.maximum(ranks, 0) + 2.0), 0.0)
+    return hit.astype(np.float64), np.where(hit, 1.0 / np.log2(np.maximum(ranks, 0) + 2.0), 0.0)
+
+
+def hit_rate_and_ndcg(ranks, k: int) -> tuple[float, float]:
+    """HitRate@k and NDCG@k: the means of `hits_and_gains`."""
+    hit, gain = hits_and_gains(ranks, k)
     return float(hit.mean()), float(gain.mean())
+
+
+def standard_error(values) -> float:
+    """The standard error of the mean of per-query values (sample std / sqrt(n))."""
+    values = np.asarray(values, np.float64).reshape(-1)
+    return float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else float("nan")

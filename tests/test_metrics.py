@@ -54,3 +54,14 @@ def test_hit_rate_and_ndcg_by_hand():
     assert hit == 0.5
     assert ndcg == pytest.approx((1.0 + 1.0 / np.log2(4)) / 4)
     assert hit_rate_and_ndcg([10], 11) == pytest.approx((1.0, 1.0 / np.log2(12)))
+
+
+def test_per_query_hits_and_their_standard_error():
+    from dare_tf.metrics import hits_and_gains, standard_error
+
+    hit, gain = hits_and_gains([0, 2, 10, -1], 10)
+    np.testing.assert_array_equal(hit, [1, 1, 0, 0])
+    np.testing.assert_allclose(gain, [1.0, 1.0 / np.log2(4), 0.0, 0.0])
+    # the sample standard deviation over sqrt(n), by hand
+    assert standard_error([1, 1, 0, 0]) == pytest.approx(np.sqrt(((0.5**2) * 4) / 3) / 2)
+    assert np.isnan(standard_error([1.0]))

@@ -28,8 +28,12 @@ flags.mark_flags_as_required(["data_dir", "output_dir"])
 def main(config: RetrievalConfig):
     from dare_tf.retrieval.training import train_retrieval
 
-    results = train_retrieval(FLAGS.data_dir, FLAGS.output_dir, config, overwrite=FLAGS.overwrite)
-    print(strict_json({k: results[k] for k in ("test", "test_std", "test_popularity")}, indent=2))
+    results = train_retrieval(FLAGS.data_dir, FLAGS.output_dir, config, overwrite=FLAGS.overwrite,
+                              flags_text=dare_tf.cli.program_flags_text())
+    print(strict_json({k: results[k] for k in ("test", "test_std", "test_sources", "test_popularity", "quotas")},
+                      indent=2))
+    for warning in results["warnings"]:  # (under the numbers, as the trainer's undertraining warnings)
+        print(f"warning: {warning}")
 
 
 def run():

@@ -21,7 +21,8 @@ else:
 
 # Public name -> the module that defines it (imported on first use).
 _EXPORTS = {
-    "evaluate_cascade": "cascade", "format_cascade": "cascade", "RetrievalConfig": "config",
+    "evaluate_cascade": "cascade", "format_cascade": "cascade", "cascade_warnings": "verdict",
+    "RetrievalConfig": "config",
     **dict.fromkeys(("KS", "CandidateTower", "QueryTower", "TwoTowerModel", "brute_force_index",
                      "load_retrieval_model"), "model"),
     **dict.fromkeys(("catalogue", "popularity_recall", "positives", "train_retrieval"), "training"),
@@ -35,5 +36,5 @@ def __getattr__(name):
 
 
 __all__ = ["KS", "CandidateTower", "QueryTower", "RetrievalConfig", "TwoTowerModel", "brute_force_index",
-           "load_retrieval_model", "catalogue", "evaluate_cascade", "format_cascade", "popularity_recall", "positives",
-           "train_retrieval"]
+           "load_retrieval_model", "catalogue", "cascade_warnings", "evaluate_cascade", "format_cascade",
+           "popularity_recall", "positives", "train_retrieval"]

@@ -4,9 +4,14 @@
 takes the test split's positive examples (a user's history and the item they
 clicked next), lets the retrieval stage pick its first N candidates of the
 whole catalogue (the run's merged sources, `dare_tf.retrieval.candidates`),
-and lets each ranker reorder those N. For each it reports
-HitRate@k and NDCG@k of the clicked item, and the retrieval stage's recall at
-N (the ceiling any ranker can reach).
+and lets each ranker reorder those N. For each order of the same N (the
+retrieval order, a popularity order by training click share, each ranker's)
+it reports HitRate@k and NDCG@k of the clicked item with their standard
+errors, and the retrieval stage's recall at N (the ceiling any ranker can
+reach). Its verdict is a list of warnings (`cascade_warnings`): a ranker that
+does not beat the retrieval order beyond noise (its paired difference in
+HitRate@k within two standard errors, or below), a source the quotas leave
+out, a two-tower whose recall is below a heuristic source's.
 """
 
 from __future__ import annotations
@@ -21,8 +26,9 @@ from dare_tf._files import atomic_json
 from dare_tf.data.pipeline import InMemorySplit
 from dare_tf.data.spec import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS, TARGET_ITEM,
                                DatasetSpec)
-from dare_tf.metrics import hit_rate_and_ndcg
+from dare_tf.metrics import hits_and_gains, standard_error
 from dare_tf.retrieval.candidates import SOURCES, evaluate_sources, one_source
+from dare_tf.retrieval.verdict import cascade_warnings
 from dare_tf.retrieval.model import load_retrieval_model
 from dare_tf.retrieval.training import (candidate_merger, catalogue, category_array, merged_candidates, positives,
                                         tower_scores)
@@ -95,36 +101,58 @@ def evaluate_cascade(data_dir: str, retrieval_run: str, ranking_runs: dict[str, 
     candidates = merged_candidates(model, merger, (items, categories), examples, quotas, num_candidates, include_seen)
     target = examples[TARGET_ITEM].astype(np.int64)
     ranks = _rank_of(candidates, target)
-    hit, ndcg = hit_rate_and_ndcg(ranks, k)
+    retrieval_hits = hits_and_gains(ranks, k)
+    clicks = np.bincount(positives(splits["train"])[TARGET_ITEM], minlength=spec.num_items)
+    by_popularity = np.take_along_axis(candidates, np.argsort(-clicks[candidates], axis=1, kind="stable"), axis=1)
     # Each source alone: one pass that ranks once and merges with each source's quotas.
     alone = evaluate_sources(merger, tower_scores(model, (items, categories)), examples,
                              [one_source(name) for name in SOURCES], [num_candidates], include_seen)
     sources = {name: alone[one_source(name)][f"recall@{num_candidates}"] for name in SOURCES}
     results = {"config": config, "examples": int(len(target)), "catalogue": int(len(items)),
                "quotas": quotas, "include_seen": include_seen,
-               "retrieval": {f"hit_rate@{k}": hit, f"ndcg@{k}": ndcg,
-                             f"recall@{num_candidates}": float((ranks >= 0).mean())},
+               "retrieval": dict(_order_metrics(retrieval_hits, retrieval_hits, k),
+                                 **{f"recall@{num_candidates}": float((ranks >= 0).mean())}),
+               "popularity_order": _order_metrics(hits_and_gains(_rank_of(by_popularity, target), k), retrieval_hits,
+                                                  k),
                "sources": {name: {f"recall@{num_candidates}": v} for name, v in sources.items()}, "rankers": {}}
     category_of = category_array(spec, items, categories)
     for name, model in rankers.items():
-        hit, ndcg = hit_rate_and_ndcg(_rank_of(rerank(model, examples, candidates, category_of), target), k)
-        results["rankers"][name] = {f"hit_rate@{k}": hit, f"ndcg@{k}": ndcg}
+        reordered = rerank(model, examples, candidates, category_of)
+        results["rankers"][name] = _order_metrics(hits_and_gains(_rank_of(reordered, target), k), retrieval_hits, k)
+    results["warnings"] = cascade_warnings(results)
     os.makedirs(output_dir, exist_ok=True)
     atomic_json(path, results)
     report(format_cascade(results))
     return results
 
 
+def _order_metrics(hits: tuple, retrieval: tuple, k: int) -> dict:
+    """HitRate@k and NDCG@k of one order of the candidates with their standard errors,
+    and its paired difference in HitRate@k from the retrieval order (per query, the
+    same queries) with that difference's standard error."""
+    (hit, gain), difference = hits, hits[0] - retrieval[0]
+    return {f"hit_rate@{k}": float(hit.mean()), f"hit_rate@{k}_se": standard_error(hit),
+            f"ndcg@{k}": float(gain.mean()), f"ndcg@{k}_se": standard_error(gain),
+            f"hit_rate@{k}_vs_retrieval": float(difference.mean()),
+            f"hit_rate@{k}_vs_retrieval_se": standard_error(difference)}
+
+
 def format_cascade(results: dict) -> str:
-    """A markdown table of `evaluate_cascade`'s results."""
+    """A markdown table of `evaluate_cascade`'s results (each value +/- one standard
+    error), its warnings beneath."""
     k, n = results["config"]["k"], results["config"]["num_candidates"]
     sources = ", ".join(f"{name} {row[f'recall@{n}']:.4f}" for name, row in results.get("sources", {}).items())
+
+    def row(stage, values):
+        return (f"| {stage} | {values[f'hit_rate@{k}']:.4f} +/- {values[f'hit_rate@{k}_se']:.4f} | "
+                f"{values[f'ndcg@{k}']:.4f} +/- {values[f'ndcg@{k}_se']:.4f} | "
+                f"{values[f'hit_rate@{k}_vs_retrieval']:+.4f} +/- {values[f'hit_rate@{k}_vs_retrieval_se']:.4f} |")
+
     lines = [f"{results['examples']:,} test positives, catalogue {results['catalogue']:,} items; "
              f"retrieval recall@{n} (the rankers' ceiling): {results['retrieval'][f'recall@{n}']:.4f} merged"
              + (f" (each source alone: {sources})" if sources else ""),
-             f"| stage | HitRate@{k} | NDCG@{k} |", "|---|---|---|",
-             f"| retrieval alone | {results['retrieval'][f'hit_rate@{k}']:.4f} | "
-             f"{results['retrieval'][f'ndcg@{k}']:.4f} |"]
-    for name, row in results["rankers"].items():
-        lines.append(f"| retrieval top-{n} -> {name} | {row[f'hit_rate@{k}']:.4f} | {row[f'ndcg@{k}']:.4f} |")
+             f"| order of the top-{n} | HitRate@{k} | NDCG@{k} | HitRate@{k} - retrieval's |", "|---|---|---|---|",
+             row("retrieval", results["retrieval"]), row("popularity", results["popularity_order"])]
+    lines += [row(f"{name} (reranked)", values) for name, values in results["rankers"].items()]
+    lines += [f"warning: {w}" for w in results.get("warnings", [])]
     return "\n".join(lines)

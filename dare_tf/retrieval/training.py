@@ -16,6 +16,7 @@ from dare_tf.retrieval.candidates import SOURCES, CandidateMerger, evaluate_sour
 from dare_tf.retrieval.model import KS, TwoTowerModel, compiled_two_tower, fit_epochs
 
 import tensorflow as tf  # noqa: E402  (after dare_tf.retrieval.model: tf.keras is Keras 2 then)
+from dare_tf.retrieval.verdict import cascade_warnings  # noqa: E402
 from dare_tf.run_directory import SEED_RESULT, RunDirectory
 
 
@@ -88,7 +89,7 @@ def evaluate_candidates(model, merger, catalogue_, val: dict, test: dict, includ
 
 
 def train_retrieval(data_dir: str, output_dir: str, config: RetrievalConfig = RetrievalConfig(),
-                    overwrite: bool = False) -> dict:
+                    overwrite: bool = False, flags_text: str | None = None) -> dict:
     """Trains one two-tower model per seed on the training split's positives
     (resuming from per-epoch checkpoints) and writes `output_dir/results.json`:
     `test`, recall@10/50/100/200 on the test positives of the merged candidates
@@ -97,19 +98,21 @@ def train_retrieval(data_dir: str, output_dir: str, config: RetrievalConfig = Re
     validation positives; already-clicked items excluded unless
     `config.include_seen`), mean over seeds; `test_std`; `test_sources`, each
     source alone; `test_popularity` (= `test_sources["popularity"]`); `quotas`
-    (the first seed's, which the cascade and the export use); `per_seed`."""
+    (the first seed's, which the cascade and the export use); `warnings` (a source
+    the quotas leave out, a tower below a heuristic source: `cascade_warnings`);
+    `per_seed`. `flags_text`, the program's flags, goes to `output_dir/flags.txt`."""
     spec = DatasetSpec.load(data_dir)
     identity = {"retrieval_config": dict(dataclasses.asdict(config), seeds=list(config.seeds)),
                 "dataset": {"name": spec.dataset, "fingerprint": spec.fingerprint()}}
     identity["retrieval_config"].pop("verbose")
     run_directory = RunDirectory(output_dir)
     with run_directory.lock():  # one trainer per run directory, as trainers.train
-        return _train_run(data_dir, spec, config, identity, run_directory, overwrite)
+        return _train_run(data_dir, spec, config, identity, run_directory, overwrite, flags_text)
 
 
-def _train_run(data_dir, spec, config, identity, run_directory, overwrite) -> dict:
+def _train_run(data_dir, spec, config, identity, run_directory, overwrite, flags_text) -> dict:
     run_directory.check("retrieval", identity, overwrite)
-    run_directory.start("retrieval", identity)
+    run_directory.start("retrieval", identity, flags_text)
     splits = {s: InMemorySplit.load(data_dir, s, spec) for s in ("train", "val", "test")}
     items, categories = catalogue(spec, splits)
     train = positives(splits["train"])
@@ -130,6 +133,7 @@ def _train_run(data_dir, spec, config, identity, run_directory, overwrite) -> di
                "test_sources": {name: mean([r["test_sources"][name] for r in per_seed]) for name in SOURCES},
                "test_popularity": mean([r["test_sources"]["popularity"] for r in per_seed]),
                "quotas": per_seed[0]["quotas"], "per_seed": per_seed}
+    results["warnings"] = cascade_warnings({"quotas": results["quotas"], "sources": results["test_sources"]})
     run_directory.write_results(results)
     return results
 

@@ -78,6 +78,15 @@ def test_cascade_evaluation_matches_the_retrieval_recall_and_a_per_example_refer
     assert cascade["retrieval"]["ndcg@10"] <= cascade["retrieval"]["hit_rate@10"]
     dare = cascade["rankers"]["dare"]
     assert 0 <= dare["ndcg@10"] <= dare["hit_rate@10"] <= cascade["retrieval"]["recall@200"]
+    # The verdict: each order of the same candidates with standard errors and its paired
+    # difference from the retrieval order; a warning exactly when a ranker does not beat
+    # the retrieval order by more than two standard errors.
+    for order in (cascade["retrieval"], cascade["popularity_order"], dare):
+        assert order["hit_rate@10_se"] > 0 and order["ndcg@10_se"] > 0
+    assert cascade["retrieval"]["hit_rate@10_vs_retrieval"] == 0
+    assert dare["hit_rate@10_vs_retrieval"] == pytest.approx(dare["hit_rate@10"] - cascade["retrieval"]["hit_rate@10"])
+    beaten = dare["hit_rate@10_vs_retrieval"] > 2 * dare["hit_rate@10_vs_retrieval_se"]
+    assert beaten == (not any(w.startswith("dare ") for w in cascade["warnings"])), cascade["warnings"]
     # The batched order is the one-at-a-time probabilities' order (ties within float
     # noise of the batch size may swap).
     for reordered, probability in zip(out["reordered"], out["reference"]):
@@ -89,3 +98,39 @@ def test_cascade_evaluation_matches_the_retrieval_recall_and_a_per_example_refer
     assert "top_n=999999 is larger than the catalogue" in out["refusals"]["top_n"], out["refusals"]
     assert out["program"]["code"] == 0 and out["program"]["same"] and not out["program"]["noise"], out["program"]
     assert "holds a cascade evaluation of another configuration" in out["refused"]
+
+
+@pytest.mark.own_process  # (dare_tf.retrieval needs tf.keras as Keras 2)
+def test_the_cascade_verdict_names_what_does_not_pay_off():
+    from dare_tf.retrieval.cascade import format_cascade
+    from dare_tf.retrieval.verdict import cascade_warnings
+
+    def order(hit, difference, se):
+        return {"hit_rate@10": hit, "hit_rate@10_se": 0.01, "ndcg@10": hit / 2, "ndcg@10_se": 0.01,
+                "hit_rate@10_vs_retrieval": difference, "hit_rate@10_vs_retrieval_se": se}
+
+    results = {"config": {"k": 10, "num_candidates": 200}, "examples": 100, "catalogue": 1000,
+               "retrieval": dict(order(0.14, 0.0, 0.0), **{"recall@200": 0.35}),
+               "popularity_order": order(0.05, -0.09, 0.01),
+               "quotas": {"two_tower": 0.0, "popularity": 0.5, "recent_categories": 0.5},
+               "sources": {"two_tower": {"recall@200": 0.30}, "popularity": {"recall@200": 0.17},
+                           "recent_categories": {"recall@200": 0.33}},
+               "rankers": {"below": order(0.07, -0.07, 0.008), "noise": order(0.15, 0.01, 0.008),
+                           "better": order(0.20, 0.06, 0.008)}}
+    warnings = cascade_warnings(results)
+    assert warnings == [
+        "below ranks below the retrieval order beyond noise: HitRate@10 0.0700 vs 0.1400 (difference -0.0700 +/- "
+        "0.0080, one standard error): reranking makes these recommendations worse",
+        "noise does not beat the retrieval order beyond noise: HitRate@10 0.1500 vs 0.1400 (difference +0.0100 +/- "
+        "0.0080, one standard error): reranking makes these recommendations no better",
+        "the quotas give the two_tower source no candidates (quota 0, chosen on validation): the retrieval stage "
+        "does not use it",
+        "the two-tower's recall@200 (0.3000) is below the recent_categories source's (0.3300): the learned "
+        "retrieval adds less than a heuristic"]
+    table = format_cascade(dict(results, warnings=warnings)).splitlines()
+    assert table[1] == "| order of the top-200 | HitRate@10 | NDCG@10 | HitRate@10 - retrieval's |"
+    assert table[7] == "| better (reranked) | 0.2000 +/- 0.0100 | 0.1000 +/- 0.0100 | +0.0600 +/- 0.0080 |"
+    assert table[-4:] == [f"warning: {w}" for w in warnings]
+    # a retrieval run alone (train_retrieval): its quotas and sources only
+    assert cascade_warnings({"quotas": {"two_tower": 0.4, "popularity": 0.6},
+                             "sources": {"two_tower": {"recall@200": 0.4}, "popularity": {"recall@200": 0.2}}}) == []

@@ -28,6 +28,12 @@ def test_train_retrieval_program_writes_recall_and_the_popularity_baseline(taoba
         f"error: {out} is in use by another trainer (pid {os.getpid()}); wait for it to finish or choose another "
         "--output_dir"], locked.stderr[-2000:]
     results = json.load(open(out / "results.json"))
+    # the program prints each source's recall and the quotas, its warnings beneath, and writes flags.txt
+    printed, _, tail = done.stdout.rpartition("}\n")
+    printed = json.loads(printed + "}")
+    assert printed["quotas"] == results["quotas"] and printed["test_sources"] == results["test_sources"]
+    assert tail.splitlines() == [f"warning: {w}" for w in results["warnings"]]
+    assert "--epochs=2" in (out / "flags.txt").read_text().splitlines()
     keys = ["recall@10", "recall@50", "recall@100", "recall@200"]
     parts = {"test": results["test"], "test_popularity": results["test_popularity"], **results["test_sources"]}
     assert sorted(results["test_sources"]) == ["popularity", "recent_categories", "two_tower"]

@@ -1,0 +1,33 @@
+"""The two-stage recommender's verdict: what a cascade evaluation or a retrieval run
+says is wrong with it (`dare_tf.retrieval.cascade`, `dare_tf.retrieval.training`)."""
+
+from __future__ import annotations
+
+
+def cascade_warnings(results: dict) -> list[str]:
+    """What a cascade evaluation (or a retrieval run: `quotas` and `sources`) says is
+    wrong: a ranker whose HitRate@k is not above the retrieval order's by more than
+    two standard errors of their paired difference, a source with a quota of 0, and
+    a two-tower whose recall is below a heuristic source's."""
+    warnings = []
+    k = results.get("config", {}).get("k")
+    for name, row in results.get("rankers", {}).items():
+        gain, se = row[f"hit_rate@{k}_vs_retrieval"], row[f"hit_rate@{k}_vs_retrieval_se"]
+        if not gain > 2 * se:
+            below = gain < -2 * se
+            warnings.append(f"{name} {'ranks below' if below else 'does not beat'} the retrieval order beyond noise: "
+                            f"HitRate@{k} {row[f'hit_rate@{k}']:.4f} vs {results['retrieval'][f'hit_rate@{k}']:.4f} "
+                            f"(difference {gain:+.4f} +/- {se:.4f}, one standard error): reranking makes these "
+                            f"recommendations {'worse' if below else 'no better'}")
+    for source, quota in results.get("quotas", {}).items():
+        if quota == 0:
+            warnings.append(f"the quotas give the {source} source no candidates (quota 0, chosen on validation): the "
+                            "retrieval stage does not use it")
+    recall = {name: next(iter(row.values())) for name, row in results.get("sources", {}).items()}
+    heuristics = {name: value for name, value in recall.items() if name != "two_tower"}
+    if "two_tower" in recall and heuristics and recall["two_tower"] < max(heuristics.values()):
+        best = max(heuristics, key=heuristics.get)
+        metric = next(iter(results["sources"]["two_tower"]))
+        warnings.append(f"the two-tower's {metric} ({recall['two_tower']:.4f}) is below the {best} source's "
+                        f"({heuristics[best]:.4f}): the learned retrieval adds less than a heuristic")
+    return warnings
