@@ -81,8 +81,11 @@ def test_cascade_evaluation_matches_the_retrieval_recall_and_a_per_example_refer
     # The verdict: each order of the same candidates with standard errors and its paired
     # difference from the retrieval order; a warning exactly when a ranker does not beat
     # the retrieval order by more than two standard errors.
-    for order in (cascade["retrieval"], cascade["popularity_order"], dare):
-        assert order["hit_rate@10_se"] > 0 and order["ndcg@10_se"] > 0
+    n = cascade["examples"]
+    for order in (cascade["retrieval"], cascade["popularity_order"], dare):  # a hit rate p's: sqrt(p(1-p)/(n-1))
+        p = order["hit_rate@10"]
+        assert order["hit_rate@10_se"] == pytest.approx(np.sqrt(p * (1 - p) / (n - 1)))
+        assert order["ndcg@10_se"] >= 0
     assert cascade["retrieval"]["hit_rate@10_vs_retrieval"] == 0
     assert dare["hit_rate@10_vs_retrieval"] == pytest.approx(dare["hit_rate@10"] - cascade["retrieval"]["hit_rate@10"])
     beaten = dare["hit_rate@10_vs_retrieval"] > 2 * dare["hit_rate@10_vs_retrieval_se"]
