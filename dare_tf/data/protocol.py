@@ -99,7 +99,9 @@ class Protocol:
             (1 <= self.partitions <= MAX_PARTITIONS, "partitions", f"must be in [1, {MAX_PARTITIONS}]"),
             (self.min_clicks >= 0, "min_clicks", "must be >= 0"),
             (impressions or self.min_clicks >= earliest + 2, "min_clicks",
-             f"must be >= {earliest + 2} so that the earliest train target has a history"),
+             f"must be >= {earliest + 2} so that the earliest train target has a history (train_targets="
+             f"{self.train_targets} targets, one every stride={self.stride} clicks, reach {earliest} clicks back); "
+             "raise --min_clicks, or lower --train_targets or --stride"),
         ]
         for ok, name, message in checks:
             if not ok:

@@ -221,7 +221,9 @@ def test_missing_empty_and_no_qualifying_users(tmp_path):
         prepare("taobao", write(tmp_path, "empty.csv", ""), str(tmp_path / "o"))
     with pytest.raises(ValueError, match="no user has >= 210 clicks \\(the longest history has 30 clicks\\)"):
         prepare("taobao", write(tmp_path, "short.csv", GOOD), str(tmp_path / "o"))
-    with pytest.raises(ValueError, match="min_clicks=5: must be >= 94"):
+    with pytest.raises(ValueError, match="^min_clicks=5: must be >= 94 so that the earliest train target has a "
+                                         "history \\(train_targets=19 targets, one every stride=5 clicks, reach 92 "
+                                         "clicks back\\); raise --min_clicks, or lower --train_targets or --stride$"):
         prepare("taobao", write(tmp_path, "short.csv", GOOD), str(tmp_path / "o"), Protocol(min_clicks=5))
     assert not os.path.exists(tmp_path / "o")
 
