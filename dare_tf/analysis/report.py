@@ -16,11 +16,30 @@ def _fmt(value, digits=3) -> str:
     return "n/a" if value is None or value != value else f"{value:.{digits}f}"
 
 
+# A comparison whose difference is within its noise: neither holds nor fails.
+WITHIN_NOISE = "within noise"
+
+
 def _verdict(holds) -> str:
-    """Says plainly whether a paper claim reproduced."""
+    """Says plainly whether a paper claim reproduced: True, False, `WITHIN_NOISE`
+    (the difference is within its standard errors or the measurement's resolution)
+    or None (cannot be read)."""
     if holds is None:
         return " Whether the paper's claim holds cannot be read from these runs."
+    if holds == WITHIN_NOISE:
+        return " **The paper's claim is not distinguishable here: the difference is within its noise.**"
     return " **The paper's claim holds here.**" if holds else " **The paper's claim does not reproduce here.**"
+
+
+def _compared(difference: float | None, noise: float | None):
+    """Whether a measured `difference` (positive: as the paper found) is beyond
+    `noise` (two standard errors, or a step resolution): True, False, or
+    `WITHIN_NOISE`; None when either is missing."""
+    if difference is None or noise is None or difference != difference or noise != noise:
+        return None
+    if abs(difference) <= noise:
+        return WITHIN_NOISE
+    return difference > 0
 
 
 def _better(values: dict, first: str, second: str):
@@ -61,7 +80,13 @@ def _sections(result: dict) -> list[str]:
         if r.get("planted"):
             planted = ", ".join(f"{name} {_fmt(v)}" for name, v in r["planted"]["ndcg"].items())
             lines.append(f" Against the generator's planted truth: {planted}.")
-        lines.append(_verdict(_better(r["ndcg"], "dare", "twin")) + "\n")
+        paired = r.get("dare_minus_twin")
+        if paired:
+            lines.append(f" DARE minus TWIN on the same examples: {_fmt(paired['mean'], 4)} +/- "
+                         f"{_fmt(paired['se'], 4)} (one standard error; beyond noise at two).")
+            lines.append(_verdict(_compared(paired["mean"], 2 * paired["se"])) + "\n")
+        else:
+            lines.append(_verdict(_better(r["ndcg"], "dare", "twin")) + "\n")
         image("retrieval_case", "one test example")
     if "gradients" in result:
         g = result["gradients"]
@@ -111,7 +136,11 @@ def _sections(result: dict) -> list[str]:
                         f"{k} {v if v is not None else 'never'}" for k, v in reach.items()) + "."
             faster = None
             if reach.get("dare") is not None and reach.get("twin") is not None:
-                faster = reach["dare"] < reach["twin"]
+                # the curves are read at the validations: a difference of one interval is their resolution
+                steps = c["curves"].get(c["reference"], {}).get("steps", [])
+                resolution = min((b - a for a, b in zip(steps, steps[1:])), default=0)
+                faster = _compared(reach["twin"] - reach["dare"], resolution)
+                text += f" (validations every {resolution} steps, the resolution of these numbers)"
             elif "dare" in reach:
                 faster = False  # DARE never reached TWIN's best
             text += _verdict(faster)

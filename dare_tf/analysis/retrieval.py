@@ -38,6 +38,16 @@ def mean_with_interval(values: np.ndarray) -> dict:
             "high": float(values.mean() + half), "count": int(len(values))}
 
 
+def paired_difference(a: np.ndarray, b: np.ndarray) -> dict:
+    """The mean of `a - b` over the examples where both are finite, and its standard
+    error: `{"mean", "se", "count"}`."""
+    difference = np.asarray(a, np.float64) - np.asarray(b, np.float64)
+    difference = difference[np.isfinite(difference)]
+    se = difference.std(ddof=1) / np.sqrt(len(difference)) if len(difference) > 1 else float("nan")
+    return {"mean": float(difference.mean()) if len(difference) else float("nan"), "se": float(se),
+            "count": int(len(difference))}
+
+
 def mutual_information_gains(counts, target_categories, history_categories) -> np.ndarray:
     """Ground-truth gain of every history slot `[N, L]`: the mutual information of
     its (category, position) with the label given the target's category

@@ -145,14 +145,18 @@ class _Suite:
         out = {"examples": int(keep.sum()), "k": {label: k for label in self.runs},
                "kept": {label: run.top_k for label, run in self.runs.items()},
                "ndcg": {}, "ndcg_interval": {}, "planted": None}
-        results = {}
+        results, per_example = {}, {}
         for truth_name, gains in truths.items():
             results[truth_name] = {}
             for label in self.runs:
                 values = retrieval.ndcg_at_k(gains[keep], scores[label][keep], valid[keep], k)
                 results[truth_name][label] = retrieval.mean_with_interval(values)
+                per_example.setdefault(truth_name, {})[label] = values
         out["ndcg"] = {label: r["mean"] for label, r in results["MI ground truth"].items()}
         out["ndcg_interval"] = results["MI ground truth"]
+        mi = per_example["MI ground truth"]
+        if "dare" in mi and "twin" in mi:  # the paper's claim, as a paired difference on the same examples
+            out["dare_minus_twin"] = retrieval.paired_difference(mi["dare"], mi["twin"])
         if "planted truth" in results:
             out["planted"] = {"ndcg": {label: r["mean"] for label, r in results["planted truth"].items()},
                               "ndcg_interval": results["planted truth"]}

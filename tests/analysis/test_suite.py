@@ -95,3 +95,27 @@ def _program_errors(data, runs, tmp_path):
         run_analyses(data, {"dare": str(tmp_path)}, str(tmp_path / "b"), analyses=("convergence",))
     with pytest.raises(ValueError, match=r"unknown \['speed'\]"):
         run_analyses(data, runs, str(tmp_path / "c"), analyses=("speed",))
+
+
+def test_report_decides_claims_with_their_noise():
+    """A paper claim holds, does not reproduce, or is not distinguishable: NDCG by its
+    paired difference against two standard errors, steps to converge against the
+    validation interval (0.502 vs 0.501, or 100 vs 101 steps, is not a reproduction)."""
+    from dare_tf.analysis.report import _sections
+
+    def report(difference, se, dare_steps, twin_steps):
+        retrieval = {"k": {"dare": 5, "twin": 5}, "examples": 50, "ndcg": {"dare": 0.502, "twin": 0.501},
+                     "dare_minus_twin": {"mean": difference, "se": se, "count": 50}}
+        convergence = {"curves": {"twin": {"steps": [50, 100, 150]}}, "reference": "twin",
+                       "best_val_auc": {"twin": 0.7}, "steps_to_reference_best": {"dare": dare_steps,
+                                                                                 "twin": twin_steps}}
+        return "\n".join(_sections({"retrieval": retrieval, "convergence": convergence}))
+
+    close = report(0.001, 0.004, 100, 150)
+    within = "**The paper's claim is not distinguishable here: the difference is within its noise.**"
+    assert close.count(within) == 2, close
+    assert "DARE minus TWIN on the same examples: 0.0010 +/- 0.0040" in close
+    clear = report(0.05, 0.01, 50, 150)
+    assert clear.count("**The paper's claim holds here.**") == 2, clear
+    reverse = report(-0.05, 0.01, 150, 50)
+    assert reverse.count("**The paper's claim does not reproduce here.**") == 2, reverse
