@@ -69,7 +69,7 @@ class ModelConfig:
         prelu_init: initial PReLU slope where `initializer` is `keras`.
         l2: L2 penalty on all non-bias, non-embedding weights.
         initializer: `reference`: every non-bias parameter ~ N(0, 0.01) and
-            biases as PyTorch initialises them (reference.md); `keras`: Keras
+            biases as PyTorch initialises them (the paper's code); `keras`: Keras
             defaults for dense layers, embeddings ~ N(0, 0.01).
         synchronized_batch_norm: BatchNorm statistics over the global batch
             across replicas (set by the trainers under a distribution

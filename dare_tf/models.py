@@ -79,12 +79,12 @@ class DareModel(keras.Model):
             it and gives dense gradients, which is faster for optimizers that
             update every row anyway (Adam) at small vocabularies.
 
-    Example:
-    >>> model = build_model("dare", num_items=50, num_categories=5, max_len=8, top_k=3)
-    >>> model.compile(optimizer="adam")
-    >>> x = model.dummy_inputs(4); y = np.array([1.0, 0.0, 1.0, 0.0])
-    >>> float(model.evaluate(x, y, verbose=0)) > 0
-    True
+    Examples:
+        >>> model = build_model("dare", num_items=50, num_categories=5, max_len=8, top_k=3)
+        >>> model.compile(optimizer="adam")
+        >>> x = model.dummy_inputs(4); y = np.array([1.0, 0.0, 1.0, 0.0])
+        >>> float(model.evaluate(x, y, verbose=0)) > 0
+        True
     """
 
     def __init__(self, config: ModelConfig | dict, seed: int | None = None,

@@ -41,13 +41,13 @@ class ClickTask:
         float32 scalars `click`, `aux` (0 without an auxiliary head),
         `regularization` and their sum `total`.
 
-    Example:
-    >>> terms = ClickTask()(np.array([1.0, 0.0]), {"probability": np.array([0.5, 0.5])})
-    >>> round(float(terms["total"]), 4)
-    0.6931
+    Examples:
+        >>> terms = ClickTask()(np.array([1.0, 0.0]), {"probability": np.array([0.5, 0.5])})
+        >>> round(float(terms["total"]), 4)
+        0.6931
 
     References:
-        reference.md, "Loss"; TensorFlow Recommenders, `tfrs.tasks.Ranking`.
+        the paper's code (github.com/thuml/DARE); TensorFlow Recommenders, `tfrs.tasks.Ranking`.
     """
 
     def __call__(self, labels, outputs: dict, sample_weight=None, regularization=None) -> dict:

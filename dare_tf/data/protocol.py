@@ -1,4 +1,4 @@
-"""The paper's sample construction (reference.md, "Data protocol"), vectorised,
+"""The paper's sample construction (as its code, github.com/thuml/DARE, builds it), vectorised,
 written as a per-user sequence store and compact examples in TFRecord files.
 
 From the rows of a click log: dense 1-based ids in order of first
@@ -58,7 +58,7 @@ MIN_IMPRESSIONS = 3
 
 @dataclasses.dataclass(frozen=True)
 class Protocol:
-    """The sample-construction parameters (reference.md, "Data protocol").
+    """The sample-construction parameters (the paper's code, github.com/thuml/DARE).
 
     Attributes:
         seed: seed of the negative sampling.

@@ -36,12 +36,12 @@ class BehaviorClustering(keras.layers.Layer):
         and `[B, L, Dr]` and the float32 cluster size `[B, L]` where `valid`
         `[B, L]` (the clusters' most recent members); zeros elsewhere.
 
-    Example:
-    >>> layer = BehaviorClustering(window=4)
-    >>> keys = ops.reshape(ops.arange(4, dtype="float32"), (1, 4, 1))
-    >>> _, _, sizes, valid = layer(keys, keys, ops.array([[5, 7, 5, 5]]), ops.array([[True] * 4]))
-    >>> ops.convert_to_numpy(sizes).tolist(), ops.convert_to_numpy(valid).tolist()
-    ([[0.0, 1.0, 0.0, 3.0]], [[False, True, False, True]])
+    Examples:
+        >>> layer = BehaviorClustering(window=4)
+        >>> keys = ops.reshape(ops.arange(4, dtype="float32"), (1, 4, 1))
+        >>> _, _, sizes, valid = layer(keys, keys, ops.array([[5, 7, 5, 5]]), ops.array([[True] * 4]))
+        >>> ops.convert_to_numpy(sizes).tolist(), ops.convert_to_numpy(valid).tolist()
+        ([[0.0, 1.0, 0.0, 3.0]], [[False, True, False, True]])
 
     References:
         Si et al., "TWIN V2: Scaling Ultra-Long User Behavior Sequence

@@ -14,7 +14,7 @@ class DINAttention(keras.layers.Layer):
 
     `score_i = MLP([q, k_i, q - k_i, q * k_i]) / D`, where the MLP is
     `Dense(units) -> PReLU (one slope) -> Dense(1)` and `D` is the embedding
-    width (reference.md, "DIN").
+    width (the paper's code, github.com/thuml/DARE).
 
     Args:
         units: hidden width of the activation unit (36 in DIN).
@@ -32,10 +32,10 @@ class DINAttention(keras.layers.Layer):
     Returns:
         float32 scores `[B, L]`.
 
-    Example:
-    >>> din = DINAttention(units=4)
-    >>> tuple(din(ops.ones((2, 6)), ops.ones((2, 5, 6))).shape)
-    (2, 5)
+    Examples:
+        >>> din = DINAttention(units=4)
+        >>> tuple(din(ops.ones((2, 6)), ops.ones((2, 5, 6))).shape)
+        (2, 5)
 
     References:
         Zhou et al., "Deep Interest Network for Click-Through Rate

@@ -56,7 +56,7 @@ class BehaviorEmbedding(keras.layers.Layer):
     Each behaviour (and the target) is `concat(item_emb, category_emb,
     position_emb)`. History slot `j` of `L` has position id `L - j` (the most
     recent slot, last, gets 1); the target has position id 0
-    (reference.md, "Input sample").
+    (the paper's code, github.com/thuml/DARE).
 
     Which tables serve which role is the `coupling`:
     - `shared` (TWIN, DIN): one set of tables for attention and representation.
@@ -94,13 +94,13 @@ class BehaviorEmbedding(keras.layers.Layer):
         `Da = 2 * attention_embedding_dim + attention_position_dim` and
         `Dr = 2 * embedding_dim + position_dim`.
 
-    Example:
-    >>> layer = BehaviorEmbedding(100, 10, embedding_dim=8, position_dim=4,
-    ...                           attention_embedding_dim=4, coupling="decoupled")
-    >>> out = layer(ops.array([3]), ops.array([1]),
-    ...             ops.array([[0, 5, 7]]), ops.array([[0, 2, 1]]))
-    >>> tuple(out["history_attention"].shape), tuple(out["target_representation"].shape)
-    ((1, 3, 12), (1, 20))
+    Examples:
+        >>> layer = BehaviorEmbedding(100, 10, embedding_dim=8, position_dim=4,
+        ...                           attention_embedding_dim=4, coupling="decoupled")
+        >>> out = layer(ops.array([3]), ops.array([1]),
+        ...             ops.array([[0, 5, 7]]), ops.array([[0, 2, 1]]))
+        >>> tuple(out["history_attention"].shape), tuple(out["target_representation"].shape)
+        ((1, 3, 12), (1, 20))
 
     References:
         Feng et al., "Long-Sequence Recommendation Models Need Decoupled

@@ -10,7 +10,7 @@ from keras import ops
 class TorchDefaultBias(keras.initializers.Initializer):
     """PyTorch's default bias init for a linear layer: U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
 
-    The reference keeps PyTorch's default biases (reference.md, "Init"), so
+    The paper's code keeps PyTorch's default biases (github.com/thuml/DARE), so
     reference mode draws them from the same distribution.
     """
 
@@ -30,7 +30,7 @@ class TorchDefaultBias(keras.initializers.Initializer):
 class PredictionHead(keras.layers.Layer):
     """Click probability from features: BatchNorm, hidden Dense+PReLU layers, 2-way softmax.
 
-    Mirrors the reference heads (reference.md, "Heads"): main MLP
+    Mirrors the paper's code's heads (github.com/thuml/DARE): main MLP
     `BatchNorm -> 200 -> PReLU -> 80 -> PReLU -> 2 -> softmax`, auxiliary
     `BatchNorm -> 200 -> PReLU -> 2`. BatchNorm uses PyTorch's momentum 0.1
     and epsilon 1e-5; each PReLU has one slope.
@@ -51,10 +51,10 @@ class PredictionHead(keras.layers.Layer):
     Returns:
         float32 click probability `[B]` (softmax of the two logits, class 1).
 
-    Example:
-    >>> head = PredictionHead(units=(8,))
-    >>> tuple(head(ops.ones((3, 5))).shape)
-    (3,)
+    Examples:
+        >>> head = PredictionHead(units=(8,))
+        >>> tuple(head(ops.ones((3, 5))).shape)
+        (3,)
     """
 
     def __init__(self, units=(200, 80), initializer: str = "keras", prelu_init: float = 0.1,

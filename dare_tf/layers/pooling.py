@@ -82,12 +82,12 @@ class TargetAttentionPooling(keras.layers.Layer):
         `[B, 2D]` (`[B, D]` without `target_aware`), and the weights if asked.
         A row without any valid slot pools to zeros.
 
-    Example:
-    >>> pool = TargetAttentionPooling()
-    >>> out = pool(ops.ones((1, 2)), ops.ones((1, 3, 2)), ops.zeros((1, 2)),
-    ...            ops.array([[True, False]]), positions=ops.array([[2, 0]]))
-    >>> tuple(out.shape)
-    (1, 4)
+    Examples:
+        >>> pool = TargetAttentionPooling()
+        >>> out = pool(ops.ones((1, 2)), ops.ones((1, 3, 2)), ops.zeros((1, 2)),
+        ...            ops.array([[True, False]]), positions=ops.array([[2, 0]]))
+        >>> tuple(out.shape)
+        (1, 4)
 
     References:
         Feng et al., "Long-Sequence Recommendation Models Need Decoupled

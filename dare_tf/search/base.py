@@ -67,7 +67,7 @@ def scaled_dot_scores(query, keys, position_dim: int = 0):
     (one product for all N: each user's keys are read once).
 
     With `position_dim > 0` the last `position_dim` features are the position
-    part and are scaled on their own (reference.md):
+    part and are scaled on their own (the paper's code, github.com/thuml/DARE):
     `<q_sem, k_sem> / sqrt(d_sem) + <q_pos, k_pos> / sqrt(d_pos)`.
     """
     # Scores and softmax stay float32 under mixed precision.

@@ -22,12 +22,12 @@ class ClusterTopKSearch(SoftTopKSearch):
     Args:
         window: behaviours per time window of the clustering.
 
-    Example:
-    >>> search = ClusterTopKSearch(top_k=1, window=4)
-    >>> out = search(ops.ones((1, 2)), ops.ones((1, 4, 2)), ops.ones((1, 4, 2)), ops.array([[True] * 4]),
-    ...              ops.array([5]), ops.array([[5, 7, 5, 5]]))
-    >>> ops.convert_to_numpy(out["positions"]).tolist()
-    [[3]]
+    Examples:
+        >>> search = ClusterTopKSearch(top_k=1, window=4)
+        >>> out = search(ops.ones((1, 2)), ops.ones((1, 4, 2)), ops.ones((1, 4, 2)), ops.array([[True] * 4]),
+        ...              ops.array([5]), ops.array([[5, 7, 5, 5]]))
+        >>> ops.convert_to_numpy(out["positions"]).tolist()
+        [[3]]
 
     References:
         Si et al., "TWIN V2: Scaling Ultra-Long User Behavior Sequence

@@ -28,11 +28,11 @@ class FullHistorySearch(BehaviorSearch):
         seed: `DINAttention`'s seed (`scorer="din"`).
         top_k: unused (every slot is kept); accepted for a uniform constructor.
 
-    Example:
-    >>> search = FullHistorySearch()
-    >>> out = search(ops.ones((1, 4)), ops.ones((1, 3, 4)), ops.ones((1, 3, 2)), ops.array([[False, True, True]]))
-    >>> ops.convert_to_numpy(out["valid"]).tolist()
-    [[False, True, True]]
+    Examples:
+        >>> search = FullHistorySearch()
+        >>> out = search(ops.ones((1, 4)), ops.ones((1, 3, 4)), ops.ones((1, 3, 2)), ops.array([[False, True, True]]))
+        >>> ops.convert_to_numpy(out["valid"]).tolist()
+        [[False, True, True]]
 
     References:
         Zhou et al., "Deep Interest Network for Click-Through Rate

@@ -28,12 +28,12 @@ class HardTopKSearch(TopKSearch):
     the reference does (`hard_search_priority`). Only the K kept slots are
     scored (scaled dot product), for the modelling stage's softmax.
 
-    Example:
-    >>> search = HardTopKSearch(top_k=2)
-    >>> out = search(ops.ones((1, 4)), ops.ones((1, 3, 4)), None, ops.array([[True, True, True]]),
-    ...              ops.array([7]), ops.array([[7, 3, 3]]))
-    >>> ops.convert_to_numpy(out["positions"]).tolist()
-    [[0, 2]]
+    Examples:
+        >>> search = HardTopKSearch(top_k=2)
+        >>> out = search(ops.ones((1, 4)), ops.ones((1, 3, 4)), None, ops.array([[True, True, True]]),
+        ...              ops.array([7]), ops.array([[7, 3, 3]]))
+        >>> ops.convert_to_numpy(out["positions"]).tolist()
+        [[0, 2]]
 
     References:
         Chang et al., "TWIN", KDD 2023 (the hard-search baseline of SIM:

@@ -36,12 +36,12 @@ class HashSamplingSearch(BehaviorSearch):
         hash_bits: bits per function (tau): 2**tau buckets each.
         seed: seed of the projection.
 
-    Example:
-    >>> search = HashSamplingSearch(num_hashes=2, hash_bits=1, seed=0)
-    >>> keys = ops.ones((1, 3, 4)); values = ops.reshape(ops.arange(6, dtype="float32"), (1, 3, 2))
-    >>> out = search(ops.ones((1, 4)), keys, values, ops.array([[False, True, True]]))
-    >>> ops.convert_to_numpy(out["weights"]).tolist()
-    [[0.0, 1.0, 1.0]]
+    Examples:
+        >>> search = HashSamplingSearch(num_hashes=2, hash_bits=1, seed=0)
+        >>> keys = ops.ones((1, 3, 4)); values = ops.reshape(ops.arange(6, dtype="float32"), (1, 3, 2))
+        >>> out = search(ops.ones((1, 4)), keys, values, ops.array([[False, True, True]]))
+        >>> ops.convert_to_numpy(out["weights"]).tolist()
+        [[0.0, 1.0, 1.0]]
 
     References:
         Cao et al., "Sampling Is All You Need on Modeling Long-Term User

@@ -32,11 +32,11 @@ class SimHashTopKSearch(TopKSearch):
         num_bits: signature bits.
         seed: seed of the projection.
 
-    Example:
-    >>> search = SimHashTopKSearch(top_k=2, num_bits=8, seed=0)
-    >>> out = search(ops.ones((1, 4)), ops.ones((1, 3, 4)), None, ops.array([[True, True, False]]))
-    >>> ops.convert_to_numpy(out["valid"]).tolist()
-    [[True, True]]
+    Examples:
+        >>> search = SimHashTopKSearch(top_k=2, num_bits=8, seed=0)
+        >>> out = search(ops.ones((1, 4)), ops.ones((1, 3, 4)), None, ops.array([[True, True, False]]))
+        >>> ops.convert_to_numpy(out["valid"]).tolist()
+        [[True, True]]
 
     References:
         Chen et al., "End-to-End User Behavior Retrieval in Click-Through Rate

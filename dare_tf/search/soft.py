@@ -16,12 +16,12 @@ class SoftTopKSearch(TopKSearch):
     attention logits. With DARE's decoupled tables the attention embeddings
     are the smaller attention table's, which makes this stage cheaper.
 
-    Example:
-    >>> search = SoftTopKSearch(top_k=2)
-    >>> q = ops.ones((1, 4)); k = ops.reshape(ops.arange(12, dtype="float32"), (1, 3, 4))
-    >>> out = search(q, k, None, ops.array([[False, True, True]]))
-    >>> ops.convert_to_numpy(out["positions"]).tolist()
-    [[2, 1]]
+    Examples:
+        >>> search = SoftTopKSearch(top_k=2)
+        >>> q = ops.ones((1, 4)); k = ops.reshape(ops.arange(12, dtype="float32"), (1, 3, 4))
+        >>> out = search(q, k, None, ops.array([[False, True, True]]))
+        >>> ops.convert_to_numpy(out["positions"]).tolist()
+        [[2, 1]]
 
     References:
         Chang et al., "TWIN: TWo-stage Interest Network for Lifelong User
