@@ -263,17 +263,26 @@ class _Suite:
         cfg = self.config
         rep_dim = next(iter(self.runs.values())).model.model_config.embedding_dim if self.runs else 16
         runs = dict(dimension_runs or {})
+        # The widths trained here follow a given run's training (its recorded config, the
+        # attention widths changed), so that the cut compares widths, not schedules.
+        given = next(iter(runs.values()), None)
+        recorded = (RunDirectory(given).identity() or {}).get("train_config") if given else None
         for width in cfg.attention_dims:
             if width in runs:
                 continue
             run_dir = os.path.join(self.output_dir, "dimension_runs", f"attention_{width}")
-            self.say(f"  training DARE with attention width {width} (representation {rep_dim}) in {run_dir}")
-            train(self.data_dir, run_dir, TrainConfig.create(
-                preset="dare", batch_size=cfg.batch_size * 2, eval_batch_size=4096, epochs=cfg.dimension_epochs,
-                eval_every=10**9, learning_rate=cfg.learning_rate, seeds=(cfg.seed,), verbose=0,
-                model_overrides=dict(embedding_dim=rep_dim, attention_embedding_dim=width,
-                                     attention_position_dim=width, top_k=min(20, self.spec.max_len))),
-                report=self.say, overwrite=overwrite)
+            self.say(f"  training DARE with attention width {width} (representation {rep_dim}) in {run_dir}"
+                     + (f", as {given} was trained" if recorded else ""))
+            widths = dict(attention_embedding_dim=width, attention_position_dim=width)
+            if recorded:
+                base = TrainConfig.from_identity(recorded, verbose=0)
+                config = base.replace(model_overrides={**base.model_overrides, **widths})
+            else:
+                config = TrainConfig.create(
+                    preset="dare", batch_size=cfg.batch_size * 2, eval_batch_size=4096, epochs=cfg.dimension_epochs,
+                    eval_every=10**9, learning_rate=cfg.learning_rate, seeds=(cfg.seed,), verbose=0,
+                    model_overrides=dict(embedding_dim=rep_dim, top_k=min(20, self.spec.max_len), **widths))
+            train(self.data_dir, run_dir, config, report=self.say, overwrite=overwrite)
             runs[width] = run_dir
         x = {k: self.test[k][: cfg.timing_batch] for k in MODEL_INPUTS}
         rows = []

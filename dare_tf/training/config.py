@@ -221,6 +221,16 @@ class TrainConfig:
         d["seeds"] = list(d["seeds"])
         return d
 
+    @classmethod
+    def from_identity(cls, identity: dict[str, Any], **runtime) -> "TrainConfig":
+        """The config a run recorded (`identity()`, its run_config.json's
+        `train_config`), with `runtime` fields (`verbose=0`, ...): `identity`'s inverse."""
+        flat = {name: value for name, value in identity.items() if name not in SECTIONS}
+        for section, values in identity.items():
+            if section in SECTIONS:
+                flat.update({FLAT_NAMES.get((section, field), field): value for field, value in values.items()})
+        return cls.create(**flat, **runtime)
+
     def execution_steps(self, every: int) -> int:
         """Steps per train-function call: the largest divisor of the run's validation
         interval `every` up to `steps_per_execution`."""

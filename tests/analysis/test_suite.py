@@ -60,6 +60,16 @@ def test_the_suite_writes_every_number_figure_and_the_report_and_refuses_bad_inp
     assert 0 <= saved["gradients"]["conflict_share"] <= 1
     assert saved["gradients"]["by_model"]["dare"]["conflict_share"] is None  # decoupled: no shared rows
     assert [r["attention_dim"] for r in saved["dimensions"]["rows"]] == [8, 16]
+    # the width the cut trained (8) was trained as the given run (16) was: only the attention widths differ
+    def trained(run_dir):
+        return json.load(open(os.path.join(run_dir, "run_config.json")))["train_config"]
+
+    cut = trained(os.path.join(out, "dimension_runs", "attention_8"))
+    given = trained(runs["dare"])
+    assert cut["model_overrides"] == dict(given["model_overrides"], attention_embedding_dim=8,
+                                          attention_position_dim=8)
+    assert {k: v for k, v in cut.items() if k != "model_overrides"} == {
+        k: v for k, v in given.items() if k != "model_overrides"}
     assert saved["convergence"]["steps_to_reference_best"]["twin"] is not None
     report = open(os.path.join(out, "report.md")).read()
     assert "NDCG@5 for every model" in report and report.count("The paper's claim") >= 4

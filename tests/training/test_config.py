@@ -18,6 +18,9 @@ def test_train_config_sections_flat_names_and_identity():
     assert config.replace(learning_rate=0.5).optimizer.learning_rate == 0.5
     identity = config.identity()
     assert "runtime" not in identity and identity["optimizer"] == {"name": "lazy_adam", "learning_rate": 0.01}
+    # a recorded run's config back (run_config.json's train_config), the runtime given anew
+    assert TrainConfig.from_identity(identity, verbose=0) == config
+    assert TrainConfig.from_identity(identity).runtime == RuntimeConfig()
     with pytest.raises(TypeError, match="^TrainConfig.create: unknown field 'batchsize'$"):
         TrainConfig.create(batchsize=1)
     with pytest.raises(ValueError, match=r"^optimizer='sgd': must be one of \('adam', 'lazy_adam'\)$"):
