@@ -193,21 +193,22 @@ def convergence(curves: dict[str, dict], path: str) -> str:
 
 
 def attention_dimensions(rows: list[dict], path: str) -> str:
+    """Test AUC and the search stage's cost against the attention width, in two panels
+    (on one plot with two y-axes, both rising lines would lie on top of each other)."""
     plt = _pyplot()
     rows = sorted(rows, key=lambda r: r["attention_dim"])
     dims = [r["attention_dim"] for r in rows]
-    fig, ax = plt.subplots(figsize=(6, 3.8))
-    ax.plot(dims, [r["test_auc"] for r in rows], marker="o", color="C0", label="test AUC")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(dims, [str(d) for d in dims])
-    ax.set_xlabel("attention embedding width")
-    ax.set_ylabel("test AUC", color="C0")
-    other = ax.twinx()
-    other.plot(dims, [r["search_us_per_example"] for r in rows], marker="s", color="C1",
-               label="search stage, us per example")
-    other.set_ylabel("search stage, us per example", color="C1")
-    lines = ax.get_legend_handles_labels()
-    more = other.get_legend_handles_labels()
-    ax.legend(lines[0] + more[0], lines[1] + more[1], loc="lower right", fontsize=8)
-    ax.set_title("Attention-dimension cut (DARE)")
+    fig, (auc, cost) = plt.subplots(1, 2, figsize=(8, 3.4))
+    auc.plot(dims, [r["test_auc"] for r in rows], marker="o", color="C0")
+    auc.set_ylabel("test AUC")
+    auc.set_title("quality")
+    cost.plot(dims, [r["search_us_per_example"] for r in rows], marker="s", color="C1")
+    cost.set_ylabel("search stage, us per example")
+    cost.set_ylim(bottom=0)
+    cost.set_title("search cost")
+    for ax in (auc, cost):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(dims, [str(d) for d in dims])
+        ax.set_xlabel("attention embedding width")
+    fig.suptitle("Attention-dimension cut (DARE)")
     return _save(fig, path)
