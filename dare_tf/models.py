@@ -11,7 +11,7 @@ import numpy as np
 from keras import ops
 
 from dare_tf.config import ModelConfig, make_config
-from dare_tf.data.spec import MODEL_INPUTS as INPUT_KEYS
+from dare_tf.data.spec import MODEL_INPUTS as INPUT_KEYS  # noqa: F401 (dare_tf.INPUT_KEYS)
 from dare_tf.data.spec import RANK_INPUTS
 from dare_tf.model_inputs import example_ids, rank_ids
 from dare_tf.layers import BehaviorEmbedding, PredictionHead, TargetAttentionPooling

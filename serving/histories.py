@@ -101,16 +101,21 @@ def _lines(stream, limit: int):
 
 
 def append(store, fmt):
+    import numpy as np
+
     from dare_tf.data.log_reader import read_clicks
     from dare_tf.histories import clicks
+    from dare_tf.histories.prepared import USERS_PER_WRITE
 
     def append_file(path):
         read = read_clicks(path, fmt)
-        by_user = {}
-        for user in dict.fromkeys(read.user.tolist()):
-            rows = read.user == user
-            by_user[user] = clicks(read.item[rows], read.category[rows], read.time[rows])
-        store.append_many(by_user)
+        order = np.argsort(read.user, kind="stable")  # each user's rows together, in file order
+        users, first = np.unique(read.user[order], return_index=True)
+        groups = np.split(order, first[1:])
+        for start in range(0, len(users), USERS_PER_WRITE):
+            store.append_many({int(user): clicks(read.item[rows], read.category[rows], read.time[rows])
+                               for user, rows in zip(users[start:start + USERS_PER_WRITE],
+                                                     groups[start:start + USERS_PER_WRITE])})
         return len(read.user)
 
     if FLAGS.input != "-":

@@ -56,14 +56,15 @@ def as_int64(name: str, values) -> np.ndarray:
     return array.astype(np.int64) if array.size else np.zeros(0, np.int64)
 
 
-def merged(old: np.ndarray, new: np.ndarray, cap: int) -> np.ndarray:
-    """Clicks (`CLICK` records) `old` then `new` in time order, ties in arrival
-    order, the last `cap` kept."""
+def merged(stored: bytes | None, new: np.ndarray, cap: int) -> bytes:
+    """A user's stored clicks (packed `CLICK` records, or None) then `new`, in time
+    order, ties in arrival order, the last `cap` kept, packed again."""
+    old = np.frombuffer(stored, CLICK) if stored else np.zeros(0, CLICK)
     both = np.concatenate([old, new])
     tail = both["time"][max(len(old) - 1, 0):]  # (old is in order already)
     if (np.diff(tail) < 0).any():
         both = both[np.argsort(both["time"], kind="stable")]
-    return both[-cap:]
+    return both[-cap:].tobytes()
 
 
 # One click as a store holds it.
@@ -98,7 +99,8 @@ class HistoryStore(abc.ABC):
     def append(self, user, items: Sequence[int], categories: Sequence[int], times: Sequence[int]) -> int:
         """Adds one user's clicks (any order; kept in time order); returns the
         user's number of clicks after it."""
-        return self.append_many({self._user(user): clicks(items, categories, times)})[self._user(user)]
+        user = self._user(user)
+        return self.append_many({user: clicks(items, categories, times)})[user]
 
     @abc.abstractmethod
     def append_many(self, by_user: dict[int, np.ndarray]) -> dict[int, int]:

@@ -68,10 +68,9 @@ class LmdbStore(HistoryStore):
         lengths = {}
         with self.env.begin(db=self.clicks, write=True) as txn:
             for user, new in by_user.items():
-                old = txn.get(_key(user))
-                rows = merged(np.frombuffer(old, CLICK) if old else np.zeros(0, CLICK), new, self.max_clicks)
-                txn.put(_key(user), rows.tobytes())
-                lengths[user] = len(rows)
+                packed = merged(txn.get(_key(user)), new, self.max_clicks)
+                txn.put(_key(user), packed)
+                lengths[user] = len(packed) // CLICK.itemsize
         return lengths
 
     def _read(self, users: list[int], max_len: int | None) -> list[np.ndarray]:

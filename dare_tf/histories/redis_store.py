@@ -59,14 +59,13 @@ class RedisStore(HistoryStore):
             while True:
                 try:
                     pipe.watch(*keys)
-                    rows = {user: merged(np.frombuffer(old, CLICK) if old else np.zeros(0, CLICK), new,
-                                         self.max_clicks)
-                            for (user, new), old in zip(by_user.items(), pipe.mget(keys))}
+                    packed = [merged(old, new, self.max_clicks)
+                              for new, old in zip(by_user.values(), pipe.mget(keys))]
                     pipe.multi()
-                    pipe.mset({key: r.tobytes() for key, r in zip(keys, rows.values())})
+                    pipe.mset(dict(zip(keys, packed)))
                     pipe.sadd(self.prefix + "users", *by_user)
                     pipe.execute()
-                    return {user: len(r) for user, r in rows.items()}
+                    return {user: len(p) // CLICK.itemsize for user, p in zip(by_user, packed)}
                 except redis.WatchError:  # another writer changed one of these users: again
                     continue
 

@@ -87,10 +87,10 @@ def rank_tensors(hist_items, hist_categories, candidate_items, candidate_categor
                          f"{len(hist_categories)} hist_categories, {len(candidate_items)} candidate_items and "
                          f"{len(candidate_categories)} candidate_categories")
     out = {}
+    values = {HIST_ITEMS: hist_items, HIST_CATEGORIES: hist_categories, CANDIDATE_ITEMS: candidate_items,
+              CANDIDATE_CATEGORIES: candidate_categories}
     for ids, categories, length in ((HIST_ITEMS, HIST_CATEGORIES, HIST_LENGTH),
                                     (CANDIDATE_ITEMS, CANDIDATE_CATEGORIES, CANDIDATE_COUNT)):
-        values = {HIST_ITEMS: hist_items, HIST_CATEGORIES: hist_categories, CANDIDATE_ITEMS: candidate_items,
-                  CANDIDATE_CATEGORIES: candidate_categories}
         out[ids], lengths = left_aligned(values[ids], ids)
         out[categories], other = left_aligned(values[categories], categories)
         if (lengths != other).any():
