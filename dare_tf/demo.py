@@ -19,7 +19,7 @@ from dare_tf.serving.cascade import Recommender, format_recommendations
 from dare_tf.serving.client import ServingClient, explained_behaviours, format_explanation
 from dare_tf.export import MODELS_CONFIG, export_run
 from dare_tf.testing.standin_server import read_model_config, serve
-from dare_tf.training import TrainConfig, format_results, make_strategy
+from dare_tf.training import TrainConfig, format_results, make_strategy, train
 
 # The synthetic users have 20 to 1,000 clicks (median 120); users with 50 or more
 # get 10 train targets 5 clicks apart, so training sees histories from 2 clicks
@@ -27,6 +27,12 @@ from dare_tf.training import TrainConfig, format_results, make_strategy
 # Trained on both datasets, compared, and analysed on the synthetic one.
 ANALYSED_MODELS = ("dare", "twin", "din", "dare_no_tr")
 SYNTHETIC_PROTOCOL = Protocol(min_clicks=50, max_len=100, train_targets=10, stride=5)
+# The cascade's ranker (docs/two-stage.md): each training click against 8 catalogue items drawn
+# uniformly (they teach popularity) and 8 of its own history's retrieved candidates (they teach
+# the order among plausible items), drawn afresh every epoch; the weights kept at the best
+# validation NDCG@10 of the reordered candidates.
+CASCADE_TRAINING = dict(negatives="uniform:8,retrieval:8", batch_size=1152, eval_batch_size=4096, epochs=3,
+                        learning_rate=0.002, model_overrides=dict(top_k=20, embedding_dim=16))
 
 
 def _say(text: str) -> None:
@@ -78,20 +84,27 @@ def _two_stage(work_dir: str, data_dir: str, export_base: str, ranker_run: str) 
          "categories): " + ", ".join(
              f"@{k.split('@')[1]} {results['test'][k]:.3f} / {sources['two_tower'][k]:.3f} / "
              f"{sources['popularity'][k]:.3f} / {sources['recent_categories'][k]:.3f}" for k in results["test"]))
-    runs = {m: os.path.join(work_dir, "synthetic", "d16", m) for m in ("dare", "twin", "din")}
+    ranker_run = os.path.join(work_dir, "cascade_ranker")
+    _say("the cascade's ranker: DARE trained against uniform items and each training history's own retrieved "
+         f"candidates (trainers.train --negatives={CASCADE_TRAINING['negatives']} --retrieval_run=...)")
+    train(data_dir, ranker_run, TrainConfig.create(preset="dare", retrieval_run=retrieval_run, verbose=2,
+                                                   **CASCADE_TRAINING), report=_say)
+    runs = {"dare, cascade negatives": ranker_run,
+            **{m: os.path.join(work_dir, "synthetic", "d16", m) for m in ("dare", "twin", "din")}}
     evaluate_cascade(data_dir, retrieval_run, runs, os.path.join(work_dir, "cascade"), report=_say)
+    export_run(ranker_run, export_base, "ranker")
     export_run(retrieval_run, export_base, "retrieval")
     config = os.path.join(export_base, MODELS_CONFIG)
     server, port, _ = serve(read_model_config(config), 0)
     _say(f"stand-in server with every model of {config} on a free port")
-    clients = [ServingClient(f"localhost:{port}", name) for name in ("retrieval", "dare")]
+    clients = [ServingClient(f"localhost:{port}", name) for name in ("retrieval", "ranker")]
     try:
         request = _request_from_test_user(data_dir)
         clicked = request["target_item"][request["labels"] > 0.5][0]
         result = Recommender(*clients).recommend(request["hist_items"], request["hist_categories"], n=200, top=10,
                                                  explain=True)
         _say(f"user {request['user']} ({len(request['hist_items'])} clicks; clicked next: item {clicked}): "
-             "the top 10 of 200 retrieved items by DARE's click probability (two gRPC requests):")
+             "the top 10 of 200 retrieved items by the cascade ranker's click probability (two gRPC requests):")
         _say(format_recommendations(result, request["hist_items"], request["hist_categories"]))
         _live_clicks(work_dir, data_dir, clients, int(request["user"]))
     finally:

@@ -70,6 +70,17 @@ def evaluate(labels, probabilities, users, categories) -> dict[str, float]:
     }
 
 
+# A cascade's defaults: the retrieval stage hands the ranker N candidates; quality is read in its top k.
+CASCADE_CANDIDATES = 200
+CASCADE_K = 10
+
+
+def rank_of(ids: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """The 0-based position of `target[i]` in the list `ids[i]`, -1 when absent."""
+    found = np.asarray(ids) == np.asarray(target)[:, None]
+    return np.where(found.any(axis=1), found.argmax(axis=1), -1)
+
+
 def hits_and_gains(ranks, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Per query, with one relevant item each: whether it is in the top `k` (0/1)
     and its NDCG@k gain, from `ranks`, its 0-based position in each query's ranked

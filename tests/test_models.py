@@ -188,11 +188,12 @@ def test_rank_equals_the_per_example_path(rng, preset):
 def _functional_model(length, num_items, num_categories):
     inputs = {k: keras.Input(shape=(length,) if k.startswith("hist") else (), dtype="int32", name=k)
               for k in dare_tf.INPUT_KEYS}
-    emb = BehaviorEmbedding(num_items, num_categories, embedding_dim=8, position_dim=4,
-                            attention_embedding_dim=8, num_positions=length + 1, coupling="decoupled")(
-        inputs["target_item"], inputs["target_category"], inputs["hist_items"], inputs["hist_categories"])
+    embedding = BehaviorEmbedding(num_items, num_categories, embedding_dim=8, position_dim=4,
+                                  attention_embedding_dim=8, num_positions=length + 1, coupling="decoupled")
+    emb = embedding(inputs["target_item"], inputs["target_category"], inputs["hist_items"], inputs["hist_categories"])
     mask = keras.ops.greater(inputs["hist_items"], 0)
-    found = SoftTopKSearch(top_k=4, position_dim=4)(
+    assert embedding.attention_position_width == 4  # (the docs' snippet reads it)
+    found = SoftTopKSearch(top_k=4, position_dim=embedding.attention_position_width)(
         emb["target_attention"], emb["history_attention"], emb["history_representation"], mask)
     pooled = TargetAttentionPooling()(emb["target_representation"], found["values"], found["scores"],
                                       found["valid"])

@@ -92,6 +92,11 @@ def test_help_lists_the_generated_flags_and_a_real_process_exits_zero():
     # refused by the program's configuration (`dare_tf.cli.run(main, configure=...)`)
     ("trainers.train", ["--data_dir=d", "--output_dir=o", "--learning_rate=-1"],
      "error: --learning_rate=-1.0: must be a finite number > 0 (see --help)"),
+    ("trainers.train", ["--data_dir=d", "--output_dir=o", "--negatives=nearest:8"],
+     "error: --negatives='nearest:8': unknown source 'nearest' in 'nearest:8'; sources: uniform, popularity, category, "
+     "retrieval (written SOURCE:COUNT,...) (see --help)"),
+    ("trainers.train", ["--data_dir=d", "--output_dir=o", "--negatives=retrieval:8"],
+     "error: --negatives='retrieval:8': the retrieval source needs --retrieval_run (see --help)"),
     ("trainers.reproduce", ["--data_dirs=d", "--output_dir=o", "--models=dare,bert"],
      "error: --models: unknown preset(s) ['bert']; known: " + str(sorted(__import__("dare_tf.config").config.PRESETS))
      + " (see --help)"),

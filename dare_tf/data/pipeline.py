@@ -70,17 +70,38 @@ class InMemorySplit:
     float32 `[B]`. `features` holds every example's features as numpy arrays
     (materialised on first use: `N x max_len` per history feature, for
     analyses at moderate L).
+
+    `drawn_epochs`: the columns hold that many epochs' examples back to back,
+    each already in its training order (`dare_tf.data.negatives` draws them);
+    0: one set of examples, each epoch a permutation of it.
     """
 
-    def __init__(self, columns: dict[str, np.ndarray], store: SequenceStore, max_len: int):
+    def __init__(self, columns: dict[str, np.ndarray], store: SequenceStore, max_len: int, drawn_epochs: int = 0):
         check_max_len(max_len)
         self.columns, self.store, self.max_len = columns, store, int(max_len)
         self.labels = columns["label"].astype(np.float32)
+        self.drawn_epochs = int(drawn_epochs)
         self._features = None
         self._tensors = None
 
     def __len__(self) -> int:
         return len(self.labels)
+
+    @property
+    def per_epoch(self) -> int:
+        """Examples of one epoch."""
+        return len(self) // max(self.drawn_epochs, 1)
+
+    def epoch_order(self, seed: int, epoch: int) -> np.ndarray:
+        """The indices of epoch `epoch`'s examples in training order: a permutation
+        fixed by `(seed, epoch)`; with drawn epochs, that epoch's rows as drawn
+        (past the last drawn epoch, a permutation of the rows of `epoch` modulo them)."""
+        rng = np.random.default_rng([seed, epoch])
+        if not self.drawn_epochs:
+            return rng.permutation(len(self))
+        first = (epoch % self.drawn_epochs) * self.per_epoch
+        rows = np.arange(first, first + self.per_epoch)
+        return rows if epoch < self.drawn_epochs else rng.permutation(rows)
 
     @staticmethod
     def estimated_bytes(spec: DatasetSpec, split: str, partitions=None) -> int:

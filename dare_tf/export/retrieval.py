@@ -8,20 +8,23 @@ import os
 import numpy as np
 
 from dare_tf._files import clean_stale, replace_directory, staging_dir
+from dare_tf.data.negatives import item_categories
 from dare_tf.data.pipeline import InMemorySplit
+from dare_tf.data.store import load_store
 from dare_tf.data.spec import ID_MAP_FILES, DatasetSpec, id_map_digest, read_id_map
 from dare_tf.export.tf_serving import (DATASET_INPUT, DATASET_SIGNATURE, IdTable, dataset_outputs, model_base,
                                        next_version, write_server_configs)
 from dare_tf.retrieval.candidates import SOURCES
 from dare_tf.retrieval.model import TwoTowerModel, load_retrieval_model
-from dare_tf.retrieval.training import candidate_merger, catalogue, category_array, positives
+from dare_tf.retrieval.training import candidate_merger, catalogue, positives
 from dare_tf.run_directory import RunDirectory
 
 import tensorflow as tf  # noqa: E402  (after dare_tf.retrieval.model: tf.keras is Keras 2 then)
 
 
 class _RetrievalServing(tf.Module):
-    def __init__(self, model: TwoTowerModel, data_dir: str, spec: DatasetSpec, items, categories, top_n: int,
+    def __init__(self, model: TwoTowerModel, data_dir: str, spec: DatasetSpec, items, categories, category_of,
+                 top_n: int,
                  merger, quotas: dict, include_seen: bool):
         super().__init__()
         # Only the query tower, the candidates' vectors and the merger are saved; the
@@ -36,7 +39,6 @@ class _RetrievalServing(tf.Module):
         self.digest = id_map_digest(data_dir)
         raw_items = np.array([0] + [int(r) for r in read_id_map(data_dir, "item")] + [-1], np.int64)
         raw_cats = np.array([0] + [int(r) for r in read_id_map(data_dir, "category")] + [-1], np.int64)
-        category_of = category_array(spec, items, categories)
         self.raw_items = tf.constant(raw_items)
         self.raw_categories_of_items = tf.constant(raw_cats[category_of])
 
@@ -78,8 +80,9 @@ def export_retrieval(run_dir: str, data_dir: str, export_base: str, model_name: 
         raise ValueError(f"top_n={top_n} is larger than the catalogue ({len(items)} items)")
     recorded = RunDirectory(run_dir).results()
     merger = candidate_merger(spec, (items, categories), positives(splits["train"]))
+    category_of = item_categories(spec, load_store(data_dir, spec), [split.columns for split in splits.values()])
     module = _RetrievalServing(load_retrieval_model(run_dir, spec, items, categories), data_dir, spec, items,
-                               categories, top_n, merger, recorded["quotas"],
+                               categories, category_of, top_n, merger, recorded["quotas"],
                                recorded["config"].get("include_seen", False))
     base = model_base(export_base, model_name)
     clean_stale(base, "version")

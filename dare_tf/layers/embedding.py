@@ -162,6 +162,13 @@ class BehaviorEmbedding(keras.layers.Layer):
             return self._widths["representation"]
         return self._widths["attention" if "attention" in table_set else "representation"]
 
+    @property
+    def attention_position_width(self) -> int:
+        """The width of the position part at the end of every attention vector (0
+        without positions): the `position_dim` a search over these vectors scales on
+        its own (`dare_tf.search.BehaviorSearch`)."""
+        return self._widths["attention"][1] if self.use_position else 0
+
     def table_bytes(self) -> int:
         """What the tables will hold, in bytes (float32 or the policy's variable dtype)."""
         itemsize = 2 if self.variable_dtype in ("float16", "bfloat16") else 8 if self.variable_dtype == "float64" else 4

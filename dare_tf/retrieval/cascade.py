@@ -23,47 +23,24 @@ from typing import Callable
 import numpy as np
 
 from dare_tf._files import atomic_json
+from dare_tf.data.negatives import item_categories
 from dare_tf.data.pipeline import InMemorySplit
-from dare_tf.data.spec import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS, TARGET_ITEM,
-                               DatasetSpec)
-from dare_tf.metrics import hits_and_gains, standard_error
+from dare_tf.data.store import load_store
+from dare_tf.data.spec import TARGET_ITEM, DatasetSpec
+from dare_tf.metrics import CASCADE_CANDIDATES, CASCADE_K, hits_and_gains, rank_of, standard_error
 from dare_tf.retrieval.candidates import SOURCES, evaluate_sources, one_source
 from dare_tf.retrieval.verdict import cascade_warnings
 from dare_tf.retrieval.model import load_retrieval_model
-from dare_tf.retrieval.training import (candidate_merger, catalogue, category_array, merged_candidates, positives,
+from dare_tf.retrieval.training import (candidate_merger, catalogue, merged_candidates, positives,
                                         tower_scores)
 from dare_tf.run_directory import RunDirectory
+from dare_tf.training.reranking import rerank
 
 CASCADE_FILE = "cascade.json"
 
 
-def _rank_of(ids: np.ndarray, target: np.ndarray) -> np.ndarray:
-    """The 0-based position of `target[i]` in `ids[i]`, -1 when absent."""
-    found = ids == target[:, None]
-    return np.where(found.any(axis=1), found.argmax(axis=1), -1)
-
-
-def rerank(model, examples: dict, candidates: np.ndarray, category_of: np.ndarray, rows_per_call: int = 8192):
-    """Each example's candidates `[E, N]` reordered by the ranker's click probability
-    (stable: ties keep the retrieval order), scored user-major as serving's `rank`
-    scores them (`DareModel.rank`: each history looked up once for its N)."""
-    count, n = candidates.shape
-    per_call = max(rows_per_call // n, 1)
-    reordered = np.empty_like(candidates)
-    for start in range(0, count, per_call):
-        ids = candidates[start: start + per_call]
-        b = len(ids)
-        inputs = {CANDIDATE_ITEMS: ids.astype(np.int32), CANDIDATE_CATEGORIES: category_of[ids].astype(np.int32),
-                  HIST_ITEMS: examples[HIST_ITEMS][start: start + b],
-                  HIST_CATEGORIES: examples[HIST_CATEGORIES][start: start + b]}
-        probability = np.asarray(model.rank(inputs))
-        order = np.argsort(-probability, axis=1, kind="stable")
-        reordered[start: start + b] = np.take_along_axis(ids, order, axis=1)
-    return reordered
-
-
 def evaluate_cascade(data_dir: str, retrieval_run: str, ranking_runs: dict[str, str], output_dir: str,
-                     num_candidates: int = 200, k: int = 10, max_examples: int | None = None,
+                     num_candidates: int = CASCADE_CANDIDATES, k: int = CASCADE_K, max_examples: int | None = None,
                      report: Callable[[str], None] = print) -> dict:
     """Writes and returns `output_dir/cascade.json`: `retrieval` (`hit_rate@k`,
     `ndcg@k`, `recall@N`) and `rankers` (per name, `hit_rate@k` and `ndcg@k` of
@@ -100,7 +77,7 @@ def evaluate_cascade(data_dir: str, retrieval_run: str, ranking_runs: dict[str, 
         examples = {key: value[:max_examples] for key, value in examples.items()}
     candidates = merged_candidates(model, merger, (items, categories), examples, quotas, num_candidates, include_seen)
     target = examples[TARGET_ITEM].astype(np.int64)
-    ranks = _rank_of(candidates, target)
+    ranks = rank_of(candidates, target)
     retrieval_hits = hits_and_gains(ranks, k)
     clicks = np.bincount(positives(splits["train"])[TARGET_ITEM], minlength=spec.num_items)
     by_popularity = np.take_along_axis(candidates, np.argsort(-clicks[candidates], axis=1, kind="stable"), axis=1)
@@ -112,13 +89,13 @@ def evaluate_cascade(data_dir: str, retrieval_run: str, ranking_runs: dict[str, 
                "quotas": quotas, "include_seen": include_seen,
                "retrieval": dict(_order_metrics(retrieval_hits, retrieval_hits, k),
                                  **{f"recall@{num_candidates}": float((ranks >= 0).mean())}),
-               "popularity_order": _order_metrics(hits_and_gains(_rank_of(by_popularity, target), k), retrieval_hits,
+               "popularity_order": _order_metrics(hits_and_gains(rank_of(by_popularity, target), k), retrieval_hits,
                                                   k),
                "sources": {name: {f"recall@{num_candidates}": v} for name, v in sources.items()}, "rankers": {}}
-    category_of = category_array(spec, items, categories)
+    category_of = item_categories(spec, load_store(data_dir, spec), [split.columns for split in splits.values()])
     for name, model in rankers.items():
         reordered = rerank(model, examples, candidates, category_of)
-        results["rankers"][name] = _order_metrics(hits_and_gains(_rank_of(reordered, target), k), retrieval_hits, k)
+        results["rankers"][name] = _order_metrics(hits_and_gains(rank_of(reordered, target), k), retrieval_hits, k)
     results["warnings"] = cascade_warnings(results)
     os.makedirs(output_dir, exist_ok=True)
     atomic_json(path, results)

@@ -33,14 +33,6 @@ def catalogue(spec: DatasetSpec, splits: dict[str, InMemorySplit]):
     return items, category[items]
 
 
-def category_array(spec: DatasetSpec, items: np.ndarray, categories: np.ndarray) -> np.ndarray:
-    """The category of every dense item id `[num_items]` from a catalogue (the
-    out-of-vocabulary category for items outside it)."""
-    category_of = np.full(spec.num_items, spec.oov_category, np.int64)
-    category_of[items] = categories
-    return category_of
-
-
 def positives(split: InMemorySplit) -> dict:
     """The positive examples of a split: the histories and the items clicked next."""
     keep = split.labels > 0.5

@@ -18,7 +18,9 @@ def cascade_warnings(results: dict) -> list[str]:
             warnings.append(f"{name} {'ranks below' if below else 'does not beat'} the retrieval order beyond noise: "
                             f"HitRate@{k} {row[f'hit_rate@{k}']:.4f} vs {results['retrieval'][f'hit_rate@{k}']:.4f} "
                             f"(difference {gain:+.4f} +/- {se:.4f}, one standard error): reranking makes these "
-                            f"recommendations {'worse' if below else 'no better'}")
+                            f"recommendations {'worse' if below else 'no better'}; train the ranker on the candidates "
+                            "it ranks (trainers.train --negatives=uniform:8,retrieval:8 --retrieval_run=RUN, "
+                            "docs/two-stage.md)")
     for source, quota in results.get("quotas", {}).items():
         if quota == 0:
             warnings.append(f"the quotas give the {source} source no candidates (quota 0, chosen on validation): the "

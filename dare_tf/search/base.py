@@ -78,6 +78,9 @@ def scaled_dot_scores(query, keys, position_dim: int = 0):
     if not position_dim:
         return ops.einsum(product, query, keys) / float(width) ** 0.5
     sem = width - position_dim
+    if width is not None and sem < 1:
+        raise ValueError(f"position_dim={position_dim} leaves no item/category part in attention vectors of width "
+                         f"{width}: give the search its embedding's attention_position_width")
     # One product over the whole width with the query's parts pre-scaled: the [B, L, D]
     # keys are read once and never sliced (a slice is a copy outside XLA).
     scale = ops.concatenate([ops.full((sem,), float(sem) ** -0.5, "float32"),

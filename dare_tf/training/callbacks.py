@@ -67,11 +67,13 @@ class ExactValidation(keras.callbacks.Callback):
     BatchNorm's statistics (`refresh()`), predicts the validation split
     (`predict()`, every example, all workers gathered) and puts the metrics into
     the epoch's logs as `val_*`. `last` holds the step, the metrics and the
-    timing of the latest validation, for the callbacks after it."""
+    timing of the latest validation, for the callbacks after it. `extra()` adds
+    metrics of its own (the cascade's, `dare_tf.training.reranking`)."""
 
-    def __init__(self, refresh: Callable[[], None], predict: Callable[[], dict]):
+    def __init__(self, refresh: Callable[[], None], predict: Callable[[], dict],
+                 extra: Callable[[], dict] | None = None):
         super().__init__()
-        self.refresh, self.predict = refresh, predict
+        self.refresh, self.predict, self.extra = refresh, predict, extra
         self.fit_started, self.evaluating, self.last = time.perf_counter(), 0.0, None
 
     def on_train_begin(self, logs=None):
@@ -83,6 +85,8 @@ class ExactValidation(keras.callbacks.Callback):
         refreshed = time.perf_counter()
         outputs = self.predict()
         val = evaluate_outputs(outputs)
+        if self.extra is not None:
+            val.update(self.extra())
         predicted = time.perf_counter()
         self.last = {"step": int(self.model.optimizer.iterations.numpy()), "val": val,
                      "train_loss": float((logs or {}).get("loss", float("nan"))),
@@ -95,19 +99,20 @@ class ExactValidation(keras.callbacks.Callback):
 
 
 class KeepBestWeights(keras.callbacks.Callback):
-    """Saves the weights to `path` whenever validation AUC improves on `best_auc`
-    (a variable, checkpointed with the run, as `best_step` is)."""
+    """Saves the weights to `path` whenever the validation metric `metric` (AUC by
+    default; higher is better) improves on `best_auc` (a variable, checkpointed
+    with the run, as `best_step` is; it holds the best value of `metric`)."""
 
-    def __init__(self, validation: ExactValidation, path: str, best_auc, best_step):
+    def __init__(self, validation: ExactValidation, path: str, best_auc, best_step, metric: str = "auc"):
         super().__init__()
         self.validation, self.path, self.best_auc, self.best_step = validation, path, best_auc, best_step
-        self.improved = False
+        self.metric, self.improved = metric, False
 
     def on_epoch_end(self, epoch, logs=None):
         last = self.validation.last
-        self.improved = last["val"]["auc"] > float(self.best_auc)
+        self.improved = last["val"][self.metric] > float(self.best_auc)
         if self.improved:
-            self.best_auc.assign(last["val"]["auc"])
+            self.best_auc.assign(last["val"][self.metric])
             self.best_step.assign(last["step"])
             tmp = f"{self.path}.tmp-{os.getpid()}.weights.h5"
             self.model.save_weights(tmp)

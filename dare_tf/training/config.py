@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from typing import Any
 
 from dare_tf.config import ModelConfig, make_config
+from dare_tf.data.negatives import format_negatives, parse_negatives
 from dare_tf.data.spec import DEFAULT_SHUFFLE_BUFFER, DatasetSpec
+from dare_tf.metrics import CASCADE_CANDIDATES, CASCADE_K
 
 
 STRATEGIES = ("default", "mirrored", "multi_worker")
+LOSSES = ("pointwise", "softmax")  # dare_tf.tasks.ClickTask
+SELECTION = ("auto", "auc", f"ndcg@{CASCADE_K}", f"hit_rate@{CASCADE_K}")
 OPTIMIZERS = ("adam", "lazy_adam")  # dare_tf.optimizers.make_optimizer
 METRICS = ("auc", "gauc", "category_auc", "logloss")
 # Behaviours per evaluation batch at most (B x L): bounds evaluation memory at long L.
@@ -138,9 +143,72 @@ class RuntimeConfig:
                       (self.verbose in (0, 1, 2), "verbose", "must be 0, 1 or 2")])
 
 
-SECTIONS = {"data": DataConfig, "optimizer": OptimizerConfig, "schedule": ScheduleConfig, "runtime": RuntimeConfig}
+@dataclasses.dataclass(frozen=True)
+class CascadeConfig:
+    """What a ranker is trained on and selected by, for a cascade
+    (`dare_tf.data.negatives`, docs/two-stage.md).
+
+    Attributes:
+        negatives: the training negatives, `SOURCE:COUNT,...` of `uniform`,
+            `popularity`, `category`, `retrieval`, drawn afresh each epoch per
+            training click; empty (the default): the prepared dataset's own
+            (the paper's protocol, for Table 1).
+        retrieval_run: a `trainers.train_retrieval` run on the same dataset:
+            the `retrieval` source draws from its first `candidates` merged
+            candidates of each training history, and every validation and the
+            test report the cascade's HitRate@10 and NDCG@10 of those
+            candidates reordered by the ranker beside the paper's metrics.
+        candidates: how many of the retrieval run's candidates (N).
+        loss: `pointwise`, the click cross entropy of every example (the
+            paper's), or `softmax`, the cross entropy of each click against its
+            drawn negatives (a sampled softmax over its group; needs
+            `negatives` and a batch size that is a multiple of the group).
+        select_by: the validation metric whose best step's weights the run
+            keeps: `auc` (the paper's), `ndcg@10` or `hit_rate@10` (the
+            cascade's; need `retrieval_run`); `auto`: `ndcg@10` with a
+            `retrieval_run`, else `auc`.
+    """
+
+    negatives: str = ""
+    retrieval_run: str | None = None
+    candidates: int = CASCADE_CANDIDATES
+    loss: str = "pointwise"
+    select_by: str = "auto"
+
+    def __post_init__(self):
+        object.__setattr__(self, "negatives", format_negatives(parse_negatives(self.negatives)))
+        sources = [s for s, _ in parse_negatives(self.negatives)]
+        _check(self, [(self.candidates >= 2, "candidates", "must be >= 2"),
+                      (self.loss in LOSSES, "loss", f"must be one of {LOSSES}"),
+                      (self.loss == "pointwise" or sources, "loss",
+                       "softmax ranks each click against its drawn negatives: set --negatives too"),
+                      (self.select_by in SELECTION, "select_by", f"must be one of {SELECTION}"),
+                      (self.select_by in ("auto", "auc") or self.retrieval_run, "select_by",
+                       "a cascade metric needs --retrieval_run"),
+                      ("retrieval" not in sources or self.retrieval_run, "negatives",
+                       "the retrieval source needs --retrieval_run")])
+
+    @property
+    def sources(self) -> tuple[tuple[str, int], ...]:
+        return parse_negatives(self.negatives)
+
+    @property
+    def group(self) -> int:
+        """Examples per training click: the click and its drawn negatives (1: none drawn)."""
+        return 1 + sum(c for _, c in self.sources)
+
+    @property
+    def selection(self) -> str:
+        """The validation metric that picks the kept weights."""
+        if self.select_by != "auto":
+            return self.select_by
+        return f"ndcg@{CASCADE_K}" if self.retrieval_run else "auc"
+
+
+SECTIONS = {"data": DataConfig, "optimizer": OptimizerConfig, "schedule": ScheduleConfig, "runtime": RuntimeConfig,
+            "cascade": CascadeConfig}
 # A flat name (a flag, a keyword of `TrainConfig.create`) per section field, where it differs.
-FLAT_NAMES = {("optimizer", "name"): "optimizer"}
+FLAT_NAMES = {("optimizer", "name"): "optimizer", ("cascade", "candidates"): "retrieval_candidates"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,6 +227,8 @@ class TrainConfig:
         optimizer: `OptimizerConfig`.
         schedule: `ScheduleConfig`, how long and when it evaluates.
         runtime: `RuntimeConfig`, how it executes.
+        cascade: `CascadeConfig`, the negatives, loss and selection of a
+            cascade's ranker.
     """
 
     preset: str = "dare"
@@ -169,11 +239,16 @@ class TrainConfig:
     optimizer: OptimizerConfig = OptimizerConfig()
     schedule: ScheduleConfig = ScheduleConfig()
     runtime: RuntimeConfig = RuntimeConfig()
+    cascade: CascadeConfig = CascadeConfig()
 
     def __post_init__(self):
         object.__setattr__(self, "seeds", tuple(int(s) for s in self.seeds))
+        group = self.cascade.group
         _check(self, [(len(self.seeds) >= 1, "seeds", "needs at least one seed"),
                       (len(set(self.seeds)) == len(self.seeds), "seeds", "must not repeat a seed")])
+        if self.cascade.loss == "softmax" and self.schedule.batch_size % group:
+            raise ValueError(f"batch_size={self.schedule.batch_size}: --loss=softmax needs a multiple of the "
+                             f"group size {group} (a click and its {group - 1} negatives)")
 
     @classmethod
     def create(cls, **fields) -> "TrainConfig":
@@ -219,6 +294,8 @@ class TrainConfig:
         d = dataclasses.asdict(self)
         del d["runtime"]
         d["seeds"] = list(d["seeds"])
+        if d["cascade"]["retrieval_run"]:
+            d["cascade"]["retrieval_run"] = os.path.abspath(d["cascade"]["retrieval_run"])
         return d
 
     @classmethod
@@ -269,4 +346,5 @@ def identity_check() -> dict:
     """`RunDirectory.check`'s arguments for a ranking run: a model field added after
     a run was recorded, at its default value, is the architecture the run had
     (new fields default to the earlier behaviour)."""
-    return {"defaults": {f"model_config.{f.name}": f.default for f in dataclasses.fields(ModelConfig)}}
+    return {"defaults": {**{f"model_config.{f.name}": f.default for f in dataclasses.fields(ModelConfig)},
+                         **{f"train_config.cascade.{f.name}": f.default for f in dataclasses.fields(CascadeConfig)}}}

@@ -126,6 +126,9 @@ def summarize(per_seed: list[dict]) -> dict:
     out["test_by_history_length"] = {
         name: {"count": entries[0]["count"], **{m: float(np.mean([e[m] for e in entries])) for m in METRICS}}
         for name, entries in buckets.items()}
+    if all("test_cascade" in r for r in per_seed):
+        out["test_cascade"] = {m: float(np.mean([r["test_cascade"][m] for r in per_seed]))
+                               for m in per_seed[0]["test_cascade"]}
     return out
 
 
@@ -138,6 +141,12 @@ def format_results(results: dict) -> str:
     for name, entry in rows:
         count = "" if entry["count"] is None else f"{entry['count']:,}"
         lines.append(f"| {name} | {count} | " + " | ".join(f"{entry[m]:.4f}" for m in METRICS) + " |")
+    cascade = results.get("test_cascade")
+    if cascade:
+        k = next(name for name in cascade if name.startswith("hit_rate@")).split("@")[1]
+        lines.append(f"cascade, the retrieval run's candidates reordered: HitRate@{k} {cascade[f'hit_rate@{k}']:.4f} "
+                     f"(retrieval order {cascade[f'retrieval_hit_rate@{k}']:.4f}), NDCG@{k} "
+                     f"{cascade[f'ndcg@{k}']:.4f} (retrieval order {cascade[f'retrieval_ndcg@{k}']:.4f})")
     lines += [f"warning: {w}" for w in results.get("warnings", [])]
     return "\n".join(lines)
 

@@ -28,6 +28,8 @@ from dare_tf.training.config import (EVAL_BEHAVIOURS, TrainConfig, effective_mod
 from dare_tf.training.diagnostics import default_eval_every, run_warnings, seed_warnings
 from dare_tf.training.distribution import (fit_distributed, is_chief, task_id, gather_workers, make_strategy,
                                            worker_index, worker_partitions)
+from dare_tf.tasks import ClickTask
+from dare_tf.training.reranking import Cascade
 from dare_tf.training.evaluation import (evaluate_outputs, metrics_by_history_length, predict_batches,
                                          predict_split, refresh_batch_norm_statistics, summarize, write_curves)
 
@@ -37,9 +39,12 @@ class SeedRun:
 
     def __init__(self, data_dir: str, run_dir: str, config: TrainConfig, seed: int, spec: DatasetSpec,
                  strategy, chief: bool, model_config, report: Callable[[str], None],
-                 memory: dict[str, InMemorySplit] | None = None):
+                 memory: dict[str, InMemorySplit] | None = None, cascade: Cascade | None = None):
         self.data_dir, self.run_dir, self.config, self.seed = data_dir, run_dir, config, seed
-        self.memory = memory or {}
+        self.memory = dict(memory or {})
+        self.cascade = cascade
+        if cascade is not None and cascade.sampler is not None:  # this seed's drawn negatives, every epoch
+            self.memory["train"] = cascade.train_split(seed, config.schedule.epochs, model_config.max_len)
         self.spec, self.strategy, self.chief, self.model_config = spec, strategy, chief, model_config
         self._print = report
         os.makedirs(run_dir, exist_ok=True)
@@ -59,10 +64,14 @@ class SeedRun:
                 raise ValueError(f"batch_size={config.schedule.batch_size} must be divisible by the {self.workers} workers")
             counts = [sum(spec.records(n) for n in spec.shard_files("train", worker_partitions(spec, w, self.workers)))
                       for w in range(self.workers)]
+            if cascade is not None and cascade.sampler is not None:  # each click with its drawn negatives
+                counts = [c // (1 + spec.protocol["negatives"]) * config.cascade.group for c in counts]
             self.steps_per_epoch = min(counts) // self.local_batch
             self.total_steps = self.steps_per_epoch * config.schedule.epochs
         else:
             count, batch = spec.counts["train"], config.schedule.batch_size
+            if "train" in self.memory:
+                count = self.memory["train"].per_epoch
             # In memory, the epochs' permutations run back to back, cut into full batches
             # (static shapes: LazyAdam's step ran 2x faster with them); streamed, every
             # epoch ends with its partial batch, dropped when distributed.
@@ -84,6 +93,7 @@ class SeedRun:
             self.model = DareModel(model_config, seed=seed, name=config.preset,
                                    jit_compile_dense=config.runtime.jit_compile,
                                    sparse_embedding_gradients=config.optimizer.name == "lazy_adam")
+            self.model.task = ClickTask(group=config.cascade.group if config.cascade.loss == "softmax" else None)
             self.model.build()
             self.model.compile(optimizer=make_optimizer(config.optimizer.name, config.optimizer.learning_rate),
                                metrics=[keras.metrics.AUC(name="auc", num_thresholds=1000)],
@@ -103,7 +113,7 @@ class SeedRun:
 
     # -- data ---------------------------------------------------------------------------
     def _permutation(self, epoch: int) -> np.ndarray:
-        return np.random.default_rng([self.seed, epoch]).permutation(len(self.memory["train"]))
+        return self.memory["train"].epoch_order(self.seed, epoch)
 
     def _epoch_batches(self, epoch: int, shuffle_buffer: int | None = None):
         """Training batches of one pass over this worker's partitions, in an order
@@ -123,7 +133,7 @@ class SeedRun:
         batch = self.local_batch
         if "train" in self.memory:
             # Examples per epoch: the whole split, or a worker's equal share.
-            per_epoch = self.steps_per_epoch * batch if self.workers > 1 else len(self.memory["train"])
+            per_epoch = self.steps_per_epoch * batch if self.workers > 1 else self.memory["train"].per_epoch
             first = skip * batch // per_epoch
             order = np.concatenate([self._permutation(e)[:per_epoch] for e in range(first, self.config.schedule.epochs)])
             start = skip * batch - first * per_epoch
@@ -179,6 +189,14 @@ class SeedRun:
         combine = (lambda stats: gather_workers(self.strategy, stats)) if self.workers > 1 else None
         refresh_batch_norm_statistics(self.model, (x for x, _ in batches.take(cfg.schedule.bn_statistics_batches)), combine)
 
+    def cascade_metrics(self, split: str, retrieval: bool = True) -> dict[str, float]:
+        """The cascade's metrics of `split` (`dare_tf.training.reranking`), of every
+        worker's positives; {} without a retrieval run."""
+        if self.cascade is None or split not in self.cascade.examples:
+            return {}
+        combine = (lambda arrays: gather_workers(self.strategy, arrays)) if self.workers > 1 else None
+        return self.cascade.examples[split].metrics(self.model, retrieval, combine)
+
     def report(self, step: int, val: dict, improved: bool) -> None:
         self._print(f"{self.config.preset} on {self.spec.dataset} {os.path.basename(self.data_dir)} seed "
                     f"{self.seed}, step {step}/{self.total_steps}: validation "
@@ -187,8 +205,10 @@ class SeedRun:
     def callbacks(self) -> list:
         """The callbacks of this seed's `fit` (see `dare_tf.training.callbacks`)."""
         cfg = self.config
-        validation = ExactValidation(self.refresh_batch_norm_statistics, lambda: self.predict("val"))
-        best = KeepBestWeights(validation, os.path.join(self.work_dir, BEST_WEIGHTS), self.best_auc, self.best_step)
+        validation = ExactValidation(self.refresh_batch_norm_statistics, lambda: self.predict("val"),
+                                     lambda: self.cascade_metrics("val", retrieval=False))
+        best = KeepBestWeights(validation, os.path.join(self.work_dir, BEST_WEIGHTS), self.best_auc, self.best_step,
+                               cfg.cascade.selection)
         callbacks = [
             StopOnNonFiniteLoss(lambda s: f"epoch {(s - 1) // self.steps_per_epoch}, seed {self.seed} "
                                           f"of {cfg.preset}"),
@@ -240,6 +260,7 @@ class SeedRun:
             "best_step": int(self.best_step),
             "val": best_entry["val"] if best_entry else evaluate_outputs(self.predict("val")),
             "test": evaluate_outputs(test),
+            **({"test_cascade": self.cascade_metrics("test")} if self.cascade and self.cascade.examples else {}),
             "test_by_history_length": metrics_by_history_length(test, self.model_config.max_len),
             "model_config": self.model_config.to_dict(),
             "warnings": seed_warnings(history, self.total_steps, self.spec),
@@ -288,7 +309,7 @@ def _train(data_dir, output_dir, config, spec, strategy, chief, overwrite, repor
     if chief:
         run_directory.check("ranking", identity, overwrite, **identity_check())
         run_directory.start("ranking", identity, flags_text)
-    memory = None
+    memory, cascade = None, None
     per_seed = []
     for seed in config.seeds:
         run_dir = os.path.join(output_dir, f"seed_{seed}")
@@ -303,8 +324,9 @@ def _train(data_dir, output_dir, config, spec, strategy, chief, overwrite, repor
             memory = {split: InMemorySplit.load(data_dir, split, spec, model_config.max_len, partitions)
                       for split in ("train", "val")
                       if InMemorySplit.estimated_bytes(spec, split, partitions) <= config.data.in_memory_mb * 2**20}
+            cascade = Cascade.load(data_dir, spec, config, model_config.max_len, partitions, memory)
         per_seed.append(SeedRun(data_dir, run_dir, config, seed, spec, strategy, chief, model_config,
-                                 report, memory).run())
+                                 report, memory, cascade).run())
     results = {"data_dir": os.path.abspath(data_dir), "dataset": spec.dataset, "config": identity["train_config"],
                "seeds": list(config.seeds), **summarize(per_seed), "per_seed": per_seed,
                "warnings": run_warnings(per_seed)}

@@ -11,7 +11,7 @@ import pytest
 @pytest.mark.own_process  # tensorflow-recommenders: tf.keras as Keras 2
 def test_cascade_evaluation_matches_the_retrieval_recall_and_a_per_example_reference(taobao, two_stage, tmp_path):
     from dare_tf.retrieval import evaluate_cascade  # noqa: I001
-    from dare_tf.retrieval.cascade import rerank
+    from dare_tf.training.reranking import rerank
     data, work = taobao, str(tmp_path)
     with open(os.path.join(two_stage["retrieval"], "results.json")) as f:
         retrieval = json.load(f)
@@ -123,9 +123,11 @@ def test_the_cascade_verdict_names_what_does_not_pay_off():
     warnings = cascade_warnings(results)
     assert warnings == [
         "below ranks below the retrieval order beyond noise: HitRate@10 0.0700 vs 0.1400 (difference -0.0700 +/- "
-        "0.0080, one standard error): reranking makes these recommendations worse",
+        "0.0080, one standard error): reranking makes these recommendations worse; train the ranker on the candidates "
+        "it ranks (trainers.train --negatives=uniform:8,retrieval:8 --retrieval_run=RUN, docs/two-stage.md)",
         "noise does not beat the retrieval order beyond noise: HitRate@10 0.1500 vs 0.1400 (difference +0.0100 +/- "
-        "0.0080, one standard error): reranking makes these recommendations no better",
+        "0.0080, one standard error): reranking makes these recommendations no better; train the ranker on the "
+        "candidates it ranks (trainers.train --negatives=uniform:8,retrieval:8 --retrieval_run=RUN, docs/two-stage.md)",
         "the quotas give the two_tower source no candidates (quota 0, chosen on validation): the retrieval stage "
         "does not use it",
         "the two-tower's recall@200 (0.3000) is below the recent_categories source's (0.3300): the learned "
@@ -137,3 +139,46 @@ def test_the_cascade_verdict_names_what_does_not_pay_off():
     # a retrieval run alone (train_retrieval): its quotas and sources only
     assert cascade_warnings({"quotas": {"two_tower": 0.4, "popularity": 0.6},
                              "sources": {"two_tower": {"recall@200": 0.4}, "popularity": {"recall@200": 0.2}}}) == []
+
+
+@pytest.mark.slow
+@pytest.mark.own_process  # tensorflow-recommenders: tf.keras as Keras 2
+def test_a_ranker_trained_on_retrieval_negatives_reports_the_cascade_it_is_selected_by(taobao, two_stage, tmp_path):
+    """--negatives=retrieval:N --retrieval_run: negatives come from each training history's
+    own retrieved candidates; every validation reports the cascade's metrics, the kept
+    weights are the best validation NDCG@10's, and the run's test cascade metrics are
+    evaluate_cascade's for the same run."""
+    from dare_tf.retrieval import evaluate_cascade  # noqa: I001
+    from dare_tf.training import TrainConfig, train
+
+    run = str(tmp_path / "cascade_ranker")
+    results = train(taobao, run, TrainConfig.create(
+        preset="dare", batch_size=250, epochs=1, eval_every=10, max_steps=30, verbose=0, jit_compile=False,
+        model_overrides=dict(top_k=10), negatives="retrieval:4", retrieval_run=two_stage["retrieval"]))
+    history = [json.loads(line) for line in open(os.path.join(run, "seed_0", "history.jsonl"))]
+    assert [h["step"] for h in history] == [10, 20, 30]
+    best = max(history, key=lambda h: h["val"]["ndcg@10"])  # (ties: the first)
+    assert results["per_seed"][0]["best_step"] == best["step"]
+    cascade = evaluate_cascade(taobao, two_stage["retrieval"], {"ranker": run}, str(tmp_path / "cascade"),
+                               report=lambda s: None)
+    test = results["test_cascade"]
+    assert test["hit_rate@10"] == pytest.approx(cascade["rankers"]["ranker"]["hit_rate@10"], abs=1e-9)
+    assert test["ndcg@10"] == pytest.approx(cascade["rankers"]["ranker"]["ndcg@10"], abs=1e-9)
+    assert test["retrieval_hit_rate@10"] == pytest.approx(cascade["retrieval"]["hit_rate@10"], abs=1e-9)
+    # the retrieval negatives of the first epoch are among each history's first 200 candidates
+    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.retrieval.negatives import candidate_tables
+    from dare_tf.training.reranking import Cascade
+
+    spec = DatasetSpec.load(taobao)
+    config = TrainConfig.create(negatives="retrieval:4", retrieval_run=two_stage["retrieval"], batch_size=250)
+    from dare_tf.data.pipeline import InMemorySplit
+    memory = {"train": InMemorySplit.load(taobao, "train", spec)}
+    loaded = Cascade.load(taobao, spec, config, spec.max_len, None, memory)
+    sampler = loaded.sampler
+    windows = dict(zip(("hist_items", "hist_categories"), loaded.store.windows(
+        sampler.positives["uid"], sampler.positives["position"], spec.max_len)))
+    table = candidate_tables(taobao, two_stage["retrieval"], {"train": windows}, 200)["train"]
+    drawn = sampler.negatives(np.random.default_rng(0))
+    assert all(set(row) <= set(candidates) for row, candidates in zip(drawn, table))
+    assert (drawn != sampler.positives["target_item"][:, None]).all()

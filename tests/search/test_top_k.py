@@ -105,3 +105,22 @@ def test_errors():
         SoftTopKSearch(0)
     with pytest.raises(ValueError, match="HardTopKSearch: needs target_category and history_categories"):
         HardTopKSearch(2)(np.zeros((1, 4), "float32"), np.zeros((1, 3, 4), "float32"), None, np.ones((1, 3), bool))
+
+
+def test_a_position_part_as_wide_as_the_attention_vector_is_refused():
+    """The search is told the position part's width (the embedding's
+    `attention_position_width`); one that leaves no item/category part is an error."""
+    from dare_tf.layers.embedding import BehaviorEmbedding
+
+    embedding = BehaviorEmbedding(50, 5, embedding_dim=4, position_dim=6, attention_embedding_dim=2,
+                                  attention_position_dim=3, num_positions=11)
+    assert embedding.attention_position_width == 3
+    assert BehaviorEmbedding(50, 5, embedding_dim=4, position_dim=6, use_position=False).attention_position_width == 0
+    query, keys = np.ones((2, 7), "float32"), np.ones((2, 5, 7), "float32")
+    message = ("position_dim=7 leaves no item/category part in attention vectors of width 7: give the search its "
+               "embedding's attention_position_width")
+    with pytest.raises(ValueError) as e:
+        scaled_dot_scores(query, keys, 7)
+    assert str(e.value) == message
+    with pytest.raises(ValueError, match=message):  # (Keras adds the layer's call around it)
+        SoftTopKSearch(top_k=2, position_dim=7)(query, keys, keys, np.ones((2, 5), bool))

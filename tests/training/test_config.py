@@ -1,5 +1,6 @@
 """TrainConfig: sections, flat names, identity."""
 
+import os
 import types
 
 import pytest
@@ -42,3 +43,29 @@ def test_a_run_configuration_the_dataset_cannot_hold_is_refused_with_the_flag(ta
         effective_model_config(TrainConfig.create(model_overrides=dict(max_len=0)), spec, one_device)
     with pytest.raises(FileNotFoundError, match="spec.json not found"):
         DatasetSpec.load(taobao + "/nowhere")
+
+
+def test_cascade_section_checks_its_flags_and_old_runs_keep_their_identity(tmp_path):
+    from dare_tf.training.config import CascadeConfig, identity_check
+
+    config = TrainConfig.create(negatives="uniform:1, retrieval:4", retrieval_run="runs/r", batch_size=60,
+                                loss="softmax", retrieval_candidates=50)
+    assert config.cascade == CascadeConfig("uniform:1,retrieval:4", "runs/r", 50, "softmax", "auto")
+    assert config.cascade.group == 6 and config.cascade.selection == "ndcg@10"
+    assert config.identity()["cascade"]["retrieval_run"] == os.path.abspath("runs/r")
+    assert TrainConfig.create().cascade.selection == "auc" and TrainConfig.create().cascade.group == 1
+    for fields, message in [
+        (dict(loss="softmax"), "loss='softmax': softmax ranks each click against its drawn negatives: set "
+                               "--negatives too"),
+        (dict(negatives="retrieval:2"), "negatives='retrieval:2': the retrieval source needs --retrieval_run"),
+        (dict(select_by="ndcg@10"), "select_by='ndcg@10': a cascade metric needs --retrieval_run"),
+        (dict(retrieval_candidates=1), "retrieval_candidates=1: must be >= 2"),
+        (dict(negatives="popularity:2", loss="softmax", batch_size=100),
+         "batch_size=100: --loss=softmax needs a multiple of the group size 3 (a click and its 2 negatives)"),
+    ]:
+        with pytest.raises(ValueError) as e:
+            TrainConfig.create(**fields)
+        assert str(e.value) == message
+    # a run recorded before the cascade section existed is the same run at its defaults
+    defaults = identity_check()["defaults"]
+    assert defaults["train_config.cascade.negatives"] == "" and defaults["train_config.cascade.loss"] == "pointwise"

@@ -240,3 +240,45 @@ def test_steps_per_execution_trains_the_same_run(taobao, tmp_path):
     six = train(taobao, str(tmp_path / "six"), TrainConfig.create(preset="dare", steps_per_execution=6, **config))
     assert one["per_seed"][0]["steps"] == six["per_seed"][0]["steps"] == 12
     assert one["test"] == six["test"] and one["val"] == six["val"]
+
+
+def test_drawn_negatives_train_in_whole_groups_fresh_each_epoch(taobao, tmp_path):
+    """--negatives: every epoch is each training click with freshly drawn negatives, in
+    whole groups (click first), so the softmax loss sees one group per row; the run
+    trains and reports the paper's metrics; what cannot be drawn is refused."""
+    import tensorflow as tf
+
+    from dare_tf.data.pipeline import InMemorySplit
+    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.training import effective_model_config
+    from dare_tf.training.loop import _train
+    from dare_tf.training.reranking import Cascade
+
+    spec = DatasetSpec.load(taobao)
+    config = TrainConfig.create(**dict(TINY, batch_size=240, epochs=2, max_steps=None, eval_every=1000),
+                                negatives="popularity:2,category:3", loss="softmax")
+    strategy = tf.distribute.get_strategy()
+    model_config = effective_model_config(config, spec, strategy)
+    memory = {s: InMemorySplit.load(taobao, s, spec) for s in ("train", "val")}
+    cascade = Cascade.load(taobao, spec, config, model_config.max_len, None, memory)
+    assert cascade.examples == {}  # no retrieval run: no cascade metrics
+    run = SeedRun(taobao, str(tmp_path / "seed"), config, 0, spec, strategy, True, model_config, print, memory,
+                  cascade)
+    clicks = spec.counts["train"] // (1 + spec.protocol["negatives"])
+    assert run.memory["train"].per_epoch == clicks * 6 and run.total_steps == 2 * clicks * 6 // 240
+    batches = [(x["target_item"].numpy(), x["hist_items"].numpy(), y.numpy()) for x, y in run.train_stream(0)]
+    labels = np.concatenate([b[2] for b in batches]).reshape(-1, 6)
+    assert (labels == np.eye(1, 6)).all()
+    first = np.concatenate([b[0] for b in batches])[: clicks * 6].reshape(-1, 6)
+    second = np.concatenate([b[0] for b in batches])[clicks * 6:].reshape(-1, 6)
+    histories = np.concatenate([b[1] for b in batches]).reshape(-1, 6, model_config.max_len)
+    assert (histories == histories[:, :1]).all()  # one history per group
+    positives = memory["train"].columns["target_item"][memory["train"].labels > 0.5]
+    assert sorted(first[:, 0]) == sorted(positives)
+    assert not np.array_equal(np.sort(first, axis=1), np.sort(second[: len(first)], axis=1))  # drawn afresh
+    results = train(taobao, str(tmp_path / "run"), config.replace(max_steps=6, eval_every=3))
+    assert np.isfinite(results["test"]["auc"]) and "test_cascade" not in results
+    with pytest.raises(ValueError, match=r"^--negatives=popularity:2,category:3 draws each epoch's negatives in "
+                                         r"memory, but the train split of .* is larger than --in_memory_mb=0; raise "
+                                         r"it \(20 bytes per example\)$"):
+        train(taobao, str(tmp_path / "streamed"), config.replace(in_memory_mb=0))
