@@ -27,8 +27,9 @@ is refused with the fields that differ, unless `overwrite=True`.
 
 Modules, one concern each: `config` (TrainConfig, the run's model config and
 identity), `distribution` (strategies, workers, partitions, gathers, the
-distributed loop), `evaluation` (predictions and metrics), `callbacks`, and
-`loop` (one seed's run, `train`).
+distributed loop), `evaluation` (predictions and metrics), `reranking` (a
+ranker inside its cascade: drawn negatives and the cascade's metrics),
+`callbacks`, and `loop` (one seed's run, `train`).
 
 Importing this package costs nothing: each name is imported from its module on
 first use (`config` needs no TensorFlow, so a program's flags are defined and
@@ -43,8 +44,9 @@ _EXPORTS = {
     "read_history": "dare_tf.run_directory",
     **dict.fromkeys(("AppendHistory", "ExactValidation", "KeepBestWeights", "NonFiniteLossError", "RunProgress",
                      "SaveCheckpoint", "StopAtStep", "StopOnNonFiniteLoss"), "dare_tf.training.callbacks"),
-    **dict.fromkeys(("EVAL_BEHAVIOURS", "METRICS", "OPTIMIZERS", "STRATEGIES", "TrainConfig",
+    **dict.fromkeys(("EVAL_BEHAVIOURS", "METRICS", "OPTIMIZERS", "STRATEGIES", "CascadeConfig", "TrainConfig",
                      "effective_model_config", "run_identity"), "dare_tf.training.config"),
+    **dict.fromkeys(("Cascade", "CascadeExamples", "rerank"), "dare_tf.training.reranking"),
     **dict.fromkeys(("gather_workers", "make_strategy", "worker_index", "worker_partitions"),
                     "dare_tf.training.distribution"),
     **dict.fromkeys(("evaluate_outputs", "format_results", "history_length_buckets", "metrics_by_history_length",
@@ -53,7 +55,7 @@ _EXPORTS = {
     "make_optimizer": "dare_tf.optimizers",
     "SeedRun": "dare_tf.training.loop", "train": "dare_tf.training.loop",
 }
-_SUBMODULES = ("callbacks", "config", "distribution", "evaluation", "loop")
+_SUBMODULES = ("callbacks", "config", "distribution", "evaluation", "loop", "reranking")
 
 
 def __getattr__(name):
@@ -70,6 +72,9 @@ __all__ = [
     "OPTIMIZERS",
     "STRATEGIES",
     "AppendHistory",
+    "Cascade",
+    "CascadeConfig",
+    "CascadeExamples",
     "ExactValidation",
     "KeepBestWeights",
     "NonFiniteLossError",
@@ -93,6 +98,7 @@ __all__ = [
     "predict_split",
     "read_history",
     "refresh_batch_norm_statistics",
+    "rerank",
     "run_identity",
     "summarize",
     "train",
