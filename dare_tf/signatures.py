@@ -19,9 +19,14 @@ elements with that tensor's first element; the signature never reads those
 slots, so a request's answer does not depend on what it is merged with.
 """
 
+import os
+import re
+
 from dare_tf.data.spec import CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS
 
 SERVING_DEFAULT = "serving_default"
+# Every export's signature of raw item ids -> known, id_maps (its id maps' digest).
+DATASET_SIGNATURE = "dataset"
 EXPLAIN = "explain"
 RANK = "rank"
 RANK_EXPLAIN = "rank_explain"
@@ -35,3 +40,10 @@ RANK_REQUEST_INPUTS = {HIST_ITEMS: 2, HIST_CATEGORIES: 2, HIST_LENGTH: 1, CANDID
 MAX_BATCH_SIZE = 256
 # Candidates per user a `rank` request may carry (serving.export --max_candidates).
 MAX_CANDIDATES = 1000
+
+
+def versions(model_base: str) -> list[int]:
+    """The numeric version directories TF Serving would load from `model_base`."""
+    if not os.path.isdir(model_base):
+        return []
+    return sorted(int(d) for d in os.listdir(model_base) if re.fullmatch(r"\d+", d))

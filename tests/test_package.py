@@ -104,3 +104,18 @@ def test_no_search_variant_is_named_outside_the_search_family():
                  for i, line in enumerate(open(path), 1) if pattern.search(line)]
     assert offenders == []
     assert pattern.search('if cfg.search == "sdim":') and pattern.search("search in ('soft', 'hard')")
+
+
+def test_the_serving_client_and_the_stand_in_load_no_model_stack():
+    """The gRPC client, the two-stage Recommender and the stand-in read the TF Serving
+    conventions from `dare_tf.signatures`: importing them (as the programs do, with
+    imports deferred) loads neither the model nor the export package."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import dare_tf.serving.client, dare_tf.serving.cascade, dare_tf.testing.standin_server; "
+            "print(sorted(m for m in sys.modules if m == 'dare_tf.models' or m.startswith('dare_tf.export')))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, DARE_TF_DEFER_IMPORTS="1", TF_CPP_MIN_LOG_LEVEL="3"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout

@@ -12,20 +12,12 @@ import tensorflow as tf
 
 from dare_tf.data.spec import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS, TARGET_CATEGORY,
                                TARGET_ITEM)
-from dare_tf.signatures import CANDIDATE_COUNT, HIST_LENGTH, MAX_BATCH_SIZE, RANK, SERVING_DEFAULT
+from dare_tf.signatures import (CANDIDATE_COUNT, DATASET_SIGNATURE, HIST_LENGTH, MAX_BATCH_SIZE,  # noqa: F401
+                                RANK, SERVING_DEFAULT, versions)  # (DATASET_SIGNATURE, versions: re-exported)
 
 CLASSIFY_METHOD = "tensorflow/serving/classify"
-
-
 REGRESS_METHOD = "tensorflow/serving/regress"
-
-
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
-
-
-DATASET_SIGNATURE = "dataset"
-
-
 DATASET_INPUT = tf.TensorSpec([None], tf.int64, name="item_ids")
 
 
@@ -95,13 +87,6 @@ def warmup_requests(model_name: str, raw: dict, max_len: int):
         logs.append(prediction_log_pb2.PredictionLog(
             predict_log=prediction_log_pb2.PredictLog(request=request)))
     return logs
-
-
-def versions(model_base: str) -> list[int]:
-    """The numeric version directories TF Serving would load from `model_base`."""
-    if not os.path.isdir(model_base):
-        return []
-    return sorted(int(d) for d in os.listdir(model_base) if re.fullmatch(r"\d+", d))
 
 
 def next_version(model_base: str) -> int:

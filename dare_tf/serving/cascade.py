@@ -21,9 +21,8 @@ import numpy as np
 import tensorflow as tf
 
 from dare_tf.data.spec import HIST_CATEGORIES, HIST_ITEMS
-from dare_tf.export.tf_serving import DATASET_SIGNATURE, versions
 from dare_tf.serving.client import as_ids, explained_behaviours, rank_results, rank_tensors
-from dare_tf.signatures import RANK, RANK_EXPLAIN
+from dare_tf.signatures import DATASET_SIGNATURE, RANK, RANK_EXPLAIN, versions
 
 
 class LocalModel:

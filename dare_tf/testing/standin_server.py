@@ -38,8 +38,7 @@ from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2,
                                      prediction_service_pb2_grpc, regression_pb2)
 from tensorflow_serving.config import model_server_config_pb2
 
-from dare_tf.export.tf_serving import versions
-from dare_tf.signatures import MAX_BATCH_SIZE
+from dare_tf.signatures import MAX_BATCH_SIZE, versions
 from dare_tf.testing.requests import DEFAULT_SIGNATURE, Limits, ServingError
 
 CONTAINER_ROOT = "/models/"
