@@ -18,7 +18,6 @@ _LAZY = {
     "Recommender": "dare_tf.serving.cascade",
     "LocalModel": "dare_tf.serving.cascade",
     "format_recommendations": "dare_tf.serving.cascade",
-    "read_model_config": "dare_tf.testing.standin_server",
 }
 
 __all__ = list(_LAZY)
