@@ -76,7 +76,7 @@ def _print_request(client: ServingClient, request: dict) -> None:
                                                  request["hist_items"], request["hist_categories"])))
 
 
-def _two_stage(work_dir: str, data_dir: str, export_base: str, ranker_run: str) -> None:
+def _two_stage(work_dir: str, data_dir: str, export_base: str, overwrite: bool = False) -> None:
     retrieval_run = os.path.join(work_dir, "retrieval")
     results = train_retrieval(data_dir, retrieval_run, RetrievalConfig(epochs=3))
     sources = results["test_sources"]
@@ -88,10 +88,11 @@ def _two_stage(work_dir: str, data_dir: str, export_base: str, ranker_run: str) 
     _say("the cascade's ranker: DARE trained against uniform items and each training history's own retrieved "
          f"candidates (trainers.train --negatives={CASCADE_TRAINING['negatives']} --retrieval_run=...)")
     train(data_dir, ranker_run, TrainConfig.create(preset="dare", retrieval_run=retrieval_run, verbose=2,
-                                                   **CASCADE_TRAINING), report=_say)
+                                                   **CASCADE_TRAINING), overwrite=overwrite, report=_say)
     runs = {"dare, cascade negatives": ranker_run,
             **{m: os.path.join(work_dir, "synthetic", "d16", m) for m in ("dare", "twin", "din")}}
-    evaluate_cascade(data_dir, retrieval_run, runs, os.path.join(work_dir, "cascade"), report=_say)
+    evaluate_cascade(data_dir, retrieval_run, runs, os.path.join(work_dir, "cascade"), report=_say,
+                     overwrite=overwrite)
     export_run(ranker_run, export_base, "ranker")
     export_run(retrieval_run, export_base, "retrieval")
     config = os.path.join(export_base, MODELS_CONFIG)
@@ -182,7 +183,7 @@ def run_demo(work_dir: str, data_root: str, taobao_sample: str, synthetic_users:
         server.stop(0)
     _say("== 4. two-stage recommendation: a retrieval model (tensorflow-recommenders) picks 200 of the "
          "whole catalogue, DARE ranks them")
-    _two_stage(work_dir, data_dirs[0], export_base, run_dir)
+    _two_stage(work_dir, data_dirs[0], export_base, overwrite)
     _say("== 5. the paper's analyses on the synthetic runs (python -m trainers.analyze)")
     runs = {m: os.path.join(work_dir, "synthetic", "d16", m) for m in ANALYSED_MODELS}
     analysis_dir = os.path.join(work_dir, "analysis")

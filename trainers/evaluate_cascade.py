@@ -22,6 +22,7 @@ flags.DEFINE_string("output_dir", None, "Where cascade.json goes.")
 flags.DEFINE_integer("num_candidates", 200, "N: candidates the retrieval stage hands each ranker.", lower_bound=1)
 flags.DEFINE_integer("k", 10, "Cut-off of HitRate@k and NDCG@k.", lower_bound=1)
 flags.DEFINE_integer("max_examples", None, "Evaluate only the first this many test positives.", lower_bound=1)
+flags.DEFINE_bool("overwrite", False, "Replace an OUT/cascade.json of another configuration.")
 flags.adopt_module_key_flags(dare_tf.cli)
 flags.mark_flags_as_required(["data_dir", "retrieval_run", "output_dir"])
 
@@ -39,7 +40,7 @@ def main(argv):
             raise app.UsageError(f"--ranking_runs names {name!r} twice")
         runs[name] = run_dir
     evaluate_cascade(FLAGS.data_dir, FLAGS.retrieval_run, runs, FLAGS.output_dir, FLAGS.num_candidates, FLAGS.k,
-                     FLAGS.max_examples)
+                     FLAGS.max_examples, overwrite=FLAGS.overwrite)
 
 
 def run():

@@ -41,12 +41,13 @@ CASCADE_FILE = "cascade.json"
 
 def evaluate_cascade(data_dir: str, retrieval_run: str, ranking_runs: dict[str, str], output_dir: str,
                      num_candidates: int = CASCADE_CANDIDATES, k: int = CASCADE_K, max_examples: int | None = None,
-                     report: Callable[[str], None] = print) -> dict:
+                     report: Callable[[str], None] = print, overwrite: bool = False) -> dict:
     """Writes and returns `output_dir/cascade.json`: `retrieval` (`hit_rate@k`,
     `ndcg@k`, `recall@N`) and `rankers` (per name, `hit_rate@k` and `ndcg@k` of
     retrieval's top-N reordered by that ranker), over the test positives (the
     first `max_examples` if given). Runs trained on another dataset are refused;
-    an existing cascade.json of another configuration is never replaced."""
+    an existing cascade.json of another configuration is replaced only with
+    `overwrite` (it is this function's own file)."""
     from dare_tf.analysis.suite import load_run
 
     if num_candidates < 1 or k < 1 or k > num_candidates:
@@ -60,9 +61,9 @@ def evaluate_cascade(data_dir: str, retrieval_run: str, ranking_runs: dict[str, 
     if os.path.exists(path):
         with open(path) as f:
             previous = json.load(f).get("config")
-        if previous != config:
+        if previous != config and not overwrite:
             raise ValueError(f"{path} holds a cascade evaluation of another configuration ({previous}); "
-                             "choose another --output_dir")
+                             "choose another --output_dir, or --overwrite to replace it")
     splits = {s: InMemorySplit.load(data_dir, s, spec) for s in ("train", "val", "test")}
     items, categories = catalogue(spec, splits)
     if num_candidates > len(items):

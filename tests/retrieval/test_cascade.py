@@ -39,6 +39,8 @@ def test_cascade_evaluation_matches_the_retrieval_recall_and_a_per_example_refer
         refused = None
     except ValueError as e:
         refused = str(e)
+    replaced = evaluate_cascade(data, two_stage["retrieval"], {"dare": two_stage["dare"]}, os.path.join(work, "cascade"),
+                                num_candidates=100, k=10, report=lambda s: None, overwrite=True)
     # The retrieval run refuses other flags; its export refuses a top_n over the catalogue.
     from dare_tf.export import export_run
     from dare_tf.retrieval import RetrievalConfig, train_retrieval
@@ -66,7 +68,9 @@ def test_cascade_evaluation_matches_the_retrieval_recall_and_a_per_example_refer
     out = json.loads(json.dumps({"program": program, "refusals": refusals, "cascade": out,
                                  "retrieval": retrieval["test"], "sources": retrieval["test_sources"],
                                  "reordered": reordered.tolist(), "reference": reference, "refused": refused,
-                                 "written": json.load(open(os.path.join(work, "cascade", "cascade.json"))) == out}))
+                                 "replaced": replaced["config"]["num_candidates"],
+                                 "written": json.load(open(os.path.join(work, "cascade", "cascade.json")))
+                                 == json.loads(json.dumps(replaced))}))
     cascade, tfrs_recall = out["cascade"], out["retrieval"]
     assert cascade["examples"] == 86
     # The cascade's candidates are the run's merged candidates: retrieval's HitRate@10 is
@@ -96,11 +100,12 @@ def test_cascade_evaluation_matches_the_retrieval_recall_and_a_per_example_refer
         p = [probability[str(c)] for c in reordered]
         assert sorted(reordered) == sorted(int(c) for c in probability)
         assert all(a >= b - 1e-6 for a, b in zip(p, p[1:])), p
-    assert out["written"]
+    assert out["written"] and out["replaced"] == 100  # overwrite=True replaced the file of another configuration
     assert "retrieval_config.epochs: 2 in the run, 3 now" in out["refusals"]["epochs"], out["refusals"]
     assert "top_n=999999 is larger than the catalogue" in out["refusals"]["top_n"], out["refusals"]
     assert out["program"]["code"] == 0 and out["program"]["same"] and not out["program"]["noise"], out["program"]
     assert "holds a cascade evaluation of another configuration" in out["refused"]
+    assert out["refused"].endswith("choose another --output_dir, or --overwrite to replace it")
 
 
 @pytest.mark.own_process  # (dare_tf.retrieval needs tf.keras as Keras 2)
