@@ -110,21 +110,14 @@ MODELS = ("dare", "twin", "din")
 
 
 def _key(row: dict) -> tuple:
-    return row["model"], row["negatives"], row.get("seeds", 1)
-
-
-def _single_seed(row: dict) -> dict:
-    """A row measured before rows had seed columns: one seed, whose runs' own test
-    HitRate@10 is evaluate_cascade's (tested equal)."""
-    k = f"hit_rate@{CASCADE_K}"
-    return {**row, "seeds": 1, f"seeds_{k}": row[k], f"seeds_{k}_std": 0.0} if "seeds" not in row else row
+    return row["model"], row["negatives"], row["seeds"]
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--logs", default=",".join(LOGS))
     parser.add_argument("--models", default="dare,twin,din")
-    parser.add_argument("--negatives", default="prepared,retrieval:8",
+    parser.add_argument("--negatives", default="prepared;uniform:8,retrieval:8",
                         help="samplers separated by ';' (a mixture uses ',': 'prepared;uniform:1,retrieval:8')")
     parser.add_argument("--seeds", default="0", help="seeds of every ranker (the table's HitRate@10 is the first "
                         "seed's, evaluate_cascade's; seeds_hit_rate@10 their mean)")
@@ -135,22 +128,16 @@ def main():
     path = os.path.join(RESULTS_DIR, "bench_two_stage.json")
     previous = json.load(open(path)) if os.path.exists(path) else {}
     payload = {}
-    models = [m for m in args.models.split(",") if m]
     for log in (log for log in LOGS if log in logs):
-        # (no --models: only re-sorts the rows already measured)
-        rows = bench_log(args.work_dir, log, models, samplers, [int(s) for s in args.seeds.split(",")]) if models else []
+        rows = bench_log(args.work_dir, log, args.models.split(","), samplers, [int(s) for s in args.seeds.split(",")])
         measured = {_key(r) for r in rows}
-        payload[log] = sorted([_single_seed(r) for r in previous.get(log, []) if _key(r) not in measured] + rows,
+        payload[log] = sorted([r for r in previous.get(log, []) if _key(r) not in measured] + rows,
                               key=lambda r: (MODELS.index(r["model"]) if r["model"] in MODELS else len(MODELS),
                                              r["negatives"] != "prepared", r["seeds"], r["negatives"]))
     columns = ["log", "model", "negatives", "test_auc", f"hit_rate@{CASCADE_K}", f"retrieval_hit_rate@{CASCADE_K}",
                "ratio", "vs_retrieval", "vs_retrieval_se"]
     print_table([r for rows in payload.values() for r in rows], columns)
-    if models:
-        write_parts("bench_two_stage", payload, list(payload), path)
-    else:  # re-sorted only: each part keeps the command that measured it
-        with open(path, "w") as f:
-            json.dump({**previous, **payload}, f, indent=2)
+    write_parts("bench_two_stage", payload, list(payload), path)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ every training click, negatives from any mixture of:
   falls back to `popularity`);
 - `retrieval`: uniformly among the first N candidates a trained retrieval
   run proposes for the example's history (the same merged sources the
-  cascade ranks, `dare_tf.retrieval.negatives` computes them).
+  cascade ranks, `dare_tf.retrieval.training.RetrievalStage` computes them).
 
 A negative never equals its click (it is redrawn). The mixture is written
 `SOURCE:COUNT,...` (`uniform:1,retrieval:8`): COUNT negatives of each source

@@ -8,31 +8,25 @@ import os
 import numpy as np
 
 from dare_tf._files import clean_stale, replace_directory, staging_dir
-from dare_tf.data.negatives import item_categories
-from dare_tf.data.pipeline import InMemorySplit
-from dare_tf.data.store import load_store
-from dare_tf.data.spec import ID_MAP_FILES, DatasetSpec, id_map_digest, read_id_map
+from dare_tf.data.spec import ID_MAP_FILES, id_map_digest, read_id_map
 from dare_tf.export.tf_serving import (DATASET_INPUT, DATASET_SIGNATURE, IdTable, dataset_outputs, model_base,
                                        next_version, write_server_configs)
 from dare_tf.retrieval.candidates import SOURCES
-from dare_tf.retrieval.model import TwoTowerModel, load_retrieval_model
-from dare_tf.retrieval.training import candidate_merger, catalogue, positives
-from dare_tf.run_directory import RunDirectory
+from dare_tf.retrieval.training import RetrievalStage
 
 import tensorflow as tf  # noqa: E402  (after dare_tf.retrieval.model: tf.keras is Keras 2 then)
 
 
 class _RetrievalServing(tf.Module):
-    def __init__(self, model: TwoTowerModel, data_dir: str, spec: DatasetSpec, items, categories, category_of,
-                 top_n: int,
-                 merger, quotas: dict, include_seen: bool):
+    def __init__(self, stage: RetrievalStage, data_dir: str, top_n: int):
         super().__init__()
+        spec, model = stage.spec, stage.model
         # Only the query tower, the candidates' vectors and the merger are saved; the
         # training model's candidate dataset is not serializable.
         self.query = model.query
-        self.vectors = tf.constant(model.candidate((tf.constant(items), tf.constant(categories))).numpy())
-        self.merger, self.top_n, self.include_seen = merger, top_n, include_seen
-        self.quotas = tuple(quotas[s] for s in SOURCES)
+        self.vectors = tf.constant(model.candidate((tf.constant(stage.items), tf.constant(stage.categories))).numpy())
+        self.merger, self.top_n, self.include_seen = stage.merger, top_n, stage.include_seen
+        self.quotas = tuple(stage.quotas[s] for s in SOURCES)
         self.items = IdTable(os.path.join(data_dir, ID_MAP_FILES["item"]), spec.oov_item)
         self.categories = IdTable(os.path.join(data_dir, ID_MAP_FILES["category"]), spec.oov_category)
         self.tables = [self.items.table, self.categories.table]  # tracked, so the SavedModel holds them
@@ -40,7 +34,7 @@ class _RetrievalServing(tf.Module):
         raw_items = np.array([0] + [int(r) for r in read_id_map(data_dir, "item")] + [-1], np.int64)
         raw_cats = np.array([0] + [int(r) for r in read_id_map(data_dir, "category")] + [-1], np.int64)
         self.raw_items = tf.constant(raw_items)
-        self.raw_categories_of_items = tf.constant(raw_cats[category_of])
+        self.raw_categories_of_items = tf.constant(raw_cats[stage.category_of])
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int64, name="hist_items"),
                                   tf.TensorSpec([None, None], tf.int64, name="hist_categories")])
@@ -73,17 +67,9 @@ def export_retrieval(run_dir: str, data_dir: str, export_base: str, model_name: 
     setting: `dare_tf.retrieval.candidates`); and the
     `dataset` signature of every export (`dare_tf.export`). Rewrites
     `export_base/models.config` (merged: see `write_server_configs`)."""
-    spec = DatasetSpec.load(data_dir)
-    splits = {s: InMemorySplit.load(data_dir, s, spec) for s in ("train", "val", "test")}
-    items, categories = catalogue(spec, splits)
-    if top_n > len(items):
-        raise ValueError(f"top_n={top_n} is larger than the catalogue ({len(items)} items)")
-    recorded = RunDirectory(run_dir).results()
-    merger = candidate_merger(spec, (items, categories), positives(splits["train"]))
-    category_of = item_categories(spec, load_store(data_dir, spec), [split.columns for split in splits.values()])
-    module = _RetrievalServing(load_retrieval_model(run_dir, spec, items, categories), data_dir, spec, items,
-                               categories, category_of, top_n, merger, recorded["quotas"],
-                               recorded["config"].get("include_seen", False))
+    stage = RetrievalStage.load(data_dir, run_dir)
+    stage.require_candidates(top_n, "top_n")
+    module = _RetrievalServing(stage, data_dir, top_n)
     base = model_base(export_base, model_name)
     clean_stale(base, "version")
     final = os.path.join(base, str(next_version(base)))

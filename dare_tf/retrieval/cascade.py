@@ -23,17 +23,11 @@ from typing import Callable
 import numpy as np
 
 from dare_tf._files import atomic_json
-from dare_tf.data.negatives import item_categories
-from dare_tf.data.pipeline import InMemorySplit
-from dare_tf.data.store import load_store
 from dare_tf.data.spec import TARGET_ITEM, DatasetSpec
 from dare_tf.metrics import CASCADE_CANDIDATES, CASCADE_K, hits_and_gains, rank_of, standard_error
 from dare_tf.retrieval.candidates import SOURCES, evaluate_sources, one_source
 from dare_tf.retrieval.verdict import cascade_warnings
-from dare_tf.retrieval.model import load_retrieval_model
-from dare_tf.retrieval.training import (candidate_merger, catalogue, merged_candidates, positives,
-                                        tower_scores)
-from dare_tf.run_directory import RunDirectory
+from dare_tf.retrieval.training import RetrievalStage, positives, tower_scores
 from dare_tf.training.reranking import rerank
 
 CASCADE_FILE = "cascade.json"
@@ -64,38 +58,32 @@ def evaluate_cascade(data_dir: str, retrieval_run: str, ranking_runs: dict[str, 
         if previous != config and not overwrite:
             raise ValueError(f"{path} holds a cascade evaluation of another configuration ({previous}); "
                              "choose another --output_dir, or --overwrite to replace it")
-    splits = {s: InMemorySplit.load(data_dir, s, spec) for s in ("train", "val", "test")}
-    items, categories = catalogue(spec, splits)
-    if num_candidates > len(items):
-        raise ValueError(f"num_candidates={num_candidates} is larger than the catalogue ({len(items)} items)")
+    stage = RetrievalStage.load(data_dir, retrieval_run)
+    stage.require_candidates(num_candidates, "num_candidates")
     rankers = {name: load_run(name, run_dir, spec, data_dir).model for name, run_dir in ranking_runs.items()}
-    model = load_retrieval_model(retrieval_run, spec, items, categories)
-    recorded = RunDirectory(retrieval_run).results()
-    quotas, include_seen = recorded["quotas"], recorded["config"].get("include_seen", False)
-    merger = candidate_merger(spec, (items, categories), positives(splits["train"]))
+    splits, quotas, include_seen = stage.splits, stage.quotas, stage.include_seen
     examples = positives(splits["test"])
     if max_examples is not None:
         examples = {key: value[:max_examples] for key, value in examples.items()}
-    candidates = merged_candidates(model, merger, (items, categories), examples, quotas, num_candidates, include_seen)
+    candidates = stage.candidates(examples, num_candidates)
     target = examples[TARGET_ITEM].astype(np.int64)
     ranks = rank_of(candidates, target)
     retrieval_hits = hits_and_gains(ranks, k)
     clicks = np.bincount(positives(splits["train"])[TARGET_ITEM], minlength=spec.num_items)
     by_popularity = np.take_along_axis(candidates, np.argsort(-clicks[candidates], axis=1, kind="stable"), axis=1)
     # Each source alone: one pass that ranks once and merges with each source's quotas.
-    alone = evaluate_sources(merger, tower_scores(model, (items, categories)), examples,
+    alone = evaluate_sources(stage.merger, tower_scores(stage.model, (stage.items, stage.categories)), examples,
                              [one_source(name) for name in SOURCES], [num_candidates], include_seen)
     sources = {name: alone[one_source(name)][f"recall@{num_candidates}"] for name in SOURCES}
-    results = {"config": config, "examples": int(len(target)), "catalogue": int(len(items)),
+    results = {"config": config, "examples": int(len(target)), "catalogue": int(len(stage.items)),
                "quotas": quotas, "include_seen": include_seen,
                "retrieval": dict(_order_metrics(retrieval_hits, retrieval_hits, k),
                                  **{f"recall@{num_candidates}": float((ranks >= 0).mean())}),
                "popularity_order": _order_metrics(hits_and_gains(rank_of(by_popularity, target), k), retrieval_hits,
                                                   k),
                "sources": {name: {f"recall@{num_candidates}": v} for name, v in sources.items()}, "rankers": {}}
-    category_of = item_categories(spec, load_store(data_dir, spec), [split.columns for split in splits.values()])
     for name, model in rankers.items():
-        reordered = rerank(model, examples, candidates, category_of)
+        reordered = rerank(model, examples, candidates, stage.category_of)
         results["rankers"][name] = _order_metrics(hits_and_gains(rank_of(reordered, target), k), retrieval_hits, k)
     results["warnings"] = cascade_warnings(results)
     os.makedirs(output_dir, exist_ok=True)

@@ -9,11 +9,13 @@ import os
 import numpy as np
 
 from dare_tf._files import atomic_json
+from dare_tf.data.negatives import item_categories
 from dare_tf.data.pipeline import InMemorySplit
-from dare_tf.data.spec import DatasetSpec
+from dare_tf.data.spec import SPLITS, DatasetSpec
+from dare_tf.data.store import load_store
 from dare_tf.retrieval.config import RetrievalConfig
 from dare_tf.retrieval.candidates import SOURCES, CandidateMerger, evaluate_sources, one_source, quota_grid
-from dare_tf.retrieval.model import KS, TwoTowerModel, compiled_two_tower, fit_epochs
+from dare_tf.retrieval.model import KS, TwoTowerModel, compiled_two_tower, fit_epochs, load_retrieval_model
 
 import tensorflow as tf  # noqa: E402  (after dare_tf.retrieval.model: tf.keras is Keras 2 then)
 from dare_tf.retrieval.verdict import cascade_warnings  # noqa: E402
@@ -178,3 +180,47 @@ def merged_candidates(model, merger: CandidateMerger, catalogue_, examples: dict
         ranks = merger.ranks(scores(items, cats), items, cats)
         out.append(merger.merge(ranks, quotas, None if include_seen else merger.seen(items), n).numpy() + 1)
     return np.concatenate(out).astype(np.int64)
+
+
+@dataclasses.dataclass
+class RetrievalStage:
+    """A finished `train_retrieval` run with what it ranks, as the cascade
+    evaluation, the retrieval export and a ranker's retrieval negatives use it:
+    the dataset's splits, the catalogue (`items`, their `categories` as the towers
+    saw them), the towers (`model`, the run's first seed), the sources' `merger`,
+    the run's `quotas` and seen-items setting, and `category_of` (every dense
+    item's category as the log gave it, `dare_tf.data.negatives.item_categories`)."""
+
+    spec: DatasetSpec
+    splits: dict
+    items: np.ndarray
+    categories: np.ndarray
+    model: TwoTowerModel
+    merger: CandidateMerger
+    quotas: dict
+    include_seen: bool
+    category_of: np.ndarray
+
+    @classmethod
+    def load(cls, data_dir: str, run_dir: str, label: str | None = None) -> "RetrievalStage":
+        """Refuses (before loading anything) a run that is unfinished or of another dataset."""
+        spec = DatasetSpec.load(data_dir)
+        RunDirectory(run_dir).require("retrieval", spec.fingerprint(), label)
+        splits = {s: InMemorySplit.load(data_dir, s, spec) for s in SPLITS}
+        items, categories = catalogue(spec, splits)
+        recorded = RunDirectory(run_dir).results()
+        return cls(spec, splits, items, categories, load_retrieval_model(run_dir, spec, items, categories),
+                   candidate_merger(spec, (items, categories), positives(splits["train"])), recorded["quotas"],
+                   recorded["config"].get("include_seen", False),
+                   item_categories(spec, load_store(data_dir, spec), [split.columns for split in splits.values()]))
+
+    def require_candidates(self, n: int, flag: str) -> None:
+        """Refuses `flag`=n candidates when the catalogue holds fewer."""
+        if n > len(self.items):
+            raise ValueError(f"{flag}={n} is larger than the catalogue ({len(self.items)} items)")
+
+    def candidates(self, histories: dict, n: int) -> np.ndarray:
+        """The first `n` merged candidates `[P, n]` (dense ids, best first) of each
+        history (dense `hist_items`, `hist_categories` `[P, L]`, oldest first)."""
+        return merged_candidates(self.model, self.merger, (self.items, self.categories), histories, self.quotas, n,
+                                 self.include_seen)

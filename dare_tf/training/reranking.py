@@ -109,13 +109,13 @@ class Cascade:
         category_of = item_categories(spec, store, [split.columns for split in splits.values()])
         tables = {}
         if cascade.retrieval_run:
-            from dare_tf.retrieval.negatives import candidate_tables  # (tensorflow-recommenders: only here)
+            from dare_tf.retrieval.training import RetrievalStage  # (tensorflow-recommenders: only here)
 
+            stage = RetrievalStage.load(data_dir, cascade.retrieval_run, "--retrieval_run")
+            stage.require_candidates(cascade.candidates, "retrieval_candidates")
             wanted = ["val", "test"] + (["train"] if "retrieval" in dict(cascade.sources) else [])
-            windows = {s: dict(zip((HIST_ITEMS, HIST_CATEGORIES),
-                                   store.windows(positive[s]["uid"], positive[s]["position"], spec.max_len)))
-                       for s in wanted}
-            tables = candidate_tables(data_dir, cascade.retrieval_run, windows, cascade.candidates)
+            tables = {s: stage.candidates(dict(zip((HIST_ITEMS, HIST_CATEGORIES), store.windows(
+                positive[s]["uid"], positive[s]["position"], spec.max_len))), cascade.candidates) for s in wanted}
         sampler = None
         if cascade.sources:
             clicks = np.bincount(positive["train"]["target_item"], minlength=spec.num_items)

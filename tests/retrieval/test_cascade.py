@@ -39,8 +39,9 @@ def test_cascade_evaluation_matches_the_retrieval_recall_and_a_per_example_refer
         refused = None
     except ValueError as e:
         refused = str(e)
-    replaced = evaluate_cascade(data, two_stage["retrieval"], {"dare": two_stage["dare"]}, os.path.join(work, "cascade"),
-                                num_candidates=100, k=10, report=lambda s: None, overwrite=True)
+    replaced = evaluate_cascade(data, two_stage["retrieval"], {"dare": two_stage["dare"]},
+                                os.path.join(work, "cascade"), num_candidates=100, k=10, report=lambda s: None,
+                                overwrite=True)
     # The retrieval run refuses other flags; its export refuses a top_n over the catalogue.
     from dare_tf.export import export_run
     from dare_tf.retrieval import RetrievalConfig, train_retrieval
@@ -172,7 +173,7 @@ def test_a_ranker_trained_on_retrieval_negatives_reports_the_cascade_it_is_selec
     assert test["retrieval_hit_rate@10"] == pytest.approx(cascade["retrieval"]["hit_rate@10"], abs=1e-9)
     # the retrieval negatives of the first epoch are among each history's first 200 candidates
     from dare_tf.data.spec import DatasetSpec
-    from dare_tf.retrieval.negatives import candidate_tables
+    from dare_tf.retrieval.training import RetrievalStage
     from dare_tf.training.reranking import Cascade
 
     spec = DatasetSpec.load(taobao)
@@ -183,7 +184,7 @@ def test_a_ranker_trained_on_retrieval_negatives_reports_the_cascade_it_is_selec
     sampler = loaded.sampler
     windows = dict(zip(("hist_items", "hist_categories"), loaded.store.windows(
         sampler.positives["uid"], sampler.positives["position"], spec.max_len)))
-    table = candidate_tables(taobao, two_stage["retrieval"], {"train": windows}, 200)["train"]
+    table = RetrievalStage.load(taobao, two_stage["retrieval"]).candidates(windows, 200)
     drawn = sampler.negatives(np.random.default_rng(0))
     assert all(set(row) <= set(candidates) for row, candidates in zip(drawn, table))
     assert (drawn != sampler.positives["target_item"][:, None]).all()

@@ -251,7 +251,6 @@ def test_drawn_negatives_train_in_whole_groups_fresh_each_epoch(taobao, tmp_path
     from dare_tf.data.pipeline import InMemorySplit
     from dare_tf.data.spec import DatasetSpec
     from dare_tf.training import effective_model_config
-    from dare_tf.training.loop import _train
     from dare_tf.training.reranking import Cascade
 
     spec = DatasetSpec.load(taobao)
