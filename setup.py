@@ -1,14 +1,25 @@
 """dare-tf: DARE (ICLR 2025) and its baselines as Keras 3 layers and programs.
 
 Installs one package, `dare_tf`. The absl programs of the repository's
-`data/`, `serving/` and `trainers/` folders are installed inside it, as
-`dare_tf._programs.{data,serving,trainers}`, and exposed as console scripts;
-from a checkout they also run as `python -m trainers.train` and so on.
+`data/`, `serving/` and `trainers/` folders and the flagfiles of `configs/`
+are installed inside it, as `dare_tf._programs.{data,serving,trainers,configs}`;
+the programs are exposed as console scripts. From a checkout they also run as
+`python -m trainers.train` and so on.
+
+An editable install (`pip install -e .`, as `make` does) maps nothing: it puts
+the checkout on `sys.path` (setuptools' plain `.pth` file) and
+`dare_tf._programs` finds the folders beside the package (its `__path__`).
 """
+
+import sys
 
 from setuptools import find_packages, setup
 
-PROGRAMS = {"data": "data", "serving": "serving", "trainers": "trainers"}
+PROGRAMS = {"data": "data", "serving": "serving", "trainers": "trainers", "configs": "configs"}
+# A PEP 660 build runs this file with the `editable_wheel` command: a mapped folder there
+# would make setuptools install a meta-path finder (and warn about it) instead of a .pth file.
+EDITABLE = "editable_wheel" in sys.argv
+MAPPED = {} if EDITABLE else {f"dare_tf._programs.{p}": folder for p, folder in PROGRAMS.items()}
 
 setup(
     name="dare-tf",
@@ -17,10 +28,9 @@ setup(
     description="Decoupled-embedding long-sequence recommendation (DARE, TWIN, DIN) in Keras 3",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    packages=find_packages(include=["dare_tf", "dare_tf.*"]) + [f"dare_tf._programs.{p}" for p in PROGRAMS]
-    + ["dare_tf._programs"],
-    package_dir={"dare_tf._programs": "dare_tf/_programs",
-                 **{f"dare_tf._programs.{p}": folder for p, folder in PROGRAMS.items()}},
+    packages=find_packages(include=["dare_tf", "dare_tf.*"]) + list(MAPPED),
+    package_dir=MAPPED or {"": "."},
+    package_data={"dare_tf._programs.configs": ["*.flags"]},
     python_requires=">=3.10",
     install_requires=[
         "tensorflow>=2.16,<2.22",

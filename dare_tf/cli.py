@@ -195,10 +195,38 @@ def run(main: Callable[..., Any], configure: Callable[[list[str]], Any] | None =
 _HELP = ("--help", "-help", "-h", "-?", "--helpshort", "--helpfull", "--helpxml")
 
 
+def shipped_flagfiles(argv: list[str]) -> list[str]:
+    """`argv` with each `--flagfile=configs/NAME.flags` that does not exist from the
+    working directory replaced by the installed package's copy of it
+    (`dare_tf._programs.configs`): the documented command lines work from any
+    directory after `pip install dare-tf`. Other paths are left to absl."""
+    out = list(argv)
+    for i, arg in enumerate(out):
+        name, eq, path = arg.partition("=")
+        if name.lstrip("-") != "flagfile" or not name.startswith("-"):
+            continue
+        if not eq:  # --flagfile PATH
+            if i + 1 >= len(out):
+                continue
+            i, path = i + 1, out[i + 1]
+        folder, base = os.path.split(os.path.normpath(path))
+        if folder != "configs" or os.path.exists(path):
+            continue
+        import importlib.util
+
+        spec = importlib.util.find_spec("dare_tf._programs.configs")
+        shipped = [os.path.join(d, base) for d in (spec.submodule_search_locations or [])] if spec else []
+        for candidate in shipped:
+            if os.path.isfile(candidate):
+                out[i] = f"{name}={candidate}" if eq else candidate
+                break
+    return out
+
+
 def _parse_flags(argv):
     """absl's flag parsing, with a bad flag reported in one line (exit code 2)."""
     try:
-        return FLAGS(argv)
+        return FLAGS(shipped_flagfiles(argv))
     except SystemExit as e:  # absl's --help exits with 1 after printing the help
         asked = any(a.split("=")[0] in _HELP for a in argv[1:])
         sys.exit(0 if asked and e.code == 1 else e.code)

@@ -1,7 +1,9 @@
 """The documentation site builds strictly: a broken reference in a docstring page
 or a broken link between guides fails it (`make docs` runs the same build)."""
 
+import html
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -28,6 +30,19 @@ def test_the_site_builds_strictly_with_the_api_reference(tmp_path):
     for cls in ("SoftTopKSearch", "HashSamplingSearch", "FullHistorySearch"):  # rendered from the docstrings
         assert cls in page
     assert "Keeps the K slots with the highest attention scores" in page
+    # Python-Markdown needs a blank line before a list: without one the items run on
+    # inside the paragraph above them (guides and docstrings alike).
+    collapsed = []
+    for html_page in (tmp_path / "site").rglob("*.html"):
+        for paragraph in re.findall(r"<p>(.*?)</p>", html_page.read_text(), re.S):
+            first, *rest = html.unescape(re.sub(r"<[^>]+>", "", paragraph)).splitlines() or [""]
+            items = [line.strip() for line in rest if re.match(r"\s*(- |\* |\d+\. )\S", line)]
+            if items:
+                collapsed.append(f"{html_page.relative_to(tmp_path / 'site')}: {first[:50]!r} runs on into "
+                                 f"{items[0][:40]!r}")
+    assert not collapsed, collapsed
+    bullets = (tmp_path / "site" / "api" / "layers" / "index.html").read_text()
+    assert re.search(r"<li><code>shared</code> \(TWIN, DIN\)", bullets)  # BehaviorEmbedding's coupling list
 
 
 def test_a_broken_reference_fails_the_strict_build(tmp_path):

@@ -7,6 +7,7 @@ Program: `python -m data.prepare --runner=beam [--beam_options=...]`.
 
 The driver reads the file once (its sha256 and its blocks cut at line ends,
 `dare_tf.data.log_reader.plan_blocks`); everything else runs on the workers:
+
 1. each block is parsed (`parse_block`) and its clicks are grouped by user;
 2. each user's clicks are put in protocol order (file order; Tmall: by time);
 3. the global statistics (`LogStatistics`: dense ids in order of first
@@ -146,7 +147,8 @@ def _write_shard(element, directory: str, protocol: Protocol, compression: str):
 
 def _write_manifest(files, side: dict, directory: str, source: dict) -> None:
     if len(side["stats"].qualifying):
-        write_id_maps(directory, side["raw_items"], side["raw_categories"], side["raw_users"])
+        write_id_maps(directory, side["raw_items"], side["raw_categories"], side["raw_users"],
+                      side["stats"].item_category)
     with open(os.path.join(directory, MANIFEST), "w") as f:
         json.dump({"files": {name: entry for shard in files for name, entry in shard.items()},
                    "num_items": side["stats"].num_items,

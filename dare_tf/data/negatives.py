@@ -64,18 +64,6 @@ def format_negatives(sources) -> str:
     return ",".join(f"{s}:{c}" for s, c in sources)
 
 
-def item_categories(spec, store, columns) -> np.ndarray:
-    """The category of every dense item id `[spec.num_items]`, as the log gave it:
-    from the store's clicks (`dare_tf.data.store.SequenceStore`) and the example
-    columns' targets (`columns`: dicts with `target_item`, `target_category`);
-    an item in none gets the out-of-vocabulary category."""
-    category = np.full(spec.num_items, spec.oov_category, np.int64)
-    for items, categories in [(store.items, store.categories)] + [(c["target_item"], c["target_category"])
-                                                                  for c in columns]:
-        category[np.asarray(items, np.int64)] = categories
-    return category
-
-
 class NegativeSampler:
     """Draws the groups `[click, negatives...]` of a split's clicks.
 

@@ -3,6 +3,7 @@ store -> the model's input dict, with each history assembled at the chosen
 length L.
 
 Two ways to read a split, the same examples and the same batches' content:
+
 - streamed (`stream`, `make_dataset`): the example shards are read by
   `tf.data.TFRecordDataset` (interleaved over files when shuffled), shuffled
   through a buffer, parsed a batch at a time (`tf.io.parse_example`); no

@@ -16,8 +16,8 @@ from absl import logging
 from dare_tf._files import clean_stale, describe_entries, replace_directory, staging_dir
 from dare_tf.data.logs import FORMATS, Clicks, LogFormat
 from dare_tf.data.records import ShardWriter, encode_examples, encode_store
-from dare_tf.data.spec import (FEATURES, FORMAT, ID_MAP_FILES, LEGACY_FORMATS, SPEC_FILE, SPLITS,
-                               STORE_KIND, DatasetSpec, partition_of, shard_name)
+from dare_tf.data.spec import (FEATURES, FORMAT, ID_MAP_FILES, ITEM_CATEGORY_FILE, LEGACY_FORMATS, SPEC_FILE,
+                               SPLITS, STORE_KIND, DatasetSpec, partition_of, shard_name)
 
 
 MAX_PARTITIONS = 1024
@@ -69,10 +69,13 @@ def _write_id_map(path: str, raw_ids: np.ndarray) -> None:
         f.write("\n")
 
 
-def write_id_maps(directory: str, raw_items, raw_categories, raw_users) -> None:
+def write_id_maps(directory: str, raw_items, raw_categories, raw_users, item_category) -> None:
+    """The raw-id maps and the item -> category map (`item_category`: `[num_items]`
+    dense categories, rows 1 .. num_items - 2 written)."""
     _write_id_map(os.path.join(directory, ID_MAP_FILES["item"]), np.asarray(raw_items))
     _write_id_map(os.path.join(directory, ID_MAP_FILES["category"]), np.asarray(raw_categories))
     _write_id_map(os.path.join(directory, ID_MAP_FILES["user"]), np.asarray(raw_users))
+    _write_id_map(os.path.join(directory, ITEM_CATEGORY_FILE), np.asarray(item_category)[1:len(raw_items) + 1])
 
 
 def allow_open_files(count: int, partitions: int) -> None:
@@ -114,7 +117,7 @@ def _own_files(directory: str) -> set[str] | None:
     legacy = raw.get("format") is None and {"dataset", "shards", "protocol", "source"} <= set(raw)
     if not (raw.get("format") in (FORMAT, *LEGACY_FORMATS) or legacy):
         return None
-    names = {SPEC_FILE, *ID_MAP_FILES.values(), *raw.get("store", [])}
+    names = {SPEC_FILE, ITEM_CATEGORY_FILE, *ID_MAP_FILES.values(), *raw.get("store", [])}
     for shard_names in raw.get("shards", {}).values():
         names.update(shard_names)
     return names

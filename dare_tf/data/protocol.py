@@ -14,6 +14,7 @@ impression's time.
 
 What is written (`dare_tf.data.records` reads it), users assigned to
 `partitions` partitions by a hash of their id (`spec.partition_of`):
+
 - the store: per qualifying user, one record of its time-ordered item and
   category ids (`store-0000k-of-0000P.tfrecord.gz` holds partition k);
 - the examples of each split: one record (user, cut-off position, target
@@ -349,7 +350,7 @@ def build_examples(clicks: Clicks, protocol: Protocol, directory: str, compressi
     files = {}
     for w in writers.values():
         files.update(w.close())
-    write_id_maps(directory, raw_items, raw_categories, raw_users)
+    write_id_maps(directory, raw_items, raw_categories, raw_users, stats.item_category)
     return dict(num_items=num_items, num_categories=num_categories, num_users=stats.num_users,
                 users=int(len(stats.qualifying)), **layout_fields(protocol, compression, files))
 

@@ -22,6 +22,9 @@ SPEC_FILE = "spec.json"
 SPLITS = ("train", "val", "test")
 # Raw id of dense id k (k >= 1) is line k of each file (1-based), as text.
 ID_MAP_FILES = {"item": "item_ids.txt", "category": "category_ids.txt", "user": "user_ids.txt"}
+# Dense category id of dense item k is line k: the category of the item's last row
+# in the log, for every item of the vocabulary (clicked by a qualifying user or not).
+ITEM_CATEGORY_FILE = "item_categories.txt"
 # One example as the pipeline yields it: int32 scalars and int32 [L] histories
 # (dense ids, 0 = padding, oldest first), assembled from the stored example
 # (user, cut-off position, target, label) and its user's sequence in the store.
@@ -255,6 +258,46 @@ def id_map_digest(data_dir: str) -> str:
             digest.update(f.read())
         digest.update(b"\0")
     return digest.hexdigest()[:16]
+
+
+def item_categories(data_dir: str, spec: DatasetSpec, observed):
+    """`[spec.num_items]` int64: the dense category of every dense item as the log
+    gave it (`ITEM_CATEGORY_FILE`; padding and out-of-vocabulary rows get the
+    out-of-vocabulary category). Refuses a file that does not fit the spec,
+    naming its line.
+
+    A dataset prepared before the file existed has categories only for the items
+    its data hold: `observed()` then gives `(items, categories)` array pairs
+    (the store's clicks, the examples' targets), and the other items get the
+    out-of-vocabulary category, with a warning to prepare the dataset again."""
+    import numpy as np
+
+    path = os.path.join(data_dir, ITEM_CATEGORY_FILE)
+    if not os.path.exists(path):
+        category = np.full(spec.num_items, spec.oov_category, np.int64)
+        for items, categories in observed():
+            category[np.asarray(items, np.int64)] = categories
+        category[0] = spec.oov_category
+        missing = int((category[1:-1] == spec.oov_category).sum())
+        if missing:
+            from absl import logging
+
+            logging.warning("%s has no %s (prepared by an earlier version): %d of %d items have no category and "
+                            "get the out-of-vocabulary one; prepare the dataset again", data_dir,
+                            ITEM_CATEGORY_FILE, missing, spec.num_items - 2)
+        return category
+    with open(path) as f:
+        lines = f.read().splitlines()
+    if len(lines) != spec.num_items - 2:
+        raise SpecError(f"{path}: {len(lines)} lines, expected one per item ({spec.num_items - 2}, spec.json's "
+                        "num_items - 2)")
+    category = np.full(spec.num_items, spec.oov_category, np.int64)
+    for k, line in enumerate(lines, start=1):
+        if not line.isdigit() or not 1 <= int(line) <= spec.num_categories - 2:
+            raise SpecError(f"{path}:{k}: expected a dense category id in [1, {spec.num_categories - 2}], "
+                            f"got {line[:40]!r}")
+        category[k] = int(line)
+    return category
 
 
 def read_id_map(data_dir: str, kind: str) -> list[str]:

@@ -3,6 +3,7 @@
 Program: `python -m data.synthetic` (data/synthetic.py).
 
 Planted structure (all users simulated together, one step at a time):
+
 - popularity skew: categories and, within a category, items follow Zipf laws;
 - long-term interests: each user has `interests` favourite categories;
 - sessions: a click stays in the session's category with `p_session`;

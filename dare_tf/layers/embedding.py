@@ -59,6 +59,7 @@ class BehaviorEmbedding(keras.layers.Layer):
     (the paper's code, github.com/thuml/DARE).
 
     Which tables serve which role is the `coupling`:
+
     - `shared` (TWIN, DIN): one set of tables for attention and representation.
     - `decoupled` (DARE): an attention set and a representation set; the
       attention widths are free (`attention_embedding_dim`,

@@ -9,10 +9,8 @@ import os
 import numpy as np
 
 from dare_tf._files import atomic_json
-from dare_tf.data.negatives import item_categories
 from dare_tf.data.pipeline import InMemorySplit
-from dare_tf.data.spec import SPLITS, DatasetSpec
-from dare_tf.data.store import load_store
+from dare_tf.data.spec import SPLITS, DatasetSpec, item_categories
 from dare_tf.retrieval.config import RetrievalConfig
 from dare_tf.retrieval.candidates import SOURCES, CandidateMerger, evaluate_sources, one_source, quota_grid
 from dare_tf.retrieval.model import KS, TwoTowerModel, compiled_two_tower, fit_epochs, load_retrieval_model
@@ -22,17 +20,18 @@ from dare_tf.retrieval.verdict import cascade_warnings  # noqa: E402
 from dare_tf.run_directory import SEED_RESULT, RunDirectory
 
 
-def catalogue(spec: DatasetSpec, splits: dict[str, InMemorySplit]):
-    """Every item id (1 .. num_items - 2) with its category, read from the examples
-    (targets and histories); an item never seen gets the out-of-vocabulary category."""
-    category = np.full(spec.num_items, spec.oov_category, np.int32)
-    for split in splits.values():
-        f = split.features
-        for items, cats in ((f["hist_items"].ravel(), f["hist_categories"].ravel()),
-                            (f["target_item"], f["target_category"])):
-            category[items] = cats
+def catalogue(data_dir: str, spec: DatasetSpec, splits: dict[str, InMemorySplit]):
+    """Every item id (1 .. num_items - 2) with its category as the log gave it
+    (`dare_tf.data.spec.item_categories`; for a dataset prepared before the
+    item -> category map, from the examples' targets and histories)."""
+    def observed():
+        for f in (split.features for split in splits.values()):
+            yield f["hist_items"].ravel(), f["hist_categories"].ravel()
+            yield f["target_item"], f["target_category"]
+
+    category = item_categories(data_dir, spec, observed)
     items = np.arange(1, spec.num_items - 1, dtype=np.int32)
-    return items, category[items]
+    return items, category[items].astype(np.int32)
 
 
 def positives(split: InMemorySplit) -> dict:
@@ -108,7 +107,7 @@ def _train_run(data_dir, spec, config, identity, run_directory, overwrite, flags
     run_directory.check("retrieval", identity, overwrite)
     run_directory.start("retrieval", identity, flags_text)
     splits = {s: InMemorySplit.load(data_dir, s, spec) for s in ("train", "val", "test")}
-    items, categories = catalogue(spec, splits)
+    items, categories = catalogue(data_dir, spec, splits)
     train = positives(splits["train"])
     share = np.bincount(train["target_item"], minlength=spec.num_items) / max(len(train["target_item"]), 1)
     train["sampling_probability"] = share[train["target_item"]].astype(np.float32)
@@ -189,7 +188,7 @@ class RetrievalStage:
     the dataset's splits, the catalogue (`items`, their `categories` as the towers
     saw them), the towers (`model`, the run's first seed), the sources' `merger`,
     the run's `quotas` and seen-items setting, and `category_of` (every dense
-    item's category as the log gave it, `dare_tf.data.negatives.item_categories`)."""
+    item's category as the log gave it, `dare_tf.data.spec.item_categories`)."""
 
     spec: DatasetSpec
     splits: dict
@@ -207,12 +206,12 @@ class RetrievalStage:
         spec = DatasetSpec.load(data_dir)
         RunDirectory(run_dir).require("retrieval", spec.fingerprint(), label)
         splits = {s: InMemorySplit.load(data_dir, s, spec) for s in SPLITS}
-        items, categories = catalogue(spec, splits)
+        items, categories = catalogue(data_dir, spec, splits)
         recorded = RunDirectory(run_dir).results()
         return cls(spec, splits, items, categories, load_retrieval_model(run_dir, spec, items, categories),
                    candidate_merger(spec, (items, categories), positives(splits["train"])), recorded["quotas"],
                    recorded["config"].get("include_seen", False),
-                   item_categories(spec, load_store(data_dir, spec), [split.columns for split in splits.values()]))
+                   np.concatenate([[spec.oov_category], categories, [spec.oov_category]]).astype(np.int64))
 
     def require_candidates(self, n: int, flag: str) -> None:
         """Refuses `flag`=n candidates when the catalogue holds fewer."""

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from dare_tf.data.negatives import NegativeSampler, item_categories
+from dare_tf.data.negatives import NegativeSampler
 from dare_tf.data.pipeline import InMemorySplit
 from dare_tf.data.store import load_store
-from dare_tf.data.spec import CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS
+from dare_tf.data.spec import CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS, item_categories
 from dare_tf.metrics import CASCADE_K, hits_and_gains, rank_of
 
 
@@ -106,7 +106,8 @@ class Cascade:
         positive = {s: {k: v[split.labels > 0.5] for k, v in split.columns.items() if k != "label"}
                     for s, split in splits.items()}
         store = load_store(data_dir, spec, partitions)
-        category_of = item_categories(spec, store, [split.columns for split in splits.values()])
+        category_of = item_categories(data_dir, spec, lambda: [(store.items, store.categories)] + [
+            (split.columns["target_item"], split.columns["target_category"]) for split in splits.values()])
         tables = {}
         if cascade.retrieval_run:
             from dare_tf.retrieval.training import RetrievalStage  # (tensorflow-recommenders: only here)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from dare_tf.data.pipeline import InMemorySplit, make_dataset
-from dare_tf.data.spec import DatasetSpec, read_id_map
+from dare_tf.data.spec import DatasetSpec, SpecError, item_categories, read_id_map
 from dare_tf.data.logs import BadLineError
 from dare_tf.data.protocol import Protocol, prepare
 
@@ -112,6 +112,68 @@ def test_tmall_sample_follows_protocol(tmall):
         per_user.setdefault(r[0], []).append(int(r[5]))
     assert any(t != sorted(t) for t in per_user.values())
     assert any(len(set(t)) < len(t) for t in per_user.values())
+
+
+def log_item_categories(path, dataset):
+    """Independent recount: each raw item's raw category on its last click in
+    protocol order (users in order of first row, each user's rows in file order
+    for Taobao, stably by time for Tmall)."""
+    per_user = {}
+    with open(path, newline="") as f:
+        rows = csv.reader(f)
+        if dataset == "tmall":
+            next(rows)
+        for row in rows:
+            if (dataset == "taobao" and row[3] == "pv") or (dataset == "tmall" and row[6] == "0"):
+                per_user.setdefault(row[0], []).append((row[1], row[2], int(row[5]) if dataset == "tmall" else 0))
+    last = {}
+    for clicks in per_user.values():
+        for item, category, _ in sorted(clicks, key=lambda r: r[2]):
+            last[item] = category
+    return last
+
+
+@pytest.mark.parametrize("dataset", ["taobao", "tmall"])
+def test_every_item_has_the_category_of_its_last_click(dataset, taobao, tmall):
+    """item_categories.txt covers the whole vocabulary, items never clicked by a
+    qualifying user included (most of the sample's); the retrieval catalogue and
+    the negatives read it. A dataset without the file (an earlier version) falls
+    back to the categories its store and examples hold."""
+    directory, spec = {"taobao": taobao, "tmall": tmall}[dataset]
+    raw_items, raw_cats = read_id_map(directory, "item"), read_id_map(directory, "category")
+    category = item_categories(directory, spec, None)
+    assert category.shape == (spec.num_items,) and category[0] == category[-1] == spec.oov_category
+    expected = log_item_categories({"taobao": TAOBAO, "tmall": TMALL}[dataset], dataset)
+    assert len(expected) == len(raw_items)
+    assert [raw_cats[c - 1] for c in category[1:-1]] == [expected[r] for r in raw_items]
+    store_items = set()
+    for split in ("train", "val", "test"):
+        columns, features = read_split(directory, split)
+        store_items.update(features["hist_items"].ravel().tolist(), features["target_item"].tolist())
+    assert len(raw_items) - len(store_items - {0}) > len(raw_items) // 2  # most items: only the map knows them
+
+
+def test_item_category_file_that_does_not_fit_is_refused(tmp_path, caplog):
+    out = str(tmp_path / "out")
+    spec = prepare("taobao", write(tmp_path, "log.csv", GOOD), out, Protocol(min_clicks=20, train_targets=2))
+    path = os.path.join(out, "item_categories.txt")
+    lines = open(path).read().splitlines()
+    with open(path, "w") as f:
+        f.write("\n".join(lines[:-1]) + "\n")
+    with pytest.raises(SpecError, match=f"^{path}: {len(lines) - 1} lines, expected one per item "
+                       f"\\({len(lines)}, spec.json's num_items - 2\\)$"):
+        item_categories(out, spec, None)
+    with open(path, "w") as f:
+        f.write("\n".join(lines[:2] + ["x7"] + lines[3:]) + "\n")
+    with pytest.raises(SpecError, match=f"^{path}:3: expected a dense category id in \\[1, "
+                       f"{spec.num_categories - 2}\\], got 'x7'$"):
+        item_categories(out, spec, None)
+    os.remove(path)  # prepared by an earlier version: what the data hold, and a warning
+    category = item_categories(out, spec, lambda: [(np.array([2, 5]), np.array([1, 3]))])
+    assert category.tolist() == [spec.oov_category, spec.oov_category, 1, spec.oov_category, spec.oov_category, 3] \
+        + [spec.oov_category] * (spec.num_items - 6)
+    assert f"{out} has no item_categories.txt (prepared by an earlier version): {spec.num_items - 4} of " \
+        f"{spec.num_items - 2} items have no category" in caplog.text
 
 
 def test_windows_at_200_equal_the_per_example_layout(taobao):
@@ -232,10 +294,11 @@ def test_rewrite_replaces_old_shards_and_failure_keeps_old(tmp_path, monkeypatch
     path = write(tmp_path, "log.csv", GOOD)
     out = str(tmp_path / "out")
     prepare("taobao", path, out, Protocol(min_clicks=20, train_targets=2, partitions=4))
-    assert len(os.listdir(out)) == 4 + 4 * 4
+    assert len(os.listdir(out)) == 5 + 4 * 4
     spec = prepare("taobao", path, out, Protocol(min_clicks=20, train_targets=2, partitions=1))
     assert sorted(os.listdir(out)) == sorted(
-        ["spec.json", "item_ids.txt", "category_ids.txt", "user_ids.txt", "store-00000-of-00001.tfrecord.gz",
+        ["spec.json", "item_ids.txt", "category_ids.txt", "user_ids.txt", "item_categories.txt",
+         "store-00000-of-00001.tfrecord.gz",
          "train-00000-of-00001.tfrecord.gz", "val-00000-of-00001.tfrecord.gz", "test-00000-of-00001.tfrecord.gz"])
     import dare_tf.data.protocol as protocol
 

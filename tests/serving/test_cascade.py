@@ -42,7 +42,7 @@ def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
                                             tower_scores)
     from dare_tf.run_directory import RunDirectory
     splits = {s: InMemorySplit.load(data, s, spec) for s in ("train", "val", "test")}
-    items, cats = catalogue(spec, splits)
+    items, cats = catalogue(data, spec, splits)
     test = splits["test"].features
     raw_item_of = np.array([0] + [int(r) for r in read_id_map(data, "item")], np.int64)
     raw_cat_of = np.array([0] + [int(r) for r in read_id_map(data, "category")], np.int64)
@@ -60,10 +60,15 @@ def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
                                                                    examples["hist_categories"].astype(np.int32))
                                 .numpy(), ids - 1, axis=1)
     category_of = dict(zip(items.tolist(), cats.tolist()))
+    # every candidate has the category the log gives its item (item_categories.txt), never the unknown -1
+    log_category = {int(i): int(c) for i, c in zip(read_id_map(data, "item"), (
+        raw_cat_of[int(c)] for c in open(os.path.join(data, "item_categories.txt")).read().split()))}
     index_check = {"same_items": bool((exported["items"] == raw_item_of[ids]).all()),
                    "score_error": float(np.abs(exported["scores"] - scores).max()),
                    "categories_ok": bool((exported["categories"] == raw_cat_of[[[category_of[i] for i in row]
-                                                                             for row in ids]]).all()),
+                                                                             for row in ids]]).all())
+                   and [[log_category[i] for i in row] for row in exported["items"].tolist()]
+                   == exported["categories"].tolist(),
                    "unseen": not any(set(row) & set(h) for row, h in zip(exported["items"].tolist(),
                                                                          h_items.tolist())),
                    "shape": list(exported["items"].shape)}
