@@ -30,7 +30,21 @@ _HARMLESS = re.compile(
     r"|cuda_executor|cuda_diagnostics|kernel driver does not appear to be running"
     # oneDNN's notice, on a CPU its dtype check does not count as AVX-512 (AMD EPYC), that an
     # op runs on Eigen instead: printed at the first such op, whatever TF_CPP_MIN_LOG_LEVEL says.
-    r"|oneDNN supports DT_\w+ only on platforms with AVX-512")
+    r"|oneDNN supports DT_\w+ only on platforms with AVX-512"
+    # A multi-worker peer that went away: the collectives' own lines before the trainer's
+    # one-line error (dare_tf.training.distribution.ClusterError) says which task and why.
+    r"|ring_alg\.cc.*Aborting Ring|base_collective_executor\.cc.*StartAbort|collective_ops_utils|"
+    r"Additional GRPC error information from remote target|^:UNKNOWN:Error received from peer"
+    r"|^The error could be from a previous operation\. Restart your program to reset")
+
+
+_REAL_STDERR: list[int] = []  # the real stderr of each open FilteredStderr, innermost last
+
+
+def write_stderr(text: str) -> None:
+    """Writes `text` to the real stderr at once, past an open `FilteredStderr`'s
+    pipe: for a message a process prints just before `os._exit`."""
+    os.write(_REAL_STDERR[-1] if _REAL_STDERR else 2, text.encode())
 
 
 class FilteredStderr:
@@ -51,6 +65,7 @@ class FilteredStderr:
             return self
         read, write = os.pipe()
         sys.stderr.flush()
+        _REAL_STDERR.append(self.saved)
         os.dup2(write, 2)
         os.close(write)
         self.thread = threading.Thread(target=self._forward, args=(read,), daemon=True)
@@ -67,6 +82,7 @@ class FilteredStderr:
         if self.saved is None:
             return
         sys.stderr.flush()
+        _REAL_STDERR.remove(self.saved)
         os.dup2(self.saved, 2)  # the pipe's last writer closed: the thread ends after its last line
         self.thread.join(timeout=5)
         os.close(self.saved)

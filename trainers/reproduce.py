@@ -49,7 +49,7 @@ def main(configuration):
     from dare_tf.training import make_strategy
 
     base, dims = configuration
-    strategy = make_strategy(base.runtime.strategy, FLAGS.cpu_devices)
+    strategy = make_strategy(base.runtime.strategy, FLAGS.cpu_devices, base.runtime.join_timeout_s)
 
     def config_for(model, dim):
         return dataclasses.replace(base, preset=model,

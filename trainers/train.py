@@ -29,7 +29,7 @@ flags.mark_flags_as_required(["data_dir", "output_dir"])
 def main(config):
     from dare_tf import training
 
-    strategy = training.make_strategy(config.runtime.strategy, FLAGS.cpu_devices)
+    strategy = training.make_strategy(config.runtime.strategy, FLAGS.cpu_devices, config.runtime.join_timeout_s)
     results = training.train(FLAGS.data_dir, FLAGS.output_dir, config, strategy, overwrite=FLAGS.overwrite,
                              flags_text=dare_tf.cli.program_flags_text())
     print(training.format_results(results))

@@ -126,6 +126,8 @@ class RuntimeConfig:
             check, TensorBoard) see every call's last step. The distributed
             path runs one step per call.
         log_every: steps between TensorBoard loss summaries.
+        join_timeout_s: `multi_worker`: seconds a task waits for every task
+            of TF_CONFIG's cluster to start before it ends with an error.
         verbose: 0 silent, 1 a progress bar over the run's steps with the
             validations beneath it, 2 one line per validation.
     """
@@ -134,10 +136,12 @@ class RuntimeConfig:
     jit_compile: bool = True
     steps_per_execution: int = 1
     log_every: int = 50
+    join_timeout_s: int = 300
     verbose: int = 1
 
     def __post_init__(self):
         _check(self, [(self.strategy in STRATEGIES, "strategy", f"must be one of {STRATEGIES}"),
+                      (self.join_timeout_s >= 1, "join_timeout_s", "must be >= 1"),
                       (self.steps_per_execution >= 1, "steps_per_execution", "must be >= 1"),
                       (self.log_every >= 1, "log_every", "must be >= 1"),
                       (self.verbose in (0, 1, 2), "verbose", "must be 0, 1 or 2")])

@@ -3,6 +3,7 @@ training loop for datasets a strategy already distributed."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import keras
@@ -13,11 +14,12 @@ from dare_tf.data.spec import DatasetSpec
 from dare_tf.training.config import STRATEGIES
 
 
-def make_strategy(name: str, cpu_devices: int = 0) -> tf.distribute.Strategy:
+def make_strategy(name: str, cpu_devices: int = 0, join_timeout_s: float = 300) -> tf.distribute.Strategy:
     """The distribution strategy; call before any other TensorFlow work.
 
     `cpu_devices > 1` splits the CPU into that many logical devices (so
-    `mirrored` has replicas on a CPU-only machine).
+    `mirrored` has replicas on a CPU-only machine). `multi_worker` waits at
+    most `join_timeout_s` for every task of TF_CONFIG's cluster (`join_cluster`).
     """
     if cpu_devices > 1:
         cpu = tf.config.list_physical_devices("CPU")[0]
@@ -31,8 +33,83 @@ def make_strategy(name: str, cpu_devices: int = 0) -> tf.distribute.Strategy:
         if "TF_CONFIG" not in os.environ:
             raise ValueError("strategy=multi_worker needs the TF_CONFIG environment variable "
                              "(cluster and task); see the README")
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        return join_cluster(join_timeout_s)
     raise ValueError(f"strategy={name!r}: expected one of {STRATEGIES}")
+
+
+def join_cluster(timeout_s: float) -> tf.distribute.Strategy:
+    """`tf.distribute.MultiWorkerMirroredStrategy()`, whose construction waits for
+    every task of TF_CONFIG's cluster for good. With TensorFlow's coordination
+    service (its default) that wait holds Python's lock and a preemption notifier
+    swallows SIGTERM; this turns the service off (`tensorflow.python.eager.context`,
+    read here only), so the wait is TensorFlow's own first all-reduce, which lets
+    Python run: a watchdog thread ends the process with a one-line error past
+    `timeout_s` (exit code 1) or at Ctrl-C (130), and SIGTERM keeps its default
+    action. A peer that goes away later is found by the collectives themselves
+    (a closed socket aborts the step: `ClusterError`) or by the strategy's health
+    check (a peer that stops answering)."""
+    import select
+    import signal
+    import socket
+    import threading
+    import time
+
+    from tensorflow.python.eager import context
+
+    from dare_tf._startup import write_stderr
+
+    tasks = [f"{kind}:{i}={address}" for kind, addresses in sorted(
+        json.loads(os.environ["TF_CONFIG"]).get("cluster", {}).items()) for i, address in enumerate(addresses)]
+    context.context().configure_coordination_service(service_type="")
+    # The health check logs each retry before it aborts the collectives: ClusterError says it once.
+    tf.get_logger().addFilter(lambda record: record.filename != "collective_all_reduce_strategy.py"
+                              or record.levelno < 30)
+    joined = threading.Event()
+    wake_read, wake_write = socket.socketpair()
+    wake_write.setblocking(False)
+    previous = signal.set_wakeup_fd(wake_write.fileno())  # Python's C handler writes the signal's number there
+
+    def fail(text: str, code: int) -> None:
+        write_stderr(f"error: {text}\n")
+        os._exit(code)
+
+    def watch():
+        deadline = time.monotonic() + timeout_s
+        while not joined.is_set():
+            ready, _, _ = select.select([wake_read], [], [], 0.2)
+            if ready and signal.SIGINT in wake_read.recv(64):
+                fail("interrupted while waiting for the multi-worker cluster", 130)
+            if time.monotonic() > deadline and not joined.is_set():
+                fail(f"strategy=multi_worker: not every task of TF_CONFIG's cluster ({', '.join(tasks)}) started "
+                     f"within --join_timeout_s={timeout_s:g} s; start them all (each with its own task index)", 1)
+
+    watchdog = threading.Thread(target=watch, name="join-cluster", daemon=True)
+    watchdog.start()
+    try:
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    finally:
+        joined.set()
+        watchdog.join()
+        signal.set_wakeup_fd(previous)
+        wake_read.close()
+        wake_write.close()
+
+
+class ClusterError(ConnectionError):
+    """A peer of the multi-worker cluster went away during training."""
+
+    @classmethod
+    def of(cls, error: tf.errors.OpError) -> "ClusterError":
+        """The one-line error for TensorFlow's aborted collective `error` (a
+        step's closed connection, or the strategy's health check)."""
+        import re
+
+        task = r"(/job:\w+/replica:\d+/task:\d+)"
+        peer = re.search(f"remote target {task}|{task} is down", error.message)
+        peer = peer and (peer.group(1) or peer.group(2))
+        return cls(f"strategy=multi_worker: {'task ' + peer if peer else 'a task of the cluster'} went away "
+                   f"({type(error).__name__}); restart every task with the same flags: the run resumes from its last "
+                   "checkpoint")
 
 
 def task_id(strategy) -> int:

@@ -26,8 +26,8 @@ from dare_tf.training.callbacks import (AppendHistory, ExactValidation, KeepBest
 from dare_tf.training.config import (EVAL_BEHAVIOURS, TrainConfig, effective_model_config,
                                      identity_check, run_identity)
 from dare_tf.training.diagnostics import default_eval_every, run_warnings, seed_warnings
-from dare_tf.training.distribution import (fit_distributed, is_chief, task_id, gather_workers, make_strategy,
-                                           worker_index, worker_partitions)
+from dare_tf.training.distribution import (ClusterError, fit_distributed, is_chief, task_id, gather_workers,
+                                           make_strategy, worker_index, worker_partitions)
 from dare_tf.tasks import ClickTask
 from dare_tf.training.reranking import Cascade
 from dare_tf.training.evaluation import (evaluate_outputs, metrics_by_history_length, predict_batches,
@@ -294,12 +294,18 @@ def train(data_dir: str, output_dir: str, config: TrainConfig,
         raise ValueError(f"{data_dir} was prepared with --negatives=0 from a click log: every example is a "
                          "click, so a ranker has nothing to tell apart and AUC is undefined; prepare it with "
                          "--negatives >= 1 (that dataset suits retrieval: trainers.train_retrieval)")
-    strategy = strategy or make_strategy(config.runtime.strategy)
+    strategy = strategy or make_strategy(config.runtime.strategy,
+                                         join_timeout_s=config.runtime.join_timeout_s)
     chief = is_chief(strategy)
     # One writer per run directory: the chief holds its lock for the whole run; the
     # configuration check and the first write happen under it.
-    with RunDirectory(output_dir).lock() if chief else contextlib.nullcontext():
-        return _train(data_dir, output_dir, config, spec, strategy, chief, overwrite, report, flags_text)
+    try:
+        with RunDirectory(output_dir).lock() if chief else contextlib.nullcontext():
+            return _train(data_dir, output_dir, config, spec, strategy, chief, overwrite, report, flags_text)
+    except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError) as e:
+        if worker_index(strategy)[1] == 1:
+            raise
+        raise ClusterError.of(e) from None
 
 
 def _train(data_dir, output_dir, config, spec, strategy, chief, overwrite, report, flags_text) -> dict:

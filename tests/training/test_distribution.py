@@ -11,7 +11,7 @@ import pytest
 
 from dare_tf.training import SeedRun, TrainConfig
 from tests.conftest import REPO
-from tests.conftest import ENV
+from tests.conftest import ENV, LOUD_ENV
 
 
 def _free_port():
@@ -77,3 +77,78 @@ def _check_two_workers(taobao, tmp_path, in_memory_mb):
         assert info[0]["test"][metric] == pytest.approx(value, abs=1e-6), metric
         assert info[1]["test"][metric] == pytest.approx(value, abs=1e-6), metric
     assert os.path.exists(tmp_path / "multi" / str(in_memory_mb) / "seed_0" / "checkpoints")
+
+
+def _worker(ports, index, data_dir, output_dir, *flags):
+    """`python -m trainers.train` as task `index` of a cluster of workers on `ports`
+    (SIGINT as a terminal delivers it, whatever the test runner set)."""
+    import signal
+
+    tf_config = {"cluster": {"worker": [f"localhost:{p}" for p in ports]}, "task": {"type": "worker", "index": index}}
+    return subprocess.Popen(
+        [sys.executable, "-m", "trainers.train", "--strategy=multi_worker", f"--data_dir={data_dir}",
+         f"--output_dir={output_dir}", "--nojit_compile", "--verbose=0", "--seeds=0", *flags],
+        cwd=REPO, env=dict(LOUD_ENV, TF_CONFIG=json.dumps(tf_config)), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def _wait_listening(port, proc, seconds=120):
+    """Until the task's server accepts connections (it is then waiting for its peers)."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and proc.poll() is None:
+        with socket.socket() as s:
+            if s.connect_ex(("localhost", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"task on port {port} never listened: {proc.communicate()[1][-2000:]}")
+
+
+@pytest.mark.slow
+def test_a_missing_peer_ends_the_wait_in_one_line_and_signals_end_it_at_once(taobao, tmp_path):
+    """TensorFlow waits for a cluster's tasks for good, swallowing SIGTERM (its
+    preemption notifier) and with Python unable to run its SIGINT handler: the
+    trainer bounds the wait (--join_timeout_s) and honours both signals."""
+    import signal
+
+    ports = [_free_port(), _free_port()]
+    proc = _worker(ports, 0, taobao, tmp_path / "run", "--join_timeout_s=5")
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 1, err[-3000:]
+    assert err.strip().splitlines() == [
+        f"error: strategy=multi_worker: not every task of TF_CONFIG's cluster (worker:0=localhost:{ports[0]}, "
+        f"worker:1=localhost:{ports[1]}) started within --join_timeout_s=5 s; start them all (each with its own "
+        "task index)"], err[-3000:]
+    assert not os.path.exists(tmp_path / "run")  # nothing was written
+    for sig, code, last in ((signal.SIGTERM, -signal.SIGTERM, None),
+                            (signal.SIGINT, 130, "error: interrupted while waiting for the multi-worker cluster")):
+        ports = [_free_port(), _free_port()]
+        proc = _worker(ports, 0, taobao, tmp_path / "run")
+        _wait_listening(ports[0], proc)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == code, err[-3000:]
+        if last:
+            assert err.strip().splitlines()[-1] == last, err[-3000:]
+
+
+@pytest.mark.slow
+def test_a_killed_peer_ends_the_other_task_in_one_line(taobao, tmp_path):
+    import time
+
+    ports = [_free_port(), _free_port()]
+    procs = [_worker(ports, i, taobao, tmp_path / f"run{i}", "--epochs=500", "--batch_size=258") for i in (0, 1)]
+    history = tmp_path / "run0" / "seed_0" / "history.jsonl"
+    deadline = time.monotonic() + 240
+    while not (history.exists() and history.read_text().strip()) and time.monotonic() < deadline:
+        assert procs[0].poll() is None, procs[0].communicate()[1][-3000:]
+        time.sleep(0.5)
+    procs[1].kill()
+    _, err = procs[0].communicate(timeout=120)
+    procs[1].communicate()
+    assert procs[0].returncode == 1, err[-3000:]
+    assert err.strip().splitlines() == [
+        "error: --strategy=multi_worker: task /job:worker/replica:0/task:1 went away (UnavailableError); restart "
+        "every task with the same flags: the run resumes from its last checkpoint"], err[-3000:]
+    assert (tmp_path / "run0" / "seed_0" / "checkpoints").exists()  # the finished work stays
