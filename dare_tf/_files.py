@@ -10,6 +10,8 @@ import re
 import shutil
 import uuid
 
+import numpy as np
+
 
 def _pid_alive(pid: int) -> bool:
     try:
@@ -87,6 +89,35 @@ def atomic_json(path: str, payload) -> None:
     with open(tmp, "w") as f:
         f.write(strict_json(payload, indent=2, sort_keys=True))
     os.replace(tmp, path)
+
+
+# Beside the arrays themselves: HDF5 / checkpoint metadata, a SavedModel's graph
+# (1.2 MB for the demo's ranker), a file system's blocks.
+SPACE_MARGIN = (1.1, 4 << 20)
+
+
+def variables_bytes(variables) -> int:
+    """The bytes of `variables`' values (Keras or TensorFlow variables; a
+    Keras 2 optimizer's `variables` method)."""
+    variables = variables() if callable(variables) else variables
+    return sum(math.prod(int(d) for d in v.shape) * np.dtype(getattr(v.dtype, "name", v.dtype)).itemsize
+               for v in variables)
+
+
+def require_space(directory: str, need: int, what: str) -> None:
+    """Refuses (OSError ENOSPC, one line) to write `what` of about `need` bytes
+    into `directory` when its file system has less free: a write that runs out
+    of space midway can crash a writer (h5py segfaults) instead of failing."""
+    import errno
+
+    os.makedirs(directory, exist_ok=True)
+    free = shutil.disk_usage(directory).free
+    need = int(need * SPACE_MARGIN[0]) + SPACE_MARGIN[1]
+    if free < need:
+        error = OSError(f"{directory}: {free / 2**20:.1f} MiB free, but {what} needs about {need / 2**20:.1f} MiB; "
+                        "free some space and run it again")
+        error.errno = errno.ENOSPC
+        raise error
 
 
 def describe_entries(directory: str, limit: int = 5) -> str:

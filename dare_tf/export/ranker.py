@@ -52,7 +52,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from dare_tf._files import clean_stale, staging_dir
+from dare_tf._files import clean_stale, require_space, staging_dir, variables_bytes
 from dare_tf.data.spec import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS, ID_MAP_FILES,
                                MODEL_INPUTS, TARGET_CATEGORY, TARGET_ITEM, DatasetSpec, id_map_digest, read_id_map)
 from dare_tf.export.tf_serving import (DATASET_INPUT, DATASET_SIGNATURE, WARMUP_FILE, IdTable, dataset_outputs,
@@ -306,6 +306,7 @@ def export_saved_model(model: DareModel, data_dir: str, export_base: str, model_
         raise FileExistsError(f"{final} exists: TF Serving versions are immutable; pick another --version")
     for path in clean_stale(base, "version"):
         logging.info("removed %s, left by a killed export", path)
+    require_space(base, variables_bytes(model.weights), "the SavedModel")
     staging = staging_dir(base, "version")
     # The SavedModel holds plain TensorFlow graphs (no XLA clusters), which any
     # TF Serving build runs.

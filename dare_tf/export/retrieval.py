@@ -4,10 +4,11 @@ raw item ids, their raw categories and scores out."""
 from __future__ import annotations
 
 import os
+import shutil
 
 import numpy as np
 
-from dare_tf._files import clean_stale, replace_directory, staging_dir
+from dare_tf._files import clean_stale, replace_directory, require_space, staging_dir, variables_bytes
 from dare_tf.data.spec import ID_MAP_FILES, id_map_digest, read_id_map
 from dare_tf.export.tf_serving import (DATASET_INPUT, DATASET_SIGNATURE, IdTable, dataset_outputs, model_base,
                                        next_version, write_server_configs)
@@ -73,9 +74,14 @@ def export_retrieval(run_dir: str, data_dir: str, export_base: str, model_name: 
     base = model_base(export_base, model_name)
     clean_stale(base, "version")
     final = os.path.join(base, str(next_version(base)))
+    require_space(base, variables_bytes(module.variables) + module.vectors.numpy().nbytes, "the SavedModel")
     staging = staging_dir(base, "version")
-    tf.saved_model.save(module, staging, signatures={"serving_default": module.serve,
-                                                     DATASET_SIGNATURE: module.dataset})
+    try:
+        tf.saved_model.save(module, staging, signatures={"serving_default": module.serve,
+                                                         DATASET_SIGNATURE: module.dataset})
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     replace_directory(staging, final)
     write_server_configs(export_base)
     return final

@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from dare_tf._files import atomic_json
+from dare_tf._files import atomic_json, require_space, variables_bytes
 from dare_tf.data.pipeline import InMemorySplit
 from dare_tf.data.spec import SPLITS, DatasetSpec, item_categories
 from dare_tf.retrieval.config import RetrievalConfig
@@ -148,6 +148,8 @@ def _train_seed(run_dir, spec, config, seed, train, evaluation, catalogue_, merg
     data = tf.data.Dataset.from_tensor_slices(train)
 
     def save(finished):  # a killed run resumes after its last finished epoch
+        require_space(manager.directory, variables_bytes(model.variables) + variables_bytes(model.optimizer.variables),
+                      "a checkpoint (weights, optimizer slots)")
         epoch.assign(finished)
         manager.save(checkpoint_number=finished)
 
@@ -160,6 +162,7 @@ def _train_seed(run_dir, spec, config, seed, train, evaluation, catalogue_, merg
     # TensorBoard: the test recall@K at the run's last step, as the ranker's test metrics.
     ScalarWriters(os.path.join(run_dir, "tensorboard")).write("test", result["test"],
                                                               int(model.optimizer.iterations.numpy()))
+    require_space(run_dir, variables_bytes(model.variables), "the towers' weights")
     model.query.save_weights(os.path.join(run_dir, "query_tower"))
     model.candidate.save_weights(os.path.join(run_dir, "candidate_tower"))
     atomic_json(done, result)

@@ -20,7 +20,7 @@ from typing import Callable
 
 import keras
 
-from dare_tf._files import strict_json
+from dare_tf._files import require_space, strict_json, variables_bytes
 from dare_tf.run_directory import HISTORY, read_history
 from dare_tf.training.evaluation import evaluate_outputs
 
@@ -115,8 +115,13 @@ class KeepBestWeights(keras.callbacks.Callback):
             self.best_auc.assign(last["val"][self.metric])
             self.best_step.assign(last["step"])
             tmp = f"{self.path}.tmp-{os.getpid()}.weights.h5"
-            self.model.save_weights(tmp)
-            os.replace(tmp, self.path)
+            require_space(os.path.dirname(self.path), variables_bytes(self.model.weights), "saving the best weights")
+            try:
+                self.model.save_weights(tmp)
+                os.replace(tmp, self.path)
+            finally:
+                if os.path.exists(tmp):
+                    os.remove(tmp)
 
 
 def truncate_history(seed_dir: str, step: int) -> None:
@@ -158,6 +163,8 @@ class SaveCheckpoint(keras.callbacks.Callback):
         self.manager = manager
 
     def on_epoch_end(self, epoch, logs=None):
+        require_space(self.manager.directory, variables_bytes(self.model.weights)
+                      + variables_bytes(self.model.optimizer.variables), "a checkpoint (weights, optimizer slots)")
         self.manager.save(checkpoint_number=int(self.model.optimizer.iterations.numpy()))
 
 

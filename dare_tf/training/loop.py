@@ -18,7 +18,7 @@ from dare_tf.data.pipeline import InMemorySplit, make_dataset
 from dare_tf.data.spec import MODEL_INPUTS, DatasetSpec
 from dare_tf.models import DareModel
 from dare_tf.optimizers import make_optimizer
-from dare_tf._files import atomic_json
+from dare_tf._files import atomic_json, require_space, variables_bytes
 from dare_tf.run_directory import BEST_WEIGHTS, MODEL, SEED_RESULT, RunDirectory, read_history
 from dare_tf.training.callbacks import (AppendHistory, ExactValidation, KeepBestWeights, RunProgress,
                                         SaveCheckpoint, ScalarWriters, StopAtStep, StopOnNonFiniteLoss,
@@ -270,6 +270,7 @@ class SeedRun:
             writers.write("test", result["test"], kept_step)  # (stamped at the kept weights' step)
             writers.hparams({**{f"train.{k}": v for k, v in self.config.flat().items() if k != "model_overrides"},
                              **{f"model.{k}": v for k, v in self.model_config.to_dict().items()}, "seed": self.seed})
+            require_space(self.run_dir, variables_bytes(self.model.weights), f"the trained model ({MODEL})")
             self.model.save(os.path.join(self.run_dir, MODEL))
             atomic_json(os.path.join(self.run_dir, SEED_RESULT), result)
         return result
