@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 
 MIN_VALIDATIONS = 5
+MIN_TRAINING_STEPS = 50  # a schedule with fewer steps is too short to train (schedule_warnings)
 PAPER_EVAL_EVERY = 150  # the reference's validation interval, in steps
 
 
@@ -76,6 +77,19 @@ def undertraining_warnings(history: list[dict], total_steps: int, positives: int
 def seed_warnings(history: list[dict], total_steps: int, spec) -> list[str]:
     """`undertraining_warnings` of a seed trained on the prepared dataset `spec`."""
     return undertraining_warnings(history, total_steps, *split_labels(spec, "val"))
+
+
+def schedule_warnings(steps: int, examples: int, batch_size: int, epochs: int) -> list[str]:
+    """A warning when the schedule itself (`epochs` over `examples` at
+    `batch_size`, no `max_steps`) gives fewer than `MIN_TRAINING_STEPS` steps:
+    the paper's batch of 2048 on a small log of one's own."""
+    if steps >= MIN_TRAINING_STEPS:
+        return []
+    suggested = max(1, examples * epochs // MIN_TRAINING_STEPS)
+    suggested = 1 << (suggested.bit_length() - 1)  # a power of two at or below it
+    return [f"the schedule gives {steps} training steps ({examples} examples, batch {batch_size}, {epochs} epochs; "
+            f"fewer than {MIN_TRAINING_STEPS}): too few to train a model; lower --batch_size (--batch_size="
+            f"{suggested}: {examples * epochs // suggested} steps) or raise --epochs"]
 
 
 def run_warnings(per_seed: list[dict]) -> list[str]:

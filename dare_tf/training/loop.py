@@ -25,7 +25,7 @@ from dare_tf.training.callbacks import (AppendHistory, ExactValidation, KeepBest
                                         TensorBoardScalars, truncate_history)
 from dare_tf.training.config import (EVAL_BEHAVIOURS, TrainConfig, effective_model_config,
                                      identity_check, run_identity)
-from dare_tf.training.diagnostics import default_eval_every, run_warnings, seed_warnings
+from dare_tf.training.diagnostics import default_eval_every, run_warnings, schedule_warnings, seed_warnings
 from dare_tf.training.distribution import (ClusterError, fit_distributed, is_chief, task_id, gather_workers,
                                            make_strategy, worker_index, worker_partitions)
 from dare_tf.tasks import ClickTask
@@ -83,6 +83,9 @@ class SeedRun:
             raise ValueError(f"{data_dir}: the train split has fewer examples ({spec.counts['train']}"
                              f"{'' if self.workers == 1 else ' over all workers; the fewest on one worker'}) "
                              f"than one batch ({self.local_batch} per {'worker' if self.workers > 1 else 'step'})")
+        examples = sum(counts) if self.workers > 1 else count
+        self.schedule_warnings = [] if config.schedule.max_steps is not None else schedule_warnings(
+            self.total_steps, examples, config.schedule.batch_size, config.schedule.epochs)
         if config.schedule.max_steps is not None:
             self.total_steps = min(self.total_steps, config.schedule.max_steps)
         self.eval_every = config.schedule.eval_every or default_eval_every(self.total_steps)
@@ -237,6 +240,9 @@ class SeedRun:
         if self.chief:
             truncate_history(self.run_dir, step)
         if step < self.total_steps:
+            if self.chief and self._print is not None and self.seed == self.config.seeds[0]:
+                for warning in self.schedule_warnings:  # before the run, which may be long for nothing
+                    self._print(f"warning: {warning}")
             callbacks = self.callbacks()
             fit = fit_distributed if self.distributed else keras.Model.fit
             fit(self.model, self.train_stream(step), steps_per_epoch=self.eval_every,
@@ -263,7 +269,7 @@ class SeedRun:
             **({"test_cascade": self.cascade_metrics("test")} if self.cascade and self.cascade.examples else {}),
             "test_by_history_length": metrics_by_history_length(test, self.model_config.max_len),
             "model_config": self.model_config.to_dict(),
-            "warnings": seed_warnings(history, self.total_steps, self.spec),
+            "warnings": self.schedule_warnings + seed_warnings(history, self.total_steps, self.spec),
         }
         if self.chief:
             writers = ScalarWriters(os.path.join(self.run_dir, "tensorboard"))

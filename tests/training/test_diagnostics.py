@@ -50,3 +50,15 @@ def test_each_warning_on_its_history():
     assert undertraining_warnings(_history([0.600, 0.620, 0.615, 0.610, 0.612]), 50, 10_000, 20_000) == []
     assert undertraining_warnings([], 5, 10, 10) == ["no validation in 5 steps"]
     assert run_warnings([{"seed": 3, "warnings": ["a"]}, {"seed": 4}]) == ["seed 3: a"]
+
+
+def test_a_schedule_too_short_to_train_is_named_with_a_batch_size_that_is_not():
+    from dare_tf.training.diagnostics import schedule_warnings
+
+    assert schedule_warnings(50, 51200, 2048, 2) == []
+    # a small log of one's own at the paper's batch of 2048 and 2 epochs: 8 steps
+    assert schedule_warnings(8, 8500, 2048, 2) == [
+        "the schedule gives 8 training steps (8500 examples, batch 2048, 2 epochs; fewer than 50): too few to train "
+        "a model; lower --batch_size (--batch_size=256: 66 steps) or raise --epochs"]
+    assert schedule_warnings(0, 10, 2048, 1)[0].endswith("lower --batch_size (--batch_size=1: 10 steps) or raise "
+                                                           "--epochs")

@@ -88,6 +88,18 @@ def test_real_taobao_sample_trains_with_finite_metrics(taobao, tmp_path):
     assert session.hparams["train.batch_size"].number_value == 256 and session.hparams["seed"].number_value == 0
 
 
+def test_the_paper_schedule_on_a_small_log_warns_before_it_trains(taobao, tmp_path):
+    """The Taobao sample's 4,902 training examples at the defaults (batch 2048, 2 epochs):
+    4 steps. The trainer says so before training (and the run's warnings keep it)."""
+    lines = []
+    results = train(taobao, str(tmp_path / "run"), TrainConfig.create(preset="dare", jit_compile=False, verbose=0),
+                    report=lines.append)
+    warning = ("the schedule gives 4 training steps (4902 examples, batch 2048, 2 epochs; fewer than 50): too few "
+               "to train a model; lower --batch_size (--batch_size=128: 76 steps) or raise --epochs")
+    assert lines[0] == f"warning: {warning}"
+    assert results["warnings"][0] == f"seed 0: {warning}"
+
+
 @pytest.mark.slow
 def test_killed_run_resumes_without_lost_or_repeated_steps(taobao, tmp_path):
     out = str(tmp_path / "killed")
