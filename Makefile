@@ -7,7 +7,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 
 .PHONY: demo test docs bench clean
 
-$(STAMP): requirements.txt setup.py
+$(STAMP): requirements.txt setup.py pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt
@@ -23,6 +23,7 @@ demo: $(STAMP)
 # Two pytest workers (pytest-xdist): the slow tests first (tests/conftest.py), one test at a
 # time, except the groups that share a module fixture (xdist_group), which stay on one worker.
 test: $(STAMP)
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -n 2 --dist loadgroup tests
 
 # The site (guides and the API reference generated from the docstrings) in site/;

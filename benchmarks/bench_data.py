@@ -287,7 +287,8 @@ def bench_workers(work: str) -> list[dict]:
     procs = []
     shutil.rmtree(os.path.join(work, "w2"), ignore_errors=True)
     for index in (0, 1):
-        tf_config = {"cluster": {"worker": [f"localhost:{p}" for p in ports]}, "task": {"type": "worker", "index": index}}
+        tf_config = {"cluster": {"worker": [f"localhost:{p}" for p in ports]},
+                     "task": {"type": "worker", "index": index}}
         procs.append(_train(REPO, data_dir, os.path.join(work, "w2"), 4096, log, "multi_worker", 200,
                             dict(ENV, TF_CONFIG=json.dumps(tf_config)), clean=False))
     for index, proc in enumerate(procs):

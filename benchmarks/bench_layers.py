@@ -94,7 +94,8 @@ def bench_search(rng, dims, lengths, batch, min_seconds, rounds=3):
                 def run(inputs, emb=emb, search=search):
                     e = emb(inputs["target_item"], inputs["target_category"],
                             inputs["hist_items"], inputs["hist_categories"])
-                    return search(e["target_attention"], e["history_attention"], None, inputs["hist_items"] > 0)["positions"]
+                    found = search(e["target_attention"], e["history_attention"], None, inputs["hist_items"] > 0)
+                    return found["positions"]
 
                 runs[dim] = tf.function(run, jit_compile=jit)
             times = {dim: [] for dim in dims}
@@ -195,7 +196,8 @@ def search_part(rng, args) -> dict:
                             "value": ms[(64, length)]["ms"] / ms[(32, length)]["ms"], "target": ">= 1.7"})
         for dim in (64, 32, 16):
             summary.append({"xla": jit, "L": f"{lengths[0]}->{lengths[-1]}", "metric": f"ns/behaviour growth d={dim}",
-                            "value": ms[(dim, lengths[-1])]["ns_per_behaviour"] / ms[(dim, lengths[0])]["ns_per_behaviour"],
+                            "value": ms[(dim, lengths[-1])]["ns_per_behaviour"]
+                            / ms[(dim, lengths[0])]["ns_per_behaviour"],
                             "target": "<= 1.2"})
     print("Targets")
     print_table(summary, ["xla", "L", "metric", "value", "target"])

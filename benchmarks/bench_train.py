@@ -2,7 +2,8 @@
 trainer end to end, and an A/B against an earlier commit.
 
 Usage: python benchmarks/bench_train.py [--backend tensorflow|jax] [--quick]
-           [--parts presets,vocabulary,end_to_end,long,ab] [--long_lengths 200,1000,10000] [--baseline_ref REF] [--json PATH]
+           [--parts presets,vocabulary,end_to_end,long,ab] [--long_lengths 200,1000,10000]
+           [--baseline_ref REF] [--json PATH]
 
 presets: samples/s of the compiled Keras train step (forward, backward,
   optimizer update; what `model.fit` runs per batch) and of prediction, for
@@ -56,7 +57,8 @@ import os, sys, time, json
 sys.path.insert(0, sys.argv[1])
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
 import numpy as np
-preset, items, cats, batch, optimizer, seconds = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], float(sys.argv[7])
+preset, items, cats, batch = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+optimizer, seconds = sys.argv[6], float(sys.argv[7])
 import dare_tf
 rng = np.random.default_rng(0)
 x = {"target_item": rng.integers(1, items, batch).astype("int32"),
@@ -117,7 +119,8 @@ store = SequenceStore(rng.integers(1, items, users * length).astype("int32"),
                       np.arange(users + 1, dtype=np.int64) * length, np.full(users + 1, length, np.int32))
 n = 4096
 columns = {"uid": rng.integers(0, users, n).astype("int32"), "position": rng.integers(L, length, n).astype("int32"),
-           "target_item": rng.integers(1, items, n).astype("int32"), "target_category": rng.integers(1, cats, n).astype("int32"),
+           "target_item": rng.integers(1, items, n).astype("int32"),
+           "target_category": rng.integers(1, cats, n).astype("int32"),
            "label": rng.integers(0, 2, n).astype("int32")}
 split = InMemorySplit(columns, store, L)
 model = dare_tf.build_model("dare", items, cats, max_len=L, top_k=20, seed=0, num_positions=L + 1,
@@ -142,15 +145,18 @@ def bench_long(lengths, batch, seconds):
             if aux == "all" and length > 10_000:  # [B, L, D] representations of every slot: beyond 24 GB
                 continue
             done = subprocess.run([sys.executable, "-c", LONG_SCRIPT, REPO, str(length), str(batch), aux, str(seconds)],
-                                  capture_output=True, text=True, cwd=REPO, env=dict(os.environ, KERAS_BACKEND="tensorflow"))
+                                  capture_output=True, text=True, cwd=REPO,
+                                  env=dict(os.environ, KERAS_BACKEND="tensorflow"))
             if done.returncode:
-                rows.append({"model": f"dare aux={aux}", "L": length, "error": done.stderr.strip().splitlines()[-1][:120]})
+                rows.append({"model": f"dare aux={aux}", "L": length,
+                             "error": done.stderr.strip().splitlines()[-1][:120]})
             else:
                 rows.append({"model": f"dare aux={aux}", "L": length, "batch": batch,
                              **json.loads(done.stdout.strip().splitlines()[-1])})
             print(f"  {rows[-1]}", flush=True)
     for row in rows:
-        base = next((r for r in rows if r["model"] == row["model"] and r["L"] == 1000 and "us_per_behaviour" in r), None)
+        base = next((r for r in rows if r["model"] == row["model"] and r["L"] == 1000
+                     and "us_per_behaviour" in r), None)
         if base and "us_per_behaviour" in row:
             row["per_behaviour_vs_L1000"] = row["us_per_behaviour"] / base["us_per_behaviour"]
     return rows
@@ -160,7 +166,8 @@ def _step_in_process(root, preset, items, cats, batch, optimizer, seconds, data_
     """Samples/s of the compiled train step in a fresh process: from the median
     step time (`samples_per_s`) or from the total time (`mean_samples_per_s`)."""
     done = subprocess.run([sys.executable, "-c", STEP_SCRIPT, root, preset, str(items), str(cats), str(batch),
-                           optimizer, str(seconds), *([data_dir] if data_dir else [])], capture_output=True, text=True, cwd=root,
+                           optimizer, str(seconds), *([data_dir] if data_dir else [])], capture_output=True, text=True,
+                          cwd=root,
                           env=dict(os.environ, KERAS_BACKEND="tensorflow"))
     if done.returncode:
         raise RuntimeError(done.stderr[-2000:])
@@ -336,7 +343,8 @@ def main():
         payload["end_to_end"] = bench_end_to_end(args.work_dir, args.quick,
                                                  [int(v) for v in args.steps_per_execution.split(",")],
                                                  args.optimizers.split(","))
-        print_table(payload["end_to_end"], ["optimizer", "steps_per_execution", "train_examples", "steps", "evaluations", "wall_s",
+        print_table(payload["end_to_end"], ["optimizer", "steps_per_execution", "train_examples", "steps",
+                                            "evaluations", "wall_s",
                                             "train_samples_per_s", "isolated_step_samples_per_s", "train/isolated",
                                             "eval_samples_per_s", "eval_samples_per_s_warm", "bn_refresh_s_per_eval",
                                             "test_auc"])

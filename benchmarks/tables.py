@@ -49,7 +49,8 @@ TABLES = {
                                   "step as one graph, and with the model's dense stages compiled by XLA inside it"),
     ("bench_layers", "models"): (["model", "L", "ms", "ns_per_behaviour", "vs_twin"],
                                  "stage 1 alone of each model (`BehaviorSearch.search_only` after the attention "
-                                 "lookup), batch 128, XLA: ms per call, ns per behaviour, ratio to TWIN in the same run"),
+                                 "lookup), batch 128, XLA: ms per call, ns per behaviour, ratio to TWIN in the same "
+                                 "run"),
     ("bench_train_tensorflow", "long"): (["model", "L", "samples_per_s", "us_per_behaviour", "per_behaviour_vs_L1000",
                                           "peak_rss_mb"],
                                          "DARE's train step by history length L (batches assembled from a store by "
@@ -99,8 +100,8 @@ TABLES = {
                                 "called in process, and the server's resident memory (MB) before and after the row"),
     ("bench_serving", "rest"): (["batch", "clients", "requests", "errors", "p50_ms", "p99_ms", "qps",
                                  "served_examples_per_s", "served/in_process", "rss_mb_before", "rss_mb_after"],
-                                "the same export and server over REST (TF Serving's columnar JSON, one kept-alive HTTP/1.1 "
-                                "connection per client)"),
+                                "the same export and server over REST (TF Serving's columnar JSON, one kept-alive "
+                                "HTTP/1.1 connection per client)"),
     ("bench_quality", "retrieval"): (None, "`make demo`: recall@K on the test positives of the merged candidates "
                                            "(what `recommend` uses) and of each source alone: the two-tower model, "
                                            "the most popular items, the popular items of the user's recent "
@@ -127,8 +128,9 @@ TABLES = {
                                           "this machine and the run's undertraining warnings"),
     ("bench_quality", "negatives"): (None, "the retrieval stage with its defaults (10 epochs, batch 512) and N "
                                            "catalogue items drawn uniformly per batch as extra negatives "
-                                           "(`--uniform_negatives=N`): recall@50 and @200 of the merged candidates and of "
-                                           "the tower alone, most-popular's recall@200 and the quotas chosen on the "
+                                           "(`--uniform_negatives=N`): recall@50 and @200 of the merged candidates "
+                                           "and of the tower alone, most-popular's recall@200 and the quotas chosen on "
+                                           "the "
                                            "validation positives (tower / popularity / recent categories: 0 leaves "
                                            "a source out), on the demo's synthetic "
                                            "log (2,000 users) and the retrieval tests' two planted logs (800 users "

@@ -2,7 +2,8 @@
 weights (WEIGHTS_OUT.npz) and what it read and computed (WEIGHTS_OUT.json: steps,
 test metrics, its partitions' train users, the clicks of the store it loaded).
 
-Usage: python tests/multiworker_helper.py STRATEGIES DATA_DIR OUTPUT_DIR WEIGHTS_OUT [MAX_STEPS [OPTIMIZERS [IN_MEMORY_MB]]]
+Usage: python tests/multiworker_helper.py STRATEGIES DATA_DIR OUTPUT_DIR WEIGHTS_OUT
+           [MAX_STEPS [OPTIMIZERS [IN_MEMORY_MB]]]
 (the caller sets TF_CONFIG for multi_worker). STRATEGIES, OPTIMIZERS and
 IN_MEMORY_MB: one value, or several comma-separated, each combination trained
 in turn in this process (one process start for all) in OUTPUT_DIR/S/O/M and
@@ -43,7 +44,8 @@ def train_one(strategy, strategy_name, data_dir, output_dir, weights_out, max_st
         model_overrides=dict(initializer="keras", top_k=5))
     spec = DatasetSpec.load(data_dir)
     run = training.SeedRun(data_dir, os.path.join(output_dir, "seed_0"), config, 0, spec, strategy,
-                            training.distribution.is_chief(strategy), training.effective_model_config(config, spec, strategy),
+                            training.distribution.is_chief(strategy),
+                            training.effective_model_config(config, spec, strategy),
                             print)
     result = run.run()
     np.savez(weights_out, *[w for w in run.model.get_weights()])

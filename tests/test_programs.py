@@ -112,7 +112,8 @@ def test_a_bad_flag_or_value_is_one_line_before_tensorflow_loads(program, args, 
 
 
 @pytest.mark.parametrize("args, body, message", [
-    (["recommend"], "null", "error: {json}: expected a JSON object with ['hist_items', 'hist_categories'], got NoneType"),
+    (["recommend"], "null",
+     "error: {json}: expected a JSON object with ['hist_items', 'hist_categories'], got NoneType"),
     (["recommend"], '{"hist_items": [[1, 2]], "hist_categories": [[1, 2]]}',
      "error: {json}: hist_items must be one user's history, a flat list of ids (oldest first), got [[1, 2]]"),
     (["recommend"], '{"hist_items": [1, 2], "hist_categories": [1, 2]}', "error: localhost:1: UNAVAILABLE: "),
@@ -158,8 +159,9 @@ def test_each_programs_smallest_job_is_quiet(tmp_path):
             "--analyses=convergence")
     export = program("serving.export", f"--run_dir={run}", f"--export_base={tmp_path / 'exports'}",
                      "--model_name=dare").stdout.strip().splitlines()[-1]
-    server = subprocess.Popen([sys.executable, "-m", "serving.standin_server", f"--model_base={os.path.dirname(export)}",
-                               "--model_name=dare", "--port=0"], cwd=REPO, env=LOUD_ENV, stdout=subprocess.PIPE,
+    server = subprocess.Popen([sys.executable, "-m", "serving.standin_server",
+                               f"--model_base={os.path.dirname(export)}", "--model_name=dare", "--port=0"],
+                              cwd=REPO, env=LOUD_ENV, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
     try:
         line = server.stdout.readline()

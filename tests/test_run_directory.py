@@ -77,7 +77,8 @@ def test_one_trainer_per_run_directory_and_a_killed_holders_lock_is_taken_over(t
                 pass
     # (the context manager is kept: collected, it would release the lock before the kill)
     killed = subprocess.run([sys.executable, "-c", "import os, sys; from dare_tf.run_directory import RunDirectory; "
-                             "held = RunDirectory(sys.argv[1]).lock(); held.__enter__(); os.kill(os.getpid(), 9)", str(out)],
+                             "held = RunDirectory(sys.argv[1]).lock(); held.__enter__(); os.kill(os.getpid(), 9)",
+                             str(out)],
                             cwd=REPO, env=ENV, capture_output=True, text=True)
     assert killed.returncode == -9
     assert (out / LOCK).read_text().strip() != str(os.getpid())  # the killed process's pid

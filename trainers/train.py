@@ -2,7 +2,8 @@
 
 Usage:
   python -m trainers.train --model=dare --data_dir=data/prepared/taobao --output_dir=runs/dare
-  python -m trainers.train --flagfile=configs/dare_taobao.flags --data_dir=data/prepared/taobao --output_dir=runs/dare_taobao
+  python -m trainers.train --flagfile=configs/dare_taobao.flags --data_dir=data/prepared/taobao \
+      --output_dir=runs/dare_taobao
 
 Vocabulary sizes come from the dataset's spec.json, and so does the history
 length unless --max_len chooses another (histories are assembled from the

@@ -201,7 +201,8 @@ class _Suite:
                 return {k: v[step * size: (step + 1) * size] for k, v in x.items()}, y[step * size: (step + 1) * size]
 
             total = min(cfg.gradient_steps or len(y), -(-len(y) // size))
-            recorder = gradients.SplitGradientRecorder(batch_at, gradients.trajectory_steps(total, cfg.gradient_samples))
+            recorder = gradients.SplitGradientRecorder(batch_at,
+                                                       gradients.trajectory_steps(total, cfg.gradient_samples))
             started = time.perf_counter()
             # The model's own fit (the trainer's loop), in the permutation's order.
             model.fit(x, y, batch_size=size, epochs=1, steps_per_epoch=total, shuffle=False, verbose=0,

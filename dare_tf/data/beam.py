@@ -167,7 +167,8 @@ def build_pipeline(pipeline, path: str, fmt: LogFormat, plan, protocol: Protocol
         lambda b: (b[0], parse_block(path, fmt, plan.names, b[1], skip_bad_lines)))
     counts = (parsed | "BlockCounts" >> beam.Map(lambda p: (p[1].rows, p[1].bad_lines, len(p[1].user) if
                                                              p[1].label is None else int((p[1].label == 1).sum())))
-              | "SumCounts" >> beam.CombineGlobally(lambda vs: tuple(int(sum(x)) for x in zip(*vs)) if vs else (0, 0, 0)))
+              | "SumCounts" >> beam.CombineGlobally(
+                  lambda vs: tuple(int(sum(x)) for x in zip(*vs)) if vs else (0, 0, 0)))
     sequences = (parsed
                  | "ByUser" >> beam.FlatMap(lambda p: _block_users(p[0], p[1]))
                  | "GroupUsers" >> beam.GroupByKey()
@@ -267,8 +268,8 @@ def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Pr
         if manifest["rows"] == 0:
             raise ValueError(f"{input_path}: input log has no data rows")
         if manifest["clicks"] == 0 and not fmt.impressions:
-            raise ValueError(f"{input_path}: no {kind} rows"
-                             f"{f' (action == {fmt.click!r})' if fmt.click is not None else ''} in {manifest['rows']} rows")
+            action = f" (action == {fmt.click!r})" if fmt.click is not None else ""
+            raise ValueError(f"{input_path}: no {kind} rows{action} in {manifest['rows']} rows")
         if manifest["users"] == 0:
             raise no_user_qualifies(protocol, manifest["longest"], fmt.impressions)
         fields = dict(num_items=manifest["num_items"], num_categories=manifest["num_categories"],

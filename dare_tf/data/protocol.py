@@ -184,7 +184,8 @@ def sample_negatives(chunk: int, sequences: list[np.ndarray], per_user: int, sta
     distinct = np.bincount(clicked // num_items, minlength=n)
     exhausted = np.flatnonzero(distinct >= stats.clickable)
     if len(exhausted):
-        who = f"dense id {int(users[exhausted[0]])}" if users is not None else f"row {int(exhausted[0])} of chunk {chunk}"
+        who = (f"dense id {int(users[exhausted[0]])}" if users is not None
+               else f"row {int(exhausted[0])} of chunk {chunk}")
         raise ValueError(f"user with {who} clicked every item of the log, so no negative can be drawn for it")
     rng = np.random.default_rng([seed, chunk])
     filled = np.zeros(n, np.int64)

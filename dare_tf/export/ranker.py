@@ -56,7 +56,8 @@ from dare_tf._files import clean_stale, require_space, staging_dir, variables_by
 from dare_tf.data.spec import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS, ID_MAP_FILES,
                                MODEL_INPUTS, TARGET_CATEGORY, TARGET_ITEM, DatasetSpec, id_map_digest, read_id_map)
 from dare_tf.export.tf_serving import (DATASET_INPUT, DATASET_SIGNATURE, WARMUP_FILE, IdTable, dataset_outputs,
-                                       model_base, next_version, set_method_names, warmup_requests, write_server_configs)
+                                       model_base, next_version, set_method_names, warmup_requests,
+                                       write_server_configs)
 from dare_tf.models import DareModel
 from dare_tf.signatures import (CANDIDATE_COUNT, HIST_LENGTH, MAX_CANDIDATES, RANK, RANK_EXPLAIN,
                                 RANK_REQUEST_INPUTS as RANK_SIGNATURE_INPUTS)

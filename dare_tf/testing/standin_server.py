@@ -246,7 +246,7 @@ class Batcher:
         sizes = [next(iter(it[3].values())).shape[0] for it in items]
         try:
             outputs = self.model.run(name, definition, self.merged([it[3] for it in items]))
-        except Exception as e:  # every request of the group gets the error
+        except Exception as e:  # noqa: BLE001 (every request of the group gets the error)
             for it in items:
                 it[4].set_exception(e)
             return

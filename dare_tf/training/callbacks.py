@@ -247,4 +247,5 @@ class RunProgress(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         last = self.validation.last
-        self.write(f"\n  validation at step {last['step']}: " + " ".join(f"{k} {v:.4f}" for k, v in last["val"].items()))
+        self.write(f"\n  validation at step {last['step']}: "
+                   + " ".join(f"{k} {v:.4f}" for k, v in last["val"].items()))

@@ -61,7 +61,8 @@ class SeedRun:
         self.local_batch = config.schedule.batch_size // self.workers
         if self.workers > 1:
             if config.schedule.batch_size % self.workers:
-                raise ValueError(f"batch_size={config.schedule.batch_size} must be divisible by the {self.workers} workers")
+                raise ValueError(f"batch_size={config.schedule.batch_size} must be divisible by the "
+                                 f"{self.workers} workers")
             counts = [sum(spec.records(n) for n in spec.shard_files("train", worker_partitions(spec, w, self.workers)))
                       for w in range(self.workers)]
             if cascade is not None and cascade.sampler is not None:  # each click with its drawn negatives
@@ -138,7 +139,8 @@ class SeedRun:
             # Examples per epoch: the whole split, or a worker's equal share.
             per_epoch = self.steps_per_epoch * batch if self.workers > 1 else self.memory["train"].per_epoch
             first = skip * batch // per_epoch
-            order = np.concatenate([self._permutation(e)[:per_epoch] for e in range(first, self.config.schedule.epochs)])
+            order = np.concatenate([self._permutation(e)[:per_epoch]
+                                    for e in range(first, self.config.schedule.epochs)])
             start = skip * batch - first * per_epoch
             ds = self.memory["train"].batches(order[start: start + (self.total_steps - skip) * batch], batch)
         else:
@@ -190,7 +192,8 @@ class SeedRun:
         # A small shuffle buffer: a mixed sample of the training split, cheap to fill.
         batches = self._epoch_batches(999, min(cfg.data.shuffle_buffer, 8 * cfg.schedule.batch_size))
         combine = (lambda stats: gather_workers(self.strategy, stats)) if self.workers > 1 else None
-        refresh_batch_norm_statistics(self.model, (x for x, _ in batches.take(cfg.schedule.bn_statistics_batches)), combine)
+        refresh_batch_norm_statistics(
+            self.model, (x for x, _ in batches.take(cfg.schedule.bn_statistics_batches)), combine)
 
     def cascade_metrics(self, split: str, retrieval: bool = True) -> dict[str, float]:
         """The cascade's metrics of `split` (`dare_tf.training.reranking`), of every

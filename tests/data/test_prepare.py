@@ -334,7 +334,8 @@ def test_refuses_a_directory_with_other_files_and_keeps_them(tmp_path):
     out = tmp_path / "mine"
     out.mkdir()
     (out / "notes.txt").write_text("keep me")
-    with pytest.raises(OutputDirError, match=r"mine is not empty and is not a dataset prepared by dare_tf.*'notes.txt'"):
+    with pytest.raises(OutputDirError,
+                       match=r"mine is not empty and is not a dataset prepared by dare_tf.*'notes.txt'"):
         prepare("taobao", path, str(out), protocol)
     assert (out / "notes.txt").read_text() == "keep me"
     assert sorted(os.listdir(tmp_path)) == ["log.csv", "mine"]

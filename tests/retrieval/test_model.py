@@ -26,23 +26,28 @@ def test_factorized_top_k_recall_and_the_index_match_numpy_and_keras3_coexists()
     from dare_tf.retrieval import TwoTowerModel, brute_force_index
 
     rng = np.random.default_rng(0)
-    items = np.arange(1, 300, dtype=np.int32); cats = (items % 7 + 1).astype(np.int32)
+    items = np.arange(1, 300, dtype=np.int32)
+    cats = (items % 7 + 1).astype(np.int32)
     model = TwoTowerModel(301, 9, 8, 8, (items, cats), ks=(1, 5, 20))
-    hist = rng.integers(0, 300, (64, 12)).astype(np.int32); hist[:, :3] = 0
+    hist = rng.integers(0, 300, (64, 12)).astype(np.int32)
+    hist[:, :3] = 0
     pos = rng.choice(items, 64).astype(np.int32)
     x = {"hist_items": hist, "hist_categories": np.where(hist > 0, hist % 7 + 1, 0).astype(np.int32),
          "target_item": pos, "target_category": (pos % 7 + 1).astype(np.int32)}
-    model.query(x); model.candidate((items, cats))  # build
+    model.query(x)
+    model.candidate((items, cats))  # build
     for w in model.trainable_variables:  # spread the towers so scores differ
         w.assign(rng.normal(0, 1, w.shape))
     model.compile(optimizer="adagrad")
     metrics = model.evaluate(tf.data.Dataset.from_tensor_slices(x).batch(64), return_dict=True, verbose=0)
-    q = model.query(x).numpy(); c = model.candidate((items, cats)).numpy()
+    q = model.query(x).numpy()
+    c = model.candidate((items, cats)).numpy()
     ref = recall_at_k(q, c, items, pos, (1, 5, 20))
     got = {f"recall@{k}": metrics[f"factorized_top_k/top_{k}_categorical_accuracy"] for k in (1, 5, 20)}
     _, ids = brute_force_index(model, (items, cats), 10)({"hist_items": hist, "hist_categories": x["hist_categories"]})
     top = items[np.argsort(-(q @ c.T), axis=1, kind="stable")[:, :10]]
-    ranker = dare_tf.build_model("dare", 50, 5, max_len=8, top_k=3); ranker.compile(optimizer="adam")
+    ranker = dare_tf.build_model("dare", 50, 5, max_len=8, top_k=3)
+    ranker.compile(optimizer="adam")
     loss = float(ranker.evaluate(ranker.dummy_inputs(4), np.array([1.0, 0, 1, 0]), verbose=0))
     import keras
 
@@ -78,7 +83,8 @@ def test_training_loss_with_extra_negatives_matches_a_numpy_sampled_softmax():
     from dare_tf.retrieval import TwoTowerModel
 
     rng = np.random.default_rng(1)
-    items = np.arange(1, 40, dtype=np.int32); cats = (items % 5 + 1).astype(np.int32)
+    items = np.arange(1, 40, dtype=np.int32)
+    cats = (items % 5 + 1).astype(np.int32)
     share = rng.dirichlet(np.ones(len(items)))
     pos = np.array([3, 7, 7, 12, 30, 2], np.int32)
     hist = rng.integers(1, 40, (6, 9)).astype(np.int32)
@@ -91,11 +97,13 @@ def test_training_loss_with_extra_negatives_matches_a_numpy_sampled_softmax():
                               uniform_negatives=len(slots),
                               click_share=share)
         model.negative_slots = lambda: tf.constant(slots)
-        model.query(x); model.candidate((items, cats))
+        model.query(x)
+        model.candidate((items, cats))
         for w in model.trainable_variables:
             w.assign(rng.normal(0, 0.5, w.shape))
         ids = np.concatenate([pos, items[slots]])
-        q = model.query(x).numpy(); c = model.candidate((ids, (ids % 5 + 1).astype(np.int32))).numpy()
+        q = model.query(x).numpy()
+        c = model.candidate((ids, (ids % 5 + 1).astype(np.int32))).numpy()
         p = 6 * np.concatenate([share[pos - 1], share[slots]]) + len(slots) / len(items)
         out[correction] = (float(model.compute_loss(x, training=True)),
                            sampled_softmax_loss(q, c, ids, p if correction else None),

@@ -50,7 +50,8 @@ def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
     h_items[0, -1] = 987654321987
     exported = LocalModel(os.path.join(exports, "retrieval")).predict_tensors({"hist_items": h_items,
                                                                               "hist_categories": h_cats})
-    dense = test["hist_items"][:8].copy(); dense[0, -1] = spec.oov_item
+    dense = test["hist_items"][:8].copy()
+    dense[0, -1] = spec.oov_item
     # The export's candidates are the run's merged candidates (its quotas; seen items excluded).
     model = load_retrieval_model(two_stage["retrieval"], spec, items, cats)
     examples = {"hist_items": dense, "hist_categories": test["hist_categories"][:8]}
@@ -131,9 +132,9 @@ def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
             "bad_store": [bad_store.returncode, bad_store.stderr.strip().splitlines()]}
     with open(os.path.join(work, "user.json"), "w") as f:
         json.dump({"hist_items": hist_items, "hist_categories": hist_cats}, f)
-    cli = subprocess.run([sys.executable, "-m", "serving.client", "recommend", f"--server={target}", "--model_name=dare",
-                          f"--request_json={os.path.join(work, 'user.json')}", "--num_candidates=50", "--top=5",
-                          "--explain"], capture_output=True, text=True)
+    cli = subprocess.run([sys.executable, "-m", "serving.client", "recommend", f"--server={target}",
+                          "--model_name=dare", f"--request_json={os.path.join(work, 'user.json')}",
+                          "--num_candidates=50", "--top=5", "--explain"], capture_output=True, text=True)
     server.stop(0)
     out = json.loads(json.dumps({
         "probability": got["probability"].tolist(), "own": own["probability"].tolist(),

@@ -140,7 +140,8 @@ def test_client_predict_classify_regress_metadata_rest(setup, rng):
 def test_bad_inputs_give_defined_results_or_invalid_argument(setup):
     client = ServingClient(f"localhost:{setup['port']}", "dare", retries=0)
     good = {"target_item": np.array([1, 2], np.int64), "target_category": np.array([1, 2], np.int64),
-            "hist_items": np.array([[0, 5], [7, -3]], np.int64), "hist_categories": np.array([[0, 5], [7, 1]], np.int64)}
+            "hist_items": np.array([[0, 5], [7, -3]], np.int64),
+            "hist_categories": np.array([[0, 5], [7, 1]], np.int64)}
     # Unknown and negative ids are defined: OOV rows, padding in histories.
     neg = dict(good, target_item=np.array([-1, 10**15], np.int64))
     assert np.all(np.isfinite(client.predict_tensors(neg)["probability"]))
@@ -233,7 +234,8 @@ def test_wrong_rank_requests_name_the_input_and_shape(setup):
     good = {"target_item": np.array([1, 2], np.int64), "target_category": np.array([1, 2], np.int64),
             "hist_items": np.array([[0, 5], [7, 3]], np.int64), "hist_categories": np.array([[0, 5], [7, 1]], np.int64)}
     cases = [
-        (dict(good, hist_items=np.array([5, 7], np.int64)), r"input hist_items must have shape \[batch, history_length\]"),
+        (dict(good, hist_items=np.array([5, 7], np.int64)),
+         r"input hist_items must have shape \[batch, history_length\]"),
         (dict(good, target_item=np.array([[1], [2]], np.int64)), r"input target_item must have shape \[batch\]"),
         (dict(good, hist_categories=np.zeros((2, 2, 1), np.int64)), r"input hist_categories must have shape"),
     ]
@@ -451,7 +453,8 @@ def test_oversized_requests_are_refused_before_anything_is_allocated(setup):
     assert details == "input target_category: a batch of 60,000 rows is over the server's max_batch_size of 256; " \
                       "split the request"
     # a TensorProto of a few bytes claiming 2^26 values (TensorFlow would fill them from one)
-    claim = tf.make_tensor_proto(np.int64(5)); claim.tensor_shape.Clear()
+    claim = tf.make_tensor_proto(np.int64(5))
+    claim.tensor_shape.Clear()
     claim.tensor_shape.dim.add(size=1 << 26)
     code, details, size = call({"target_category": np.ones(1, np.int64), **history}, {"target_item": claim})
     assert claim.ByteSize() < 20 and code == grpc.StatusCode.INVALID_ARGUMENT
@@ -603,8 +606,9 @@ def test_client_program_explains_in_the_requests_raw_ids(setup, tmp_path):
 
     def client(*flags):
         done = subprocess.run([sys.executable, "-m", "serving.client", f"--server=localhost:{setup['port']}",
-                               "--model_name=dare", "--signature=explain", f"--request_json={tmp_path / 'request.json'}",
-                               *flags], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=120)
+                               "--model_name=dare", "--signature=explain",
+                               f"--request_json={tmp_path / 'request.json'}", *flags], cwd=REPO, env=ENV,
+                              capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr[-2000:]
         return done.stdout
 
