@@ -131,8 +131,7 @@ def bench_model_search(rng, lengths, batch, rounds=3):
             stage = search_stage(model)
             stages[label] = lambda x, stage=stage: stage(x)
             if preset == "eta":  # signatures of the histories computed once, outside the timed call
-                ids = model._unpack(x)
-                keys = model.embedding.combine(model.embedding.lookup(*ids))["history_attention"]
+                keys = model.embeddings(x).roles["history_attention"]
                 signatures = model.search.signatures(keys)
                 stages[f"{label}, signatures given"] = lambda x, stage=stage, s=signatures: stage(x, s)
         for fn in stages.values():

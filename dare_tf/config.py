@@ -170,12 +170,6 @@ class ModelConfig:
                   "equal the representation dims; use coupling='decoupled' (DARE) to set them apart")
         check(not (self.scorer == "din" and self.coupling != "shared"), "scorer",
               "the DIN activation unit reads one set of tables; use coupling='shared'")
-        if self.scorer != "dot":
-            from dare_tf.search.base import search_class
-
-            check(not search_class(self.search).keeps_top_k, "scorer",
-                  f"the DIN activation unit scores a whole history; search={self.search!r} ranks by its own "
-                  "scores")
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

@@ -4,6 +4,8 @@ checked and cast to int32 ids. Backend-neutral (`keras.ops`)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from keras import ops
 
 from dare_tf.data.spec import MODEL_INPUTS, RANK_INPUTS
@@ -39,3 +41,24 @@ def rank_ids(inputs, max_len: int):
                          f"built for max_len={max_len}")
     return (ops.reshape(items, (-1,)), ops.reshape(categories, (-1,)), hist_items, hist_categories), \
         ops.shape(items)[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class ExampleEmbeddings:
+    """What `DareModel.embeddings` returns.
+
+    Attributes:
+        ids: `(target_item, target_category, hist_items, hist_categories)`,
+            dense int32 ids `[B]`, `[B]`, `[B, L]`, `[B, L]` (0 pads).
+        roles: each looked-up role's embeddings: `target_attention` `[B, Da]`,
+            `history_attention` `[B, L, Da]`, `target_representation`
+            `[B, Dr]`, `history_representation` `[B, L, Dr]`.
+    """
+
+    ids: tuple
+    roles: dict
+
+    @property
+    def mask(self):
+        """`[B, L]` bool: the real (non-padding) history slots."""
+        return ops.greater(self.ids[2], 0)

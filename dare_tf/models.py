@@ -13,28 +13,21 @@ from keras import ops
 from dare_tf.config import ModelConfig, make_config
 from dare_tf.data.spec import MODEL_INPUTS as INPUT_KEYS  # noqa: F401 (dare_tf.INPUT_KEYS)
 from dare_tf.data.spec import RANK_INPUTS
-from dare_tf.model_inputs import example_ids, rank_ids
+from dare_tf.model_inputs import ExampleEmbeddings, example_ids, rank_ids
 from dare_tf.layers import BehaviorEmbedding, PredictionHead, TargetAttentionPooling
 from dare_tf.layers.embedding import ROLES, ROLES_BEFORE_SEARCH
 from dare_tf.layers.pooling import target_aware
 from dare_tf.search import build_search
+from dare_tf.search.base import SearchResult
+from dare_tf.model_training import TrainingMixin, _tensorflow_execution
 from dare_tf.tasks import ClickTask
 
 # What `call(training=True)` hands to `compute_loss`.
 LOSS_INPUTS = ("probability", "aux_probability", "regularization")
 
 
-def _tensorflow_execution():
-    """`dare_tf.execution` on the TensorFlow backend, else `None`."""
-    if keras.backend.backend() != "tensorflow":
-        return None
-    from dare_tf import execution
-
-    return execution
-
-
 @keras.saving.register_keras_serializable(package="dare_tf")
-class DareModel(keras.Model):
+class DareModel(TrainingMixin, keras.Model):
     """Two-stage long-sequence CTR model (DARE, TWIN and their baselines).
 
     Stage 1, the search (a `dare_tf.search.BehaviorSearch` chosen by
@@ -133,11 +126,29 @@ class DareModel(keras.Model):
             "hist_categories": np.ones((batch_size, length), np.int32),
         }
 
-    def _unpack(self, inputs):
+    def example_ids(self, inputs) -> tuple:
+        """The dense ids `(target_item, target_category [B], hist_items,
+        hist_categories [B, L])` (int32) of a per-example inputs dict, checked
+        against the model's `max_len`."""
         return example_ids(inputs, self.model_config.max_len)
 
-    def _unpack_rank(self, inputs):
-        return rank_ids(inputs, self.model_config.max_len)
+    def embeddings(self, inputs, roles=ROLES) -> ExampleEmbeddings:
+        """The ids and each role's embeddings (`roles`: all four by default) of
+        a per-example inputs dict, as the forward pass computes them
+        (`BehaviorEmbedding.lookup`, then `combine`)."""
+        ids = self.example_ids(inputs)
+        if not self.embedding.built:
+            self.embedding.build()
+        return ExampleEmbeddings(ids, self.embedding.combine(self.embedding.lookup(*ids, roles=roles), roles))
+
+    def search_stage(self, embedded: ExampleEmbeddings) -> SearchResult:
+        """Stage 1 on `embeddings(inputs)`: the model's search over the histories,
+        with the representations of every slot where they were looked up."""
+        roles = embedded.roles
+        _, target_category, hist_items, hist_categories = embedded.ids
+        return SearchResult.of(self.search(roles["target_attention"], roles["history_attention"],
+                                           roles.get("history_representation"), embedded.mask, target_category,
+                                           hist_categories))
 
     # -- forward ----------------------------------------------------------
     def forward(self, inputs, training=False, compiled: bool = True) -> dict:
@@ -147,7 +158,7 @@ class DareModel(keras.Model):
         (SDIM: `hash_matches`) and, in training, `regularization` (L2).
         `compiled=False` runs it as written, outside `dare_tf.execution`'s
         compiled functions."""
-        ids = self._unpack(inputs)
+        ids = self.example_ids(inputs)
         if not self.embedding.built:
             self.embedding.build()
 
@@ -198,7 +209,7 @@ class DareModel(keras.Model):
         run per candidate. The outputs of `explain`, shaped `[U, N, ...]`, equal
         `forward` on the U * N (candidate, history) pairs. Never compiled, not
         for training: serving's path (the export's `rank` signature)."""
-        ids, candidates = self._unpack_rank(inputs)
+        ids, candidates = rank_ids(inputs, self.model_config.max_len)
         if not self.embedding.built:
             self.embedding.build()
         # The representation rows of the K kept slots only, where nothing reads all L.
@@ -237,15 +248,16 @@ class DareModel(keras.Model):
             search = self.search.search_users
             search_query = ops.reshape(query, (-1, candidates, query.shape[-1]))
             search_category = ops.reshape(target_category, (-1, candidates))
-        found = search(ops.stop_gradient(search_query) if late else search_query,
-                       ops.stop_gradient(keys) if late else keys, values, mask, search_category, hist_categories)
-        positions = found["positions"]
-        if "pooled" in found:  # a search that pools itself (SDIM)
-            pooled, weights = found["pooled"], found["weights"]
+        found = SearchResult.of(search(ops.stop_gradient(search_query) if late else search_query,
+                                       ops.stop_gradient(keys) if late else keys, values, mask, search_category,
+                                       hist_categories))
+        positions = found.positions
+        if found.pools_itself:  # SDIM
+            pooled, weights = found.pooled, found.weights
             if cfg.target_aware:
                 pooled = target_aware(v_t, pooled)
         else:
-            scores, valid, kept = found["scores"], found["valid"], found["values"]
+            scores, valid, kept = found.scores, found.valid, found.values
             if late:
                 # The K kept slots are looked up again and rescored with gradients: the
                 # same values (`scores` exactly), gradients through K rows, not L.
@@ -274,7 +286,7 @@ class DareModel(keras.Model):
             "positions": positions,
             "attention_weights": weights,
             "features": features,
-            **found.get("explain", {}),
+            **found.explain,
         }
         if self.aux_head is not None:
             outputs["aux_features"] = ops.concatenate([v_t, aux_pooled], axis=-1)
@@ -323,53 +335,9 @@ class DareModel(keras.Model):
         if not self.built:
             self.embedding.build()
             # Eagerly, uncompiled: the sub-layers create their weights here.
-            ids = self._unpack(self.dummy_inputs())
+            ids = self.example_ids(self.dummy_inputs())
             self._stages(self.embedding.lookup(*ids), ids, False)
         self.built = True
-
-    # -- loss ------------------------------------------------------------
-    def loss_terms(self, labels, outputs, sample_weight=None) -> dict:
-        """`click` + `aux` (if any) + `regularization` (L2) = `total`, float32:
-        the model's `task` on `outputs` (a `forward` or training `call` result;
-        the L2 term is computed where `outputs` lacks it)."""
-        reg = outputs.get("regularization")
-        return self.task(labels, outputs, sample_weight, self.regularization() if reg is None else reg)
-
-    def train_step(self, *args):
-        """Keras's train step; on TensorFlow with `jit_compile_dense=True` and
-        `sparse_embedding_gradients=False` (one replica), the same step with the
-        forward pass, `compute_loss` and the gradients in one XLA function
-        (`dare_tf.execution.xla_train_step`)."""
-        execution = _tensorflow_execution()
-        if execution is None or not execution.whole_gradient_in_xla(self):  # (JAX passes the state first)
-            return super().train_step(*args)
-        return execution.xla_train_step(self, args[0])
-
-    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        """The training objective of `fit` and the loss of `evaluate`: `loss_terms(...)["total"]`.
-
-        In training `y_pred` is `call`'s dict of the loss's inputs; in
-        `evaluate` it is the probability, and a model with an auxiliary head
-        runs its forward pass again for that head's output.
-        """
-        if getattr(self, "_compile_loss", None) is not None:
-            raise ValueError("DareModel computes its own loss (click + auxiliary cross entropy + L2, "
-                             "see DareModel.compute_loss): compile it without `loss=`")
-        if isinstance(y_pred, dict):
-            outputs = y_pred
-        elif self.aux_head is not None:
-            outputs = self.forward(x, training=False)
-        else:
-            outputs = {"probability": y_pred}
-        total = self.loss_terms(y, outputs, sample_weight)["total"]
-        execution = _tensorflow_execution()
-        return execution.replica_share(total) if execution else total
-
-    def compute_metrics(self, x, y, y_pred, sample_weight=None):
-        """Keras's metrics of the click probability (`call`'s dict in training)."""
-        if isinstance(y_pred, dict):
-            y_pred = y_pred["probability"]
-        return super().compute_metrics(x, y, y_pred, sample_weight)
 
     def get_config(self):
         return {"config": self.model_config.to_dict(), "seed": self.seed, "name": self.name,

@@ -202,6 +202,34 @@ def _functional_model(length, num_items, num_categories):
     return keras.Model(inputs, keras.layers.Dense(1, activation="sigmoid")(h)[:, 0])
 
 
+@pytest.mark.parametrize("preset", ["dare", "twin", "sdim", "din"])
+def test_public_embeddings_and_search_stage_are_the_forward_pass(rng, preset):
+    """`embeddings` and `search_stage` are the lookups and stage 1 of `forward`: the
+    same kept slots, each kept slot's key and value the history's at that slot,
+    numpy-checked; SDIM's result pools itself."""
+    x = random_batch(rng, 4, LENGTH, NUM_ITEMS, NUM_CATS, lengths=[LENGTH, 7, 1, 3])
+    model = build_model(preset, NUM_ITEMS, NUM_CATS, max_len=LENGTH, top_k=4, initializer="keras", seed=3)
+    for table in model.embedding.weights:
+        table.assign(rng.normal(0, 0.5, table.shape))
+    embedded = model.embeddings(x)
+    assert [keras.ops.convert_to_numpy(i).tolist() for i in embedded.ids] == [
+        x[k].tolist() for k in ("target_item", "target_category", "hist_items", "hist_categories")]
+    assert sorted(embedded.roles) == ["history_attention", "history_representation", "target_attention",
+                                      "target_representation"]
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(embedded.mask), x["hist_items"] > 0)
+    found = model.search_stage(embedded)
+    positions = keras.ops.convert_to_numpy(found.positions)
+    np.testing.assert_array_equal(positions, keras.ops.convert_to_numpy(model.explain(x)["positions"]))
+    assert found.pools_itself == (preset == "sdim")
+    if not found.pools_itself:
+        values = keras.ops.convert_to_numpy(embedded.roles["history_representation"])
+        kept = np.take_along_axis(values, positions[..., None], axis=1)
+        valid = keras.ops.convert_to_numpy(found.valid)
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(found.values)[valid], kept[valid], rtol=1e-6)
+    attention_only = model.embeddings(x, roles=("target_attention", "history_attention"))
+    assert sorted(attention_only.roles) == ["history_attention", "target_attention"]
+
+
 def test_user_functional_model_learns_planted_task(rng, tmp_path):
     x, y = planted_presence_task(rng, 8000, 20)
     xt, yt = planted_presence_task(np.random.default_rng(99), 2000, 20)
@@ -215,6 +243,13 @@ def test_user_functional_model_learns_planted_task(rng, tmp_path):
     path = str(tmp_path / "functional.keras")
     model.save(path)
     np.testing.assert_allclose(keras.saving.load_model(path).predict(xt, verbose=0), p, atol=1e-6)
+
+
+def test_the_din_scorer_is_refused_for_a_top_k_search():
+    with pytest.raises(ValueError, match=r"^scorer='din': the DIN activation unit scores a whole history; "
+                       r"search='soft' ranks by its own scores \(use search='none'\)$"):
+        build_model("dare", NUM_ITEMS, NUM_CATS, max_len=LENGTH, coupling="shared", attention_embedding_dim=16,
+                    attention_position_dim=None, scorer="din")
 
 
 def test_input_errors(rng):

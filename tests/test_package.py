@@ -41,6 +41,12 @@ def _imports(name: str, path: str, modules) -> set[str]:
         else:
             continue
         found.update(t for t in targets if t in modules and t != name)
+    # Importing dare_tf.a.b first runs dare_tf.a's __init__: an edge to every parent package
+    # but the root (which every module has) and the importer's own packages.
+    for target in list(found):
+        parts = target.split(".")
+        found.update(parent for parent in (".".join(parts[:i]) for i in range(2, len(parts)))
+                     if parent in modules and parent != name and not name.startswith(parent + "."))
     return found
 
 
@@ -74,6 +80,26 @@ def test_the_import_graph_has_no_cycle():
     graph = {name: _imports(name, path, modules) for name, path in modules.items()}
     assert graph["dare_tf.models"] and graph["dare_tf.export"]  # the walk sees imports
     assert _cycle(graph) is None, " -> ".join(_cycle(graph))
+
+
+def test_the_graph_has_the_parent_package_edge():
+    """`dare_tf.search.base` imports `dare_tf.layers.pooling`, so the `dare_tf.layers`
+    package (whose __init__ imports every layer) runs first."""
+    modules = _modules()
+    assert "dare_tf.layers" in _imports("dare_tf.search.base", modules["dare_tf.search.base"], modules)
+
+
+def test_no_private_model_internals_outside_the_model():
+    """Analyses, benchmarks, examples and tests read the model through its public
+    methods (`example_ids`, `embeddings`, `search_stage`), not `_unpack`."""
+    pattern = re.compile(r"\._unpack\w*\(")
+    offenders = [f"{os.path.relpath(os.path.join(root, f), REPO)}:{i}"
+                 for top in ("dare_tf", "tests", "benchmarks", "examples", "trainers", "serving", "data")
+                 for root, _, files in os.walk(os.path.join(REPO, top)) for f in files if f.endswith(".py")
+                 if os.path.join(root, f) != os.path.join(PACKAGE, "models.py")
+                 for i, line in enumerate(open(os.path.join(root, f)), 1)
+                 if pattern.search(line) and "pattern" not in line]
+    assert offenders == []
 
 
 def test_a_planted_cycle_is_found():

@@ -18,14 +18,12 @@ def search_stage(model):
     ETA takes the history's precomputed signatures)."""
     import keras
 
-    layer = model.embedding
-
     def run(x, history_signatures=None):
-        ids = model._unpack({k: x[k] for k in MODEL_INPUTS})
-        emb = layer.combine(layer.lookup(*ids, roles=ATTENTION_ROLES), roles=ATTENTION_ROLES)
+        embedded = model.embeddings({k: x[k] for k in MODEL_INPUTS}, roles=ATTENTION_ROLES)
+        _, target_category, _, hist_categories = embedded.ids
         precomputed = {} if history_signatures is None else {"history_signatures": history_signatures}
-        return model.search.search_only(emb["target_attention"], emb["history_attention"], ids[2] > 0, ids[1],
-                                        ids[3], **precomputed)
+        return model.search.search_only(embedded.roles["target_attention"], embedded.roles["history_attention"],
+                                        embedded.mask, target_category, hist_categories, **precomputed)
 
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf

@@ -33,7 +33,7 @@ def split_gradients(model, x, y):
     gradients of the model's other trainable variables, as `(gradient,
     variable)` pairs.
     """
-    ids = model._unpack({k: x[k] for k in MODEL_INPUTS})
+    ids = model.example_ids({k: x[k] for k in MODEL_INPUTS})
     layer = model.embedding
     row_ids = layer.row_ids(*ids)
     tables = {id(table) for table, _ in row_ids.values()}

@@ -69,9 +69,8 @@ def _slot_scores(model, arrays: dict, batch: int = 2048) -> np.ndarray:
 
     parts = []
     for x in _batches({k: arrays[k] for k in MODEL_INPUTS}, batch):
-        ids = model._unpack(x)
-        emb = model.embedding.combine(model.embedding.lookup(*ids))
-        parts.append(ops.convert_to_numpy(model.slot_scores(emb, ids)))
+        embedded = model.embeddings(x)
+        parts.append(ops.convert_to_numpy(model.slot_scores(embedded.roles, embedded.ids)))
     return np.concatenate(parts)
 
 

@@ -26,7 +26,8 @@ VARIANTS = {"soft": "soft", "hard": "hard", "simhash": "simhash", "cluster": "cl
 
 # Public name -> the module that defines it.
 _EXPORTS = {
-    "PADDING_SCORE": "base", "BehaviorSearch": "base", "TopKSearch": "base", "build_search": "base",
+    "PADDING_SCORE": "base", "BehaviorSearch": "base", "SearchResult": "base", "TopKSearch": "base",
+    "build_search": "base",
     "register_search": "base", "scaled_dot_scores": "base", "search_class": "base",
     "SoftTopKSearch": "soft", "HardTopKSearch": "hard", "hard_search_priority": "hard",
     "SimHashTopKSearch": "simhash", "hamming_priority": "simhash", "ClusterTopKSearch": "cluster",
@@ -58,6 +59,7 @@ __all__ = [
     "FullHistorySearch",
     "HardTopKSearch",
     "HashSamplingSearch",
+    "SearchResult",
     "SimHashTopKSearch",
     "SoftTopKSearch",
     "TopKSearch",

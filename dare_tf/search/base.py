@@ -12,6 +12,7 @@ with `build_search` and calls it once per forward pass.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import importlib
 from typing import Any
 
@@ -52,8 +53,14 @@ def search_class(name: str) -> type["BehaviorSearch"]:
 
 
 def build_search(config, seed: int | None = None) -> "BehaviorSearch":
-    """The search stage a `ModelConfig` names, with the fields it reads."""
-    return search_class(config.search).from_model_config(config, seed)
+    """The search stage a `ModelConfig` names, with the fields it reads.
+    Refuses a `scorer` other than the dot product (the DIN activation unit)
+    for a search that keeps a top K by its own scores."""
+    kind = search_class(config.search)
+    if config.scorer != "dot" and kind.keeps_top_k:
+        raise ValueError(f"scorer={config.scorer!r}: the DIN activation unit scores a whole history; "
+                         f"search={config.search!r} ranks by its own scores (use search='none')")
+    return kind.from_model_config(config, seed)
 
 
 def offset_seed(seed: int | None, offset: int) -> int | None:
@@ -97,6 +104,46 @@ def slot_axis(x, query):
 def every_slot(mask):
     """Slot indices `[B, L]` int32 of a whole history (what a search that keeps every slot returns)."""
     return ops.broadcast_to(ops.arange(ops.shape(mask)[1], dtype="int32")[None, :], ops.shape(mask))
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchResult:
+    """What a search stage found for a batch, typed (`DareModel.search_stage`).
+
+    Attributes:
+        positions: `[B, K]` int32, the kept history slots (or clusters), most
+            relevant first; SDIM: `[B, L]`, every slot.
+        scores: `[B, K]` float32, the modelling stage's attention logits of
+            the kept slots; None for a stage that pools itself.
+        valid: `[B, K]` bool, which kept slots are real; None likewise.
+        values: `[B, K, Dr]`, the kept representations; None for a stage that
+            pools itself, or when the caller looks them up after the search.
+        pooled: `[B, Dr]`, the stage's own pooling (SDIM); None otherwise.
+        weights: `[B, L]`, that pooling's weights per slot; None otherwise.
+        explain: the per-variant outputs (`BehaviorSearch.explain_outputs`).
+    """
+
+    positions: Any
+    scores: Any = None
+    valid: Any = None
+    values: Any = None
+    pooled: Any = None
+    weights: Any = None
+    explain: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def pools_itself(self) -> bool:
+        """The stage pooled the history itself (`pooled`, `weights`) instead of
+        keeping K slots for the modelling stage's attention."""
+        return self.pooled is not None
+
+    @classmethod
+    def of(cls, found: dict) -> "SearchResult":
+        """The result of a search layer's call (its dict, as `BehaviorSearch` documents it)."""
+        unknown = set(found) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"a search returned unknown outputs {sorted(unknown)}")
+        return cls(**found)
 
 
 class BehaviorSearch(keras.layers.Layer, abc.ABC):

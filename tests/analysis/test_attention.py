@@ -13,8 +13,8 @@ def test_learned_category_position_scores_are_the_search_scores_without_items(rn
     attention_items = model.embedding.tables["attention"]["item"]
     attention_items.assign(np.zeros(attention_items.shape, "float32"))
     x = random_batch(rng, 5, 8, 50, 6, lengths=[8] * 5)
-    ids = model._unpack(x)
-    expected = model.slot_scores(model.embedding.combine(model.embedding.lookup(*ids)), ids).numpy()
+    embedded = model.embeddings(x)
+    expected = model.slot_scores(embedded.roles, embedded.ids).numpy()
     for b in range(5):
         for j in (0, 4, 7):
             got = attention.category_position_scores(model, [x["target_category"][b]], [x["hist_categories"][b, j]],

@@ -47,8 +47,7 @@ def test_clustering_sizes_means_and_log_size_attention(rng):
         table.assign(rng.normal(0, 0.5, table.shape))
     x = random_batch(rng, b, length, 40, 4, lengths=[length, 7, 3, 11])
     out = model.forward(x)
-    ids = model._unpack(x)
-    emb = model.embedding.combine(model.embedding.lookup(*ids))
+    emb = model.embeddings(x).roles
     q, hk = (keras.ops.convert_to_numpy(emb[n]) for n in ("target_attention", "history_attention"))
     pos = model.model_config.attention_pos_dim
     for r, groups in enumerate(_clusters_numpy(x["hist_categories"], x["hist_items"] > 0, window)):

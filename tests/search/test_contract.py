@@ -1,12 +1,14 @@
 """The contract every registered search stage keeps (the list comes from the registry):
 output shapes, padding never kept, config round trip, `slot_scores` agreeing with `call`."""
 
+import dataclasses
+
 import keras
 import numpy as np
 import pytest
 
 from dare_tf.config import PRESETS, ModelConfig
-from dare_tf.search import SEARCHES, build_search
+from dare_tf.search import SEARCHES, SearchResult, build_search
 from tests.conftest import random_batch
 from tests.helpers import assert_layer_serializes
 
@@ -41,19 +43,23 @@ def test_search_contract(rng, name):
     q, k, v, mask, tc, hc = _inputs(rng)
     search = _search(name)
     assert type(search).search_name == name
-    found = {key: (_np(t) if key != "explain" else t) for key, t in search(q, k, v, mask, tc, hc).items()}
+    result = SearchResult.of(search(q, k, v, mask, tc, hc))  # the layer's dict, typed
+    found = {f.name: (_np(getattr(result, f.name)) if getattr(result, f.name) is not None and f.name != "explain"
+                      else getattr(result, f.name)) for f in dataclasses.fields(result)}
     kept = search.kept(L)
     positions = found["positions"]
     assert positions.shape == (B, kept) and positions.dtype == np.int32
     assert set(found["explain"]) == set(search.explain_outputs)
     slot_scores = _np(search.slot_scores(q, k, mask, tc, hc))
     assert slot_scores.shape == (B, L)
-    if "pooled" in found:  # a stage that pools itself weighs every slot; padding weighs 0
+    if result.pools_itself:  # a stage that pools itself weighs every slot; padding weighs 0
         assert found["pooled"].shape == (B, DR) and np.isfinite(found["pooled"]).all()
         assert (found["weights"][~mask] == 0).all()
         np.testing.assert_allclose(found["weights"][mask], slot_scores[mask], rtol=1e-6)
+        assert found["scores"] is found["valid"] is found["values"] is None
     else:
         valid, scores = found["valid"], found["scores"]
+        assert found["pooled"] is found["weights"] is None
         assert valid.shape == scores.shape == (B, kept) and found["values"].shape == (B, kept, DR)
         assert np.isfinite(scores[valid]).all()
         if not search.keeps_top_k:  # every slot kept, scored by slot_scores

@@ -1,0 +1,63 @@
+"""`DareModel`'s training side, as Keras calls it: the loss terms, the train step
+(one XLA function where it can be) and Keras's `compute_loss` / `compute_metrics`."""
+
+from __future__ import annotations
+
+import keras
+
+
+def _tensorflow_execution():
+    """`dare_tf.execution` on the TensorFlow backend, else `None`."""
+    if keras.backend.backend() != "tensorflow":
+        return None
+    from dare_tf import execution
+
+    return execution
+
+
+class TrainingMixin:
+    """The loss and training-step methods of `dare_tf.models.DareModel` (a
+    `keras.Model` with `task`, `aux_head`, `forward` and `regularization`)."""
+
+    def loss_terms(self, labels, outputs, sample_weight=None) -> dict:
+        """`click` + `aux` (if any) + `regularization` (L2) = `total`, float32:
+        the model's `task` on `outputs` (a `forward` or training `call` result;
+        the L2 term is computed where `outputs` lacks it)."""
+        reg = outputs.get("regularization")
+        return self.task(labels, outputs, sample_weight, self.regularization() if reg is None else reg)
+
+    def train_step(self, *args):
+        """Keras's train step; on TensorFlow with `jit_compile_dense=True` and
+        `sparse_embedding_gradients=False` (one replica), the same step with the
+        forward pass, `compute_loss` and the gradients in one XLA function
+        (`dare_tf.execution.xla_train_step`)."""
+        execution = _tensorflow_execution()
+        if execution is None or not execution.whole_gradient_in_xla(self):  # (JAX passes the state first)
+            return super().train_step(*args)
+        return execution.xla_train_step(self, args[0])
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        """The training objective of `fit` and the loss of `evaluate`: `loss_terms(...)["total"]`.
+
+        In training `y_pred` is `call`'s dict of the loss's inputs; in
+        `evaluate` it is the probability, and a model with an auxiliary head
+        runs its forward pass again for that head's output.
+        """
+        if getattr(self, "_compile_loss", None) is not None:
+            raise ValueError("DareModel computes its own loss (click + auxiliary cross entropy + L2, "
+                             "see DareModel.compute_loss): compile it without `loss=`")
+        if isinstance(y_pred, dict):
+            outputs = y_pred
+        elif self.aux_head is not None:
+            outputs = self.forward(x, training=False)
+        else:
+            outputs = {"probability": y_pred}
+        total = self.loss_terms(y, outputs, sample_weight)["total"]
+        execution = _tensorflow_execution()
+        return execution.replica_share(total) if execution else total
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        """Keras's metrics of the click probability (`call`'s dict in training)."""
+        if isinstance(y_pred, dict):
+            y_pred = y_pred["probability"]
+        return super().compute_metrics(x, y, y_pred, sample_weight)
