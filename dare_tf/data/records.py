@@ -86,20 +86,31 @@ def encode_examples(columns: dict[str, np.ndarray]) -> list[bytes]:
         pieces.append((np.broadcast_to(np.stack([np.broadcast_to(np.asarray(v, np.uint8), (n,)) for v in values], 1),
                                        (n, len(values))), None))
 
+    def size(length):  # a length-delimited field's bytes: its tag, its length as a varint, the content
+        return 1 + _varints(length)[1] + length
+
     features_len = np.zeros(n, np.int64)
     encoded = {}
     for k in names:
-        encoded[k] = _varints(np.asarray(columns[k]))
-        features_len += 2 + 8 + len(k) + encoded[k][1]  # tag and length of the map entry, then the entry
+        key = k.encode()
+        data, value = _varints(np.asarray(columns[k]))  # the packed value: one varint
+        int64_list = size(value)  # Int64List{value (packed)}
+        feature = size(int64_list)  # Feature{int64_list}
+        entry = size(len(key)) + size(feature)  # entry{key, value: Feature}
+        encoded[k] = key, data, value, int64_list, feature, entry
+        features_len += size(entry)
     fixed(_TAG_LEN1)
     pieces.append(_varints(features_len))
-    for k in names:
-        data, length = encoded[k]
-        key = k.encode()
-        # entry{key, value: Feature{int64_list: Int64List{packed value}}}
-        fixed(_TAG_LEN1, 8 + len(key) + length, _TAG_LEN1, len(key), *key, _TAG_LEN2, 4 + length, _TAG_LEN3,
-              2 + length, _TAG_LEN1, length)
-        pieces.append((data, length))
+    for key, data, value, int64_list, feature, entry in encoded.values():
+        fixed(_TAG_LEN1)
+        pieces.append(_varints(entry))
+        fixed(_TAG_LEN1, *_varint(len(key)), *key, _TAG_LEN2)
+        pieces.append(_varints(feature))
+        fixed(_TAG_LEN3)
+        pieces.append(_varints(int64_list))
+        fixed(_TAG_LEN1)
+        pieces.append(_varints(value))
+        pieces.append((data, value))
     matrix = np.concatenate([p for p, _ in pieces], 1)
     mask = np.concatenate([np.ones(p.shape, bool) if used is None else
                            np.arange(p.shape[1])[None, :] < used[:, None] for p, used in pieces], 1)

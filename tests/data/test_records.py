@@ -46,6 +46,26 @@ def test_encoder_writes_what_tf_train_example_parses():
         start += lengths[i]
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_any_key_and_value_length_encodes_as_protobuf_does(seed):
+    """Every nested length is a varint: keys of 1 to 300 characters (entries past
+    127 and 255 bytes) and negative values (10-byte varints) parse back, and each
+    record is as long as protobuf's serialization of the same Example (whose map
+    order protobuf leaves unspecified)."""
+    rng = np.random.default_rng(seed)
+    names = ["".join(rng.choice(list("abcdefgh_"), rng.integers(1, 300))) for _ in range(rng.integers(1, 5))]
+    names = list(dict.fromkeys(names))
+    n = int(rng.integers(1, 40))
+    columns = {k: rng.integers(-2**63, 2**63 - 1, n, dtype=np.int64) // 2 ** rng.integers(0, 63, n)
+               for k in names}
+    for i, record in enumerate(encode_examples(columns)):
+        expected = tf.train.Example()
+        for k in names:
+            expected.features.feature[k].int64_list.value.append(int(columns[k][i]))
+        assert tf.train.Example.FromString(record) == expected, (i, [len(k) for k in names])
+        assert len(record) == expected.ByteSize()
+
+
 def test_plain_tensorflow_reads_the_dataset_as_the_readme_shows(prepared):
     """The README's reader: spec.json's file lists and feature spec, tf.data and
     tf.io.parse_example only."""
