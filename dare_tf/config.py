@@ -201,6 +201,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     "twin_v2": dict(coupling="shared", search="cluster", cluster_window=16),
     "din": dict(coupling="shared", search="none", scorer="din", use_position=False),
 }
+# Presets that are ablations of another row rather than rows of the paper's Table 1
+# (`trainers.reproduce` trains every other preset by default).
+ABLATIONS = ("dare_no_tr",)
 
 
 def make_config(preset: str, num_items: int, num_categories: int, **overrides) -> ModelConfig:

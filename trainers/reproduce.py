@@ -14,12 +14,12 @@ import dataclasses
 from absl import app, flags
 
 import dare_tf.cli
+from dare_tf.config import ABLATIONS, PRESETS
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("data_dirs", None, "Prepared datasets (columns of the table).")
-flags.DEFINE_list("models", ["dare", "twin", "twin_hard", "twin_proj", "twin_no_tr", "twin_4e", "din", "eta", "sdim",
-                                "twin_v2"],
-                  "Presets (rows of the table).")
+flags.DEFINE_list("models", [p for p in PRESETS if p not in ABLATIONS],
+                  "Presets (rows of the table); by default every preset but the ablations (dare_tf.config.ABLATIONS).")
 flags.DEFINE_list("dims", ["16"], "Embedding dims.")
 flags.DEFINE_enum("metric", "auc", ["auc", "gauc", "category_auc", "logloss"], "Test metric in the table.")
 flags.DEFINE_string("output_dir", None, "Where runs and tables go.")
