@@ -20,11 +20,18 @@ $(STAMP): requirements.txt setup.py pyproject.toml
 demo: $(STAMP)
 	TF_CPP_MIN_LOG_LEVEL=3 $(PY) -m trainers.demo $(DEMO_FLAGS)
 
-# Two pytest workers (pytest-xdist): the slow tests first (tests/conftest.py), one test at a
-# time, except the groups that share a module fixture (xdist_group), which stay on one worker.
+# The linter, then two pytest runs side by side: the tensorflow-recommenders tests (marker tfrs),
+# which need tf.keras to be Keras 2 from their process's start (TF_USE_LEGACY_KERAS=1), and the
+# rest on two pytest-xdist workers: the slow tests first (tests/conftest.py), one test at a time,
+# except the groups that share a module fixture (xdist_group), which stay on one worker.
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q -n 2 --dist loadgroup tests
+	@log=$$(mktemp); \
+	TF_USE_LEGACY_KERAS=1 $(PY) -m pytest -q -p no:cacheprovider -m tfrs tests > $$log 2>&1 & tfrs=$$!; \
+	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not tfrs" tests; main=$$?; \
+	wait $$tfrs; status=$$?; \
+	echo "tensorflow-recommenders tests (TF_USE_LEGACY_KERAS=1, -m tfrs):"; cat $$log; rm -f $$log; \
+	test $$main -eq 0 && test $$status -eq 0
 
 # The site (guides and the API reference generated from the docstrings) in site/;
 # --strict: a broken reference or link fails the build (tests/test_docs.py builds it too).

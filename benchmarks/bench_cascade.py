@@ -35,7 +35,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-import dare_tf.retrieval  # noqa: E402,F401  (first: TFRS needs tf.keras to be Keras 2)
+import dare_tf.retrieval  # noqa: E402
+
+dare_tf.retrieval.use_keras2()  # tensorflow-recommenders needs tf.keras to be Keras 2
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tensorflow_recommenders as tfrs  # noqa: E402

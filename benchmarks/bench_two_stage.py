@@ -33,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from dare_tf.retrieval import RetrievalConfig, evaluate_cascade, train_retrieval  # noqa: E402,I001 (first: tf.keras)
+from dare_tf import retrieval  # noqa: E402
 from benchmarks.common import RESULTS_DIR, print_table, selected_parts, write_parts  # noqa: E402
 from dare_tf.demo import CASCADE_TRAINING, SYNTHETIC_PROTOCOL  # noqa: E402
 from dare_tf.data.negatives import parse_negatives  # noqa: E402
@@ -66,7 +66,7 @@ def _data(work: str, log: str) -> str:
 def bench_log(work: str, log: str, models, samplers, seeds=(0,)) -> list[dict]:
     data_dir = _data(work, log)
     retrieval_run = os.path.join(work, log, "retrieval")
-    train_retrieval(data_dir, retrieval_run, RetrievalConfig(epochs=3, verbose=0))
+    retrieval.train_retrieval(data_dir, retrieval_run, retrieval.RetrievalConfig(epochs=3, verbose=0))
     runs = {}
     for model in models:
         for sampler in samplers:
@@ -84,8 +84,9 @@ def bench_log(work: str, log: str, models, samplers, seeds=(0,)) -> list[dict]:
                 **dict(RANKER, batch_size=RANKER["batch_size"] // group * group)))
     # One evaluation directory per set of rankers (evaluate_cascade never replaces another's).
     key = hashlib.sha1(json.dumps(sorted(runs)).encode()).hexdigest()[:12]
-    cascade = evaluate_cascade(data_dir, retrieval_run, runs, os.path.join(work, log, "cascade", key), report=print)
-    k, retrieval = CASCADE_K, cascade["retrieval"]
+    cascade = retrieval.evaluate_cascade(data_dir, retrieval_run, runs, os.path.join(work, log, "cascade", key),
+                                         report=print)
+    k, alone = CASCADE_K, cascade["retrieval"]
     rows = []
     for name, row in cascade["rankers"].items():
         model, sampler = name.split(" ", 1)
@@ -97,9 +98,9 @@ def bench_log(work: str, log: str, models, samplers, seeds=(0,)) -> list[dict]:
                      f"seeds_hit_rate@{CASCADE_K}_std": float(np.std(per_seed, ddof=1)) if len(per_seed) > 1 else 0.0,
                      f"hit_rate@{k}": row[f"hit_rate@{k}"], f"hit_rate@{k}_se": row[f"hit_rate@{k}_se"],
                      f"ndcg@{k}": row[f"ndcg@{k}"],
-                     f"retrieval_hit_rate@{k}": retrieval[f"hit_rate@{k}"],
-                     f"retrieval_ndcg@{k}": retrieval[f"ndcg@{k}"],
-                     "ratio": row[f"hit_rate@{k}"] / retrieval[f"hit_rate@{k}"],
+                     f"retrieval_hit_rate@{k}": alone[f"hit_rate@{k}"],
+                     f"retrieval_ndcg@{k}": alone[f"ndcg@{k}"],
+                     "ratio": row[f"hit_rate@{k}"] / alone[f"hit_rate@{k}"],
                      "vs_retrieval": row[f"hit_rate@{k}_vs_retrieval"],
                      "vs_retrieval_se": row[f"hit_rate@{k}_vs_retrieval_se"],
                      "positives": cascade["examples"]})
@@ -114,6 +115,7 @@ def _key(row: dict) -> tuple:
 
 
 def main():
+    retrieval.use_keras2()  # tensorflow-recommenders needs tf.keras to be Keras 2 (Keras 3 is unaffected)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--logs", default=",".join(LOGS))
     parser.add_argument("--models", default="dare,twin,din")

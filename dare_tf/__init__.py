@@ -16,36 +16,20 @@ being listed here):
 - `dare_tf.training`: `train`, `TrainConfig` and the callbacks (TensorFlow).
 - `dare_tf.serving`: export, client, the stand-in test server (TensorFlow).
 
-With the TensorFlow backend (the default) `import dare_tf` also registers the
-layers and optimizers, so that saved models that use them load.
+Importing `dare_tf` (or any of its packages) costs nothing and changes
+nothing: each public name is declared once, in its package's table, and
+imported from the module that defines it on first use; no environment
+variable is read or set and no file descriptor is touched. A program
+(`trainers`, `serving`, `data`) therefore defines and parses its flags before
+TensorFlow loads, and `dare_tf.cli.run` then loads it with its start-up
+notices filtered.
 
-The programs (`trainers`, `serving`, `data`) parse their flags before
-TensorFlow loads, so that `--help` and a bad flag answer at once: their
-packages set `DARE_TF_DEFER_IMPORTS=1`, which this package consumes (it is
-not passed on to child processes); `dare_tf.cli.run` then calls `load()`
-once the flags are parsed. Either way, every name below is imported on
-first use.
-
-The console scripts (`dare-train`, ...) defer the same way: `import dare_tf`
-runs before their program's package, so the script's name (`dare-*`) tells.
-
-With `DARE_TF_DATA_ONLY=1` in the environment (set by the data preparation
-program, `python -m data.prepare`, and so by its Beam workers), and in the
-`dare-prepare` console script, `import dare_tf` imports neither Keras nor
-TensorFlow: preparation needs numpy and pyarrow only, and TensorFlow's
-runtime alone costs about 0.6 GB of memory.
+`import dare_tf.models` (or any use of `dare_tf.DareModel`) registers the
+model with Keras; `dare_tf.load()` registers every layer, search and (on
+TensorFlow) optimizer, as loading a saved model of any preset needs.
 """
 
-import importlib as _importlib
-import os as _os
-import sys as _sys
-
-_SCRIPT = _os.path.basename((getattr(_sys, "argv", None) or [""])[0])
-if _SCRIPT == "dare-prepare":
-    _os.environ.setdefault("DARE_TF_DATA_ONLY", "1")
-elif _SCRIPT.startswith("dare-"):  # a console script (setup.py): its program loads TensorFlow after its flags,
-    _os.environ.setdefault("DARE_TF_DEFER_IMPORTS", "1")  # quietly, as `python -m` does
-    _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from dare_tf._faces import lazy_face as _lazy_face
 
 # Public name -> the module that defines it (imported on first use).
 _EXPORTS = {
@@ -53,16 +37,14 @@ _EXPORTS = {
     "INPUT_KEYS": "dare_tf.models", "DareModel": "dare_tf.models", "build_model": "dare_tf.models",
     "ClickTask": "dare_tf.tasks", "click_cross_entropy": "dare_tf.tasks",
 }
-_SUBMODULES = ("config", "data", "layers", "metrics", "models", "optimizers", "search", "tasks")
+_SUBMODULES = ("config", "data", "layers", "metrics", "models", "optimizers", "search", "tasks", "training",
+               "serving", "export", "retrieval", "analysis", "histories")
 
 
 def load() -> None:
-    """Imports Keras and the layers, searches, models and (TensorFlow backend)
-    optimizers, so that saved models using them load; TensorFlow's start-up
-    notices are filtered. `import dare_tf` does this unless deferred."""
-    from dare_tf._startup import import_tensorflow_quietly
-
-    import_tensorflow_quietly()  # before keras imports TensorFlow: filters its harmless start-up lines
+    """Registers every layer, search variant, the model and (TensorFlow backend)
+    the optimizers with Keras, as loading a saved model of any preset needs:
+    imports Keras (and so the backend) and those modules."""
     import keras
 
     from dare_tf import layers, models, search  # noqa: F401
@@ -72,32 +54,7 @@ def load() -> None:
         from dare_tf import optimizers  # noqa: F401
 
 
-def __getattr__(name):
-    if name in _EXPORTS:
-        return getattr(_importlib.import_module(_EXPORTS[name]), name)
-    if name in _SUBMODULES:
-        return _importlib.import_module(f"dare_tf.{name}")
-    raise AttributeError(f"module 'dare_tf' has no attribute {name!r}")
-
-
-if _os.environ.pop("DARE_TF_DEFER_IMPORTS", None) != "1" and _os.environ.get("DARE_TF_DATA_ONLY") != "1":
-    load()
+__getattr__, __dir__, __all__ = _lazy_face(__name__, _EXPORTS, _SUBMODULES)
+__all__ = [*__all__, "load"]
 
 __version__ = "0.3.0"
-
-__all__ = [
-    "INPUT_KEYS",
-    "PRESETS",
-    "ClickTask",
-    "DareModel",
-    "ModelConfig",
-    "build_model",
-    "click_cross_entropy",
-    "config",
-    "data",
-    "layers",
-    "make_config",
-    "metrics",
-    "models",
-    "search",
-]

@@ -12,13 +12,14 @@ from typing import Callable
 
 def lazy_face(package: str, exports: dict[str, str], submodules=()) -> tuple[Callable, Callable, list[str]]:
     """`(__getattr__, __dir__, __all__)` of `package`: `exports` maps each public
-    name to the module that defines it; `submodules` are public modules of the
-    package, by their short names."""
+    name to the module that defines it (or to `(module, name there)`);
+    `submodules` are public modules of the package, by their short names."""
     submodules = tuple(submodules)
 
     def __getattr__(name):
         if name in exports:
-            return getattr(importlib.import_module(exports[name]), name)
+            module, attribute = exports[name] if isinstance(exports[name], tuple) else (exports[name], name)
+            return getattr(importlib.import_module(module), attribute)
         if name in submodules:
             return importlib.import_module(f"{package}.{name}")
         raise AttributeError(f"module {package!r} has no attribute {name!r}")

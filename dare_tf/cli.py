@@ -148,27 +148,37 @@ def int64_flag(name: str, value: str) -> int:
     return number
 
 
-def run(main: Callable[..., Any], configure: Callable[[list[str]], Any] | None = None) -> None:
+def run(main: Callable[..., Any], configure: Callable[[list[str]], Any] | None = None,
+        tensorflow: bool = True, keras2: bool = False) -> None:
     """`app.run(main)`, with user errors as one line on stderr and exit code 1.
 
     Once the flags are parsed, `configure(argv)` (when given) builds the
     program's configuration from the flags and the command line's positional
     arguments (and checks its input files), so that a bad value is refused
-    before TensorFlow loads; then TensorFlow loads (quietly) and `main(argv)`,
-    or `main(configuration)`, runs."""
+    before TensorFlow loads; then (`tensorflow=True`) TensorFlow loads quietly
+    (TF_CPP_MIN_LOG_LEVEL 2 unless set, its start-up notices filtered, every
+    layer, search and optimizer registered: `dare_tf.load`) and `main(argv)`, or
+    `main(configuration)`, runs. A program of the retrieval stage passes
+    `keras2=True` (`tf.keras` as Keras 2 for tensorflow-recommenders:
+    `dare_tf.retrieval.use_keras2`); one without TensorFlow (data preparation:
+    numpy and pyarrow) passes `tensorflow=False`."""
 
     def guarded(argv):
         try:
             if not FLAGS["verbosity"].present:  # quiet by default: absl INFO only when --verbosity asks
                 logging.set_verbosity(logging.WARNING)
             configuration = configure(argv) if configure else None
-            if os.environ.get("DARE_TF_DATA_ONLY") == "1":
+            if not tensorflow:
                 return main(configuration) if configure else main(argv)
             import dare_tf
             from dare_tf._startup import FilteredStderr
+            from dare_tf.retrieval._keras2 import use_keras2
 
+            os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # no TensorFlow C++ INFO or WARNING lines
+            if keras2:
+                use_keras2()  # before TensorFlow loads (Keras 3, `import keras`, is unaffected)
             with FilteredStderr():  # TensorFlow's notices while the program runs, filtered
-                dare_tf.load()  # the flags are parsed: now TensorFlow, quietly
+                dare_tf.load()  # the flags are parsed: now TensorFlow
                 return main(configuration) if configure else main(argv)
         except KeyboardInterrupt:
             raise

@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from dare_tf.retrieval import RetrievalConfig, evaluate_cascade, train_retrieval  # noqa: I001 (first: tf.keras)
+from dare_tf import retrieval
 from dare_tf.analysis.suite import AnalysisConfig, run_analyses
 from dare_tf.data.pipeline import make_dataset
 from dare_tf.data.protocol import Protocol, prepare
@@ -78,7 +78,7 @@ def _print_request(client: ServingClient, request: dict) -> None:
 
 def _two_stage(work_dir: str, data_dir: str, export_base: str, overwrite: bool = False) -> None:
     retrieval_run = os.path.join(work_dir, "retrieval")
-    results = train_retrieval(data_dir, retrieval_run, RetrievalConfig(epochs=3))
+    results = retrieval.train_retrieval(data_dir, retrieval_run, retrieval.RetrievalConfig(epochs=3))
     sources = results["test_sources"]
     _say("retrieval recall on the test positives (merged candidates / two-tower / most popular / recent "
          "categories): " + ", ".join(
@@ -91,7 +91,7 @@ def _two_stage(work_dir: str, data_dir: str, export_base: str, overwrite: bool =
                                                    **CASCADE_TRAINING), overwrite=overwrite, report=_say)
     runs = {"dare, cascade negatives": ranker_run,
             **{m: os.path.join(work_dir, "synthetic", "d16", m) for m in ("dare", "twin", "din")}}
-    evaluate_cascade(data_dir, retrieval_run, runs, os.path.join(work_dir, "cascade"), report=_say,
+    retrieval.evaluate_cascade(data_dir, retrieval_run, runs, os.path.join(work_dir, "cascade"), report=_say,
                      overwrite=overwrite)
     export_run(ranker_run, export_base, "ranker")
     export_run(retrieval_run, export_base, "retrieval")

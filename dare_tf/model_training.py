@@ -15,6 +15,14 @@ def _tensorflow_execution():
     return execution
 
 
+def compiled_loss(model):
+    """The loss `compile(loss=...)` gave (`Trainer._compile_loss`), one of the two
+    private Keras attributes this package reads (here only; the other:
+    `dare_tf.execution.loss_tracker`); `None` without one. Backend-neutral.
+    tests/test_execution.py fails when Keras renames it."""
+    return getattr(model, "_compile_loss", None)
+
+
 class TrainingMixin:
     """The loss and training-step methods of `dare_tf.models.DareModel` (a
     `keras.Model` with `task`, `aux_head`, `forward` and `regularization`)."""
@@ -43,7 +51,7 @@ class TrainingMixin:
         `evaluate` it is the probability, and a model with an auxiliary head
         runs its forward pass again for that head's output.
         """
-        if getattr(self, "_compile_loss", None) is not None:
+        if compiled_loss(self) is not None:
             raise ValueError("DareModel computes its own loss (click + auxiliary cross entropy + L2, "
                              "see DareModel.compute_loss): compile it without `loss=`")
         if isinstance(y_pred, dict):

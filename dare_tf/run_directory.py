@@ -239,8 +239,12 @@ class RunDirectory:
         return int(max(self.results()["per_seed"], key=lambda r: r["val"]["auc"])["seed"])
 
     def load_model(self, seed: int | None = None):
-        """A ranking run's `model.keras` of `seed` (default: the best seed)."""
+        """A ranking run's `model.keras` of `seed` (default: the best seed), its
+        layers, search and optimizer registered first (`dare_tf.load`)."""
         import keras
 
+        import dare_tf
+
+        dare_tf.load()
         seed = self.best_seed() if seed is None else seed
         return keras.saving.load_model(os.path.join(self.seed_dir(seed), MODEL))

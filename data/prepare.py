@@ -18,16 +18,12 @@ unless --beam_options name another runner) and writes the same records.
 --output_dir is replaced only when it is absent, empty or a dataset this program wrote.
 """
 
-import os
+from absl import app, flags
 
-os.environ.setdefault("DARE_TF_DATA_ONLY", "1")  # numpy, pyarrow, google-crc32c: no TensorFlow runtime (memory)
-
-from absl import app, flags  # noqa: E402
-
-import dare_tf.cli  # noqa: E402
-from dare_tf.data.logs import FILE_FORMATS, FORMATS, LogFormat, parse_columns  # noqa: E402
-from dare_tf.data.protocol import Protocol, prepare  # noqa: E402
-from dare_tf.data.spec import COMPRESSIONS  # noqa: E402
+import dare_tf.cli
+from dare_tf.data.logs import FILE_FORMATS, FORMATS, LogFormat, parse_columns
+from dare_tf.data.protocol import Protocol, prepare
+from dare_tf.data.spec import COMPRESSIONS
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("dataset", None, sorted(FORMATS), "A named log format (preset of --format/--columns/--click).")
@@ -104,7 +100,7 @@ def main(argv):
 
 
 def run():
-    dare_tf.cli.run(main)
+    dare_tf.cli.run(main, tensorflow=False)  # numpy, pyarrow, google-crc32c: no TensorFlow runtime (memory)
 
 
 if __name__ == "__main__":

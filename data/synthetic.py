@@ -4,14 +4,10 @@ Usage:
   python -m data.synthetic --output=data/synthetic/log.csv --users=2000 --seed=0
 """
 
-import os
+from absl import flags
 
-os.environ.setdefault("DARE_TF_DATA_ONLY", "1")  # numpy only: no TensorFlow runtime
-
-from absl import flags  # noqa: E402
-
-import dare_tf.cli  # noqa: E402
-from dare_tf.data.synthetic import SyntheticConfig, write  # noqa: E402
+import dare_tf.cli
+from dare_tf.data.synthetic import SyntheticConfig, write
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output", None, "Path of the Taobao-format CSV to write.")
@@ -27,7 +23,7 @@ def main(argv):
 
 
 def run():
-    dare_tf.cli.run(main)
+    dare_tf.cli.run(main, tensorflow=False)  # numpy only: no TensorFlow runtime
 
 
 if __name__ == "__main__":

@@ -10,10 +10,10 @@ target's category occurs in the history), on the backend `KERAS_BACKEND` names
 import os
 import tempfile
 
-import dare_tf  # first: it quiets TensorFlow's start-up notices
+import keras
+import numpy as np
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
+import dare_tf
 
 NUM_ITEMS, NUM_CATEGORIES, L = 500, 21, 50  # in a prepared dataset: spec.json's num_items, ...
 

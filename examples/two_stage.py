@@ -18,8 +18,7 @@ are `data.prepare`, `trainers.train_retrieval`, `trainers.train` and
 import os
 import sys
 
-# Import the retrieval stage first: it needs tf.keras to be Keras 2 (tensorflow-recommenders).
-from dare_tf.retrieval import RetrievalConfig, evaluate_cascade, train_retrieval  # noqa: I001
+from dare_tf import retrieval
 from dare_tf.data.protocol import prepare
 from dare_tf.demo import CASCADE_TRAINING
 from dare_tf.training import TrainConfig, train
@@ -30,15 +29,17 @@ SAMPLE = os.path.join(HERE, "..", "..", "shared", "data", "taobao", "UserBehavio
 
 
 def main(log: str = SAMPLE, work_dir: str = os.path.join("runs", "examples", "two_stage")) -> dict:
+    retrieval.use_keras2()  # tensorflow-recommenders needs tf.keras to be Keras 2 (Keras 3 is unaffected)
     data_dir = os.path.join(work_dir, "data")
     prepare("taobao", log, data_dir)
-    train_retrieval(data_dir, os.path.join(work_dir, "retrieval"), RetrievalConfig(epochs=2, verbose=0))
+    retrieval_run = os.path.join(work_dir, "retrieval")
+    retrieval.train_retrieval(data_dir, retrieval_run, retrieval.RetrievalConfig(epochs=2, verbose=0))
     train(data_dir, os.path.join(work_dir, "dare"),
-          TrainConfig.create(preset="dare", verbose=0, retrieval_run=os.path.join(work_dir, "retrieval"),
+          TrainConfig.create(preset="dare", verbose=0, retrieval_run=retrieval_run,
                              retrieval_candidates=NUM_CANDIDATES, **dict(CASCADE_TRAINING, batch_size=288)))
     # Prints the table: retrieval alone, then retrieval's top 50 reordered by DARE.
-    return evaluate_cascade(data_dir, os.path.join(work_dir, "retrieval"), {"dare": os.path.join(work_dir, "dare")},
-                            os.path.join(work_dir, "cascade"), num_candidates=NUM_CANDIDATES, k=10)
+    return retrieval.evaluate_cascade(data_dir, retrieval_run, {"dare": os.path.join(work_dir, "dare")},
+                                      os.path.join(work_dir, "cascade"), num_candidates=NUM_CANDIDATES, k=10)
 
 
 if __name__ == "__main__":

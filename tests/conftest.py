@@ -11,8 +11,6 @@ import pytest  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
-OWN_PROCESS = "DARE_TF_TEST_IN_OWN_PROCESS"
-PARENT_TAOBAO = "DARE_TF_TEST_TAOBAO"
 # The environment of the programs a test runs (python -m trainers.train, ...).
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
 # ... and a user's: no TF_CPP_MIN_LOG_LEVEL, so a test sees what the program prints by itself.
@@ -83,12 +81,9 @@ def planted(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def taobao(tmp_path_factory):
-    """The real Taobao sample, prepared once per test session (default protocol, seed 0);
-    a test in a process of its own (`own_process`) reads its parent's."""
+    """The real Taobao sample, prepared once per test session (default protocol, seed 0)."""
     from dare_tf.data.protocol import prepare
 
-    if os.environ.get(PARENT_TAOBAO):
-        return os.environ[PARENT_TAOBAO]
     out = str(tmp_path_factory.mktemp("prepared") / "taobao_sample")
     prepare("taobao", os.path.join(SHARED_DATA, "taobao", "UserBehavior_sample.csv"), out)
     return out
@@ -99,12 +94,18 @@ def pytest_collection_modifyitems(config, items):
     """Tests marked `slow`, and groups that share an expensive module fixture
     (`xdist_group`: `make test` runs `--dist loadgroup`, one worker per group),
     run first: under two xdist workers the long work starts at once and the
-    short tests fill the gaps, instead of a long test starting last. The
-    `own_process` tests form one group: one child process runs them all."""
-    config._own_process = [item.nodeid for item in items if item.get_closest_marker("own_process")]
-    for item in items:
-        if item.get_closest_marker("own_process"):
-            item.add_marker(pytest.mark.xdist_group("own_process"))
+    short tests fill the gaps, instead of a long test starting last.
+
+    The tests marked `tfrs` (tensorflow-recommenders) need `tf.keras` to be
+    Keras 2 from the start of their process: `make test` runs them in a pytest
+    run of their own with `TF_USE_LEGACY_KERAS=1`, beside the others; elsewhere
+    they are skipped, saying so."""
+    if os.environ.get("TF_USE_LEGACY_KERAS") != "1":
+        skip = pytest.mark.skip(reason="tensorflow-recommenders needs tf.keras to be Keras 2: run with "
+                                       "TF_USE_LEGACY_KERAS=1 -m tfrs (make test does)")
+        for item in items:
+            if item.get_closest_marker("tfrs"):
+                item.add_marker(skip)
     items.sort(key=lambda item: not (item.get_closest_marker("slow") or item.get_closest_marker("xdist_group")))
     return (yield)
 
@@ -112,11 +113,8 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def two_stage(taobao, tmp_path_factory):
     """A retrieval run and a DARE run (top_k 10) on the Taobao sample: run directories
-    `retrieval` and `dare`, trained in the `own_process` child that needs them (the
-    parent process never imports tensorflow-recommenders)."""
-    if not os.environ.get(OWN_PROCESS):
-        return None
-    from dare_tf.retrieval import RetrievalConfig, train_retrieval  # noqa: I001 (first: tf.keras)
+    `retrieval` and `dare` (for the `tfrs` tests)."""
+    from dare_tf.retrieval import RetrievalConfig, train_retrieval
     from dare_tf.training import TrainConfig, train
 
     work = tmp_path_factory.mktemp("two_stage")
@@ -125,51 +123,3 @@ def two_stage(taobao, tmp_path_factory):
     train(taobao, runs["dare"], TrainConfig.create(preset="dare", batch_size=256, epochs=1, eval_every=20, verbose=0,
                                                    model_overrides=dict(top_k=10)))
     return runs
-
-
-_OWN_PROCESS_OUTCOMES: dict[str, str | None] = {}
-
-
-def _run_own_process_tests(pyfuncitem) -> None:
-    """Runs every selected `own_process` test in one fresh `python -m pytest` and
-    records each one's outcome (None: passed; else the failure's text)."""
-    import subprocess
-    import sys
-    import tempfile
-    import xml.etree.ElementTree as ElementTree
-
-    nodeids = pyfuncitem.config._own_process
-    env = dict(os.environ, **{OWN_PROCESS: "1", "TF_USE_LEGACY_KERAS": "1", "PYTHONPATH": REPO})
-    if "taobao" in pyfuncitem.funcargs:
-        env[PARENT_TAOBAO] = pyfuncitem.funcargs["taobao"]
-    with tempfile.TemporaryDirectory() as tmp:
-        report = os.path.join(tmp, "junit.xml")
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-                               f"--junitxml={report}", *nodeids], cwd=REPO, env=env, capture_output=True, text=True,
-                              timeout=1800)
-        cases = ElementTree.parse(report).getroot().iter("testcase") if os.path.exists(report) else []
-        for case in cases:
-            problem = case.find("failure") if case.find("failure") is not None else case.find("error")
-            nodeid = case.get("classname").replace(".", "/") + ".py::" + case.get("name")
-            _OWN_PROCESS_OUTCOMES[nodeid] = None if problem is None else (problem.text or problem.get("message"))
-    for nodeid in nodeids:  # a child that died reports nothing: every test fails with its output
-        _OWN_PROCESS_OUTCOMES.setdefault(nodeid, f"no result (exit {done.returncode}):\n{done.stdout[-6000:]}\n"
-                                                 f"{done.stderr[-2000:]}")
-
-
-def pytest_pyfunc_call(pyfuncitem):
-    """The tests marked `own_process` run together in one fresh `python -m pytest` of
-    their own (with `TF_USE_LEGACY_KERAS=1` from the start, as
-    tensorflow-recommenders needs `tf.keras` to be Keras 2), started by the first of
-    them to run here (they share one xdist group, so one worker); this process
-    reports each one's outcome: TensorFlow cannot be forked safely once it has run,
-    and `tf.keras` resolves once per process."""
-    if not pyfuncitem.get_closest_marker("own_process") or os.environ.get(OWN_PROCESS):
-        return None
-    nodeid = pyfuncitem.nodeid.split("@")[0]  # (xdist's loadgroup appends "@group")
-    if nodeid not in _OWN_PROCESS_OUTCOMES:
-        _run_own_process_tests(pyfuncitem)
-    failure = _OWN_PROCESS_OUTCOMES[nodeid]
-    if failure is not None:
-        pytest.fail(f"in the own_process child:\n{failure[-6000:]}", pytrace=False)
-    return True

@@ -1,5 +1,5 @@
-"""dare_tf.execution: the one private Keras attribute it reads is where it expects it,
-and the whole-gradient XLA step applies only where it may."""
+"""dare_tf.execution: the two private Keras attributes the package reads are where it
+expects them, and the whole-gradient XLA step applies only where it may."""
 
 import keras
 import numpy as np
@@ -7,6 +7,20 @@ import pytest
 
 from dare_tf import build_model, execution
 from tests.conftest import random_batch
+
+
+def test_keras_compile_loss_is_where_the_model_expects_it():
+    """`compile(loss=...)` is refused (the model computes its own loss): it reads
+    Keras's `Trainer._compile_loss`, through `compiled_loss` only."""
+    from dare_tf.model_training import compiled_loss
+
+    model = build_model("dare", 60, 7, max_len=12, top_k=4, seed=0)
+    model.compile(optimizer="adam")
+    assert compiled_loss(model) is None
+    model.compile(optimizer="adam", loss="binary_crossentropy")
+    assert compiled_loss(model) is not None, "Keras renamed Trainer._compile_loss"
+    with pytest.raises(ValueError, match="DareModel computes its own loss"):
+        model.compute_loss(model.dummy_inputs(2), np.ones(2, "float32"), model(model.dummy_inputs(2)))
 
 
 def test_keras_loss_tracker_is_where_the_xla_step_expects_it(rng):

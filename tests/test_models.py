@@ -245,6 +245,37 @@ def test_user_functional_model_learns_planted_task(rng, tmp_path):
     np.testing.assert_allclose(keras.saving.load_model(path).predict(xt, verbose=0), p, atol=1e-6)
 
 
+def test_a_saved_model_loads_in_a_fresh_process_after_dare_tf_load(rng, tmp_path):
+    """`import dare_tf` alone registers nothing (it imports nothing); `dare_tf.load()`
+    registers the model, every search variant and the optimizers, so a saved SDIM
+    model with its FusedAdam state loads and predicts the same."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ENV, REPO
+
+    model = build_model("sdim", NUM_ITEMS, NUM_CATS, max_len=LENGTH, seed=1)
+    model.compile(optimizer=dare_tf.optimizers.FusedAdam(0.01))
+    x = random_batch(rng, 4, LENGTH, NUM_ITEMS, NUM_CATS)
+    model.fit(x, np.array([1.0, 0, 1, 0]), verbose=0)
+    path = str(tmp_path / "sdim.keras")
+    model.save(path)
+    np.save(tmp_path / "x.npy", x, allow_pickle=True)
+    code = ("import sys, numpy as np, dare_tf, keras\n"
+            "assert 'dare_tf.models' not in sys.modules\n"
+            "dare_tf.load()\n"
+            "m = keras.saving.load_model(sys.argv[1])\n"
+            "x = np.load(sys.argv[2], allow_pickle=True).item()\n"
+            "p = m.predict(x, verbose=0).ravel().tolist()\n"
+            "print(type(m).__name__, type(m.optimizer).__name__, *p)")
+    done = subprocess.run([sys.executable, "-c", code, path, str(tmp_path / "x.npy")], cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    name, optimizer, *values = done.stdout.strip().splitlines()[-1].split()
+    assert (name, optimizer) == ("DareModel", "FusedAdam")
+    np.testing.assert_allclose([float(v) for v in values], model.predict(x, verbose=0).ravel(), atol=1e-6)
+
+
 def test_the_din_scorer_is_refused_for_a_top_k_search():
     with pytest.raises(ValueError, match=r"^scorer='din': the DIN activation unit scores a whole history; "
                        r"search='soft' ranks by its own scores \(use search='none'\)$"):

@@ -143,6 +143,51 @@ def test_the_serving_client_and_the_stand_in_load_no_model_stack():
     code = ("import sys; import dare_tf.serving.client, dare_tf.serving.cascade, dare_tf.testing.standin_server; "
             "print(sorted(m for m in sys.modules if m == 'dare_tf.models' or m.startswith('dare_tf.export')))")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, DARE_TF_DEFER_IMPORTS="1", TF_CPP_MIN_LOG_LEVEL="3"))
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
+
+
+PROGRAMS = ["trainers.train", "trainers.train_retrieval", "trainers.reproduce", "trainers.evaluate_cascade",
+            "trainers.analyze", "trainers.demo", "serving.export", "serving.client", "serving.standin_server",
+            "serving.histories", "data.prepare", "data.synthetic"]
+
+
+def test_imports_set_no_environment_variable_and_touch_no_file_descriptor():
+    """`import dare_tf` (and its data and client packages, and every program's
+    module) has one personality: it sets no environment variable, redirects no
+    file descriptor, loads no TensorFlow, Keras or JAX; and no `DARE_TF_*` switch
+    is left in the code."""
+    import subprocess
+    import sys
+
+    modules = ["dare_tf", "dare_tf.data", "dare_tf.serving", "dare_tf.training", "dare_tf.retrieval",
+               "dare_tf.search", "dare_tf.analysis", "dare_tf.histories"]
+    code = ("import importlib, json, os, sys\n"
+            "if sys.argv[1] == 'tensorflow':  # imported first: what TensorFlow's own import sets is not ours\n"
+            "    import tensorflow\n"
+            "before = (dict(os.environ), os.fstat(1).st_ino, os.fstat(2).st_ino)\n"
+            "for name in sys.argv[1:]:\n"
+            "    importlib.import_module(name)\n"
+            "after = (dict(os.environ), os.fstat(1).st_ino, os.fstat(2).st_ino)\n"
+            "changed = sorted(k for k in set(before[0]) | set(after[0]) if before[0].get(k) != after[0].get(k))\n"
+            "print(json.dumps({'environ': changed, 'fds': before[1:] == after[1:], "
+            "'loaded': sorted(m for m in ('tensorflow', 'keras', 'jax') if m in sys.modules)}))\n")
+    import json
+
+    # The gRPC client needs TensorFlow's protos (tensorflow-serving-api's depend on them): TensorFlow
+    # (which imports Keras itself) first, then the client changes nothing more and loads no model.
+    groups = [modules, ["tensorflow", "dare_tf.serving.client"]] + [[p] for p in PROGRAMS]  # (programs' flags clash)
+    for group in groups:
+        done = subprocess.run([sys.executable, "-c", code, *group], cwd=REPO, capture_output=True, text=True,
+                              timeout=120, env={k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"})
+        assert done.returncode == 0, done.stderr[-2000:]
+        report = json.loads(done.stdout.strip().splitlines()[-1])
+        expected = ["jax", "keras", "tensorflow"] if group[0] == "tensorflow" else []
+        assert report == {"environ": [], "fds": True, "loaded": expected}, group
+    switches = [f"{os.path.relpath(os.path.join(root, f), REPO)}:{i}"
+                for top in ("dare_tf", "trainers", "serving", "data")
+                for root, _, files in os.walk(os.path.join(REPO, top))
+                for f in files if f.endswith(".py")
+                for i, line in enumerate(open(os.path.join(root, f)), 1) if "DARE_TF_" in line]
+    assert switches == []

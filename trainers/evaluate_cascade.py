@@ -44,7 +44,7 @@ def main(argv):
 
 
 def run():
-    dare_tf.cli.run(main)
+    dare_tf.cli.run(main, keras2=True)  # (the retrieval stage: tensorflow-recommenders)
 
 
 if __name__ == "__main__":

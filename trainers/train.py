@@ -30,6 +30,10 @@ flags.mark_flags_as_required(["data_dir", "output_dir"])
 def main(config):
     from dare_tf import training
 
+    if config.cascade.retrieval_run:  # its candidates come from the retrieval stage (tensorflow-recommenders)
+        from dare_tf.retrieval import use_keras2
+
+        use_keras2()
     strategy = training.make_strategy(config.runtime.strategy, FLAGS.cpu_devices, config.runtime.join_timeout_s)
     results = training.train(FLAGS.data_dir, FLAGS.output_dir, config, strategy, overwrite=FLAGS.overwrite,
                              flags_text=dare_tf.cli.program_flags_text())

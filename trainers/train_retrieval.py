@@ -37,7 +37,7 @@ def main(config: RetrievalConfig):
 
 
 def run():
-    dare_tf.cli.run(main, configure=lambda argv: dare_tf.cli.from_flags(RetrievalConfig))
+    dare_tf.cli.run(main, configure=lambda argv: dare_tf.cli.from_flags(RetrievalConfig), keras2=True)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ all on trained runs (program: `python -m trainers.analyze`); the modules hold
 the computations, usable on their own. Each name is imported on first use.
 """
 
-import importlib
+from dare_tf._faces import lazy_face
 
 # Public name -> the module that defines it.
 _EXPORTS = {
@@ -18,12 +18,4 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"dare_tf.analysis.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module 'dare_tf.analysis' has no attribute {name!r}")
-
-
-__all__ = ["ANALYSES", "AnalysisConfig", "CooccurrenceCounts", "SplitGradientRecorder", "category_position_scores",
-           "cluster_label_information", "mutual_information", "ndcg_at_k", "planted_gains", "run_analyses",
-           "split_gradients"]
+__getattr__, __dir__, __all__ = lazy_face(__name__, {k: f"dare_tf.analysis.{m}" for k, m in _EXPORTS.items()})

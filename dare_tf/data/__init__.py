@@ -3,16 +3,16 @@ impression log, the paper's preparation protocol (in memory and on Apache
 Beam), the TFRecord shards, the sequence store, the synthetic log
 generator, and the tf.data pipeline.
 
-`spec` is pure Python; everything else needs TensorFlow (or pyarrow) and is
-imported on first use.
+Each name is imported from its module on first use: `spec` is pure Python;
+the pipeline needs TensorFlow, preparation numpy and pyarrow only.
 """
 
-import importlib
+from dare_tf._faces import lazy_face
 
-from dare_tf.data.spec import (FORMAT, MODEL_INPUTS, SCALAR_FEATURES, SEQUENCE_FEATURES, SPLITS,
-                               DatasetSpec, id_map_digest, read_id_map)
-
+# Public name -> the module that defines it (or (module, name there)), imported on first use.
 _LAZY = {
+    **dict.fromkeys(("FORMAT", "MODEL_INPUTS", "SCALAR_FEATURES", "SEQUENCE_FEATURES", "SPLITS", "DatasetSpec",
+                     "id_map_digest", "item_categories", "read_id_map"), "dare_tf.data.spec"),
     "make_dataset": "dare_tf.data.pipeline",
     "SequenceStore": "dare_tf.data.store",
     "read_examples": "dare_tf.data.store",
@@ -27,12 +27,4 @@ _LAZY = {
     "write_synthetic": ("dare_tf.data.synthetic", "write"),
 }
 
-__all__ = ["FORMAT", "MODEL_INPUTS", "SCALAR_FEATURES", "SEQUENCE_FEATURES", "SPLITS", "DatasetSpec",
-           "id_map_digest", "read_id_map", *_LAZY]
-
-
-def __getattr__(name):
-    if name in _LAZY:
-        module, attribute = _LAZY[name] if isinstance(_LAZY[name], tuple) else (_LAZY[name], name)
-        return getattr(importlib.import_module(module), attribute)
-    raise AttributeError(f"module 'dare_tf.data' has no attribute {name!r}")
+__getattr__, __dir__, __all__ = lazy_face(__name__, _LAZY)

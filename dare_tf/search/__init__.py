@@ -20,6 +20,8 @@ program's `--help` never loads TensorFlow.
 
 import importlib
 
+from dare_tf._faces import lazy_face
+
 # Every registered search, by its `ModelConfig.search` name, and the module here that defines it.
 VARIANTS = {"soft": "soft", "hard": "hard", "simhash": "simhash", "cluster": "cluster", "sdim": "sampling",
             "none": "full_history"}
@@ -42,32 +44,11 @@ def import_variants() -> dict:
     return importlib.import_module("dare_tf.search.base").SEARCHES
 
 
+_face_getattr, __dir__, __all__ = lazy_face(__name__, {k: f"dare_tf.search.{m}" for k, m in _EXPORTS.items()})
+__all__ = sorted([*__all__, "SEARCHES", "VARIANTS", "import_variants"])
+
+
 def __getattr__(name):
-    if name == "SEARCHES":
+    if name == "SEARCHES":  # the registry, every variant imported
         return import_variants()
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"dare_tf.search.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module 'dare_tf.search' has no attribute {name!r}")
-
-
-__all__ = [
-    "PADDING_SCORE",
-    "SEARCHES",
-    "VARIANTS",
-    "BehaviorSearch",
-    "ClusterTopKSearch",
-    "FullHistorySearch",
-    "HardTopKSearch",
-    "HashSamplingSearch",
-    "SearchResult",
-    "SimHashTopKSearch",
-    "SoftTopKSearch",
-    "TopKSearch",
-    "build_search",
-    "hamming_priority",
-    "hard_search_priority",
-    "import_variants",
-    "register_search",
-    "scaled_dot_scores",
-    "search_class",
-]
+    return _face_getattr(name)

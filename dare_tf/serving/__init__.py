@@ -4,7 +4,7 @@ are `dare_tf.export`'s. The stand-in server the tests and the demo use is a
 test double in `dare_tf.testing`, not public API.
 """
 
-import importlib
+from dare_tf._faces import lazy_face
 
 _LAZY = {
     "export_saved_model": "dare_tf.export",
@@ -20,10 +20,4 @@ _LAZY = {
     "format_recommendations": "dare_tf.serving.cascade",
 }
 
-__all__ = list(_LAZY)
-
-
-def __getattr__(name):
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'dare_tf.serving' has no attribute {name!r}")
+__getattr__, __dir__, __all__ = lazy_face(__name__, _LAZY)

@@ -36,7 +36,7 @@ first use (`config` needs no TensorFlow, so a program's flags are defined and
 parsed before TensorFlow loads).
 """
 
-import importlib
+from dare_tf._faces import lazy_face
 
 # Public name -> the module that defines it.
 _EXPORTS = {
@@ -58,51 +58,4 @@ _EXPORTS = {
 _SUBMODULES = ("callbacks", "config", "distribution", "evaluation", "loop", "reranking")
 
 
-def __getattr__(name):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    if name in _SUBMODULES:
-        return importlib.import_module(f"dare_tf.training.{name}")
-    raise AttributeError(f"module 'dare_tf.training' has no attribute {name!r}")
-
-
-__all__ = [
-    "EVAL_BEHAVIOURS",
-    "METRICS",
-    "OPTIMIZERS",
-    "STRATEGIES",
-    "AppendHistory",
-    "Cascade",
-    "CascadeConfig",
-    "CascadeExamples",
-    "ExactValidation",
-    "KeepBestWeights",
-    "NonFiniteLossError",
-    "RunProgress",
-    "RunConfigMismatchError",
-    "RunLockedError",
-    "SaveCheckpoint",
-    "SeedRun",
-    "StopAtStep",
-    "StopOnNonFiniteLoss",
-    "TrainConfig",
-    "effective_model_config",
-    "evaluate_outputs",
-    "format_results",
-    "gather_workers",
-    "history_length_buckets",
-    "make_optimizer",
-    "make_strategy",
-    "metrics_by_history_length",
-    "predict_batches",
-    "predict_split",
-    "read_history",
-    "refresh_batch_norm_statistics",
-    "rerank",
-    "run_identity",
-    "summarize",
-    "train",
-    "worker_index",
-    "worker_partitions",
-    "write_curves",
-]
+__getattr__, __dir__, __all__ = lazy_face(__name__, _EXPORTS, _SUBMODULES)

@@ -4,6 +4,7 @@ BatchNorm statistics refreshed for the current weights, multi-seed summaries."""
 from __future__ import annotations
 
 import os
+import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -40,10 +41,14 @@ def metrics_by_history_length(outputs: dict[str, np.ndarray], max_len: int) -> d
     return out
 
 
+# Each model's traced functions, dropped with the model.
+_FUNCTIONS: "weakref.WeakKeyDictionary[DareModel, dict]" = weakref.WeakKeyDictionary()
+
+
 def _compiled(model: DareModel, what: str, training: bool = False):
     """The model's graph function for `predict` (probabilities of a feature dict) or
     `features` (the inputs of its BatchNorm layers), traced once per model."""
-    cache = model.__dict__.setdefault("_dare_training_functions", {})
+    cache = _FUNCTIONS.setdefault(model, {})
     if (what, training) not in cache:
         if what == "predict":
             fn = lambda x: model.forward({k: x[k] for k in MODEL_INPUTS}, training=training)["probability"]  # noqa: E731

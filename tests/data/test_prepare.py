@@ -585,8 +585,7 @@ def test_preparation_loads_neither_tensorflow_nor_keras(tmp_path):
     code = ("import sys, data.prepare, dare_tf.data.beam; from dare_tf.data.protocol import Protocol, prepare; "
             f"prepare('taobao', {TAOBAO!r}, {str(tmp_path / 'out')!r}, Protocol(partitions=2)); "
             "print(sorted(m for m in ('tensorflow', 'keras', 'jax') if m in sys.modules))")
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                            env={k: v for k, v in os.environ.items() if k != "DARE_TF_DATA_ONLY"})
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines()[-1] == "[]"
     assert DatasetSpec.load(str(tmp_path / "out")).counts["test"] == 86 * 3

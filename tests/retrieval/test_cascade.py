@@ -8,9 +8,9 @@ import pytest
 
 
 @pytest.mark.slow
-@pytest.mark.own_process  # tensorflow-recommenders: tf.keras as Keras 2
+@pytest.mark.tfrs  # tensorflow-recommenders: tf.keras as Keras 2 (its own pytest run, make test)
 def test_cascade_evaluation_matches_the_retrieval_recall_and_a_per_example_reference(taobao, two_stage, tmp_path):
-    from dare_tf.retrieval import evaluate_cascade  # noqa: I001
+    from dare_tf.retrieval import evaluate_cascade
     from dare_tf.training.reranking import rerank
     data, work = taobao, str(tmp_path)
     with open(os.path.join(two_stage["retrieval"], "results.json")) as f:
@@ -109,7 +109,7 @@ def test_cascade_evaluation_matches_the_retrieval_recall_and_a_per_example_refer
     assert out["refused"].endswith("choose another --output_dir, or --overwrite to replace it")
 
 
-@pytest.mark.own_process  # (dare_tf.retrieval needs tf.keras as Keras 2)
+@pytest.mark.tfrs  # tensorflow-recommenders: tf.keras as Keras 2 (its own pytest run, make test)
 def test_the_cascade_verdict_names_what_does_not_pay_off():
     from dare_tf.retrieval.cascade import format_cascade
     from dare_tf.retrieval.verdict import cascade_warnings
@@ -148,13 +148,13 @@ def test_the_cascade_verdict_names_what_does_not_pay_off():
 
 
 @pytest.mark.slow
-@pytest.mark.own_process  # tensorflow-recommenders: tf.keras as Keras 2
+@pytest.mark.tfrs  # tensorflow-recommenders: tf.keras as Keras 2 (its own pytest run, make test)
 def test_a_ranker_trained_on_retrieval_negatives_reports_the_cascade_it_is_selected_by(taobao, two_stage, tmp_path):
     """--negatives=retrieval:N --retrieval_run: negatives come from each training history's
     own retrieved candidates; every validation reports the cascade's metrics, the kept
     weights are the best validation NDCG@10's, and the run's test cascade metrics are
     evaluate_cascade's for the same run."""
-    from dare_tf.retrieval import evaluate_cascade  # noqa: I001
+    from dare_tf.retrieval import evaluate_cascade
     from dare_tf.training import TrainConfig, train
 
     run = str(tmp_path / "cascade_ranker")

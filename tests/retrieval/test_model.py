@@ -18,7 +18,7 @@ def recall_at_k(q, c, ids, positives, ks):
     return {f"recall@{k}": float((rank < k).mean()) for k in ks}
 
 
-@pytest.mark.own_process  # tf.keras as Keras 2, resolved once per process
+@pytest.mark.tfrs  # tensorflow-recommenders: tf.keras as Keras 2 (its own pytest run, make test)
 def test_factorized_top_k_recall_and_the_index_match_numpy_and_keras3_coexists():
     import tensorflow as tf
 
@@ -72,7 +72,7 @@ def sampled_softmax_loss(q, c, ids, probability=None):
     return float(-log_softmax[np.arange(b), np.arange(b)].sum())
 
 
-@pytest.mark.own_process  # tf.keras as Keras 2, resolved once per process
+@pytest.mark.tfrs  # tensorflow-recommenders: tf.keras as Keras 2 (its own pytest run, make test)
 def test_training_loss_with_extra_negatives_matches_a_numpy_sampled_softmax():
     """Mixed negatives: the batch's positives and the drawn catalogue items are the
     candidates, each corrected by log(batch * share + uniform_negatives / catalogue); a
@@ -117,10 +117,26 @@ def test_training_loss_with_extra_negatives_matches_a_numpy_sampled_softmax():
         TwoTowerModel(41, 7, 8, 8, (items, cats), uniform_negatives=3)
 
 
-def test_tf_keras_resolved_to_keras3_first_is_refused_with_the_fix():
+def test_the_keras2_switch_is_explicit_and_refuses_too_late_with_the_fix():
+    """Importing dare_tf.retrieval changes nothing; its TFRS model refuses a tf.keras
+    that is not Keras 2, and `use_keras2` one already resolved to Keras 3; both name
+    the fix. Called before tf.keras resolves (TensorFlow imported or not), it works."""
     env = {k: v for k, v in ENV.items() if k != "TF_USE_LEGACY_KERAS"}
-    script = "import tensorflow as tf\ntf.keras.layers\nimport dare_tf.retrieval\n"
-    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode != 0
-    assert "TF_USE_LEGACY_KERAS=1" in done.stderr and "already resolved to Keras 3" in done.stderr
+    fix = ("call dare_tf.retrieval.use_keras2() before anything touches tf.keras (`import keras` alone is fine), "
+           "or set TF_USE_LEGACY_KERAS=1 in the environment")
+    scripts = {
+        "import os, dare_tf.retrieval\nassert 'TF_USE_LEGACY_KERAS' not in os.environ\nimport dare_tf.retrieval.model":
+            f"RuntimeError: dare_tf.retrieval needs tf.keras to be Keras 2 (tf-keras) for tensorflow-recommenders: "
+            f"{fix}",
+        "import tensorflow as tf\ntf.keras.layers\nimport dare_tf.retrieval\ndare_tf.retrieval.use_keras2()":
+            f"RuntimeError: tf.keras already resolved to Keras 3 (keras._tf_keras.keras) in this process: {fix}",
+        "import tensorflow as tf, keras\nimport dare_tf.retrieval\ndare_tf.retrieval.use_keras2()\n"
+        "from dare_tf.retrieval.model import TwoTowerModel\nprint(tf.keras.__name__)": None,
+    }
+    for script, error in scripts.items():
+        done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=300)
+        if error is None:
+            assert done.returncode == 0 and done.stdout.strip().startswith("tf_keras"), done.stderr[-2000:]
+        else:
+            assert done.returncode != 0 and done.stderr.strip().splitlines()[-1] == error, done.stderr[-2000:]

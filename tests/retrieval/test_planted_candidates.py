@@ -4,14 +4,14 @@ import pytest
 
 
 @pytest.mark.slow
-@pytest.mark.own_process  # tensorflow-recommenders: tf.keras as Keras 2
+@pytest.mark.tfrs  # tensorflow-recommenders: tf.keras as Keras 2 (its own pytest run, make test)
 @pytest.mark.parametrize("kind", ["sessions", "far_back"])
 def test_merged_candidates_beat_each_source_on_planted_logs(tmp_path, kind):
     """`sessions`: the next click follows the current session and its related
     category; `far_back`: a new session returns to the category of a click 25 to 45
     steps back (of a 50-slot history). On both, merged recall@200 is at least the
     tower's and popularity's, and the tower beats popularity."""
-    from dare_tf.retrieval import RetrievalConfig, train_retrieval  # noqa: I001 (first: tf.keras)
+    from dare_tf.retrieval import RetrievalConfig, train_retrieval
     from dare_tf.data.protocol import Protocol, prepare
     from dare_tf.data.synthetic import SyntheticConfig, write
 

@@ -10,7 +10,7 @@ import pytest
 
 
 @pytest.mark.slow
-@pytest.mark.own_process  # tensorflow-recommenders: tf.keras as Keras 2
+@pytest.mark.tfrs  # tensorflow-recommenders: tf.keras as Keras 2 (its own pytest run, make test)
 def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
     from dare_tf import build_model
     from dare_tf.data.protocol import Protocol, prepare
