@@ -116,19 +116,11 @@ def test_tmall_sample_follows_protocol(tmall):
 
 def log_item_categories(path, dataset):
     """Independent recount: each raw item's raw category on its last click in
-    protocol order (users in order of first row, each user's rows in file order
-    for Taobao, stably by time for Tmall)."""
-    per_user = {}
-    with open(path, newline="") as f:
-        rows = csv.reader(f)
-        if dataset == "tmall":
-            next(rows)
-        for row in rows:
-            if (dataset == "taobao" and row[3] == "pv") or (dataset == "tmall" and row[6] == "0"):
-                per_user.setdefault(row[0], []).append((row[1], row[2], int(row[5]) if dataset == "tmall" else 0))
+    protocol order (users in order of first row, each user's clicks in protocol
+    order: `raw_click_sequences`)."""
     last = {}
-    for clicks in per_user.values():
-        for item, category, _ in sorted(clicks, key=lambda r: r[2]):
+    for clicks in raw_click_sequences(path, dataset).values():
+        for item, category, _ in clicks:
             last[item] = category
     return last
 
