@@ -253,61 +253,6 @@ def check_ids(path: str, columns: dict[str, np.ndarray], spec: DatasetSpec) -> N
                              f"expected {expected}")
 
 
-def read_shard(data_dir: str, name: str, spec: DatasetSpec, kind: str) -> dict[str, np.ndarray]:
-    """A whole shard as int32 numpy columns, checked (`check_file`, record count,
-    `check_ids`). Example shards: `EXAMPLE_COLUMNS`; store shards: `uid`,
-    `length` per user and `items`, `categories` per click."""
-    import tensorflow as tf
-
-    path = check_file(data_dir, name, spec)
-    try:
-        columns = _parse_files([path], spec, kind)
-    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError, tf.errors.OutOfRangeError) as e:
-        reason = re.sub(r"\{\{[^}]*\}\}|\s*\[Op:.*$|'? failed with", "", str(e).strip().splitlines()[0]).strip()[:200]
-        raise ShardError(f"{path}: not a complete {spec.compression or 'uncompressed'} TFRecord file of "
-                         f"{kind} records ({type(e).__name__}: {reason}); prepare the dataset again") from None
-    records = len(columns["uid"])
-    if records != spec.records(name):
-        raise ShardError(f"{path}: holds {records} records; spec.json records {spec.records(name)}")
-    return _checked(path, name, columns, spec)
-
-
-def read_shards(data_dir: str, names: list[str], spec: DatasetSpec, kind: str) -> list[dict[str, np.ndarray]]:
-    """`read_shard` of each of `names` (shards of one kind), read as one tf.data
-    pipeline: its files' sha256 are checked first, so each shard's records are
-    its spec.json count; on any mismatch or parse error the shards are read one
-    by one, so that the error names the file."""
-    import tensorflow as tf
-
-    if len(names) < 2:
-        return [read_shard(data_dir, name, spec, kind) for name in names]
-    paths = [check_file(data_dir, name, spec) for name in names]
-    try:
-        columns = _parse_files(paths, spec, kind)
-    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError, tf.errors.OutOfRangeError):
-        columns = None
-    counts = np.array([spec.records(name) for name in names])
-    if columns is None or len(columns["uid"]) != counts.sum():
-        return [read_shard(data_dir, name, spec, kind) for name in names]
-    record_starts = np.concatenate([[0], np.cumsum(counts)])
-    click_starts = np.concatenate([[0], np.cumsum(columns["length"])])[record_starts] if kind == STORE_KIND else None
-    out = []
-    for i, (name, path) in enumerate(zip(names, paths)):
-        records = slice(record_starts[i], record_starts[i + 1])
-        clicks = slice(click_starts[i], click_starts[i + 1]) if kind == STORE_KIND else records
-        out.append(_checked(path, name, {k: v[clicks if k in STORE_CLICK_COLUMNS else records]
-                                         for k, v in columns.items()}, spec))
-    return out
-
-
-def _checked(path: str, name: str, columns: dict[str, np.ndarray], spec: DatasetSpec) -> dict[str, np.ndarray]:
-    """A parsed shard's int64 columns, ids checked (`check_ids`, before the cast), as
-    int32; the shard is recorded as verified."""
-    check_ids(path, columns, spec)
-    VERIFIED.add((os.path.realpath(path), spec.files[name]["sha256"]))
-    return {k: v.astype(np.int32) for k, v in columns.items()}
-
-
 def _parse_files(paths: list[str], spec: DatasetSpec, kind: str) -> dict[str, np.ndarray]:
     """The records of `paths`, in order, parsed eagerly (no function to trace) into
     int64 columns."""
@@ -325,20 +270,84 @@ def _parse_files(paths: list[str], spec: DatasetSpec, kind: str) -> dict[str, np
     return {k: np.concatenate(parts[k]) if k in parts else np.zeros(0, np.int64) for k in names}
 
 
-# Shards checked by `read_shard` in this process: (real path, sha256).
-VERIFIED: set[tuple[str, str]] = set()
+class ShardReader:
+    """Reads a prepared dataset's shards, checked (`check_file`, record counts,
+    `check_ids`); it owns the set of shards it verified, (real path, sha256), so
+    that `verify` checks each once before it is first streamed."""
+
+    def __init__(self):
+        self.verified: set[tuple[str, str]] = set()
+
+    def read_shard(self, data_dir: str, name: str, spec: DatasetSpec, kind: str) -> dict[str, np.ndarray]:
+        """A whole shard as int32 numpy columns, checked (`check_file`, record count,
+        `check_ids`). Example shards: `EXAMPLE_COLUMNS`; store shards: `uid`,
+        `length` per user and `items`, `categories` per click."""
+        import tensorflow as tf
+
+        path = check_file(data_dir, name, spec)
+        try:
+            columns = _parse_files([path], spec, kind)
+        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError, tf.errors.OutOfRangeError) as e:
+            first = str(e).strip().splitlines()[0]
+            reason = re.sub(r"\{\{[^}]*\}\}|\s*\[Op:.*$|'? failed with", "", first).strip()[:200]
+            raise ShardError(f"{path}: not a complete {spec.compression or 'uncompressed'} TFRecord file of "
+                             f"{kind} records ({type(e).__name__}: {reason}); prepare the dataset again") from None
+        records = len(columns["uid"])
+        if records != spec.records(name):
+            raise ShardError(f"{path}: holds {records} records; spec.json records {spec.records(name)}")
+        return self._checked(path, name, columns, spec)
+
+    def read_shards(self, data_dir: str, names: list[str], spec: DatasetSpec, kind: str) -> list[dict[str, np.ndarray]]:
+        """`read_shard` of each of `names` (shards of one kind), read as one tf.data
+        pipeline: its files' sha256 are checked first, so each shard's records are
+        its spec.json count; on any mismatch or parse error the shards are read one
+        by one, so that the error names the file."""
+        import tensorflow as tf
+
+        if len(names) < 2:
+            return [self.read_shard(data_dir, name, spec, kind) for name in names]
+        paths = [check_file(data_dir, name, spec) for name in names]
+        try:
+            columns = _parse_files(paths, spec, kind)
+        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError, tf.errors.OutOfRangeError):
+            columns = None
+        counts = np.array([spec.records(name) for name in names])
+        if columns is None or len(columns["uid"]) != counts.sum():
+            return [self.read_shard(data_dir, name, spec, kind) for name in names]
+        record_starts = np.concatenate([[0], np.cumsum(counts)])
+        click_starts = (np.concatenate([[0], np.cumsum(columns["length"])])[record_starts] if kind == STORE_KIND
+                        else None)
+        out = []
+        for i, (name, path) in enumerate(zip(names, paths)):
+            records = slice(record_starts[i], record_starts[i + 1])
+            clicks = slice(click_starts[i], click_starts[i + 1]) if kind == STORE_KIND else records
+            out.append(self._checked(path, name, {k: v[clicks if k in STORE_CLICK_COLUMNS else records]
+                                                  for k, v in columns.items()}, spec))
+        return out
+
+    def _checked(self, path: str, name: str, columns: dict[str, np.ndarray],
+                 spec: DatasetSpec) -> dict[str, np.ndarray]:
+        """A parsed shard's int64 columns, ids checked (`check_ids`, before the cast), as
+        int32; the shard is recorded as verified."""
+        check_ids(path, columns, spec)
+        self.verified.add((os.path.realpath(path), spec.files[name]["sha256"]))
+        return {k: v.astype(np.int32) for k, v in columns.items()}
+
+    def verify(self, data_dir: str, spec: DatasetSpec, names) -> None:
+        """Checks each shard (`read_shards`, one pipeline per kind) once per process,
+        before it is first streamed."""
+        by_kind: dict[str, list[str]] = {}
+        for name in names:
+            if (os.path.realpath(os.path.join(data_dir, name)), spec.files[name]["sha256"]) not in self.verified:
+                by_kind.setdefault(STORE_KIND if name.startswith(STORE_KIND) else name.split("-")[0], []).append(name)
+        for kind, unverified in by_kind.items():
+            self.read_shards(data_dir, unverified, spec, kind)
 
 
-def verify_shards(data_dir: str, spec: DatasetSpec, names) -> None:
-    """Checks each shard (`read_shards`, one pipeline per kind) once per process,
-    before it is first streamed."""
-    by_kind: dict[str, list[str]] = {}
-    for name in names:
-        if (os.path.realpath(os.path.join(data_dir, name)), spec.files[name]["sha256"]) not in VERIFIED:
-            by_kind.setdefault(STORE_KIND if name.startswith(STORE_KIND) else name.split("-")[0], []).append(name)
-    for kind, unverified in by_kind.items():
-        read_shards(data_dir, unverified, spec, kind)
+# This process's reader (the module's functions below are its methods).
+READER = ShardReader()
+read_shard, read_shards, verify_shards = READER.read_shard, READER.read_shards, READER.verify
 
 
-__all__ = ["ShardError", "ShardWriter", "check_file", "check_ids", "encode_examples", "encode_store",
+__all__ = ["ShardError", "ShardReader", "ShardWriter", "check_file", "check_ids", "encode_examples", "encode_store",
            "feature_spec", "read_shard", "read_shards", "verify_shards"]

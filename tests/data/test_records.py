@@ -12,7 +12,8 @@ import tensorflow as tf
 
 from dare_tf.data.pipeline import InMemorySplit, make_dataset
 from dare_tf.data.protocol import Protocol, prepare
-from dare_tf.data.records import ShardError, ShardWriter, encode_examples, encode_store, read_shard, read_shards
+from dare_tf.data.records import (ShardError, ShardReader, ShardWriter, encode_examples, encode_store, read_shard,
+                                  read_shards)
 from dare_tf.data.spec import DatasetSpec, SpecError, partition_of
 from tests.conftest import SHARED_DATA
 
@@ -64,6 +65,16 @@ def test_any_key_and_value_length_encodes_as_protobuf_does(seed):
             expected.features.feature[k].int64_list.value.append(int(columns[k][i]))
         assert tf.train.Example.FromString(record) == expected, (i, [len(k) for k in names])
         assert len(record) == expected.ByteSize()
+
+
+def test_a_reader_verifies_each_shard_once_and_owns_its_set(prepared, monkeypatch):
+    directory, spec = prepared
+    reader, names = ShardReader(), spec.shards["val"] + spec.store
+    reader.verify(directory, spec, names)
+    assert reader.verified == {(os.path.realpath(os.path.join(directory, n)), spec.files[n]["sha256"]) for n in names}
+    monkeypatch.setattr(reader, "read_shards", lambda *args: pytest.fail("a verified shard was read again"))
+    reader.verify(directory, spec, names)
+    assert ShardReader().verified == set()
 
 
 def test_plain_tensorflow_reads_the_dataset_as_the_readme_shows(prepared):
