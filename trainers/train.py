@@ -37,6 +37,10 @@ def main(config):
     strategy = training.make_strategy(config.runtime.strategy, FLAGS.cpu_devices, config.runtime.join_timeout_s)
     results = training.train(FLAGS.data_dir, FLAGS.output_dir, config, strategy, overwrite=FLAGS.overwrite,
                              flags_text=dare_tf.cli.program_flags_text())
+    if training.distribution.is_chief(strategy):
+        from dare_tf.analysis.figures import write_curves
+
+        write_curves(FLAGS.output_dir)
     print(training.format_results(results))
     print(strict_json({"test": results["test"], "test_std": results["test_std"]}, indent=2))
 

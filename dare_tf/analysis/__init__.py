@@ -14,7 +14,7 @@ _EXPORTS = {
     "CooccurrenceCounts": "attention", "category_position_scores": "attention", "mutual_information": "attention",
     "SplitGradientRecorder": "gradients", "split_gradients": "gradients",
     "cluster_label_information": "representation", "ndcg_at_k": "retrieval", "planted_gains": "retrieval",
-    "ANALYSES": "config", "AnalysisConfig": "config", "run_analyses": "suite",
+    "ANALYSES": "config", "AnalysisConfig": "config", "run_analyses": "suite", "write_curves": "figures",
 }
 
 

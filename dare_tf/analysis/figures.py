@@ -26,6 +26,24 @@ def _save(fig, path: str) -> str:
     return path
 
 
+def write_curves(run_dir: str) -> str:
+    """`run_dir/curves.png` of a finished ranking run: training loss and validation
+    metrics against steps, per seed (`training_curves`). Drawn by the trainer
+    program (`trainers.train`); a library run draws its own with this."""
+    from dare_tf.run_directory import CURVES, RunDirectory
+
+    run = RunDirectory(run_dir)
+    results = run.results()
+    histories = {f"seed {s}": run.history(s) for s in results["seeds"]}
+    return training_curves({k: v for k, v in histories.items() if v}, os.path.join(run_dir, CURVES),
+                           curves_title(results["config"]["preset"], os.path.basename(os.path.normpath(run_dir))))
+
+
+def curves_title(preset: str, run: str) -> str:
+    """The preset, and the run directory's name when it says more (no "dare: dare")."""
+    return preset if run in (preset, "") else f"{preset} ({run})"
+
+
 def training_curves(history: dict[str, list[dict]], path: str, title: str) -> str:
     """Training loss and validation AUC and logloss against steps, one line per
     seed: `history` maps a seed's name to its `history.jsonl` entries."""

@@ -50,8 +50,8 @@ _EXPORTS = {
     **dict.fromkeys(("gather_workers", "make_strategy", "worker_index", "worker_partitions"),
                     "dare_tf.training.distribution"),
     **dict.fromkeys(("evaluate_outputs", "format_results", "history_length_buckets", "metrics_by_history_length",
-                     "predict_batches", "predict_split", "refresh_batch_norm_statistics", "summarize",
-                     "write_curves"), "dare_tf.training.evaluation"),
+                     "predict_batches", "predict_split", "refresh_batch_norm_statistics", "summarize"),
+                    "dare_tf.training.evaluation"),
     "make_optimizer": "dare_tf.optimizers",
     "SeedRun": "dare_tf.training.loop", "train": "dare_tf.training.loop",
 }

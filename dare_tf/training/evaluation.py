@@ -3,7 +3,6 @@ BatchNorm statistics refreshed for the current weights, multi-seed summaries."""
 
 from __future__ import annotations
 
-import os
 import weakref
 
 import numpy as np
@@ -13,7 +12,6 @@ from dare_tf import metrics
 from dare_tf.data.pipeline import make_dataset
 from dare_tf.data.spec import HIST_ITEMS, MODEL_INPUTS, TARGET_CATEGORY, USER, DatasetSpec
 from dare_tf.models import DareModel
-from dare_tf.run_directory import read_history
 from dare_tf.training.config import METRICS
 
 
@@ -154,17 +152,3 @@ def format_results(results: dict) -> str:
                      f"{cascade[f'ndcg@{k}']:.4f} (retrieval order {cascade[f'retrieval_ndcg@{k}']:.4f})")
     lines += [f"warning: {w}" for w in results.get("warnings", [])]
     return "\n".join(lines)
-
-
-def write_curves(output_dir: str, config) -> str:
-    """`output_dir/curves.png`: training loss and validation metrics against steps, per seed."""
-    from dare_tf.analysis.figures import training_curves
-
-    histories = {f"seed {s}": read_history(os.path.join(output_dir, f"seed_{s}")) for s in config.seeds}
-    return training_curves({k: v for k, v in histories.items() if v}, os.path.join(output_dir, "curves.png"),
-                           _curves_title(config.preset, os.path.basename(os.path.normpath(output_dir))))
-
-
-def _curves_title(preset: str, run: str) -> str:
-    """The preset, and the run directory's name when it says more (no "dare: dare")."""
-    return preset if run in (preset, "") else f"{preset} ({run})"

@@ -31,7 +31,7 @@ from dare_tf.training.distribution import (ClusterError, fit_distributed, is_chi
 from dare_tf.tasks import ClickTask
 from dare_tf.training.reranking import Cascade
 from dare_tf.training.evaluation import (evaluate_outputs, metrics_by_history_length, predict_batches,
-                                         predict_split, refresh_batch_norm_statistics, summarize, write_curves)
+                                         predict_split, refresh_batch_norm_statistics, summarize)
 
 
 class SeedRun:
@@ -348,5 +348,4 @@ def _train(data_dir, output_dir, config, spec, strategy, chief, overwrite, repor
                "warnings": run_warnings(per_seed)}
     if chief:
         run_directory.write_results(results)
-        write_curves(output_dir, config)
     return results

@@ -79,8 +79,12 @@ def test_the_suite_writes_every_number_figure_and_the_report_and_refuses_bad_inp
             assert f.read(8) == b"\x89PNG\r\n\x1a\n", name
         assert os.path.getsize(full) > 5000, name
         assert f"]({path})" in report, name
-    # The trainer drew each run's curves.
-    with open(os.path.join(runs["dare"], "curves.png"), "rb") as f:
+    # The library's train() draws no curves (the program does: tests/training/test_loop.py);
+    # the analysis package draws a run's on request.
+    assert not os.path.exists(os.path.join(runs["dare"], "curves.png"))
+    from dare_tf.analysis.figures import write_curves
+
+    with open(write_curves(runs["dare"]), "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     _program_errors(data, runs, tmp_path)
 

@@ -97,7 +97,7 @@ def test_results_report_metrics_by_history_length_and_undertraining_warnings(pla
 
 
 def test_curves_titles_do_not_repeat_the_preset():
-    from dare_tf.training.evaluation import _curves_title
+    from dare_tf.analysis.figures import curves_title as _curves_title
 
     assert _curves_title("dare", "dare") == "dare"
     assert _curves_title("dare", "dare_10k") == "dare (dare_10k)"

@@ -195,6 +195,8 @@ def test_trainer_flag_file_reruns_the_run(taobao, tmp_path):
     assert ("\nwarning: seed 0: 1 validation (fewer than 5): too few to see convergence; validate more often "
             "(--eval_every) or train longer (--epochs)\n") in done.stdout
     assert json.load(open(os.path.join(out, "results.json")))["warnings"][0].startswith("seed 0: 1 validation")
+    with open(os.path.join(out, "curves.png"), "rb") as f:  # the program draws the run's curves
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     flags_txt = open(os.path.join(out, "flags.txt")).read()
     assert "--max_steps=3" in flags_txt and "--model=dare" in flags_txt and "--nojit_compile" in flags_txt
     lines = flags_txt.splitlines()
