@@ -190,8 +190,7 @@ class RetrievalStage:
     evaluation, the retrieval export and a ranker's retrieval negatives use it:
     the dataset's splits, the catalogue (`items`, their `categories` as the towers
     saw them), the towers (`model`, the run's first seed), the sources' `merger`,
-    the run's `quotas` and seen-items setting, and `category_of` (every dense
-    item's category as the log gave it, `dare_tf.data.spec.item_categories`)."""
+    the run's `quotas` and seen-items setting."""
 
     spec: DatasetSpec
     splits: dict
@@ -201,7 +200,14 @@ class RetrievalStage:
     merger: CandidateMerger
     quotas: dict
     include_seen: bool
-    category_of: np.ndarray
+
+    @property
+    def category_of(self) -> np.ndarray:
+        """Every dense item id's category `[num_items]` (the catalogue's, as the log
+        gave it: `dare_tf.data.spec.item_categories`), padding and out-of-vocabulary
+        rows included."""
+        oov = [self.spec.oov_category]
+        return np.concatenate([oov, self.categories, oov]).astype(np.int64)
 
     @classmethod
     def load(cls, data_dir: str, run_dir: str, label: str | None = None) -> "RetrievalStage":
@@ -213,8 +219,7 @@ class RetrievalStage:
         recorded = RunDirectory(run_dir).results()
         return cls(spec, splits, items, categories, load_retrieval_model(run_dir, spec, items, categories),
                    candidate_merger(spec, (items, categories), positives(splits["train"])), recorded["quotas"],
-                   recorded["config"].get("include_seen", False),
-                   np.concatenate([[spec.oov_category], categories, [spec.oov_category]]).astype(np.int64))
+                   recorded["config"].get("include_seen", False))
 
     def require_candidates(self, n: int, flag: str) -> None:
         """Refuses `flag`=n candidates when the catalogue holds fewer."""
