@@ -80,9 +80,10 @@ if hasattr(training, "make_train_step"):  # the hand-written loop's step (baseli
     step = lambda: step_fn(xt, yt)
 else:  # Keras's train function, as model.fit runs it (the trainer's settings)
     import tensorflow as tf
+    opt = training.make_optimizer(optimizer, 0.01)  # (baseline commits' optimizers lack sparse_gradients)
     model = dare_tf.build_model(preset, items, cats, max_len=200, top_k=20, seed=0,
-                                sparse_embedding_gradients=optimizer == "lazy_adam")
-    model.compile(optimizer=training.make_optimizer(optimizer, 0.01))
+                                sparse_embedding_gradients=getattr(opt, "sparse_gradients", optimizer == "lazy_adam"))
+    model.compile(optimizer=opt)
     model.make_train_function()
     iterator = iter(tf.data.Dataset.from_tensors((x, y)).repeat())
     step = lambda: model.train_function(iterator)

@@ -51,7 +51,7 @@ def load() -> None:
 
     search.import_variants()
     if keras.backend.backend() == "tensorflow":
-        from dare_tf import optimizers  # noqa: F401
+        from dare_tf.optimizers import adam  # noqa: F401
 
 
 __getattr__, __dir__, __all__ = _lazy_face(__name__, _EXPORTS, _SUBMODULES)

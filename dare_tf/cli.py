@@ -265,7 +265,7 @@ def define_train_flags(with_model: bool = True) -> None:
     define_flags(train.TrainConfig, exclude=exclude, rename=_TRAIN_RENAME, choices={"preset": sorted(config.PRESETS)})
     for section, kind in train.SECTIONS.items():
         define_flags(kind, rename=_section_rename(section),
-                     choices={"name": train.OPTIMIZERS, "strategy": train.STRATEGIES, "loss": train.LOSSES,
+                     choices={"name": tuple(train.OPTIMIZERS), "strategy": train.STRATEGIES, "loss": train.LOSSES,
                               "select_by": train.SELECTION})
     define_flags(config.ModelConfig, exclude=_MODEL_DERIVED, preset_defaults=True, choices={
         "coupling": config.COUPLINGS, "search": sorted(VARIANTS), "scorer": config.SCORERS,

@@ -49,11 +49,11 @@ def train_one(strategy, strategy_name, data_dir, output_dir, weights_out, max_st
                             print)
     result = run.run()
     np.savez(weights_out, *[w for w in run.model.get_weights()])
-    users = store.read_examples(data_dir, "train", spec, partitions=run.partitions)["uid"]
-    loaded = store.load_store(data_dir, spec, run.partitions)
+    users = store.read_examples(data_dir, "train", spec, partitions=run.plan.partitions)["uid"]
+    loaded = store.load_store(data_dir, spec, run.plan.partitions)
     with open(weights_out.replace(".npz", ".json"), "w") as f:
-        json.dump({"steps": result["steps"], "steps_per_epoch": run.steps_per_epoch, "test": result["test"],
-                   "partitions": run.partitions, "train_users": sorted(set(users.tolist())),
+        json.dump({"steps": result["steps"], "steps_per_epoch": run.plan.steps_per_epoch, "test": result["test"],
+                   "partitions": run.plan.partitions, "train_users": sorted(set(users.tolist())),
                    "store_clicks": int(len(loaded.items))}, f)
 
 

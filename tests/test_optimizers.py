@@ -161,3 +161,24 @@ def test_lazy_adam_training_touches_only_looked_up_rows(rng, jit_compile_dense):
         after = table.numpy()
         np.testing.assert_array_equal(after[unseen], before[path][unseen], err_msg=path)
         assert np.abs(after[seen] - before[path][seen]).max() > 1e-4, path
+
+
+def test_the_optimizer_module_owns_its_names_and_each_class_its_gradient_mode():
+    import subprocess
+    import sys
+
+    from dare_tf.optimizers import OPTIMIZERS, FusedAdam, LazyAdam, make_optimizer
+    from dare_tf.training import TrainConfig
+
+    assert {name: type(make_optimizer(name, 0.1)) for name in OPTIMIZERS} == {"adam": FusedAdam,
+                                                                             "lazy_adam": LazyAdam}
+    assert (FusedAdam.sparse_gradients, LazyAdam.sparse_gradients) == (False, True)
+    with pytest.raises(ValueError, match=r"^optimizer='sgd': expected one of \('adam', 'lazy_adam'\)$"):
+        make_optimizer("sgd", 0.1)
+    with pytest.raises(ValueError, match=r"^optimizer='sgd': must be one of \('adam', 'lazy_adam'\)$"):
+        TrainConfig.create(optimizer="sgd")
+    # The names cost no TensorFlow (the programs' flags read them before it loads).
+    loaded = subprocess.run([sys.executable, "-c", "import sys, dare_tf.optimizers as o; o.OPTIMIZERS; "
+                             "print('tensorflow' in sys.modules, 'keras' in sys.modules)"],
+                            capture_output=True, text=True, check=True).stdout.split()
+    assert loaded == ["False", "False"]

@@ -12,7 +12,10 @@ dataset with `DareModel.fit` and these callbacks (`dare_tf.training.callbacks`):
   a checkpoint;
 - `StopOnNonFiniteLoss`: stops with `NonFiniteLossError` naming the step;
 - `StopAtStep`: ends training after `epochs` passes (or `max_steps`);
-- Keras's `TensorBoard` and progress bar.
+- `TensorBoardScalars` and `RunProgress` (`dare_tf.training.progress`):
+  TensorBoard event files and the progress bar.
+
+The callbacks talk through Keras's logs (`val_auc`, ...) only.
 
 Test metrics of the best weights, overall and by history length, go to
 `output_dir/results.json` (mean, std and per-seed values); the directory's
@@ -25,11 +28,14 @@ lines after it and continues the same input stream (fixed per seed and
 epoch) from the next batch; finished seeds are reused. Another configuration
 is refused with the fields that differ, unless `overwrite=True`.
 
-Modules, one concern each: `config` (TrainConfig, the run's model config and
-identity), `distribution` (strategies, workers, partitions, gathers, the
-distributed loop), `evaluation` (predictions and metrics), `reranking` (a
-ranker inside its cascade: drawn negatives and the cascade's metrics),
-`callbacks`, and `loop` (one seed's run, `train`).
+Modules, one concern each: `config` (TrainConfig, its typed model config and
+the run's identity), `sections` (TrainConfig's sections), `distribution`
+(strategies, workers, partitions, gathers, the distributed loop),
+`evaluation` (predictions and metrics), `reranking` (a ranker inside its
+cascade: drawn negatives and the cascade's metrics), `input_plan` (which
+batches each step of a seed reads), `evaluator` (a seed's predictions over
+whole splits), `callbacks`, `progress`, and `loop` (one seed's run wired from
+those parts, `train`).
 
 Importing this package costs nothing: each name is imported from its module on
 first use (`config` needs no TensorFlow, so a program's flags are defined and
@@ -42,10 +48,14 @@ from dare_tf._faces import lazy_face
 _EXPORTS = {
     "RunConfigMismatchError": "dare_tf.run_directory", "RunLockedError": "dare_tf.run_directory",
     "read_history": "dare_tf.run_directory",
-    **dict.fromkeys(("AppendHistory", "ExactValidation", "KeepBestWeights", "NonFiniteLossError", "RunProgress",
+    **dict.fromkeys(("AppendHistory", "ExactValidation", "KeepBestWeights", "NonFiniteLossError",
                      "SaveCheckpoint", "StopAtStep", "StopOnNonFiniteLoss"), "dare_tf.training.callbacks"),
-    **dict.fromkeys(("EVAL_BEHAVIOURS", "METRICS", "OPTIMIZERS", "STRATEGIES", "CascadeConfig", "TrainConfig",
-                     "effective_model_config", "run_identity"), "dare_tf.training.config"),
+    **dict.fromkeys(("RunProgress", "ScalarWriters", "TensorBoardScalars"), "dare_tf.training.progress"),
+    **dict.fromkeys(("EVAL_BEHAVIOURS", "METRICS", "TrainConfig", "effective_model_config", "run_identity"),
+                    "dare_tf.training.config"),
+    **dict.fromkeys(("STRATEGIES", "CascadeConfig", "DataConfig", "OptimizerConfig", "RuntimeConfig",
+                     "ScheduleConfig"), "dare_tf.training.sections"),
+    "OPTIMIZERS": "dare_tf.optimizers",
     **dict.fromkeys(("Cascade", "CascadeExamples", "rerank"), "dare_tf.training.reranking"),
     **dict.fromkeys(("gather_workers", "make_strategy", "worker_index", "worker_partitions"),
                     "dare_tf.training.distribution"),
@@ -54,8 +64,10 @@ _EXPORTS = {
                     "dare_tf.training.evaluation"),
     "make_optimizer": "dare_tf.optimizers",
     "SeedRun": "dare_tf.training.loop", "train": "dare_tf.training.loop",
+    "InputPlan": "dare_tf.training.input_plan", "Evaluator": "dare_tf.training.evaluator",
 }
-_SUBMODULES = ("callbacks", "config", "distribution", "evaluation", "loop", "reranking")
+_SUBMODULES = ("callbacks", "config", "distribution", "evaluation", "evaluator", "input_plan", "loop", "progress",
+               "reranking", "sections")
 
 
 __getattr__, __dir__, __all__ = lazy_face(__name__, _EXPORTS, _SUBMODULES)

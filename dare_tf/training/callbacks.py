@@ -1,14 +1,19 @@
 """The trainer's Keras callbacks, one concern each.
 
 At the end of each Keras epoch (`eval_every` steps), in this order:
-`ExactValidation` computes the exact validation metrics (into the epoch's logs
-as `val_*`, for TensorBoard and the progress bar); `KeepBestWeights` saves the
-weights when validation AUC improved; `AppendHistory` writes the history line
-(and the `--verbose=2` report); `SaveCheckpoint` writes the checkpoint. History
+`ExactValidation` computes the exact validation metrics and puts them into the
+epoch's logs as `val_*` (`val_auc`, ...), with its timing (`TIMING` keys);
+`KeepBestWeights` saves the weights when the selected `val_*` metric improved
+and adds `improved` to the logs; `AppendHistory` writes the history line (and
+the `--verbose=2` report); `SaveCheckpoint` writes the checkpoint. History
 comes before the checkpoint: a kill between the two re-runs those steps, and
 resuming drops history lines past the checkpoint (`truncate_history`).
 `TensorBoardScalars` writes the training loss and the exact validation metrics
 at their true steps.
+
+The callbacks talk through Keras's logs only (as Keras's own
+`ReduceLROnPlateau` reads `val_loss`), so any of them works after any callback
+that writes those keys, and each reads the step from the model's optimizer.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ class StopOnNonFiniteLoss(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         loss = float((logs or {}).get("loss", 0.0))
         if not math.isfinite(loss):
-            step = int(self.model.optimizer.iterations.numpy())
+            step = optimizer_step(self.model)
             raise NonFiniteLossError(f"training loss became {loss} at step {step} ({self.describe(step)}); "
                                      "lower --learning_rate or check the data")
 
@@ -62,19 +67,35 @@ class StopAtStep(keras.callbacks.Callback):
 
 
 
+# The timing keys `ExactValidation` adds to an epoch's logs beside the `val_*` metrics.
+TIMING = ("train_seconds", "bn_seconds", "val_seconds", "val_examples")
+VALIDATION_PREFIX = "val_"
+
+
+def validation_metrics(logs: dict) -> dict:
+    """The exact validation metrics of an epoch's logs (`val_auc` -> `auc`, ...),
+    without the timing keys."""
+    return {k[len(VALIDATION_PREFIX):]: v for k, v in logs.items()
+            if k.startswith(VALIDATION_PREFIX) and k not in TIMING}
+
+
+def optimizer_step(model) -> int:
+    return int(model.optimizer.iterations.numpy())
+
+
 class ExactValidation(keras.callbacks.Callback):
     """Exact validation metrics at the end of each Keras epoch: refreshes
     BatchNorm's statistics (`refresh()`), predicts the validation split
     (`predict()`, every example, all workers gathered) and puts the metrics into
-    the epoch's logs as `val_*`. `last` holds the step, the metrics and the
-    timing of the latest validation, for the callbacks after it. `extra()` adds
-    metrics of its own (the cascade's, `dare_tf.training.reranking`)."""
+    the epoch's logs as `val_*`, with the seconds spent training since the last
+    validation, refreshing and predicting, and the examples predicted (`TIMING`).
+    `extra()` adds metrics of its own (the cascade's, `dare_tf.training.reranking`)."""
 
     def __init__(self, refresh: Callable[[], None], predict: Callable[[], dict],
                  extra: Callable[[], dict] | None = None):
         super().__init__()
         self.refresh, self.predict, self.extra = refresh, predict, extra
-        self.fit_started, self.evaluating, self.last = time.perf_counter(), 0.0, None
+        self.fit_started, self.evaluating = time.perf_counter(), 0.0
 
     def on_train_begin(self, logs=None):
         self.fit_started, self.evaluating = time.perf_counter(), 0.0
@@ -88,32 +109,31 @@ class ExactValidation(keras.callbacks.Callback):
         if self.extra is not None:
             val.update(self.extra())
         predicted = time.perf_counter()
-        self.last = {"step": int(self.model.optimizer.iterations.numpy()), "val": val,
-                     "train_loss": float((logs or {}).get("loss", float("nan"))),
-                     "timing": {"train_seconds": started - self.fit_started - self.evaluating,
-                                "bn_seconds": refreshed - started, "val_seconds": predicted - refreshed,
-                                "val_examples": int(len(outputs["labels"]))}}
+        timing = (started - self.fit_started - self.evaluating, refreshed - started, predicted - refreshed,
+                  int(len(outputs["labels"])))
         if logs is not None:
-            logs.update({f"val_{k}": v for k, v in val.items()})
+            logs.update({f"{VALIDATION_PREFIX}{k}": v for k, v in val.items()})
+            logs.update(zip(TIMING, timing))
         self.evaluating += time.perf_counter() - started
 
 
 class KeepBestWeights(keras.callbacks.Callback):
-    """Saves the weights to `path` whenever the validation metric `metric` (AUC by
-    default; higher is better) improves on `best_auc` (a variable, checkpointed
-    with the run, as `best_step` is; it holds the best value of `metric`)."""
+    """Saves the weights to `path` whenever the validation metric `metric` (the
+    logs' `val_<metric>`, AUC by default; higher is better) improves on
+    `best_auc` (a variable, checkpointed with the run, as `best_step` is; it
+    holds the best value of `metric`). Adds `improved` (a bool) to the logs."""
 
-    def __init__(self, validation: ExactValidation, path: str, best_auc, best_step, metric: str = "auc"):
+    def __init__(self, path: str, best_auc, best_step, metric: str = "auc"):
         super().__init__()
-        self.validation, self.path, self.best_auc, self.best_step = validation, path, best_auc, best_step
-        self.metric, self.improved = metric, False
+        self.path, self.best_auc, self.best_step, self.metric = path, best_auc, best_step, metric
 
     def on_epoch_end(self, epoch, logs=None):
-        last = self.validation.last
-        self.improved = last["val"][self.metric] > float(self.best_auc)
-        if self.improved:
-            self.best_auc.assign(last["val"][self.metric])
-            self.best_step.assign(last["step"])
+        value = logs[f"{VALIDATION_PREFIX}{self.metric}"]
+        improved = value > float(self.best_auc)
+        logs["improved"] = improved
+        if improved:
+            self.best_auc.assign(value)
+            self.best_step.assign(optimizer_step(self.model))
             tmp = f"{self.path}.tmp-{os.getpid()}.weights.h5"
             require_space(os.path.dirname(self.path), variables_bytes(self.model.weights), "saving the best weights")
             try:
@@ -135,24 +155,24 @@ def truncate_history(seed_dir: str, step: int) -> None:
 
 class AppendHistory(keras.callbacks.Callback):
     """Appends each validation's line to `seed_dir/history.jsonl` (step, epoch,
-    training loss, metrics, whether best, seconds since `started`, timing) and
-    hands a one-line summary to `report` (None: no report)."""
+    training loss, the logs' `val_*` metrics, whether best (`improved`),
+    seconds since `started`, timing) and hands a one-line summary to `report`
+    (None: no report)."""
 
-    def __init__(self, validation: ExactValidation, best: KeepBestWeights, seed_dir: str, steps_per_epoch: int,
-                 started: float, report: Callable[[int, dict, bool], None] | None = None):
+    def __init__(self, seed_dir: str, steps_per_epoch: int, started: float,
+                 report: Callable[[int, dict, bool], None] | None = None):
         super().__init__()
-        self.validation, self.best, self.seed_dir = validation, best, seed_dir
-        self.steps_per_epoch, self.started, self.report = steps_per_epoch, started, report
+        self.seed_dir, self.steps_per_epoch, self.started, self.report = seed_dir, steps_per_epoch, started, report
 
     def on_epoch_end(self, epoch, logs=None):
-        last = self.validation.last
-        entry = {"step": last["step"], "epoch": last["step"] // self.steps_per_epoch,
-                 "train_loss": last["train_loss"], "val": last["val"], "best": self.best.improved,
-                 "seconds": time.perf_counter() - self.started, "timing": last["timing"]}
+        step, val, improved = optimizer_step(self.model), validation_metrics(logs), bool(logs.get("improved"))
+        entry = {"step": step, "epoch": step // self.steps_per_epoch,
+                 "train_loss": float(logs.get("loss", float("nan"))), "val": val, "best": improved,
+                 "seconds": time.perf_counter() - self.started, "timing": {k: logs[k] for k in TIMING}}
         with open(os.path.join(self.seed_dir, HISTORY), "a") as f:
             f.write(strict_json(entry) + "\n")
         if self.report is not None:
-            self.report(last["step"], last["val"], self.best.improved)
+            self.report(step, val, improved)
 
 
 class SaveCheckpoint(keras.callbacks.Callback):
@@ -165,87 +185,4 @@ class SaveCheckpoint(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         require_space(self.manager.directory, variables_bytes(self.model.weights)
                       + variables_bytes(self.model.optimizer.variables), "a checkpoint (weights, optimizer slots)")
-        self.manager.save(checkpoint_number=int(self.model.optimizer.iterations.numpy()))
-
-
-class ScalarWriters:
-    """TensorBoard event files under `log_dir`, one run (`train`, `validation`,
-    `test`) per subdirectory; each `write` flushes."""
-
-    def __init__(self, log_dir: str):
-        self.log_dir, self.writers = log_dir, {}
-
-    def write(self, name: str, values: dict, step: int) -> None:
-        import tensorflow as tf
-
-        if name not in self.writers:
-            self.writers[name] = tf.summary.create_file_writer(os.path.join(self.log_dir, name))
-        with self.writers[name].as_default():
-            for tag, value in values.items():
-                tf.summary.scalar(tag, float(value), step=step)
-        self.writers[name].flush()
-
-    def hparams(self, values: dict) -> None:
-        """The run's hyperparameters (TensorBoard's HParams plugin), in the log
-        directory's own event file; lists and None as text."""
-        import tensorflow as tf
-        from tensorboard.plugins.hparams import api as hp
-
-        if "" not in self.writers:
-            self.writers[""] = tf.summary.create_file_writer(self.log_dir)
-        with self.writers[""].as_default():
-            hp.hparams({k: v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in values.items()})
-        self.writers[""].flush()
-
-
-class TensorBoardScalars(keras.callbacks.Callback):
-    """TensorBoard event files a reader can use, at the optimizer's true steps:
-    `train/` gets the training loss every `log_every` steps, `validation/` the
-    exact validation metrics (`ExactValidation`'s) at every validation.
-
-    (Keras's `TensorBoard` callback with an integer `update_freq` writes an
-    epoch's summaries only when the step count is a multiple of it, and it
-    never sees the exact metrics.) The trainer adds the test metrics of the kept
-    weights under `test/` with `ScalarWriters`."""
-
-    def __init__(self, log_dir: str, log_every: int, validation: ExactValidation):
-        super().__init__()
-        self.scalars, self.log_every, self.validation = ScalarWriters(log_dir), log_every, validation
-
-    def on_train_batch_end(self, batch, logs=None):
-        step = int(self.model.optimizer.iterations.numpy())
-        if logs and "loss" in logs and step % self.log_every == 0:
-            self.scalars.write("train", {"loss": logs["loss"]}, step)
-
-    def on_epoch_end(self, epoch, logs=None):
-        last = self.validation.last
-        self.scalars.write("validation", last["val"], last["step"])
-
-
-class RunProgress(keras.callbacks.Callback):
-    """`--verbose=1`: a line naming the run ("dare on taobao_sample, seed 2 of 5"),
-    one progress bar over the run's optimizer steps with its ETA (Keras's
-    `Progbar`; a resumed run starts at its step), and each validation's results
-    printed beneath it. (Keras's own bar counts a Keras "epoch", which here is
-    `eval_every` steps, not a pass over the data.)"""
-
-    def __init__(self, title: str, total_steps: int, validation: ExactValidation, write=print):
-        super().__init__()
-        self.title, self.total_steps, self.validation, self.write = title, total_steps, validation, write
-        self.bar = None
-
-    def on_train_begin(self, logs=None):
-        step = int(self.model.optimizer.iterations.numpy())
-        self.write(f"{self.title}: steps {step + 1} to {self.total_steps}")
-        self.bar = keras.utils.Progbar(self.total_steps, stateful_metrics=["loss"], unit_name="step")
-        self.bar.update(step)
-
-    def on_train_batch_end(self, batch, logs=None):
-        step = int(self.model.optimizer.iterations.numpy())
-        self.bar.update(step, [("loss", float(logs["loss"]))] if logs and "loss" in logs else None,
-                        finalize=step >= self.total_steps)
-
-    def on_epoch_end(self, epoch, logs=None):
-        last = self.validation.last
-        self.write(f"\n  validation at step {last['step']}: "
-                   + " ".join(f"{k} {v:.4f}" for k, v in last["val"].items()))
+        self.manager.save(checkpoint_number=optimizer_step(self.model))

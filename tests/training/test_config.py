@@ -40,7 +40,7 @@ def test_a_run_configuration_the_dataset_cannot_hold_is_refused_with_the_flag(ta
     with pytest.raises(ValueError, match="^top_k=500 is larger than the history length max_len=200 of the dataset$"):
         effective_model_config(TrainConfig.create(model_overrides=dict(top_k=500)), spec, one_device)
     with pytest.raises(ValueError, match="^ModelConfig.max_len: must be >= 1, got 0$"):
-        effective_model_config(TrainConfig.create(model_overrides=dict(max_len=0)), spec, one_device)
+        TrainConfig.create(model_overrides=dict(max_len=0))  # (at configuration time, before any dataset)
     with pytest.raises(FileNotFoundError, match="spec.json not found"):
         DatasetSpec.load(taobao + "/nowhere")
 
@@ -69,3 +69,21 @@ def test_cascade_section_checks_its_flags_and_old_runs_keep_their_identity(tmp_p
     # a run recorded before the cascade section existed is the same run at its defaults
     defaults = identity_check()["defaults"]
     assert defaults["train_config.cascade.negatives"] == "" and defaults["train_config.cascade.loss"] == "pointwise"
+
+
+def test_the_config_holds_a_typed_model_config_the_dataset_completes(taobao):
+    from dare_tf.config import ModelConfig, make_config
+    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.training.config import effective_model_config
+
+    config = TrainConfig.create(preset="twin", model_overrides=dict(top_k=7), reference_mode=True)
+    assert isinstance(config.model, ModelConfig)
+    assert (config.model.coupling, config.model.top_k, config.model.initializer) == ("shared", 7, "reference")
+    with pytest.raises(ValueError, match=r"^ModelConfig: unknown field\(s\) \['topk'\]"):
+        TrainConfig.create(model_overrides=dict(topk=7))
+    spec, two = DatasetSpec.load(taobao), types.SimpleNamespace(num_replicas_in_sync=2)
+    effective = effective_model_config(config, spec, two)
+    assert effective == make_config("twin", spec.num_items, spec.num_categories, top_k=7, initializer="reference",
+                                    max_len=spec.max_len, synchronized_batch_norm=True)
+    long = TrainConfig.create(model_overrides=dict(max_len=2500)).model
+    assert (long.max_len, long.num_positions) == (2500, 2501)  # position ids run up to L

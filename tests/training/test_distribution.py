@@ -72,7 +72,7 @@ def _check_two_workers(taobao, tmp_path, in_memory_mb):
     run = SeedRun(taobao, str(tmp_path / f"one{in_memory_mb}"), config, 0, spec, strategy, True,
                   training.effective_model_config(config, spec, strategy), print)
     run.model.set_weights([w0[k] for k in w0])
-    one = training.evaluate_outputs(run.predict("test"))
+    one = training.evaluate_outputs(run.evaluator.predict("test"))
     for metric, value in one.items():
         assert info[0]["test"][metric] == pytest.approx(value, abs=1e-6), metric
         assert info[1]["test"][metric] == pytest.approx(value, abs=1e-6), metric

@@ -33,7 +33,7 @@ def test_batch_norm_statistics_refresh_fits_the_current_weights(planted, tmp_pat
                                      ("reference", dict(reference_mode=True), False),
                                      ("off", dict(bn_statistics_batches=0), False)):
         run = seed_run(name, **changes)
-        run.model.fit(run.train_stream(0).take(40), verbose=0)  # some signal to calibrate
+        run.model.fit(run.plan.train_stream(0).take(40), verbose=0)  # some signal to calibrate
         norms = list(run.model.batch_norm_layers().values())
         assert len(norms) == 2
         for bn in norms:  # stale statistics, as after weights that moved fast
@@ -42,7 +42,7 @@ def test_batch_norm_statistics_refresh_fits_the_current_weights(planted, tmp_pat
         stale = [bn.moving_mean.numpy().copy() for bn in norms]
         trainable = [w.numpy().copy() for w in run.model.trainable_weights]
         stale_p = run.model.forward(x, training=False)["probability"].numpy()
-        run.refresh_batch_norm_statistics()
+        run.evaluator.refresh_batch_norm_statistics()
         fresh_p = run.model.forward(x, training=False)["probability"].numpy()
         for w, before in zip(run.model.trainable_weights, trainable):
             np.testing.assert_array_equal(w.numpy(), before)  # no weight update
@@ -55,7 +55,7 @@ def test_batch_norm_statistics_refresh_fits_the_current_weights(planted, tmp_pat
         for bn in norms:
             bn.moving_mean.assign(bn.moving_mean - 7.0)
             bn.moving_variance.assign(bn.moving_variance * 0.01)
-        run.refresh_batch_norm_statistics()
+        run.evaluator.refresh_batch_norm_statistics()
         for bn, (mean, variance) in zip(norms, refreshed):
             np.testing.assert_allclose(bn.moving_mean.numpy(), mean, rtol=1e-4, atol=1e-6)
             np.testing.assert_allclose(bn.moving_variance.numpy(), variance, rtol=1e-4, atol=1e-7)

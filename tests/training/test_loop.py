@@ -148,11 +148,11 @@ def test_training_stream_resumes_at_any_step(taobao, in_memory_mb, tmp_path):
                    effective_model_config(config, spec, strategy), print, memory)
 
     def targets(skip):
-        return [(x["target_item"].numpy(), x["hist_items"].numpy()) for x, _ in run.train_stream(skip)]
+        return [(x["target_item"].numpy(), x["hist_items"].numpy()) for x, _ in run.plan.train_stream(skip)]
 
     full = targets(0)
-    assert len(full) == run.total_steps
-    for skip in (1, run.steps_per_epoch, run.total_steps - 1):
+    assert len(full) == run.plan.total_steps
+    for skip in (1, run.plan.steps_per_epoch, run.plan.total_steps - 1):
         tail = targets(skip)
         assert len(tail) == len(full) - skip
         for a, b in zip(tail, full[skip:]):
@@ -161,7 +161,7 @@ def test_training_stream_resumes_at_any_step(taobao, in_memory_mb, tmp_path):
     count = spec.counts["train"]
     if in_memory_mb:
         assert all(len(t[0]) == 500 for t in full)
-        assert run.total_steps == 2 * count // 500
+        assert run.plan.total_steps == 2 * count // 500
         rows = lambda items, hist: (lambda a: a[np.lexsort(a.T[::-1])])(  # noqa: E731
             np.concatenate([items[:, None], hist], axis=1))
         first_epoch = rows(np.concatenate([t[0] for t in full])[:count],
@@ -169,13 +169,13 @@ def test_training_stream_resumes_at_any_step(taobao, in_memory_mb, tmp_path):
         split = memory["train"].features
         np.testing.assert_array_equal(first_epoch, rows(split["target_item"], split["hist_items"]))
     else:
-        assert run.total_steps == 2 * -(-count // 500)
+        assert run.plan.total_steps == 2 * -(-count // 500)
         # Streamed: each epoch (its steps, the last batch partial) is the split, each example once.
         rows = lambda items, hist: (lambda a: a[np.lexsort(a.T[::-1])])(  # noqa: E731
             np.concatenate([items[:, None], hist], axis=1))
         split = InMemorySplit.load(taobao, "train", spec).features
         for epoch in (0, 1):
-            batches = full[epoch * run.steps_per_epoch: (epoch + 1) * run.steps_per_epoch]
+            batches = full[epoch * run.plan.steps_per_epoch: (epoch + 1) * run.plan.steps_per_epoch]
             np.testing.assert_array_equal(rows(np.concatenate([t[0] for t in batches]),
                                                np.concatenate([t[1] for t in batches])),
                                           rows(split["target_item"], split["hist_items"]))
@@ -278,8 +278,8 @@ def test_drawn_negatives_train_in_whole_groups_fresh_each_epoch(taobao, tmp_path
     run = SeedRun(taobao, str(tmp_path / "seed"), config, 0, spec, strategy, True, model_config, print, memory,
                   cascade)
     clicks = spec.counts["train"] // (1 + spec.protocol["negatives"])
-    assert run.memory["train"].per_epoch == clicks * 6 and run.total_steps == 2 * clicks * 6 // 240
-    batches = [(x["target_item"].numpy(), x["hist_items"].numpy(), y.numpy()) for x, y in run.train_stream(0)]
+    assert run.plan.memory["train"].per_epoch == clicks * 6 and run.plan.total_steps == 2 * clicks * 6 // 240
+    batches = [(x["target_item"].numpy(), x["hist_items"].numpy(), y.numpy()) for x, y in run.plan.train_stream(0)]
     labels = np.concatenate([b[2] for b in batches]).reshape(-1, 6)
     assert (labels == np.eye(1, 6)).all()
     first = np.concatenate([b[0] for b in batches])[: clicks * 6].reshape(-1, 6)

@@ -1,6 +1,9 @@
 """Adam with TensorFlow's fused kernel (`FusedAdam`), and `LazyAdam`, which
 updates only the embedding rows seen in the batch.
 
+Each class says which embedding gradients it wants from the model
+(`sparse_gradients`, `DareModel(sparse_embedding_gradients=...)`).
+
 TensorFlow only: both are Keras optimizers for the TensorFlow backend (they
 call TensorFlow kernels). Each handles sparse `tf.IndexedSlices` gradients
 (what an embedding lookup produces) by itself; the model does not know which
@@ -30,6 +33,9 @@ class FusedAdam(keras.optimizers.Adam):
 
     Args: as `keras.optimizers.Adam` (amsgrad is not supported).
     """
+
+    # It updates every row: dense table gradients (read inside the compiled forward pass) are faster.
+    sparse_gradients = False
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -72,6 +78,9 @@ class LazyAdam(FusedAdam):
         Kingma and Ba, "Adam: A Method for Stochastic Optimization", 2015;
         the "lazy" sparse variant of TensorFlow Addons' LazyAdam.
     """
+
+    # Row-wise updates need the tables' sparse gradients (the batch's rows only).
+    sparse_gradients = True
 
     def update_step(self, gradient, variable, learning_rate):
         if not isinstance(gradient, tf.IndexedSlices):
@@ -140,12 +149,3 @@ def _masked_adam(w, m, v, values, rows, alpha, beta_1, beta_2, epsilon):
     touched = tf.math.unsorted_segment_max(tf.ones_like(rows, dtype=tf.int32), rows, size)[:, None] > 0
     return [tf.where(touched, new, old)
             for old, new in zip((w, m, v), _adam(grad, w, m, v, alpha, beta_1, beta_2, epsilon))]
-
-
-def make_optimizer(name: str, learning_rate: float):
-    """`adam`: Adam (TensorFlow's fused kernel for dense updates); `lazy_adam`: LazyAdam."""
-    from dare_tf.training.config import OPTIMIZERS
-
-    if name not in OPTIMIZERS:
-        raise ValueError(f"optimizer={name!r}: expected one of {OPTIMIZERS}")
-    return (LazyAdam if name == "lazy_adam" else FusedAdam)(learning_rate=learning_rate)

@@ -1,0 +1,69 @@
+"""A seed's evaluator: predictions over whole splits, BatchNorm's refresh and the
+cascade's metrics, gathered from every worker."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dare_tf.training.config import EVAL_BEHAVIOURS
+from dare_tf.training.distribution import gather_workers
+from dare_tf.training.evaluation import predict_batches, predict_split, refresh_batch_norm_statistics
+from dare_tf.training.input_plan import InputPlan
+from dare_tf.training.reranking import Cascade
+
+
+class Evaluator:
+    """Evaluates `model` on the splits of `plan`'s dataset (this worker's
+    partitions; with several workers, every worker's outputs in worker order)."""
+
+    def __init__(self, model, plan: InputPlan, cascade: Cascade | None = None):
+        self.model, self.plan, self.cascade = model, plan, cascade
+        self.config = plan.config
+
+    def _combine(self):
+        return (lambda arrays: gather_workers(self.plan.strategy, arrays)) if self.plan.workers > 1 else None
+
+    @property
+    def batch_size(self) -> int:
+        """The evaluation batch: `eval_batch_size`, capped so that a batch holds at
+        most `EVAL_BEHAVIOURS` behaviours (at least the training batch)."""
+        cap = max(self.config.schedule.batch_size, EVAL_BEHAVIOURS // self.plan.max_len)
+        return min(self.config.data.eval_batch_size, cap)
+
+    def predict(self, split: str) -> dict[str, np.ndarray]:
+        """Predictions over the whole split: this worker's partitions, gathered
+        from every worker (in worker order) when there are several."""
+        plan, reference = self.plan, self.config.reference_mode
+        if split in plan.memory:
+            # Every batch full-sized (the last one padded with example 0, its outputs
+            # dropped): one compiled shape for all evaluations.
+            size, count = self.batch_size, len(plan.memory[split])
+            count = count // size * size if reference else count
+            order = np.zeros(-(-count // size) * size, np.int64)
+            order[:count] = np.arange(count)
+            outputs = predict_batches(self.model, plan.memory[split].batches(order, size), reference,
+                                      f"{plan.data_dir}: the {split} split")
+            outputs = {k: v[:count] for k, v in outputs.items()}
+        else:
+            outputs = predict_split(self.model, plan.data_dir, split, self.batch_size, plan.spec,
+                                    drop_remainder=reference, training=reference, partitions=plan.partitions)
+        return gather_workers(plan.strategy, outputs) if plan.workers > 1 else outputs
+
+    def refresh_batch_norm_statistics(self) -> None:
+        """BatchNorm's moving statistics from `bn_statistics_batches` training batches
+        (`dare_tf.training.evaluation.refresh_batch_norm_statistics`); nothing in
+        reference mode."""
+        cfg = self.config
+        if cfg.reference_mode or not cfg.schedule.bn_statistics_batches:
+            return
+        # A small shuffle buffer: a mixed sample of the training split, cheap to fill.
+        batches = self.plan.epoch_batches(999, min(cfg.data.shuffle_buffer, 8 * cfg.schedule.batch_size))
+        refresh_batch_norm_statistics(
+            self.model, (x for x, _ in batches.take(cfg.schedule.bn_statistics_batches)), self._combine())
+
+    def cascade_metrics(self, split: str, retrieval: bool = True) -> dict[str, float]:
+        """The cascade's metrics of `split` (`dare_tf.training.reranking`), of every
+        worker's positives; {} without a retrieval run."""
+        if self.cascade is None or split not in self.cascade.examples:
+            return {}
+        return self.cascade.examples[split].metrics(self.model, retrieval, self._combine())

@@ -1,0 +1,120 @@
+"""A seed's input plan: which examples each step of a run reads, on every worker."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import tensorflow as tf
+
+from dare_tf.data.pipeline import InMemorySplit, make_dataset
+from dare_tf.data.spec import MODEL_INPUTS, DatasetSpec
+from dare_tf.training.config import TrainConfig
+from dare_tf.training.diagnostics import default_eval_every, schedule_warnings
+from dare_tf.training.distribution import worker_index, worker_partitions
+from dare_tf.training.reranking import Cascade
+
+
+class InputPlan:
+    """The steps of one seed's run and the batches each reads.
+
+    Each worker reads its own partitions (users) of every split: per-worker
+    input and store memory ~1/W. Every worker runs the same steps per epoch:
+    the fewest full local batches any worker's partitions hold (the rest of a
+    larger partition set is left out of that epoch, a different rest each
+    epoch as the order is reshuffled). A split in `memory` is read from it:
+    epochs are uniform permutations cut into static batches; otherwise it
+    streams from its shards.
+
+    Attributes:
+        steps_per_epoch, total_steps, eval_every: the run's schedule.
+        worker, workers, partitions, local_batch: this worker's share.
+        memory: the splits read from memory (`InMemorySplit`), by name.
+        warnings: the schedule's warnings (`diagnostics.schedule_warnings`).
+    """
+
+    def __init__(self, data_dir: str, config: TrainConfig, seed: int, spec: DatasetSpec, strategy, max_len: int,
+                 memory: dict[str, InMemorySplit] | None = None, cascade: Cascade | None = None):
+        self.data_dir, self.config, self.seed, self.spec, self.strategy = data_dir, config, seed, spec, strategy
+        self.max_len = max_len
+        self.memory = dict(memory or {})
+        if cascade is not None and cascade.sampler is not None:  # this seed's drawn negatives, every epoch
+            self.memory["train"] = cascade.train_split(seed, config.schedule.epochs, max_len)
+        self.distributed = strategy.num_replicas_in_sync > 1 or config.runtime.strategy != "default"
+        batch = config.schedule.batch_size
+        if self.distributed and batch % strategy.num_replicas_in_sync:
+            raise ValueError(f"batch_size={batch} must be divisible by the {strategy.num_replicas_in_sync} replicas")
+        self.worker, self.workers = worker_index(strategy)
+        self.partitions = worker_partitions(spec, self.worker, self.workers)
+        self.local_batch = batch // self.workers
+        if self.workers > 1:
+            if batch % self.workers:
+                raise ValueError(f"batch_size={batch} must be divisible by the {self.workers} workers")
+            counts = [sum(spec.records(n) for n in spec.shard_files("train", worker_partitions(spec, w, self.workers)))
+                      for w in range(self.workers)]
+            if cascade is not None and cascade.sampler is not None:  # each click with its drawn negatives
+                counts = [c // (1 + spec.protocol["negatives"]) * config.cascade.group for c in counts]
+            self.steps_per_epoch = min(counts) // self.local_batch
+            self.total_steps = self.steps_per_epoch * config.schedule.epochs
+            examples = sum(counts)
+        else:
+            examples = self.memory["train"].per_epoch if "train" in self.memory else spec.counts["train"]
+            # In memory, the epochs' permutations run back to back, cut into full batches
+            # (static shapes: LazyAdam's step ran 2x faster with them); streamed, every
+            # epoch ends with its partial batch, dropped when distributed.
+            self.steps_per_epoch = (examples // batch if self.distributed or "train" in self.memory
+                                    else math.ceil(examples / batch))
+            self.total_steps = (config.schedule.epochs * examples // batch if "train" in self.memory
+                                else self.steps_per_epoch * config.schedule.epochs)
+        if self.steps_per_epoch == 0:
+            raise ValueError(f"{data_dir}: the train split has fewer examples ({spec.counts['train']}"
+                             f"{'' if self.workers == 1 else ' over all workers; the fewest on one worker'}) "
+                             f"than one batch ({self.local_batch} per {'worker' if self.workers > 1 else 'step'})")
+        self.warnings = [] if config.schedule.max_steps is not None else schedule_warnings(
+            self.total_steps, examples, batch, config.schedule.epochs)
+        if config.schedule.max_steps is not None:
+            self.total_steps = min(self.total_steps, config.schedule.max_steps)
+        self.eval_every = config.schedule.eval_every or default_eval_every(self.total_steps)
+
+    def _permutation(self, epoch: int) -> np.ndarray:
+        return self.memory["train"].epoch_order(self.seed, epoch)
+
+    def epoch_batches(self, epoch: int, shuffle_buffer: int | None = None):
+        """Training batches of one pass over this worker's partitions, in an order
+        fixed by seed and epoch (`steps_per_epoch` local batches)."""
+        if "train" in self.memory:
+            order = self._permutation(epoch)[: self.steps_per_epoch * self.local_batch if self.workers > 1 else None]
+            return self.memory["train"].batches(order, self.local_batch)
+        return make_dataset(self.data_dir, "train", self.local_batch, shuffle=True,
+                            shuffle_buffer=shuffle_buffer or self.config.data.shuffle_buffer, deterministic=True,
+                            seed=self.seed * 1000 + epoch, spec=self.spec, partitions=self.partitions,
+                            drop_remainder=self.distributed, max_len=self.max_len).take(self.steps_per_epoch)
+
+    def train_stream(self, skip: int):
+        """All training batches from step `skip` on, features and label; distributed,
+        each input pipeline (worker) reads its own partitions."""
+        batch, epochs = self.local_batch, self.config.schedule.epochs
+        if "train" in self.memory:
+            # Examples per epoch: the whole split, or a worker's equal share.
+            per_epoch = self.steps_per_epoch * batch if self.workers > 1 else self.memory["train"].per_epoch
+            first = skip * batch // per_epoch
+            order = np.concatenate([self._permutation(e)[:per_epoch] for e in range(first, epochs)])
+            start = skip * batch - first * per_epoch
+            ds = self.memory["train"].batches(order[start: start + (self.total_steps - skip) * batch], batch)
+        else:
+            first = skip // self.steps_per_epoch
+            ds = self.epoch_batches(first).skip(skip - first * self.steps_per_epoch)
+            for epoch in range(first + 1, epochs):
+                ds = ds.concatenate(self.epoch_batches(epoch))
+            ds = ds.take(self.total_steps - skip)
+        ds = ds.map(lambda x, y: ({k: x[k] for k in MODEL_INPUTS}, y))
+        if not self.distributed:
+            return ds.prefetch(tf.data.AUTOTUNE)
+        per_replica = self.config.schedule.batch_size // self.strategy.num_replicas_in_sync
+
+        def dataset_fn(context):
+            if context.num_input_pipelines != self.workers:
+                raise ValueError(f"{context.num_input_pipelines} input pipelines for {self.workers} workers")
+            return ds.rebatch(per_replica)
+
+        return self.strategy.distribute_datasets_from_function(dataset_fn)

@@ -1,0 +1,92 @@
+"""What a run shows while it trains: TensorBoard event files (`ScalarWriters`,
+`TensorBoardScalars`) and the `--verbose=1` progress bar (`RunProgress`), each
+a Keras callback that reads the epoch's logs (`dare_tf.training.callbacks`)."""
+
+from __future__ import annotations
+
+import os
+
+import keras
+
+from dare_tf.training.callbacks import optimizer_step, validation_metrics
+
+
+class ScalarWriters:
+    """TensorBoard event files under `log_dir`, one run (`train`, `validation`,
+    `test`) per subdirectory; each `write` flushes."""
+
+    def __init__(self, log_dir: str):
+        self.log_dir, self.writers = log_dir, {}
+
+    def write(self, name: str, values: dict, step: int) -> None:
+        import tensorflow as tf
+
+        if name not in self.writers:
+            self.writers[name] = tf.summary.create_file_writer(os.path.join(self.log_dir, name))
+        with self.writers[name].as_default():
+            for tag, value in values.items():
+                tf.summary.scalar(tag, float(value), step=step)
+        self.writers[name].flush()
+
+    def hparams(self, values: dict) -> None:
+        """The run's hyperparameters (TensorBoard's HParams plugin), in the log
+        directory's own event file; lists and None as text."""
+        import tensorflow as tf
+        from tensorboard.plugins.hparams import api as hp
+
+        if "" not in self.writers:
+            self.writers[""] = tf.summary.create_file_writer(self.log_dir)
+        with self.writers[""].as_default():
+            hp.hparams({k: v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in values.items()})
+        self.writers[""].flush()
+
+
+class TensorBoardScalars(keras.callbacks.Callback):
+    """TensorBoard event files a reader can use, at the optimizer's true steps:
+    `train/` gets the training loss every `log_every` steps, `validation/` the
+    exact validation metrics (the logs' `val_*`) at every validation.
+
+    (Keras's `TensorBoard` callback with an integer `update_freq` writes an
+    epoch's summaries only when the step count is a multiple of it, and it
+    never sees the exact metrics.) The trainer adds the test metrics of the kept
+    weights under `test/` with `ScalarWriters`."""
+
+    def __init__(self, log_dir: str, log_every: int):
+        super().__init__()
+        self.scalars, self.log_every = ScalarWriters(log_dir), log_every
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = optimizer_step(self.model)
+        if logs and "loss" in logs and step % self.log_every == 0:
+            self.scalars.write("train", {"loss": logs["loss"]}, step)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.scalars.write("validation", validation_metrics(logs), optimizer_step(self.model))
+
+
+class RunProgress(keras.callbacks.Callback):
+    """`--verbose=1`: a line naming the run ("dare on taobao_sample, seed 2 of 5"),
+    one progress bar over the run's optimizer steps with its ETA (Keras's
+    `Progbar`; a resumed run starts at its step), and each validation's results
+    (the logs' `val_*`) printed beneath it. (Keras's own bar counts a Keras "epoch", which here is
+    `eval_every` steps, not a pass over the data.)"""
+
+    def __init__(self, title: str, total_steps: int, write=print):
+        super().__init__()
+        self.title, self.total_steps, self.write = title, total_steps, write
+        self.bar = None
+
+    def on_train_begin(self, logs=None):
+        step = optimizer_step(self.model)
+        self.write(f"{self.title}: steps {step + 1} to {self.total_steps}")
+        self.bar = keras.utils.Progbar(self.total_steps, stateful_metrics=["loss"], unit_name="step")
+        self.bar.update(step)
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = optimizer_step(self.model)
+        self.bar.update(step, [("loss", float(logs["loss"]))] if logs and "loss" in logs else None,
+                        finalize=step >= self.total_steps)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.write(f"\n  validation at step {optimizer_step(self.model)}: "
+                   + " ".join(f"{k} {v:.4f}" for k, v in validation_metrics(logs).items()))
