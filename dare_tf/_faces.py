@@ -6,7 +6,9 @@ and parses its flags before TensorFlow loads."""
 
 from __future__ import annotations
 
+import ast
 import importlib
+import os
 from typing import Callable
 
 
@@ -30,3 +32,40 @@ def lazy_face(package: str, exports: dict[str, str], submodules=()) -> tuple[Cal
         return public
 
     return __getattr__, __dir__, public
+
+
+def _literal_strings(node) -> list[str]:
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return []
+
+
+def scan_modules(package: str, path: str, decorator: str | None = None) -> tuple[dict, dict]:
+    """Reads (without importing) every module of the package directory `path`:
+    returns `(exports, registered)`. `exports` maps each public name to its
+    module's dotted name: the names of the module's `__all__` where it has one,
+    else its top-level classes and functions without a leading underscore.
+    `registered` maps the first argument of each `@decorator("name")` on a
+    top-level class to that module's short name."""
+    exports, registered = {}, {}
+    for file in sorted(os.listdir(path)):
+        short, ext = os.path.splitext(file)
+        if ext != ".py" or short.startswith("_"):
+            continue
+        with open(os.path.join(path, file), encoding="utf-8") as f:
+            tree = ast.parse(f.read(), file)
+        declared, defined = None, []
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__"
+                                                    for t in node.targets):
+                declared = _literal_strings(node.value)
+            elif isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+                if not node.name.startswith("_"):
+                    defined.append(node.name)
+                for d in getattr(node, "decorator_list", []):
+                    if (decorator and isinstance(node, ast.ClassDef) and isinstance(d, ast.Call)
+                            and isinstance(d.func, ast.Name) and d.func.id == decorator and d.args
+                            and isinstance(d.args[0], ast.Constant)):
+                        registered[d.args[0].value] = short
+        exports.update(dict.fromkeys(defined if declared is None else declared, f"{package}.{short}"))
+    return exports, registered

@@ -1,16 +1,15 @@
 """The search stage (stage 1) as a family: one `BehaviorSearch` subclass per variant.
 
-| `ModelConfig.search` | class | models |
-|---|---|---|
-| `soft` | `SoftTopKSearch` | TWIN, DARE and their ablations |
-| `hard` | `HardTopKSearch` | TWIN-hard |
-| `simhash` | `SimHashTopKSearch` | ETA |
-| `cluster` | `ClusterTopKSearch` | TWIN-V2 |
-| `sdim` | `HashSamplingSearch` | SDIM |
-| `none` | `FullHistorySearch` | DIN |
+`VARIANTS` lists them by their `ModelConfig.search` name (`soft`: TWIN and
+DARE, `hard`: TWIN-hard, `simhash`: ETA, `cluster`: TWIN-V2, `sdim`: SDIM,
+`none`: DIN); each class's docstring says what it does and which models use
+it.
 
-A new variant is one module here with a `@register_search("name")` subclass,
-its line in `VARIANTS`, its test, and a preset line in `dare_tf.config.PRESETS`.
+A new variant is its module here with a `@register_search("name")` subclass,
+its test, and a preset line in `dare_tf.config.PRESETS`: nothing else. This
+package's face is read from its modules (`dare_tf._faces.scan_modules`): the
+registered names make `VARIANTS`, and each module's `__all__` (or its public
+classes and functions) the public names.
 
 Naming the searches (`VARIANTS`: a config's validation, a program's flags)
 imports no Keras; a variant's module is imported when its class is first
@@ -20,21 +19,10 @@ program's `--help` never loads TensorFlow.
 
 import importlib
 
-from dare_tf._faces import lazy_face
+from dare_tf._faces import lazy_face, scan_modules
 
-# Every registered search, by its `ModelConfig.search` name, and the module here that defines it.
-VARIANTS = {"soft": "soft", "hard": "hard", "simhash": "simhash", "cluster": "cluster", "sdim": "sampling",
-            "none": "full_history"}
-
-# Public name -> the module that defines it.
-_EXPORTS = {
-    "PADDING_SCORE": "base", "BehaviorSearch": "base", "SearchResult": "base", "TopKSearch": "base",
-    "build_search": "base",
-    "register_search": "base", "scaled_dot_scores": "base", "search_class": "base",
-    "SoftTopKSearch": "soft", "HardTopKSearch": "hard", "hard_search_priority": "hard",
-    "SimHashTopKSearch": "simhash", "hamming_priority": "simhash", "ClusterTopKSearch": "cluster",
-    "HashSamplingSearch": "sampling", "FullHistorySearch": "full_history",
-}
+# Public name -> the module that defines it; registered search name -> its module here.
+_EXPORTS, VARIANTS = scan_modules(__name__, __path__[0], decorator="register_search")
 
 
 def import_variants() -> dict:
@@ -44,7 +32,7 @@ def import_variants() -> dict:
     return importlib.import_module("dare_tf.search.base").SEARCHES
 
 
-_face_getattr, __dir__, __all__ = lazy_face(__name__, {k: f"dare_tf.search.{m}" for k, m in _EXPORTS.items()})
+_face_getattr, __dir__, __all__ = lazy_face(__name__, _EXPORTS)
 __all__ = sorted([*__all__, "SEARCHES", "VARIANTS", "import_variants"])
 
 

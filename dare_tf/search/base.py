@@ -21,6 +21,9 @@ from keras import ops
 
 from dare_tf.layers.pooling import gather_slots, gather_user_slots, user_major
 
+__all__ = ["PADDING_SCORE", "BehaviorSearch", "SearchResult", "TopKSearch", "build_search", "register_search",
+           "scaled_dot_scores", "search_class"]
+
 # The reference fills padded scores with -2**32 + 1 (reference.md, "Search").
 PADDING_SCORE = -(2.0**32) + 1.0
 
