@@ -128,16 +128,40 @@ def describe_entries(directory: str, limit: int = 5) -> str:
     return ", ".join(shown) + more
 
 
-def check_output_dir(output_dir: str, own, writer: str) -> None:
-    """The output-directory guard of the programs that write a directory of their
-    own: refuses (`ValueError`) a path that is not a directory, or a directory
-    holding an entry `own(entry)` does not claim, naming them and `writer`."""
+class OutputDirError(ValueError):
+    """A program refused an output directory (it would change what it did not write)."""
+
+
+def guard_output_dir(output_dir: str, own, writer: str, inputs: dict[str, str] | None = None,
+                     unclaimed: str | None = None) -> None:
+    """The output-directory guard of every program that replaces or fills a
+    directory of its own (data preparation, the analysis suite): raises
+    `OutputDirError` unless `output_dir` is absent, an empty directory, or a
+    directory whose every entry `own(entry)` claims, and unless it contains none
+    of the `inputs` (what -> path: "the input log" -> the path the program reads). `writer` names the program in the
+    message; `unclaimed` (what the directory would be were it the program's, e.g.
+    "a dataset prepared by dare_tf") words the refusal of a directory of which
+    nothing is claimed. (A run directory, `dare_tf.run_directory`, keeps the
+    same promise by another route: `--overwrite` removes only its own entries.)"""
+    real = os.path.realpath(output_dir)
+    for what, path in (inputs or {}).items():
+        source = os.path.realpath(path)
+        if os.path.commonpath([real, source]) == real:
+            raise OutputDirError(f"--output_dir={real} contains {what} {source}; "
+                                 f"choose a directory of its own for the output of {writer}")
     if not os.path.lexists(output_dir):
         return
     if not os.path.isdir(output_dir):
-        raise ValueError(f"--output_dir={output_dir} exists and is not a directory")
-    foreign = sorted(e for e in os.listdir(output_dir) if not own(e))
-    if foreign:
-        raise ValueError(f"--output_dir={output_dir} holds files {writer} did not write "
-                         f"({', '.join(repr(e) for e in foreign[:5])}{' ...' if len(foreign) > 5 else ''}); "
-                         "choose an empty or new directory")
+        raise OutputDirError(f"--output_dir={real} exists and is not a directory; remove it or choose another path")
+    entries = sorted(os.listdir(output_dir))
+    foreign = [e for e in entries if not own(e)]
+    if not foreign:
+        return
+    if unclaimed is not None and len(foreign) == len(entries):
+        raise OutputDirError(f"--output_dir={real} is not empty and is not {unclaimed}; it holds "
+                             f"{describe_entries(output_dir)}. Refusing to replace it: choose an empty or new "
+                             "directory")
+    raise OutputDirError(f"--output_dir={real} holds files {writer} did not write: "
+                         f"{', '.join(repr(e) for e in foreign[:5])}"
+                         f"{f' and {len(foreign) - 5} more' if len(foreign) > 5 else ''}. "
+                         "Refusing to change it: move them away or choose another directory")

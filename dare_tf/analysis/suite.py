@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from dare_tf._files import atomic_json, check_output_dir
+from dare_tf._files import atomic_json, guard_output_dir
 from dare_tf.analysis.config import ANALYSES, AnalysisConfig
 from dare_tf.analysis import attention, convergence, dimensions, figures, gradients, representation, retrieval
 from dare_tf.data.spec import MODEL_INPUTS, DatasetSpec, read_id_map
@@ -313,7 +313,7 @@ def run_analyses(data_dir: str, runs: dict[str, str], output_dir: str, config: A
     needs_runs = set(analyses) - {"gradients", "dimensions"}
     if needs_runs and not runs:
         raise ValueError(f"analyses {sorted(needs_runs)} need trained runs (--runs=label:run_dir,...)")
-    check_output_dir(output_dir, lambda entry: entry in _OWN_ENTRIES, "the analysis suite")
+    guard_output_dir(output_dir, _OWN_ENTRIES.__contains__, "the analysis suite")
     os.makedirs(output_dir, exist_ok=True)
     suite = _Suite(data_dir, runs, output_dir, config, report)
     out = {"format": FORMAT, "data_dir": os.path.abspath(data_dir), "dataset": suite.spec.dataset,

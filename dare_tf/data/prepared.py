@@ -13,7 +13,7 @@ import shutil
 import numpy as np
 from absl import logging
 
-from dare_tf._files import clean_stale, describe_entries, replace_directory, staging_dir
+from dare_tf._files import clean_stale, guard_output_dir, replace_directory, staging_dir
 from dare_tf.data.logs import FORMATS, Clicks, LogFormat
 from dare_tf.data.records import ShardWriter, encode_examples, encode_store
 from dare_tf.data.spec import (FEATURES, FORMAT, ID_MAP_FILES, ITEM_CATEGORY_FILE, LEGACY_FORMATS, SPEC_FILE,
@@ -21,10 +21,6 @@ from dare_tf.data.spec import (FEATURES, FORMAT, ID_MAP_FILES, ITEM_CATEGORY_FIL
 
 
 MAX_PARTITIONS = 1024
-
-
-class OutputDirError(ValueError):
-    """The output directory cannot be (re)written without losing data that is not ours."""
 
 
 class PartitionedWriter:
@@ -126,33 +122,10 @@ def _own_files(directory: str) -> set[str] | None:
 def check_output_dir(output_dir: str, input_path: str) -> None:
     """Raises `OutputDirError` unless `output_dir` may be replaced: it must be
     absent, an empty directory, or a dataset preparation wrote with nothing else
-    in it, and must not contain the input log."""
-    output_dir = os.path.realpath(output_dir)
-    source = os.path.realpath(input_path)
-    if os.path.commonpath([output_dir, source]) == output_dir:
-        raise OutputDirError(f"--output_dir={output_dir} contains the input log {source}; "
-                             "choose a directory of its own for the prepared dataset")
-    if not os.path.lexists(output_dir):
-        return
-    if not os.path.isdir(output_dir):
-        raise OutputDirError(f"--output_dir={output_dir} exists and is not a directory; "
-                             "remove it or choose another path")
-    entries = set(os.listdir(output_dir))
-    if not entries:
-        return
-    own = _own_files(output_dir)
-    if own is None:
-        raise OutputDirError(
-            f"--output_dir={output_dir} is not empty and is not a dataset prepared by dare_tf "
-            f"(no {SPEC_FILE} of format {FORMAT!r}); it holds {describe_entries(output_dir)}. "
-            "Refusing to replace it: choose an empty or new directory")
-    foreign = sorted(entries - own)
-    if foreign:
-        raise OutputDirError(
-            f"--output_dir={output_dir} is a prepared dataset but also holds files preparation did "
-            f"not write: {', '.join(repr(e) for e in foreign[:5])}"
-            f"{f' and {len(foreign) - 5} more' if len(foreign) > 5 else ''}. "
-            "Refusing to replace it: move them away or choose another directory")
+    in it, and must not contain the input log (`dare_tf._files.guard_output_dir`)."""
+    own = (_own_files(output_dir) if os.path.isdir(output_dir) else None) or set()
+    guard_output_dir(output_dir, own.__contains__, "preparation", {"the input log": input_path},
+                     unclaimed=f"a dataset prepared by dare_tf (no {SPEC_FILE} of format {FORMAT!r})")
 
 
 def log_format(log: str | LogFormat) -> LogFormat:

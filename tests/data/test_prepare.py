@@ -320,7 +320,7 @@ def _small(tmp_path):
 
 
 def test_refuses_a_directory_with_other_files_and_keeps_them(tmp_path):
-    from dare_tf.data.prepared import OutputDirError
+    from dare_tf._files import OutputDirError
 
     path, protocol = _small(tmp_path)
     out = tmp_path / "mine"
@@ -334,7 +334,7 @@ def test_refuses_a_directory_with_other_files_and_keeps_them(tmp_path):
 
 
 def test_refuses_the_input_logs_own_folder_and_a_file(tmp_path):
-    from dare_tf.data.prepared import OutputDirError
+    from dare_tf._files import OutputDirError
 
     path, protocol = _small(tmp_path)
     with pytest.raises(OutputDirError, match="contains the input log"):
@@ -349,14 +349,14 @@ def test_refuses_the_input_logs_own_folder_and_a_file(tmp_path):
 
 
 def test_replaces_its_own_dataset_but_not_one_with_extra_files(tmp_path):
-    from dare_tf.data.prepared import OutputDirError
+    from dare_tf._files import OutputDirError
 
     path, protocol = _small(tmp_path)
     out = tmp_path / "out"
     prepare("taobao", path, str(out), protocol)
     prepare("taobao", path, str(out), protocol)  # its own: replaced
     (out / "analysis.ipynb").write_text("{}")
-    with pytest.raises(OutputDirError, match="also holds files preparation did not write: 'analysis.ipynb'"):
+    with pytest.raises(OutputDirError, match="holds files preparation did not write: 'analysis.ipynb'"):
         prepare("taobao", path, str(out), protocol)
     assert (out / "analysis.ipynb").exists()
     empty = tmp_path / "empty"
