@@ -32,7 +32,7 @@ from absl import logging
 
 from dare_tf.data.log_reader import parse_block, plan_blocks
 from dare_tf.data.logs import LogFormat
-from dare_tf.data.prepared import (PartitionedWriter, check_compression, check_output_dir, layout_fields,
+from dare_tf.data.prepared import (PartitionedWriter, check_compression, guard_dataset_dir, layout_fields,
                                    log_format, make_spec, write_id_maps, write_prepared)
 from dare_tf.data.protocol import (USERS_PER_CHUNK, LogStatistics, Protocol, UserRows, chunk_examples,
                                    no_user_qualifies, preparation_id, qualifying_users)
@@ -245,7 +245,7 @@ def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Pr
     fmt = log_format(log)
     protocol.validate(fmt.impressions)
     check_compression(compression)
-    check_output_dir(output_dir, input_path)
+    guard_dataset_dir(output_dir, input_path)
     start = time.perf_counter()
     plan = plan_blocks(input_path, fmt, block_bytes or BLOCK_BYTES)
     preparation = preparation_id(plan.sha256, protocol, fmt, compression)

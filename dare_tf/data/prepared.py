@@ -119,7 +119,7 @@ def _own_files(directory: str) -> set[str] | None:
     return names
 
 
-def check_output_dir(output_dir: str, input_path: str) -> None:
+def guard_dataset_dir(output_dir: str, input_path: str) -> None:
     """Raises `OutputDirError` unless `output_dir` may be replaced: it must be
     absent, an empty directory, or a dataset preparation wrote with nothing else
     in it, and must not contain the input log (`dare_tf._files.guard_output_dir`)."""
@@ -146,7 +146,7 @@ def source_fields(input_path: str, clicks: Clicks, fmt: LogFormat) -> dict:
 def write_prepared(output_dir: str, input_path: str, build) -> DatasetSpec:
     """Runs `build(staging_directory) -> DatasetSpec` in a staging directory beside
     `output_dir` and renames it into place (see `prepare`); both drivers use it."""
-    check_output_dir(output_dir, input_path)
+    guard_dataset_dir(output_dir, input_path)
     # A symbolic link stays a link: the directory it points to is what is replaced.
     output_dir = os.path.realpath(output_dir)
     parent = os.path.dirname(output_dir)
@@ -158,7 +158,7 @@ def write_prepared(output_dir: str, input_path: str, build) -> DatasetSpec:
         spec = build(staging)
         with open(os.path.join(staging, SPEC_FILE), "w") as f:
             f.write(spec.to_json())
-        check_output_dir(output_dir, input_path)  # nothing of the user's appeared meanwhile
+        guard_dataset_dir(output_dir, input_path)  # nothing of the user's appeared meanwhile
         replace_directory(staging, output_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

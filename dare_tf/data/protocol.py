@@ -44,7 +44,7 @@ from absl import logging
 
 from dare_tf.data.logs import Clicks, LogFormat
 from dare_tf.data.prepared import (MAX_PARTITIONS, PartitionedWriter, allow_open_files,
-                                   check_compression, check_output_dir, layout_fields, log_format, make_spec,
+                                   check_compression, guard_dataset_dir, layout_fields, log_format, make_spec,
                                    source_fields, write_id_maps, write_prepared)
 from dare_tf.data.log_reader import read_log
 from dare_tf.data.logs import dense_ids
@@ -367,14 +367,14 @@ def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Pr
         compression: `GZIP` or `""` (uncompressed TFRecord files).
 
     `output_dir` is replaced only when it is absent, empty, or a dataset that
-    preparation wrote (see `check_output_dir`); the new one is built in a
+    preparation wrote (see `guard_dataset_dir`); the new one is built in a
     staging directory beside it and renamed into place. Staging directories
     that a killed run of this function left beside it are removed first.
     """
     fmt = log_format(log)
     protocol.validate(fmt.impressions)
     check_compression(compression)
-    check_output_dir(output_dir, input_path)
+    guard_dataset_dir(output_dir, input_path)
     start = time.perf_counter()
     clicks = read_log(fmt, input_path, skip_bad_lines)
     source = source_fields(input_path, clicks, fmt)
