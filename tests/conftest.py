@@ -9,6 +9,8 @@ os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+pytest_plugins = ["tests.served"]  # the serving tests' shared export (`setup`)
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
 # The environment of the programs a test runs (python -m trainers.train, ...).

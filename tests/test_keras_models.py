@@ -144,8 +144,17 @@ def _layer_inputs(kind, rng):
 
 @pytest.mark.parametrize("cls,kwargs,kind", LAYERS, ids=[f"{c.__name__}-{i}" for i, (c, _, _) in enumerate(LAYERS)])
 def test_every_layer_serializes(rng, cls, kwargs, kind):
+    """The one Keras round-trip case (tests.helpers) for every public layer; the search
+    stages go through the same case in tests/search/test_contract.py."""
     args, call_kwargs = _layer_inputs(kind, rng)
     assert_layer_serializes(cls(**kwargs), *args, **call_kwargs)
+
+
+def test_the_round_trip_list_is_the_packages_list_of_layers():
+    public = {getattr(dare_tf.layers, name) for name in dare_tf.layers.__all__}
+    layers = {cls for cls in public if isinstance(cls, type) and issubclass(cls, keras.layers.Layer)}
+    assert {cls for cls, _, _ in LAYERS} == layers
+    assert all(keras.saving.get_registered_object(f"dare_tf>{cls.__name__}") is cls for cls in layers)
 
 
 # Every preset on TensorFlow; on JAX (its own process, tests/test_backends.py) one preset per

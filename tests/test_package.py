@@ -191,3 +191,72 @@ def test_imports_set_no_environment_variable_and_touch_no_file_descriptor():
                 for f in files if f.endswith(".py")
                 for i, line in enumerate(open(os.path.join(root, f)), 1) if "DARE_TF_" in line]
     assert switches == []
+
+
+# Modules whose behaviour is tested in a file named for a larger unit than the module
+# (module -> that file). Every other module of dare_tf with code of its own has its mirror:
+# dare_tf/a/b.py -> tests/a/test_b.py (a leading underscore dropped).
+TESTED_WITH = {
+    "dare_tf._startup": "tests/test_programs.py",  # the programs' quieted start-up
+    "dare_tf.analysis.config": "tests/analysis/test_suite.py",
+    "dare_tf.analysis.convergence": "tests/analysis/test_suite.py",
+    "dare_tf.analysis.dimensions": "tests/analysis/test_suite.py",
+    "dare_tf.analysis.figures": "tests/analysis/test_suite.py",
+    "dare_tf.analysis.report": "tests/analysis/test_suite.py",
+    "dare_tf.cli": "tests/test_programs.py",
+    "dare_tf.config": "tests/test_models.py",
+    "dare_tf.data.beam": "tests/data/test_prepare.py",
+    "dare_tf.data.log_reader": "tests/data/test_logs.py",
+    "dare_tf.data.pipeline": "tests/data/test_records.py",
+    "dare_tf.data.prepared": "tests/data/test_prepare.py",
+    "dare_tf.data.protocol": "tests/data/test_prepare.py",
+    "dare_tf.data.spec": "tests/data/test_records.py",
+    "dare_tf.data.store": "tests/data/test_prepare.py",
+    "dare_tf.data.synthetic": "tests/retrieval/test_planted_candidates.py",
+    "dare_tf.demo": "tests/test_programs.py",
+    "dare_tf.export.retrieval": "tests/serving/test_cascade.py",
+    "dare_tf.histories.base": "tests/histories/test_stores.py",
+    "dare_tf.histories.lmdb_store": "tests/histories/test_stores.py",
+    "dare_tf.histories.prepared": "tests/histories/test_stores.py",
+    "dare_tf.histories.redis_store": "tests/histories/test_stores.py",
+    "dare_tf.layers.clustering": "tests/search/test_cluster.py",
+    "dare_tf.layers.head": "tests/test_keras_models.py",
+    "dare_tf.model_inputs": "tests/test_models.py",
+    "dare_tf.model_training": "tests/test_execution.py",
+    "dare_tf.retrieval._keras2": "tests/retrieval/test_training.py",
+    "dare_tf.retrieval.config": "tests/retrieval/test_training.py",
+    "dare_tf.retrieval.verdict": "tests/retrieval/test_cascade.py",
+    "dare_tf.search.base": "tests/search/test_contract.py",
+    "dare_tf.search.full_history": "tests/search/test_contract.py",
+    "dare_tf.search.hard": "tests/search/test_top_k.py",
+    "dare_tf.search.soft": "tests/search/test_top_k.py",
+    "dare_tf.signatures": "tests/export/test_ranker.py",
+    "dare_tf.testing.redis_server": "tests/histories/test_stores.py",
+    "dare_tf.testing.requests": "tests/testing/test_rest.py",
+    "dare_tf.training.evaluator": "tests/training/test_evaluation.py",
+    "dare_tf.training.input_plan": "tests/training/test_loop.py",
+    "dare_tf.training.progress": "tests/training/test_callbacks.py",
+    "dare_tf.training.reranking": "tests/retrieval/test_cascade.py",
+    "dare_tf.training.sections": "tests/training/test_config.py",
+}
+
+
+def _mirror(name: str) -> str:
+    parts = name.split(".")[1:]
+    return os.path.join("tests", *parts[:-1], f"test_{parts[-1].lstrip('_')}.py")
+
+
+def test_every_module_has_its_test_file():
+    """Each module of dare_tf with code of its own (not a package's face) has its mirrored
+    test file, or the file that tests it with a larger unit is named in TESTED_WITH."""
+    missing, stale = [], []
+    for name, path in sorted(_modules().items()):
+        if path.endswith("__init__.py"):
+            continue
+        mirror = os.path.exists(os.path.join(REPO, _mirror(name)))
+        if name in TESTED_WITH:
+            if mirror or not os.path.exists(os.path.join(REPO, TESTED_WITH[name])):
+                stale.append(name)
+        elif not mirror:
+            missing.append(f"{name} -> {_mirror(name)}")
+    assert not missing and not stale, (missing, stale)

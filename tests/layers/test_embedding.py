@@ -1,4 +1,3 @@
-import keras
 import numpy as np
 import pytest
 
@@ -71,18 +70,6 @@ def test_errors(rng):
         BehaviorEmbedding(10, 4, 8, attention_embedding_dim=4, coupling="shared")
     with pytest.raises(ValueError, match="num_positions=5 rows"):
         call(BehaviorEmbedding(10, 4, 3, num_positions=5), random_batch(rng, 1, 6, 10, 4))
-
-
-def test_serialization_round_trip(rng):
-    layer = BehaviorEmbedding(20, 5, 4, 2, attention_embedding_dim=2, num_positions=20)
-    x = random_batch(rng, 2, 6, 20, 5)
-    out = call(layer, x)
-    clone = BehaviorEmbedding.from_config(layer.get_config())
-    call(clone, x)
-    clone.set_weights(layer.get_weights())
-    for k, v in call(clone, x).items():
-        np.testing.assert_array_equal(v, out[k])
-    assert keras.saving.get_registered_object("dare_tf>BehaviorEmbedding") is BehaviorEmbedding
 
 
 def test_tables_larger_than_the_memory_are_refused_before_allocating():
