@@ -1,12 +1,23 @@
 """Two-stage recommendation: the retrieval index at 1M items, and `recommend` latency.
 
-Usage: python benchmarks/bench_cascade.py [--parts index,recommend] [--items 1000000] [--calls 300] [--json PATH]
+Usage: python benchmarks/bench_cascade.py [--parts index,merge,recommend] [--items 1000000] [--calls 300]
+       [--json PATH]
 
 index: 1M (`--items`) random 32-d candidate vectors in a
 `tfrs.layers.factorized_top_k.BruteForce` index: build time, then top-200
 query time for batches of 1 and 64 queries, against a brute-force numpy
 top-200 (a matrix product and `argpartition`) on the same vectors; the ids
 must agree exactly.
+
+merge: the merged first N=200 candidates of 256 users with histories of 200
+(`CandidateMerger`: each source's `top_k`, then sorts over their proposals)
+against the same merge over catalogue-wide rank matrices (one `[B, C]` rank
+per source, then a `[B, C]` key and its top-N: how the package merged before),
+at catalogues of 10k, 100k and 1M items; the candidates must agree exactly.
+Bound: the tower's top-k over its `[B, C]` scores is common to both
+(`tower_top_k_ms`, timed alone: the floor); beyond it the merge reads `3 (N +
+L) + 2N` proposals per user against `4C` rank and key entries
+(`entries_read_ratio`).
 
 recommend: a retrieval model (two-tower, one epoch) and DARE (L=200, K=20;
 weights as built: latency does not depend on them) on the prepared Taobao
@@ -79,6 +90,98 @@ def bench_index(items: int, rng) -> list[dict]:
                      "tfrs_query_ms": float(np.median(times) * 1e3), "numpy_query_ms": float(np.median(np_times) * 1e3),
                      "numpy/tfrs": float(np.median(np_times) / np.median(times)),
                      "same_top_200": bool((got.numpy() == want).all())})
+    return rows
+
+
+class RankMatrixMerge:
+    """The baseline, as the package merged before `top_k` sources (TensorFlow ops): each
+    source's rank of every catalogue slot `[B, C]`, the merge key over the catalogue
+    (seen slots at infinity) and its top `n`."""
+
+    def __init__(self, item_category, clicks, num_categories, depth, recent=3):
+        size = len(item_category)
+        self.size, self.depth, self.recent, self.num_categories = size, depth, recent, num_categories
+        popularity = np.empty(size, np.float32)
+        popularity[np.lexsort((np.arange(size), -clicks))] = np.arange(size)
+        within = np.empty(size, np.float32)  # rank among the items of the same category
+        by_category = np.lexsort((np.arange(size), -clicks, item_category))
+        within[by_category] = np.arange(size) - np.searchsorted(item_category[by_category],
+                                                                item_category[by_category])
+        self.item_category, self.popularity, self.within = (tf.constant(a) for a in (item_category, popularity,
+                                                                                       within))
+
+    def __call__(self, scores, hist_items, hist_categories, quotas: dict, n: int):
+        inf = tf.constant(np.inf, tf.float32)
+        batch = tf.shape(scores)[0]
+        depth = min(self.depth, self.size)
+        top = tf.math.top_k(scores, k=depth).indices
+        rows = tf.repeat(tf.range(batch)[:, None], depth, axis=1)
+        tower = tf.tensor_scatter_nd_update(tf.fill([batch, self.size], inf), tf.stack([rows, top], -1),
+                                            tf.tile(tf.range(depth, dtype=tf.float32)[None], [batch, 1]))
+        popularity = tf.tile(self.popularity[None], [batch, 1])
+        length = tf.shape(hist_categories)[1]
+        position = tf.where(hist_items > 0, tf.range(length, dtype=tf.int32)[None], -1)
+        segment = tf.cast(hist_categories, tf.int32) + tf.range(batch)[:, None] * self.num_categories
+        last = tf.math.unsorted_segment_max(tf.reshape(position, [-1]), tf.reshape(segment, [-1]),
+                                            batch * self.num_categories)
+        last = tf.maximum(tf.reshape(last, [batch, self.num_categories]), -1)
+        last = tf.concat([tf.fill([batch, 1], -1), last[:, 1:]], axis=1)
+        recency = tf.argsort(tf.argsort(-last, axis=1, stable=True), axis=1, stable=True)
+        recent = (last >= 0) & (recency < self.recent)
+        by_category = self.within[None] * self.recent + tf.cast(tf.gather(recency, self.item_category, axis=1),
+                                                                tf.float32)
+        ranks = [tower, popularity, tf.where(tf.gather(recent, self.item_category, axis=1), by_category, inf)]
+        key = tf.fill([batch, self.size], inf)
+        for rank, name in zip(ranks, ("two_tower", "popularity", "recent_categories")):
+            if quotas.get(name, 0) > 0:
+                key = tf.minimum(key, (rank + 1.0) / quotas[name])
+        slot = tf.cast(hist_items, tf.int32) - 1
+        rows = tf.repeat(tf.range(batch)[:, None], length, axis=1)
+        index = tf.boolean_mask(tf.stack([rows, slot], -1), slot >= 0)
+        seen = tf.tensor_scatter_nd_update(tf.zeros([batch, self.size], tf.bool), index,
+                                           tf.ones([tf.shape(index)[0]], tf.bool))
+        return tf.math.top_k(-tf.where(seen, inf, key), k=n).indices.numpy()
+
+
+def bench_merge(rng, sizes=(10_000, 100_000, 1_000_000), batch=256, length=200, n=TOP_N) -> list[dict]:
+    from dare_tf.retrieval.candidates import CandidateMerger, Query
+
+    rows, categories = [], 1000
+    quotas = {"two_tower": 0.5, "popularity": 0.25, "recent_categories": 0.25}
+    for size in sizes:
+        item_category = rng.integers(1, categories, size)
+        clicks = rng.integers(0, 50, size).astype(float)
+        hist = rng.integers(1, size + 1, (batch, length)).astype(np.int32)
+        hist_categories = item_category[hist - 1].astype(np.int32)
+        scores = rng.normal(size=(batch, size)).astype(np.float32)
+        merger = CandidateMerger(item_category, clicks, categories, depth=n + length)
+        rank_matrices = RankMatrixMerge(item_category, clicks, categories, depth=n + length)
+
+        def merged():
+            return merger.merge(merger.proposals(Query(scores, hist, hist_categories), n), quotas, hist, n).numpy()
+
+        def baseline():
+            return rank_matrices(scores, hist, hist_categories, quotas, n)
+
+        assert (merged() == baseline()).all(), f"the merges disagree at {size} items"
+        seconds = {}
+        def floor():  # the tower's top-k over the catalogue, which both merges do
+            return tf.math.top_k(scores, k=n + length).indices.numpy()
+
+        for name, call in (("proposals", merged), ("rank_matrices", baseline), ("tower_top_k", floor)):
+            times = []
+            for _ in range(3):
+                start = time.perf_counter()
+                call()
+                times.append(time.perf_counter() - start)
+            seconds[name] = float(np.median(times))
+        rows.append({"items": size, "users": batch, "proposals_ms": round(seconds["proposals"] * 1e3, 1),
+                     "rank_matrices_ms": round(seconds["rank_matrices"] * 1e3, 1),
+                     "speedup": round(seconds["rank_matrices"] / seconds["proposals"], 2),
+                     "tower_top_k_ms": round(seconds["tower_top_k"] * 1e3, 1),
+                     "proposals_over_top_k": round(seconds["proposals"] / seconds["tower_top_k"], 2),
+                     "entries_read_ratio": round(4 * size / (3 * (n + length) + 2 * n), 1)})
+        print(f"  {size:,} items done")
     return rows
 
 
@@ -222,12 +325,12 @@ def _by_user_id(work: str, data: str, port: int, server_pid: int, calls: int, rn
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", default="index,recommend")
+    parser.add_argument("--parts", default="index,merge,recommend")
     parser.add_argument("--items", type=int, default=1_000_000)
     parser.add_argument("--calls", type=int, default=300, help="recommend calls per row")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    parts = selected_parts(parser, args.parts, ("index", "recommend"))
+    parts = selected_parts(parser, args.parts, ("index", "merge", "recommend"))
     rng = np.random.default_rng(0)
     payload = {}
     print(f"TensorFlow {tf.__version__}, {os.cpu_count()} CPUs")
@@ -235,6 +338,10 @@ def main():
         print(f"index: BruteForce over {args.items:,} items (32-d), top {TOP_N}, against numpy")
         payload["index"] = bench_index(args.items, rng)
         print_table(payload["index"], list(payload["index"][0]))
+    if "merge" in parts:
+        print(f"merge: the first {TOP_N} merged candidates of 256 users (histories of 200), in process")
+        payload["merge"] = bench_merge(rng)
+        print_table(payload["merge"], list(payload["merge"][0]))
     if "recommend" in parts:
         print(f"recommend: histories of 200, N={TOP_N} candidates, top 10")
         work = tempfile.mkdtemp(prefix="bench_cascade_")

@@ -81,6 +81,13 @@ TABLES = {
                                  "the retrieval index (`tfrs.layers.factorized_top_k.BruteForce`, 32-d, top 200) "
                                  "against a numpy brute force: build seconds, ms per call, and whether both return "
                                  "the same top 200"),
+    ("bench_cascade", "merge"): (None,
+                                 "the merged first 200 candidates of 256 users (histories of 200), measured in "
+                                 "process: `CandidateMerger` (each source's `top_k`, sorts over the proposals) "
+                                 "against the same merge over catalogue-wide rank matrices (how the package merged "
+                                 "before; the candidates agree exactly), ms per batch; the tower's top-k alone "
+                                 "(common to both: the floor) and the merge's time over it; catalogue-wide entries "
+                                 "(4C) over the proposals read (3(N + L) + 2N)"),
     ("bench_cascade", "recommend"): (["path", "clients", "calls", "p50_ms", "p99_ms", "recommendations_per_s",
                                       "served/in_process", "clicks_appended", "errors", "server_rss_mb", "store_mb"],
                                      "`recommend` (retrieval, then DARE ranking 200 candidates with `rank`; "

@@ -12,7 +12,7 @@ from dare_tf._files import clean_stale, replace_directory, require_space, stagin
 from dare_tf.data.spec import ID_MAP_FILES, id_map_digest, read_id_map
 from dare_tf.export.tf_serving import (DATASET_INPUT, DATASET_SIGNATURE, IdTable, dataset_outputs, model_base,
                                        next_version, write_server_configs)
-from dare_tf.retrieval.candidates import SOURCES
+from dare_tf.retrieval.candidates import Query
 from dare_tf.retrieval.training import RetrievalStage
 
 import tensorflow as tf  # noqa: E402  (after dare_tf.retrieval.model: tf.keras is Keras 2 then)
@@ -27,7 +27,7 @@ class _RetrievalServing(tf.Module):
         self.query = model.query
         self.vectors = tf.constant(model.candidate((tf.constant(stage.items), tf.constant(stage.categories))).numpy())
         self.merger, self.top_n, self.include_seen = stage.merger, top_n, stage.include_seen
-        self.quotas = tuple(stage.quotas[s] for s in SOURCES)
+        self.quotas = dict(stage.quotas)
         self.items = IdTable(os.path.join(data_dir, ID_MAP_FILES["item"]), spec.oov_item)
         self.categories = IdTable(os.path.join(data_dir, ID_MAP_FILES["category"]), spec.oov_category)
         self.tables = [self.items.table, self.categories.table]  # tracked, so the SavedModel holds them
@@ -46,9 +46,8 @@ class _RetrievalServing(tf.Module):
         dense = {"hist_items": tf.cast(tf.where(real, self.items.lookup(hist_items), 0), tf.int32),
                  "hist_categories": tf.cast(tf.where(real, self.categories.lookup(hist_categories), 0), tf.int32)}
         scores = tf.matmul(self.query(dense), self.vectors, transpose_b=True)
-        ranks = self.merger.ranks(scores, dense["hist_items"], dense["hist_categories"])
-        seen = None if self.include_seen else self.merger.seen(dense["hist_items"])
-        slots = self.merger.merge(ranks, self.quotas, seen, self.top_n)
+        proposals = self.merger.proposals(Query(scores, dense["hist_items"], dense["hist_categories"]), self.top_n)
+        slots = self.merger.merge(proposals, self.quotas, dense["hist_items"], self.top_n, self.include_seen)
         ids = tf.cast(slots, tf.int64) + 1
         return {"items": tf.gather(self.raw_items, ids), "categories": tf.gather(self.raw_categories_of_items, ids),
                 "scores": tf.gather(scores, slots, batch_dims=1)}

@@ -1,8 +1,10 @@
 """Multi-source candidates: the two-tower model's top items merged with the most
 popular items and with the most popular items of the user's recent categories.
 
-Each source ranks the catalogue for a user (rank 0 first; items a source does
-not propose rank at infinity):
+Each source is a class with `top_k(query, k)`: a user's first `k` proposals,
+as catalogue slots and their ranks in the source's order (rank 0 first; a
+source that proposes fewer than `k` fills the rest with slot -1 at rank
+infinity). No source materialises a rank over the whole catalogue:
 
 - `two_tower`: the query tower's dot product with every candidate vector (its
   first `depth` items);
@@ -12,8 +14,8 @@ not propose rank at infinity):
   recent first; the items of each by their clicks, interleaved across those
   categories.
 
-Merging with quotas `q` (one share per source, summing to 1) orders the
-catalogue by `min over sources of (rank + 1) / q`: a weighted interleave of
+Merging with named quotas `q` (a dict, one share per source, summing to 1)
+orders the catalogue by `min over sources of (rank + 1) / q`: a weighted interleave of
 the sources' lists in which an item proposed by several comes once, at its
 best place. A quota of 1 on one source is that source alone. Items the user
 already clicked are excluded unless `include_seen`. `train_retrieval` picks
@@ -22,13 +24,23 @@ largest reported K (each source alone among the choices), so the merged list
 does at least as well as its best source there; `evaluate_cascade`,
 `serving.export` and `recommend` use the run's quotas.
 
+The merged first `n` read each source's first `n + L` proposals (L: the
+history's length), which is exact: an item further down a source has `n + L`
+items of that source before it, at most L of them seen, so `n` unseen items
+with smaller keys. Slots no source proposes (or seen ones) fill the list last,
+by slot, where fewer than `n` remain. Per user that costs the tower's scores
+over the catalogue (one matrix product, inherent to a two-tower model) and its
+top-k, then sorts over the sources' `3 (n + L)` proposals.
+
 One implementation (TensorFlow ops) serves evaluation (eagerly, on numpy
 arrays) and the exported retrieval SavedModel (in its graph).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -37,18 +49,138 @@ SOURCES = ("two_tower", "popularity", "recent_categories")
 RECENT_CATEGORIES = 3
 
 
-def quota_grid(step: float = 0.25) -> list[tuple[float, ...]]:
-    """Every quota triple on a `step` grid summing to 1, each source alone first."""
+@dataclasses.dataclass(frozen=True)
+class Query:
+    """What the sources read of a batch of users: the tower's scores of every
+    catalogue slot `[B, C]` and the dense histories `[B, L]` (0 = padding,
+    oldest first)."""
+
+    tower_scores: Any
+    hist_items: Any
+    hist_categories: Any
+
+
+def _pad(slots, ranks, k):
+    """`slots`, `ranks` `[B, m]` (m <= k) padded to `[B, k]` with slot -1 at rank inf."""
+    missing = k - tf.shape(slots)[1]
+    return (tf.pad(slots, [[0, 0], [0, missing]], constant_values=-1),
+            tf.pad(ranks, [[0, 0], [0, missing]], constant_values=np.inf))
+
+
+class TwoTowerSource(tf.Module):
+    """The query tower's `depth` best-scoring slots (ties: the lower slot first)."""
+
+    name = "two_tower"
+
+    def __init__(self, depth: int):
+        super().__init__()
+        self.depth = int(depth)
+
+    def top_k(self, query: Query, k):
+        size = tf.shape(query.tower_scores)[1]
+        m = tf.minimum(tf.minimum(k, self.depth), size)
+        slots = tf.math.top_k(query.tower_scores, k=m).indices
+        ranks = tf.tile(tf.range(m, dtype=tf.float32)[None], [tf.shape(slots)[0], 1])
+        return _pad(slots, ranks, k)
+
+
+class PopularitySource(tf.Module):
+    """The slots most clicked as training targets, the same for everybody (ties:
+    the lower slot first). `clicks`: each slot's `[C]`."""
+
+    name = "popularity"
+
+    def __init__(self, clicks):
+        super().__init__()
+        clicks = np.asarray(clicks, np.float64)
+        self.order = tf.constant(np.lexsort((np.arange(len(clicks)), -clicks)).astype(np.int32))
+
+    def top_k(self, query: Query, k):
+        m = tf.minimum(k, tf.size(self.order))
+        batch = tf.shape(query.hist_items)[0]
+        slots = tf.tile(self.order[None, :m], [batch, 1])
+        return _pad(slots, tf.tile(tf.range(m, dtype=tf.float32)[None], [batch, 1]), k)
+
+
+class RecentCategorySource(tf.Module):
+    """The items of the user's last `recent` distinct categories (most recent
+    first), each category's by clicks (ties: the lower slot first), interleaved:
+    the item at place w of the category of recency j has rank `w * recent + j`.
+
+    Args:
+        item_category: each slot's dense category `[C]`.
+        clicks: each slot's training-target clicks `[C]`.
+        num_categories: the category vocabulary's size.
+        recent: how many of the user's last distinct categories are read.
+    """
+
+    name = "recent_categories"
+
+    def __init__(self, item_category, clicks, num_categories: int, recent: int = RECENT_CATEGORIES):
+        super().__init__()
+        item_category = np.asarray(item_category, np.int64)
+        clicks = np.asarray(clicks, np.float64)
+        size = len(item_category)
+        self.recent, self.num_categories = int(recent), int(num_categories)
+        # Each category's items, by clicks, one after another (a CSR list).
+        by_category = np.lexsort((np.arange(size), -clicks, item_category))
+        counts = np.bincount(item_category, minlength=num_categories)
+        self.members = tf.constant(by_category.astype(np.int32))
+        self.starts = tf.constant((np.cumsum(counts) - counts).astype(np.int32))
+        self.counts = tf.constant(counts.astype(np.int32))
+
+    def recent_categories(self, hist_items, hist_categories):
+        """The user's last `recent` distinct categories `[B, recent]`, most recent first
+        (-1 where the history holds fewer)."""
+        batch, length = tf.shape(hist_items)[0], tf.shape(hist_items)[1]
+        position = tf.where(hist_items > 0, tf.range(length, dtype=tf.int32)[None], -1)
+        segment = tf.cast(hist_categories, tf.int32) + tf.range(batch)[:, None] * self.num_categories
+        last = tf.math.unsorted_segment_max(tf.reshape(position, [-1]), tf.reshape(segment, [-1]),
+                                            batch * self.num_categories)
+        last = tf.maximum(tf.reshape(last, [batch, self.num_categories]), -1)  # (empty segments: int min)
+        last = tf.concat([tf.fill([batch, 1], -1), last[:, 1:]], axis=1)  # category 0 is padding
+        top = tf.math.top_k(last, k=min(self.recent, self.num_categories))
+        return tf.where(top.values >= 0, top.indices, -1)
+
+    def top_k(self, query: Query, k):
+        categories = self.recent_categories(query.hist_items, query.hist_categories)  # [B, R]
+        width = tf.shape(categories)[1]
+        per = (k + width - 1) // width  # items read per category
+        places = tf.range(per)  # [P]
+        safe = tf.maximum(categories, 0)
+        valid = (categories[:, :, None] >= 0) & (places[None, None] < tf.gather(self.counts, safe)[:, :, None])
+        slots = tf.gather(self.members, tf.minimum(tf.gather(self.starts, safe)[:, :, None] + places[None, None],
+                                                   tf.size(self.members) - 1))
+        ranks = tf.cast(places[None, None] * self.recent + tf.range(width)[None, :, None], tf.float32)
+        batch = tf.shape(categories)[0]
+        slots = tf.reshape(tf.where(valid, slots, -1), [batch, -1])
+        ranks = tf.reshape(tf.where(valid, ranks, np.inf), [batch, -1])
+        order = tf.argsort(ranks, axis=1, stable=True)[:, :k]
+        return _pad(tf.gather(slots, order, batch_dims=1), tf.gather(ranks, order, batch_dims=1), k)
+
+
+def quota_grid(step: float = 0.25) -> list[dict[str, float]]:
+    """Every quota dict on a `step` grid summing to 1, each source alone first."""
     parts = int(round(1 / step))
     grid = [tuple(c / parts for c in combo) for combo in itertools.product(range(parts + 1), repeat=len(SOURCES))
             if sum(combo) == parts]
-    return sorted(grid, key=lambda q: (-max(q), [-v for v in q]))
+    return [dict(zip(SOURCES, q)) for q in sorted(grid, key=lambda q: (-max(q), [-v for v in q]))]
+
+
+def one_source(name: str) -> dict[str, float]:
+    """The quotas of one source alone."""
+    return {s: float(s == name) for s in SOURCES}
+
+
+def quota_key(quotas: dict) -> tuple[float, ...]:
+    """A quota dict as a hashable key (the shares in `SOURCES` order)."""
+    return tuple(float(quotas.get(s, 0.0)) for s in SOURCES)
 
 
 class CandidateMerger(tf.Module):
-    """The sources' ranks and their merge over a catalogue of `len(item_category)`
-    slots (slot s is dense item id s + 1, as `dare_tf.retrieval.training.catalogue`
-    lists it).
+    """The sources over a catalogue of `len(item_category)` slots (slot s is dense
+    item id s + 1, as `dare_tf.retrieval.training.catalogue` lists it) and their
+    merge by named quotas.
 
     Args:
         item_category: dense category id of each catalogue slot `[C]`.
@@ -60,93 +192,71 @@ class CandidateMerger(tf.Module):
 
     def __init__(self, item_category, clicks, num_categories: int, depth: int, recent: int = RECENT_CATEGORIES):
         super().__init__()
-        item_category = np.asarray(item_category, np.int64)
-        clicks = np.asarray(clicks, np.float64)
-        self.size, self.depth, self.recent, self.num_categories = len(item_category), int(depth), recent, num_categories
-        order = np.lexsort((np.arange(self.size), -clicks))  # most clicked first; ties by slot
-        popularity = np.empty(self.size, np.float32)
-        popularity[order] = np.arange(self.size)
-        within = np.empty(self.size, np.float32)  # rank among the items of the same category
-        by_category = np.lexsort((np.arange(self.size), -clicks, item_category))
-        starts = np.searchsorted(item_category[by_category], item_category[by_category])
-        within[by_category] = np.arange(self.size) - starts
-        self.item_category = tf.constant(item_category)
-        self.popularity_rank = tf.constant(popularity)
-        self.category_rank = tf.constant(within)
+        self.size = len(item_category)
+        self.sources = {s.name: s for s in (TwoTowerSource(depth), PopularitySource(clicks),
+                                            RecentCategorySource(item_category, clicks, num_categories, recent))}
 
-    def ranks(self, tower_scores, hist_items, hist_categories) -> list:
-        """Each source's rank of every slot `[B, C]` (float32, inf where the source
-        does not propose the slot), in `SOURCES` order. `hist_*`: dense ids `[B, L]`,
-        0 = padding, oldest first."""
-        inf = tf.constant(np.inf, tf.float32)
-        batch = tf.shape(tower_scores)[0]
-        depth = tf.minimum(self.depth, self.size)
-        top = tf.math.top_k(tower_scores, k=depth).indices
-        rows = tf.repeat(tf.range(batch)[:, None], depth, axis=1)
-        tower = tf.tensor_scatter_nd_update(tf.fill([batch, self.size], inf), tf.stack([rows, top], -1),
-                                            tf.tile(tf.range(depth, dtype=tf.float32)[None], [batch, 1]))
-        popularity = tf.tile(self.popularity_rank[None], [batch, 1])
-        # The last position of each category in each history (-1: absent), then each
-        # category's recency rank (0 = the most recent category).
-        length = tf.shape(hist_categories)[1]
-        position = tf.where(hist_items > 0, tf.range(length, dtype=tf.int32)[None], -1)
-        segment = tf.cast(hist_categories, tf.int32) + tf.range(batch)[:, None] * self.num_categories
-        last = tf.math.unsorted_segment_max(tf.reshape(position, [-1]), tf.reshape(segment, [-1]),
-                                            batch * self.num_categories)
-        last = tf.maximum(tf.reshape(last, [batch, self.num_categories]), -1)  # (empty segments: int min)
-        last = tf.concat([tf.fill([batch, 1], -1), last[:, 1:]], axis=1)  # category 0 is padding
-        recency = tf.argsort(tf.argsort(-last, axis=1, stable=True), axis=1, stable=True)
-        recent = (last >= 0) & (recency < self.recent)
-        item_recency = tf.gather(recency, self.item_category, axis=1)
-        item_recent = tf.gather(recent, self.item_category, axis=1)
-        by_category = self.category_rank[None] * self.recent + tf.cast(item_recency, tf.float32)
-        return [tower, popularity, tf.where(item_recent, by_category, inf)]
+    def proposals(self, query: Query, n: int) -> dict:
+        """Each source's first `n + L` proposals (what a merge of `n` reads), by name."""
+        k = n + tf.shape(query.hist_items)[1]
+        return {name: source.top_k(query, k) for name, source in self.sources.items()}
 
-    def seen(self, hist_items):
-        """Whether each slot `[B, C]` is among the user's clicks (dense `hist_items` `[B, L]`)."""
-        batch, length = tf.shape(hist_items)[0], tf.shape(hist_items)[1]
-        slot = tf.cast(hist_items, tf.int32) - 1
-        valid = (slot >= 0) & (slot < self.size)
-        rows = tf.repeat(tf.range(batch)[:, None], length, axis=1)
-        index = tf.boolean_mask(tf.stack([rows, slot], -1), valid)
-        return tf.tensor_scatter_nd_update(tf.zeros([batch, self.size], tf.bool), index,
-                                           tf.ones([tf.shape(index)[0]], tf.bool))
-
-    def merge(self, ranks: list, quotas, seen, n: int):
+    def merge(self, proposals: dict, quotas: dict, hist_items, n: int, include_seen: bool = False):
         """The first `n` slots `[B, n]` (int32) of the merged order (see the module),
-        `seen` ones excluded (None: none)."""
-        inf = tf.constant(np.inf, tf.float32)
-        key = tf.fill(tf.shape(ranks[0]), inf)
-        for rank, quota in zip(ranks, quotas):
-            if float(quota) > 0:
-                key = tf.minimum(key, (rank + 1.0) / float(quota))
-        if seen is not None:
-            key = tf.where(seen, inf, key)
-        return tf.math.top_k(-key, k=n).indices
+        the user's clicks (`hist_items`, dense `[B, L]`) excluded unless `include_seen`."""
+        unknown = set(quotas) - set(self.sources)
+        if unknown:
+            raise ValueError(f"quotas of unknown sources {sorted(unknown)}; the sources: {list(self.sources)}")
+        slots, keys = [], []
+        for name, (ids, ranks) in proposals.items():
+            quota = float(quotas.get(name, 0.0))
+            if quota > 0:
+                slots.append(ids)
+                keys.append(tf.where(ids >= 0, (ranks + 1.0) / quota, np.inf))
+        batch = tf.shape(hist_items)[0]
+        # The lowest 2n slots at key inf fill the list where fewer than n are proposed.
+        filler = tf.range(tf.minimum(2 * n, self.size), dtype=tf.int32)
+        slots = tf.concat(slots + [tf.tile(filler[None], [batch, 1])], axis=1)
+        keys = tf.concat(keys + [tf.fill([batch, tf.size(filler)], np.inf)], axis=1)
+        if not include_seen:
+            seen = tf.sort(tf.cast(hist_items, tf.int32) - 1, axis=1)
+            at = tf.minimum(tf.searchsorted(seen, slots), tf.shape(seen)[1] - 1)
+            keys = tf.where(tf.gather(seen, at, batch_dims=1) == slots, np.inf, keys)
+        # Each slot once, at its smallest key; then by key, ties (and inf) by slot.
+        slots = tf.where(slots >= 0, slots, self.size)  # (no proposal: dropped below)
+        order = tf.argsort(keys, axis=1, stable=True)
+        slots, keys = tf.gather(slots, order, batch_dims=1), tf.gather(keys, order, batch_dims=1)
+        order = tf.argsort(slots, axis=1, stable=True)  # by slot, each slot's smallest key first
+        slots, keys = tf.gather(slots, order, batch_dims=1), tf.gather(keys, order, batch_dims=1)
+        first = tf.concat([tf.ones_like(slots[:, :1], tf.bool), slots[:, 1:] != slots[:, :-1]], axis=1)
+        drop = tf.cast(~first | (slots >= self.size), tf.int32)
+        order = tf.argsort(keys, axis=1, stable=True)  # by key; equal keys stay by slot
+        slots, drop = tf.gather(slots, order, batch_dims=1), tf.gather(drop, order, batch_dims=1)
+        order = tf.argsort(drop, axis=1, stable=True)[:, :n]
+        return tf.gather(slots, order, batch_dims=1)
+
+
 
 
 def evaluate_sources(merger: CandidateMerger, tower_scores_fn, examples: dict, quota_choices, ks,
                      include_seen: bool = False, batch_size: int = 256) -> dict:
     """Recall@k of the positives `examples` (dense `hist_items`, `hist_categories`,
-    `target_item`) for each quota triple of `quota_choices`: `{quotas: {"recall@k":
-    ...}}`. `tower_scores_fn(hist_items, hist_categories)` gives `[B, C]` scores."""
+    `target_item`) for each quota dict of `quota_choices`: `{quota key: {"recall@k":
+    ...}}`, keyed by `quota_key(quotas)`. `tower_scores_fn(hist_items,
+    hist_categories)` gives `[B, C]` scores. Each batch's proposals are read once
+    for every quota choice."""
     n = max(ks)
-    hits = {tuple(q): np.zeros(len(ks)) for q in quota_choices}
+    choices = {quota_key(q): q for q in quota_choices}  # (a choice listed twice is counted once)
+    hits = {key: np.zeros(len(ks)) for key in choices}
     count = len(examples["target_item"])
     for start in range(0, count, batch_size):
         items = examples["hist_items"][start: start + batch_size].astype(np.int32)
         cats = examples["hist_categories"][start: start + batch_size].astype(np.int32)
         target = examples["target_item"][start: start + batch_size].astype(np.int64) - 1
-        ranks = merger.ranks(tower_scores_fn(items, cats), items, cats)
-        seen = None if include_seen else merger.seen(items)
-        for q in hits:
-            top = merger.merge(ranks, q, seen, n).numpy()
+        proposals = merger.proposals(Query(tower_scores_fn(items, cats), items, cats), n)
+        for key, q in choices.items():
+            top = merger.merge(proposals, q, items, n, include_seen).numpy()
             found = top == target[:, None]
             position = np.where(found.any(axis=1), found.argmax(axis=1), n)
-            hits[q] += [(position < k).sum() for k in ks]
+            hits[key] += [(position < k).sum() for k in ks]
     return {q: {f"recall@{k}": float(h / max(count, 1)) for k, h in zip(ks, hit)} for q, hit in hits.items()}
-
-
-def one_source(name: str) -> tuple[float, ...]:
-    """The quotas of one source alone."""
-    return tuple(float(s == name) for s in SOURCES)

@@ -25,7 +25,7 @@ import numpy as np
 from dare_tf._files import atomic_json
 from dare_tf.data.spec import TARGET_ITEM, DatasetSpec
 from dare_tf.metrics import CASCADE_CANDIDATES, CASCADE_K, hits_and_gains, rank_of, standard_error
-from dare_tf.retrieval.candidates import SOURCES, evaluate_sources, one_source
+from dare_tf.retrieval.candidates import SOURCES, evaluate_sources, one_source, quota_key
 from dare_tf.retrieval.verdict import cascade_warnings
 from dare_tf.retrieval.training import RetrievalStage, positives, tower_scores
 from dare_tf.training.reranking import rerank
@@ -71,10 +71,10 @@ def evaluate_cascade(data_dir: str, retrieval_run: str, ranking_runs: dict[str, 
     retrieval_hits = hits_and_gains(ranks, k)
     clicks = np.bincount(positives(splits["train"])[TARGET_ITEM], minlength=spec.num_items)
     by_popularity = np.take_along_axis(candidates, np.argsort(-clicks[candidates], axis=1, kind="stable"), axis=1)
-    # Each source alone: one pass that ranks once and merges with each source's quotas.
+    # Each source alone: one pass that reads the proposals once and merges with each source's quotas.
     alone = evaluate_sources(stage.merger, tower_scores(stage.model, (stage.items, stage.categories)), examples,
                              [one_source(name) for name in SOURCES], [num_candidates], include_seen)
-    sources = {name: alone[one_source(name)][f"recall@{num_candidates}"] for name in SOURCES}
+    sources = {name: alone[quota_key(one_source(name))][f"recall@{num_candidates}"] for name in SOURCES}
     results = {"config": config, "examples": int(len(target)), "catalogue": int(len(stage.items)),
                "quotas": quotas, "include_seen": include_seen,
                "retrieval": dict(_order_metrics(retrieval_hits, retrieval_hits, k),

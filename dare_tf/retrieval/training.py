@@ -12,7 +12,8 @@ from dare_tf._files import atomic_json, require_space, variables_bytes
 from dare_tf.data.pipeline import InMemorySplit
 from dare_tf.data.spec import SPLITS, DatasetSpec, item_categories
 from dare_tf.retrieval.config import RetrievalConfig
-from dare_tf.retrieval.candidates import SOURCES, CandidateMerger, evaluate_sources, one_source, quota_grid
+from dare_tf.retrieval.candidates import (SOURCES, CandidateMerger, Query, evaluate_sources, one_source, quota_grid,
+                                         quota_key)
 from dare_tf.retrieval.model import KS, TwoTowerModel, compiled_two_tower, fit_epochs, load_retrieval_model
 
 import tensorflow as tf  # noqa: E402  (after dare_tf.retrieval.model: tf.keras is Keras 2 then)
@@ -74,11 +75,12 @@ def evaluate_candidates(model, merger, catalogue_, val: dict, test: dict, includ
     choices = quota_grid()
     on_val = evaluate_sources(merger, scores, val, choices, KS, include_seen)
     top = f"recall@{max(KS)}"
-    quotas = max(choices, key=lambda q: on_val[q][top])  # (ties: the first, a single source)
+    quotas = max(choices, key=lambda q: on_val[quota_key(q)][top])  # (ties: the first, a single source)
     singles = {name: one_source(name) for name in SOURCES}
     on_test = evaluate_sources(merger, scores, test, [quotas, *singles.values()], KS, include_seen)
-    return {"test": on_test[quotas], "test_sources": {name: on_test[q] for name, q in singles.items()},
-            "quotas": dict(zip(SOURCES, quotas)), "val": on_val[quotas]}
+    return {"test": on_test[quota_key(quotas)],
+            "test_sources": {name: on_test[quota_key(q)] for name, q in singles.items()},
+            "quotas": quotas, "val": on_val[quota_key(quotas)]}
 
 
 def train_retrieval(data_dir: str, output_dir: str, config: RetrievalConfig = RetrievalConfig(),
@@ -157,7 +159,7 @@ def _train_seed(run_dir, spec, config, seed, train, evaluation, catalogue_, merg
         fit_epochs(model, data.shuffle(len(train["target_item"]), seed=seed).batch(config.batch_size),
                    config.epochs, int(epoch.numpy()), save, os.path.join(run_dir, "tensorboard"), config.verbose)
     result = {"seed": seed, **evaluate_candidates(model, merger, catalogue_, *evaluation, config.include_seen)}
-    from dare_tf.training.callbacks import ScalarWriters  # (Keras 3 beside tf.keras 2: fine)
+    from dare_tf.training.progress import ScalarWriters  # (Keras 3 beside tf.keras 2: fine)
 
     # TensorBoard: the test recall@K at the run's last step, as the ranker's test metrics.
     ScalarWriters(os.path.join(run_dir, "tensorboard")).write("test", result["test"],
@@ -169,18 +171,17 @@ def _train_seed(run_dir, spec, config, seed, train, evaluation, catalogue_, merg
     return result
 
 
-def merged_candidates(model, merger: CandidateMerger, catalogue_, examples: dict, quotas, n: int,
+def merged_candidates(model, merger: CandidateMerger, catalogue_, examples: dict, quotas: dict, n: int,
                       include_seen: bool, batch_size: int = 256) -> np.ndarray:
     """The first `n` merged candidates `[E, n]` (dense item ids, in merged order) for
     each example's history (dense `hist_items`, `hist_categories`)."""
     scores = tower_scores(model, catalogue_)
-    quotas = tuple(quotas[s] for s in SOURCES) if isinstance(quotas, dict) else tuple(quotas)
     out = []
     for start in range(0, len(examples["hist_items"]), batch_size):
         items = examples["hist_items"][start: start + batch_size].astype(np.int32)
         cats = examples["hist_categories"][start: start + batch_size].astype(np.int32)
-        ranks = merger.ranks(scores(items, cats), items, cats)
-        out.append(merger.merge(ranks, quotas, None if include_seen else merger.seen(items), n).numpy() + 1)
+        proposals = merger.proposals(Query(scores(items, cats), items, cats), n)
+        out.append(merger.merge(proposals, quotas, items, n, include_seen).numpy() + 1)
     return np.concatenate(out).astype(np.int64)
 
 

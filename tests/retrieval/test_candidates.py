@@ -4,7 +4,8 @@ tensorflow-recommenders, so these run in the suite's own process)."""
 import numpy as np
 import pytest
 
-from dare_tf.retrieval.candidates import SOURCES, CandidateMerger, evaluate_sources, one_source, quota_grid
+from dare_tf.retrieval.candidates import (SOURCES, CandidateMerger, PopularitySource, Query, RecentCategorySource,
+                                         TwoTowerSource, evaluate_sources, one_source, quota_grid, quota_key)
 
 
 def _reference(scores, hist_items, hist_categories, item_category, clicks, quotas, n, depth, recent, include_seen):
@@ -22,7 +23,7 @@ def _reference(scores, hist_items, hist_categories, item_category, clicks, quota
         members = members[np.lexsort((members, -clicks[members]))]
         ranks["recent_categories"][members] = np.arange(len(members)) * recent + j
     key = np.full(size, np.inf)
-    for name, quota in zip(SOURCES, quotas):
+    for name, quota in quotas.items():
         if quota > 0:
             key = np.minimum(key, (ranks[name] + 1) / quota)
     if not include_seen:
@@ -31,8 +32,9 @@ def _reference(scores, hist_items, hist_categories, item_category, clicks, quota
 
 
 @pytest.mark.parametrize("include_seen", [False, True])
-def test_merged_candidates_match_the_reference(rng, include_seen):
-    size, num_categories, length, n, depth, recent = 60, 9, 12, 15, 10, 3
+@pytest.mark.parametrize("n", [15, 50])  # 50: fewer proposals than n, the rest filled by slot
+def test_merged_candidates_match_the_reference(rng, include_seen, n):
+    size, num_categories, length, depth, recent = 60, 9, 12, 10, 3
     item_category = rng.integers(1, num_categories, size)
     clicks = rng.integers(0, 5, size).astype(float)  # ties, broken by slot
     merger = CandidateMerger(item_category, clicks, num_categories, depth=depth, recent=recent)
@@ -41,19 +43,41 @@ def test_merged_candidates_match_the_reference(rng, include_seen):
     hist_items[0, :7] = 0  # left padding
     hist_items[1] = 0  # an empty history: no recent categories, nothing seen
     hist_categories = np.where(hist_items > 0, item_category[np.maximum(hist_items - 1, 0)], 0)
-    ranks = merger.ranks(scores, hist_items.astype(np.int32), hist_categories.astype(np.int32))
-    seen = None if include_seen else merger.seen(hist_items.astype(np.int32))
-    for quotas in [(1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0), (0.5, 0.25, 0.25), (0.25, 0.5, 0.25)]:
-        got = merger.merge(ranks, quotas, seen, n).numpy()
+    hist_items, hist_categories = hist_items.astype(np.int32), hist_categories.astype(np.int32)
+    proposals = merger.proposals(Query(scores, hist_items, hist_categories), n)
+    for shares in [(1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0), (0.5, 0.25, 0.25), (0.25, 0.5, 0.25)]:
+        quotas = dict(zip(SOURCES, shares))
+        got = merger.merge(proposals, quotas, hist_items, n, include_seen).numpy()
         for b in range(5):
             expected = _reference(scores[b], hist_items[b], hist_categories[b], item_category, clicks, quotas, n,
                                   depth, recent, include_seen)
             np.testing.assert_array_equal(got[b], expected, err_msg=f"{quotas}, user {b}")
 
 
+def test_each_source_proposes_its_first_k_without_ranking_the_catalogue(rng):
+    item_category = np.array([1, 2, 1, 3, 1, 2])
+    clicks = np.array([0, 5, 2, 2, 9, 1], float)
+    hist_items = np.array([[0, 2, 5], [0, 0, 0]], np.int32)  # user 0: categories 2 then 1 (most recent)
+    hist_categories = np.array([[0, 2, 1], [0, 0, 0]], np.int32)
+    scores = np.array([[0.1, 0.9, 0.5, 0.5, -1.0, 0.0]] * 2, np.float32)
+    query = Query(scores, hist_items, hist_categories)
+    slots, ranks = (t.numpy() for t in TwoTowerSource(depth=3).top_k(query, 5))
+    assert slots[0].tolist() == [1, 2, 3, -1, -1] and ranks[0].tolist() == [0, 1, 2, np.inf, np.inf]
+    slots, ranks = (t.numpy() for t in PopularitySource(clicks).top_k(query, 4))
+    assert slots.tolist() == [[4, 1, 2, 3]] * 2 and ranks[1].tolist() == [0, 1, 2, 3]  # ties by slot
+    source = RecentCategorySource(item_category, clicks, num_categories=4, recent=2)
+    slots, ranks = (t.numpy() for t in source.top_k(query, 5))
+    # category 1 (recency 0): slots 4, 2, 0 by clicks; category 2 (recency 1): slots 1, 5
+    assert slots[0].tolist() == [4, 1, 2, 5, 0] and ranks[0].tolist() == [0, 1, 2, 3, 4]
+    assert slots[1].tolist() == [-1] * 5  # an empty history: no recent category
+    with pytest.raises(ValueError, match=r"^quotas of unknown sources \['trending'\]; the sources: "):
+        CandidateMerger(item_category, clicks, 4, depth=3).merge(
+            {}, {"trending": 1.0}, hist_items, 2)
+
+
 def test_recall_of_each_source_and_the_grid(rng):
     assert quota_grid()[:3] == [one_source(s) for s in SOURCES]
-    assert len(quota_grid()) == 15 and all(abs(sum(q) - 1) < 1e-9 for q in quota_grid())
+    assert len(quota_grid()) == 15 and all(abs(sum(q.values()) - 1) < 1e-9 for q in quota_grid())
     size, num_categories = 40, 5
     item_category = np.arange(size) % (num_categories - 1) + 1
     clicks = np.arange(size, 0, -1).astype(float)  # slot 0 the most popular
@@ -62,6 +86,7 @@ def test_recall_of_each_source_and_the_grid(rng):
                                                                                      [0, item_category[6]]]),
                 "target_item": np.array([1, 40])}  # dense ids: slot 0 (popular) and slot 39 (not)
     scores = lambda items, cats: np.tile(np.arange(size, dtype=np.float32), (len(items), 1))  # noqa: E731
-    out = evaluate_sources(merger, scores, examples, [one_source("popularity"), one_source("two_tower")], [1, 2])
-    assert out[one_source("popularity")] == {"recall@1": 0.5, "recall@2": 0.5}
-    assert out[one_source("two_tower")] == {"recall@1": 0.5, "recall@2": 0.5}  # slot 39 scores highest
+    out = evaluate_sources(merger, scores, examples, [one_source("popularity"), one_source("two_tower"),
+                                                      one_source("popularity")], [1, 2])  # (listed twice)
+    assert out[quota_key(one_source("popularity"))] == {"recall@1": 0.5, "recall@2": 0.5}
+    assert out[quota_key(one_source("two_tower"))] == {"recall@1": 0.5, "recall@2": 0.5}  # slot 39 scores highest
