@@ -34,8 +34,8 @@ from dare_tf.data.log_reader import parse_block, plan_blocks
 from dare_tf.data.logs import LogFormat
 from dare_tf.data.prepared import (PartitionedWriter, check_compression, guard_dataset_dir, layout_fields,
                                    log_format, make_spec, write_id_maps, write_prepared)
-from dare_tf.data.protocol import (USERS_PER_CHUNK, LogStatistics, Protocol, UserRows, chunk_examples,
-                                   no_user_qualifies, preparation_id, qualifying_users)
+from dare_tf.data.examples import USERS_PER_CHUNK, LogStatistics, UserRows, chunk_examples, qualifying_users
+from dare_tf.data.protocol import Protocol, no_user_qualifies, preparation_id, time_windows
 from dare_tf.data.spec import SPLITS, STORE_KIND, partition_of
 
 MANIFEST = ".beam-manifest.json"  # written by the pipeline into the staging directory, read and removed
@@ -114,13 +114,14 @@ def _statistics(users, ranks, summaries, protocol: Protocol, impressions: bool) 
             "index": {int(u): i for i, u in enumerate(qualifying)}, "longest": int(clicks.max())}
 
 
-def _chunk_outputs(element, side: dict, protocol: Protocol, impressions: bool):
+def _chunk_outputs(element, side: dict, protocol: Protocol, impressions: bool, last_time):
     """Examples and store rows of one chunk, keyed by the shard (kind, partition) they belong to."""
     chunk, members = element
     members = sorted(members, key=lambda m: m[0])  # (qualifying index, dense uid, UserRows)
     users = np.array([m[1] for m in members], np.int64)
     rows = [m[2] for m in members]
-    for split, columns in chunk_examples(chunk, users, rows, side["stats"], protocol).items():
+    bounds = protocol.bounds(last_time) if protocol.split == "time" else None
+    for split, columns in chunk_examples(chunk, users, rows, side["stats"], protocol, bounds).items():
         parts = partition_of(columns["uid"], protocol.partitions)
         for k in np.unique(parts).tolist():
             yield (split, k), (chunk, {c: v[parts == k] for c, v in columns.items()})
@@ -145,7 +146,7 @@ def _write_shard(element, directory: str, protocol: Protocol, compression: str):
     return writer.close()
 
 
-def _write_manifest(files, side: dict, directory: str, source: dict) -> None:
+def _write_manifest(files, side: dict, directory: str, source: dict, last_time: int) -> None:
     if len(side["stats"].qualifying):
         write_id_maps(directory, side["raw_items"], side["raw_categories"], side["raw_users"],
                       side["stats"].item_category)
@@ -153,7 +154,8 @@ def _write_manifest(files, side: dict, directory: str, source: dict) -> None:
         json.dump({"files": {name: entry for shard in files for name, entry in shard.items()},
                    "num_items": side["stats"].num_items,
                    "num_categories": len(side["raw_categories"]) + 2, "num_users": side["stats"].num_users,
-                   "users": int(len(side["stats"].qualifying)), "longest": side["longest"], **source}, f)
+                   "users": int(len(side["stats"].qualifying)), "longest": side["longest"], "last_time": last_time,
+                   **source}, f)
 
 
 def build_pipeline(pipeline, path: str, fmt: LogFormat, plan, protocol: Protocol, directory: str,
@@ -169,6 +171,9 @@ def build_pipeline(pipeline, path: str, fmt: LogFormat, plan, protocol: Protocol
                                                              p[1].label is None else int((p[1].label == 1).sum())))
               | "SumCounts" >> beam.CombineGlobally(
                   lambda vs: tuple(int(sum(x)) for x in zip(*vs)) if vs else (0, 0, 0)))
+    last_time = beam.pvalue.AsSingleton(
+        parsed | "BlockLastTime" >> beam.Map(lambda p: int(p[1].time.max()) if len(p[1].time) else None)
+        | "LastTime" >> beam.CombineGlobally(lambda ts: max((t for t in ts if t is not None), default=0)))
     sequences = (parsed
                  | "ByUser" >> beam.FlatMap(lambda p: _block_users(p[0], p[1]))
                  | "GroupUsers" >> beam.GroupByKey()
@@ -192,13 +197,14 @@ def build_pipeline(pipeline, path: str, fmt: LogFormat, plan, protocol: Protocol
             return
         rows = UserRows(items=np.array([side_["item_dense"][int(i)] for i in items], np.int32),
                         categories=np.array([side_["category_dense"][int(c)] for c in categories], np.int32),
-                        times=times if impressions else None, labels=labels if impressions else None)
+                        times=times if impressions or protocol.split == "time" else None,
+                        labels=labels if impressions else None)
         yield index // USERS_PER_CHUNK, (index, uid, rows)
 
     outputs = (sequences
                | "ToChunks" >> beam.FlatMap(to_chunks, side)
                | "GroupChunks" >> beam.GroupByKey()
-               | "Chunks" >> beam.FlatMap(_chunk_outputs, side, protocol, impressions))
+               | "Chunks" >> beam.FlatMap(_chunk_outputs, side, protocol, impressions, last_time))
     # Every shard exists, also a partition's that holds no user.
     empty = pipeline | "AllShards" >> beam.Create(
         [((kind, k), None) for kind in (*SPLITS, STORE_KIND) for k in range(protocol.partitions)])
@@ -207,8 +213,9 @@ def build_pipeline(pipeline, path: str, fmt: LogFormat, plan, protocol: Protocol
              | "WriteShards" >> beam.Map(_write_shard, directory, protocol, compression)
              | "ShardList" >> beam.combiners.ToList())
     _ = (files | "Manifest" >> beam.Map(
-        lambda f, side_, c: _write_manifest(f, side_, directory, {"rows": c[0], "bad_lines": c[1], "clicks": c[2]}),
-        side, beam.pvalue.AsSingleton(counts)))
+        lambda f, side_, c, t: _write_manifest(f, side_, directory, {"rows": c[0], "bad_lines": c[1],
+                                                                     "clicks": c[2]}, t),
+        side, beam.pvalue.AsSingleton(counts), last_time))
 
 
 def _unwrap(error: BaseException) -> BaseException:
@@ -242,7 +249,7 @@ def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Pr
 
     from dare_tf.data.log_reader import BLOCK_BYTES
 
-    fmt = log_format(log)
+    fmt = protocol.log_format(log_format(log))
     protocol.validate(fmt.impressions)
     check_compression(compression)
     guard_dataset_dir(output_dir, input_path)
@@ -274,7 +281,9 @@ def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Pr
             raise no_user_qualifies(protocol, manifest["longest"], fmt.impressions)
         fields = dict(num_items=manifest["num_items"], num_categories=manifest["num_categories"],
                       num_users=manifest["num_users"], users=manifest["users"],
-                      **layout_fields(protocol, compression, manifest["files"]))
+                      **layout_fields(protocol, compression, manifest["files"]),
+                      **time_windows(protocol, protocol.bounds(manifest["last_time"]) if protocol.split == "time"
+                                     else None))
         source = dict(path=os.path.abspath(input_path), sha256=plan.sha256, rows=manifest["rows"],
                       clicks=manifest["clicks"], bad_lines=manifest["bad_lines"], log=fmt.to_json())
         if source["bad_lines"]:

@@ -5,7 +5,6 @@ write. Both preparation drivers (`dare_tf.data.protocol`, in memory, and
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -167,8 +166,19 @@ def write_prepared(output_dir: str, input_path: str, build) -> DatasetSpec:
 
 
 def make_spec(fmt: LogFormat, protocol, source: dict, preparation: str, fields: dict) -> DatasetSpec:
+    """spec.json's content; a `--split=time` dataset's `windows` (each split's first
+    time) are recorded in its `protocol` beside the split's flags."""
+    fields = dict(fields)
+    recorded = {**protocol.to_json(), **({"windows": fields.pop("windows")} if "windows" in fields else {})}
+    empty = [split for split in SPLITS if "windows" in recorded and not fields["counts"][split]]
+    if empty:
+        windows = recorded["windows"]
+        raise ValueError(f"--split=time: the {empty[0]} window holds no example of the users with >= "
+                         f"{protocol.min_clicks} clicks (train before {windows['val']}, val from {windows['val']}, "
+                         f"test from {windows['test']}); move --val_days/--test_days (or --val_from/--test_from) "
+                         "or lower --min_clicks")
     return DatasetSpec(dataset=fmt.name, format=FORMAT, max_len=protocol.max_len,
-                       protocol=dataclasses.asdict(protocol), source=source, preparation=preparation, **fields)
+                       protocol=recorded, source=source, preparation=preparation, **fields)
 
 
 def check_compression(compression: str) -> str:

@@ -34,7 +34,6 @@ The dataset directory appears complete or not at all.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
 import time
@@ -42,6 +41,8 @@ import time
 import numpy as np
 from absl import logging
 
+from dare_tf.data.examples import (MIN_IMPRESSIONS, USERS_PER_CHUNK, LogStatistics, UserRows, chunk_examples,
+                                   qualifying_users)
 from dare_tf.data.logs import Clicks, LogFormat
 from dare_tf.data.prepared import (MAX_PARTITIONS, PartitionedWriter, allow_open_files,
                                    check_compression, guard_dataset_dir, layout_fields, log_format, make_spec,
@@ -50,11 +51,10 @@ from dare_tf.data.log_reader import read_log
 from dare_tf.data.logs import dense_ids
 from dare_tf.data.spec import FORMAT, MAX_LEN, SPLITS, STORE_KIND, DatasetSpec
 
-USERS_PER_CHUNK = 256
-MAX_NEGATIVE_ROUNDS = 1000
 MAX_NEGATIVES = 100
-# An impression log's user needs a train, a validation and a test impression.
-MIN_IMPRESSIONS = 3
+SPLIT_KINDS = ("user", "time")
+TIME_SPLIT_FIELDS = ("split", "val_days", "test_days", "val_from", "test_from")
+DAY = 86_400  # seconds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +75,20 @@ class Protocol:
         partitions: shards of the store and of each split; users are
             assigned to them by a hash of their id, and `multi_worker`
             training gives each worker whole partitions (at least one each).
+        split: `user`, the paper's per-user protocol (`train_targets`, `stride`; the last click
+            of each user is its test target, the one before it validation);
+            or `time`: the log read as days, every row an example of the
+            window its time falls in (train before the validation window,
+            then validation, then test), its history the user's clicks
+            strictly before that time (each user's rows in time order), so
+            no example sees its future. Click logs: every click with an
+            earlier click is a target, with `negatives` negatives; impression
+            logs: every impression. `train_targets` and `stride` are not used.
+        val_days, test_days: `time`: the last `test_days` days of the log
+            (UTC days of the time column, read as seconds) are the test
+            window, the `val_days` days before them validation.
+        val_from, test_from: `time`: the windows' first times instead (in the
+            time column's unit; both or neither).
     """
 
     seed: int = 0
@@ -84,6 +98,11 @@ class Protocol:
     stride: int = 5
     negatives: int = 2
     partitions: int = 16
+    split: str = "user"
+    val_days: int = 1
+    test_days: int = 1
+    val_from: int | None = None
+    test_from: int | None = None
 
     def __post_init__(self):
         self.validate(impressions=True)  # the checks of every log; prepare adds those of a click log
@@ -99,7 +118,16 @@ class Protocol:
             (0 <= self.negatives <= MAX_NEGATIVES, "negatives", f"must be in [0, {MAX_NEGATIVES}]"),
             (1 <= self.partitions <= MAX_PARTITIONS, "partitions", f"must be in [1, {MAX_PARTITIONS}]"),
             (self.min_clicks >= 0, "min_clicks", "must be >= 0"),
-            (impressions or self.min_clicks >= earliest + 2, "min_clicks",
+            (self.split in SPLIT_KINDS, "split", f"must be one of {SPLIT_KINDS}"),
+            (self.val_days >= 1 and self.test_days >= 1, "val_days" if self.val_days < 1 else "test_days",
+             "must be >= 1"),
+            ((self.val_from is None) == (self.test_from is None), "val_from" if self.val_from is None else "test_from",
+             "--val_from and --test_from go together (or neither: --val_days, --test_days)"),
+            (self.val_from is None or self.test_from is None or self.val_from < self.test_from, "val_from",
+             f"must be before --test_from={self.test_from}"),
+            (self.split == "time" or (self.val_from is None and (self.val_days, self.test_days) == (1, 1)), "split",
+             "--val_days, --test_days, --val_from and --test_from are for --split=time"),
+            (impressions or self.split == "time" or self.min_clicks >= earliest + 2, "min_clicks",
              f"must be >= {earliest + 2} so that the earliest train target has a history (train_targets="
              f"{self.train_targets} targets, one every stride={self.stride} clicks, reach {earliest} clicks back); "
              "raise --min_clicks, or lower --train_targets or --stride"),
@@ -107,6 +135,29 @@ class Protocol:
         for ok, name, message in checks:
             if not ok:
                 raise ValueError(f"{name}={getattr(self, name)}: {message}")
+
+    def bounds(self, last_time: int) -> tuple[int, int]:
+        """`--split=time`: the first times of the validation and the test windows, for
+        a log whose latest row is at `last_time` (explicit, or whole UTC days)."""
+        if self.val_from is not None:
+            return int(self.val_from), int(self.test_from)
+        test_from = (int(last_time) // DAY - self.test_days + 1) * DAY
+        return test_from - self.val_days * DAY, test_from
+
+    def to_json(self) -> dict:
+        """The protocol as spec.json records it; the time split's fields only with
+        `--split=time` (so that a per-user dataset is recorded, and identified, as
+        it was before they existed)."""
+        fields = dataclasses.asdict(self)
+        if self.split == "user":
+            for name in TIME_SPLIT_FIELDS:
+                del fields[name]
+        return fields
+
+    def log_format(self, fmt: LogFormat) -> LogFormat:
+        """The format the log is read with: with `--split=time`, each user's rows in
+        time order whatever the preset's order (a history is what came before)."""
+        return dataclasses.replace(fmt, sort_by_time=True) if self.split == "time" else fmt
 
     def target_offsets(self) -> dict[str, np.ndarray]:
         """Per split, each target's offset from the end of its user's sequence:
@@ -118,173 +169,9 @@ class Protocol:
 def preparation_id(source_sha256: str, protocol: Protocol, fmt: LogFormat, compression: str) -> str:
     """The id of a preparation: the same for the same log, log format, protocol
     and compression (whichever driver prepared it), different otherwise."""
-    text = json.dumps([FORMAT, fmt.to_json(), source_sha256, dataclasses.asdict(protocol), compression],
+    text = json.dumps([FORMAT, fmt.to_json(), source_sha256, protocol.to_json(), compression],
                       sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-@dataclasses.dataclass
-class LogStatistics:
-    """What the protocol needs from the whole log (both drivers compute it).
-
-    Attributes:
-        item_category: `[num_items]` each dense item's category: the last one
-            seen for it (the reference overwrites); 0 for padding and OOV.
-        item_cdf: `[num_items]` cumulative click counts of the dense items
-            (negatives are drawn in proportion to clicks).
-        qualifying: dense ids of the users with >= min_clicks clicks (and, in
-            an impression log, >= MIN_IMPRESSIONS impressions), ascending.
-        num_users: users in the log plus padding row 0.
-    """
-
-    item_category: np.ndarray
-    item_cdf: np.ndarray
-    qualifying: np.ndarray
-    num_users: int
-
-    @property
-    def num_items(self) -> int:
-        return len(self.item_category)
-
-    @functools.cached_property
-    def clickable(self) -> int:
-        """Items clicked at least once (the most negatives a user could have)."""
-        return int((np.diff(self.item_cdf, prepend=0) > 0).sum())
-
-    def chunks(self):
-        """`(chunk index, dense user ids)` of the qualifying users, `USERS_PER_CHUNK` at a time."""
-        for c, lo in enumerate(range(0, len(self.qualifying), USERS_PER_CHUNK)):
-            yield c, self.qualifying[lo: lo + USERS_PER_CHUNK]
-
-
-def qualifying_users(clicks_per_user: np.ndarray, rows_per_user: np.ndarray | None, protocol: Protocol) -> np.ndarray:
-    """Dense ids (ascending) of the users that qualify: >= min_clicks clicks, and
-    in an impression log (`rows_per_user`, impressions per dense id) >=
-    MIN_IMPRESSIONS impressions."""
-    ok = clicks_per_user >= protocol.min_clicks
-    if rows_per_user is not None:
-        ok &= rows_per_user >= MIN_IMPRESSIONS
-    ok[0] = False  # padding
-    return np.flatnonzero(ok)
-
-
-def sample_negatives(chunk: int, sequences: list[np.ndarray], per_user: int, stats: LogStatistics,
-                     seed: int, users=None) -> np.ndarray:
-    """`[len(sequences), per_user]` negatives of one chunk of users: items drawn
-    with probability proportional to click frequency, rejected if the user
-    (row) clicked them anywhere in the log. The stream is seeded by
-    `(seed, chunk)`, so chunks can be drawn in any order or in parallel.
-    `users` (dense ids of the rows) only name a user in errors."""
-    n = len(sequences)
-    out = np.zeros((n, per_user), np.int64)
-    if per_user == 0 or n == 0:
-        return out
-    num_items, total = stats.num_items, int(stats.item_cdf[-1])
-    clicked = np.unique(np.concatenate([r * num_items + np.asarray(s, np.int64) for r, s in enumerate(sequences)]))
-    distinct = np.bincount(clicked // num_items, minlength=n)
-    exhausted = np.flatnonzero(distinct >= stats.clickable)
-    if len(exhausted):
-        who = (f"dense id {int(users[exhausted[0]])}" if users is not None
-               else f"row {int(exhausted[0])} of chunk {chunk}")
-        raise ValueError(f"user with {who} clicked every item of the log, so no negative can be drawn for it")
-    rng = np.random.default_rng([seed, chunk])
-    filled = np.zeros(n, np.int64)
-    pending = np.arange(n)
-    for _ in range(MAX_NEGATIVE_ROUNDS):
-        if len(pending) == 0:
-            return out
-        need = per_user - filled[pending]
-        draws = int(need.max() * 1.25) + 4
-        cand = np.searchsorted(stats.item_cdf, rng.random(len(pending) * draws) * total, side="right")
-        cand = cand.reshape(len(pending), draws)
-        keys = pending[:, None] * num_items + cand
-        pos = np.minimum(np.searchsorted(clicked, keys), len(clicked) - 1)
-        ok = clicked[pos] != keys
-        rank = np.cumsum(ok, axis=1) - 1 + filled[pending][:, None]
-        take = ok & (rank < per_user)
-        rows = np.broadcast_to(pending[:, None], cand.shape)[take]
-        out[rows, rank[take]] = cand[take]
-        filled[pending] += take.sum(1)
-        pending = pending[filled[pending] < per_user]
-    raise RuntimeError(f"could not draw {per_user} negatives for {len(pending)} user(s) after "
-                       f"{MAX_NEGATIVE_ROUNDS} rounds: they clicked nearly every frequent item")
-
-
-@dataclasses.dataclass
-class UserRows:
-    """One user's rows in protocol order (dense ids): its clicks, or in an
-    impression log its impressions with `times` and `labels`."""
-
-    items: np.ndarray
-    categories: np.ndarray
-    times: np.ndarray | None = None
-    labels: np.ndarray | None = None
-
-    def clicks(self) -> tuple[np.ndarray, np.ndarray]:
-        """The user's clicks (the store's sequence): every row, or the impressions labelled 1."""
-        if self.labels is None:
-            return self.items, self.categories
-        clicked = self.labels == 1
-        return self.items[clicked], self.categories[clicked]
-
-
-def chunk_examples(chunk: int, users: np.ndarray, rows: list[UserRows], stats: LogStatistics,
-                   protocol: Protocol) -> dict[str, dict[str, np.ndarray]]:
-    """The examples of one chunk of users (dense ids `users`, their rows), per
-    split: int32 columns `EXAMPLE_COLUMNS`, user by user. `position` is the
-    number of the user's clicks before the target: its history. Click logs:
-    each target as [positive, negative_1, ..., negative_n]; impression logs:
-    the impressions with their labels."""
-    if rows and rows[0].labels is not None:
-        return _impression_examples(users, rows)
-    items = [r.items for r in rows]
-    categories = [r.categories for r in rows]
-    offsets = protocol.target_offsets()
-    group = 1 + protocol.negatives
-    per_user = sum(len(o) for o in offsets.values()) * protocol.negatives
-    negatives = sample_negatives(chunk, items, per_user, stats, protocol.seed, users)
-    lengths = np.array([len(s) for s in items], np.int64)
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    flat_items, flat_categories = np.concatenate(items), np.concatenate(categories)
-    out, used = {}, 0
-    for split in SPLITS:
-        off = offsets[split]
-        positions = (lengths[:, None] - off[None, :]).reshape(-1)  # [U * n], user-major
-        flat = np.repeat(starts, len(off)) + positions
-        width = len(off) * protocol.negatives
-        neg = negatives[:, used: used + width].reshape(len(items) * len(off), protocol.negatives)
-        used += width
-        target_items = np.concatenate([flat_items[flat][:, None], neg], 1).reshape(-1)
-        is_positive = np.arange(len(target_items)) % group == 0
-        out[split] = {
-            "uid": np.repeat(np.asarray(users), len(off) * group),
-            "position": np.repeat(positions, group),
-            "target_item": target_items,
-            "target_category": np.where(is_positive, flat_categories[np.repeat(flat, group)],
-                                        stats.item_category[target_items]),
-            "label": is_positive.astype(np.int64),
-        }
-    return {split: {k: v.astype(np.int32) for k, v in columns.items()} for split, columns in out.items()}
-
-
-def _impression_examples(users: np.ndarray, rows: list[UserRows]) -> dict[str, dict[str, np.ndarray]]:
-    """An impression log's examples: per user, its impressions in time order;
-    the last is the test example, the one before it validation, the rest train."""
-    parts: dict[str, list] = {s: [] for s in SPLITS}
-    for uid, r in zip(np.asarray(users).tolist(), rows):
-        click_times = r.times[r.labels == 1]  # time-ordered: rows are
-        position = np.searchsorted(click_times, r.times, side="left")  # clicks strictly before
-        n = len(r.items)
-        columns = np.stack([np.full(n, uid), position, r.items, r.categories, r.labels], 1)
-        parts["train"].append(columns[: n - 2])
-        parts["val"].append(columns[n - 2: n - 1])
-        parts["test"].append(columns[n - 1:])
-    out = {}
-    for split in SPLITS:
-        table = np.concatenate(parts[split]) if parts[split] else np.zeros((0, 5), np.int64)
-        out[split] = {k: table[:, i].astype(np.int32) for i, k in enumerate(
-            ("uid", "position", "target_item", "target_category", "label"))}
-    return out
 
 
 def no_user_qualifies(protocol: Protocol, longest: int, impressions: bool = False) -> ValueError:
@@ -301,6 +188,7 @@ def build_examples(clicks: Clicks, protocol: Protocol, directory: str, compressi
     category, raw_categories = dense_ids(clicks.category)
     labels, times = clicks.label, clicks.time
     impressions = labels is not None
+    bounds = protocol.bounds(int(times.max())) if protocol.split == "time" else None
     # The raw-id columns are no longer needed: release them (peak memory).
     clicks.user = clicks.item = clicks.category = clicks.time = clicks.label = None
     user, item, category = user.astype(np.int32), item.astype(np.int32), category.astype(np.int32)
@@ -330,8 +218,10 @@ def build_examples(clicks: Clicks, protocol: Protocol, directory: str, compressi
     order = np.flatnonzero(keep)[np.argsort(user[keep], kind="stable")]
     del keep
     seq = {"items": item[order], "categories": category[order]}
+    if impressions or bounds is not None:
+        seq["times"] = times[order]
     if impressions:
-        seq["times"], seq["labels"] = times[order], labels[order]
+        seq["labels"] = labels[order]
     del order, user, item, category, times, labels
     q_lengths = rows_per_user[stats.qualifying]
     q_starts = np.concatenate([[0], np.cumsum(q_lengths)[:-1]])
@@ -342,7 +232,7 @@ def build_examples(clicks: Clicks, protocol: Protocol, directory: str, compressi
         lo = chunk * USERS_PER_CHUNK
         rows = [UserRows(**{k: v[q_starts[lo + i]: q_starts[lo + i] + q_lengths[lo + i]] for k, v in seq.items()})
                 for i in range(len(users))]
-        for split, columns in chunk_examples(chunk, users, rows, stats, protocol).items():
+        for split, columns in chunk_examples(chunk, users, rows, stats, protocol, bounds).items():
             writers[split].write_examples(columns)
         stored = [r.clicks() for r in rows]
         writers[STORE_KIND].write_store(users, np.array([len(i) for i, _ in stored]),
@@ -353,7 +243,16 @@ def build_examples(clicks: Clicks, protocol: Protocol, directory: str, compressi
         files.update(w.close())
     write_id_maps(directory, raw_items, raw_categories, raw_users, stats.item_category)
     return dict(num_items=num_items, num_categories=num_categories, num_users=stats.num_users,
-                users=int(len(stats.qualifying)), **layout_fields(protocol, compression, files))
+                users=int(len(stats.qualifying)), **layout_fields(protocol, compression, files),
+                **time_windows(protocol, bounds))
+
+
+def time_windows(protocol: Protocol, bounds: tuple[int, int] | None) -> dict:
+    """spec.json's `windows` of a `--split=time` dataset: each split's first time
+    (train: None, from the log's start); {} for the per-user split."""
+    if bounds is None:
+        return {}
+    return {"windows": {"train": None, "val": int(bounds[0]), "test": int(bounds[1])}}
 
 
 def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Protocol = Protocol(),
@@ -371,7 +270,7 @@ def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Pr
     staging directory beside it and renamed into place. Staging directories
     that a killed run of this function left beside it are removed first.
     """
-    fmt = log_format(log)
+    fmt = protocol.log_format(log_format(log))
     protocol.validate(fmt.impressions)
     check_compression(compression)
     guard_dataset_dir(output_dir, input_path)

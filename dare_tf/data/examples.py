@@ -1,0 +1,226 @@
+"""The examples of one chunk of users, as both preparation drivers build them
+(`dare_tf.data.protocol`, `dare_tf.data.beam`): what the protocol needs from
+the whole log (`LogStatistics`), the negatives (`sample_negatives`), and per
+split the examples of a chunk's users (`chunk_examples`): the paper's per-user
+targets of a click log, an impression log's own labels, or with
+`--split=time` the clicks (impressions) of each time window."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+from dare_tf.data.spec import EXAMPLE_COLUMNS, SPLITS
+
+USERS_PER_CHUNK = 256
+MAX_NEGATIVE_ROUNDS = 1000
+# An impression log's user needs a train, a validation and a test impression.
+MIN_IMPRESSIONS = 3
+
+
+@dataclasses.dataclass
+class LogStatistics:
+    """What the protocol needs from the whole log (both drivers compute it).
+
+    Attributes:
+        item_category: `[num_items]` each dense item's category: the last one
+            seen for it (the reference overwrites); 0 for padding and OOV.
+        item_cdf: `[num_items]` cumulative click counts of the dense items
+            (negatives are drawn in proportion to clicks).
+        qualifying: dense ids of the users with >= min_clicks clicks (and, in
+            an impression log, >= MIN_IMPRESSIONS impressions), ascending.
+        num_users: users in the log plus padding row 0.
+    """
+
+    item_category: np.ndarray
+    item_cdf: np.ndarray
+    qualifying: np.ndarray
+    num_users: int
+
+    @property
+    def num_items(self) -> int:
+        return len(self.item_category)
+
+    @functools.cached_property
+    def clickable(self) -> int:
+        """Items clicked at least once (the most negatives a user could have)."""
+        return int((np.diff(self.item_cdf, prepend=0) > 0).sum())
+
+    def chunks(self):
+        """`(chunk index, dense user ids)` of the qualifying users, `USERS_PER_CHUNK` at a time."""
+        for c, lo in enumerate(range(0, len(self.qualifying), USERS_PER_CHUNK)):
+            yield c, self.qualifying[lo: lo + USERS_PER_CHUNK]
+
+
+def qualifying_users(clicks_per_user: np.ndarray, rows_per_user: np.ndarray | None, protocol) -> np.ndarray:
+    """Dense ids (ascending) of the users that qualify: >= min_clicks clicks, and
+    in an impression log (`rows_per_user`, impressions per dense id) >=
+    MIN_IMPRESSIONS impressions."""
+    ok = clicks_per_user >= protocol.min_clicks
+    if rows_per_user is not None:
+        ok &= rows_per_user >= MIN_IMPRESSIONS
+    ok[0] = False  # padding
+    return np.flatnonzero(ok)
+
+
+def sample_negatives(chunk: int, sequences: list[np.ndarray], per_user: int, stats: LogStatistics,
+                     seed: int, users=None) -> np.ndarray:
+    """`[len(sequences), per_user]` negatives of one chunk of users: items drawn
+    with probability proportional to click frequency, rejected if the user
+    (row) clicked them anywhere in the log. The stream is seeded by
+    `(seed, chunk)`, so chunks can be drawn in any order or in parallel.
+    `users` (dense ids of the rows) only name a user in errors."""
+    n = len(sequences)
+    out = np.zeros((n, per_user), np.int64)
+    if per_user == 0 or n == 0:
+        return out
+    num_items, total = stats.num_items, int(stats.item_cdf[-1])
+    clicked = np.unique(np.concatenate([r * num_items + np.asarray(s, np.int64) for r, s in enumerate(sequences)]))
+    distinct = np.bincount(clicked // num_items, minlength=n)
+    exhausted = np.flatnonzero(distinct >= stats.clickable)
+    if len(exhausted):
+        who = (f"dense id {int(users[exhausted[0]])}" if users is not None
+               else f"row {int(exhausted[0])} of chunk {chunk}")
+        raise ValueError(f"user with {who} clicked every item of the log, so no negative can be drawn for it")
+    rng = np.random.default_rng([seed, chunk])
+    filled = np.zeros(n, np.int64)
+    pending = np.arange(n)
+    for _ in range(MAX_NEGATIVE_ROUNDS):
+        if len(pending) == 0:
+            return out
+        need = per_user - filled[pending]
+        draws = int(need.max() * 1.25) + 4
+        cand = np.searchsorted(stats.item_cdf, rng.random(len(pending) * draws) * total, side="right")
+        cand = cand.reshape(len(pending), draws)
+        keys = pending[:, None] * num_items + cand
+        pos = np.minimum(np.searchsorted(clicked, keys), len(clicked) - 1)
+        ok = clicked[pos] != keys
+        rank = np.cumsum(ok, axis=1) - 1 + filled[pending][:, None]
+        take = ok & (rank < per_user)
+        rows = np.broadcast_to(pending[:, None], cand.shape)[take]
+        out[rows, rank[take]] = cand[take]
+        filled[pending] += take.sum(1)
+        pending = pending[filled[pending] < per_user]
+    raise RuntimeError(f"could not draw {per_user} negatives for {len(pending)} user(s) after "
+                       f"{MAX_NEGATIVE_ROUNDS} rounds: they clicked nearly every frequent item")
+
+
+@dataclasses.dataclass
+class UserRows:
+    """One user's rows in protocol order (dense ids): its clicks, or in an
+    impression log its impressions with `times` and `labels`."""
+
+    items: np.ndarray
+    categories: np.ndarray
+    times: np.ndarray | None = None
+    labels: np.ndarray | None = None
+
+    def clicks(self) -> tuple[np.ndarray, np.ndarray]:
+        """The user's clicks (the store's sequence): every row, or the impressions labelled 1."""
+        if self.labels is None:
+            return self.items, self.categories
+        clicked = self.labels == 1
+        return self.items[clicked], self.categories[clicked]
+
+
+def chunk_examples(chunk: int, users: np.ndarray, rows: list[UserRows], stats: LogStatistics,
+                   protocol, bounds: tuple[int, int] | None = None) -> dict[str, dict[str, np.ndarray]]:
+    """The examples of one chunk of users (dense ids `users`, their rows), per
+    split: int32 columns `EXAMPLE_COLUMNS`, user by user. `position` is the
+    number of the user's clicks before the target: its history. Click logs:
+    each target as [positive, negative_1, ..., negative_n]; impression logs:
+    the impressions with their labels. `protocol` is the
+    `dare_tf.data.protocol.Protocol`; `bounds`, with `--split=time`, the first
+    times of the validation and the test windows (`Protocol.bounds`)."""
+    if protocol.split == "time":
+        return _time_examples(chunk, users, rows, stats, protocol, bounds)
+    if rows and rows[0].labels is not None:
+        return _impression_examples(users, rows)
+    items = [r.items for r in rows]
+    categories = [r.categories for r in rows]
+    offsets = protocol.target_offsets()
+    group = 1 + protocol.negatives
+    per_user = sum(len(o) for o in offsets.values()) * protocol.negatives
+    negatives = sample_negatives(chunk, items, per_user, stats, protocol.seed, users)
+    lengths = np.array([len(s) for s in items], np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    flat_items, flat_categories = np.concatenate(items), np.concatenate(categories)
+    out, used = {}, 0
+    for split in SPLITS:
+        off = offsets[split]
+        positions = (lengths[:, None] - off[None, :]).reshape(-1)  # [U * n], user-major
+        flat = np.repeat(starts, len(off)) + positions
+        width = len(off) * protocol.negatives
+        neg = negatives[:, used: used + width].reshape(len(items) * len(off), protocol.negatives)
+        used += width
+        target_items = np.concatenate([flat_items[flat][:, None], neg], 1).reshape(-1)
+        is_positive = np.arange(len(target_items)) % group == 0
+        out[split] = {
+            "uid": np.repeat(np.asarray(users), len(off) * group),
+            "position": np.repeat(positions, group),
+            "target_item": target_items,
+            "target_category": np.where(is_positive, flat_categories[np.repeat(flat, group)],
+                                        stats.item_category[target_items]),
+            "label": is_positive.astype(np.int64),
+        }
+    return {split: {k: v.astype(np.int32) for k, v in columns.items()} for split, columns in out.items()}
+
+
+def _impression_examples(users: np.ndarray, rows: list[UserRows]) -> dict[str, dict[str, np.ndarray]]:
+    """An impression log's examples: per user, its impressions in time order;
+    the last is the test example, the one before it validation, the rest train."""
+    parts: dict[str, list] = {s: [] for s in SPLITS}
+    for uid, r in zip(np.asarray(users).tolist(), rows):
+        click_times = r.times[r.labels == 1]  # time-ordered: rows are
+        position = np.searchsorted(click_times, r.times, side="left")  # clicks strictly before
+        n = len(r.items)
+        columns = np.stack([np.full(n, uid), position, r.items, r.categories, r.labels], 1)
+        parts["train"].append(columns[: n - 2])
+        parts["val"].append(columns[n - 2: n - 1])
+        parts["test"].append(columns[n - 1:])
+    out = {}
+    for split in SPLITS:
+        table = np.concatenate(parts[split]) if parts[split] else np.zeros((0, 5), np.int64)
+        out[split] = {k: table[:, i].astype(np.int32) for i, k in enumerate(
+            ("uid", "position", "target_item", "target_category", "label"))}
+    return out
+
+
+def _time_examples(chunk: int, users: np.ndarray, rows: list[UserRows], stats: LogStatistics, protocol,
+                   bounds: tuple[int, int]) -> dict[str, dict[str, np.ndarray]]:
+    """`--split=time`: every row is an example of the split its time falls in
+    (before `bounds[0]`: train; before `bounds[1]`: validation; then test), its
+    history the user's clicks strictly before that time. A click log's targets
+    are its clicks that have an earlier click, each with `negatives` negatives
+    (drawn as `sample_negatives` draws them, in the user's time order); an
+    impression log's are all its impressions, with their labels."""
+    impressions = bool(rows) and rows[0].labels is not None
+    group = 1 if impressions else 1 + protocol.negatives
+    kept, positions, windows = [], [], []
+    for r in rows:
+        clicks = r.times if r.labels is None else r.times[r.labels == 1]
+        position = np.searchsorted(clicks, r.times, side="left")  # clicks strictly before (time-ordered)
+        keep = np.arange(len(r.times)) if impressions else np.flatnonzero(position > 0)
+        kept.append(keep)
+        positions.append(position[keep])
+        windows.append(np.searchsorted(np.asarray(bounds), r.times[keep], side="right"))
+    per_user = 0 if impressions else int(max((len(k) for k in kept), default=0)) * protocol.negatives
+    negatives = sample_negatives(chunk, [r.items for r in rows], per_user, stats, protocol.seed, users)
+    parts = {split: [] for split in SPLITS}
+    for u, (uid, r, keep, position, window) in enumerate(zip(np.asarray(users).tolist(), rows, kept, positions,
+                                                             windows)):
+        if impressions:
+            targets, categories, labels = r.items[keep][:, None], r.categories[keep][:, None], r.labels[keep][:, None]
+        else:
+            drawn = negatives[u, : len(keep) * protocol.negatives].reshape(len(keep), protocol.negatives)
+            targets = np.concatenate([r.items[keep][:, None], drawn], 1)
+            categories = np.concatenate([r.categories[keep][:, None], stats.item_category[drawn]], 1)
+            labels = np.broadcast_to(np.arange(group) == 0, targets.shape)
+        columns = np.stack([np.full(targets.shape, uid), np.broadcast_to(position[:, None], targets.shape),
+                            targets, categories, labels], -1).astype(np.int64)
+        for w, split in enumerate(SPLITS):
+            parts[split].append(columns[window == w].reshape(-1, len(EXAMPLE_COLUMNS)))
+    return {split: {k: (np.concatenate(p) if p else np.zeros((0, len(EXAMPLE_COLUMNS)), np.int64))[:, i].astype(
+        np.int32) for i, k in enumerate(EXAMPLE_COLUMNS)} for split, p in parts.items()}

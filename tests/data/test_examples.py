@@ -1,0 +1,138 @@
+"""dare_tf.data.examples: `--split=time` against a brute-force recount of the raw log
+(every example's window, target, history strictly before its time, negatives), both
+drivers record for record, and its one-line refusals. (The per-user protocol's
+examples are checked in tests/data/test_prepare.py.)"""
+
+import csv
+import dataclasses
+import datetime
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from dare_tf.data.pipeline import InMemorySplit
+from dare_tf.data.protocol import Protocol, prepare
+from dare_tf.data.spec import SPLITS, read_id_map
+from tests.conftest import REPO
+from tests.data.planted_logs import impression_log
+from tests.data.test_prepare import TAOBAO, assert_same_datasets
+
+DAY = 86_400
+TIME = Protocol(split="time", min_clicks=50, partitions=3, seed=4)
+
+
+def _examples(directory, split):
+    return InMemorySplit.load(directory, split, max_len=1).columns
+
+
+def _timed_clicks():
+    """Each user's clicks (raw item, raw category, time) in time order (stable: file
+    order within a second), recounted from the raw file."""
+    users = {}
+    with open(TAOBAO, newline="") as f:
+        for user, item, category, action, time in csv.reader(f):
+            if action == "pv":
+                users.setdefault(user, []).append((item, category, int(time)))
+    return {u: sorted(s, key=lambda r: r[2]) for u, s in users.items()}
+
+
+@pytest.fixture(scope="module")
+def by_time(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("time") / "taobao")
+    return out, prepare("taobao", TAOBAO, out, TIME)
+
+
+def test_time_split_examples_are_the_windows_clicks_with_their_past_only(by_time):
+    directory, spec = by_time
+    clicks = _timed_clicks()
+    last = max(t for s in clicks.values() for _, _, t in s)
+    test_from = (last // DAY) * DAY  # the log's last UTC day: 2017-12-03
+    assert datetime.datetime.fromtimestamp(test_from, datetime.timezone.utc).date() == datetime.date(2017, 12, 3)
+    assert spec.protocol["windows"] == {"train": None, "val": test_from - DAY, "test": test_from}
+    bounds = [test_from - DAY, test_from]
+    raw_items, raw_cats, raw_users = (read_id_map(directory, k) for k in ("item", "category", "user"))
+    expected = {split: [] for split in SPLITS}
+    for user, seq in clicks.items():
+        if len(seq) < TIME.min_clicks:
+            continue
+        times = np.array([t for _, _, t in seq])
+        for i, (item, category, t) in enumerate(seq):
+            position = int(np.searchsorted(times, t, side="left"))  # clicks strictly before
+            if position:
+                split = SPLITS[int(np.searchsorted(bounds, t, side="right"))]
+                expected[split].append((user, position, item, category))
+    total = 0
+    for split in SPLITS:
+        ex = _examples(directory, split)
+        labels = ex["label"].reshape(-1, 3)
+        assert (labels == [1, 0, 0]).all()
+        positives = [(raw_users[u - 1], int(p), raw_items[i - 1], raw_cats[c - 1]) for u, p, i, c in zip(
+            ex["uid"][::3], ex["position"][::3], ex["target_item"][::3], ex["target_category"][::3])]
+        # Each partition's shard holds its users in dense-id order: compare as multisets per user.
+        assert sorted(positives) == sorted(expected[split]), split
+        for row in range(0, len(ex["label"]), 3):  # negatives: never clicked by the user
+            user = raw_users[ex["uid"][row] - 1]
+            clicked = {item for item, _, _ in clicks[user]}
+            assert not {raw_items[i - 1] for i in ex["target_item"][row + 1: row + 3]} & clicked
+        total += len(positives)
+    assert spec.counts == {s: 3 * len(expected[s]) for s in SPLITS} and total > 1000
+    # The store is each user's clicks in time order: a history (the first `position`
+    # clicks) is what came strictly before its target.
+    store = InMemorySplit.load(directory, "test", max_len=200)
+    row = 0
+    user = raw_users[store.columns["uid"][row] - 1]
+    hist = [(raw_items[i - 1], raw_cats[c - 1]) for i, c in zip(store.features["hist_items"][row],
+                                                                 store.features["hist_categories"][row]) if i > 0]
+    position = int(store.columns["position"][row])
+    assert hist == [(i, c) for i, c, _ in clicks[user][max(0, position - 200): position]]
+    assert all(t < bounds[1] for _, _, t in clicks[user][:position])
+
+
+def test_the_default_split_is_recorded_and_identified_as_before(by_time, tmp_path):
+    spec = prepare("taobao", TAOBAO, str(tmp_path / "user"), dataclasses.replace(TIME, split="user",
+                                                                                 min_clicks=210))
+    assert not {"split", "val_days", "test_days", "val_from", "test_from", "windows"} & set(spec.protocol)
+    assert spec.counts == {"train": 86 * 19 * 3, "val": 86 * 3, "test": 86 * 3}
+
+
+@pytest.mark.slow
+def test_both_drivers_write_the_same_time_split(by_time, tmp_path):
+    from dare_tf.data import beam as beam_driver
+
+    beam_driver.prepare("taobao", TAOBAO, str(tmp_path / "beam"), TIME, block_bytes=1 << 20)
+    assert_same_datasets(by_time[0], str(tmp_path / "beam"))
+    # An impression log with explicit window starts: every impression an example of its window.
+    fmt, log, protocol = impression_log(tmp_path)
+    protocol = dataclasses.replace(protocol, split="time", val_from=1_700_006_000, test_from=1_700_008_000)
+    memory = prepare(fmt, log, str(tmp_path / "imp-memory"), protocol)
+    beam_driver.prepare(fmt, log, str(tmp_path / "imp-beam"), protocol, block_bytes=4096)
+    assert_same_datasets(str(tmp_path / "imp-memory"), str(tmp_path / "imp-beam"))
+    assert memory.counts["train"] + memory.counts["val"] + memory.counts["test"] == 40 * 30
+    times = {"train": (None, 1_700_006_000), "val": (1_700_006_000, 1_700_008_000), "test": (1_700_008_000, None)}
+    assert memory.protocol["windows"] == {s: lo for s, (lo, _) in times.items()}
+
+
+def test_time_split_refusals_are_one_line(tmp_path):
+    for fields, message in [
+        (dict(split="days"), "split=days: must be one of ('user', 'time')"),
+        (dict(split="time", val_days=0), "val_days=0: must be >= 1"),
+        (dict(split="time", val_from=5), "test_from=None: --val_from and --test_from go together"),
+        (dict(split="time", val_from=9, test_from=5), "val_from=9: must be before --test_from=5"),
+        (dict(test_days=2), "split=user: --val_days, --test_days, --val_from and --test_from are for "
+                            "--split=time"),
+    ]:
+        with pytest.raises(ValueError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
+            Protocol(**fields)
+    with pytest.raises(ValueError, match=r"^--split=time: the val window holds no example of the users with >= 50 "
+                                         r"clicks \(train before 1999999998, val from 1999999998, test from "
+                                         r"1999999999\); move --val_days/--test_days"):
+        prepare("taobao", TAOBAO, str(tmp_path / "late"), dataclasses.replace(
+            TIME, val_from=1_999_999_998, test_from=1_999_999_999))
+    done = subprocess.run([sys.executable, "-m", "data.prepare", "--dataset=taobao", f"--input={TAOBAO}",
+                           f"--output_dir={tmp_path / 'cli'}", "--val_days=2"], cwd=REPO, capture_output=True,
+                          text=True)
+    assert done.returncode != 0 and done.stderr.strip().splitlines() == [
+        "error: --split=user: --val_days, --test_days, --val_from and --test_from are for --split=time (see "
+        "--help)"], done.stderr
