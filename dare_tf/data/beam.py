@@ -51,29 +51,42 @@ def _block_users(block_index: int, clicks):
         yield int(u), (keys[rows], clicks.item[rows], clicks.category[rows], clicks.time[rows], labels[rows])
 
 
-def _user_sequence(element, sort_by_time: bool):
+def _user_sequence(element, sort_by_time: bool, chronological: bool = False):
     """A user's rows in protocol order (file order, or stably by time):
-    `(raw user, first file key, items, categories, file keys, times, labels)`."""
+    `(raw user, first key, items, categories, file keys, times, labels)`. The
+    first key orders the users: the first file key, or `chronological` (a
+    `--split=time` log, read in time order) the first (time, file key)."""
     user, parts = element
     keys, items, categories, times, labels = (np.concatenate([p[i] for p in parts]) for i in range(5))
-    order = np.lexsort((keys, times)) if sort_by_time else np.argsort(keys)
-    return user, int(keys.min()), items[order], categories[order], keys[order], times[order], labels[order]
+    order = np.lexsort((keys, times)) if sort_by_time or chronological else np.argsort(keys)
+    first = (int(times[order[0]]), int(keys[order[0]])) if chronological else int(keys.min())
+    return user, first, items[order], categories[order], keys[order], times[order], labels[order]
 
 
-def _user_summaries(sequence, ranks: dict, sort_by_time: bool):
+def _user_summaries(sequence, ranks: dict, sort_by_time: bool, chronological: bool = False):
     """Per distinct item and category of one user: `(first protocol key, last
     protocol key, category at the last, clicks)`. Protocol keys order all
-    rows as the in-memory driver sees them: file order (Taobao), or user
-    rank then position (a time-sorted log)."""
-    user, _, items, categories, file_keys, _, labels = sequence
-    keys = (np.int64(ranks[user]) << 32) + np.arange(len(items), dtype=np.int64) if sort_by_time else file_keys
+    rows as the in-memory driver sees them: file order (Taobao), user rank
+    then position (a time-sorted log), or `chronological` (time, file key)."""
+    user, _, items, categories, file_keys, times, labels = sequence
+    if chronological:
+        keys = list(zip(times.tolist(), file_keys.tolist()))
+    elif sort_by_time:
+        keys = (np.int64(ranks[user]) << 32) + np.arange(len(items), dtype=np.int64)
+    else:
+        keys = file_keys
     clicked = labels == 1
     for kind, ids in (("item", items), ("category", categories)):
         uniq, firsts = np.unique(ids, return_index=True)
         last = len(ids) - 1 - np.unique(ids[::-1], return_index=True)[1]
         counts = np.bincount(np.searchsorted(uniq, ids[clicked]), minlength=len(uniq))
         for i, f, lst, c in zip(uniq, firsts, last, counts):
-            yield (kind, int(i)), (int(keys[f]), int(keys[lst]), int(categories[lst]) if kind == "item" else 0, int(c))
+            yield (kind, int(i)), (_key(keys[f]), _key(keys[lst]), int(categories[lst]) if kind == "item" else 0,
+                                   int(c))
+
+
+def _key(key):
+    return tuple(key) if isinstance(key, tuple) else int(key)
 
 
 def _merge_summaries(values):
@@ -163,7 +176,7 @@ def build_pipeline(pipeline, path: str, fmt: LogFormat, plan, protocol: Protocol
     """Adds the preparation to a `beam.Pipeline`."""
     import apache_beam as beam
 
-    impressions = fmt.impressions
+    impressions, chronological = fmt.impressions, protocol.split == "time"
     blocks = pipeline | "Blocks" >> beam.Create(list(enumerate(plan.blocks)))
     parsed = blocks | "Parse" >> beam.Map(
         lambda b: (b[0], parse_block(path, fmt, plan.names, b[1], skip_bad_lines)))
@@ -177,12 +190,12 @@ def build_pipeline(pipeline, path: str, fmt: LogFormat, plan, protocol: Protocol
     sequences = (parsed
                  | "ByUser" >> beam.FlatMap(lambda p: _block_users(p[0], p[1]))
                  | "GroupUsers" >> beam.GroupByKey()
-                 | "Order" >> beam.Map(_user_sequence, sort_by_time=fmt.sort_by_time))
+                 | "Order" >> beam.Map(_user_sequence, sort_by_time=fmt.sort_by_time, chronological=chronological))
     # Raw user -> (first file key, clicks, rows); dense user ids follow the first keys.
     users = (sequences | "UserFirst" >> beam.Map(lambda s: (s[0], (s[1], int((s[6] == 1).sum()), len(s[2]))))
              | "UserMap" >> beam.combiners.ToDict())
     ranks = beam.pvalue.AsSingleton(users | "Ranks" >> beam.Map(_user_ranks))
-    merged = (sequences | "Summaries" >> beam.FlatMap(_user_summaries, ranks, fmt.sort_by_time)
+    merged = (sequences | "Summaries" >> beam.FlatMap(_user_summaries, ranks, fmt.sort_by_time, chronological)
               | "MergeSummaries" >> beam.CombinePerKey(_merge_summaries)
               | "AllSummaries" >> beam.combiners.ToList())
     side = beam.pvalue.AsSingleton(
@@ -249,7 +262,7 @@ def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Pr
 
     from dare_tf.data.log_reader import BLOCK_BYTES
 
-    fmt = protocol.log_format(log_format(log))
+    fmt = log_format(log)
     protocol.validate(fmt.impressions)
     check_compression(compression)
     guard_dataset_dir(output_dir, input_path)

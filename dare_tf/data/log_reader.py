@@ -368,15 +368,23 @@ def time_sorted(clicks: Clicks) -> Clicks:
     """The order of a log whose rows are not in time order (Tmall, custom logs):
     users in order of first row, each user's rows stably sorted by time."""
     user_rank, _ = dense_ids(clicks.user)
-    order = np.lexsort((clicks.time, user_rank))  # lexsort is stable
+    return _reordered(clicks, np.lexsort((clicks.time, user_rank)))  # lexsort is stable
+
+
+def in_time_order(clicks: Clicks) -> Clicks:
+    """The rows in time order, ties in file order (a `--split=time` log)."""
+    return _reordered(clicks, np.lexsort((np.arange(len(clicks.time)), clicks.time)))
+
+
+def _reordered(clicks: Clicks, order: np.ndarray) -> Clicks:
     return dataclasses.replace(clicks, user=clicks.user[order], item=clicks.item[order],
                                category=clicks.category[order], time=clicks.time[order],
                                label=None if clicks.label is None else clicks.label[order])
 
 
-def read_log(fmt: LogFormat, input_path: str, skip_bad_lines: bool = False) -> Clicks:
+def read_log(fmt: LogFormat, input_path: str, skip_bad_lines: bool = False, chronological: bool = False) -> Clicks:
     """The kept rows of a raw log in the protocol's order (sorted by time per user
-    unless the format keeps the file order)."""
+    unless the format keeps the file order), or all rows in time order."""
     start = time.perf_counter()
     clicks = read_clicks(input_path, fmt, skip_bad_lines=skip_bad_lines)
     if clicks.bad_lines:
@@ -385,4 +393,6 @@ def read_log(fmt: LogFormat, input_path: str, skip_bad_lines: bool = False) -> C
         raise ValueError(f"{input_path}: no {'impression' if fmt.impressions else 'click'} rows"
                          f"{f' (action == {fmt.click!r})' if fmt.click is not None else ''} in {clicks.rows} rows")
     logging.info("read %d rows, %d kept in %.1fs", clicks.rows, len(clicks.user), time.perf_counter() - start)
+    if chronological:
+        return in_time_order(clicks)
     return time_sorted(clicks) if fmt.sort_by_time else clicks

@@ -81,7 +81,9 @@ class Protocol:
             window its time falls in (train before the validation window,
             then validation, then test), its history the user's clicks
             strictly before that time (each user's rows in time order), so
-            no example sees its future. Click logs: every click with an
+            no example sees its future. Dense ids follow the first appearance
+            in time (ties in file order), so the id maps of a log's first days
+            are the beginning of the whole log's. Click logs: every click with an
             earlier click is a target, with `negatives` negatives; impression
             logs: every impression. `train_targets` and `stride` are not used.
         val_days, test_days: `time`: the last `test_days` days of the log
@@ -153,11 +155,6 @@ class Protocol:
             for name in TIME_SPLIT_FIELDS:
                 del fields[name]
         return fields
-
-    def log_format(self, fmt: LogFormat) -> LogFormat:
-        """The format the log is read with: with `--split=time`, each user's rows in
-        time order whatever the preset's order (a history is what came before)."""
-        return dataclasses.replace(fmt, sort_by_time=True) if self.split == "time" else fmt
 
     def target_offsets(self) -> dict[str, np.ndarray]:
         """Per split, each target's offset from the end of its user's sequence:
@@ -270,12 +267,12 @@ def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Pr
     staging directory beside it and renamed into place. Staging directories
     that a killed run of this function left beside it are removed first.
     """
-    fmt = protocol.log_format(log_format(log))
+    fmt = log_format(log)
     protocol.validate(fmt.impressions)
     check_compression(compression)
     guard_dataset_dir(output_dir, input_path)
     start = time.perf_counter()
-    clicks = read_log(fmt, input_path, skip_bad_lines)
+    clicks = read_log(fmt, input_path, skip_bad_lines, chronological=protocol.split == "time")
     source = source_fields(input_path, clicks, fmt)
     preparation = preparation_id(clicks.sha256, protocol, fmt, compression)
     spec = write_prepared(output_dir, input_path, lambda staging: make_spec(

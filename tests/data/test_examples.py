@@ -90,6 +90,21 @@ def test_time_split_examples_are_the_windows_clicks_with_their_past_only(by_time
     assert all(t < bounds[1] for _, _, t in clicks[user][:position])
 
 
+def test_time_split_ids_follow_first_appearance_in_time_so_first_days_extend(by_time, tmp_path):
+    """The id maps of the log's days before the last are the beginning of the whole
+    log's: a model of those days continues on the whole log (trainers.train --init_from)."""
+    directory, _ = by_time
+    last_day = (max(t for s in _timed_clicks().values() for _, _, t in s) // DAY) * DAY
+    early = tmp_path / "early.csv"
+    with open(TAOBAO) as f, open(early, "w") as out:
+        out.writelines(line for line in f if int(line.rsplit(",", 1)[1]) < last_day)
+    prepare("taobao", str(early), str(tmp_path / "early"), dataclasses.replace(TIME, test_days=1, val_days=1))
+    for kind in ("item", "category", "user"):
+        before, after = read_id_map(str(tmp_path / "early"), kind), read_id_map(directory, kind)
+        assert after[: len(before)] == before, kind
+        assert len(before) < len(after) or kind == "user", kind  # (the last day brought no new user)
+
+
 def test_the_default_split_is_recorded_and_identified_as_before(by_time, tmp_path):
     spec = prepare("taobao", TAOBAO, str(tmp_path / "user"), dataclasses.replace(TIME, split="user",
                                                                                  min_clicks=210))
