@@ -54,6 +54,9 @@ class TrainConfig:
         runtime: `RuntimeConfig`, how it executes.
         cascade: `CascadeConfig`, the negatives, loss and selection of a
             cascade's ranker.
+        init_from: a finished ranking run to start from: its best weights
+            and optimizer slots, grown to this dataset's vocabularies
+            (`dare_tf.training.continuation`); None: a fresh model.
     """
 
     preset: str = "dare"
@@ -65,6 +68,7 @@ class TrainConfig:
     schedule: ScheduleConfig = ScheduleConfig()
     runtime: RuntimeConfig = RuntimeConfig()
     cascade: CascadeConfig = CascadeConfig()
+    init_from: str | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "seeds", tuple(int(s) for s in self.seeds))
@@ -142,6 +146,8 @@ class TrainConfig:
         d["seeds"] = list(d["seeds"])
         if d["cascade"]["retrieval_run"]:
             d["cascade"]["retrieval_run"] = os.path.abspath(d["cascade"]["retrieval_run"])
+        if d["init_from"]:
+            d["init_from"] = os.path.abspath(d["init_from"])
         return d
 
     @classmethod
@@ -175,10 +181,12 @@ def effective_model_config(config: TrainConfig, spec: DatasetSpec, strategy):
     return model_config
 
 
-def run_identity(config: TrainConfig, model_config, spec: DatasetSpec) -> dict:
-    """What defines a run's results: the training and model configurations and the dataset."""
+def run_identity(config: TrainConfig, model_config, spec: DatasetSpec, continuation=None) -> dict:
+    """What defines a run's results: the training and model configurations, the
+    dataset and, for a continued run, the run it started from."""
     return {"train_config": config.identity(), "model_config": model_config.to_dict(),
-            "dataset": {"name": spec.dataset, "fingerprint": spec.fingerprint()}}
+            "dataset": {"name": spec.dataset, "fingerprint": spec.fingerprint()},
+            **({"init_from": continuation.identity()} if continuation is not None else {})}
 
 
 def identity_check() -> dict:
@@ -186,4 +194,5 @@ def identity_check() -> dict:
     a run was recorded, at its default value, is the architecture the run had
     (new fields default to the earlier behaviour)."""
     return {"defaults": {**{f"model_config.{f.name}": f.default for f in dataclasses.fields(ModelConfig)},
+                         "train_config.init_from": None,
                          **{f"train_config.cascade.{f.name}": f.default for f in dataclasses.fields(CascadeConfig)}}}

@@ -24,6 +24,7 @@ from dare_tf.training.callbacks import (AppendHistory, ExactValidation, KeepBest
                                         StopAtStep, StopOnNonFiniteLoss, truncate_history)
 from dare_tf.training.progress import RunProgress, ScalarWriters, TensorBoardScalars
 from dare_tf.training.config import TrainConfig, effective_model_config, identity_check, run_identity
+from dare_tf.training.continuation import Continuation
 from dare_tf.training.diagnostics import run_warnings, seed_warnings
 from dare_tf.training.distribution import (ClusterError, fit_distributed, is_chief, task_id, make_strategy,
                                            worker_index, worker_partitions)
@@ -42,8 +43,10 @@ class SeedRun:
 
     def __init__(self, data_dir: str, run_dir: str, config: TrainConfig, seed: int, spec: DatasetSpec,
                  strategy, chief: bool, model_config, report: Callable[[str], None],
-                 memory: dict[str, InMemorySplit] | None = None, cascade: Cascade | None = None):
+                 memory: dict[str, InMemorySplit] | None = None, cascade: Cascade | None = None,
+                 continuation: Continuation | None = None):
         self.data_dir, self.run_dir, self.config, self.seed = data_dir, run_dir, config, seed
+        self.continuation = continuation
         self.spec, self.strategy, self.chief, self.model_config = spec, strategy, chief, model_config
         self.cascade, self._print = cascade, report
         os.makedirs(run_dir, exist_ok=True)
@@ -109,6 +112,9 @@ class SeedRun:
             self.checkpoint.restore(self.manager.latest_checkpoint).assert_existing_objects_matched()
             logging.info("seed %d: resumed from %s at step %d", self.seed, self.manager.latest_checkpoint,
                          int(self.model.optimizer.iterations.numpy()))
+        elif self.continuation is not None:
+            self.continuation.grow_into(self.model)
+            logging.info("seed %d: starts from %s", self.seed, self.continuation.run_dir)
         step, plan = int(self.model.optimizer.iterations.numpy()), self.plan
         if self.chief:
             truncate_history(self.run_dir, step)
@@ -191,7 +197,9 @@ def train(data_dir: str, output_dir: str, config: TrainConfig,
 
 def _train(data_dir, output_dir, config, spec, strategy, chief, overwrite, report, flags_text) -> dict:
     model_config = effective_model_config(config, spec, strategy)
-    identity = run_identity(config, model_config, spec)
+    continuation = (Continuation.load(config.init_from, config.preset, model_config, data_dir)
+                    if config.init_from else None)
+    identity = run_identity(config, model_config, spec, continuation)
     run_directory = RunDirectory(output_dir)
     if chief:
         run_directory.check("ranking", identity, overwrite, **identity_check())
@@ -213,7 +221,7 @@ def _train(data_dir, output_dir, config, spec, strategy, chief, overwrite, repor
                       if InMemorySplit.estimated_bytes(spec, split, partitions) <= config.data.in_memory_mb * 2**20}
             cascade = Cascade.load(data_dir, spec, config, model_config.max_len, partitions, memory)
         per_seed.append(SeedRun(data_dir, run_dir, config, seed, spec, strategy, chief, model_config,
-                                 report, memory, cascade).run())
+                                 report, memory, cascade, continuation).run())
     results = {"data_dir": os.path.abspath(data_dir), "dataset": spec.dataset, "config": identity["train_config"],
                "seeds": list(config.seeds), **summarize(per_seed), "per_seed": per_seed,
                "warnings": run_warnings(per_seed)}
