@@ -36,6 +36,9 @@ flags.DEFINE_integer("rest_workers", None, "REST requests read and run at once (
 flags.DEFINE_float("request_timeout_s", None, "Seconds a REST request waits for a worker (then 503) and a "
                    "connection may stall mid-request (then closed) (default: dare_tf.testing.requests.Limits').",
                    lower_bound=0.001)
+flags.DEFINE_float("file_system_poll_wait_seconds", 1.0, "Seconds between looks for a newer version of each "
+                   "model (TF Serving's flag of the same name); 0: never (serve the version found at start).",
+                   lower_bound=0)
 flags.adopt_module_key_flags(dare_tf.cli)
 
 
@@ -59,7 +62,8 @@ def main(argv):
                                                  name: FLAGS[name].value for name in ("rest_workers",
                                                                                       "request_timeout_s")
                                                  if FLAGS[name].value is not None}),
-                               pad_variable_length_inputs=batch.pad_variable_length_inputs if batch else True)
+                               pad_variable_length_inputs=batch.pad_variable_length_inputs if batch else True,
+                               poll_s=FLAGS.file_system_poll_wait_seconds or None)
     print(f"serving {', '.join(sorted(models))} on gRPC localhost:{port}"
           + (f" and REST localhost:{http.server_address[1]}" if http else ""), flush=True)
     server.wait_for_termination()

@@ -231,6 +231,7 @@ TESTED_WITH = {
     "dare_tf.search.hard": "tests/search/test_top_k.py",
     "dare_tf.search.soft": "tests/search/test_top_k.py",
     "dare_tf.signatures": "tests/export/test_ranker.py",
+    "dare_tf.testing.batcher": "tests/export/test_rank.py",  # the batcher's merging and padding
     "dare_tf.testing.redis_server": "tests/histories/test_stores.py",
     "dare_tf.testing.requests": "tests/testing/test_rest.py",
     "dare_tf.training.evaluator": "tests/training/test_evaluation.py",

@@ -36,7 +36,6 @@ class _BadRequest(Exception):
 
 class RestHandler(BaseHTTPRequestHandler):
     models: dict  # name -> dare_tf.testing.standin_server.LoadedModel
-    batchers: dict = {}  # name -> its Batcher (shared with gRPC), when batching is on
     limits: Limits = Limits()
     workers: threading.BoundedSemaphore  # Limits.rest_workers, set by `serve`
     protocol_version = "HTTP/1.1"  # keep-alive, as TF Serving's REST server
@@ -171,9 +170,8 @@ class RestHandler(BaseHTTPRequestHandler):
         feed = {k: rest_array(k, v, tf.dtypes.as_dtype(definition.inputs[k].dtype)) for k, v in columns.items()}
         for key, value in feed.items():
             self.limits.check_batch(key, value.shape)
-        batcher = self.batchers.get(model.name)
-        outputs = {k: _json_value(k, v) for k, v in (batcher.run if batcher else model.run)(name, definition,
-                                                                                            feed).items()}
+        run = model.batcher.run if model.batcher else model.run  # (its batcher is shared with gRPC)
+        outputs = {k: _json_value(k, v) for k, v in run(name, definition, feed).items()}
         if rows:
             n = len(next(iter(outputs.values())))
             return self._reply(200, {"predictions": [{k: v[i] for k, v in outputs.items()} for i in range(n)]})

@@ -9,10 +9,14 @@ and the REST `:predict` endpoint for one or several models (a ranker and a
 retrieval model, from TF Serving's own `models.config`), so that the client,
 the export, `recommend` and the load benchmark can be tested end to end. It mimics the real
 server's contract where our tests depend on it (INVALID_ARGUMENT for bad
-inputs, NOT_FOUND for unknown models or signatures) and merges concurrent
-Predict requests as TF Serving's batching does, but it is not TF Serving:
-no version policies, no hot reload, only the names and base paths of a
-`models.config`. Deploy with the
+inputs, NOT_FOUND for unknown models or signatures), merges concurrent
+Predict requests as TF Serving's batching does, and switches to a model's
+newest version when one appears under its base path (as TF Serving's default
+`latest` version policy does, polling every `poll_s` seconds like its
+`--file_system_poll_wait_seconds`): a request is answered by the version it
+reached, the old or the new, never an error. It is not TF Serving: one
+version at a time, no other version policy, only the names and base paths of
+a `models.config`. Deploy with the
 `tensorflow/serving` container (see the README).
 
 Program: `python -m serving.standin_server` (serving/standin_server.py).
@@ -22,10 +26,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import queue
 import re
 import threading
-import time
 from concurrent import futures
 from http.server import ThreadingHTTPServer
 
@@ -39,6 +41,7 @@ from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2,
 from tensorflow_serving.config import model_server_config_pb2
 
 from dare_tf.signatures import MAX_BATCH_SIZE, versions
+from dare_tf.testing.batcher import Batcher
 from dare_tf.testing.requests import DEFAULT_SIGNATURE, Limits, ServingError
 
 CONTAINER_ROOT = "/models/"
@@ -116,6 +119,7 @@ class LoadedModel:
         self.signature_defs = {k: v for k, v in proto.meta_graphs[0].signature_def.items()
                                if not k.startswith("__")}
         self.lock = threading.Lock()
+        self.batcher: Batcher | None = None  # its own (`PredictionService`), so a request keeps the pair
 
     def signature(self, model_spec, method: str):
         if model_spec.name != self.name:
@@ -164,98 +168,6 @@ def _examples(input_proto) -> np.ndarray:
     return np.array([e.SerializeToString() for e in input_proto.example_list.examples], dtype=object)
 
 
-class Batcher:
-    """Merges concurrent Predict requests into one call, as TF Serving's
-    `--enable_batching` does (`batching_session.cc`, `batching_util.cc`):
-    every input of a request needs the same first dimension (a request that
-    shares one `[1, T]` history among its targets is refused, as TF
-    Serving's batching session refuses it); requests of the same signature
-    are concatenated along it (up to `max_batch_size` rows, waiting at most
-    `timeout_s` for more), run once, and split back along it. Inputs whose
-    other dimensions differ are padded, with `pad_variable_length_inputs`,
-    AFTER their elements to the batch's largest with each tensor's own first
-    element (an empty tensor among non-empty ones fails the batch), or fail
-    the whole batch without it; outputs come back split along the first
-    dimension only, with the batch's padded sizes."""
-
-    def __init__(self, model: LoadedModel, max_batch_size: int = MAX_BATCH_SIZE, timeout_s: float = 0.001,
-                 pad_variable_length_inputs: bool = True):
-        self.model, self.max_batch_size, self.timeout_s = model, max_batch_size, timeout_s
-        self.pad = pad_variable_length_inputs
-        self.queue: queue.Queue = queue.Queue()
-        threading.Thread(target=self._loop, daemon=True).start()
-
-    @staticmethod
-    def _key(name, inputs):
-        sizes = {v.shape[0] if v.ndim else None for v in inputs.values()}
-        if len(sizes) != 1 or None in sizes:
-            return None  # not row-aligned
-        return (name, tuple(sorted((k, v.ndim, v.dtype.str) for k, v in inputs.items())))
-
-    def run(self, name, definition, inputs):
-        key = self._key(name, inputs)
-        if key is None:  # as TF Serving's batching session refuses it
-            raise ServingError(grpc.StatusCode.INVALID_ARGUMENT,
-                               "with batching, every input needs the same 0th-dimension size (send a history "
-                               "per target, not one [1, T] history for all; or use the rank signature), or serve "
-                               "without batching")
-        done = futures.Future()
-        self.queue.put((key, name, definition, inputs, done))
-        return done.result()
-
-    def _loop(self):
-        while True:
-            pending = [self.queue.get()]
-            deadline = time.perf_counter() + self.timeout_s
-            rows = next(iter(pending[0][3].values())).shape[0]
-            while rows < self.max_batch_size:
-                try:
-                    item = self.queue.get(timeout=max(deadline - time.perf_counter(), 0))
-                except queue.Empty:
-                    break
-                pending.append(item)
-                rows += next(iter(item[3].values())).shape[0]
-            groups: dict = {}
-            for item in pending:
-                groups.setdefault(item[0], []).append(item)
-            for items in groups.values():
-                self._run_group(items)
-
-    def merged(self, requests: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-        """The requests' inputs as TF Serving's batcher concatenates them (see the class)."""
-        merged = {}
-        for key in requests[0]:
-            tensors = [r[key] for r in requests]
-            widest = np.max([t.shape for t in tensors], axis=0)
-            if any(tuple(t.shape[1:]) != tuple(widest[1:]) for t in tensors):
-                if not self.pad:
-                    raise ServingError(grpc.StatusCode.INVALID_ARGUMENT, (
-                        f"Tensors with name '{key}' from different tasks have different shapes and padding is "
-                        "turned off. Set pad_variable_length_inputs to true, or ensure that all tensors with "
-                        "the same name have equal dimensions starting with the first dim."))
-                if any(t.size == 0 for t in tensors):
-                    raise ServingError(grpc.StatusCode.INVALID_ARGUMENT,
-                                       "Got empty tensor in batch of non-empty tensors.")
-                tensors = [np.pad(t, [(0, 0)] + [(0, w - d) for w, d in zip(widest[1:], t.shape[1:])],
-                                  constant_values=t.flat[0]) for t in tensors]
-            merged[key] = np.concatenate(tensors)
-        return merged
-
-    def _run_group(self, items):
-        _, name, definition, _, _ = items[0]
-        sizes = [next(iter(it[3].values())).shape[0] for it in items]
-        try:
-            outputs = self.model.run(name, definition, self.merged([it[3] for it in items]))
-        except Exception as e:  # noqa: BLE001 (every request of the group gets the error)
-            for it in items:
-                it[4].set_exception(e)
-            return
-        start = 0
-        for it, size in zip(items, sizes):
-            it[4].set_result({k: v[start: start + size] for k, v in outputs.items()})
-            start += size
-
-
 def _served(models: dict[str, LoadedModel], name: str) -> LoadedModel:
     if name not in models:
         raise ServingError(grpc.StatusCode.NOT_FOUND,
@@ -269,9 +181,22 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
     def __init__(self, models: dict[str, LoadedModel], batching: bool = True, limits: Limits = Limits(),
                  pad_variable_length_inputs: bool = True):
         self.models, self.limits = models, limits
-        self.batchers = ({name: Batcher(model, limits.max_batch_size,
-                                        pad_variable_length_inputs=pad_variable_length_inputs)
-                          for name, model in models.items()} if batching else {})
+        self.batching, self.pad = batching, pad_variable_length_inputs
+        for model in models.values():
+            self.attach_batcher(model)
+
+    def attach_batcher(self, model: LoadedModel) -> None:
+        """Gives `model` its own batcher (with batching on)."""
+        if self.batching:
+            model.batcher = Batcher(model, self.limits.max_batch_size, pad_variable_length_inputs=self.pad)
+
+    def switch(self, model: LoadedModel, grace_s: float = 30.0) -> None:
+        """Serves `model` (a newer version) from now on: requests that already hold the
+        old version finish on it; its batcher stops `grace_s` later."""
+        self.attach_batcher(model)
+        old, self.models[model.name] = self.models.get(model.name), model  # (one atomic store)
+        if old is not None and old.batcher is not None:
+            threading.Timer(grace_s, old.batcher.stop).start()
 
     def _guard(self, context, fn):
         try:
@@ -295,8 +220,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
                 inputs = {k: tf.make_ndarray(v) for k, v in request.inputs.items()}
             except Exception as e:  # a malformed TensorProto
                 raise ServingError(grpc.StatusCode.INVALID_ARGUMENT, f"bad input tensor: {e}") from e
-            batcher = self.batchers.get(model.name)
-            outputs = (batcher.run if batcher else model.run)(name, definition, inputs)
+            outputs = (model.batcher.run if model.batcher else model.run)(name, definition, inputs)
             wanted = list(request.output_filter) or list(outputs)
             response = predict_pb2.PredictResponse()
             self._spec(response.model_spec, model, name)
@@ -358,12 +282,31 @@ class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
 
 
+def watch_versions(service: PredictionService, bases: dict[str, str], poll_s: float) -> threading.Event:
+    """Every `poll_s` seconds, serves each model's newest version under its base path
+    once one appears (`PredictionService.switch`); a version directory appears whole
+    (the export renames it into place). Returns the event that stops the watch."""
+    stop = threading.Event()
+
+    def loop():
+        while not stop.wait(poll_s):
+            for name, base in bases.items():
+                found = versions(base)
+                if found and found[-1] > service.models[name].version:
+                    service.switch(LoadedModel(base, name, found[-1]))
+
+    threading.Thread(target=loop, daemon=True, name="version-watch").start()
+    return stop
+
+
 def serve(models: dict[str, str], port: int = 0, rest_port: int | None = None, workers: int = 16,
-          batching: bool = True, limits: Limits = Limits(), pad_variable_length_inputs: bool = True):
+          batching: bool = True, limits: Limits = Limits(), pad_variable_length_inputs: bool = True,
+          poll_s: float | None = 1.0):
     """Starts the gRPC (and optionally REST) stand-in serving `models` (name ->
     base path holding numeric versions; `read_model_config` reads them from a
     `models.config`) within `limits`, merging concurrent requests (`batching`,
-    `Batcher`); returns (grpc_server, grpc_port, http_server).
+    `Batcher`), switching to a newer version every `poll_s` seconds (None:
+    never; `watch_versions`); returns (grpc_server, grpc_port, http_server).
 
     Raises OSError when a port is already in use (no port sharing: two
     servers on one port would split the connections between them).
@@ -383,11 +326,19 @@ def serve(models: dict[str, str], port: int = 0, rest_port: int | None = None, w
     if not bound:
         raise OSError(f"gRPC port localhost:{port}: address in use")
     server.start()
+    if poll_s is not None:
+        watch, grpc_stop = watch_versions(service, dict(models), poll_s), server.stop
+
+        def stop(grace):  # the watch ends with the server
+            watch.set()
+            return grpc_stop(grace)
+
+        server.stop = stop
     http = None
     if rest_port is not None:
         from dare_tf.testing.rest import RestHandler
 
-        handler = type("Handler", (RestHandler,), {"models": loaded, "limits": limits, "batchers": service.batchers,
+        handler = type("Handler", (RestHandler,), {"models": loaded, "limits": limits,
                                                    "workers": threading.BoundedSemaphore(limits.rest_workers)})
         try:
             http = _HTTPServer(("localhost", rest_port), handler)

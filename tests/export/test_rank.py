@@ -17,7 +17,8 @@ from dare_tf.data.spec import DatasetSpec, read_id_map
 from dare_tf.export import ranker as export_lib
 from dare_tf.serving.client import ServingClient, rank_results, rank_tensors, request_tensors
 from dare_tf.testing.requests import ServingError
-from dare_tf.testing.standin_server import Batcher, LoadedModel, serve
+from dare_tf.testing.batcher import Batcher
+from dare_tf.testing.standin_server import LoadedModel, serve
 
 from tests.conftest import SHARED_DATA
 
