@@ -81,6 +81,14 @@ TABLES = {
                                  "the retrieval index (`tfrs.layers.factorized_top_k.BruteForce`, 32-d, top 200) "
                                  "against a numpy brute force: build seconds, ms per call, and whether both return "
                                  "the same top 200"),
+    ("bench_daily", "loop"): (None,
+                              "the day-by-day loop (examples/daily_loop.py) on a generated log of 600 users over "
+                              "5 days, measured in process (the stand-in server in the same process): per day, "
+                              "the id vocabulary, the train examples of the days so far, the run's steps (the "
+                              "first day one epoch from scratch, then 100 steps continued from the previous "
+                              "day's run), its test AUC (the day's clicks), the version the server switched to, "
+                              "and the seconds to prepare, train, export and switch; beside each continued day, "
+                              "a full retrain on the same days (one epoch): its steps, test AUC and seconds"),
     ("bench_cascade", "merge"): (None,
                                  "the merged first 200 candidates of 256 users (histories of 200), measured in "
                                  "process: `CandidateMerger` (each source's `top_k`, sorts over the proposals) "

@@ -34,3 +34,20 @@ def test_the_keras_quickstart_example_learns_and_round_trips():
     auc = float(re.search(r"AUC (\S+)", done.stdout).group(1))
     assert auc > 0.9, done.stdout
     assert "saved and loaded: same predictions True" in done.stdout
+
+
+def test_the_daily_loop_example_continues_and_the_server_switches_versions(tmp_path):
+    """examples/daily_loop.py on a small generated log of 4 days: day 3 trains from
+    scratch and is served as version 1; day 4 continues from it on grown vocabularies
+    and the running server answers with version 2."""
+    import json
+
+    code = ("import json, sys; sys.path.insert(0, 'examples'); import daily_loop; "
+            f"print('ROWS', json.dumps(daily_loop.main(4, {str(tmp_path)!r}, users=200)))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO),
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(done.stdout.split("ROWS ", 1)[1])
+    assert [(r["day"], r["continued"], r["served_version"]) for r in rows] == [(3, False, 1), (4, True, 2)]
+    assert rows[1]["items"] >= rows[0]["items"] and 0 < rows[1]["steps"] <= 100  # (at most 100: continued)
+    assert all(r["test_auc"] > 0.7 for r in rows), rows

@@ -74,6 +74,11 @@ class SyntheticConfig:
         recall_lag: `(min, max)` lag of a repeated click or a returning session.
         p_return: probability that a new session returns to the category of
             the user's own click `recall_lag` back (0: none).
+        days: spread each user's clicks over this many UTC days (their gaps
+            scaled so that the user's first click falls in the first day and
+            the last in the last: every day holds every user's clicks, as a
+            log read day by day does; `data.prepare --split=time`); 0: the
+            clicks' own gaps (a user's clicks span hours to days).
         seed: random seed.
     """
 
@@ -93,6 +98,7 @@ class SyntheticConfig:
     p_recall: float = 0.0
     recall_lag: tuple[int, ...] = (500, 1900)
     p_return: float = 0.0
+    days: int = 0
     seed: int = 0
 
     def __post_init__(self):
@@ -102,6 +108,8 @@ class SyntheticConfig:
                 raise ValueError(f"{name}={getattr(self, name)}: must be in [0, 1]")
         if len(self.recall_lag) != 2 or not 1 <= self.recall_lag[0] <= self.recall_lag[1]:
             raise ValueError(f"recall_lag={list(self.recall_lag)}: need two lags 1 <= min <= max")
+        if self.days < 0:
+            raise ValueError(f"days={self.days}: must be >= 0")
 
 
 def _zipf_probs(n: int, a: float, rng) -> np.ndarray:
@@ -184,7 +192,12 @@ def generate(cfg: SyntheticConfig):
                     rng.exponential(60, len(flat_cats)))
     user_start = np.repeat(np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
     times = np.cumsum(gaps)
-    times = 1511500000 + (times - times[user_start] + rng.uniform(0, 86400, n_users)[flat_users]).astype(np.int64)
+    offsets = times - times[user_start]  # each user's clicks from its first
+    if cfg.days:  # scaled onto the days: first click in day 1 (at the user's start), last in day `days`
+        span = np.maximum(np.maximum.reduceat(offsets, np.concatenate([[0], np.cumsum(lengths)[:-1]])), 1.0)
+        offsets = offsets / np.repeat(span, lengths) * (cfg.days - 1) * 86400
+    start = 1511481600 if cfg.days else 1511500000  # (with days: midnight UTC, so day 1 is the first UTC day)
+    times = start + (offsets + rng.uniform(0, 86400, n_users)[flat_users]).astype(np.int64)
     behavior = np.full(len(flat_cats), "pv", dtype=object)
     # Extra non-click events on clicked items, interleaved right after the click.
     extra = rng.random(len(flat_cats)) < cfg.extra_events

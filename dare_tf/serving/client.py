@@ -237,12 +237,20 @@ class ServingClient:
         response = self._call(self.stub.Regress, request)
         return np.array([r.value for r in response.result.regressions])
 
-    def metadata(self) -> dict:
-        """Signature name -> {method, inputs: {name: dtype}, outputs: {name: dtype}}."""
+    def _metadata(self):
         request = get_model_metadata_pb2.GetModelMetadataRequest()
         self._spec(request.model_spec)
         request.metadata_field.append("signature_def")
-        response = self._call(self.stub.GetModelMetadata, request)
+        return self._call(self.stub.GetModelMetadata, request)
+
+    def served_version(self) -> int:
+        """The version of the model that answers now (the latest, unless pinned):
+        after an export, the new version once the server switched to it."""
+        return int(self._metadata().model_spec.version.value)
+
+    def metadata(self) -> dict:
+        """Signature name -> {method, inputs: {name: dtype}, outputs: {name: dtype}}."""
+        response = self._metadata()
         signatures = get_model_metadata_pb2.SignatureDefMap()
         response.metadata["signature_def"].Unpack(signatures)
         describe = lambda m: {k: tf.dtypes.as_dtype(v.dtype).name for k, v in m.items()}  # noqa: E731

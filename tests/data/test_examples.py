@@ -151,3 +151,19 @@ def test_time_split_refusals_are_one_line(tmp_path):
     assert done.returncode != 0 and done.stderr.strip().splitlines() == [
         "error: --split=user: --val_days, --test_days, --val_from and --test_from are for --split=time (see "
         "--help)"], done.stderr
+
+
+def test_a_generated_log_of_n_days_spreads_every_user_over_its_days(tmp_path):
+    from dare_tf.data.synthetic import SyntheticConfig, write
+
+    write(SyntheticConfig(users=60, items=500, categories=20, min_length=30, max_length=200, days=4, seed=2),
+          str(tmp_path / "log.csv"))
+    users = {}
+    with open(tmp_path / "log.csv", newline="") as f:
+        for user, _, _, _, time in csv.reader(f):
+            users.setdefault(user, []).append(int(time) // DAY)
+    first = min(min(d) for d in users.values())
+    assert datetime.datetime.fromtimestamp(first * DAY, datetime.timezone.utc).date() == datetime.date(2017, 11, 24)
+    assert {(min(d) - first, max(d) - first) for d in users.values()} == {(0, 3)}  # day 1 to day 4, every user
+    with pytest.raises(ValueError, match="^days=-1: must be >= 0$"):
+        SyntheticConfig(days=-1)

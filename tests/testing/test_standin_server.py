@@ -143,6 +143,9 @@ def test_a_new_version_is_served_without_restart_and_no_request_fails_during_the
     expected = [tuple(np.asarray(m.predict_on_batch({k: v.astype(np.int32) for k, v in padded.items()})).round(5))
                 for m in models]
     assert not errors, errors[:3]
+    from dare_tf.serving.client import ServingClient
+
+    assert ServingClient(f"localhost:{setup['port']}", "dare").served_version() == 1  # (the shared export)
     assert not np.allclose(expected[0], expected[1], atol=1e-3)  # the versions tell apart
     versions = [v for v, _ in answers if v is not None]
     assert versions.count(1) > 3 and versions.count(2) > 3 and any(v is None for v, _ in answers)

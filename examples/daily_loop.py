@@ -1,0 +1,97 @@
+"""The day-by-day loop as library calls, on a generated log of several days:
+
+- day `first`: prepare the log of its days so far (`--split=time`: the last
+  day is the test window, the day before it validation), train a ranker,
+  export it (version 1) and serve it (the stand-in server, as TF Serving would);
+- each next day: prepare the days so far again (their id maps extend the
+  previous day's), continue from the previous day's run (`init_from`, a few
+  hundred steps), export the next version under the same model name: the
+  server switches to it without a restart.
+
+    python examples/daily_loop.py [DAYS] [WORK_DIR]
+
+DAYS (default 5) days of 600 generated users; everything is written under
+WORK_DIR (default runs/examples/daily). Each day's row says the seconds of
+each step, the run's test AUC and the version the server answered with.
+The programs behind the same steps are `data.synthetic --days`,
+`data.prepare --split=time`, `trainers.train --init_from`, `serving.export`
+and `serving.standin_server` (docs/daily.md). Each day prepares the whole
+log so far: appending only the new day (`data.prepare --append`) is not
+built yet.
+"""
+
+import os
+import sys
+import time
+
+import numpy as np
+
+from dare_tf.data.protocol import Protocol, prepare
+from dare_tf.data.synthetic import SyntheticConfig, write
+from dare_tf.training import TrainConfig, train
+
+DAY = 86_400
+FIRST_DAY = 3  # the first day with a train, a validation and a test day
+PROTOCOL = Protocol(split="time", min_clicks=20, partitions=2)
+TRAINING = dict(preset="dare", batch_size=512, eval_batch_size=4096, epochs=1, verbose=0, jit_compile=False,
+                model_overrides=dict(top_k=10, max_len=100))
+CONTINUED_STEPS = 100
+
+
+def days_so_far(log: str, day: int, out: str) -> str:
+    """The rows of `log` before the end of `day` (1-based)."""
+    with open(log) as f:
+        first = min(int(line.rsplit(",", 1)[1]) for line in f) // DAY * DAY
+    with open(log) as f, open(out, "w") as kept:
+        kept.writelines(line for line in f if int(line.rsplit(",", 1)[1]) < first + day * DAY)
+    return out
+
+
+def main(days: int = 5, work_dir: str = os.path.join("runs", "examples", "daily"), users: int = 600) -> list[dict]:
+    from dare_tf.export import export_run
+    from dare_tf.serving.client import ServingClient
+    from dare_tf.testing.standin_server import serve
+
+    os.makedirs(work_dir, exist_ok=True)
+    log = os.path.join(work_dir, "log.csv")
+    write(SyntheticConfig(users=users, items=5000, categories=100, min_length=40, max_length=600, days=int(days),
+                          seed=3), log)
+    exports, server, rows, previous = os.path.join(work_dir, "exports"), None, [], None
+    try:
+        for day in range(FIRST_DAY, int(days) + 1):
+            timings, start = {}, time.perf_counter()
+            data_dir = os.path.join(work_dir, f"day_{day}", "data")
+            spec = prepare("taobao", days_so_far(log, day, os.path.join(work_dir, f"days_1_to_{day}.csv")),
+                           data_dir, PROTOCOL)
+            timings["prepare_s"] = time.perf_counter() - start
+            run = os.path.join(work_dir, f"day_{day}", "run")
+            start = time.perf_counter()
+            steps = {} if previous is None else dict(init_from=previous, max_steps=CONTINUED_STEPS,
+                                                     eval_every=CONTINUED_STEPS // 2)
+            results = train(data_dir, run, TrainConfig.create(**TRAINING, **steps))
+            timings["train_s"] = time.perf_counter() - start
+            start = time.perf_counter()
+            version = int(os.path.basename(export_run(run, exports, "dare")))
+            timings["export_s"] = time.perf_counter() - start
+            start = time.perf_counter()
+            if server is None:
+                server, port, _ = serve({"dare": os.path.join(exports, "dare")}, 0, poll_s=0.5)
+                client = ServingClient(f"localhost:{port}", "dare")
+            while client.served_version() != version:  # the server switches by itself
+                time.sleep(0.1)
+            timings["switch_s"] = time.perf_counter() - start
+            rows.append({"day": day, "items": spec.num_items - 2, "train_examples": spec.counts["train"],
+                         "steps": results["per_seed"][0]["steps"], "continued": previous is not None,
+                         "test_auc": round(results["test"]["auc"], 4), "served_version": version,
+                         **{k: round(v, 1) for k, v in timings.items()}})
+            print(rows[-1], flush=True)
+            previous = run
+    finally:
+        if server is not None:
+            server.stop(0)
+    return rows
+
+
+if __name__ == "__main__":
+    np.set_printoptions(precision=4)
+    main(*[int(a) if i == 0 else a for i, a in enumerate(sys.argv[1:3])])
