@@ -21,7 +21,7 @@ unless --beam_options name another runner) and writes the same records.
 from absl import app, flags
 
 import dare_tf.cli
-from dare_tf.data.logs import FILE_FORMATS, FORMATS, LogFormat, parse_columns
+from dare_tf.data.logs import FILE_FORMATS, FORMATS, LogFormat, log_format_of
 from dare_tf.data.protocol import Protocol, prepare
 from dare_tf.data.spec import COMPRESSIONS
 
@@ -47,20 +47,8 @@ flags.mark_flags_as_required(["input", "output_dir"])
 
 def log_format_from_flags() -> LogFormat:
     """The log's format: a preset (`--dataset`) or `--format` with `--columns`."""
-    custom = [f"--{n}" for n in ("format", "columns", "click") if FLAGS[n].value is not None]
-    custom += ["--header"] if FLAGS.header else []
-    if FLAGS.dataset is not None:
-        if custom:
-            raise app.UsageError(f"--dataset={FLAGS.dataset} is a preset: it cannot be combined with "
-                                 f"{', '.join(custom)}")
-        return FORMATS[FLAGS.dataset]
-    if FLAGS.format is None or FLAGS.columns is None:
-        raise app.UsageError("name the log's format: --dataset=taobao|tmall, or --format=csv|tsv|parquet "
-                             "with --columns=user=COL,item=COL,time=COL[,category=COL][,action=COL --click=VALUE]"
-                             "[,label=COL]")
     try:
-        return LogFormat(name=FLAGS.format, file_format=FLAGS.format, columns=parse_columns(FLAGS.columns),
-                         header=FLAGS.header, click=FLAGS.click)
+        return log_format_of(FLAGS.dataset, FLAGS.format, FLAGS.columns, FLAGS.click, FLAGS.header)
     except ValueError as e:
         raise app.UsageError(str(e)) from None
 

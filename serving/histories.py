@@ -5,14 +5,16 @@ Usage:
   python -m serving.histories load --data_dir=data/prepared/taobao --store=lmdb:histories
   python -m serving.histories append --store=lmdb:histories --input=clicks.csv --format=csv \
       --columns=user=0,item=1,category=2,time=4
+  python -m serving.histories append --store=lmdb:histories --input=day_9.csv --dataset=taobao
   tail -f clicks.csv | python -m serving.histories append --store=redis://localhost:6379 --input=- \
       --format=csv --columns=user=0,item=1,category=2,time=4
   python -m serving.histories show --store=lmdb:histories --user_id=1 --max_len=50
 
 `load` writes every stored user's clicks in raw ids (a prepared dataset keeps
-no click times: they load as 0, before any live click). `append` reads rows in
-the `--columns` language of `data.prepare` (with `action=COL --click=VALUE`
-only clicks are kept) and appends them as they arrive: from `-` (standard
+no click times: they load as 0, before any live click). `append` reads rows of
+a log as `data.prepare` does: a preset (`--dataset=taobao`, a day of the log a
+dataset was prepared from) or the `--columns` language (with `action=COL
+--click=VALUE` only clicks are kept) and appends them as they arrive: from `-` (standard
 input), each batch of lines that is ready is one atomic append. `show`
 prints `{"user_id", "items", "categories", "times"}` as one JSON object,
 oldest first.
@@ -27,7 +29,7 @@ import tempfile
 from absl import app, flags
 
 import dare_tf.cli
-from dare_tf.data.logs import FILE_FORMATS, LogFormat, parse_columns
+from dare_tf.data.logs import FILE_FORMATS, FORMATS, log_format_of
 
 FLAGS = flags.FLAGS
 COMMANDS = ("load", "append", "show")
@@ -36,8 +38,10 @@ flags.DEFINE_string("data_dir", None, "load: a prepared dataset (data.prepare) w
 flags.DEFINE_integer("max_clicks", None, "load/append to a new store: clicks kept per user (default: the "
                      "dataset's max_len for load, else the library's DEFAULT_MAX_CLICKS).", lower_bound=1)
 flags.DEFINE_string("input", None, "append: a click log file, or - for standard input.")
-flags.DEFINE_enum("format", "csv", sorted(FILE_FORMATS),
-                  "append: the log's file format (parquet: a file, not -).")
+flags.DEFINE_enum("dataset", None, sorted(FORMATS), "append: a named log format (data.prepare's presets) "
+                  "instead of --format/--columns.")
+flags.DEFINE_enum("format", None, sorted(FILE_FORMATS),
+                  "append: the log's file format (default csv; parquet: a file, not -).")
 flags.DEFINE_string("columns", None, "append: ROLE=COLUMN pairs as data.prepare's --columns (user, item, time; "
                     "category; action with --click).")
 flags.DEFINE_string("click", None, "append: with an action column, the action value that is a click.")
@@ -55,7 +59,7 @@ def _configure(argv):
     if len(commands) != 1 or commands[0] not in COMMANDS:
         raise app.UsageError(f"give one command of {', '.join(COMMANDS)}; got {' '.join(commands) or 'none'}")
     command = commands[0]
-    needs = {"load": ["data_dir"], "append": ["input", "columns"], "show": ["user_id"]}[command]
+    needs = {"load": ["data_dir"], "append": ["input"], "show": ["user_id"]}[command]
     missing = [f"--{n}" for n in needs if FLAGS[n].value is None]
     if missing:
         raise app.UsageError(f"{command} needs {', '.join(missing)}")
@@ -63,9 +67,9 @@ def _configure(argv):
     if command == "append":
         if FLAGS.input == "-" and FLAGS.format == "parquet":
             raise app.UsageError("--format=parquet reads a file: give --input=FILE, not -")
+        file_format = FLAGS.format or ("csv" if FLAGS.columns is not None and FLAGS.dataset is None else None)
         try:
-            fmt = LogFormat(name=FLAGS.format, file_format=FLAGS.format, columns=parse_columns(FLAGS.columns),
-                            header=FLAGS.header, click=FLAGS.click)
+            fmt = log_format_of(FLAGS.dataset, file_format, FLAGS.columns, FLAGS.click, FLAGS.header)
         except ValueError as e:
             raise app.UsageError(str(e)) from None
         if fmt.impressions:
@@ -121,7 +125,7 @@ def append(store, fmt):
     if FLAGS.input != "-":
         print(f"{store.url}: appended {append_file(FLAGS.input)} clicks from {FLAGS.input}")
         return
-    header = sys.stdin.readline() if FLAGS.header else ""
+    header = sys.stdin.readline() if fmt.header else ""
     total, line = 0, 1 + bool(header)
     with tempfile.TemporaryDirectory() as scratch:
         path = os.path.join(scratch, "batch")

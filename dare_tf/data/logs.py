@@ -117,6 +117,27 @@ TMALL = LogFormat(name="tmall", file_format="csv", columns=(
 FORMATS = {f.name: f for f in (TAOBAO, TMALL)}
 
 
+def log_format_of(dataset: str | None, file_format: str | None, columns: str | None, click: str | None = None,
+                  header: bool = False) -> LogFormat:
+    """The format the programs' flags name (`data.prepare`, `serving.histories
+    append`): a preset (`--dataset`), or `--format` with `--columns` (and
+    `--click`, `--header`); `LogFormatError` in one line otherwise."""
+    custom = [f"--{n}" for n, v in (("format", file_format), ("columns", columns), ("click", click)) if v is not None]
+    custom += ["--header"] if header else []
+    if dataset is not None:
+        if dataset not in FORMATS:
+            raise LogFormatError(f"--dataset={dataset}: expected one of {sorted(FORMATS)}")
+        if custom:
+            raise LogFormatError(f"--dataset={dataset} is a preset: it cannot be combined with {', '.join(custom)}")
+        return FORMATS[dataset]
+    if file_format is None or columns is None:
+        raise LogFormatError("name the log's format: --dataset=taobao|tmall, or --format=csv|tsv|parquet with "
+                             "--columns=user=COL,item=COL,time=COL[,category=COL][,action=COL --click=VALUE]"
+                             "[,label=COL]")
+    return LogFormat(name=file_format, file_format=file_format, columns=parse_columns(columns), header=header,
+                     click=click)
+
+
 @dataclasses.dataclass
 class Clicks:
     """Rows of a log in file order (raw ids): clicks, or with `label`, impressions."""

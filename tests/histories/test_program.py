@@ -46,6 +46,13 @@ def test_load_append_show(taobao, tmp_path):
     shown = json.loads(histories("show", f"--store={store}", f"--user_id={raw_user}", "--max_len=2").stdout)
     assert shown == {"user_id": raw_user, "items": [555, 557], "categories": [777, 779],
                      "times": [1600000000, 1600000002]}
+    # A day of the log the dataset was prepared from, read by its preset (clicks only).
+    day = tmp_path / "day.csv"
+    day.write_text(f"{raw_user},558,780,pv,1600000003\n{raw_user},559,781,cart,1600000004\n")
+    by_preset = histories("append", f"--store={store}", f"--input={day}", "--dataset=taobao")
+    assert by_preset.returncode == 0 and "appended 1 clicks" in by_preset.stdout, by_preset.stderr
+    shown = json.loads(histories("show", f"--store={store}", f"--user_id={raw_user}", "--max_len=1").stdout)
+    assert shown["items"] == [558]
     for args, message in [
             (("show", f"--store=lmdb:{tmp_path / 'none'}", "--user_id=1"), "not a history store (no data.mdb"),
             (("show", f"--store={store}", "--user_id=99999999999999999999"), "--user_id=99999999999999999999: does "
@@ -53,7 +60,10 @@ def test_load_append_show(taobao, tmp_path):
             (("show", "--store=redis://127.0.0.1:1", "--user_id=1"), "redis://127.0.0.1:1: no Redis server answers"),
             (("append", f"--store={store}", "--input=-", "--format=parquet", "--columns=user=0,item=1,time=2"),
              "--format=parquet reads a file: give --input=FILE, not -"),
-            (("drop", f"--store={store}"), "give one command of load, append, show; got drop")]:
+            (("drop", f"--store={store}"), "give one command of load, append, show; got drop"),
+            (("append", f"--store={store}", f"--input={day}", "--dataset=taobao", "--columns=user=0,item=1,time=2"),
+             "--dataset=taobao is a preset: it cannot be combined with --columns"),
+            (("append", f"--store={store}", f"--input={day}"), "name the log's format: --dataset=taobao|tmall")]:
         failed = histories(*args)
         lines = failed.stderr.strip().splitlines()
         assert failed.returncode != 0 and len(lines) == 1 and message in lines[0], failed.stderr
