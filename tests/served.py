@@ -15,15 +15,14 @@ from tests.conftest import SHARED_DATA
 L = 20
 
 
-@pytest.fixture(scope="session")
-def setup(tmp_path_factory):
+def sample_model(root):
+    """The Taobao sample prepared at L under `root/data`, and a DARE model of its
+    vocabularies whose embeddings are spread (predictions differ per request):
+    `(data_dir, spec, model)`."""
     from dare_tf import build_model
     from dare_tf.data.protocol import Protocol, prepare
     from dare_tf.data.spec import DatasetSpec
-    from dare_tf.export import ranker as export_lib
-    from dare_tf.testing.standin_server import serve
 
-    root = tmp_path_factory.mktemp("serving")
     data_dir = str(root / "data")
     prepare("taobao", os.path.join(SHARED_DATA, "taobao", "UserBehavior_sample.csv"), data_dir,
             Protocol(max_len=L))
@@ -31,8 +30,18 @@ def setup(tmp_path_factory):
     model = build_model("dare", spec.num_items, spec.num_categories, max_len=L, top_k=5,
                         initializer="keras", seed=3)
     rng = np.random.default_rng(0)
-    for table in model.embedding.weights:  # spread embeddings: predictions differ per request
+    for table in model.embedding.weights:
         table.assign(rng.normal(0, 0.5, table.shape))
+    return data_dir, spec, model
+
+
+@pytest.fixture(scope="session")
+def setup(tmp_path_factory):
+    from dare_tf.export import ranker as export_lib
+    from dare_tf.testing.standin_server import serve
+
+    root = tmp_path_factory.mktemp("serving")
+    data_dir, spec, model = sample_model(root)
     path = export_lib.export_saved_model(model, data_dir, str(root / "exports"), "dare")
     server, port, http = serve({"dare": str(root / "exports" / "dare")}, 0, rest_port=0)
     yield dict(root=root, data_dir=data_dir, spec=spec, model=model, path=path, port=port,

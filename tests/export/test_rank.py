@@ -3,7 +3,6 @@ candidate, exact when TF Serving's batcher merges and pads requests of
 different lengths (the stand-in pads as `batching_util.cc` does), and one-line
 errors for malformed requests."""
 
-import os
 import threading
 
 import grpc
@@ -11,32 +10,23 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from dare_tf import build_model
-from dare_tf.data.protocol import Protocol, prepare
-from dare_tf.data.spec import DatasetSpec, read_id_map
+from dare_tf.data.spec import read_id_map
 from dare_tf.export import ranker as export_lib
 from dare_tf.serving.client import ServingClient, rank_results, rank_tensors, request_tensors
 from dare_tf.testing.requests import ServingError
 from dare_tf.testing.batcher import Batcher
 from dare_tf.testing.standin_server import LoadedModel, serve
 
-from tests.conftest import SHARED_DATA
+from tests.served import L, sample_model
 
-L, MAX_CANDIDATES = 20, 30
+MAX_CANDIDATES = 30
 ULPS = 4 * 2.0**-24  # a few units in the last place of a probability in [0.5, 1)
 
 
 @pytest.fixture(scope="module")
 def export(tmp_path_factory):
     root = tmp_path_factory.mktemp("rank")
-    data_dir = str(root / "data")
-    prepare("taobao", os.path.join(SHARED_DATA, "taobao", "UserBehavior_sample.csv"), data_dir,
-            Protocol(max_len=L))
-    spec = DatasetSpec.load(data_dir)
-    model = build_model("dare", spec.num_items, spec.num_categories, max_len=L, top_k=5, initializer="keras", seed=3)
-    rng = np.random.default_rng(0)
-    for table in model.embedding.weights:  # spread embeddings: predictions differ per request
-        table.assign(rng.normal(0, 0.5, table.shape))
+    data_dir, _, model = sample_model(root)
     path = export_lib.export_saved_model(model, data_dir, str(root / "exports"), "dare",
                                          max_candidates=MAX_CANDIDATES)
     items = np.array([int(r) for r in read_id_map(data_dir, "item")], np.int64)
