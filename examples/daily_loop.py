@@ -24,8 +24,6 @@ import os
 import sys
 import time
 
-import numpy as np
-
 from dare_tf.data.protocol import Protocol, prepare
 from dare_tf.data.synthetic import SyntheticConfig, write
 from dare_tf.training import TrainConfig, train
@@ -93,5 +91,4 @@ def main(days: int = 5, work_dir: str = os.path.join("runs", "examples", "daily"
 
 
 if __name__ == "__main__":
-    np.set_printoptions(precision=4)
     main(*[int(a) if i == 0 else a for i, a in enumerate(sys.argv[1:3])])
