@@ -81,7 +81,9 @@ TABLES = {
                                  "the retrieval index (`tfrs.layers.factorized_top_k.BruteForce`, 32-d, top 200) "
                                  "against a numpy brute force: build seconds, ms per call, and whether both return "
                                  "the same top 200"),
-    ("bench_daily", "loop"): (None,
+    ("bench_daily", "loop"): (["day", "items", "train_examples", "steps", "continued", "test_auc", "served_version",
+                               "prepare_s", "train_s", "export_s", "switch_s", "retrain_steps", "retrain_test_auc",
+                               "retrain_s"],
                               "the day-by-day loop (examples/daily_loop.py) on a generated log of 600 users over "
                               "5 days, measured in process (the stand-in server in the same process): per day, "
                               "the id vocabulary, the train examples of the days so far, the run's steps (the "
