@@ -23,8 +23,10 @@ from tests.data.test_prepare import TAOBAO
 
 DAY = 86_400
 BY_DAY = Protocol(split="time", min_clicks=50, partitions=2)
-RUN = dict(preset="dare", batch_size=512, eval_batch_size=4096, epochs=1, verbose=0, jit_compile=False,
-           model_overrides=dict(top_k=10))
+RUN = dict(preset="dare", batch_size=512, eval_batch_size=4096, epochs=1, eval_every=100, verbose=0,
+           jit_compile=False, model_overrides=dict(top_k=10))
+# The module's tests share the run on the early days (`days`): one xdist worker runs them all.
+pytestmark = pytest.mark.xdist_group("continuation")
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +88,7 @@ def test_a_short_continuation_reaches_a_full_retrains_auc_and_records_its_start(
     retrain = train(days.full, str(tmp_path / "retrain"), TrainConfig.create(**RUN))
     steps = retrain["per_seed"][0]["steps"] // 8
     continued = train(days.full, str(tmp_path / "continued"),
-                      TrainConfig.create(**RUN, init_from=days.run, max_steps=steps, eval_every=steps // 2))
+                      TrainConfig.create(**{**RUN, "eval_every": steps // 2}, init_from=days.run, max_steps=steps))
     report = {"retrain": (retrain["per_seed"][0]["steps"], retrain["test"]["auc"]),
               "continued": (continued["per_seed"][0]["steps"], continued["test"]["auc"])}
     print(report)  # (steps, test AUC): 654 steps vs 81 on the sample when written
