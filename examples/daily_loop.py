@@ -36,12 +36,10 @@ TRAINING = dict(preset="dare", batch_size=512, eval_batch_size=4096, epochs=1, v
 CONTINUED_STEPS = 100
 
 
-def days_so_far(log: str, day: int, out: str) -> str:
-    """The rows of `log` before the end of `day` (1-based)."""
-    with open(log) as f:
-        first = min(int(line.rsplit(",", 1)[1]) for line in f) // DAY * DAY
+def days_so_far(log: str, first_day: int, day: int, out: str) -> str:
+    """The rows of `log` before the end of `day` (1-based; day 1 starts at `first_day`)."""
     with open(log) as f, open(out, "w") as kept:
-        kept.writelines(line for line in f if int(line.rsplit(",", 1)[1]) < first + day * DAY)
+        kept.writelines(line for line in f if int(line.rsplit(",", 1)[1]) < first_day + day * DAY)
     return out
 
 
@@ -54,12 +52,14 @@ def main(days: int = 5, work_dir: str = os.path.join("runs", "examples", "daily"
     log = os.path.join(work_dir, "log.csv")
     write(SyntheticConfig(users=users, items=5000, categories=100, min_length=40, max_length=600, days=int(days),
                           seed=3), log)
+    with open(log) as f:  # (the log's first UTC day, once)
+        first_day = min(int(line.rsplit(",", 1)[1]) for line in f) // DAY * DAY
     exports, server, rows, previous = os.path.join(work_dir, "exports"), None, [], None
     try:
         for day in range(FIRST_DAY, int(days) + 1):
             timings, start = {}, time.perf_counter()
             data_dir = os.path.join(work_dir, f"day_{day}", "data")
-            spec = prepare("taobao", days_so_far(log, day, os.path.join(work_dir, f"days_1_to_{day}.csv")),
+            spec = prepare("taobao", days_so_far(log, first_day, day, os.path.join(work_dir, f"days_1_to_{day}.csv")),
                            data_dir, PROTOCOL)
             timings["prepare_s"] = time.perf_counter() - start
             run = os.path.join(work_dir, f"day_{day}", "run")
