@@ -60,7 +60,7 @@ def test_client_retries_until_the_server_is_up(setup, tmp_path):
     finally:
         timer.join()
         for server in started:
-            server.stop(0)
+            server.stop(0).wait()  # a request that meets a stopping server is CANCELLED, not UNAVAILABLE
     with pytest.raises(grpc.RpcError) as err:
         ServingClient(f"localhost:{port}", "dare", timeout=0.5, retries=1, backoff=0.05).metadata()
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE
