@@ -1,5 +1,5 @@
 """The day-by-day loop (examples/daily_loop.py) on a generated log of several days:
-per day, the seconds to prepare the days so far, train (the first day from scratch,
+per day, the seconds to prepare the first days or append the day, train (the first day from scratch,
 then continued from the previous day's run for a fixed number of steps), export the
 next version and have the stand-in server switch to it, measured in process (the
 server in this process); and, beside each continued day, a full retrain on the same
@@ -34,17 +34,17 @@ def main():
     from dare_tf.training import TrainConfig, train
 
     work = tempfile.mkdtemp(prefix="bench_daily_")
+
+    def retrain(data_dir, row):  # on the same days, before the next is appended
+        if row["continued"]:
+            start = time.perf_counter()
+            result = train(data_dir, os.path.join(work, f"day_{row['day']}", "retrain"),
+                           TrainConfig.create(**daily_loop.TRAINING))
+            row.update(retrain_steps=result["per_seed"][0]["steps"], retrain_test_auc=round(result["test"]["auc"], 4),
+                       retrain_s=round(time.perf_counter() - start, 1))
+
     try:
-        rows = daily_loop.main(args.days, work, args.users)
-        for row in rows:
-            if row["continued"]:
-                data_dir = os.path.join(work, f"day_{row['day']}", "data")
-                start = time.perf_counter()
-                retrain = train(data_dir, os.path.join(work, f"day_{row['day']}", "retrain"),
-                                TrainConfig.create(**daily_loop.TRAINING))
-                row.update(retrain_steps=retrain["per_seed"][0]["steps"],
-                           retrain_test_auc=round(retrain["test"]["auc"], 4),
-                           retrain_s=round(time.perf_counter() - start, 1))
+        rows = daily_loop.main(args.days, work, args.users, on_day=retrain)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print_table(rows, list(rows[-1]))

@@ -82,15 +82,22 @@ TABLES = {
                                  "against a numpy brute force: build seconds, ms per call, and whether both return "
                                  "the same top 200"),
     ("bench_daily", "loop"): (["day", "items", "train_examples", "steps", "continued", "test_auc", "served_version",
-                               "prepare_s", "train_s", "export_s", "switch_s", "retrain_steps", "retrain_test_auc",
+                               "data_s", "train_s", "export_s", "switch_s", "retrain_steps", "retrain_test_auc",
                                "retrain_s"],
                               "the day-by-day loop (examples/daily_loop.py) on a generated log of 600 users over "
                               "5 days, measured in process (the stand-in server in the same process): per day, "
                               "the id vocabulary, the train examples of the days so far, the run's steps (the "
                               "first day one epoch from scratch, then 100 steps continued from the previous "
                               "day's run), its test AUC (the day's clicks), the version the server switched to, "
-                              "and the seconds to prepare, train, export and switch; beside each continued day, "
+                              "and the seconds to prepare (the first day) or append the day (`data_s`), train, "
+                              "export and switch; beside each continued day, "
                               "a full retrain on the same days (one epoch): its steps, test AUC and seconds"),
+    ("bench_append", "append"): (None, "`data.prepare --append` of a generated log's last day to its other days "
+                                       "(prepared with --split=time) against `data.prepare --split=time` of the "
+                                       "whole log, each in its own process in the same run: rows, the store "
+                                       "partitions the append rewrote and their clicks, seconds, the ratio, the "
+                                       "bound on it (the day's rows plus the rewritten store clicks over the log's "
+                                       "rows plus every stored click) and measured/bound, peak RSS (MiB)"),
     ("bench_cascade", "merge"): (None,
                                  "the merged first 200 candidates of 256 users (histories of 200), measured in "
                                  "process: `CandidateMerger` (each source's `top_k`, sorts over the proposals) "

@@ -11,11 +11,17 @@ Usage:
       --columns=user=uid,item=iid,time=ts,label=clicked --min_clicks=5
   # the same on Apache Beam
   python -m data.prepare ... --runner=beam [--beam_options="--runner=DataflowRunner --project=..."]
+  # a log read as days: the last day is the test window, the day before it validation
+  python -m data.prepare --dataset=taobao --input=days_1_to_30.csv --output_dir=data/prepared/daily --split=time
+  # ... and the next day appended to it (its format and protocol are the dataset's)
+  python -m data.prepare --append --input=day_31.csv --output_dir=data/prepared/daily
 
 --runner=beam runs the same protocol as an Apache Beam pipeline (DirectRunner
 unless --beam_options name another runner) and writes the same records.
 
 --output_dir is replaced only when it is absent, empty or a dataset this program wrote.
+--append changes a --split=time dataset in place, journaled: a killed append
+leaves it as it was, or is finished by the next (dare_tf.data.append).
 """
 
 from absl import app, flags
@@ -40,7 +46,11 @@ flags.DEFINE_bool("skip_bad_lines", False, "Skip and count malformed lines inste
 flags.DEFINE_enum("runner", "in_memory", ["in_memory", "beam"],
                   "in_memory: one process; beam: an Apache Beam pipeline (same output).")
 flags.DEFINE_string("beam_options", "", "Beam pipeline options, space-separated (--runner=beam only).")
-dare_tf.cli.define_flags(Protocol)
+flags.DEFINE_bool("append", False, "Append the day(s) of --input to the --split=time dataset in --output_dir "
+                  "(its log format and protocol; new days only).")
+flags.DEFINE_bool("allow_late", False, "--append: drop the rows on or before the dataset's last day (counted in "
+                  "spec.json's source.appended) instead of refusing the log.")
+PROTOCOL_FLAGS = dare_tf.cli.define_flags(Protocol)
 flags.adopt_module_key_flags(dare_tf.cli)
 flags.mark_flags_as_required(["input", "output_dir"])
 
@@ -53,8 +63,27 @@ def log_format_from_flags() -> LogFormat:
         raise app.UsageError(str(e)) from None
 
 
+def append_day() -> None:
+    from dare_tf.data.append import append
+
+    given = [f"--{name}" for name in (*PROTOCOL_FLAGS, "runner", "beam_options", "compression")
+             if FLAGS[name].present]
+    if given:
+        raise app.UsageError(f"--append takes the dataset's protocol and files: drop {', '.join(given)}")
+    named = FLAGS.dataset is not None or FLAGS.format is not None
+    spec = append(FLAGS.input, FLAGS.output_dir, log_format_from_flags() if named else None, FLAGS.allow_late,
+                  FLAGS.skip_bad_lines)
+    print(f"{FLAGS.output_dir}: {spec.users} users, {spec.num_items - 2} items, "
+          f"{spec.num_categories - 2} categories, examples {spec.counts}, days appended "
+          f"{len(spec.source.get('appended', []))}")
+
+
 def main(argv):
     del argv
+    if FLAGS.append:
+        return append_day()
+    if FLAGS.allow_late:
+        raise app.UsageError("--allow_late is for --append")
     fmt = log_format_from_flags()
     protocol = dare_tf.cli.from_flags(Protocol)
     try:

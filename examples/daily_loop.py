@@ -3,10 +3,11 @@
 - day `first`: prepare the log of its days so far (`--split=time`: the last
   day is the test window, the day before it validation), train a ranker,
   export it (version 1) and serve it (the stand-in server, as TF Serving would);
-- each next day: prepare the days so far again (their id maps extend the
-  previous day's), continue from the previous day's run (`init_from`, a few
-  hundred steps), export the next version under the same model name: the
-  server switches to it without a restart.
+- each next day: append the day's log to the dataset (`data.prepare
+  --append`: old ids keep their dense ids, the day becomes the test window),
+  continue from the previous day's run (`init_from`, a few hundred steps),
+  export the next version under the same model name: the server switches to
+  it without a restart.
 
     python examples/daily_loop.py [DAYS] [WORK_DIR]
 
@@ -14,10 +15,8 @@ DAYS (default 5) days of 600 generated users; everything is written under
 WORK_DIR (default runs/examples/daily). Each day's row says the seconds of
 each step, the run's test AUC and the version the server answered with.
 The programs behind the same steps are `data.synthetic --days`,
-`data.prepare --split=time`, `trainers.train --init_from`, `serving.export`
-and `serving.standin_server` (docs/daily.md). Each day prepares the whole
-log so far: appending only the new day (`data.prepare --append`) is not
-built yet.
+`data.prepare --split=time`, `data.prepare --append`, `trainers.train
+--init_from`, `serving.export` and `serving.standin_server` (docs/daily.md).
 """
 
 import os
@@ -36,14 +35,19 @@ TRAINING = dict(preset="dare", batch_size=512, eval_batch_size=4096, epochs=1, v
 CONTINUED_STEPS = 100
 
 
-def days_so_far(log: str, first_day: int, day: int, out: str) -> str:
-    """The rows of `log` before the end of `day` (1-based; day 1 starts at `first_day`)."""
+def days_of(log: str, first_day: int, days: range, out: str) -> str:
+    """The rows of `log` on `days` (1-based; day 1 starts at `first_day`)."""
+    lo, hi = first_day + (days.start - 1) * DAY, first_day + (days.stop - 1) * DAY
     with open(log) as f, open(out, "w") as kept:
-        kept.writelines(line for line in f if int(line.rsplit(",", 1)[1]) < first_day + day * DAY)
+        kept.writelines(line for line in f if lo <= int(line.rsplit(",", 1)[1]) < hi)
     return out
 
 
-def main(days: int = 5, work_dir: str = os.path.join("runs", "examples", "daily"), users: int = 600) -> list[dict]:
+def main(days: int = 5, work_dir: str = os.path.join("runs", "examples", "daily"), users: int = 600,
+         on_day=None) -> list[dict]:
+    """Runs the loop; returns a row per day. `on_day(data_dir, row)`, if given, is
+    called after each day (the dataset then holds the days so far)."""
+    from dare_tf.data.append import append
     from dare_tf.export import export_run
     from dare_tf.serving.client import ServingClient
     from dare_tf.testing.standin_server import serve
@@ -58,10 +62,14 @@ def main(days: int = 5, work_dir: str = os.path.join("runs", "examples", "daily"
     try:
         for day in range(FIRST_DAY, int(days) + 1):
             timings, start = {}, time.perf_counter()
-            data_dir = os.path.join(work_dir, f"day_{day}", "data")
-            spec = prepare("taobao", days_so_far(log, first_day, day, os.path.join(work_dir, f"days_1_to_{day}.csv")),
-                           data_dir, PROTOCOL)
-            timings["prepare_s"] = time.perf_counter() - start
+            data_dir = os.path.join(work_dir, "data")
+            if previous is None:
+                spec = prepare("taobao", days_of(log, first_day, range(1, day + 1), os.path.join(
+                    work_dir, f"days_1_to_{day}.csv")), data_dir, PROTOCOL)
+            else:
+                spec = append(days_of(log, first_day, range(day, day + 1), os.path.join(work_dir, f"day_{day}.csv")),
+                              data_dir)
+            timings["data_s"] = time.perf_counter() - start
             run = os.path.join(work_dir, f"day_{day}", "run")
             start = time.perf_counter()
             steps = {} if previous is None else dict(init_from=previous, max_steps=CONTINUED_STEPS,
@@ -82,6 +90,8 @@ def main(days: int = 5, work_dir: str = os.path.join("runs", "examples", "daily"
                          "steps": results["per_seed"][0]["steps"], "continued": previous is not None,
                          "test_auc": round(results["test"]["auc"], 4), "served_version": version,
                          **{k: round(v, 1) for k, v in timings.items()}})
+            if on_day is not None:
+                on_day(data_dir, rows[-1])
             print(rows[-1], flush=True)
             previous = run
     finally:

@@ -33,10 +33,11 @@ from absl import logging
 from dare_tf.data.log_reader import parse_block, plan_blocks
 from dare_tf.data.logs import LogFormat
 from dare_tf.data.prepared import (PartitionedWriter, check_compression, guard_dataset_dir, layout_fields,
-                                   log_format, make_spec, write_id_maps, write_prepared)
+                                   log_format, make_spec, write_id_maps, write_item_clicks, write_prepared)
+from dare_tf.data.days import DAY, clicks_by_day, day_item_summaries, merge_day_items, user_examples
 from dare_tf.data.examples import USERS_PER_CHUNK, LogStatistics, UserRows, chunk_examples, qualifying_users
 from dare_tf.data.protocol import Protocol, no_user_qualifies, preparation_id, time_windows
-from dare_tf.data.spec import SPLITS, STORE_KIND, partition_of
+from dare_tf.data.spec import EXAMPLE_COLUMNS, SEGMENT_KIND, SPLITS, STORE_KIND, partition_of
 
 MANIFEST = ".beam-manifest.json"  # written by the pipeline into the staging directory, read and removed
 
@@ -118,7 +119,8 @@ def _statistics(users, ranks, summaries, protocol: Protocol, impressions: bool) 
         counts[item_dense[raw]] = count
     clicks = np.array([0] + [users[u][1] for u in raw_users], np.int64)
     rows = np.array([0] + [users[u][2] for u in raw_users], np.int64)
-    qualifying = qualifying_users(clicks, rows if impressions else None, protocol)
+    # (`--split=time`: users qualify by their clicks alone, on the day they reach min_clicks)
+    qualifying = qualifying_users(clicks, rows if impressions and protocol.split == "user" else None, protocol)
     return {"stats": LogStatistics(item_category=item_category, item_cdf=np.cumsum(counts), qualifying=qualifying,
                                    num_users=len(raw_users) + 1),
             "raw_items": [raw for _, raw, _ in items], "raw_categories": [raw for _, raw in categories],
@@ -133,8 +135,7 @@ def _chunk_outputs(element, side: dict, protocol: Protocol, impressions: bool, l
     members = sorted(members, key=lambda m: m[0])  # (qualifying index, dense uid, UserRows)
     users = np.array([m[1] for m in members], np.int64)
     rows = [m[2] for m in members]
-    bounds = protocol.bounds(last_time) if protocol.split == "time" else None
-    for split, columns in chunk_examples(chunk, users, rows, side["stats"], protocol, bounds).items():
+    for split, columns in chunk_examples(chunk, users, rows, side["stats"], protocol).items():
         parts = partition_of(columns["uid"], protocol.partitions)
         for k in np.unique(parts).tolist():
             yield (split, k), (chunk, {c: v[parts == k] for c, v in columns.items()})
@@ -159,10 +160,12 @@ def _write_shard(element, directory: str, protocol: Protocol, compression: str):
     return writer.close()
 
 
-def _write_manifest(files, side: dict, directory: str, source: dict, last_time: int) -> None:
+def _write_manifest(files, side: dict, directory: str, source: dict, last_time: int, chronological: bool) -> None:
     if len(side["stats"].qualifying):
         write_id_maps(directory, side["raw_items"], side["raw_categories"], side["raw_users"],
                       side["stats"].item_category)
+        if chronological:
+            write_item_clicks(directory, np.diff(side["stats"].item_cdf, prepend=0))
     with open(os.path.join(directory, MANIFEST), "w") as f:
         json.dump({"files": {name: entry for shard in files for name, entry in shard.items()},
                    "num_items": side["stats"].num_items,
@@ -202,6 +205,15 @@ def build_pipeline(pipeline, path: str, fmt: LogFormat, plan, protocol: Protocol
         users | "Statistics" >> beam.Map(lambda u, r, s: _statistics(u, r, s, protocol, impressions),
                                          ranks, beam.pvalue.AsSingleton(merged)))
 
+    if chronological:
+        files = _time_split_shards(pipeline, sequences, side, last_time, protocol, directory, compression,
+                                   impressions)
+        _ = (files | "Manifest" >> beam.Map(
+            lambda f, side_, c, t: _write_manifest(f, side_, directory, {"rows": c[0], "bad_lines": c[1],
+                                                                         "clicks": c[2]}, t, chronological),
+            side, beam.pvalue.AsSingleton(counts), last_time))
+        return
+
     def to_chunks(seq, side_):
         user, _, items, categories, _, times, labels = seq
         uid = side_["user_dense"][user]
@@ -227,8 +239,63 @@ def build_pipeline(pipeline, path: str, fmt: LogFormat, plan, protocol: Protocol
              | "ShardList" >> beam.combiners.ToList())
     _ = (files | "Manifest" >> beam.Map(
         lambda f, side_, c, t: _write_manifest(f, side_, directory, {"rows": c[0], "bad_lines": c[1],
-                                                                     "clicks": c[2]}, t),
+                                                                     "clicks": c[2]}, t, chronological),
         side, beam.pvalue.AsSingleton(counts), last_time))
+
+
+def _time_split_shards(pipeline, sequences, side, last_time, protocol: Protocol, directory: str, compression: str,
+                       impressions: bool):
+    """`--split=time` (`dare_tf.data.days`): each user's examples over its days,
+    its negatives drawn by the clicks up to its day (a side input of every
+    day's `ClicksToDate`: a vocabulary's counts per day, which bounds the
+    days and items this driver takes), and every user's store record; returns
+    the shard list."""
+    import apache_beam as beam
+
+    summaries = (sequences
+                 | "DaySummaries" >> beam.FlatMap(lambda s: day_item_summaries(s[2], s[3], s[5], s[4], s[6]))
+                 | "MergeDays" >> beam.CombinePerKey(merge_day_items)
+                 | "AllDays" >> beam.combiners.ToList())
+    day_clicks = beam.pvalue.AsSingleton(summaries | "ClicksByDay" >> beam.Map(
+        lambda s, side_: clicks_by_day(s, side_["item_dense"], side_["category_dense"], side_["stats"].num_items),
+        side))
+
+    def user_outputs(seq, side_, clicks, last):
+        user, _, items, categories, _, times, labels = seq
+        uid = side_["user_dense"][user]
+        rows = UserRows(items=np.array([side_["item_dense"][int(i)] for i in items], np.int64),
+                        categories=np.array([side_["category_dense"][int(c)] for c in categories], np.int64),
+                        times=np.asarray(times, np.int64), labels=labels if impressions else None)
+        k = int(partition_of(uid, protocol.partitions))
+        for tag, table in user_examples(uid, rows, clicks, protocol, protocol.bounds(last)):
+            yield (SEGMENT_KIND, tag, k), (uid, table)
+        stored = rows.clicks()
+        yield (STORE_KIND, None, k), (uid, stored)
+
+    outputs = sequences | "Users" >> beam.FlatMap(user_outputs, side, day_clicks, last_time)
+    tags = (outputs | "Tags" >> beam.Map(lambda o: o[0][1]) | "DistinctTags" >> beam.Distinct())
+    empty = (tags | "EveryPartition" >> beam.FlatMap(lambda t: [
+        ((STORE_KIND if t is None else SEGMENT_KIND, t, k), None) for k in range(protocol.partitions)]))
+
+    def write(element, last):
+        (kind, tag, k), parts = element
+        rows = sorted((p for p in parts if p is not None), key=lambda p: p[0])
+        writer = PartitionedWriter(directory, kind, protocol.partitions, compression, indices=[k],
+                                   tag=int(last) // DAY * DAY if tag is None else tag)
+        if kind == STORE_KIND:
+            uid = np.array([u for u, _ in rows], np.int64)
+            writer.write_store(uid, np.array([len(i) for _, (i, _) in rows], np.int64),
+                               np.concatenate([i for _, (i, _) in rows] or [np.zeros(0, np.int64)]),
+                               np.concatenate([c for _, (_, c) in rows] or [np.zeros(0, np.int64)]))
+        else:
+            table = np.concatenate([t for _, t in rows] or [np.zeros((0, len(EXAMPLE_COLUMNS)), np.int64)])
+            writer.write_examples({c: table[:, i].astype(np.int32) for i, c in enumerate(EXAMPLE_COLUMNS)})
+        return writer.close()
+
+    return ((outputs, empty) | "WithEmptyShards" >> beam.Flatten()
+            | "GroupShards" >> beam.GroupByKey()
+            | "WriteShards" >> beam.Map(write, last_time)
+            | "ShardList" >> beam.combiners.ToList())
 
 
 def _unwrap(error: BaseException) -> BaseException:
@@ -291,14 +358,15 @@ def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Pr
             action = f" (action == {fmt.click!r})" if fmt.click is not None else ""
             raise ValueError(f"{input_path}: no {kind} rows{action} in {manifest['rows']} rows")
         if manifest["users"] == 0:
-            raise no_user_qualifies(protocol, manifest["longest"], fmt.impressions)
+            raise no_user_qualifies(protocol, manifest["longest"], fmt.impressions and protocol.split == "user")
+        bounds = protocol.bounds(manifest["last_time"]) if protocol.split == "time" else None
         fields = dict(num_items=manifest["num_items"], num_categories=manifest["num_categories"],
                       num_users=manifest["num_users"], users=manifest["users"],
-                      **layout_fields(protocol, compression, manifest["files"]),
-                      **time_windows(protocol, protocol.bounds(manifest["last_time"]) if protocol.split == "time"
-                                     else None))
+                      **layout_fields(protocol, compression, manifest["files"], bounds),
+                      **time_windows(protocol, bounds))
         source = dict(path=os.path.abspath(input_path), sha256=plan.sha256, rows=manifest["rows"],
-                      clicks=manifest["clicks"], bad_lines=manifest["bad_lines"], log=fmt.to_json())
+                      clicks=manifest["clicks"], bad_lines=manifest["bad_lines"], log=fmt.to_json(),
+                      **({"last_time": manifest["last_time"]} if bounds is not None else {}))
         if source["bad_lines"]:
             logging.warning("%s: skipped %d bad line(s)", input_path, source["bad_lines"])
         return make_spec(fmt, protocol, source, preparation, fields)

@@ -2,8 +2,8 @@
 (`dare_tf.data.protocol`, `dare_tf.data.beam`): what the protocol needs from
 the whole log (`LogStatistics`), the negatives (`sample_negatives`), and per
 split the examples of a chunk's users (`chunk_examples`): the paper's per-user
-targets of a click log, an impression log's own labels, or with
-`--split=time` the clicks (impressions) of each time window."""
+targets of a click log, or an impression log's own labels (`--split=time`:
+`dare_tf.data.days`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import functools
 
 import numpy as np
 
-from dare_tf.data.spec import EXAMPLE_COLUMNS, SPLITS
+from dare_tf.data.spec import SPLITS
 
 USERS_PER_CHUNK = 256
 MAX_NEGATIVE_ROUNDS = 1000
@@ -126,16 +126,14 @@ class UserRows:
 
 
 def chunk_examples(chunk: int, users: np.ndarray, rows: list[UserRows], stats: LogStatistics,
-                   protocol, bounds: tuple[int, int] | None = None) -> dict[str, dict[str, np.ndarray]]:
+                   protocol) -> dict[str, dict[str, np.ndarray]]:
     """The examples of one chunk of users (dense ids `users`, their rows), per
     split: int32 columns `EXAMPLE_COLUMNS`, user by user. `position` is the
     number of the user's clicks before the target: its history. Click logs:
     each target as [positive, negative_1, ..., negative_n]; impression logs:
     the impressions with their labels. `protocol` is the
-    `dare_tf.data.protocol.Protocol`; `bounds`, with `--split=time`, the first
-    times of the validation and the test windows (`Protocol.bounds`)."""
-    if protocol.split == "time":
-        return _time_examples(chunk, users, rows, stats, protocol, bounds)
+    `dare_tf.data.protocol.Protocol` (`--split=time` builds its examples day
+    by day instead: `dare_tf.data.days`)."""
     if rows and rows[0].labels is not None:
         return _impression_examples(users, rows)
     items = [r.items for r in rows]
@@ -187,40 +185,3 @@ def _impression_examples(users: np.ndarray, rows: list[UserRows]) -> dict[str, d
             ("uid", "position", "target_item", "target_category", "label"))}
     return out
 
-
-def _time_examples(chunk: int, users: np.ndarray, rows: list[UserRows], stats: LogStatistics, protocol,
-                   bounds: tuple[int, int]) -> dict[str, dict[str, np.ndarray]]:
-    """`--split=time`: every row is an example of the split its time falls in
-    (before `bounds[0]`: train; before `bounds[1]`: validation; then test), its
-    history the user's clicks strictly before that time. A click log's targets
-    are its clicks that have an earlier click, each with `negatives` negatives
-    (drawn as `sample_negatives` draws them, in the user's time order); an
-    impression log's are all its impressions, with their labels."""
-    impressions = bool(rows) and rows[0].labels is not None
-    group = 1 if impressions else 1 + protocol.negatives
-    kept, positions, windows = [], [], []
-    for r in rows:
-        clicks = r.times if r.labels is None else r.times[r.labels == 1]
-        position = np.searchsorted(clicks, r.times, side="left")  # clicks strictly before (time-ordered)
-        keep = np.arange(len(r.times)) if impressions else np.flatnonzero(position > 0)
-        kept.append(keep)
-        positions.append(position[keep])
-        windows.append(np.searchsorted(np.asarray(bounds), r.times[keep], side="right"))
-    per_user = 0 if impressions else int(max((len(k) for k in kept), default=0)) * protocol.negatives
-    negatives = sample_negatives(chunk, [r.items for r in rows], per_user, stats, protocol.seed, users)
-    parts = {split: [] for split in SPLITS}
-    for u, (uid, r, keep, position, window) in enumerate(zip(np.asarray(users).tolist(), rows, kept, positions,
-                                                             windows)):
-        if impressions:
-            targets, categories, labels = r.items[keep][:, None], r.categories[keep][:, None], r.labels[keep][:, None]
-        else:
-            drawn = negatives[u, : len(keep) * protocol.negatives].reshape(len(keep), protocol.negatives)
-            targets = np.concatenate([r.items[keep][:, None], drawn], 1)
-            categories = np.concatenate([r.categories[keep][:, None], stats.item_category[drawn]], 1)
-            labels = np.broadcast_to(np.arange(group) == 0, targets.shape)
-        columns = np.stack([np.full(targets.shape, uid), np.broadcast_to(position[:, None], targets.shape),
-                            targets, categories, labels], -1).astype(np.int64)
-        for w, split in enumerate(SPLITS):
-            parts[split].append(columns[window == w].reshape(-1, len(EXAMPLE_COLUMNS)))
-    return {split: {k: (np.concatenate(p) if p else np.zeros((0, len(EXAMPLE_COLUMNS)), np.int64))[:, i].astype(
-        np.int32) for i, k in enumerate(EXAMPLE_COLUMNS)} for split, p in parts.items()}

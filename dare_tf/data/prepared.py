@@ -15,8 +15,10 @@ from absl import logging
 from dare_tf._files import clean_stale, guard_output_dir, replace_directory, staging_dir
 from dare_tf.data.logs import FORMATS, Clicks, LogFormat
 from dare_tf.data.records import ShardWriter, encode_examples, encode_store
-from dare_tf.data.spec import (FEATURES, FORMAT, ID_MAP_FILES, ITEM_CATEGORY_FILE, LEGACY_FORMATS, SPEC_FILE,
-                               SPLITS, STORE_KIND, DatasetSpec, partition_of, shard_name)
+from dare_tf.data.spec import (APPEND_JOURNAL, FEATURES, FORMAT, ID_MAP_FILES, ITEM_CATEGORY_FILE, ITEM_CLICKS_FILE,
+                               LEGACY_FORMATS,
+                               SEGMENT_KIND, SPEC_FILE, SPLITS, STORE_KIND, DatasetSpec, is_shard_name, partition_of,
+                               shard_name, shard_tag)
 
 
 MAX_PARTITIONS = 1024
@@ -27,9 +29,10 @@ class PartitionedWriter:
     partition: rows are routed to the shard of their user's partition, in the
     order they come (users ascending). Both drivers write through it."""
 
-    def __init__(self, directory: str, kind: str, partitions: int, compression: str, indices=None):
+    def __init__(self, directory: str, kind: str, partitions: int, compression: str, indices=None,
+                 tag: int | None = None):
         self.kind, self.partitions = kind, partitions
-        self.names = [shard_name(kind, k, partitions, compression) for k in range(partitions)]
+        self.names = [shard_name(kind, k, partitions, compression, tag) for k in range(partitions)]
         self.writers = {k: ShardWriter(os.path.join(directory, self.names[k]), compression)
                         for k in (range(partitions) if indices is None else indices)}
         self.clicks = dict.fromkeys(self.writers, 0)
@@ -64,13 +67,35 @@ def _write_id_map(path: str, raw_ids: np.ndarray) -> None:
         f.write("\n")
 
 
-def write_id_maps(directory: str, raw_items, raw_categories, raw_users, item_category) -> None:
+def write_id_maps(directory: str, raw_items, raw_categories, raw_users, item_category, rename=None) -> None:
     """The raw-id maps and the item -> category map (`item_category`: `[num_items]`
-    dense categories, rows 1 .. num_items - 2 written)."""
-    _write_id_map(os.path.join(directory, ID_MAP_FILES["item"]), np.asarray(raw_items))
-    _write_id_map(os.path.join(directory, ID_MAP_FILES["category"]), np.asarray(raw_categories))
-    _write_id_map(os.path.join(directory, ID_MAP_FILES["user"]), np.asarray(raw_users))
-    _write_id_map(os.path.join(directory, ITEM_CATEGORY_FILE), np.asarray(item_category)[1:len(raw_items) + 1])
+    dense categories, rows 1 .. num_items - 2 written); `rename(file name)`: the
+    name each is written as (an append's pending files)."""
+    def path(name):
+        return os.path.join(directory, name if rename is None else rename(name))
+
+    _write_id_map(path(ID_MAP_FILES["item"]), np.asarray(raw_items))
+    _write_id_map(path(ID_MAP_FILES["category"]), np.asarray(raw_categories))
+    _write_id_map(path(ID_MAP_FILES["user"]), np.asarray(raw_users))
+    _write_id_map(path(ITEM_CATEGORY_FILE), np.asarray(item_category)[1:len(raw_items) + 1])
+
+
+def write_item_clicks(directory: str, counts, rename=None) -> None:
+    """`ITEM_CLICKS_FILE` of a `--split=time` dataset (`counts`: `[num_items]`, rows
+    1 .. num_items - 2 written)."""
+    counts = np.asarray(counts)
+    _write_id_map(os.path.join(directory, ITEM_CLICKS_FILE if rename is None else rename(ITEM_CLICKS_FILE)),
+                  counts[1:len(counts) - 1])
+
+
+def read_item_clicks(directory: str, num_items: int) -> np.ndarray:
+    """`[num_items]` clicks per dense item (`write_item_clicks`), checked against spec.json's num_items."""
+    path = os.path.join(directory, ITEM_CLICKS_FILE)
+    counts = np.loadtxt(path, dtype=np.int64, ndmin=1)
+    if len(counts) != num_items - 2:
+        raise ValueError(f"{path}: {len(counts)} lines, expected one per item ({num_items - 2}, spec.json's "
+                         "num_items - 2)")
+    return np.concatenate([[0], counts, [0]])
 
 
 def allow_open_files(count: int, partitions: int) -> None:
@@ -89,11 +114,19 @@ def allow_open_files(count: int, partitions: int) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
 
 
-def layout_fields(protocol, compression: str, files: dict[str, dict]) -> dict:
-    """spec.json's fields that describe the files (names, counts, feature spec)."""
-    shards = {s: [shard_name(s, k, protocol.partitions, compression) for k in range(protocol.partitions)]
-              for s in SPLITS}
-    store = [shard_name(STORE_KIND, k, protocol.partitions, compression) for k in range(protocol.partitions)]
+def layout_fields(protocol, compression: str, files: dict[str, dict], bounds=None) -> dict:
+    """spec.json's fields that describe the files (names, counts, feature spec);
+    with `bounds` (`--split=time`) each split lists the shards of the time
+    segments (`dare_tf.data.days`) whose first time falls in its window."""
+    partitions = protocol.partitions
+    if bounds is None:
+        shards = {s: [shard_name(s, k, partitions, compression) for k in range(partitions)] for s in SPLITS}
+    else:
+        shards = {s: [] for s in SPLITS}
+        for tag in sorted({shard_tag(n) for n in files if n.startswith(SEGMENT_KIND + "-")}):
+            split = SPLITS[int(np.searchsorted(np.asarray(bounds), tag, side="right"))]
+            shards[split] += [shard_name(SEGMENT_KIND, k, partitions, compression, tag) for k in range(partitions)]
+    store = sorted((n for n in files if n.startswith(STORE_KIND + "-")), key=lambda n: n.split("-of-")[0][-5:])
     return dict(counts={s: sum(files[n]["records"] for n in names) for s, names in shards.items()},
                 shards=shards, store=store, clicks_stored=sum(files[n]["clicks"] for n in store),
                 files=files, compression=compression, features=FEATURES, partitions=protocol.partitions)
@@ -112,18 +145,27 @@ def _own_files(directory: str) -> set[str] | None:
     legacy = raw.get("format") is None and {"dataset", "shards", "protocol", "source"} <= set(raw)
     if not (raw.get("format") in (FORMAT, *LEGACY_FORMATS) or legacy):
         return None
-    names = {SPEC_FILE, ITEM_CATEGORY_FILE, *ID_MAP_FILES.values(), *raw.get("store", [])}
+    tables = (ITEM_CATEGORY_FILE, ITEM_CLICKS_FILE, *ID_MAP_FILES.values())
+    names = {SPEC_FILE, *tables, *raw.get("store", []), APPEND_JOURNAL, f"{APPEND_JOURNAL}.tmp",
+             *(f".{n}.append" for n in tables)}
     for shard_names in raw.get("shards", {}).values():
         names.update(shard_names)
     return names
+
+
+def _own_entry(own: set[str]):
+    """Whether an entry is the dataset's: listed, or named as its shards are (a
+    killed append's new shards, which the next append removes)."""
+    return lambda entry: entry in own or is_shard_name(entry)
 
 
 def guard_dataset_dir(output_dir: str, input_path: str) -> None:
     """Raises `OutputDirError` unless `output_dir` may be replaced: it must be
     absent, an empty directory, or a dataset preparation wrote with nothing else
     in it, and must not contain the input log (`dare_tf._files.guard_output_dir`)."""
-    own = (_own_files(output_dir) if os.path.isdir(output_dir) else None) or set()
-    guard_output_dir(output_dir, own.__contains__, "preparation", {"the input log": input_path},
+    own = _own_files(output_dir) if os.path.isdir(output_dir) else None
+    claims = _own_entry(own) if own else (lambda entry: False)
+    guard_output_dir(output_dir, claims, "preparation", {"the input log": input_path},
                      unclaimed=f"a dataset prepared by dare_tf (no {SPEC_FILE} of format {FORMAT!r})")
 
 

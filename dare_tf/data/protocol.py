@@ -41,12 +41,13 @@ import time
 import numpy as np
 from absl import logging
 
+from dare_tf.data.days import build_time_split
 from dare_tf.data.examples import (MIN_IMPRESSIONS, USERS_PER_CHUNK, LogStatistics, UserRows, chunk_examples,
                                    qualifying_users)
 from dare_tf.data.logs import Clicks, LogFormat
 from dare_tf.data.prepared import (MAX_PARTITIONS, PartitionedWriter, allow_open_files,
                                    check_compression, guard_dataset_dir, layout_fields, log_format, make_spec,
-                                   source_fields, write_id_maps, write_prepared)
+                                   source_fields, write_id_maps, write_item_clicks, write_prepared)
 from dare_tf.data.log_reader import read_log
 from dare_tf.data.logs import dense_ids
 from dare_tf.data.spec import FORMAT, MAX_LEN, SPLITS, STORE_KIND, DatasetSpec
@@ -84,8 +85,13 @@ class Protocol:
             no example sees its future. Dense ids follow the first appearance
             in time (ties in file order), so the id maps of a log's first days
             are the beginning of the whole log's. Click logs: every click with an
-            earlier click is a target, with `negatives` negatives; impression
-            logs: every impression. `train_targets` and `stride` are not used.
+            earlier click is a target, with `negatives` negatives drawn by that
+            day's clicks, none clicked by the user up to that day; impression
+            logs: every impression. A user's examples start on the day its
+            clicks reach `min_clicks`. Every day is built from itself and the
+            days before it only, so a day can be appended to the dataset
+            (`data.prepare --append`, `dare_tf.data.days`). `train_targets`
+            and `stride` are not used.
         val_days, test_days: `time`: the last `test_days` days of the log
             (UTC days of the time column, read as seconds) are the test
             window, the `val_days` days before them validation.
@@ -196,6 +202,9 @@ def build_examples(clicks: Clicks, protocol: Protocol, directory: str, compressi
     item_category = np.zeros(num_items, np.int32)
     item_category[item[last]] = category[last]
     del last
+    if bounds is not None:
+        return _time_split(directory, user, item, category, times, labels, (raw_items, raw_categories, raw_users),
+                           item_category, protocol, bounds, compression)
     is_click = np.ones(len(user), bool) if not impressions else labels == 1
     rows_per_user = np.bincount(user, minlength=len(raw_users) + 1)
     clicks_per_user = np.bincount(user[is_click], minlength=len(raw_users) + 1)
@@ -229,7 +238,7 @@ def build_examples(clicks: Clicks, protocol: Protocol, directory: str, compressi
         lo = chunk * USERS_PER_CHUNK
         rows = [UserRows(**{k: v[q_starts[lo + i]: q_starts[lo + i] + q_lengths[lo + i]] for k, v in seq.items()})
                 for i in range(len(users))]
-        for split, columns in chunk_examples(chunk, users, rows, stats, protocol, bounds).items():
+        for split, columns in chunk_examples(chunk, users, rows, stats, protocol).items():
             writers[split].write_examples(columns)
         stored = [r.clicks() for r in rows]
         writers[STORE_KIND].write_store(users, np.array([len(i) for i, _ in stored]),
@@ -242,6 +251,22 @@ def build_examples(clicks: Clicks, protocol: Protocol, directory: str, compressi
     return dict(num_items=num_items, num_categories=num_categories, num_users=stats.num_users,
                 users=int(len(stats.qualifying)), **layout_fields(protocol, compression, files),
                 **time_windows(protocol, bounds))
+
+
+def _time_split(directory, user, item, category, times, labels, raw, item_category, protocol, bounds,
+                compression) -> dict:
+    """`build_examples` of a `--split=time` log (`dare_tf.data.days`)."""
+    raw_items, raw_categories, raw_users = raw
+    clicks_per_user = np.bincount(user if labels is None else user[labels == 1], minlength=len(raw_users) + 1)
+    if clicks_per_user.max() < max(protocol.min_clicks, 1):
+        raise no_user_qualifies(protocol, int(clicks_per_user.max()))
+    allow_open_files(2 * protocol.partitions, protocol.partitions)
+    files, users, item_clicks = build_time_split(directory, user, item, category, times, labels, len(raw_users) + 1,
+                                                 len(raw_items) + 2, protocol, bounds, compression)
+    write_id_maps(directory, raw_items, raw_categories, raw_users, item_category)
+    write_item_clicks(directory, item_clicks)
+    return dict(num_items=len(raw_items) + 2, num_categories=len(raw_categories) + 2, num_users=len(raw_users) + 1,
+                users=users, **layout_fields(protocol, compression, files, bounds), **time_windows(protocol, bounds))
 
 
 def time_windows(protocol: Protocol, bounds: tuple[int, int] | None) -> dict:
@@ -274,6 +299,8 @@ def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Pr
     start = time.perf_counter()
     clicks = read_log(fmt, input_path, skip_bad_lines, chronological=protocol.split == "time")
     source = source_fields(input_path, clicks, fmt)
+    if protocol.split == "time":  # where a day can be appended (dare_tf.data.append)
+        source["last_time"] = int(clicks.time.max())
     preparation = preparation_id(clicks.sha256, protocol, fmt, compression)
     spec = write_prepared(output_dir, input_path, lambda staging: make_spec(
         fmt, protocol, source, preparation, build_examples(clicks, protocol, staging, compression)))

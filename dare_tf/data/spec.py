@@ -25,6 +25,11 @@ ID_MAP_FILES = {"item": "item_ids.txt", "category": "category_ids.txt", "user": 
 # Dense category id of dense item k is line k: the category of the item's last row
 # in the log, for every item of the vocabulary (clicked by a qualifying user or not).
 ITEM_CATEGORY_FILE = "item_categories.txt"
+# `--split=time`: the clicks of dense item k up to the dataset's last day are line k
+# (the negatives of an appended day are drawn by them: `dare_tf.data.days`).
+ITEM_CLICKS_FILE = "item_clicks.txt"
+# A finished append's new spec.json, renamed to spec.json as its commit ends (`dare_tf.data.append`).
+APPEND_JOURNAL = ".spec.json.append"
 # One example as the pipeline yields it: int32 scalars and int32 [L] histories
 # (dense ids, 0 = padding, oldest first), assembled from the stored example
 # (user, cut-off position, target, label) and its user's sequence in the store.
@@ -68,12 +73,29 @@ FEATURES = {"examples": {k: {"dtype": "int64", "shape": []} for k in EXAMPLE_COL
 # histories longer than this are not assembled.
 MAX_ID = 2**31 - 1
 MAX_LEN = 1 << 20
-_SHARD_NAME = re.compile(r"(?P<kind>[a-z]+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.tfrecord(\.gz)?")
+_SHARD_NAME = re.compile(r"(?P<kind>[a-z]+)(-(?P<tag>\d+))?-(?P<index>\d{5})-of-(?P<count>\d{5})\.tfrecord(\.gz)?")
+# The example shards of a `--split=time` dataset: one per partition and time
+# segment (a UTC day, cut at the windows' first times), named by the segment's
+# first time (`dare_tf.data.days`); a split lists its segments' shards.
+SEGMENT_KIND = "examples"
 
 
-def shard_name(kind: str, index: int, count: int, compression: str) -> str:
-    """TensorFlow's shard naming: `train-00003-of-00016.tfrecord.gz`."""
-    return f"{kind}-{index:05d}-of-{count:05d}.tfrecord{'.gz' if compression == 'GZIP' else ''}"
+def shard_name(kind: str, index: int, count: int, compression: str, tag: int | None = None) -> str:
+    """TensorFlow's shard naming: `train-00003-of-00016.tfrecord.gz`; with `tag`
+    (a time), `examples-1512259200-00003-of-00016.tfrecord.gz`."""
+    prefix = kind if tag is None else f"{kind}-{int(tag)}"
+    return f"{prefix}-{index:05d}-of-{count:05d}.tfrecord{'.gz' if compression == 'GZIP' else ''}"
+
+
+def is_shard_name(name: str) -> bool:
+    """Whether `name` is named as preparation names its shards (`shard_name`)."""
+    return _SHARD_NAME.fullmatch(name) is not None
+
+
+def shard_tag(name: str) -> int | None:
+    """The time a shard's name carries (`shard_name`'s `tag`), or None."""
+    m = _SHARD_NAME.fullmatch(name)
+    return None if m is None or m["tag"] is None else int(m["tag"])
 
 
 def partition_of(uid, partitions: int):
@@ -108,17 +130,23 @@ class DatasetSpec:
             out-of-vocabulary row num_x - 1 (serving maps unknown ids there).
         num_users: users in the log plus padding row 0.
         max_len: the default history length L (a trainer may choose another).
-        users: users that qualified (>= min_clicks clicks).
+        users: users that qualified (>= min_clicks clicks; `--split=time`: by
+            its last day).
         counts: examples per split.
         shards: example shard names (relative to the directory) per split;
-            shard k of each split holds the examples of partition k's users.
+            shard k of each split holds the examples of partition k's users
+            (`--split=time`: one shard per partition and time segment, the
+            segments in time order, so name j is partition j % partitions's).
         protocol: the sample-construction parameters used.
         source: input path, sha256, rows read, clicks kept, bad lines
             skipped, and how the log was read (`log`: file format, columns).
         preparation: the id of this preparation (same log, format and
             protocol: same id).
-        store: the sequence store's shard names: shard k holds partition k's users.
-        clicks_stored: clicks in the store (the qualifying users' clicks).
+        store: the sequence store's shard names: shard k holds partition k's
+            users (`--split=time`: every user of the log, named by the day the
+            shard was written on: `store-<time>-0000k-of-0000P`).
+        clicks_stored: clicks in the store (the qualifying users' clicks;
+            `--split=time`: every user's).
         files: per shard: `bytes`, `records`, `sha256` (and `clicks` for
             store shards); a file that differs was truncated, modified or
             comes from another preparation.
@@ -173,11 +201,17 @@ class DatasetSpec:
     def shard_files(self, kind: str, partitions=None) -> list[str]:
         """Shard names of `kind` (a split or `store`), of `partitions` (indices; all by default)."""
         names = self.store if kind == STORE_KIND else self.shards[kind]
-        return list(names) if partitions is None else [names[k] for k in partitions]
+        if partitions is None:
+            return list(names)
+        wanted = {int(k) for k in partitions}
+        return [n for j, n in enumerate(names) if j % self.partitions in wanted]
 
     @classmethod
     def load(cls, data_dir: str) -> "DatasetSpec":
         path = os.path.join(data_dir, SPEC_FILE)
+        if os.path.exists(os.path.join(data_dir, APPEND_JOURNAL)):
+            raise SpecError(f"{data_dir}: an append (data.prepare --append) was stopped while it committed; run "
+                            f"python -m data.prepare --append --output_dir={data_dir} --input=LOG again to finish it")
         if not os.path.exists(path):
             raise FileNotFoundError(f"{path} not found: is {data_dir!r} a prepared dataset "
                                     "(python -m data.prepare ...)?")
@@ -228,13 +262,16 @@ def _validate(path: str, raw: dict) -> None:
     lists = {f"shards.{s}": raw["shards"].get(s) for s in SPLITS}
     lists["store"] = raw["store"]
     for field, names in lists.items():
-        if not isinstance(names, list) or len(names) != partitions:
-            bad(field, f"a list of {partitions} shard names (one per partition)", names)
+        kind = field.split(".")[-1]  # the split's name, or "store": a shard names what it holds
+        segments = kind != "store"  # a split may list several segments' shards (`--split=time`)
+        if not isinstance(names, list) or (len(names) % partitions if segments else len(names) != partitions):
+            bad(field, f"a list of {partitions} shard names (one per partition)" + (
+                " per time segment" if segments else ""), names)
         for k, name in enumerate(names):
             m = _SHARD_NAME.fullmatch(name) if isinstance(name, str) else None
-            kind = field.split(".")[-1]  # the split's name, or "store": a shard names what it holds
-            if m is None or m["kind"] != kind or int(m["index"]) != k or int(m["count"]) != partitions:
-                bad(f"{field}[{k}]", f"a shard file name like {shard_name(kind, k, partitions, 'GZIP')!r} "
+            if (m is None or m["kind"] not in (kind, SEGMENT_KIND if segments else kind)
+                    or int(m["index"]) != k % partitions or int(m["count"]) != partitions):
+                bad(f"{field}[{k}]", f"a shard file name like {shard_name(kind, k % partitions, partitions, 'GZIP')!r} "
                     "(inside the dataset directory)", name)
             entry = raw["files"].get(name)
             if (not isinstance(entry, dict) or not all(_is_int(entry.get(k)) and entry[k] >= 0

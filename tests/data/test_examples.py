@@ -45,6 +45,10 @@ def by_time(tmp_path_factory):
 
 
 def test_time_split_examples_are_the_windows_clicks_with_their_past_only(by_time):
+    """Recounted from the raw log: a click is a target when it has an earlier click
+    and its user's clicks up to the end of its day reach min_clicks; its negatives
+    are items clicked (by anyone) up to the end of that day, none clicked by the
+    user up to then, each with its category as of that day."""
     directory, spec = by_time
     clicks = _timed_clicks()
     last = max(t for s in clicks.values() for _, _, t in s)
@@ -53,14 +57,26 @@ def test_time_split_examples_are_the_windows_clicks_with_their_past_only(by_time
     assert spec.protocol["windows"] == {"train": None, "val": test_from - DAY, "test": test_from}
     bounds = [test_from - DAY, test_from]
     raw_items, raw_cats, raw_users = (read_id_map(directory, k) for k in ("item", "category", "user"))
+    rows = {}  # item -> its rows (time, category), in time order (file order within a second)
+    with open(TAOBAO, newline="") as f:
+        for _, item, category, action, time in csv.reader(f):
+            if action == "pv":
+                rows.setdefault(item, []).append((int(time), category))
+    for item in rows:
+        rows[item].sort(key=lambda r: r[0])
+
+    def category_as_of(item, day):  # the category of the item's last row up to the end of `day`
+        times = [t for t, _ in rows[item]]
+        upto = int(np.searchsorted(times, (day + 1) * DAY, side="left"))
+        assert upto > 0, (item, day)  # clicked up to that day
+        return rows[item][upto - 1][1]
     expected = {split: [] for split in SPLITS}
     for user, seq in clicks.items():
-        if len(seq) < TIME.min_clicks:
-            continue
         times = np.array([t for _, _, t in seq])
         for i, (item, category, t) in enumerate(seq):
             position = int(np.searchsorted(times, t, side="left"))  # clicks strictly before
-            if position:
+            through_day = int(np.searchsorted(times, (t // DAY + 1) * DAY, side="left"))
+            if position and through_day >= TIME.min_clicks:
                 split = SPLITS[int(np.searchsorted(bounds, t, side="right"))]
                 expected[split].append((user, position, item, category))
     total = 0
@@ -72,10 +88,13 @@ def test_time_split_examples_are_the_windows_clicks_with_their_past_only(by_time
             ex["uid"][::3], ex["position"][::3], ex["target_item"][::3], ex["target_category"][::3])]
         # Each partition's shard holds its users in dense-id order: compare as multisets per user.
         assert sorted(positives) == sorted(expected[split]), split
-        for row in range(0, len(ex["label"]), 3):  # negatives: never clicked by the user
-            user = raw_users[ex["uid"][row] - 1]
-            clicked = {item for item, _, _ in clicks[user]}
-            assert not {raw_items[i - 1] for i in ex["target_item"][row + 1: row + 3]} & clicked
+        for row in range(0, len(ex["label"]), 3):
+            user, position = raw_users[ex["uid"][row] - 1], int(ex["position"][row])
+            day = clicks[user][position][2] // DAY  # the target's day
+            until = {item for item, _, t in clicks[user] if t < (day + 1) * DAY}
+            for i, c in zip(ex["target_item"][row + 1: row + 3], ex["target_category"][row + 1: row + 3]):
+                assert raw_items[i - 1] not in until
+                assert category_as_of(raw_items[i - 1], day) == raw_cats[c - 1]
         total += len(positives)
     assert spec.counts == {s: 3 * len(expected[s]) for s in SPLITS} and total > 1000
     # The store is each user's clicks in time order: a history (the first `position`

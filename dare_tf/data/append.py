@@ -1,0 +1,227 @@
+"""A new day's log appended to a `--split=time` dataset (`data.prepare --append`).
+
+Old raw ids keep their dense ids and new ones get the next (in order of first
+appearance in time, as a preparation of all the days at once numbers them);
+the day's examples are written as new segment shards (`dare_tf.data.days`);
+the store shards of the partitions whose users have rows that day are
+rewritten with their users' new clicks, the others are kept. The result is
+the dataset that preparing all the days at once writes, record for record.
+
+What the append costs is the new day's rows, the id maps and the store
+shards it rewrites; the old days' examples are not read.
+
+The commit is journaled: new shards are written under new names, the new id
+maps beside the old ones (`.NAME.append`) and the new spec.json as the
+journal (`APPEND_JOURNAL`), then the id maps
+and spec.json are renamed into place, spec.json last, and the shards spec.json
+no longer lists are removed. A killed append leaves the dataset as it was
+(its new files are removed by the next append); one killed during the renames
+is finished by the next append, and until then the dataset is refused when
+read (`DatasetSpec.load`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+
+import numpy as np
+from absl import logging
+
+from dare_tf.data.days import DAY, Catalogue, day_name, write_days, write_store
+from dare_tf.data.log_reader import read_log
+from dare_tf.data.logs import LogFormat, dense_ids
+from dare_tf.data.prepared import layout_fields, make_spec, read_item_clicks, write_id_maps, write_item_clicks
+from dare_tf.data.protocol import Protocol, time_windows
+from dare_tf.data.records import read_shards
+from dare_tf.data.spec import (APPEND_JOURNAL, ID_MAP_FILES, ITEM_CATEGORY_FILE, ITEM_CLICKS_FILE, SPEC_FILE,
+                               STORE_KIND, DatasetSpec, is_shard_name, item_categories, partition_of, read_id_map)
+
+# Files the commit renames into place, spec.json last.
+COMMITTED = (*ID_MAP_FILES.values(), ITEM_CATEGORY_FILE, ITEM_CLICKS_FILE)
+
+
+def pending(name: str) -> str:
+    """Where an append writes `name` before its commit renames it into place."""
+    return f".{name}.append"
+
+
+def _listed(spec_path: str) -> set[str]:
+    with open(spec_path) as f:
+        raw = json.load(f)
+    return set(raw["files"])
+
+
+def _remove_unlisted_shards(data_dir: str, listed: set[str]) -> None:
+    for entry in sorted(os.listdir(data_dir)):
+        if is_shard_name(entry) and entry not in listed:
+            os.remove(os.path.join(data_dir, entry))
+            logging.info("removed %s: a shard spec.json does not list (an interrupted append's)", entry)
+
+
+def _commit(data_dir: str) -> None:
+    """Renames the journaled files into place (spec.json last) and removes the shards it no longer lists."""
+    for name in COMMITTED:
+        if os.path.exists(os.path.join(data_dir, pending(name))):
+            os.replace(os.path.join(data_dir, pending(name)), os.path.join(data_dir, name))
+    os.replace(os.path.join(data_dir, APPEND_JOURNAL), os.path.join(data_dir, SPEC_FILE))
+    _remove_unlisted_shards(data_dir, _listed(os.path.join(data_dir, SPEC_FILE)))
+
+
+def recover(data_dir: str) -> None:
+    """Finishes an append that was killed during its commit, or removes what a
+    killed append wrote before it."""
+    if os.path.exists(os.path.join(data_dir, APPEND_JOURNAL)):
+        logging.warning("%s: finishing the append that was stopped while it committed", data_dir)
+        _commit(data_dir)
+        return
+    for path in [os.path.join(data_dir, pending(name)) for name in COMMITTED] + [
+            os.path.join(data_dir, f"{APPEND_JOURNAL}.tmp")]:
+        if os.path.exists(path):
+            os.remove(path)
+    _remove_unlisted_shards(data_dir, _listed(os.path.join(data_dir, SPEC_FILE)))
+
+
+def _extend_ids(raw: np.ndarray, known: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Dense ids of `raw` under the map `known` (raw ids in dense order), new raw
+    ids numbered after it in order of first appearance; and the extended map."""
+    known_ids = np.array([int(r) for r in known], np.int64)
+    order = np.argsort(known_ids)
+    pos = np.minimum(np.searchsorted(known_ids[order], raw), max(len(known_ids) - 1, 0))
+    found = (known_ids[order][pos] == raw) if len(known_ids) else np.zeros(len(raw), bool)
+    dense = np.zeros(len(raw), np.int64)
+    dense[found] = order[pos[found]] + 1
+    new_dense, new_raw = dense_ids(raw[~found])
+    dense[~found] = len(known_ids) + new_dense
+    return dense, np.concatenate([known_ids, new_raw])
+
+
+def dataset_log_format(spec: DatasetSpec, data_dir: str) -> LogFormat:
+    """The log format spec.json records."""
+    fields = dict(spec.source["log"])
+    fields["columns"] = tuple(tuple(c) for c in fields["columns"])
+    if fields.get("actions") is not None:
+        fields["actions"] = tuple(fields["actions"])
+    return LogFormat(**fields)
+
+
+def _check(spec: DatasetSpec, data_dir: str, fmt: LogFormat | None, input_path: str) -> LogFormat:
+    if spec.protocol.get("split") != "time":
+        raise ValueError(f"--append: {data_dir} was prepared with --split=user (the paper's per-user protocol); "
+                         "a day can be appended to a --split=time dataset only: prepare it with --split=time")
+    if "last_time" not in spec.source:
+        raise ValueError(f"--append: {data_dir} was prepared before --append existed (spec.json has no "
+                         "source.last_time); prepare it again")
+    own = dataset_log_format(spec, data_dir)
+    if fmt is not None and fmt != own:
+        differ = [k for k, v in fmt.to_json().items() if own.to_json()[k] != v]
+        raise ValueError(f"--append: {input_path} is read as {fmt.name!r} with {differ[0]}={fmt.to_json()[differ[0]]}"
+                         f", but {data_dir} holds a {own.name!r} log with {differ[0]}={own.to_json()[differ[0]]}; "
+                         "append a log of the dataset's format and fields (or give no format flags)")
+    return own
+
+
+def append(input_path: str, data_dir: str, fmt: LogFormat | None = None, allow_late: bool = False,
+           skip_bad_lines: bool = False) -> DatasetSpec:
+    """Appends the day(s) of `input_path` to the `--split=time` dataset in
+    `data_dir` (see the module docstring); returns the new spec.
+
+    Args:
+        fmt: the log's format; None: the dataset's (given, it must be the dataset's).
+        allow_late: rows on or before the dataset's last day are dropped (and
+            counted in spec.json's `source.appended`) instead of refused: such a
+            day is in the dataset already, and its examples are not rewritten.
+
+    Appending a log whose sha256 the dataset already holds does nothing (the
+    re-run of an append that was killed after its commit).
+    """
+    start = time.perf_counter()
+    if not os.path.exists(os.path.join(data_dir, SPEC_FILE)) and not os.path.exists(
+            os.path.join(data_dir, APPEND_JOURNAL)):
+        raise FileNotFoundError(f"--append: {os.path.join(data_dir, SPEC_FILE)} not found: --output_dir must be a "
+                                "dataset prepared with --split=time")
+    recover(data_dir)
+    spec = DatasetSpec.load(data_dir)
+    fmt = _check(spec, data_dir, fmt, input_path)
+    protocol = Protocol(**{k: v for k, v in spec.protocol.items() if k != "windows"})
+    clicks = read_log(fmt, input_path, skip_bad_lines, chronological=True)
+    appended = spec.source.get("appended", [])
+    if clicks.sha256 in {spec.source["sha256"], *(a["sha256"] for a in appended)}:
+        logging.warning("%s: this log (sha256 %s...) is in %s already; nothing to append", input_path,
+                        clicks.sha256[:16], data_dir)
+        return spec
+    last_day = int(spec.source["last_time"]) // DAY
+    late = clicks.time // DAY <= last_day
+    if late.any() and not allow_late:
+        first = int(np.flatnonzero(late)[0])
+        raise ValueError(f"--append: {input_path}: {int(late.sum())} of its {len(late)} rows are on or before "
+                         f"{day_name(last_day)}, the dataset's last day (the first at time {int(clicks.time[first])})"
+                         "; a day is appended once, after the days the dataset holds (pass --allow_late to drop "
+                         "those rows)")
+    if late.all():
+        raise ValueError(f"--append: {input_path}: every row is on or before {day_name(last_day)}, the dataset's "
+                         "last day; nothing is left to append")
+    keep = ~late
+    raw = {k: getattr(clicks, k)[keep] for k in ("user", "item", "category", "time")}
+    labels = None if clicks.label is None else clicks.label[keep]
+    user, raw_users = _extend_ids(raw["user"], read_id_map(data_dir, "user"))
+    item, raw_items = _extend_ids(raw["item"], read_id_map(data_dir, "item"))
+    category, raw_categories = _extend_ids(raw["category"], read_id_map(data_dir, "category"))
+    num_items, num_users = len(raw_items) + 2, len(raw_users) + 1
+    grown = np.zeros(num_items, np.int64)  # the catalogue as of the dataset's last day, grown by the new ids
+    catalogue = Catalogue(grown, grown)
+    catalogue.categories[: spec.num_items - 1] = item_categories(data_dir, spec, lambda: [])[: spec.num_items - 1]
+    catalogue.counts[: spec.num_items - 1] = read_item_clicks(data_dir, spec.num_items)[: spec.num_items - 1]
+    times = raw["time"]
+    bounds = protocol.bounds(int(times.max()))
+    # The store of the partitions whose users have rows in the new log.
+    touched = np.unique(partition_of(user, protocol.partitions)).tolist()
+    old = {k: v for k, v in zip(("uid", "length", "items", "categories"), _concat(read_shards(
+        data_dir, [spec.store[k] for k in touched], spec, STORE_KIND)))}
+    old_start = dict(zip(old["uid"].tolist(), np.concatenate([[0], np.cumsum(old["length"])[:-1]]).tolist()))
+    old_length = dict(zip(old["uid"].tolist(), old["length"].tolist()))
+
+    def prior(u):
+        s = old_start.get(u)
+        return old["items"][s: s + old_length[u]].astype(np.int64) if s is not None else np.zeros(0, np.int64)
+
+    files = {n: e for n, e in spec.files.items() if n not in {spec.store[k] for k in touched}}
+    files.update(write_days(data_dir, user, item, category, times, labels, prior, catalogue, protocol, bounds,
+                            spec.compression))
+    is_click = np.ones(len(user), bool) if labels is None else labels == 1
+    click_uid = np.concatenate([np.repeat(old["uid"], old["length"]), user[is_click]]).astype(np.int64)
+    source = np.concatenate([np.zeros(len(old["items"]), np.int64), np.ones(int(is_click.sum()), np.int64)])
+    order = np.lexsort((np.arange(len(click_uid)), source, click_uid))
+    users = np.union1d(old["uid"], user)
+    lengths = np.bincount(click_uid, minlength=num_users)[users]
+    files.update(write_store(data_dir, users, lengths, np.concatenate([old["items"], item[is_click]])[order],
+                             np.concatenate([old["categories"], category[is_click]])[order], protocol,
+                             spec.compression, int(times.max()), indices=touched))
+    before = np.array([old_length.get(u, 0) for u in users.tolist()])
+    qualified = int(((before < protocol.min_clicks) & (lengths >= protocol.min_clicks)).sum())
+    entry = dict(path=os.path.abspath(input_path), sha256=clicks.sha256, rows=clicks.rows,
+                 clicks=int(is_click.sum()), bad_lines=clicks.bad_lines, late_rows=int(late.sum()))
+    new_source = {**spec.source, "appended": [*appended, entry], "last_time": int(times.max())}
+    preparation = hashlib.sha256(f"{spec.preparation}+{clicks.sha256}+{allow_late}".encode()).hexdigest()[:16]
+    new_spec = make_spec(fmt, protocol, new_source, preparation, dict(
+        num_items=num_items, num_categories=len(raw_categories) + 2, num_users=num_users, users=spec.users + qualified,
+        **layout_fields(protocol, spec.compression, files, bounds), **time_windows(protocol, bounds)))
+    write_id_maps(data_dir, raw_items, raw_categories, raw_users, catalogue.categories, rename=pending)
+    write_item_clicks(data_dir, catalogue.counts, rename=pending)
+    journal = os.path.join(data_dir, APPEND_JOURNAL)
+    with open(f"{journal}.tmp", "w") as f:
+        f.write(new_spec.to_json())
+    os.replace(f"{journal}.tmp", journal)  # the commit point: from here on the append is finished, not undone
+    _commit(data_dir)
+    logging.info("appended %s to %s in %.1fs: %s", input_path, data_dir, time.perf_counter() - start, new_spec.counts)
+    return new_spec
+
+
+def _concat(parts: list[dict]) -> tuple[np.ndarray, ...]:
+    keys = ("uid", "length", "items", "categories")
+    if not parts:
+        return tuple(np.zeros(0, np.int64) for _ in keys)
+    return tuple(np.concatenate([p[k] for p in parts]).astype(np.int64) for k in keys)
+
