@@ -94,10 +94,11 @@ TABLES = {
                               "a full retrain on the same days (one epoch): its steps, test AUC and seconds"),
     ("bench_append", "append"): (None, "`data.prepare --append` of a generated log's last day to its other days "
                                        "(prepared with --split=time) against `data.prepare --split=time` of the "
-                                       "whole log, each in its own process in the same run: rows, the store "
-                                       "partitions the append rewrote and their clicks, seconds, the ratio, the "
-                                       "bound on it (the day's rows plus the rewritten store clicks over the log's "
-                                       "rows plus every stored click) and measured/bound, peak RSS (MiB)"),
+                                       "whole log, each in its own process in the same run (seconds, peak RSS in "
+                                       "MiB): the log's and the day's rows, what an append must read (the day's "
+                                       "rows and the past clicks of that day's users), the store partitions it "
+                                       "rewrote and the clicks it read from them, the ratio of the two times, and "
+                                       "the same append's phases measured in process"),
     ("bench_cascade", "merge"): (None,
                                  "the merged first 200 candidates of 256 users (histories of 200), measured in "
                                  "process: `CandidateMerger` (each source's `top_k`, sorts over the proposals) "

@@ -124,7 +124,7 @@ def _check(spec: DatasetSpec, data_dir: str, fmt: LogFormat | None, input_path: 
 
 
 def append(input_path: str, data_dir: str, fmt: LogFormat | None = None, allow_late: bool = False,
-           skip_bad_lines: bool = False) -> DatasetSpec:
+           skip_bad_lines: bool = False, timings: dict | None = None) -> DatasetSpec:
     """Appends the day(s) of `input_path` to the `--split=time` dataset in
     `data_dir` (see the module docstring); returns the new spec.
 
@@ -133,11 +133,21 @@ def append(input_path: str, data_dir: str, fmt: LogFormat | None = None, allow_l
         allow_late: rows on or before the dataset's last day are dropped (and
             counted in spec.json's `source.appended`) instead of refused: such a
             day is in the dataset already, and its examples are not rewritten.
+        timings: filled with the seconds of each phase (`read_log`,
+            `read_store`, `examples`, `write_store`, `commit`).
 
     Appending a log whose sha256 the dataset already holds does nothing (the
     re-run of an append that was killed after its commit).
     """
     start = time.perf_counter()
+    timings = {} if timings is None else timings
+    mark = [start]
+
+    def phase(name):
+        now = time.perf_counter()
+        timings[name] = timings.get(name, 0.0) + now - mark[0]
+        mark[0] = now
+
     if not os.path.exists(os.path.join(data_dir, SPEC_FILE)) and not os.path.exists(
             os.path.join(data_dir, APPEND_JOURNAL)):
         raise FileNotFoundError(f"--append: {os.path.join(data_dir, SPEC_FILE)} not found: --output_dir must be a "
@@ -147,6 +157,7 @@ def append(input_path: str, data_dir: str, fmt: LogFormat | None = None, allow_l
     fmt = _check(spec, data_dir, fmt, input_path)
     protocol = Protocol(**{k: v for k, v in spec.protocol.items() if k != "windows"})
     clicks = read_log(fmt, input_path, skip_bad_lines, chronological=True)
+    phase("read_log")
     appended = spec.source.get("appended", [])
     if clicks.sha256 in {spec.source["sha256"], *(a["sha256"] for a in appended)}:
         logging.warning("%s: this log (sha256 %s...) is in %s already; nothing to append", input_path,
@@ -187,9 +198,11 @@ def append(input_path: str, data_dir: str, fmt: LogFormat | None = None, allow_l
         s = old_start.get(u)
         return old["items"][s: s + old_length[u]].astype(np.int64) if s is not None else np.zeros(0, np.int64)
 
+    phase("read_store")
     files = {n: e for n, e in spec.files.items() if n not in {spec.store[k] for k in touched}}
     files.update(write_days(data_dir, user, item, category, times, labels, prior, catalogue, protocol, bounds,
                             spec.compression))
+    phase("examples")
     is_click = np.ones(len(user), bool) if labels is None else labels == 1
     click_uid = np.concatenate([np.repeat(old["uid"], old["length"]), user[is_click]]).astype(np.int64)
     source = np.concatenate([np.zeros(len(old["items"]), np.int64), np.ones(int(is_click.sum()), np.int64)])
@@ -199,6 +212,7 @@ def append(input_path: str, data_dir: str, fmt: LogFormat | None = None, allow_l
     files.update(write_store(data_dir, users, lengths, np.concatenate([old["items"], item[is_click]])[order],
                              np.concatenate([old["categories"], category[is_click]])[order], protocol,
                              spec.compression, int(times.max()), indices=touched))
+    phase("write_store")
     before = np.array([old_length.get(u, 0) for u in users.tolist()])
     qualified = int(((before < protocol.min_clicks) & (lengths >= protocol.min_clicks)).sum())
     entry = dict(path=os.path.abspath(input_path), sha256=clicks.sha256, rows=clicks.rows,
@@ -215,6 +229,7 @@ def append(input_path: str, data_dir: str, fmt: LogFormat | None = None, allow_l
         f.write(new_spec.to_json())
     os.replace(f"{journal}.tmp", journal)  # the commit point: from here on the append is finished, not undone
     _commit(data_dir)
+    phase("commit")
     logging.info("appended %s to %s in %.1fs: %s", input_path, data_dir, time.perf_counter() - start, new_spec.counts)
     return new_spec
 
