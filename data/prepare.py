@@ -13,8 +13,8 @@ Usage:
   python -m data.prepare ... --runner=beam [--beam_options="--runner=DataflowRunner --project=..."]
   # a log read as days: the last day is the test window, the day before it validation
   python -m data.prepare --dataset=taobao --input=days_1_to_30.csv --output_dir=data/prepared/daily --split=time
-  # ... and the next day appended to it (its format and protocol are the dataset's)
-  python -m data.prepare --append --input=day_31.csv --output_dir=data/prepared/daily
+  # ... and the next day appended to it (its format and protocol are the dataset's), and to the histories
+  python -m data.prepare --append --input=day_31.csv --output_dir=data/prepared/daily [--histories=lmdb:histories]
 
 --runner=beam runs the same protocol as an Apache Beam pipeline (DirectRunner
 unless --beam_options name another runner) and writes the same records.
@@ -24,12 +24,14 @@ unless --beam_options name another runner) and writes the same records.
 leaves it as it was, or is finished by the next (dare_tf.data.append).
 """
 
+import os
+
 from absl import app, flags
 
 import dare_tf.cli
 from dare_tf.data.logs import FILE_FORMATS, FORMATS, LogFormat, log_format_of
 from dare_tf.data.protocol import Protocol, prepare
-from dare_tf.data.spec import COMPRESSIONS
+from dare_tf.data.spec import COMPRESSIONS, SPEC_FILE, DatasetSpec
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("dataset", None, sorted(FORMATS), "A named log format (preset of --format/--columns/--click).")
@@ -48,6 +50,8 @@ flags.DEFINE_enum("runner", "in_memory", ["in_memory", "beam"],
 flags.DEFINE_string("beam_options", "", "Beam pipeline options, space-separated (--runner=beam only).")
 flags.DEFINE_bool("append", False, "Append the day(s) of --input to the --split=time dataset in --output_dir "
                   "(its log format and protocol; new days only).")
+flags.DEFINE_string("histories", None, "--append: also append the day's clicks to this history service "
+                    "(lmdb:DIR or redis://HOST:PORT, serving.histories), after the dataset.")
 flags.DEFINE_bool("allow_late", False, "--append: drop the rows on or before the dataset's last day (counted in "
                   "spec.json's source.appended) instead of refusing the log.")
 PROTOCOL_FLAGS = dare_tf.cli.define_flags(Protocol)
@@ -71,19 +75,33 @@ def append_day() -> None:
     if given:
         raise app.UsageError(f"--append takes the dataset's protocol and files: drop {', '.join(given)}")
     named = FLAGS.dataset is not None or FLAGS.format is not None
+    before = DatasetSpec.load(FLAGS.output_dir) if os.path.exists(os.path.join(FLAGS.output_dir, SPEC_FILE)) else None
     spec = append(FLAGS.input, FLAGS.output_dir, log_format_from_flags() if named else None, FLAGS.allow_late,
                   FLAGS.skip_bad_lines)
     print(f"{FLAGS.output_dir}: {spec.users} users, {spec.num_items - 2} items, "
           f"{spec.num_categories - 2} categories, examples {spec.counts}, days appended "
           f"{len(spec.source.get('appended', []))}")
+    if FLAGS.histories is None:
+        return
+    if before is not None and spec.preparation == before.preparation:
+        print(f"{FLAGS.histories}: not appended: {FLAGS.input} was in the dataset already (if the run that added "
+              "it stopped before its histories, append them with serving.histories append)")
+        return
+    from dare_tf.data.append import dataset_log_format
+    from dare_tf.histories import open_store
+    from dare_tf.histories.prepared import append_log
+
+    with open_store(FLAGS.histories) as store:
+        print(f"{store.url}: appended {append_log(store, FLAGS.input, dataset_log_format(spec))} clicks")
 
 
 def main(argv):
     del argv
     if FLAGS.append:
         return append_day()
-    if FLAGS.allow_late:
-        raise app.UsageError("--allow_late is for --append")
+    for name in ("allow_late", "histories"):
+        if FLAGS[name].present:
+            raise app.UsageError(f"--{name} is for --append")
     fmt = log_format_from_flags()
     protocol = dare_tf.cli.from_flags(Protocol)
     try:

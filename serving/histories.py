@@ -105,22 +105,10 @@ def _lines(stream, limit: int):
 
 
 def append(store, fmt):
-    import numpy as np
-
-    from dare_tf.data.log_reader import read_clicks
-    from dare_tf.histories import clicks
-    from dare_tf.histories.prepared import USERS_PER_WRITE
+    from dare_tf.histories.prepared import append_log
 
     def append_file(path):
-        read = read_clicks(path, fmt)
-        order = np.argsort(read.user, kind="stable")  # each user's rows together, in file order
-        users, first = np.unique(read.user[order], return_index=True)
-        groups = np.split(order, first[1:])
-        for start in range(0, len(users), USERS_PER_WRITE):
-            store.append_many({int(user): clicks(read.item[rows], read.category[rows], read.time[rows])
-                               for user, rows in zip(users[start:start + USERS_PER_WRITE],
-                                                     groups[start:start + USERS_PER_WRITE])})
-        return len(read.user)
+        return append_log(store, path, fmt)
 
     if FLAGS.input != "-":
         print(f"{store.url}: appended {append_file(FLAGS.input)} clicks from {FLAGS.input}")

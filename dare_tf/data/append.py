@@ -98,7 +98,7 @@ def _extend_ids(raw: np.ndarray, known: list[str]) -> tuple[np.ndarray, np.ndarr
     return dense, np.concatenate([known_ids, new_raw])
 
 
-def dataset_log_format(spec: DatasetSpec, data_dir: str) -> LogFormat:
+def dataset_log_format(spec: DatasetSpec) -> LogFormat:
     """The log format spec.json records."""
     fields = dict(spec.source["log"])
     fields["columns"] = tuple(tuple(c) for c in fields["columns"])
@@ -114,7 +114,7 @@ def _check(spec: DatasetSpec, data_dir: str, fmt: LogFormat | None, input_path: 
     if "last_time" not in spec.source:
         raise ValueError(f"--append: {data_dir} was prepared before --append existed (spec.json has no "
                          "source.last_time); prepare it again")
-    own = dataset_log_format(spec, data_dir)
+    own = dataset_log_format(spec)
     if fmt is not None and fmt != own:
         differ = [k for k, v in fmt.to_json().items() if own.to_json()[k] != v]
         raise ValueError(f"--append: {input_path} is read as {fmt.name!r} with {differ[0]}={fmt.to_json()[differ[0]]}"

@@ -1,4 +1,6 @@
-"""A prepared dataset's per-user click sequences into a history store, in raw ids."""
+"""A history store filled from the package's data, in raw ids: a prepared
+dataset's per-user click sequences (`load_prepared`), or the clicks of a
+log file read as `data.prepare` reads it (`append_log`)."""
 
 from __future__ import annotations
 
@@ -31,3 +33,21 @@ def load_prepared(store: HistoryStore, data_dir: str) -> tuple[int, int]:
             batch[int(raw["user"][dense_user])] = rows
         store.append_many(batch)
     return len(users), int(sequences.length.sum())
+
+
+def append_log(store: HistoryStore, path: str, fmt) -> int:
+    """Appends the clicks of the log file `path` (its `LogFormat`: a preset or
+    custom columns; only clicks are kept) to `store`, each user's in file order,
+    `USERS_PER_WRITE` users per atomic append; returns the clicks appended."""
+    from dare_tf.data.log_reader import read_clicks
+    from dare_tf.histories.base import clicks
+
+    read = read_clicks(path, fmt)
+    order = np.argsort(read.user, kind="stable")  # each user's rows together, in file order
+    users, first = np.unique(read.user[order], return_index=True)
+    groups = np.split(order, first[1:])
+    for start in range(0, len(users), USERS_PER_WRITE):
+        store.append_many({int(user): clicks(read.item[rows], read.category[rows], read.time[rows])
+                           for user, rows in zip(users[start:start + USERS_PER_WRITE],
+                                                 groups[start:start + USERS_PER_WRITE])})
+    return len(read.user)

@@ -85,11 +85,25 @@ def test_days_appended_one_by_one_are_the_days_prepared_at_once(taobao_days, tmp
     before = DatasetSpec.load(grown)
     spec = append(_days(TAOBAO, days[-2], days[-2], tmp_path / "day1.csv"), grown)
     assert spec.protocol["windows"]["test"] == days[-2] * DAY  # the new day is the test window
-    done = subprocess.run([sys.executable, "-m", "data.prepare", "--append", f"--output_dir={grown}",
-                           f"--input={_days(TAOBAO, days[-1], days[-1], tmp_path / 'day2.csv')}"], cwd=REPO,
-                          capture_output=True, text=True)
+    last_day = _days(TAOBAO, days[-1], days[-1], tmp_path / "day2.csv")
+    histories = f"lmdb:{tmp_path / 'histories'}"
+    command = [sys.executable, "-m", "data.prepare", "--append", f"--output_dir={grown}", f"--input={last_day}",
+               f"--histories={histories}"]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert_same_data(whole, grown)
+    # The same program appended the day's clicks to the history service, once.
+    with open(last_day) as f:
+        rows = [line.strip().split(",") for line in f if line.split(",")[3] == "pv"]
+    user = rows[0][0]
+    again = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    assert again.returncode == 0 and f"{histories}: not appended: {last_day} was in the dataset already" in again.stdout
+    from dare_tf.histories import open_store
+
+    with open_store(histories, read_only=True) as store:
+        history = store.last([int(user)]).to_json(0, int(user))
+    mine = sorted((int(t), int(i), int(c)) for u, i, c, _, t in rows if u == user)
+    assert sorted(zip(history["times"], history["items"], history["categories"])) == mine
     spec = DatasetSpec.load(grown)
     assert [a["sha256"] for a in spec.source["appended"]] and spec.source["last_time"] == DatasetSpec.load(
         whole).source["last_time"]
