@@ -31,15 +31,21 @@ pytestmark = pytest.mark.xdist_group("continuation")
 
 @pytest.fixture(scope="module")
 def days(tmp_path_factory):
-    """The Taobao sample split by time: its days before the last (`early`) and all
-    of them (`full`), and a run on the early days."""
+    """The Taobao sample split by time: its days before the last (`early`), and all
+    of them (`full`: a copy of `early` with the last day appended), and a run on the
+    early days."""
+    import shutil
+
+    from dare_tf.data.append import append
+
     root = tmp_path_factory.mktemp("days")
     last_day = max(int(line.rsplit(",", 1)[1]) for line in open(TAOBAO)) // DAY * DAY
-    with open(TAOBAO) as f, open(root / "early.csv", "w") as out:
-        out.writelines(line for line in f if int(line.rsplit(",", 1)[1]) < last_day)
+    with open(TAOBAO) as f, open(root / "early.csv", "w") as out, open(root / "last.csv", "w") as last:
+        for line in f:
+            (out if int(line.rsplit(",", 1)[1]) < last_day else last).write(line)
     early, full = str(root / "early"), str(root / "full")
     prepare("taobao", str(root / "early.csv"), early, BY_DAY)
-    prepare("taobao", TAOBAO, full, BY_DAY)
+    append(str(root / "last.csv"), shutil.copytree(early, full))
     run = str(root / "run_early")
     train(early, run, TrainConfig.create(**RUN))
     return types.SimpleNamespace(root=root, early=early, full=full, run=run)
