@@ -124,9 +124,15 @@ def test_a_missing_peer_ends_the_wait_in_one_line_and_signals_end_it_at_once(tao
     trainer bounds the wait (--join_timeout_s) and honours both signals."""
     import signal
 
-    ports = [_free_port(), _free_port()]
-    proc = _worker(ports, 0, taobao, tmp_path / "run", "--join_timeout_s=5")
-    _, err = proc.communicate(timeout=180)
+    for attempt in range(2):
+        ports = [_free_port(), _free_port()]
+        proc = _worker(ports, 0, taobao, tmp_path / "run", "--join_timeout_s=5")
+        _, err = proc.communicate(timeout=180)
+        # Once under a loaded CI machine TensorFlow's gRPC poller aborted the lone task
+        # (`epoll_wait error: Bad file descriptor`, SIGABRT) before the watchdog spoke:
+        # that abort, and only it, is tried once more.
+        if not (proc.returncode == -signal.SIGABRT and "epoll" in err and attempt == 0):
+            break
     assert proc.returncode == 1, err[-3000:]
     assert err.strip().splitlines() == [
         f"error: strategy=multi_worker: not every task of TF_CONFIG's cluster (worker:0=localhost:{ports[0]}, "
