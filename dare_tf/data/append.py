@@ -36,16 +36,12 @@ from dare_tf.data.logs import LogFormat, dense_ids
 from dare_tf.data.prepared import layout_fields, make_spec, read_item_clicks, write_id_maps, write_item_clicks
 from dare_tf.data.protocol import Protocol, time_windows
 from dare_tf.data.records import read_shards
-from dare_tf.data.spec import (APPEND_JOURNAL, ID_MAP_FILES, ITEM_CATEGORY_FILE, ITEM_CLICKS_FILE, SPEC_FILE,
-                               STORE_KIND, DatasetSpec, is_shard_name, item_categories, partition_of, read_id_map)
+from dare_tf.data.spec import (APPEND_JOURNAL, APPEND_LOCK, ID_MAP_FILES, ITEM_CATEGORY_FILE, ITEM_CLICKS_FILE,
+                               SPEC_FILE, STORE_KIND, DatasetSpec, append_pending, is_shard_name, item_categories,
+                               partition_of, read_id_map)
 
 # Files the commit renames into place, spec.json last.
 COMMITTED = (*ID_MAP_FILES.values(), ITEM_CATEGORY_FILE, ITEM_CLICKS_FILE)
-
-
-def pending(name: str) -> str:
-    """Where an append writes `name` before its commit renames it into place."""
-    return f".{name}.append"
 
 
 def _listed(spec_path: str) -> set[str]:
@@ -64,8 +60,8 @@ def _remove_unlisted_shards(data_dir: str, listed: set[str]) -> None:
 def _commit(data_dir: str) -> None:
     """Renames the journaled files into place (spec.json last) and removes the shards it no longer lists."""
     for name in COMMITTED:
-        if os.path.exists(os.path.join(data_dir, pending(name))):
-            os.replace(os.path.join(data_dir, pending(name)), os.path.join(data_dir, name))
+        if os.path.exists(os.path.join(data_dir, append_pending(name))):
+            os.replace(os.path.join(data_dir, append_pending(name)), os.path.join(data_dir, name))
     os.replace(os.path.join(data_dir, APPEND_JOURNAL), os.path.join(data_dir, SPEC_FILE))
     _remove_unlisted_shards(data_dir, _listed(os.path.join(data_dir, SPEC_FILE)))
 
@@ -77,7 +73,7 @@ def recover(data_dir: str) -> None:
         logging.warning("%s: finishing the append that was stopped while it committed", data_dir)
         _commit(data_dir)
         return
-    for path in [os.path.join(data_dir, pending(name)) for name in COMMITTED] + [
+    for path in [os.path.join(data_dir, append_pending(name)) for name in COMMITTED] + [
             os.path.join(data_dir, f"{APPEND_JOURNAL}.tmp")]:
         if os.path.exists(path):
             os.remove(path)
@@ -137,10 +133,32 @@ def append(input_path: str, data_dir: str, fmt: LogFormat | None = None, allow_l
             `read_store`, `examples`, `write_store`, `commit`).
 
     Appending a log whose sha256 the dataset already holds does nothing (the
-    re-run of an append that was killed after its commit).
+    re-run of an append that was killed after its commit). One append at a
+    time: another one running on the dataset is refused.
     """
+    import fcntl
+
+    if not os.path.exists(os.path.join(data_dir, SPEC_FILE)) and not os.path.exists(
+            os.path.join(data_dir, APPEND_JOURNAL)):
+        raise FileNotFoundError(f"--append: {os.path.join(data_dir, SPEC_FILE)} not found: --output_dir must be a "
+                                "dataset prepared with --split=time")
+    with open(os.path.join(data_dir, APPEND_LOCK), "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            raise ValueError(f"--append: another append is changing {data_dir} (pid {lock.read().strip() or '?'}); "
+                             "wait for it to end") from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(str(os.getpid()))
+        lock.flush()
+        return _append(input_path, data_dir, fmt, allow_late, skip_bad_lines, {} if timings is None else timings)
+
+
+def _append(input_path: str, data_dir: str, fmt: LogFormat | None, allow_late: bool, skip_bad_lines: bool,
+            timings: dict) -> DatasetSpec:
     start = time.perf_counter()
-    timings = {} if timings is None else timings
     mark = [start]
 
     def phase(name):
@@ -148,10 +166,6 @@ def append(input_path: str, data_dir: str, fmt: LogFormat | None = None, allow_l
         timings[name] = timings.get(name, 0.0) + now - mark[0]
         mark[0] = now
 
-    if not os.path.exists(os.path.join(data_dir, SPEC_FILE)) and not os.path.exists(
-            os.path.join(data_dir, APPEND_JOURNAL)):
-        raise FileNotFoundError(f"--append: {os.path.join(data_dir, SPEC_FILE)} not found: --output_dir must be a "
-                                "dataset prepared with --split=time")
     recover(data_dir)
     spec = DatasetSpec.load(data_dir)
     fmt = _check(spec, data_dir, fmt, input_path)
@@ -222,8 +236,8 @@ def append(input_path: str, data_dir: str, fmt: LogFormat | None = None, allow_l
     new_spec = make_spec(fmt, protocol, new_source, preparation, dict(
         num_items=num_items, num_categories=len(raw_categories) + 2, num_users=num_users, users=spec.users + qualified,
         **layout_fields(protocol, spec.compression, files, bounds), **time_windows(protocol, bounds)))
-    write_id_maps(data_dir, raw_items, raw_categories, raw_users, catalogue.categories, rename=pending)
-    write_item_clicks(data_dir, catalogue.counts, rename=pending)
+    write_id_maps(data_dir, raw_items, raw_categories, raw_users, catalogue.categories, rename=append_pending)
+    write_item_clicks(data_dir, catalogue.counts, rename=append_pending)
     journal = os.path.join(data_dir, APPEND_JOURNAL)
     with open(f"{journal}.tmp", "w") as f:
         f.write(new_spec.to_json())

@@ -15,10 +15,9 @@ from absl import logging
 from dare_tf._files import clean_stale, guard_output_dir, replace_directory, staging_dir
 from dare_tf.data.logs import FORMATS, Clicks, LogFormat
 from dare_tf.data.records import ShardWriter, encode_examples, encode_store
-from dare_tf.data.spec import (APPEND_JOURNAL, FEATURES, FORMAT, ID_MAP_FILES, ITEM_CATEGORY_FILE, ITEM_CLICKS_FILE,
-                               LEGACY_FORMATS,
-                               SEGMENT_KIND, SPEC_FILE, SPLITS, STORE_KIND, DatasetSpec, is_shard_name, partition_of,
-                               shard_name, shard_tag)
+from dare_tf.data.spec import (APPEND_JOURNAL, APPEND_LOCK, FEATURES, FORMAT, ID_MAP_FILES, ITEM_CATEGORY_FILE,
+                               ITEM_CLICKS_FILE, LEGACY_FORMATS, SEGMENT_KIND, SPEC_FILE, SPLITS, STORE_KIND,
+                               DatasetSpec, append_pending, is_shard_name, partition_of, shard_name, shard_tag)
 
 
 MAX_PARTITIONS = 1024
@@ -61,9 +60,9 @@ class PartitionedWriter:
         return files
 
 
-def _write_id_map(path: str, raw_ids: np.ndarray) -> None:
+def _write_lines(path: str, values: np.ndarray) -> None:
     with open(path, "w") as f:
-        f.write("\n".join(map(str, np.asarray(raw_ids).tolist())))
+        f.write("\n".join(map(str, np.asarray(values).tolist())))
         f.write("\n")
 
 
@@ -74,17 +73,17 @@ def write_id_maps(directory: str, raw_items, raw_categories, raw_users, item_cat
     def path(name):
         return os.path.join(directory, name if rename is None else rename(name))
 
-    _write_id_map(path(ID_MAP_FILES["item"]), np.asarray(raw_items))
-    _write_id_map(path(ID_MAP_FILES["category"]), np.asarray(raw_categories))
-    _write_id_map(path(ID_MAP_FILES["user"]), np.asarray(raw_users))
-    _write_id_map(path(ITEM_CATEGORY_FILE), np.asarray(item_category)[1:len(raw_items) + 1])
+    _write_lines(path(ID_MAP_FILES["item"]), np.asarray(raw_items))
+    _write_lines(path(ID_MAP_FILES["category"]), np.asarray(raw_categories))
+    _write_lines(path(ID_MAP_FILES["user"]), np.asarray(raw_users))
+    _write_lines(path(ITEM_CATEGORY_FILE), np.asarray(item_category)[1:len(raw_items) + 1])
 
 
 def write_item_clicks(directory: str, counts, rename=None) -> None:
     """`ITEM_CLICKS_FILE` of a `--split=time` dataset (`counts`: `[num_items]`, rows
     1 .. num_items - 2 written)."""
     counts = np.asarray(counts)
-    _write_id_map(os.path.join(directory, ITEM_CLICKS_FILE if rename is None else rename(ITEM_CLICKS_FILE)),
+    _write_lines(os.path.join(directory, ITEM_CLICKS_FILE if rename is None else rename(ITEM_CLICKS_FILE)),
                   counts[1:len(counts) - 1])
 
 
@@ -146,8 +145,8 @@ def _own_files(directory: str) -> set[str] | None:
     if not (raw.get("format") in (FORMAT, *LEGACY_FORMATS) or legacy):
         return None
     tables = (ITEM_CATEGORY_FILE, ITEM_CLICKS_FILE, *ID_MAP_FILES.values())
-    names = {SPEC_FILE, *tables, *raw.get("store", []), APPEND_JOURNAL, f"{APPEND_JOURNAL}.tmp",
-             *(f".{n}.append" for n in tables)}
+    names = {SPEC_FILE, *tables, *raw.get("store", []), APPEND_JOURNAL, f"{APPEND_JOURNAL}.tmp", APPEND_LOCK,
+             *map(append_pending, tables)}
     for shard_names in raw.get("shards", {}).values():
         names.update(shard_names)
     return names

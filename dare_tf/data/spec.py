@@ -30,6 +30,14 @@ ITEM_CATEGORY_FILE = "item_categories.txt"
 ITEM_CLICKS_FILE = "item_clicks.txt"
 # A finished append's new spec.json, renamed to spec.json as its commit ends (`dare_tf.data.append`).
 APPEND_JOURNAL = ".spec.json.append"
+# Held (flock) by the append that changes a dataset: one at a time.
+APPEND_LOCK = ".append.lock"
+
+
+def append_pending(name: str) -> str:
+    """Where an append writes the dataset file `name` before its commit renames it into place."""
+    return f".{name}.append"
+
 # One example as the pipeline yields it: int32 scalars and int32 [L] histories
 # (dense ids, 0 = padding, oldest first), assembled from the stored example
 # (user, cut-off position, target, label) and its user's sequence in the store.
@@ -210,8 +218,9 @@ class DatasetSpec:
     def load(cls, data_dir: str) -> "DatasetSpec":
         path = os.path.join(data_dir, SPEC_FILE)
         if os.path.exists(os.path.join(data_dir, APPEND_JOURNAL)):
-            raise SpecError(f"{data_dir}: an append (data.prepare --append) was stopped while it committed; run "
-                            f"python -m data.prepare --append --output_dir={data_dir} --input=LOG again to finish it")
+            raise SpecError(f"{data_dir}: an append (data.prepare --append) is committing, or was stopped while it "
+                            f"committed; if none runs, run python -m data.prepare --append --output_dir={data_dir} "
+                            "--input=LOG again to finish it")
         if not os.path.exists(path):
             raise FileNotFoundError(f"{path} not found: is {data_dir!r} a prepared dataset "
                                     "(python -m data.prepare ...)?")

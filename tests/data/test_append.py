@@ -15,8 +15,8 @@ import pytest
 from dare_tf.data import append as append_module
 from dare_tf.data.append import append
 from dare_tf.data.protocol import Protocol, prepare
-from dare_tf.data.spec import (APPEND_JOURNAL, ID_MAP_FILES, ITEM_CATEGORY_FILE, ITEM_CLICKS_FILE, SPLITS, DatasetSpec,
-                               SpecError)
+from dare_tf.data.spec import (APPEND_JOURNAL, APPEND_LOCK, ID_MAP_FILES, ITEM_CATEGORY_FILE, ITEM_CLICKS_FILE,
+                               SPLITS, DatasetSpec, SpecError)
 from dare_tf.data.store import SequenceStore, read_examples
 from tests.conftest import REPO
 from tests.data.planted_logs import impression_log, impression_rows
@@ -112,7 +112,7 @@ def test_days_appended_one_by_one_are_the_days_prepared_at_once(taobao_days, tmp
     assert spec.users > before.users
     # Nothing is left beside what spec.json lists.
     assert sorted(os.listdir(grown)) == sorted({"spec.json", *ID_MAP_FILES.values(), ITEM_CATEGORY_FILE,
-                                                ITEM_CLICKS_FILE, *spec.files})
+                                                ITEM_CLICKS_FILE, APPEND_LOCK, *spec.files})
 
 
 def test_only_the_partitions_with_new_rows_get_a_new_store_shard(taobao_days, tmp_path):
@@ -185,8 +185,9 @@ def test_a_killed_append_leaves_the_dataset_as_it_was_or_is_finished_by_the_next
     with pytest.raises(KeyboardInterrupt):
         append(day, halfway)
     monkeypatch.undo()
-    with pytest.raises(SpecError, match=f"^{halfway}: an append \\(data.prepare --append\\) was stopped while it "
-                                        "committed; run python -m data.prepare --append"):
+    with pytest.raises(SpecError, match=f"^{halfway}: an append \\(data.prepare --append\\) is committing, or was "
+                                        "stopped while it committed; if none runs, run python -m data.prepare "
+                                        f"--append --output_dir={halfway} --input=LOG again to finish it$"):
         DatasetSpec.load(halfway)
     append(day, halfway)  # finishes the commit; the same log again is then nothing to append
     assert_same_data(clean, halfway)
@@ -195,6 +196,7 @@ def test_a_killed_append_leaves_the_dataset_as_it_was_or_is_finished_by_the_next
 
 def test_what_cannot_be_appended_is_refused_in_one_line(taobao_days, tmp_path, taobao):
     root, days, whole, base = taobao_days
+    original = DatasetSpec.load(base)
     day = _days(TAOBAO, days[-2], days[-2], tmp_path / "day.csv")
     late = _days(TAOBAO, days[-3], days[-2], tmp_path / "late.csv")
     cases = [
@@ -228,10 +230,21 @@ def test_what_cannot_be_appended_is_refused_in_one_line(taobao_days, tmp_path, t
                                          "once, after the days the dataset holds \\(pass --allow_late to drop "
                                          "those rows\\)$"):
         append(late, base)
+    # One append at a time.
+    import fcntl
+
+    with open(os.path.join(base, APPEND_LOCK), "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        held.truncate(0)
+        held.write("4242")
+        held.flush()
+        with pytest.raises(ValueError, match=f"^--append: another append is changing {base} \\(pid 4242\\); wait "
+                                             "for it to end$"):
+            append(day, base)
     # --allow_late drops them and counts them: the same as appending the new day alone.
     grown, alone = _copy(base, tmp_path / "late"), _copy(base, tmp_path / "alone")
     spec = append(late, grown, allow_late=True)
     append(day, alone)
     assert spec.source["appended"][-1]["late_rows"] == on_last
     assert_same_data(alone, grown)
-    assert DatasetSpec.load(base) == DatasetSpec.load(_copy(base, tmp_path / "untouched"))
+    assert DatasetSpec.load(base) == original  # every refusal left the dataset as it was
