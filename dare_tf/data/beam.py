@@ -15,6 +15,9 @@ The driver reads the file once (its sha256 and its blocks cut at line ends,
    users) are combined from per-user summaries into one side input;
 4. users are grouped into the protocol's chunks, whose examples and
    negatives `chunk_examples` draws (seeded per chunk, as in memory);
+   with `--split=time` each user's days are built on their own instead
+   (`dare_tf.data.days`, seeded per user and day), against every day's
+   item counts (a side input);
 5. each shard (one partition's users, in order) is written by one worker
    (TensorFlow's TFRecord writer: any file system TensorFlow reaches).
 Step 3's rankings hold one entry per distinct user, item and category on
@@ -129,7 +132,7 @@ def _statistics(users, ranks, summaries, protocol: Protocol, impressions: bool) 
             "index": {int(u): i for i, u in enumerate(qualifying)}, "longest": int(clicks.max())}
 
 
-def _chunk_outputs(element, side: dict, protocol: Protocol, impressions: bool, last_time):
+def _chunk_outputs(element, side: dict, protocol: Protocol, impressions: bool):
     """Examples and store rows of one chunk, keyed by the shard (kind, partition) they belong to."""
     chunk, members = element
     members = sorted(members, key=lambda m: m[0])  # (qualifying index, dense uid, UserRows)
@@ -205,14 +208,21 @@ def build_pipeline(pipeline, path: str, fmt: LogFormat, plan, protocol: Protocol
         users | "Statistics" >> beam.Map(lambda u, r, s: _statistics(u, r, s, protocol, impressions),
                                          ranks, beam.pvalue.AsSingleton(merged)))
 
-    if chronological:
-        files = _time_split_shards(pipeline, sequences, side, last_time, protocol, directory, compression,
-                                   impressions)
-        _ = (files | "Manifest" >> beam.Map(
-            lambda f, side_, c, t: _write_manifest(f, side_, directory, {"rows": c[0], "bad_lines": c[1],
-                                                                         "clicks": c[2]}, t, chronological),
-            side, beam.pvalue.AsSingleton(counts), last_time))
-        return
+    files = (_time_split_shards(pipeline, sequences, side, last_time, protocol, directory, compression, impressions)
+             if chronological else _user_split_shards(pipeline, sequences, side, protocol, directory, compression,
+                                                      impressions))
+    _ = (files | "Manifest" >> beam.Map(
+        lambda f, side_, c, t: _write_manifest(f, side_, directory, {"rows": c[0], "bad_lines": c[1],
+                                                                     "clicks": c[2]}, t, chronological),
+        side, beam.pvalue.AsSingleton(counts), last_time))
+
+
+def _user_split_shards(pipeline, sequences, side, protocol: Protocol, directory: str, compression: str,
+                       impressions: bool):
+    """The per-user protocol: the qualifying users grouped into the protocol's
+    chunks, whose examples and negatives `chunk_examples` draws; returns the
+    shard list."""
+    import apache_beam as beam
 
     def to_chunks(seq, side_):
         user, _, items, categories, _, times, labels = seq
@@ -222,25 +232,21 @@ def build_pipeline(pipeline, path: str, fmt: LogFormat, plan, protocol: Protocol
             return
         rows = UserRows(items=np.array([side_["item_dense"][int(i)] for i in items], np.int32),
                         categories=np.array([side_["category_dense"][int(c)] for c in categories], np.int32),
-                        times=times if impressions or protocol.split == "time" else None,
+                        times=times if impressions else None,
                         labels=labels if impressions else None)
         yield index // USERS_PER_CHUNK, (index, uid, rows)
 
     outputs = (sequences
                | "ToChunks" >> beam.FlatMap(to_chunks, side)
                | "GroupChunks" >> beam.GroupByKey()
-               | "Chunks" >> beam.FlatMap(_chunk_outputs, side, protocol, impressions, last_time))
+               | "Chunks" >> beam.FlatMap(_chunk_outputs, side, protocol, impressions))
     # Every shard exists, also a partition's that holds no user.
     empty = pipeline | "AllShards" >> beam.Create(
         [((kind, k), None) for kind in (*SPLITS, STORE_KIND) for k in range(protocol.partitions)])
-    files = ((outputs, empty) | "WithEmpty" >> beam.Flatten()
-             | "GroupShards" >> beam.GroupByKey()
-             | "WriteShards" >> beam.Map(_write_shard, directory, protocol, compression)
-             | "ShardList" >> beam.combiners.ToList())
-    _ = (files | "Manifest" >> beam.Map(
-        lambda f, side_, c, t: _write_manifest(f, side_, directory, {"rows": c[0], "bad_lines": c[1],
-                                                                     "clicks": c[2]}, t, chronological),
-        side, beam.pvalue.AsSingleton(counts), last_time))
+    return ((outputs, empty) | "WithEmpty" >> beam.Flatten()
+            | "GroupShards" >> beam.GroupByKey()
+            | "WriteShards" >> beam.Map(_write_shard, directory, protocol, compression)
+            | "ShardList" >> beam.combiners.ToList())
 
 
 def _time_split_shards(pipeline, sequences, side, last_time, protocol: Protocol, directory: str, compression: str,

@@ -224,10 +224,8 @@ def build_examples(clicks: Clicks, protocol: Protocol, directory: str, compressi
     order = np.flatnonzero(keep)[np.argsort(user[keep], kind="stable")]
     del keep
     seq = {"items": item[order], "categories": category[order]}
-    if impressions or bounds is not None:
-        seq["times"] = times[order]
     if impressions:
-        seq["labels"] = labels[order]
+        seq["times"], seq["labels"] = times[order], labels[order]
     del order, user, item, category, times, labels
     q_lengths = rows_per_user[stats.qualifying]
     q_starts = np.concatenate([[0], np.cumsum(q_lengths)[:-1]])
