@@ -146,6 +146,13 @@ def test_an_impression_log_appends_as_it_prepares(tmp_path):
     for day in days[-2:]:
         append(_days(log, day, day, tmp_path / f"{day}.csv", 3), str(tmp_path / "grown"), fmt)
     assert_same_data(str(tmp_path / "whole"), str(tmp_path / "grown"))
+    # A log read with other fields than the dataset's is refused, naming the difference.
+    other = dataclasses.replace(fmt, columns=tuple(c for c in fmt.columns if c[0] != "category"))
+    with pytest.raises(ValueError, match=r"^--append: .* is read as 'csv' with columns=\[\['user', 'visitor'\], "
+                                         r"\['item', 'product'\], \['time', 'ts'\], \['label', 'clicked'\]\], but "
+                                         r".* holds a 'csv' log with columns=\[\['user', 'visitor'\], \['item', "
+                                         r"'product'\], \['category', 'cat'\], "):
+        append(str(log), str(tmp_path / "grown"), other)
 
 
 def test_a_killed_append_leaves_the_dataset_as_it_was_or_is_finished_by_the_next(taobao_days, tmp_path,
