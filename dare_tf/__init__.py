@@ -6,7 +6,7 @@ being listed here):
 - `dare_tf.layers`: the Keras layers (any backend).
 - `dare_tf.search`: the search stage's variants, one `BehaviorSearch`
   subclass each, and their registry (any backend).
-- `dare_tf.DareModel`, `dare_tf.build_model`, `dare_tf.ModelConfig`,
+- `dare_tf.DareModel`, `dare_tf.build_model`, `dare_tf.ModelConfig`, `dare_tf.BehaviorField`,
   `dare_tf.PRESETS`, `dare_tf.make_config` (also as `dare_tf.models`,
   `dare_tf.config`): the models (any backend).
 - `dare_tf.metrics`: exact AUC, GAUC, category AUC, logloss (numpy).
@@ -34,6 +34,7 @@ from dare_tf._faces import lazy_face as _lazy_face
 # Public name -> the module that defines it (imported on first use).
 _EXPORTS = {
     "PRESETS": "dare_tf.config", "ModelConfig": "dare_tf.config", "make_config": "dare_tf.config",
+    "BehaviorField": "dare_tf.config",
     "INPUT_KEYS": "dare_tf.models", "DareModel": "dare_tf.models", "build_model": "dare_tf.models",
     "ClickTask": "dare_tf.tasks", "click_cross_entropy": "dare_tf.tasks",
 }

@@ -5,10 +5,11 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from dare_tf.config import COUPLINGS
+import dataclasses
+
+from dare_tf.config import COUPLINGS, BehaviorField
 from dare_tf.layers.pooling import gather_user_slots
 
-_FIELDS = ("item", "category", "position")
 ROLES = ("target_attention", "history_attention", "target_representation", "history_representation")
 ATTENTION_ROLES = ROLES[:2]
 # What a forward pass reads before its search when the history representation is
@@ -54,9 +55,12 @@ class BehaviorEmbedding(keras.layers.Layer):
     """Embeds a target and its behaviour history for attention and for representation.
 
     Each behaviour (and the target) is `concat(item_emb, category_emb,
-    position_emb)`. History slot `j` of `L` has position id `L - j` (the most
-    recent slot, last, gets 1); the target has position id 0
-    (the paper's code, github.com/thuml/DARE).
+    field_emb..., position_emb)`: the `fields` (`dare_tf.config.BehaviorField`,
+    a brand, a seller, a time-gap bucket) between the category and the
+    position, in their order, each with tables of its own in every table set.
+    History slot `j` of `L` has position id `L - j` (the most recent slot,
+    last, gets 1); the target has position id 0 (the paper's code,
+    github.com/thuml/DARE).
 
     Which tables serve which role is the `coupling`:
 
@@ -80,6 +84,9 @@ class BehaviorEmbedding(keras.layers.Layer):
         num_positions: rows of each position table.
         coupling: one of `shared`, `decoupled`, `four`, `projection`.
         use_position: whether position embeddings are part of each vector.
+        fields: further categorical fields of every behaviour
+            (`BehaviorField`s or their dicts); a `history_only` field's part
+            of the target vectors is zeros.
         embeddings_initializer: initializer of every table.
         projection_initializer: initializer of the `projection` maps.
         projection_regularizer: regularizer of the `projection` maps.
@@ -87,13 +94,15 @@ class BehaviorEmbedding(keras.layers.Layer):
     Call arguments:
         target_item, target_category: int tensors `[B]`.
         history_items, history_categories: int tensors `[B, L]`, 0 = padding.
+        target_fields: `{name: [B]}` of the fields that are not history-only.
+        history_fields: `{name: [B, L]}` of every field.
 
     Returns:
         A dict with `target_attention` `[B, Da]`, `history_attention`
         `[B, L, Da]`, `target_representation` `[B, Dr]` and
         `history_representation` `[B, L, Dr]`, where
         `Da = 2 * attention_embedding_dim + attention_position_dim` and
-        `Dr = 2 * embedding_dim + position_dim`.
+        `Dr = 2 * embedding_dim + position_dim`, plus each field's widths.
 
     Examples:
         >>> layer = BehaviorEmbedding(100, 10, embedding_dim=8, position_dim=4,
@@ -119,6 +128,7 @@ class BehaviorEmbedding(keras.layers.Layer):
         num_positions: int = 2000,
         coupling: str = "decoupled",
         use_position: bool = True,
+        fields=(),
         embeddings_initializer="random_normal",
         projection_initializer="random_normal",
         projection_regularizer=None,
@@ -150,6 +160,20 @@ class BehaviorEmbedding(keras.layers.Layer):
             "attention": (att_dim, att_pos),
             "representation": (embedding_dim, position_dim),
         }
+        self.fields = tuple(BehaviorField.of(f) for f in fields)
+        names = [f.name for f in self.fields]
+        if len(set(names)) != len(names):
+            raise ValueError(f"BehaviorEmbedding: a field is named twice: {names}")
+        # Field -> (attention width, representation width).
+        self._field_widths = {f.name: (att_dim if f.attention_embedding_dim is None else f.attention_embedding_dim,
+                                       embedding_dim if f.embedding_dim is None else f.embedding_dim)
+                              for f in self.fields}
+        for name, (attention, representation) in self._field_widths.items():
+            if coupling in ("shared", "projection") and attention != representation:
+                raise ValueError(f"BehaviorEmbedding: coupling={coupling!r} shares tables between attention and "
+                                 f"representation, so field {name!r}'s attention width {attention} must equal its "
+                                 f"representation width {representation}")
+        self._history_only = {f.name for f in self.fields if f.history_only}
         # Role -> name of the table set it reads.
         if coupling in ("shared", "projection"):
             self._table_of_role = {role: "shared" for role in ROLES}
@@ -163,6 +187,13 @@ class BehaviorEmbedding(keras.layers.Layer):
             return self._widths["representation"]
         return self._widths["attention" if "attention" in table_set else "representation"]
 
+    def _width(self, table_set: str, field: str) -> int:
+        """The width of `field`'s table in `table_set`."""
+        dim, pos_dim = self._set_widths(table_set)
+        if field in self._field_widths:
+            return self._field_widths[field][0 if "attention" in table_set else 1]
+        return pos_dim if field == "position" else dim
+
     @property
     def attention_position_width(self) -> int:
         """The width of the position part at the end of every attention vector (0
@@ -175,10 +206,13 @@ class BehaviorEmbedding(keras.layers.Layer):
         itemsize = 2 if self.variable_dtype in ("float16", "bfloat16") else 8 if self.variable_dtype == "float64" else 4
         total = 0
         for table_set in dict.fromkeys(self._table_of_role.values()):
-            dim, pos_dim = self._set_widths(table_set)
-            total += (self.num_items + self.num_categories) * dim + (self.num_positions * pos_dim
-                                                                      if self.use_position else 0)
+            total += sum(rows * self._width(table_set, field) for field, rows in self._vocabularies().items())
         return total * itemsize
+
+    def _vocabularies(self) -> dict[str, int]:
+        """Rows of each field's tables, in the order the vectors concatenate them."""
+        rows = {"item": self.num_items, "category": self.num_categories, **{f.name: f.vocabulary for f in self.fields}}
+        return {**rows, "position": self.num_positions} if self.use_position else rows
 
     def build(self, *args, **kwargs):
         needed, available = self.table_bytes(), _available_memory()
@@ -190,10 +224,7 @@ class BehaviorEmbedding(keras.layers.Layer):
                 "num_items) or shrink the widths")
         self.tables: dict[str, dict[str, keras.Variable]] = {}
         for table_set in dict.fromkeys(self._table_of_role.values()):
-            dim, pos_dim = self._set_widths(table_set)
-            sizes = {"item": (self.num_items, dim), "category": (self.num_categories, dim)}
-            if self.use_position:
-                sizes["position"] = (self.num_positions, pos_dim)
+            sizes = {field: (rows, self._width(table_set, field)) for field, rows in self._vocabularies().items()}
             self.tables[table_set] = {
                 field: self.add_weight(
                     shape=shape, initializer=self.embeddings_initializer,
@@ -204,7 +235,7 @@ class BehaviorEmbedding(keras.layers.Layer):
         if self.coupling == "projection":
             for role in ROLES:
                 for field in self._fields():
-                    width = self.position_dim if field == "position" else self.embedding_dim
+                    width = self._width("shared", field)
                     self.projections[f"{role}_{field}"] = self.add_weight(
                         shape=(width, width), initializer=self.projection_initializer,
                         regularizer=self.projection_regularizer,
@@ -212,18 +243,19 @@ class BehaviorEmbedding(keras.layers.Layer):
         self.built = True
 
     def _fields(self) -> tuple[str, ...]:
-        return _FIELDS if self.use_position else _FIELDS[:2]
+        return tuple(self._vocabularies())
 
     def table_names(self) -> dict[str, str]:
         """Maps each role to the name of the table set that serves it."""
         return dict(self._table_of_role)
 
     def row_ids(self, target_item, target_category, history_items, history_categories, roles=ROLES,
-                history_positions=None) -> dict:
+                history_positions=None, target_fields=None, history_fields=None) -> dict:
         """Which rows `lookup` reads for `roles`: `"{set}/{side}/{field}"` ->
         `(table, ids)`, the table variable and the ids (`[B]` or `[B, L]`)
-        gathered from it. `history_positions` (`[B, K]` position ids) looks up
-        K slots picked from a longer history (ids gathered at those slots)."""
+        gathered from it (a history-only field has no target rows).
+        `history_positions` (`[B, K]` position ids) looks up K slots picked
+        from a longer history (ids gathered at those slots)."""
         history_items = ops.convert_to_tensor(history_items)
         length = history_items.shape[1]
         if history_positions is not None:
@@ -236,6 +268,15 @@ class BehaviorEmbedding(keras.layers.Layer):
             "target": {"item": target_item, "category": target_category},
             "history": {"item": history_items, "category": history_categories},
         }
+        for f in self.fields:
+            for side, given, what in (("history", history_fields, "history_fields"),
+                                      ("target", target_fields, "target_fields")):
+                if side == "target" and f.history_only:
+                    continue
+                if not given or f.name not in given:
+                    raise ValueError(f"BehaviorEmbedding: field {f.name!r} needs {what}[{f.name!r}] (the "
+                                     f"{'hist' if side == 'history' else 'target'}_{f.name} input)")
+                ids[side][f.name] = given[f.name]
         if self.use_position and history_positions is not None:
             ids["history"]["position"] = ops.cast(history_positions, "int32")
         elif self.use_position:
@@ -248,20 +289,23 @@ class BehaviorEmbedding(keras.layers.Layer):
         for role in roles:
             table_set, side = self._table_of_role[role], role.split("_")[0]
             for field in self._fields():
+                if side == "target" and field in self._history_only:
+                    continue
                 out.setdefault(f"{table_set}/{side}/{field}", (self.tables[table_set][field], ids[side][field]))
         return out
 
     def lookup(self, target_item, target_category, history_items, history_categories, roles=ROLES,
-               history_positions=None) -> dict:
+               history_positions=None, target_fields=None, history_fields=None) -> dict:
         """Table rows of every (table set, side, field) that `roles` read:
         `"{set}/{side}/{field}"` -> `[B, d]` or `[B, L, d]`. Each table is
         gathered once per side, so its gradient stays sparse (rows of the batch
-        only). `history_positions`: see `row_ids`."""
+        only). `history_positions`, the fields: see `row_ids`."""
         return {key: _take_rows(table, ids, self.compute_dtype)
                 for key, (table, ids) in self.row_ids(target_item, target_category, history_items,
-                                                      history_categories, roles, history_positions).items()}
+                                                      history_categories, roles, history_positions, target_fields,
+                                                      history_fields).items()}
 
-    def history_at(self, role, history_items, history_categories, slots):
+    def history_at(self, role, history_items, history_categories, slots, history_fields=None):
         """The `role` (`history_attention` or `history_representation`)
         embeddings of the slots `slots` `[B, K]` of `[B, L]` histories only:
         the ids at those slots looked up (with their position ids L - slot),
@@ -271,14 +315,17 @@ class BehaviorEmbedding(keras.layers.Layer):
         length = ops.shape(history_items)[1]
         slots = ops.cast(slots, "int32")
         if len(slots.shape) == 3:  # user-major
-            items = gather_user_slots(history_items, slots)
-            categories = gather_user_slots(history_categories, slots)
-            slots = ops.reshape(slots, (-1, slots.shape[-1]))
+            def at(ids):
+                return gather_user_slots(ids, slots)
         else:
-            items = ops.take_along_axis(history_items, slots, axis=1)
-            categories = ops.take_along_axis(history_categories, slots, axis=1)
+            def at(ids):
+                return ops.take_along_axis(ids, slots, axis=1)
+        items, categories = at(history_items), at(history_categories)
+        fields = {name: at(ids) for name, ids in (history_fields or {}).items()}
+        slots = ops.reshape(slots, (-1, slots.shape[-1]))
         rows = self.lookup(items[:, 0], categories[:, 0], items, categories, (role,),
-                           history_positions=ops.cast(length, "int32") - slots)
+                           history_positions=ops.cast(length, "int32") - slots,
+                           target_fields={name: ids[:, 0] for name, ids in fields.items()}, history_fields=fields)
         return self.combine(rows, (role,))[role]
 
     def combine(self, gathered: dict, roles=ROLES) -> dict:
@@ -293,6 +340,10 @@ class BehaviorEmbedding(keras.layers.Layer):
                 continue
             parts = []
             for field in self._fields():
+                if side == "target" and field in self._history_only:  # no target value: zeros
+                    like = gathered[f"{table_set}/{side}/item"][..., :1]
+                    parts.append(ops.zeros_like(like) * ops.zeros((self._width(table_set, field),), like.dtype))
+                    continue
                 vectors = gathered[f"{table_set}/{side}/{field}"]
                 if self.projections:
                     vectors = ops.matmul(vectors, self.projections[f"{role}_{field}"])
@@ -300,15 +351,19 @@ class BehaviorEmbedding(keras.layers.Layer):
             outputs[role] = joined[(table_set, side)] = ops.concatenate(parts, axis=-1)
         return outputs
 
-    def call(self, target_item, target_category, history_items, history_categories):
-        return self.combine(self.lookup(target_item, target_category, history_items, history_categories))
+    def call(self, target_item, target_category, history_items, history_categories, target_fields=None,
+             history_fields=None):
+        return self.combine(self.lookup(target_item, target_category, history_items, history_categories,
+                                        target_fields=target_fields, history_fields=history_fields))
 
-    def compute_output_spec(self, target_item, target_category, history_items, history_categories):
+    def compute_output_spec(self, target_item, target_category, history_items, history_categories,
+                            target_fields=None, history_fields=None):
         b, length = history_items.shape[0], history_items.shape[1]
         (ad, ap), (rd, rp) = self._widths["attention"], self._widths["representation"]
         if not self.use_position:
             ap = rp = 0
-        da, dr = 2 * ad + ap, 2 * rd + rp
+        da = 2 * ad + ap + sum(a for a, _ in self._field_widths.values())
+        dr = 2 * rd + rp + sum(r for _, r in self._field_widths.values())
         spec = lambda shape: keras.KerasTensor(shape, dtype=self.compute_dtype)  # noqa: E731
         return {
             "target_attention": spec((b, da)),
@@ -329,6 +384,7 @@ class BehaviorEmbedding(keras.layers.Layer):
             num_positions=self.num_positions,
             coupling=self.coupling,
             use_position=self.use_position,
+            fields=[dataclasses.asdict(f) for f in self.fields],
             embeddings_initializer=keras.initializers.serialize(self.embeddings_initializer),
             projection_initializer=keras.initializers.serialize(self.projection_initializer),
             projection_regularizer=keras.regularizers.serialize(self.projection_regularizer),
