@@ -126,6 +126,12 @@ class ModelConfig:
         synchronized_batch_norm: BatchNorm statistics over the global batch
             across replicas (set by the trainers under a distribution
             strategy, so N replicas train like one process).
+        fields: further categorical fields of every behaviour
+            (`BehaviorField`s, or their dicts): each has tables of its own in
+            every table set (DARE: its attention and representation widths
+            apart), its part between the category's and the position's in
+            every vector, and the inputs `hist_<name>` (and `target_<name>`,
+            `candidate_<name>` in `rank`, unless history-only).
     """
 
     num_items: int
@@ -155,12 +161,22 @@ class ModelConfig:
     l2: float = 1e-6
     initializer: str = "reference"
     synchronized_batch_norm: bool = False
+    fields: tuple[BehaviorField, ...] = ()
 
     def __post_init__(self):
         # Tuples survive JSON round trips as lists; normalise them back.
         object.__setattr__(self, "mlp_units", tuple(self.mlp_units))
         object.__setattr__(self, "aux_mlp_units", tuple(self.aux_mlp_units))
+        try:
+            object.__setattr__(self, "fields", tuple(BehaviorField.of(f) for f in self.fields))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"ModelConfig.fields: {e}") from None
         self.validate()
+
+    def field_widths(self) -> dict[str, tuple[int, int]]:
+        """Each field's (attention, representation) width."""
+        return {f.name: (self.attention_dim if f.attention_embedding_dim is None else f.attention_embedding_dim,
+                         self.embedding_dim if f.embedding_dim is None else f.embedding_dim) for f in self.fields}
 
     @property
     def attention_dim(self) -> int:
@@ -183,11 +199,11 @@ class ModelConfig:
     @property
     def representation_width(self) -> int:
         """Width of v_t and of every history representation vector."""
-        return 2 * self.embedding_dim + self.representation_pos_dim
+        return 2 * self.embedding_dim + sum(r for _, r in self.field_widths().values()) + self.representation_pos_dim
 
     @property
     def attention_width(self) -> int:
-        return 2 * self.attention_dim + self.attention_pos_dim
+        return 2 * self.attention_dim + sum(a for a, _ in self.field_widths().values()) + self.attention_pos_dim
 
     def validate(self) -> None:
         def check(ok, field, message):
@@ -222,11 +238,20 @@ class ModelConfig:
                   "equal the representation dims; use coupling='decoupled' (DARE) to set them apart")
         check(not (self.scorer == "din" and self.coupling != "shared"), "scorer",
               "the DIN activation unit reads one set of tables; use coupling='shared'")
+        names = [f.name for f in self.fields]
+        check(len(set(names)) == len(names), "fields", f"a field is named twice: {names}")
+        for name, (attention, representation) in self.field_widths().items():
+            check(self.coupling not in ("shared", "projection") or attention == representation, "fields",
+                  f"coupling={self.coupling!r} uses one set of tables, so field {name!r}'s attention width "
+                  f"{attention} must equal its representation width {representation}")
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["mlp_units"] = list(self.mlp_units)
         d["aux_mlp_units"] = list(self.aux_mlp_units)
+        d["fields"] = [dataclasses.asdict(f) for f in self.fields]
+        if not self.fields:  # (a config without fields is recorded as before they existed)
+            del d["fields"]
         return d
 
     @classmethod

@@ -29,7 +29,7 @@ def compiled_stages(model, stages, training: bool):
         compiled = tf.function(stages, jit_compile=True, autograph=False)
         if model.sparse_embedding_gradients:
             # Lookups outside the compiled function: the tables' gradients stay sparse.
-            cache[training] = lambda ids: compiled(ids, model.embedding.lookup(*ids))
+            cache[training] = lambda ids: compiled(ids, model.lookup(ids))
         else:
             cache[training] = compiled
     return cache[training]

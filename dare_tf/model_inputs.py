@@ -5,15 +5,53 @@ checked and cast to int32 ids. Backend-neutral (`keras.ops`)."""
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 from keras import ops
 
 from dare_tf.data.spec import MODEL_INPUTS, RANK_INPUTS
 
 
-def example_ids(inputs, max_len: int):
-    """`(target_item, target_category [B], hist_items, hist_categories [B, L])` of a
-    per-example inputs dict."""
+class Ids(NamedTuple):
+    """A batch's dense int32 ids (0 pads): the targets' `[B]`, the histories'
+    `[B, L]`, and each `BehaviorField`'s (`target_fields` without the
+    history-only ones)."""
+
+    target_item: object
+    target_category: object
+    hist_items: object
+    hist_categories: object
+    target_fields: dict = {}
+    history_fields: dict = {}
+
+    def lookup_args(self) -> tuple:
+        """`BehaviorEmbedding.lookup`'s positional ids."""
+        return self.target_item, self.target_category, self.hist_items, self.hist_categories
+
+    def field_kwargs(self) -> dict:
+        """`BehaviorEmbedding.lookup`'s field ids."""
+        return {"target_fields": self.target_fields, "history_fields": self.history_fields}
+
+
+def field_keys(fields, target: str = "target") -> list[str]:
+    """The input keys of `fields` (`BehaviorField`s): `hist_<name>` of each and
+    `<target>_<name>` of those with a target value (`target`: `candidate` for `rank`)."""
+    return [f"hist_{f.name}" for f in fields] + [f"{target}_{f.name}" for f in fields if not f.history_only]
+
+
+def _field_ids(inputs, fields, target: str, what: str):
+    missing = [k for k in field_keys(fields, target) if k not in inputs]
+    if missing:
+        raise KeyError(f"{what} inputs lack {missing}: the model's fields "
+                       f"({', '.join(f.name for f in fields)}) each need their ids")
+    return ({f.name: ops.cast(inputs[f"{target}_{f.name}"], "int32") for f in fields if not f.history_only},
+            {f.name: ops.cast(inputs[f"hist_{f.name}"], "int32") for f in fields})
+
+
+def example_ids(inputs, max_len: int, fields=()) -> Ids:
+    """The `Ids` of a per-example inputs dict (`target_item`, `target_category`
+    `[B]`, `hist_items`, `hist_categories` `[B, L]`, and per field `hist_<name>`
+    `[B, L]` and `target_<name>` `[B]`)."""
     if not isinstance(inputs, dict):
         raise TypeError(f"DareModel expects a dict with keys {MODEL_INPUTS}, got {type(inputs).__name__}")
     missing = [k for k in MODEL_INPUTS if k not in inputs]
@@ -23,12 +61,13 @@ def example_ids(inputs, max_len: int):
     if hi.shape[1] is not None and hi.shape[1] != max_len:
         raise ValueError(f"DareModel: hist_items has length {hi.shape[1]}, but the model was "
                          f"built for max_len={max_len}")
-    return ti, tc, hi, hc
+    return Ids(ti, tc, hi, hc, *_field_ids(inputs, fields, "target", "DareModel"))
 
 
-def rank_ids(inputs, max_len: int):
-    """`rank`'s inputs -> the per-target ids `(target_item, target_category [U * N],
-    hist_items, hist_categories [U, L])` (targets in user-major order) and N."""
+def rank_ids(inputs, max_len: int, fields=()) -> tuple[Ids, object]:
+    """`rank`'s inputs -> the per-target `Ids` (targets `[U * N]` in user-major
+    order, histories `[U, L]`; per field `candidate_<name>` `[U, N]` and
+    `hist_<name>` `[U, L]`) and N."""
     if not isinstance(inputs, dict) or any(k not in inputs for k in RANK_INPUTS):
         raise KeyError(f"DareModel.rank expects a dict with keys {RANK_INPUTS}, got "
                        f"{sorted(inputs) if isinstance(inputs, dict) else type(inputs).__name__}")
@@ -39,8 +78,9 @@ def rank_ids(inputs, max_len: int):
     if hist_items.shape[1] is not None and hist_items.shape[1] != max_len:
         raise ValueError(f"DareModel.rank: hist_items has length {hist_items.shape[1]}, but the model was "
                          f"built for max_len={max_len}")
-    return (ops.reshape(items, (-1,)), ops.reshape(categories, (-1,)), hist_items, hist_categories), \
-        ops.shape(items)[1]
+    targets, histories = _field_ids(inputs, fields, "candidate", "DareModel.rank")
+    return Ids(ops.reshape(items, (-1,)), ops.reshape(categories, (-1,)), hist_items, hist_categories,
+               {name: ops.reshape(ids, (-1,)) for name, ids in targets.items()}, histories), ops.shape(items)[1]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,8 +88,9 @@ class ExampleEmbeddings:
     """What `DareModel.embeddings` returns.
 
     Attributes:
-        ids: `(target_item, target_category, hist_items, hist_categories)`,
-            dense int32 ids `[B]`, `[B]`, `[B, L]`, `[B, L]` (0 pads).
+        ids: the batch's `Ids` (`target_item`, `target_category`, `hist_items`,
+            `hist_categories`, dense int32 ids `[B]`, `[B]`, `[B, L]`,
+            `[B, L]`, 0 pads; and the fields').
         roles: each looked-up role's embeddings: `target_attention` `[B, Da]`,
             `history_attention` `[B, L, Da]`, `target_representation`
             `[B, Dr]`, `history_representation` `[B, L, Dr]`.
@@ -61,4 +102,4 @@ class ExampleEmbeddings:
     @property
     def mask(self):
         """`[B, L]` bool: the real (non-padding) history slots."""
-        return ops.greater(self.ids[2], 0)
+        return ops.greater(self.ids.hist_items, 0)

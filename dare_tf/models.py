@@ -13,7 +13,7 @@ from keras import ops
 from dare_tf.config import ModelConfig, make_config
 from dare_tf.data.spec import MODEL_INPUTS as INPUT_KEYS  # noqa: F401 (dare_tf.INPUT_KEYS)
 from dare_tf.data.spec import RANK_INPUTS
-from dare_tf.model_inputs import ExampleEmbeddings, example_ids, rank_ids
+from dare_tf.model_inputs import ExampleEmbeddings, Ids, example_ids, field_keys, rank_ids
 from dare_tf.layers import BehaviorEmbedding, PredictionHead, TargetAttentionPooling
 from dare_tf.layers.embedding import ROLES, ROLES_BEFORE_SEARCH
 from dare_tf.layers.pooling import target_aware
@@ -99,7 +99,7 @@ class DareModel(TrainingMixin, keras.Model):
             attention_embedding_dim=cfg.attention_embedding_dim,
             attention_position_dim=cfg.attention_position_dim,
             num_positions=cfg.num_positions, coupling=cfg.coupling, use_position=cfg.use_position,
-            embeddings_initializer=normal(0),
+            fields=cfg.fields, embeddings_initializer=normal(0),
             projection_initializer=normal(1) if ref else keras.initializers.GlorotUniform(
                 None if seed is None else seed + 1),
             projection_regularizer=keras.regularizers.L2(cfg.l2) if cfg.l2 else None,
@@ -124,13 +124,18 @@ class DareModel(TrainingMixin, keras.Model):
             "target_category": np.ones((batch_size,), np.int32),
             "hist_items": np.ones((batch_size, length), np.int32),
             "hist_categories": np.ones((batch_size, length), np.int32),
+            **{key: np.ones((batch_size, length) if key.startswith("hist_") else (batch_size,), np.int32)
+               for key in field_keys(self.model_config.fields)},
         }
 
-    def example_ids(self, inputs) -> tuple:
-        """The dense ids `(target_item, target_category [B], hist_items,
-        hist_categories [B, L])` (int32) of a per-example inputs dict, checked
-        against the model's `max_len`."""
-        return example_ids(inputs, self.model_config.max_len)
+    def example_ids(self, inputs) -> Ids:
+        """The dense `Ids` (int32) of a per-example inputs dict, checked against
+        the model's `max_len` and fields."""
+        return example_ids(inputs, self.model_config.max_len, self.model_config.fields)
+
+    def lookup(self, ids: Ids, roles=ROLES) -> dict:
+        """`BehaviorEmbedding.lookup` of `ids` (the fields' too) for `roles`."""
+        return self.embedding.lookup(*ids.lookup_args(), roles=roles, **ids.field_kwargs())
 
     def embeddings(self, inputs, roles=ROLES) -> ExampleEmbeddings:
         """The ids and each role's embeddings (`roles`: all four by default) of
@@ -139,16 +144,16 @@ class DareModel(TrainingMixin, keras.Model):
         ids = self.example_ids(inputs)
         if not self.embedding.built:
             self.embedding.build()
-        return ExampleEmbeddings(ids, self.embedding.combine(self.embedding.lookup(*ids, roles=roles), roles))
+        return ExampleEmbeddings(ids, self.embedding.combine(self.lookup(ids, roles), roles))
 
     def search_stage(self, embedded: ExampleEmbeddings) -> SearchResult:
         """Stage 1 on `embeddings(inputs)`: the model's search over the histories,
         with the representations of every slot where they were looked up."""
         roles = embedded.roles
-        _, target_category, hist_items, hist_categories = embedded.ids
+        ids = embedded.ids
         return SearchResult.of(self.search(roles["target_attention"], roles["history_attention"],
-                                           roles.get("history_representation"), embedded.mask, target_category,
-                                           hist_categories))
+                                           roles.get("history_representation"), embedded.mask, ids.target_category,
+                                           ids.hist_categories))
 
     # -- forward ----------------------------------------------------------
     def forward(self, inputs, training=False, compiled: bool = True) -> dict:
@@ -164,7 +169,7 @@ class DareModel(TrainingMixin, keras.Model):
 
         def stages(ids, rows=None):
             if rows is None:
-                rows = self.embedding.lookup(*ids, roles=self._looked_up_roles())
+                rows = self.lookup(ids, self._looked_up_roles())
             return self._stages(rows, ids, training)
 
         execution = _tensorflow_execution() if compiled else None
@@ -209,12 +214,12 @@ class DareModel(TrainingMixin, keras.Model):
         run per candidate. The outputs of `explain`, shaped `[U, N, ...]`, equal
         `forward` on the U * N (candidate, history) pairs. Never compiled, not
         for training: serving's path (the export's `rank` signature)."""
-        ids, candidates = rank_ids(inputs, self.model_config.max_len)
+        ids, candidates = rank_ids(inputs, self.model_config.max_len, self.model_config.fields)
         if not self.embedding.built:
             self.embedding.build()
         # The representation rows of the K kept slots only, where nothing reads all L.
         roles = ROLES_BEFORE_SEARCH if self._kept_slots_suffice() else ROLES
-        emb = self.embedding.combine(self.embedding.lookup(*ids, roles=roles), roles)
+        emb = self.embedding.combine(self.lookup(ids, roles), roles)
         out = self.stages_from_embeddings(emb, ids, candidates=candidates)
         users = ops.shape(inputs[RANK_INPUTS[0]])[0]
         return {k: ops.reshape(v, (users, candidates, *v.shape[1:]))
@@ -230,13 +235,12 @@ class DareModel(TrainingMixin, keras.Model):
 
     def stages_from_embeddings(self, emb: dict, ids, training=False, candidates=None) -> dict:
         """`forward`'s outputs from the four role embeddings of `BehaviorEmbedding`
-        (`target_attention`, ...) and the ids `(target_item, target_category,
-        hist_items, hist_categories)`: search, pooling and heads. Analyses feed
+        (`target_attention`, ...) and the `Ids`: search, pooling and heads. Analyses feed
         it embeddings whose paths they separate (`dare_tf.analysis.gradients`).
         `candidates` (N): user-major, the targets are N per user (`[U * N]`,
         user-major order) over `[U, L]` histories (`rank_forward`)."""
         cfg = self.model_config
-        target_item, target_category, hist_items, hist_categories = ids
+        target_category, hist_items, hist_categories = ids.target_category, ids.hist_items, ids.hist_categories
         mask = ops.greater(hist_items, 0)
         v_t = emb["target_representation"]
         values = emb.get("history_representation")  # None: looked up for the retrieved slots only
@@ -263,10 +267,11 @@ class DareModel(TrainingMixin, keras.Model):
                 # same values (`scores` exactly), gradients through K rows, not L.
                 slots = positions if candidates is None else ops.reshape(positions, (-1, candidates,
                                                                                       positions.shape[-1]))
-                rescored = self.search.score(
-                    query, self.embedding.history_at("history_attention", hist_items, hist_categories, slots), valid)
+                rescored = self.search.score(query, self.embedding.history_at(
+                    "history_attention", hist_items, hist_categories, slots, ids.history_fields), valid)
                 scores = ops.stop_gradient(scores) + (rescored - ops.stop_gradient(rescored))
-                kept = self.embedding.history_at("history_representation", hist_items, hist_categories, slots)
+                kept = self.embedding.history_at("history_representation", hist_items, hist_categories, slots,
+                                                 ids.history_fields)
             pooled, weights = self.pooling(v_t, kept, scores, valid, return_attention_weights=True)
         aux_pooled = pooled
         if self._aux_attends_all():
@@ -301,9 +306,8 @@ class DareModel(TrainingMixin, keras.Model):
         product of attention embeddings for soft search and the attention of
         models without search, DIN's attention MLP score, hard search's
         priority, ...)."""
-        _, target_category, hist_items, hist_categories = ids
         return self.search.slot_scores(emb["target_attention"], emb["history_attention"],
-                                       ops.greater(hist_items, 0), target_category, hist_categories)
+                                       ops.greater(ids.hist_items, 0), ids.target_category, ids.hist_categories)
 
     def regularization(self):
         """The L2 term: the sum of the layers' regularization losses (float32)."""
@@ -336,7 +340,7 @@ class DareModel(TrainingMixin, keras.Model):
             self.embedding.build()
             # Eagerly, uncompiled: the sub-layers create their weights here.
             ids = self.example_ids(self.dummy_inputs())
-            self._stages(self.embedding.lookup(*ids), ids, False)
+            self._stages(self.lookup(ids), ids, False)
         self.built = True
 
     def get_config(self):

@@ -19,20 +19,26 @@ def exact_auc(y, p):
 
 
 def expected_param_count(cfg):
-    """The parameter count implied by reference.md for a config."""
-    def tables(dim, pos_dim):
+    """The parameter count implied by reference.md for a config, with each of its
+    fields' tables (`ModelConfig.fields`) beside the item and category tables."""
+    widths = cfg.field_widths()  # field -> (attention, representation)
+
+    def tables(dim, pos_dim, side):
         n = cfg.num_items * dim + cfg.num_categories * dim
+        n += sum(f.vocabulary * widths[f.name][side] for f in cfg.fields)
         return n + (cfg.num_positions * pos_dim if cfg.use_position else 0)
 
     d, dp = cfg.embedding_dim, cfg.position_dim
     da, dpa = cfg.attention_dim, cfg.attention_pos_dim
     emb = {
-        "shared": tables(d, dp),
-        "decoupled": tables(d, dp) + tables(da, dpa),
-        "four": 2 * (tables(d, dp) + tables(da, dpa)),
-        "projection": tables(d, dp) + 4 * (2 * d * d + (dp * dp if cfg.use_position else 0)),
+        "shared": tables(d, dp, 1),
+        "decoupled": tables(d, dp, 1) + tables(da, dpa, 0),
+        "four": 2 * (tables(d, dp, 1) + tables(da, dpa, 0)),
+        "projection": tables(d, dp, 1) + 4 * (2 * d * d + sum(r * r for _, r in widths.values())
+                                              + (dp * dp if cfg.use_position else 0)),
     }[cfg.coupling]
-    width = 2 * d + (dp if cfg.use_position else 0)
+    width = 2 * d + sum(r for _, r in widths.values()) + (dp if cfg.use_position else 0)
+    da_fields = 2 * da + sum(a for a, _ in widths.values())  # the attention vectors' semantic width
     features = width * (3 if cfg.target_aware else 2)
 
     def mlp(fan_in, units):
@@ -49,9 +55,9 @@ def expected_param_count(cfg):
         total += 4 * width * cfg.din_units + cfg.din_units + 1 + cfg.din_units + 1
     # The fixed (non-trainable) SimHash projections of ETA and SDIM, over the semantic width.
     if cfg.search == "simhash":
-        total += 2 * da * cfg.hash_bits
+        total += da_fields * cfg.hash_bits
     if cfg.search == "sdim":
-        total += 2 * da * cfg.num_hashes * cfg.hash_bits
+        total += da_fields * cfg.num_hashes * cfg.hash_bits
     return total
 
 
@@ -212,8 +218,9 @@ def test_public_embeddings_and_search_stage_are_the_forward_pass(rng, preset):
     for table in model.embedding.weights:
         table.assign(rng.normal(0, 0.5, table.shape))
     embedded = model.embeddings(x)
-    assert [keras.ops.convert_to_numpy(i).tolist() for i in embedded.ids] == [
+    assert [keras.ops.convert_to_numpy(i).tolist() for i in embedded.ids.lookup_args()] == [
         x[k].tolist() for k in ("target_item", "target_category", "hist_items", "hist_categories")]
+    assert embedded.ids.target_fields == embedded.ids.history_fields == {}  # no fields beside item and category
     assert sorted(embedded.roles) == ["history_attention", "history_representation", "target_attention",
                                       "target_representation"]
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(embedded.mask), x["hist_items"] > 0)

@@ -115,6 +115,8 @@ def category_position_scores(model, target_categories, behaviour_categories, pos
     """
     from keras import ops
 
+    from dare_tf.model_inputs import Ids
+
     emb_layer = model.embedding
     length = model.model_config.max_len
     targets = np.asarray(target_categories, np.int32)
@@ -130,8 +132,8 @@ def category_position_scores(model, target_categories, behaviour_categories, pos
         hist_c = np.zeros((len(targets), length), np.int32)
         hist_c[:, slots] = c
         hist_i = (hist_c > 0).astype(np.int32)  # any real item id: the mask; its row is zeroed
-        ids = (np.ones(len(targets), np.int32), targets, hist_i, hist_c)
-        rows = emb_layer.lookup(*ids)
+        ids = Ids(np.ones(len(targets), np.int32), targets, hist_i, hist_c)
+        rows = emb_layer.lookup(*ids.lookup_args())
         rows = {k: ops.zeros_like(v) if k.endswith("/item") else v for k, v in rows.items()}
         scores = ops.convert_to_numpy(model.slot_scores(emb_layer.combine(rows), ids))
         out[:, ci, :] = scores[:, slots]

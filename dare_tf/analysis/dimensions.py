@@ -20,10 +20,10 @@ def search_stage(model):
 
     def run(x, history_signatures=None):
         embedded = model.embeddings({k: x[k] for k in MODEL_INPUTS}, roles=ATTENTION_ROLES)
-        _, target_category, _, hist_categories = embedded.ids
         precomputed = {} if history_signatures is None else {"history_signatures": history_signatures}
         return model.search.search_only(embedded.roles["target_attention"], embedded.roles["history_attention"],
-                                        embedded.mask, target_category, hist_categories, **precomputed)
+                                        embedded.mask, embedded.ids.target_category, embedded.ids.hist_categories,
+                                        **precomputed)
 
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf

@@ -35,11 +35,11 @@ def split_gradients(model, x, y):
     """
     ids = model.example_ids({k: x[k] for k in MODEL_INPUTS})
     layer = model.embedding
-    row_ids = layer.row_ids(*ids)
+    row_ids = layer.row_ids(*ids.lookup_args())
     tables = {id(table) for table, _ in row_ids.values()}
     dense_vars = [v for v in model.trainable_variables if id(v) not in tables]
     with tf.GradientTape() as tape:
-        rows = layer.lookup(*ids)
+        rows = layer.lookup(*ids.lookup_args())
         copies = {path: {k: tf.identity(v) for k, v in rows.items()} for path in ("attention", "representation")}
         tape.watch(copies)
         by_path = {path: layer.combine(copies[path]) for path in copies}

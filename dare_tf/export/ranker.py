@@ -299,6 +299,10 @@ def export_saved_model(model: DareModel, data_dir: str, export_base: str, model_
     may carry up to `max_candidates` candidates per user."""
     if max_candidates < 1:
         raise ValueError(f"max_candidates={max_candidates}: must be >= 1")
+    fields = [f.name for f in model.model_config.fields]
+    if fields:
+        raise ValueError(f"serving.export: the model has behaviour fields ({', '.join(fields)}); the exports take "
+                         "item and category ids only so far")
     graph = _ServingGraph(model, data_dir, max_candidates)
     base = model_base(export_base, model_name)
     version = next_version(base) if version is None else version
