@@ -65,6 +65,11 @@ class BehaviorField:
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"BehaviorField {self.name!r}: {width} must be >= 1, got {value!r}")
 
+    def widths(self, attention: int, representation: int) -> tuple[int, int]:
+        """Its (attention, representation) widths, the given defaults where it sets none."""
+        return (attention if self.attention_embedding_dim is None else self.attention_embedding_dim,
+                representation if self.embedding_dim is None else self.embedding_dim)
+
     @classmethod
     def of(cls, value: "BehaviorField | dict") -> "BehaviorField":
         """A `BehaviorField` from itself or its dict (`dataclasses.asdict`)."""
@@ -175,8 +180,7 @@ class ModelConfig:
 
     def field_widths(self) -> dict[str, tuple[int, int]]:
         """Each field's (attention, representation) width."""
-        return {f.name: (self.attention_dim if f.attention_embedding_dim is None else f.attention_embedding_dim,
-                         self.embedding_dim if f.embedding_dim is None else f.embedding_dim) for f in self.fields}
+        return {f.name: f.widths(self.attention_dim, self.embedding_dim) for f in self.fields}
 
     @property
     def attention_dim(self) -> int:

@@ -165,9 +165,7 @@ class BehaviorEmbedding(keras.layers.Layer):
         if len(set(names)) != len(names):
             raise ValueError(f"BehaviorEmbedding: a field is named twice: {names}")
         # Field -> (attention width, representation width).
-        self._field_widths = {f.name: (att_dim if f.attention_embedding_dim is None else f.attention_embedding_dim,
-                                       embedding_dim if f.embedding_dim is None else f.embedding_dim)
-                              for f in self.fields}
+        self._field_widths = {f.name: f.widths(att_dim, embedding_dim) for f in self.fields}
         for name, (attention, representation) in self._field_widths.items():
             if coupling in ("shared", "projection") and attention != representation:
                 raise ValueError(f"BehaviorEmbedding: coupling={coupling!r} shares tables between attention and "
