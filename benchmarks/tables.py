@@ -99,6 +99,11 @@ TABLES = {
                                        "rows and the past clicks of that day's users), the store partitions it "
                                        "rewrote and the clicks it read from them, the ratio of the two times, and "
                                        "the same append's phases measured in process"),
+    ("bench_fields", "step"): (None, "DARE and TWIN (L=200, K=20, d=16, 50k items) with 0 to 4 extra behaviour "
+                                     "fields of width 16 (`ModelConfig.fields`; of several, the last history-only): "
+                                     "the attention and representation widths, samples/s of Keras's train step "
+                                     "(FusedAdam) and of prediction on in-memory batches, measured in process in the "
+                                     "same run, and the ratio to the same preset without fields"),
     ("bench_cascade", "merge"): (None,
                                  "the merged first 200 candidates of 256 users (histories of 200), measured in "
                                  "process: `CandidateMerger` (each source's `top_k`, sorts over the proposals) "
