@@ -36,12 +36,9 @@ from dare_tf.data.logs import LogFormat, dense_ids
 from dare_tf.data.prepared import layout_fields, make_spec, read_item_clicks, write_id_maps, write_item_clicks
 from dare_tf.data.protocol import Protocol, time_windows
 from dare_tf.data.records import read_shards
-from dare_tf.data.spec import (APPEND_JOURNAL, APPEND_LOCK, ID_MAP_FILES, ITEM_CATEGORY_FILE, ITEM_CLICKS_FILE,
-                               SPEC_FILE, STORE_KIND, DatasetSpec, append_pending, is_shard_name, item_categories,
-                               partition_of, read_id_map)
+from dare_tf.data.spec import (APPEND_JOURNAL, APPEND_LOCK, SPEC_FILE, STORE_KIND, TABLE_FILES, DatasetSpec,
+                               append_pending, is_shard_name, item_categories, partition_of, read_id_map)
 
-# Files the commit renames into place, spec.json last.
-COMMITTED = (*ID_MAP_FILES.values(), ITEM_CATEGORY_FILE, ITEM_CLICKS_FILE)
 
 
 def _listed(spec_path: str) -> set[str]:
@@ -59,7 +56,7 @@ def _remove_unlisted_shards(data_dir: str, listed: set[str]) -> None:
 
 def _commit(data_dir: str) -> None:
     """Renames the journaled files into place (spec.json last) and removes the shards it no longer lists."""
-    for name in COMMITTED:
+    for name in TABLE_FILES:
         if os.path.exists(os.path.join(data_dir, append_pending(name))):
             os.replace(os.path.join(data_dir, append_pending(name)), os.path.join(data_dir, name))
     os.replace(os.path.join(data_dir, APPEND_JOURNAL), os.path.join(data_dir, SPEC_FILE))
@@ -73,7 +70,7 @@ def recover(data_dir: str) -> None:
         logging.warning("%s: finishing the append that was stopped while it committed", data_dir)
         _commit(data_dir)
         return
-    for path in [os.path.join(data_dir, append_pending(name)) for name in COMMITTED] + [
+    for path in [os.path.join(data_dir, append_pending(name)) for name in TABLE_FILES] + [
             os.path.join(data_dir, f"{APPEND_JOURNAL}.tmp")]:
         if os.path.exists(path):
             os.remove(path)

@@ -217,6 +217,12 @@ def build_pipeline(pipeline, path: str, fmt: LogFormat, plan, protocol: Protocol
         side, beam.pvalue.AsSingleton(counts), last_time))
 
 
+def _dense(side: dict, items, categories, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """A user's raw item and category ids as dense ids (the statistics' maps)."""
+    return (np.array([side["item_dense"][int(i)] for i in items], dtype),
+            np.array([side["category_dense"][int(c)] for c in categories], dtype))
+
+
 def _user_split_shards(pipeline, sequences, side, protocol: Protocol, directory: str, compression: str,
                        impressions: bool):
     """The per-user protocol: the qualifying users grouped into the protocol's
@@ -230,9 +236,7 @@ def _user_split_shards(pipeline, sequences, side, protocol: Protocol, directory:
         index = side_["index"].get(uid)
         if index is None:
             return
-        rows = UserRows(items=np.array([side_["item_dense"][int(i)] for i in items], np.int32),
-                        categories=np.array([side_["category_dense"][int(c)] for c in categories], np.int32),
-                        times=times if impressions else None,
+        rows = UserRows(*_dense(side_, items, categories, np.int32), times=times if impressions else None,
                         labels=labels if impressions else None)
         yield index // USERS_PER_CHUNK, (index, uid, rows)
 
@@ -262,23 +266,22 @@ def _time_split_shards(pipeline, sequences, side, last_time, protocol: Protocol,
                  | "DaySummaries" >> beam.FlatMap(lambda s: day_item_summaries(s[2], s[3], s[5], s[4], s[6]))
                  | "MergeDays" >> beam.CombinePerKey(merge_day_items)
                  | "AllDays" >> beam.combiners.ToList())
-    day_clicks = beam.pvalue.AsSingleton(summaries | "ClicksByDay" >> beam.Map(
+    to_date = beam.pvalue.AsSingleton(summaries | "ClicksByDay" >> beam.Map(
         lambda s, side_: clicks_by_day(s, side_["item_dense"], side_["category_dense"], side_["stats"].num_items),
         side))
 
     def user_outputs(seq, side_, clicks, last):
         user, _, items, categories, _, times, labels = seq
         uid = side_["user_dense"][user]
-        rows = UserRows(items=np.array([side_["item_dense"][int(i)] for i in items], np.int64),
-                        categories=np.array([side_["category_dense"][int(c)] for c in categories], np.int64),
-                        times=np.asarray(times, np.int64), labels=labels if impressions else None)
+        rows = UserRows(*_dense(side_, items, categories, np.int64), times=np.asarray(times, np.int64),
+                        labels=labels if impressions else None)
         k = int(partition_of(uid, protocol.partitions))
         for tag, table in user_examples(uid, rows, clicks, protocol, protocol.bounds(last)):
             yield (SEGMENT_KIND, tag, k), (uid, table)
         stored = rows.clicks()
         yield (STORE_KIND, None, k), (uid, stored)
 
-    outputs = sequences | "Users" >> beam.FlatMap(user_outputs, side, day_clicks, last_time)
+    outputs = sequences | "Users" >> beam.FlatMap(user_outputs, side, to_date, last_time)
     tags = (outputs | "Tags" >> beam.Map(lambda o: o[0][1]) | "DistinctTags" >> beam.Distinct())
     empty = (tags | "EveryPartition" >> beam.FlatMap(lambda t: [
         ((STORE_KIND if t is None else SEGMENT_KIND, t, k), None) for k in range(protocol.partitions)]))

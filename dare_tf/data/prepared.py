@@ -17,7 +17,8 @@ from dare_tf.data.logs import FORMATS, Clicks, LogFormat
 from dare_tf.data.records import ShardWriter, encode_examples, encode_store
 from dare_tf.data.spec import (APPEND_JOURNAL, APPEND_LOCK, FEATURES, FORMAT, ID_MAP_FILES, ITEM_CATEGORY_FILE,
                                ITEM_CLICKS_FILE, LEGACY_FORMATS, SEGMENT_KIND, SPEC_FILE, SPLITS, STORE_KIND,
-                               DatasetSpec, append_pending, is_shard_name, partition_of, shard_name, shard_tag)
+                               DatasetSpec, TABLE_FILES, append_pending, is_shard_name, partition_of, shard_name,
+                               shard_tag)
 
 
 MAX_PARTITIONS = 1024
@@ -144,9 +145,8 @@ def _own_files(directory: str) -> set[str] | None:
     legacy = raw.get("format") is None and {"dataset", "shards", "protocol", "source"} <= set(raw)
     if not (raw.get("format") in (FORMAT, *LEGACY_FORMATS) or legacy):
         return None
-    tables = (ITEM_CATEGORY_FILE, ITEM_CLICKS_FILE, *ID_MAP_FILES.values())
-    names = {SPEC_FILE, *tables, *raw.get("store", []), APPEND_JOURNAL, f"{APPEND_JOURNAL}.tmp", APPEND_LOCK,
-             *map(append_pending, tables)}
+    names = {SPEC_FILE, *TABLE_FILES, *raw.get("store", []), APPEND_JOURNAL, f"{APPEND_JOURNAL}.tmp", APPEND_LOCK,
+             *map(append_pending, TABLE_FILES)}
     for shard_names in raw.get("shards", {}).values():
         names.update(shard_names)
     return names

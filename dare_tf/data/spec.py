@@ -28,6 +28,8 @@ ITEM_CATEGORY_FILE = "item_categories.txt"
 # `--split=time`: the clicks of dense item k up to the dataset's last day are line k
 # (the negatives of an appended day are drawn by them: `dare_tf.data.days`).
 ITEM_CLICKS_FILE = "item_clicks.txt"
+# The dataset's tables beside spec.json and the shards (an append replaces them all).
+TABLE_FILES = (*ID_MAP_FILES.values(), ITEM_CATEGORY_FILE, ITEM_CLICKS_FILE)
 # A finished append's new spec.json, renamed to spec.json as its commit ends (`dare_tf.data.append`).
 APPEND_JOURNAL = ".spec.json.append"
 # Held (flock) by the append that changes a dataset: one at a time.
