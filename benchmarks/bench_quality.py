@@ -35,15 +35,13 @@ import csv
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from benchmarks.common import print_table, selected_parts, write_parts  # noqa: E402
+from benchmarks.common import print_table, run_program, selected_parts, write_parts  # noqa: E402
 
 DATASETS = ("synthetic", "taobao_sample")
 BASELINES = ("dare", "twin", "eta", "sdim", "twin_v2")
@@ -58,21 +56,11 @@ def _load(*path):
         return json.load(f)
 
 
-def _program(args: list[str], log: str) -> float:
-    started = time.perf_counter()
-    with open(log, "w") as out:
-        done = subprocess.run([sys.executable, "-m", *args], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO))
-    if done.returncode:
-        sys.exit(f"{args[0]} failed (exit {done.returncode}); its output: {log}")
-    return time.perf_counter() - started
-
-
 def bench_demo(work: str) -> dict:
     demo, data = os.path.join(work, "demo"), os.path.join(work, "data")
     for path in (demo, data):
         shutil.rmtree(path, ignore_errors=True)
-    seconds = _program(["trainers.demo", f"--work_dir={demo}", f"--data_dir={data}"], os.path.join(work, "demo.log"))
+    seconds = run_program(["trainers.demo", f"--work_dir={demo}", f"--data_dir={data}"], os.path.join(work, "demo.log"))
     runs = {d: {m: _load(demo, d, "d16", m, "results.json") for m in sorted(os.listdir(os.path.join(demo, d, "d16")))}
             for d in DATASETS if os.path.isdir(os.path.join(demo, d))}
     models = list(next(iter(runs.values())))
@@ -124,7 +112,7 @@ def bench_baselines(work: str) -> list[dict]:
         sys.exit(f"{prepared}: not prepared; run --parts demo first (it prepares them)")
     out = os.path.join(work, "baselines")
     shutil.rmtree(out, ignore_errors=True)
-    _program(["trainers.reproduce", f"--data_dirs={','.join(prepared)}", f"--models={','.join(BASELINES)}",
+    run_program(["trainers.reproduce", f"--data_dirs={','.join(prepared)}", f"--models={','.join(BASELINES)}",
               "--dims=16", "--seeds=0,1,2", f"--output_dir={out}", *DEMO_SETTINGS], os.path.join(work, "baselines.log"))
     with open(os.path.join(out, "table1.csv")) as f:
         rows = list(csv.DictReader(f))
@@ -146,8 +134,8 @@ def _synthetic(work: str, name: str, log_flags: list[str], protocol: list[str]) 
     """A prepared synthetic log in `work/name` (generated and prepared once)."""
     log, data = os.path.join(work, f"{name}.csv"), os.path.join(work, name)
     if not os.path.exists(os.path.join(data, "spec.json")):
-        _program(["data.synthetic", f"--output={log}", *log_flags], log + ".log")
-        _program(["data.prepare", "--dataset=taobao", f"--input={log}", f"--output_dir={data}", *protocol],
+        run_program(["data.synthetic", f"--output={log}", *log_flags], log + ".log")
+        run_program(["data.prepare", "--dataset=taobao", f"--input={log}", f"--output_dir={data}", *protocol],
                  log + ".log")
     return data
 
@@ -159,7 +147,7 @@ def bench_schedule(work: str) -> list[dict]:
         for batch in SCHEDULE_BATCHES:
             out = os.path.join(work, f"schedule_{users}_b{batch}")
             shutil.rmtree(out, ignore_errors=True)
-            seconds = _program(["trainers.train", "--model=dare", f"--data_dir={data}", f"--output_dir={out}",
+            seconds = run_program(["trainers.train", "--model=dare", f"--data_dir={data}", f"--output_dir={out}",
                                 f"--batch_size={batch}", "--verbose=0"], out + ".log")
             results = _load(out, "results.json")
             history = [json.loads(line) for line in open(os.path.join(out, "seed_0", "history.jsonl"))]
@@ -185,7 +173,7 @@ def bench_negatives(work: str) -> list[dict]:
         for negatives in NEGATIVES:
             out = os.path.join(work, f"negatives_{log}_{negatives}")
             shutil.rmtree(out, ignore_errors=True)
-            seconds = _program(["trainers.train_retrieval", f"--data_dir={data}", f"--output_dir={out}",
+            seconds = run_program(["trainers.train_retrieval", f"--data_dir={data}", f"--output_dir={out}",
                                 f"--uniform_negatives={negatives}"], out + ".log")
             results = _load(out, "results.json")
             tower = results["test_sources"]["two_tower"]

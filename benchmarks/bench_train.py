@@ -1,7 +1,7 @@
 """Training and evaluation throughput: the Keras train step, vocabularies, the
 trainer end to end, and an A/B against an earlier commit.
 
-Usage: python benchmarks/bench_train.py [--backend tensorflow|jax] [--quick]
+Usage: python benchmarks/bench_train.py [--backend tensorflow|jax] [--quick] [--batches 256,2048]
            [--parts presets,vocabulary,end_to_end,long,ab] [--long_lengths 200,1000,10000]
            [--baseline_ref REF] [--json PATH]
 
@@ -232,13 +232,27 @@ def bench_presets(sizes, min_seconds):
             else:
                 optimizer = keras.optimizers.Adam(0.01)
             model.compile(optimizer=optimizer)
-            row = {"preset": preset, "batch": size, "backend": keras.backend.backend()}
+            row = {"preset": preset, "batch": size, "backend": keras.backend.backend(), "device": _device()}
             # model.fit's own step: one batch per call (train_on_batch runs the same train function).
             row["train"] = size / time_call(lambda: model.train_on_batch(x, y), min_seconds)
             row["predict"] = size / time_call(lambda: model.predict_on_batch(x), min_seconds)
             rows.append(row)
             print(f"  {row}", flush=True)
     return rows
+
+
+def _device() -> str:
+    """The accelerator the backend computes on (its kind), or `cpu`."""
+    import keras
+
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return jax.devices()[0].device_kind
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    return tf.config.experimental.get_device_details(gpus[0]).get("device_name", "gpu") if gpus else "cpu"
 
 
 def bench_vocab(sizes, min_seconds):
@@ -307,6 +321,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=["tensorflow", "jax"], default=None)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--batches", default=None, help="presets, vocabulary: batch sizes (default 256,2048; "
+                                                        "--quick: 256)")
     parser.add_argument("--parts", default="presets,vocabulary")
     parser.add_argument("--baseline_ref", default=BASELINE_REF)
     parser.add_argument("--ab_batches", default="256,2048", help="batch sizes of the ab part")
@@ -327,7 +343,7 @@ def main():
     if keras.backend.backend() != "tensorflow" and parts - {"presets"}:
         parser.error("only --parts=presets runs on JAX (the others use TensorFlow's optimizers or tf.data)")
     min_seconds = 0.5 if args.quick else 2.0
-    sizes = [256] if args.quick else [256, 2048]
+    sizes = [int(b) for b in args.batches.split(",")] if args.batches else [256] if args.quick else [256, 2048]
     print(f"Keras {keras.__version__} on {keras.backend.backend()}, {os.cpu_count()} CPUs")
     payload = {"backend": keras.backend.backend()}
     if "presets" in parts:

@@ -10,6 +10,7 @@ import sys
 import time
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def time_call(fn, min_seconds: float = 1.0, warmup: int = 2, max_iters: int = 200) -> float:
@@ -103,3 +104,15 @@ def rss_mb(pid: int) -> float:
     """A process's resident memory (MB)."""
     with open(f"/proc/{pid}/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+
+
+def run_program(args: list[str], log: str) -> float:
+    """Runs `python -m ARGS` in the repository with its output in `log`; its wall
+    seconds, or exits naming the log when it fails."""
+    started = time.perf_counter()
+    with open(log, "w") as out:
+        done = subprocess.run([sys.executable, "-m", *args], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO))
+    if done.returncode:
+        sys.exit(f"{args[0]} failed (exit {done.returncode}); its output: {log}")
+    return time.perf_counter() - started

@@ -104,6 +104,24 @@ TABLES = {
                                      "the attention and representation widths, samples/s of Keras's train step "
                                      "(FusedAdam) and of prediction on in-memory batches, measured in process in the "
                                      "same run, and the ratio to the same preset without fields"),
+    ("bench_train_jax", "presets"): (
+        ["preset", "batch", "device", "train", "predict"],
+        "samples/s of every preset's Keras train step (Adam) and prediction on Keras's JAX backend, measured in "
+        "process on the lent GPU (the `device` column), all in the same run (L=200, K=20, d=16, 50k items, "
+        "in-memory batches)"),
+    ("bench_fields_jax", "step"): (
+        None, "the step cost of behaviour fields on the lent NVIDIA H200, Keras on JAX (`bench_fields.py`: DARE and "
+              "TWIN, L=200, K=20, d=16, 50k items, 0 to 4 extra fields of width 16, batch 2048), measured in process "
+              "in the same run, with the ratio to the same preset without fields"),
+    ("bench_field_value", "tmall_sample"): (
+        None, "test AUC (mean and std over 3 seeds) of DARE and TWIN on the Tmall sample with item and category "
+              "only, with its seller and brand (`--fields=seller,brand`), with the time gap, and with both; the "
+              "gain over item and category only; each run `trainers.train` (batch 256, 2 epochs, L=100, K=20) on "
+              "one dataset prepared with every field (min_clicks 50, 10 train targets), the same examples"),
+    ("bench_field_value", "synthetic_brands"): (
+        None, "test AUC (mean and std over 3 seeds) of DARE and TWIN on a generated log whose users favour two of "
+              "200 brands across categories (`data.synthetic --users=1500 --brands=200 --p_brand=0.3`), with item "
+              "and category only, with the brand, with the time gap, and with both; settings as on Tmall"),
     ("bench_cascade", "merge"): (None,
                                  "the merged first 200 candidates of 256 users (histories of 200), measured in "
                                  "process: `CandidateMerger` (each source's `top_k`, sorts over the proposals) "

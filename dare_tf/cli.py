@@ -250,7 +250,7 @@ def _parse_flags(argv):
 _TRAIN_RENAME = {"preset": "model"}
 # Fields a run derives from the dataset and the strategy, not from flags (--max_len
 # defaults to the dataset's L: any length can be assembled from its store).
-_MODEL_DERIVED = ("num_items", "num_categories", "synchronized_batch_norm")
+_MODEL_DERIVED = ("num_items", "num_categories", "synchronized_batch_norm", "fields")
 
 
 def define_train_flags(with_model: bool = True) -> None:

@@ -39,6 +39,11 @@ def field_keys(fields, target: str = "target") -> list[str]:
     return [f"hist_{f.name}" for f in fields] + [f"{target}_{f.name}" for f in fields if not f.history_only]
 
 
+def input_keys(fields=()) -> list[str]:
+    """Every per-example input of a model with `fields`: `MODEL_INPUTS`, then `field_keys`."""
+    return [*MODEL_INPUTS, *field_keys(fields)]
+
+
 def _field_ids(inputs, fields, target: str, what: str):
     missing = [k for k in field_keys(fields, target) if k not in inputs]
     if missing:

@@ -29,6 +29,8 @@ SERVING_DEFAULT = "serving_default"
 DATASET_SIGNATURE = "dataset"
 EXPLAIN = "explain"
 RANK = "rank"
+# A ranker with further fields: raw item ids -> each column field's raw value (a candidate's `candidate_<name>`).
+ITEM_FIELDS = "item_fields"
 RANK_EXPLAIN = "rank_explain"
 HIST_LENGTH = "hist_length"
 CANDIDATE_COUNT = "candidate_count"

@@ -6,6 +6,11 @@ Usage:
   # any click log: CSV, TSV or Parquet, columns by header name (or 0-based index without --header)
   python -m data.prepare --format=csv --header --input=clicks.csv --output_dir=data/prepared/mine \
       --columns=user=user_id,item=item_id,category=cat,time=ts[,action=event --click=click]
+  # further fields of every behaviour (a brand, a seller), and the time gap of each behaviour
+  python -m data.prepare --dataset=tmall --fields=seller,brand --time_gap --input=user_log_format1.csv ...
+  python -m data.prepare --format=csv --header --columns=user=uid,item=iid,category=cat,time=ts,field:brand=brand ...
+  # every action (pv, buy, cart, fav) in the histories, as the field `action`; the examples stay the clicks
+  python -m data.prepare --dataset=taobao --action_field --input=UserBehavior.csv ...
   # an impression log: a 0/1 label per row; its impressions are the examples
   python -m data.prepare --format=parquet --input=impressions.parquet --output_dir=data/prepared/imp \
       --columns=user=uid,item=iid,time=ts,label=clicked --min_clicks=5
@@ -37,8 +42,12 @@ FLAGS = flags.FLAGS
 flags.DEFINE_enum("dataset", None, sorted(FORMATS), "A named log format (preset of --format/--columns/--click).")
 flags.DEFINE_enum("format", None, sorted(FILE_FORMATS), "File format of a custom log (instead of --dataset).")
 flags.DEFINE_string("columns", None, "Custom log: ROLE=COLUMN pairs, comma-separated; roles user, item, time "
-                    "(required), category, action (with --click), label (0/1: an impression log). COLUMN is a "
-                    "header name (--header, Parquet) or a 0-based index.")
+                    "(required), category, action (with --click), label (0/1: an impression log), field:NAME (any "
+                    "number of further categorical fields: integer ids, an empty cell is the item's own). COLUMN "
+                    "is a header name (--header, Parquet) or a 0-based index.")
+flags.DEFINE_list("fields", [], "A preset's further fields to read, comma-separated (tmall: seller, brand).")
+flags.DEFINE_bool("action_field", False, "Keep every action of a preset's log (Taobao's pv, buy, cart, fav) in the "
+                  "histories, with the history-only field `action`; the examples stay the clicks.")
 flags.DEFINE_string("click", None, "Custom log with an action column: the action value that is a click.")
 flags.DEFINE_bool("header", False, "Custom CSV/TSV log: the first line names the columns.")
 flags.DEFINE_string("input", None, "Raw log file.")
@@ -62,7 +71,8 @@ flags.mark_flags_as_required(["input", "output_dir"])
 def log_format_from_flags() -> LogFormat:
     """The log's format: a preset (`--dataset`) or `--format` with `--columns`."""
     try:
-        return log_format_of(FLAGS.dataset, FLAGS.format, FLAGS.columns, FLAGS.click, FLAGS.header)
+        return log_format_of(FLAGS.dataset, FLAGS.format, FLAGS.columns, FLAGS.click, FLAGS.header, FLAGS.fields,
+                             FLAGS.action_field)
     except ValueError as e:
         raise app.UsageError(str(e)) from None
 
@@ -130,8 +140,10 @@ def main(argv):
                             compression=compression)
     else:
         spec = prepare(fmt, FLAGS.input, FLAGS.output_dir, protocol, FLAGS.skip_bad_lines, compression)
+    fields = "".join(f", {f['name']} ({len(f['edges'])} buckets)" if "edges" in f else
+                     f", {f['name']} ({f['vocabulary'] - 2} values)" for f in spec.fields)
     print(f"{FLAGS.output_dir}: {spec.users} users, {spec.num_items - 2} items, "
-          f"{spec.num_categories - 2} categories, examples {spec.counts}, {spec.partitions} partitions")
+          f"{spec.num_categories - 2} categories{fields}, examples {spec.counts}, {spec.partitions} partitions")
 
 
 def run():

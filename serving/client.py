@@ -10,11 +10,15 @@ Usage:
       --user_id=1 --histories=lmdb:histories   # the history from the history service
 
 req.json holds lists `target_item`, `target_category` and lists of lists
-`hist_items`, `hist_categories` (raw integer ids, oldest first, any lengths).
-For `recommend`, user.json holds one user's `hist_items` and `hist_categories`
-(lists of raw ids, oldest first), or --user_id names a user whose history the
-history service (--histories, `python -m serving.histories`) holds, read at
-call time: the retrieval model picks --num_candidates items, the ranker
+`hist_items`, `hist_categories` (raw integer ids, oldest first, any lengths);
+a model with further fields also takes `target_<field>` (a list) and
+`hist_<field>` (lists of lists beside `hist_items`; the time gap's
+`hist_time_gap`: each click's age). For `recommend`, user.json holds one
+user's `hist_items` and `hist_categories` (lists of raw ids, oldest first, and
+`hist_<field>` of the ranker's fields), or --user_id names a user whose
+history the history service (--histories, `python -m serving.histories`)
+holds, read at call time (its fields with it; the time gap from the clicks'
+times, now): the retrieval model picks --num_candidates items, the ranker
 (--model_name) scores them in one `rank` request, and the --top are printed
 by click probability.
 """
@@ -91,7 +95,7 @@ def _command(argv):
         if not FLAGS.request_json:
             raise app.UsageError("recommend needs --request_json (or --user_id with --histories)")
         request = _read_request([HIST_ITEMS, HIST_CATEGORIES])
-        for name in (HIST_ITEMS, HIST_CATEGORIES):
+        for name in request:
             _history(request, name)
         return "recommend", request
     if commands:
@@ -121,7 +125,8 @@ def recommend(request):
             request = dict(zip((HIST_ITEMS, HIST_CATEGORIES), history.row(0)))
         else:
             result = Recommender(*clients).recommend(request[HIST_ITEMS], request[HIST_CATEGORIES],
-                                                     FLAGS.num_candidates, FLAGS.top, FLAGS.explain)
+                                                     FLAGS.num_candidates, FLAGS.top, FLAGS.explain,
+                                                     _fields(request))
     finally:
         for client in clients:
             client.close()
@@ -145,7 +150,7 @@ def main(configuration):
     if FLAGS.metadata:
         print(json.dumps(client.metadata(), indent=2))
         return
-    inputs = request_tensors(*(request[k] for k in MODEL_INPUTS))
+    inputs = request_tensors(*(request[k] for k in MODEL_INPUTS), _fields(request))
     if FLAGS.rest_url:
         out = rest_predict(FLAGS.rest_url, FLAGS.model_name, inputs, FLAGS.signature, FLAGS.timeout)
     else:
@@ -153,6 +158,13 @@ def main(configuration):
     if "history_index" in out:
         out = in_own_history(out, inputs, request[HIST_ITEMS])
     print(_predictions(request, out))
+
+
+def _fields(request: dict) -> dict:
+    """A request's further fields: its entries beyond the model's four inputs."""
+    from dare_tf.data.spec import MODEL_INPUTS
+
+    return {k: v for k, v in request.items() if k not in MODEL_INPUTS}
 
 
 def _predictions(request: dict, out: dict) -> str:

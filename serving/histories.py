@@ -9,9 +9,12 @@ Usage:
   tail -f clicks.csv | python -m serving.histories append --store=redis://localhost:6379 --input=- \
       --format=csv --columns=user=0,item=1,category=2,time=4
   python -m serving.histories show --store=lmdb:histories --user_id=1 --max_len=50
+  # a dataset with further fields: the store keeps them (created with the dataset's, or --fields)
+  python -m serving.histories append --store=lmdb:histories --input=day.csv --dataset=tmall --fields=seller,brand
 
-`load` writes every stored user's clicks in raw ids (a prepared dataset keeps
-no click times: they load as 0, before any live click). `append` reads rows of
+`load` writes every stored user's clicks in raw ids, with the dataset's column
+fields (a store created now gets them); a dataset prepared with --time_gap
+keeps its clicks' times, any other none: they load as 0, before any live click. `append` reads rows of
 a log as `data.prepare` does: a preset (`--dataset=taobao`, a day of the log a
 dataset was prepared from) or the `--columns` language (with `action=COL
 --click=VALUE` only clicks are kept) and appends them as they arrive: from `-` (standard
@@ -45,6 +48,10 @@ flags.DEFINE_enum("format", None, sorted(FILE_FORMATS),
 flags.DEFINE_string("columns", None, "append: ROLE=COLUMN pairs as data.prepare's --columns (user, item, time; "
                     "category; action with --click).")
 flags.DEFINE_string("click", None, "append: with an action column, the action value that is a click.")
+flags.DEFINE_list("fields", [], "append: a preset's further fields to read and keep (tmall: seller, brand); a "
+                  "custom log names them in --columns=...,field:NAME=COL.")
+flags.DEFINE_bool("action_field", False, "append: keep every action of a preset's log, with its action as the field "
+                  "`action` (a store loaded from a dataset prepared with --action_field).")
 flags.DEFINE_bool("header", False, "append: the first line names the columns.")
 flags.DEFINE_integer("batch_lines", 1000, "append from -: the most lines one append holds.", lower_bound=1)
 flags.DEFINE_string("user_id", None, "show: the raw user id.")
@@ -69,7 +76,8 @@ def _configure(argv):
             raise app.UsageError("--format=parquet reads a file: give --input=FILE, not -")
         file_format = FLAGS.format or ("csv" if FLAGS.columns is not None and FLAGS.dataset is None else None)
         try:
-            fmt = log_format_of(FLAGS.dataset, file_format, FLAGS.columns, FLAGS.click, FLAGS.header)
+            fmt = log_format_of(FLAGS.dataset, file_format, FLAGS.columns, FLAGS.click, FLAGS.header, FLAGS.fields,
+                                FLAGS.action_field)
         except ValueError as e:
             raise app.UsageError(str(e)) from None
         if fmt.impressions:
@@ -137,12 +145,16 @@ def main(configuration):
     from dare_tf.histories import open_store
 
     command, fmt = configuration
-    max_clicks = FLAGS.max_clicks
-    if command == "load" and max_clicks is None:
+    max_clicks, fields = FLAGS.max_clicks, None
+    if command == "load":
         from dare_tf.data.spec import DatasetSpec
+        from dare_tf.histories.prepared import column_fields
 
-        max_clicks = DatasetSpec.load(FLAGS.data_dir).max_len
-    with open_store(FLAGS.store, read_only=command == "show", max_clicks=max_clicks) as store:
+        spec = DatasetSpec.load(FLAGS.data_dir)
+        max_clicks, fields = spec.max_len if max_clicks is None else max_clicks, column_fields(spec)
+    elif command == "append":
+        fields = tuple(fmt.field_columns) + (("action",) if fmt.action_field else ())
+    with open_store(FLAGS.store, read_only=command == "show", max_clicks=max_clicks, fields=fields) as store:
         {"load": lambda: load(store), "append": lambda: append(store, fmt), "show": lambda: show(store)}[command]()
 
 

@@ -118,11 +118,3 @@ def test_the_config_records_fields_and_refuses_bad_ones():
                                        r"model's fields \(brand, gap\) each need their ids"):
         model(x)
 
-
-def test_an_export_of_a_model_with_fields_is_refused_in_one_line(tmp_path):
-    from dare_tf.export.ranker import export_saved_model
-
-    model = build_model("dare", NUM_ITEMS, NUM_CATS, max_len=LENGTH, fields=[BRAND, GAP])
-    with pytest.raises(ValueError, match=r"^serving.export: the model has behaviour fields \(brand, gap\); the "
-                                         r"exports take item and category ids only so far$"):
-        export_saved_model(model, str(tmp_path), str(tmp_path / "exports"), "dare")

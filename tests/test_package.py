@@ -206,6 +206,7 @@ TESTED_WITH = {
     "dare_tf.cli": "tests/test_programs.py",
     "dare_tf.config": "tests/test_models.py",
     "dare_tf.data.beam": "tests/data/test_prepare.py",
+    "dare_tf.data.beam_statistics": "tests/data/test_prepare.py",
     "dare_tf.data.log_reader": "tests/data/test_logs.py",
     "dare_tf.data.pipeline": "tests/data/test_records.py",
     "dare_tf.data.prepared": "tests/data/test_prepare.py",

@@ -19,7 +19,9 @@ def search_stage(model):
     import keras
 
     def run(x, history_signatures=None):
-        embedded = model.embeddings({k: x[k] for k in MODEL_INPUTS}, roles=ATTENTION_ROLES)
+        from dare_tf.model_inputs import input_keys
+
+        embedded = model.embeddings({k: x[k] for k in input_keys(model.model_config.fields)}, roles=ATTENTION_ROLES)
         precomputed = {} if history_signatures is None else {"history_signatures": history_signatures}
         return model.search.search_only(embedded.roles["target_attention"], embedded.roles["history_attention"],
                                         embedded.mask, embedded.ids.target_category, embedded.ids.hist_categories,

@@ -18,7 +18,6 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from dare_tf.data.spec import MODEL_INPUTS
 
 _ATTENTION_ROLES = ("target_attention", "history_attention")
 
@@ -33,7 +32,9 @@ def split_gradients(model, x, y):
     gradients of the model's other trainable variables, as `(gradient,
     variable)` pairs.
     """
-    ids = model.example_ids({k: x[k] for k in MODEL_INPUTS})
+    from dare_tf.model_inputs import input_keys
+
+    ids = model.example_ids({k: x[k] for k in input_keys(model.model_config.fields)})
     layer = model.embedding
     row_ids = layer.row_ids(*ids.lookup_args())
     tables = {id(table) for table, _ in row_ids.values()}

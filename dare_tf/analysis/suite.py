@@ -56,8 +56,10 @@ def _forward(model, arrays: dict, keys, batch: int = 2048) -> dict:
     """`model.forward` outputs `keys` over in-memory examples, as numpy."""
     from keras import ops
 
+    from dare_tf.model_inputs import input_keys
+
     parts = {k: [] for k in keys}
-    for x in _batches({k: arrays[k] for k in MODEL_INPUTS}, batch):
+    for x in _batches({k: arrays[k] for k in input_keys(model.model_config.fields)}, batch):
         out = model.forward(x, training=False)
         for k in keys:
             parts[k].append(ops.convert_to_numpy(out[k]))
@@ -67,8 +69,10 @@ def _forward(model, arrays: dict, keys, batch: int = 2048) -> dict:
 def _slot_scores(model, arrays: dict, batch: int = 2048) -> np.ndarray:
     from keras import ops
 
+    from dare_tf.model_inputs import input_keys
+
     parts = []
-    for x in _batches({k: arrays[k] for k in MODEL_INPUTS}, batch):
+    for x in _batches({k: arrays[k] for k in input_keys(model.model_config.fields)}, batch):
         embedded = model.embeddings(x)
         parts.append(ops.convert_to_numpy(model.slot_scores(embedded.roles, embedded.ids)))
     return np.concatenate(parts)

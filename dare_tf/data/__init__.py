@@ -12,7 +12,8 @@ from dare_tf._faces import lazy_face
 # Public name -> the module that defines it (or (module, name there)), imported on first use.
 _LAZY = {
     **dict.fromkeys(("FORMAT", "MODEL_INPUTS", "SCALAR_FEATURES", "SEQUENCE_FEATURES", "SPLITS", "DatasetSpec",
-                     "id_map_digest", "item_categories", "read_id_map"), "dare_tf.data.spec"),
+                     "id_map_digest", "read_id_map"), "dare_tf.data.spec"),
+    "item_categories": "dare_tf.data.prepared",
     "make_dataset": "dare_tf.data.pipeline",
     "SequenceStore": "dare_tf.data.store",
     "read_examples": "dare_tf.data.store",

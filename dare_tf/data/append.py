@@ -31,13 +31,15 @@ import numpy as np
 from absl import logging
 
 from dare_tf.data.days import DAY, Catalogue, day_name, write_days, write_store
+from dare_tf.data.fields import field_files, field_id_file
 from dare_tf.data.log_reader import read_log
-from dare_tf.data.logs import LogFormat, dense_ids
-from dare_tf.data.prepared import layout_fields, make_spec, read_item_clicks, write_id_maps, write_item_clicks
+from dare_tf.data.logs import ACTION_FIELD, LogFormat, dense_ids
+from dare_tf.data.prepared import (item_categories, layout_fields, make_spec, read_item_clicks, read_item_field,
+                                   write_field_maps, write_id_maps, write_item_clicks)
 from dare_tf.data.protocol import Protocol, time_windows
 from dare_tf.data.records import read_shards
-from dare_tf.data.spec import (APPEND_JOURNAL, APPEND_LOCK, SPEC_FILE, STORE_KIND, TABLE_FILES, DatasetSpec,
-                               append_pending, is_shard_name, item_categories, partition_of, read_id_map)
+from dare_tf.data.spec import (APPEND_JOURNAL, APPEND_LOCK, SPEC_FILE, STORE_KIND, STORE_TIMES, TABLE_FILES, TIME_GAP,
+                               DatasetSpec, append_pending, is_shard_name, partition_of, read_id_map)
 
 
 
@@ -54,9 +56,15 @@ def _remove_unlisted_shards(data_dir: str, listed: set[str]) -> None:
             logging.info("removed %s: a shard spec.json does not list (an interrupted append's)", entry)
 
 
+def _tables(spec_path: str) -> tuple[str, ...]:
+    """The table files of the dataset whose spec.json (or journal) is `spec_path`."""
+    with open(spec_path) as f:
+        return (*TABLE_FILES, *field_files(json.load(f).get("fields", [])))
+
+
 def _commit(data_dir: str) -> None:
     """Renames the journaled files into place (spec.json last) and removes the shards it no longer lists."""
-    for name in TABLE_FILES:
+    for name in _tables(os.path.join(data_dir, APPEND_JOURNAL)):
         if os.path.exists(os.path.join(data_dir, append_pending(name))):
             os.replace(os.path.join(data_dir, append_pending(name)), os.path.join(data_dir, name))
     os.replace(os.path.join(data_dir, APPEND_JOURNAL), os.path.join(data_dir, SPEC_FILE))
@@ -70,7 +78,8 @@ def recover(data_dir: str) -> None:
         logging.warning("%s: finishing the append that was stopped while it committed", data_dir)
         _commit(data_dir)
         return
-    for path in [os.path.join(data_dir, append_pending(name)) for name in TABLE_FILES] + [
+    for path in [os.path.join(data_dir, append_pending(name)) for name in _tables(
+            os.path.join(data_dir, SPEC_FILE))] + [
             os.path.join(data_dir, f"{APPEND_JOURNAL}.tmp")]:
         if os.path.exists(path):
             os.remove(path)
@@ -191,17 +200,26 @@ def _append(input_path: str, data_dir: str, fmt: LogFormat | None, allow_late: b
     user, raw_users = _extend_ids(raw["user"], read_id_map(data_dir, "user"))
     item, raw_items = _extend_ids(raw["item"], read_id_map(data_dir, "item"))
     category, raw_categories = _extend_ids(raw["category"], read_id_map(data_dir, "category"))
+    names = [f["name"] for f in spec.fields if f["name"] != TIME_GAP]  # (the column fields)
+    fields, raw_fields = {}, {}
+    for name in names:
+        with open(os.path.join(data_dir, field_id_file(name))) as f:
+            fields[name], raw_fields[name] = _extend_ids(clicks.fields[name][keep], f.read().split())
     num_items, num_users = len(raw_items) + 2, len(raw_users) + 1
     grown = np.zeros(num_items, np.int64)  # the catalogue as of the dataset's last day, grown by the new ids
-    catalogue = Catalogue(grown, grown)
+    catalogue = Catalogue(grown, grown, dict.fromkeys(names, grown))
     catalogue.categories[: spec.num_items - 1] = item_categories(data_dir, spec, lambda: [])[: spec.num_items - 1]
     catalogue.counts[: spec.num_items - 1] = read_item_clicks(data_dir, spec.num_items)[: spec.num_items - 1]
+    for name in names:
+        if not spec.field(name)["history_only"]:
+            catalogue.fields[name][: spec.num_items - 1] = read_item_field(data_dir, spec, name)[: spec.num_items - 1]
     times = raw["time"]
     bounds = protocol.bounds(int(times.max()))
     # The store of the partitions whose users have rows in the new log.
     touched = np.unique(partition_of(user, protocol.partitions)).tolist()
-    old = {k: v for k, v in zip(("uid", "length", "items", "categories"), _concat(read_shards(
-        data_dir, [spec.store[k] for k in touched], spec, STORE_KIND)))}
+    lists = spec.record_columns[1]  # items, categories, the fields' and the times
+    old = dict(zip(("uid", "length", *lists), _concat(read_shards(data_dir, [spec.store[k] for k in touched], spec,
+                                                                  STORE_KIND), ("uid", "length", *lists))))
     old_start = dict(zip(old["uid"].tolist(), np.concatenate([[0], np.cumsum(old["length"])[:-1]]).tolist()))
     old_length = dict(zip(old["uid"].tolist(), old["length"].tolist()))
 
@@ -209,31 +227,45 @@ def _append(input_path: str, data_dir: str, fmt: LogFormat | None, allow_late: b
         s = old_start.get(u)
         return old["items"][s: s + old_length[u]].astype(np.int64) if s is not None else np.zeros(0, np.int64)
 
+    # `--action_field`: every action is history, the clicks among them are the targets (and qualify a user).
+    clicked = clicks.clicked()[keep] if fmt.action_field else None
+    old_clicks = np.ones(len(old["items"]), bool)
+    if fmt.action_field:
+        click_code = int(np.flatnonzero(raw_fields[ACTION_FIELD] == fmt.click_code)[0]) + 1
+        old_clicks = old[ACTION_FIELD] == click_code
+    counted = np.bincount(np.repeat(old["uid"], old["length"])[old_clicks], minlength=num_users)
+    old_click_count = dict(zip(old["uid"].tolist(), counted[old["uid"]].tolist()))
     phase("read_store")
     files = {n: e for n, e in spec.files.items() if n not in {spec.store[k] for k in touched}}
     files.update(write_days(data_dir, user, item, category, times, labels, prior, catalogue, protocol, bounds,
-                            spec.compression))
+                            spec.compression, fields, clicked, lambda u: old_click_count.get(u, 0)))
     phase("examples")
-    is_click = np.ones(len(user), bool) if labels is None else labels == 1
+    is_click = np.ones(len(user), bool) if labels is None else labels == 1  # (the history's rows)
     click_uid = np.concatenate([np.repeat(old["uid"], old["length"]), user[is_click]]).astype(np.int64)
     source = np.concatenate([np.zeros(len(old["items"]), np.int64), np.ones(int(is_click.sum()), np.int64)])
     order = np.lexsort((np.arange(len(click_uid)), source, click_uid))
     users = np.union1d(old["uid"], user)
     lengths = np.bincount(click_uid, minlength=num_users)[users]
-    files.update(write_store(data_dir, users, lengths, np.concatenate([old["items"], item[is_click]])[order],
-                             np.concatenate([old["categories"], category[is_click]])[order], protocol,
-                             spec.compression, int(times.max()), indices=touched))
+    new = {"items": item, "categories": category, **fields, STORE_TIMES: times}
+    merged = {k: np.concatenate([old[k], new[k][is_click]])[order] for k in lists}
+    files.update(write_store(data_dir, users, lengths, merged.pop("items"), merged.pop("categories"), protocol,
+                             spec.compression, int(times.max()), indices=touched, extra=merged))
     phase("write_store")
-    before = np.array([old_length.get(u, 0) for u in users.tolist()])
-    qualified = int(((before < protocol.min_clicks) & (lengths >= protocol.min_clicks)).sum())
+    before = np.array([old_click_count.get(u, 0) for u in users.tolist()])
+    new_clicks = is_click if clicked is None else clicked
+    after = before + np.bincount(user[new_clicks], minlength=num_users)[users]
+    qualified = int(((before < protocol.min_clicks) & (after >= protocol.min_clicks)).sum())
     entry = dict(path=os.path.abspath(input_path), sha256=clicks.sha256, rows=clicks.rows,
-                 clicks=int(is_click.sum()), bad_lines=clicks.bad_lines, late_rows=int(late.sum()))
+                 clicks=int(new_clicks.sum()), bad_lines=clicks.bad_lines, late_rows=int(late.sum()))
     new_source = {**spec.source, "appended": [*appended, entry], "last_time": int(times.max())}
     preparation = hashlib.sha256(f"{spec.preparation}+{clicks.sha256}+{allow_late}".encode()).hexdigest()[:16]
     new_spec = make_spec(fmt, protocol, new_source, preparation, dict(
         num_items=num_items, num_categories=len(raw_categories) + 2, num_users=num_users, users=spec.users + qualified,
-        **layout_fields(protocol, spec.compression, files, bounds), **time_windows(protocol, bounds)))
+        **layout_fields(protocol, spec.compression, files, bounds, [
+            dict(f, vocabulary=len(raw_fields[f["name"]]) + 2) if f["name"] in raw_fields else f
+            for f in spec.fields]), **time_windows(protocol, bounds)))
     write_id_maps(data_dir, raw_items, raw_categories, raw_users, catalogue.categories, rename=append_pending)
+    write_field_maps(data_dir, raw_fields, catalogue.fields, num_items, rename=append_pending)
     write_item_clicks(data_dir, catalogue.counts, rename=append_pending)
     journal = os.path.join(data_dir, APPEND_JOURNAL)
     with open(f"{journal}.tmp", "w") as f:
@@ -245,8 +277,7 @@ def _append(input_path: str, data_dir: str, fmt: LogFormat | None, allow_late: b
     return new_spec
 
 
-def _concat(parts: list[dict]) -> tuple[np.ndarray, ...]:
-    keys = ("uid", "length", "items", "categories")
+def _concat(parts: list[dict], keys) -> tuple[np.ndarray, ...]:
     if not parts:
         return tuple(np.zeros(0, np.int64) for _ in keys)
     return tuple(np.concatenate([p[k] for p in parts]).astype(np.int64) for k in keys)

@@ -34,102 +34,47 @@ import numpy as np
 from absl import logging
 
 from dare_tf.data.log_reader import parse_block, plan_blocks
+from dare_tf.data.logs import check_fields
 from dare_tf.data.logs import LogFormat
 from dare_tf.data.prepared import (PartitionedWriter, check_compression, guard_dataset_dir, layout_fields,
-                                   log_format, make_spec, write_id_maps, write_item_clicks, write_prepared)
-from dare_tf.data.days import DAY, clicks_by_day, day_item_summaries, merge_day_items, user_examples
-from dare_tf.data.examples import USERS_PER_CHUNK, LogStatistics, UserRows, chunk_examples, qualifying_users
+                                   log_format, make_spec, write_field_maps, write_id_maps, write_item_clicks,
+                                   write_prepared)
+from dare_tf.data.beam_statistics import merge_summaries, statistics, user_ranks, user_summaries
+from dare_tf.data.days import (DAY, clicks_by_day, day_item_summaries, example_names, merge_day_items, table_columns,
+                               user_examples)
+from dare_tf.data.fields import column_entries, spec_fields
+from dare_tf.data.logs import ACTION_FIELD
+from dare_tf.data.examples import USERS_PER_CHUNK, UserRows, chunk_examples, store_rows
 from dare_tf.data.protocol import Protocol, no_user_qualifies, preparation_id, time_windows
-from dare_tf.data.spec import EXAMPLE_COLUMNS, SEGMENT_KIND, SPLITS, STORE_KIND, partition_of
+from dare_tf.data.spec import SEGMENT_KIND, SPLITS, STORE_KIND, partition_of
 
 MANIFEST = ".beam-manifest.json"  # written by the pipeline into the staging directory, read and removed
 
 
 def _block_users(block_index: int, clicks):
-    """`(raw user, (file keys, items, categories, times, labels))` of one parsed block."""
+    """`(raw user, (file keys, items, categories, times, labels, fields))` of one
+    parsed block (`fields`: `[rows, F]` the further fields' raw ids, in order)."""
     keys = (np.int64(block_index) << 32) + np.arange(len(clicks.user), dtype=np.int64)
-    labels = clicks.label if clicks.label is not None else np.ones(len(clicks.user), np.int64)
+    labels = clicks.label if clicks.label is not None else clicks.clicked().astype(np.int64)  # (1: a click)
+    fields = np.stack([clicks.fields[n] for n in clicks.fields], 1) if clicks.fields else np.zeros(
+        (len(clicks.user), 0), np.int64)
     order = np.argsort(clicks.user, kind="stable")
     users, starts = np.unique(clicks.user[order], return_index=True)
     for u, rows in zip(users, np.split(order, starts[1:])):
-        yield int(u), (keys[rows], clicks.item[rows], clicks.category[rows], clicks.time[rows], labels[rows])
+        yield int(u), (keys[rows], clicks.item[rows], clicks.category[rows], clicks.time[rows], labels[rows],
+                       fields[rows])
 
 
 def _user_sequence(element, sort_by_time: bool, chronological: bool = False):
     """A user's rows in protocol order (file order, or stably by time):
-    `(raw user, first key, items, categories, file keys, times, labels)`. The
-    first key orders the users: the first file key, or `chronological` (a
+    `(raw user, first key, items, categories, file keys, times, labels, fields)`.
+    The first key orders the users: the first file key, or `chronological` (a
     `--split=time` log, read in time order) the first (time, file key)."""
     user, parts = element
-    keys, items, categories, times, labels = (np.concatenate([p[i] for p in parts]) for i in range(5))
+    keys, items, categories, times, labels, fields = (np.concatenate([p[i] for p in parts]) for i in range(6))
     order = np.lexsort((keys, times)) if sort_by_time or chronological else np.argsort(keys)
     first = (int(times[order[0]]), int(keys[order[0]])) if chronological else int(keys.min())
-    return user, first, items[order], categories[order], keys[order], times[order], labels[order]
-
-
-def _user_summaries(sequence, ranks: dict, sort_by_time: bool, chronological: bool = False):
-    """Per distinct item and category of one user: `(first protocol key, last
-    protocol key, category at the last, clicks)`. Protocol keys order all
-    rows as the in-memory driver sees them: file order (Taobao), user rank
-    then position (a time-sorted log), or `chronological` (time, file key)."""
-    user, _, items, categories, file_keys, times, labels = sequence
-    if chronological:
-        keys = list(zip(times.tolist(), file_keys.tolist()))
-    elif sort_by_time:
-        keys = (np.int64(ranks[user]) << 32) + np.arange(len(items), dtype=np.int64)
-    else:
-        keys = file_keys
-    clicked = labels == 1
-    for kind, ids in (("item", items), ("category", categories)):
-        uniq, firsts = np.unique(ids, return_index=True)
-        last = len(ids) - 1 - np.unique(ids[::-1], return_index=True)[1]
-        counts = np.bincount(np.searchsorted(uniq, ids[clicked]), minlength=len(uniq))
-        for i, f, lst, c in zip(uniq, firsts, last, counts):
-            yield (kind, int(i)), (_key(keys[f]), _key(keys[lst]), int(categories[lst]) if kind == "item" else 0,
-                                   int(c))
-
-
-def _key(key):
-    return tuple(key) if isinstance(key, tuple) else int(key)
-
-
-def _merge_summaries(values):
-    values = list(values)
-    first = min(v[0] for v in values)
-    last = max(values, key=lambda v: v[1])
-    return first, last[1], last[2], sum(v[3] for v in values)
-
-
-def _user_ranks(users: dict) -> dict:
-    """Raw user -> rank (dense id - 1), in order of first appearance, from
-    `{raw user: (first file key, clicks, rows)}`."""
-    return {u: r for r, u in enumerate(sorted(users, key=lambda u: users[u][0]))}
-
-
-def _statistics(users, ranks, summaries, protocol: Protocol, impressions: bool) -> dict:
-    """The side input of the chunk stage: `LogStatistics`, the id maps and the
-    dense id of every raw id."""
-    raw_users = sorted(ranks, key=ranks.get)
-    items = sorted(((v[0], k[1], v) for k, v in summaries if k[0] == "item"))
-    categories = sorted(((v[0], k[1]) for k, v in summaries if k[0] == "category"))
-    item_dense = {raw: i + 1 for i, (_, raw, _) in enumerate(items)}
-    category_dense = {raw: i + 1 for i, (_, raw) in enumerate(categories)}
-    num_items = len(items) + 2
-    item_category = np.zeros(num_items, np.int32)
-    counts = np.zeros(num_items, np.int64)
-    for _, raw, (_, _, category, count) in items:
-        item_category[item_dense[raw]] = category_dense[category]
-        counts[item_dense[raw]] = count
-    clicks = np.array([0] + [users[u][1] for u in raw_users], np.int64)
-    rows = np.array([0] + [users[u][2] for u in raw_users], np.int64)
-    # (`--split=time`: users qualify by their clicks alone, on the day they reach min_clicks)
-    qualifying = qualifying_users(clicks, rows if impressions and protocol.split == "user" else None, protocol)
-    return {"stats": LogStatistics(item_category=item_category, item_cdf=np.cumsum(counts), qualifying=qualifying,
-                                   num_users=len(raw_users) + 1),
-            "raw_items": [raw for _, raw, _ in items], "raw_categories": [raw for _, raw in categories],
-            "raw_users": raw_users, "item_dense": item_dense, "category_dense": category_dense,
-            "user_dense": {u: r + 1 for u, r in ranks.items()},
-            "index": {int(u): i for i, u in enumerate(qualifying)}, "longest": int(clicks.max())}
+    return user, first, items[order], categories[order], keys[order], times[order], labels[order], fields[order]
 
 
 def _chunk_outputs(element, side: dict, protocol: Protocol, impressions: bool):
@@ -142,13 +87,11 @@ def _chunk_outputs(element, side: dict, protocol: Protocol, impressions: bool):
         parts = partition_of(columns["uid"], protocol.partitions)
         for k in np.unique(parts).tolist():
             yield (split, k), (chunk, {c: v[parts == k] for c, v in columns.items()})
-    stored = [r.clicks() for r in rows]
+    stored = [r.stored(protocol.time_gap) for r in rows]
     parts = partition_of(users, protocol.partitions)
     for k in np.unique(parts).tolist():
         sel = np.flatnonzero(parts == k)
-        yield (STORE_KIND, k), (chunk, (users[sel], np.array([len(stored[i][0]) for i in sel]),
-                                        np.concatenate([stored[i][0] for i in sel]),
-                                        np.concatenate([stored[i][1] for i in sel])))
+        yield (STORE_KIND, k), (chunk, store_rows(users[sel], [stored[i] for i in sel]))
 
 
 def _write_shard(element, directory: str, protocol: Protocol, compression: str):
@@ -167,6 +110,7 @@ def _write_manifest(files, side: dict, directory: str, source: dict, last_time: 
     if len(side["stats"].qualifying):
         write_id_maps(directory, side["raw_items"], side["raw_categories"], side["raw_users"],
                       side["stats"].item_category)
+        write_field_maps(directory, side["raw_fields"], side["stats"].item_fields, side["stats"].num_items)
         if chronological:
             write_item_clicks(directory, np.diff(side["stats"].item_cdf, prepend=0))
     with open(os.path.join(directory, MANIFEST), "w") as f:
@@ -174,7 +118,8 @@ def _write_manifest(files, side: dict, directory: str, source: dict, last_time: 
                    "num_items": side["stats"].num_items,
                    "num_categories": len(side["raw_categories"]) + 2, "num_users": side["stats"].num_users,
                    "users": int(len(side["stats"].qualifying)), "longest": side["longest"], "last_time": last_time,
-                   **source}, f)
+                   "vocabularies": {n: len(v) + 2 for n, v in side["raw_fields"].items()},
+                   "empty_fields": [n for n, v in side["raw_fields"].items() if v and max(v) < 0], **source}, f)
 
 
 def build_pipeline(pipeline, path: str, fmt: LogFormat, plan, protocol: Protocol, directory: str,
@@ -186,8 +131,7 @@ def build_pipeline(pipeline, path: str, fmt: LogFormat, plan, protocol: Protocol
     blocks = pipeline | "Blocks" >> beam.Create(list(enumerate(plan.blocks)))
     parsed = blocks | "Parse" >> beam.Map(
         lambda b: (b[0], parse_block(path, fmt, plan.names, b[1], skip_bad_lines)))
-    counts = (parsed | "BlockCounts" >> beam.Map(lambda p: (p[1].rows, p[1].bad_lines, len(p[1].user) if
-                                                             p[1].label is None else int((p[1].label == 1).sum())))
+    counts = (parsed | "BlockCounts" >> beam.Map(lambda p: (p[1].rows, p[1].bad_lines, int(p[1].clicked().sum())))
               | "SumCounts" >> beam.CombineGlobally(
                   lambda vs: tuple(int(sum(x)) for x in zip(*vs)) if vs else (0, 0, 0)))
     last_time = beam.pvalue.AsSingleton(
@@ -200,15 +144,17 @@ def build_pipeline(pipeline, path: str, fmt: LogFormat, plan, protocol: Protocol
     # Raw user -> (first file key, clicks, rows); dense user ids follow the first keys.
     users = (sequences | "UserFirst" >> beam.Map(lambda s: (s[0], (s[1], int((s[6] == 1).sum()), len(s[2]))))
              | "UserMap" >> beam.combiners.ToDict())
-    ranks = beam.pvalue.AsSingleton(users | "Ranks" >> beam.Map(_user_ranks))
-    merged = (sequences | "Summaries" >> beam.FlatMap(_user_summaries, ranks, fmt.sort_by_time, chronological)
-              | "MergeSummaries" >> beam.CombinePerKey(_merge_summaries)
+    ranks = beam.pvalue.AsSingleton(users | "Ranks" >> beam.Map(user_ranks))
+    merged = (sequences | "Summaries" >> beam.FlatMap(user_summaries, ranks, fmt.sort_by_time, chronological)
+              | "MergeSummaries" >> beam.CombinePerKey(merge_summaries)
               | "AllSummaries" >> beam.combiners.ToList())
+    field_names = tuple(fmt.field_columns) + ((ACTION_FIELD,) if fmt.action_field else ())
     side = beam.pvalue.AsSingleton(
-        users | "Statistics" >> beam.Map(lambda u, r, s: _statistics(u, r, s, protocol, impressions),
+        users | "Statistics" >> beam.Map(lambda u, r, s: statistics(u, r, s, protocol, impressions, field_names),
                                          ranks, beam.pvalue.AsSingleton(merged)))
 
-    files = (_time_split_shards(pipeline, sequences, side, last_time, protocol, directory, compression, impressions)
+    files = (_time_split_shards(pipeline, sequences, side, last_time, protocol, directory, compression, impressions,
+                                field_names)
              if chronological else _user_split_shards(pipeline, sequences, side, protocol, directory, compression,
                                                       impressions))
     _ = (files | "Manifest" >> beam.Map(
@@ -217,10 +163,17 @@ def build_pipeline(pipeline, path: str, fmt: LogFormat, plan, protocol: Protocol
         side, beam.pvalue.AsSingleton(counts), last_time))
 
 
-def _dense(side: dict, items, categories, dtype) -> tuple[np.ndarray, np.ndarray]:
-    """A user's raw item and category ids as dense ids (the statistics' maps)."""
-    return (np.array([side["item_dense"][int(i)] for i in items], dtype),
-            np.array([side["category_dense"][int(c)] for c in categories], dtype))
+def _rows(side: dict, seq, dtype, times: bool, impressions: bool) -> UserRows:
+    """A user's sequence (`_user_sequence`) as dense ids (the statistics' maps):
+    `times` kept where asked for, `labels` in an impression log, and with
+    `--action_field` which rows are clicks (the labels `_block_users` set)."""
+    _, _, items, categories, _, row_times, labels, fields = seq
+    return UserRows(items=np.array([side["item_dense"][int(i)] for i in items], dtype),
+                    categories=np.array([side["category_dense"][int(c)] for c in categories], dtype),
+                    times=np.asarray(row_times, np.int64) if times else None, labels=labels if impressions else None,
+                    fields={n: np.array([side["field_dense"][j][int(v)] for v in fields[:, j]], dtype)
+                            for j, n in enumerate(side["field_names"])},
+                    clicked=labels == 1 if ACTION_FIELD in side["field_names"] else None)
 
 
 def _user_split_shards(pipeline, sequences, side, protocol: Protocol, directory: str, compression: str,
@@ -231,14 +184,12 @@ def _user_split_shards(pipeline, sequences, side, protocol: Protocol, directory:
     import apache_beam as beam
 
     def to_chunks(seq, side_):
-        user, _, items, categories, _, times, labels = seq
-        uid = side_["user_dense"][user]
+        uid = side_["user_dense"][seq[0]]
         index = side_["index"].get(uid)
         if index is None:
             return
-        rows = UserRows(*_dense(side_, items, categories, np.int32), times=times if impressions else None,
-                        labels=labels if impressions else None)
-        yield index // USERS_PER_CHUNK, (index, uid, rows)
+        yield index // USERS_PER_CHUNK, (index, uid, _rows(side_, seq, np.int32, impressions or protocol.time_gap,
+                                                           impressions))
 
     outputs = (sequences
                | "ToChunks" >> beam.FlatMap(to_chunks, side)
@@ -254,7 +205,7 @@ def _user_split_shards(pipeline, sequences, side, protocol: Protocol, directory:
 
 
 def _time_split_shards(pipeline, sequences, side, last_time, protocol: Protocol, directory: str, compression: str,
-                       impressions: bool):
+                       impressions: bool, fields=()):
     """`--split=time` (`dare_tf.data.days`): each user's examples over its days,
     its negatives drawn by the clicks up to its day (a side input of every
     day's `ClicksToDate`: a vocabulary's counts per day, which bounds the
@@ -262,24 +213,20 @@ def _time_split_shards(pipeline, sequences, side, last_time, protocol: Protocol,
     the shard list."""
     import apache_beam as beam
 
+    names = example_names(fields, protocol.time_gap)
     summaries = (sequences
-                 | "DaySummaries" >> beam.FlatMap(lambda s: day_item_summaries(s[2], s[3], s[5], s[4], s[6]))
+                 | "DaySummaries" >> beam.FlatMap(lambda s: day_item_summaries(s[2], s[3], s[5], s[4], s[6], s[7]))
                  | "MergeDays" >> beam.CombinePerKey(merge_day_items)
                  | "AllDays" >> beam.combiners.ToList())
-    to_date = beam.pvalue.AsSingleton(summaries | "ClicksByDay" >> beam.Map(
-        lambda s, side_: clicks_by_day(s, side_["item_dense"], side_["category_dense"], side_["stats"].num_items),
-        side))
+    to_date = beam.pvalue.AsSingleton(summaries | "ClicksByDay" >> beam.Map(clicks_by_day, side))
 
     def user_outputs(seq, side_, clicks, last):
-        user, _, items, categories, _, times, labels = seq
-        uid = side_["user_dense"][user]
-        rows = UserRows(*_dense(side_, items, categories, np.int64), times=np.asarray(times, np.int64),
-                        labels=labels if impressions else None)
+        uid = side_["user_dense"][seq[0]]
+        rows = _rows(side_, seq, np.int64, True, impressions)
         k = int(partition_of(uid, protocol.partitions))
         for tag, table in user_examples(uid, rows, clicks, protocol, protocol.bounds(last)):
             yield (SEGMENT_KIND, tag, k), (uid, table)
-        stored = rows.clicks()
-        yield (STORE_KIND, None, k), (uid, stored)
+        yield (STORE_KIND, None, k), (uid, rows.stored(protocol.time_gap))
 
     outputs = sequences | "Users" >> beam.FlatMap(user_outputs, side, to_date, last_time)
     tags = (outputs | "Tags" >> beam.Map(lambda o: o[0][1]) | "DistinctTags" >> beam.Distinct())
@@ -292,13 +239,10 @@ def _time_split_shards(pipeline, sequences, side, last_time, protocol: Protocol,
         writer = PartitionedWriter(directory, kind, protocol.partitions, compression, indices=[k],
                                    tag=int(last) // DAY * DAY if tag is None else tag)
         if kind == STORE_KIND:
-            uid = np.array([u for u, _ in rows], np.int64)
-            writer.write_store(uid, np.array([len(i) for _, (i, _) in rows], np.int64),
-                               np.concatenate([i for _, (i, _) in rows] or [np.zeros(0, np.int64)]),
-                               np.concatenate([c for _, (_, c) in rows] or [np.zeros(0, np.int64)]))
+            writer.write_store(*store_rows([u for u, _ in rows], [s for _, s in rows]))
         else:
-            table = np.concatenate([t for _, t in rows] or [np.zeros((0, len(EXAMPLE_COLUMNS)), np.int64)])
-            writer.write_examples({c: table[:, i].astype(np.int32) for i, c in enumerate(EXAMPLE_COLUMNS)})
+            table = np.concatenate([t for _, t in rows] or [np.zeros((0, len(names)), np.int64)])
+            writer.write_examples(table_columns(table, names))
         return writer.close()
 
     return ((outputs, empty) | "WithEmptyShards" >> beam.Flatten()
@@ -363,15 +307,17 @@ def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Pr
         kind = "impression" if fmt.impressions else "click"
         if manifest["rows"] == 0:
             raise ValueError(f"{input_path}: input log has no data rows")
+        check_fields(input_path, fmt, manifest["empty_fields"])
         if manifest["clicks"] == 0 and not fmt.impressions:
             action = f" (action == {fmt.click!r})" if fmt.click is not None else ""
             raise ValueError(f"{input_path}: no {kind} rows{action} in {manifest['rows']} rows")
         if manifest["users"] == 0:
             raise no_user_qualifies(protocol, manifest["longest"], fmt.impressions and protocol.split == "user")
         bounds = protocol.bounds(manifest["last_time"]) if protocol.split == "time" else None
+        entries = spec_fields(column_entries(fmt, manifest["vocabularies"]), protocol.time_gap)
         fields = dict(num_items=manifest["num_items"], num_categories=manifest["num_categories"],
                       num_users=manifest["num_users"], users=manifest["users"],
-                      **layout_fields(protocol, compression, manifest["files"], bounds),
+                      **layout_fields(protocol, compression, manifest["files"], bounds, entries),
                       **time_windows(protocol, bounds))
         source = dict(path=os.path.abspath(input_path), sha256=plan.sha256, rows=manifest["rows"],
                       clicks=manifest["clicks"], bad_lines=manifest["bad_lines"], log=fmt.to_json(),

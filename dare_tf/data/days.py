@@ -30,9 +30,10 @@ import datetime
 
 import numpy as np
 
-from dare_tf.data.examples import MAX_NEGATIVE_ROUNDS, UserRows
+from dare_tf.data.examples import MAX_NEGATIVE_ROUNDS, UserRows, target_columns
+from dare_tf.data.logs import ACTION_FIELD
 from dare_tf.data.prepared import PartitionedWriter
-from dare_tf.data.spec import EXAMPLE_COLUMNS, SEGMENT_KIND, STORE_KIND
+from dare_tf.data.spec import EXAMPLE_COLUMNS, EXAMPLE_TIME, SEGMENT_KIND, STORE_KIND, STORE_TIMES, target_feature
 
 DAY = 86_400  # seconds: the time column is read as seconds since the epoch (UTC)
 
@@ -52,15 +53,21 @@ class ClicksToDate:
         items: the dense ids clicked up to the end of the day, ascending.
         cdf: cumulative click counts of `items`.
         categories: each of `items`' category as of that day (its last row up to then).
+        fields: each further field's values of `items`, as `categories`.
     """
 
     day: int
     items: np.ndarray
     cdf: np.ndarray
     categories: np.ndarray
+    fields: dict = dataclasses.field(default_factory=dict)
 
     def category_of(self, items: np.ndarray) -> np.ndarray:
         return self.categories[np.searchsorted(self.items, items)]
+
+    def field_of(self, name: str):
+        """`items -> their values` of field `name` as of the day."""
+        return lambda items: self.fields[name][np.searchsorted(self.items, items)]
 
     def draw(self, n: int, clicked: np.ndarray, rng, uid: int) -> np.ndarray:
         """`n` items by their click counts, none in `clicked` (sorted, unique)."""
@@ -83,52 +90,74 @@ class ClicksToDate:
 
 
 class Catalogue:
-    """The items' click counts and categories (dense, `[num_items]`) as of the end
-    of the last day it was advanced over: zeros before a log's first day, the
-    dataset's `ITEM_CLICKS_FILE` and `ITEM_CATEGORY_FILE` before an appended one."""
+    """The items' click counts, categories and further fields' values (dense,
+    `[num_items]`) as of the end of the last day it was advanced over: zeros
+    before a log's first day, the dataset's `ITEM_CLICKS_FILE`,
+    `ITEM_CATEGORY_FILE` (and `item_<field>.txt`) before an appended one."""
 
-    def __init__(self, counts: np.ndarray, categories: np.ndarray):
+    def __init__(self, counts: np.ndarray, categories: np.ndarray, fields: dict | None = None):
         self.counts, self.categories = np.asarray(counts, np.int64).copy(), np.asarray(categories, np.int64).copy()
+        self.fields = {k: np.asarray(v, np.int64).copy() for k, v in (fields or {}).items()}
 
-    def advance(self, day: int, items, categories, clicks) -> ClicksToDate:
-        """Adds a day: its rows' dense `items` and `categories` in time order
-        (`clicks`: where a row is a click), each item keeping its last category."""
+    def advance(self, day: int, items, categories, clicks, fields: dict | None = None) -> ClicksToDate:
+        """Adds a day: its rows' dense `items` and `categories` (and `fields`' values)
+        in time order (`clicks`: where a row is a click), each item keeping its last
+        row's values."""
         items, categories = np.asarray(items, np.int64), np.asarray(categories, np.int64)
         self.counts += np.bincount(items[clicks], minlength=len(self.counts))
         last = len(items) - 1 - np.unique(items[::-1], return_index=True)[1]
         self.categories[items[last]] = categories[last]
+        for name, values in (fields or {}).items():
+            self.fields[name][items[last]] = np.asarray(values)[last]
         return self.to_date(day)
 
     def advance_by(self, day: int, entries) -> ClicksToDate:
-        """`advance` from a day's `(item, clicks, last category)` entries."""
-        for item, count, category in entries:
+        """`advance` from a day's `(item, clicks, last category, last fields' values)` entries."""
+        for item, count, category, values in entries:
             self.counts[item] += count
             self.categories[item] = category
+            for name, value in zip(self.fields, values):
+                self.fields[name][item] = value
         return self.to_date(day)
 
     def to_date(self, day: int) -> ClicksToDate:
         items = np.flatnonzero(self.counts)
-        return ClicksToDate(int(day), items, np.cumsum(self.counts[items]), self.categories[items].copy())
+        return ClicksToDate(int(day), items, np.cumsum(self.counts[items]), self.categories[items].copy(),
+                            {k: v[items].copy() for k, v in self.fields.items()})
+
+
+def example_names(fields, time_gap: bool) -> tuple[str, ...]:
+    """The columns of `user_day_examples`' tables: `EXAMPLE_COLUMNS`, each of
+    `fields`' target feature, then (`time_gap`) the target's time."""
+    return (*EXAMPLE_COLUMNS, *(target_feature(f) for f in fields if f != ACTION_FIELD),
+            *((EXAMPLE_TIME,) if time_gap else ()))
 
 
 def user_day_examples(uid: int, stored: np.ndarray, rows: UserRows, clicks: ClicksToDate, protocol,
-                      bounds: tuple[int, int]) -> dict[int, np.ndarray]:
-    """One user's examples of one day: `{segment's first time: [n, 5] int64 rows}`
-    (columns `EXAMPLE_COLUMNS`), from its clicks before the day (`stored`, dense
-    items) and its rows of the day (`rows`, in time order with `times`)."""
+                      bounds: tuple[int, int], stored_clicks: int | None = None) -> dict[int, np.ndarray]:
+    """One user's examples of one day: `{segment's first time: [n, C] int64 rows}`
+    (columns `example_names`), from its history before the day (`stored`, dense
+    items: its clicks, or with `--action_field` every action, of which
+    `stored_clicks` are clicks) and its rows of the day (`rows`, in time order
+    with `times`)."""
     impressions = rows.labels is not None
-    is_click = np.ones(len(rows.items), bool) if not impressions else rows.labels == 1
+    is_click = np.ones(len(rows.items), bool) if not impressions else rows.labels == 1  # (the history's rows)
     click_times = rows.times[is_click]
-    if len(stored) + len(click_times) < protocol.min_clicks:
+    today = len(click_times) if rows.clicked is None else int(rows.clicked.sum())
+    if (len(stored) if stored_clicks is None else stored_clicks) + today < protocol.min_clicks:
         return {}
-    position = len(stored) + np.searchsorted(click_times, rows.times, side="left")  # clicks strictly before
-    keep = np.arange(len(position)) if impressions else np.flatnonzero(position > 0)
+    position = len(stored) + np.searchsorted(click_times, rows.times, side="left")  # history strictly before
+    keep = np.arange(len(position)) if impressions else np.flatnonzero(
+        (position > 0) & (True if rows.clicked is None else rows.clicked))
     if len(keep) == 0:
         return {}
+    time_gap = bool(getattr(protocol, "time_gap", False))
     if impressions:
         group = 1
         table = np.stack([np.full(len(keep), uid), position[keep], rows.items[keep], rows.categories[keep],
-                          rows.labels[keep]], 1).astype(np.int64)
+                          rows.labels[keep], *target_columns(rows.fields, rows.times, np.ones(len(keep), bool), keep,
+                                                             rows.items[keep], {}, time_gap).values()],
+                         1).astype(np.int64)
     else:
         group = 1 + protocol.negatives
         rng = np.random.default_rng([protocol.seed, clicks.day, uid])
@@ -136,9 +165,12 @@ def user_day_examples(uid: int, stored: np.ndarray, rows: UserRows, clicks: Clic
         drawn = clicks.draw(len(keep) * protocol.negatives, clicked, rng, uid).reshape(len(keep), -1)
         targets = np.concatenate([rows.items[keep][:, None], drawn], 1)
         categories = np.concatenate([rows.categories[keep][:, None], clicks.category_of(drawn)], 1)
+        positive = np.broadcast_to(np.arange(group) == 0, targets.shape)
+        further = target_columns(rows.fields, rows.times, positive, np.broadcast_to(keep[:, None], targets.shape),
+                                 targets, {name: clicks.field_of(name) for name in rows.fields}, time_gap)
         table = np.stack([np.full(targets.shape, uid), np.broadcast_to(position[keep][:, None], targets.shape),
-                          targets, categories, np.broadcast_to(np.arange(group) == 0, targets.shape)],
-                         -1).reshape(-1, len(EXAMPLE_COLUMNS)).astype(np.int64)
+                          targets, categories, positive, *further.values()],
+                         -1).reshape(-1, len(EXAMPLE_COLUMNS) + len(further)).astype(np.int64)
     window = np.searchsorted(np.asarray(bounds), rows.times[keep], side="right")
     starts = np.maximum(clicks.day * DAY, np.array([clicks.day * DAY, *bounds], np.int64)[window])
     segment = np.repeat(starts, group)
@@ -146,27 +178,35 @@ def user_day_examples(uid: int, stored: np.ndarray, rows: UserRows, clicks: Clic
 
 
 def write_days(directory: str, uid, items, categories, times, labels, prior, catalogue: Catalogue, protocol,
-               bounds, compression: str) -> dict[str, dict]:
+               bounds, compression: str, fields: dict | None = None, clicked=None, prior_clicks=None
+               ) -> dict[str, dict]:
     """Writes the example segments of `times`' days: the rows (dense int arrays,
-    in time order; `labels` None for a click log) grouped by day, each day's
-    users in ascending order. `prior(uid)` gives a user's clicks before these
-    rows (dense items); `catalogue` is advanced over the days. Returns the
-    shards' spec.json `files` entries."""
+    in time order; `labels` None for a click log; `fields`: the further fields'
+    values; `clicked`, with `--action_field`: which rows, every action, are
+    clicks) grouped by day, each day's users in ascending order. `prior(uid)`
+    gives a user's history before these rows (dense items; `prior_clicks(uid)`
+    how many are clicks, default all); `catalogue` is advanced over the days.
+    Returns the shards' spec.json `files` entries."""
     uid, items, times = np.asarray(uid, np.int64), np.asarray(items, np.int64), np.asarray(times, np.int64)
     categories = np.asarray(categories, np.int64)
-    is_click = np.ones(len(uid), bool) if labels is None else np.asarray(labels) == 1
-    # Each user's clicks of these rows in time order: its past grows by them day by day.
+    fields = {k: np.asarray(v, np.int64) for k, v in (fields or {}).items()}
+    names = example_names(fields, bool(getattr(protocol, "time_gap", False)))
+    is_click = np.ones(len(uid), bool) if labels is None else np.asarray(labels) == 1  # (the history's rows)
+    popular = is_click if clicked is None else np.asarray(clicked)  # (the rows negatives are drawn by)
+    # Each user's history rows in time order: its past grows by them day by day.
     by_user = np.argsort(uid, kind="stable")
     user_clicks = by_user[is_click[by_user]]
     first_click = dict(zip(*np.unique(uid[user_clicks], return_index=True)))
     consumed: dict[int, int] = {}
+    clicks_so_far: dict[int, int] = {}
     files = {}
     day = times // DAY
     order = np.lexsort((np.arange(len(uid)), uid, day))  # by day, user, then time
     day_starts = np.flatnonzero(np.diff(day[order], prepend=-1))
     for lo, hi in zip(day_starts, [*day_starts[1:], len(order)]):
         rows_d = order[lo:hi]
-        clicks = catalogue.advance(int(day[rows_d[0]]), items[rows_d], categories[rows_d], is_click[rows_d])
+        clicks = catalogue.advance(int(day[rows_d[0]]), items[rows_d], categories[rows_d], popular[rows_d],
+                                   {k: v[rows_d] for k, v in fields.items()})
         segments: dict[int, list] = {}
         user_starts = np.flatnonzero(np.diff(uid[rows_d], prepend=-1))
         for a, b in zip(user_starts, [*user_starts[1:], len(rows_d)]):
@@ -176,43 +216,63 @@ def write_days(directory: str, uid, items, categories, times, labels, prior, cat
             start = first_click.get(u, 0)
             stored = np.concatenate([prior(u), items[user_clicks[start: start + done]]])
             rows = UserRows(items=items[r], categories=categories[r], times=times[r],
-                            labels=None if labels is None else np.asarray(labels)[r])
-            for tag, table in user_day_examples(u, stored, rows, clicks, protocol, bounds).items():
+                            labels=None if labels is None else np.asarray(labels)[r],
+                            fields={k: v[r] for k, v in fields.items()},
+                            clicked=None if clicked is None else popular[r])
+            if u not in clicks_so_far:
+                clicks_so_far[u] = len(prior(u)) if prior_clicks is None else prior_clicks(u)
+            for tag, table in user_day_examples(u, stored, rows, clicks, protocol, bounds,
+                                                clicks_so_far[u]).items():
                 segments.setdefault(tag, []).append(table)
             consumed[u] = done + int(is_click[r].sum())
+            clicks_so_far[u] += int(popular[r].sum())
         for tag in sorted(segments):
             table = np.concatenate(segments[tag])
             writer = PartitionedWriter(directory, SEGMENT_KIND, protocol.partitions, compression, tag=tag)
-            writer.write_examples({k: table[:, i].astype(np.int32) for i, k in enumerate(EXAMPLE_COLUMNS)})
+            writer.write_examples(table_columns(table, names))
             files.update(writer.close())
     return files
 
 
+def table_columns(table: np.ndarray, names) -> dict[str, np.ndarray]:
+    """A `[n, C]` table of `user_day_examples` as the writer's columns (int32, times int64)."""
+    return {k: table[:, i] if k == EXAMPLE_TIME else table[:, i].astype(np.int32) for i, k in enumerate(names)}
+
+
 def write_store(directory: str, uid, lengths, items, categories, protocol, compression: str, last_time: int,
-                indices=None) -> dict[str, dict]:
+                indices=None, extra: dict | None = None) -> dict[str, dict]:
     """The store shards (of partitions `indices`, default all) of the users `uid`
-    (ascending; `lengths` clicks each, flat `items`, `categories`), named by the
-    day of `last_time`."""
+    (ascending; `lengths` clicks each, flat `items`, `categories` and the
+    `extra` lists), named by the day of `last_time`."""
     writer = PartitionedWriter(directory, STORE_KIND, protocol.partitions, compression, indices=indices,
                                tag=int(last_time) // DAY * DAY)
-    writer.write_store(np.asarray(uid), np.asarray(lengths), np.asarray(items), np.asarray(categories))
+    writer.write_store(np.asarray(uid), np.asarray(lengths), np.asarray(items), np.asarray(categories),
+                       {k: np.asarray(v) for k, v in (extra or {}).items()})
     return writer.close()
 
 
 def build_time_split(directory: str, user, item, category, times, labels, num_users: int, num_items: int,
-                     protocol, bounds, compression: str) -> tuple[dict[str, dict], int, np.ndarray]:
-    """`--split=time` from a whole log (dense ids, rows in time order): the
-    example segments of every day and the store of every user. Returns the
-    files, the number of users that reached `min_clicks` and every item's clicks."""
-    catalogue = Catalogue(np.zeros(num_items, np.int64), np.zeros(num_items, np.int64))
+                     protocol, bounds, compression: str, fields: dict | None = None, clicked=None
+                     ) -> tuple[dict[str, dict], int, np.ndarray]:
+    """`--split=time` from a whole log (dense ids, rows in time order; `fields`:
+    the further fields' values; `clicked`: `write_days`'): the example
+    segments of every day and the store of every user. Returns the files, the
+    number of users that reached `min_clicks` and every item's clicks."""
+    fields = fields or {}
+    catalogue = Catalogue(np.zeros(num_items, np.int64), np.zeros(num_items, np.int64),
+                          {k: np.zeros(num_items, np.int64) for k in fields})
     files = write_days(directory, user, item, category, times, labels, lambda u: np.zeros(0, np.int64), catalogue,
-                       protocol, bounds, compression)
+                       protocol, bounds, compression, fields, clicked)
     is_click = np.ones(len(user), bool) if labels is None else np.asarray(labels) == 1
     clicks = np.flatnonzero(is_click)[np.argsort(np.asarray(user)[is_click], kind="stable")]
     lengths = np.bincount(np.asarray(user)[is_click], minlength=num_users)
+    extra = {k: np.asarray(v)[clicks] for k, v in fields.items()}
+    if getattr(protocol, "time_gap", False):
+        extra[STORE_TIMES] = np.asarray(times)[clicks]
     files.update(write_store(directory, np.arange(1, num_users), lengths[1:], np.asarray(item)[clicks],
-                             np.asarray(category)[clicks], protocol, compression, int(np.max(times))))
-    return files, int((lengths[1:] >= protocol.min_clicks).sum()), catalogue.counts
+                             np.asarray(category)[clicks], protocol, compression, int(np.max(times)), extra=extra))
+    click_counts = lengths if clicked is None else np.bincount(np.asarray(user)[clicked], minlength=num_users)
+    return files, int((click_counts[1:] >= protocol.min_clicks).sum()), catalogue.counts
 
 
 def user_examples(uid: int, rows: UserRows, to_date: dict[int, ClicksToDate], protocol, bounds):
@@ -226,34 +286,44 @@ def user_examples(uid: int, rows: UserRows, to_date: dict[int, ClicksToDate], pr
     for lo, hi in zip(starts, [*starts[1:], len(day)]):
         stored = rows.items[:lo][is_click[:lo]].astype(np.int64)
         today = UserRows(items=rows.items[lo:hi], categories=rows.categories[lo:hi], times=rows.times[lo:hi],
-                         labels=None if rows.labels is None else rows.labels[lo:hi])
-        yield from user_day_examples(uid, stored, today, to_date[int(day[lo])], protocol, bounds).items()
+                         labels=None if rows.labels is None else rows.labels[lo:hi],
+                         fields={k: v[lo:hi] for k, v in rows.fields.items()},
+                         clicked=None if rows.clicked is None else rows.clicked[lo:hi])
+        yield from user_day_examples(uid, stored, today, to_date[int(day[lo])], protocol, bounds,
+                                     None if rows.clicked is None else int(rows.clicked[:lo].sum())).items()
 
 
-def day_item_summaries(items, categories, times, keys, labels):
-    """`((day, item), (clicks, last (time, key), category at the last row))` of
-    one user's rows (raw ids), merged over users by `merge_day_items` and
-    stepped through by `clicks_by_day`."""
+def day_item_summaries(items, categories, times, keys, labels, fields):
+    """`((day, item), (clicks, last (time, key), category and further fields'
+    values (`fields`, `[rows, F]`) at the last row))` of one user's rows (raw
+    ids), merged over users by `merge_day_items` and stepped through by
+    `clicks_by_day`."""
     by = {}
     for i in range(len(items)):
         k = (int(times[i]) // DAY, int(items[i]))
-        count, last, category = by.get(k, (0, None, None))
+        count, last, category, values = by.get(k, (0, None, None, None))
         at = (int(times[i]), int(keys[i]))
         count += int(labels[i] == 1)
-        by[k] = (count, at, int(categories[i])) if last is None or at >= last else (count, last, category)
+        by[k] = ((count, at, int(categories[i]), tuple(fields[i].tolist())) if last is None or at >= last
+                 else (count, last, category, values))
     return list(by.items())
 
 
 def merge_day_items(values):
     values = list(values)
     last = max(values, key=lambda v: v[1])
-    return sum(v[0] for v in values), last[1], last[2]
+    return sum(v[0] for v in values), last[1], last[2], last[3]
 
 
-def clicks_by_day(summaries, item_dense: dict, category_dense: dict, num_items: int) -> dict[int, ClicksToDate]:
-    """`{day: ClicksToDate}` of every day of the merged summaries (raw ids)."""
+def clicks_by_day(summaries, side: dict) -> dict[int, ClicksToDate]:
+    """`{day: ClicksToDate}` of every day of the merged summaries (raw ids; `side`:
+    the Beam driver's statistics, whose maps give the dense ids)."""
     days: dict[int, list] = {}
-    for (day, raw_item), (count, _, raw_category) in summaries:
-        days.setdefault(day, []).append((item_dense[raw_item], count, category_dense[raw_category]))
-    catalogue = Catalogue(np.zeros(num_items, np.int64), np.zeros(num_items, np.int64))
+    dense = side["field_dense"]
+    for (day, raw_item), (count, _, raw_category, raw_values) in summaries:
+        days.setdefault(day, []).append((side["item_dense"][raw_item], count, side["category_dense"][raw_category],
+                                         tuple(dense[j][v] for j, v in enumerate(raw_values))))
+    num_items = side["stats"].num_items
+    catalogue = Catalogue(np.zeros(num_items, np.int64), np.zeros(num_items, np.int64),
+                          {n: np.zeros(num_items, np.int64) for n in side["field_names"]})
     return {day: catalogue.advance_by(day, days[day]) for day in sorted(days)}

@@ -12,7 +12,8 @@ import functools
 
 import numpy as np
 
-from dare_tf.data.spec import SPLITS
+from dare_tf.data.logs import ACTION_FIELD
+from dare_tf.data.spec import EXAMPLE_TIME, SPLITS, STORE_TIMES, target_feature
 
 USERS_PER_CHUNK = 256
 MAX_NEGATIVE_ROUNDS = 1000
@@ -32,12 +33,15 @@ class LogStatistics:
         qualifying: dense ids of the users with >= min_clicks clicks (and, in
             an impression log, >= MIN_IMPRESSIONS impressions), ascending.
         num_users: users in the log plus padding row 0.
+        item_fields: per further field (`dare_tf.data.fields`), each dense
+            item's value, as `item_category`.
     """
 
     item_category: np.ndarray
     item_cdf: np.ndarray
     qualifying: np.ndarray
     num_users: int
+    item_fields: dict = dataclasses.field(default_factory=dict)
 
     @property
     def num_items(self) -> int:
@@ -110,19 +114,59 @@ def sample_negatives(chunk: int, sequences: list[np.ndarray], per_user: int, sta
 @dataclasses.dataclass
 class UserRows:
     """One user's rows in protocol order (dense ids): its clicks, or in an
-    impression log its impressions with `times` and `labels`."""
+    impression log its impressions with `times` and `labels`; `fields`: each
+    further field's dense values (`dare_tf.data.fields`); `clicked`
+    (`--action_field`): which of its rows, every action, are clicks."""
 
     items: np.ndarray
     categories: np.ndarray
     times: np.ndarray | None = None
     labels: np.ndarray | None = None
+    fields: dict = dataclasses.field(default_factory=dict)
+    clicked: np.ndarray | None = None
 
     def clicks(self) -> tuple[np.ndarray, np.ndarray]:
         """The user's clicks (the store's sequence): every row, or the impressions labelled 1."""
+        stored = self.stored(False)
+        return stored["items"], stored["categories"]
+
+    def stored(self, time_gap: bool) -> dict[str, np.ndarray]:
+        """The user's store lists (`dare_tf.data.spec.record_columns`) of its clicks:
+        every row, or the impressions labelled 1; `times` with `time_gap`."""
+        lists = {"items": self.items, "categories": self.categories, **self.fields}
+        if time_gap:
+            lists[STORE_TIMES] = self.times
         if self.labels is None:
-            return self.items, self.categories
+            return lists
         clicked = self.labels == 1
-        return self.items[clicked], self.categories[clicked]
+        return {k: v[clicked] for k, v in lists.items()}
+
+
+def store_rows(users, stored: list[dict]) -> tuple:
+    """`PartitionedWriter.write_store`'s arguments of `users` (dense ids, ascending)
+    and their `UserRows.stored` lists (both drivers write the store through it)."""
+    lists = {k: np.concatenate([s[k] for s in stored] or [np.zeros(0, np.int64)]) for k in
+             (stored[0] if stored else ("items", "categories"))}
+    return (np.asarray(users, np.int64), np.array([len(s["items"]) for s in stored], np.int64), lists.pop("items"),
+            lists.pop("categories"), lists)
+
+
+def target_columns(rows_fields: dict, row_times, positive, rows, targets, item_fields: dict,
+                   time_gap: bool) -> dict[str, np.ndarray]:
+    """The examples' further features: each field's target value (`rows_fields`
+    at the positive's row `rows`; a negative target (`~positive`) takes its
+    item's value: `item_fields[name]`, an array by dense item or a function of
+    the items), and with `time_gap` the target's time."""
+    def of_items(name):
+        values = item_fields[name]
+        return values(targets) if callable(values) else values[targets]
+
+    out = {target_feature(name): values[rows] if np.all(positive) else np.where(positive, values[rows],
+                                                                                 of_items(name))
+           for name, values in rows_fields.items() if name != ACTION_FIELD}  # (history-only)
+    if time_gap:
+        out[EXAMPLE_TIME] = np.asarray(row_times, np.int64)[rows]
+    return out
 
 
 def chunk_examples(chunk: int, users: np.ndarray, rows: list[UserRows], stats: LogStatistics,
@@ -135,7 +179,8 @@ def chunk_examples(chunk: int, users: np.ndarray, rows: list[UserRows], stats: L
     `dare_tf.data.protocol.Protocol` (`--split=time` builds its examples day
     by day instead: `dare_tf.data.days`)."""
     if rows and rows[0].labels is not None:
-        return _impression_examples(users, rows)
+        return _impression_examples(users, rows, bool(getattr(protocol, "time_gap", False)))
+    time_gap = bool(getattr(protocol, "time_gap", False))
     items = [r.items for r in rows]
     categories = [r.categories for r in rows]
     offsets = protocol.target_offsets()
@@ -144,12 +189,24 @@ def chunk_examples(chunk: int, users: np.ndarray, rows: list[UserRows], stats: L
     negatives = sample_negatives(chunk, items, per_user, stats, protocol.seed, users)
     lengths = np.array([len(s) for s in items], np.int64)
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    if rows and rows[0].clicked is not None:  # `--action_field`: the targets are the clicks among the rows
+        click_rows = [np.flatnonzero(r.clicked) for r in rows]
+        click_lengths = np.array([len(c) for c in click_rows], np.int64)
+        flat_click_rows = np.concatenate([c + s for c, s in zip(click_rows, starts)])
+        click_starts = np.concatenate([[0], np.cumsum(click_lengths)[:-1]])
     flat_items, flat_categories = np.concatenate(items), np.concatenate(categories)
+    flat_fields = {name: np.concatenate([r.fields[name] for r in rows]) for name in (rows[0].fields if rows else ())}
+    flat_times = np.concatenate([r.times for r in rows]) if time_gap else None
     out, used = {}, 0
     for split in SPLITS:
         off = offsets[split]
-        positions = (lengths[:, None] - off[None, :]).reshape(-1)  # [U * n], user-major
-        flat = np.repeat(starts, len(off)) + positions
+        if rows and rows[0].clicked is not None:
+            nth = (click_lengths[:, None] - off[None, :]).reshape(-1)  # the target's place among its user's clicks
+            flat = flat_click_rows[np.repeat(click_starts, len(off)) + nth]
+            positions = flat - np.repeat(starts, len(off))
+        else:
+            positions = (lengths[:, None] - off[None, :]).reshape(-1)  # [U * n], user-major
+            flat = np.repeat(starts, len(off)) + positions
         width = len(off) * protocol.negatives
         neg = negatives[:, used: used + width].reshape(len(items) * len(off), protocol.negatives)
         used += width
@@ -162,11 +219,18 @@ def chunk_examples(chunk: int, users: np.ndarray, rows: list[UserRows], stats: L
             "target_category": np.where(is_positive, flat_categories[np.repeat(flat, group)],
                                         stats.item_category[target_items]),
             "label": is_positive.astype(np.int64),
+            **target_columns(flat_fields, flat_times, is_positive, np.repeat(flat, group), target_items,
+                             stats.item_fields, time_gap),
         }
-    return {split: {k: v.astype(np.int32) for k, v in columns.items()} for split, columns in out.items()}
+    return {split: _int32(columns) for split, columns in out.items()}
 
 
-def _impression_examples(users: np.ndarray, rows: list[UserRows]) -> dict[str, dict[str, np.ndarray]]:
+def _int32(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Example columns as int32, times (`EXAMPLE_TIME`) kept int64."""
+    return {k: v if k == EXAMPLE_TIME else v.astype(np.int32) for k, v in columns.items()}
+
+
+def _impression_examples(users: np.ndarray, rows: list[UserRows], time_gap: bool) -> dict[str, dict[str, np.ndarray]]:
     """An impression log's examples: per user, its impressions in time order;
     the last is the test example, the one before it validation, the rest train."""
     parts: dict[str, list] = {s: [] for s in SPLITS}
@@ -174,14 +238,11 @@ def _impression_examples(users: np.ndarray, rows: list[UserRows]) -> dict[str, d
         click_times = r.times[r.labels == 1]  # time-ordered: rows are
         position = np.searchsorted(click_times, r.times, side="left")  # clicks strictly before
         n = len(r.items)
-        columns = np.stack([np.full(n, uid), position, r.items, r.categories, r.labels], 1)
-        parts["train"].append(columns[: n - 2])
-        parts["val"].append(columns[n - 2: n - 1])
-        parts["test"].append(columns[n - 1:])
-    out = {}
-    for split in SPLITS:
-        table = np.concatenate(parts[split]) if parts[split] else np.zeros((0, 5), np.int64)
-        out[split] = {k: table[:, i].astype(np.int32) for i, k in enumerate(
-            ("uid", "position", "target_item", "target_category", "label"))}
-    return out
+        columns = {"uid": np.full(n, uid), "position": position, "target_item": r.items,
+                   "target_category": r.categories, "label": r.labels,
+                   **target_columns(r.fields, r.times, np.ones(n, bool), np.arange(n), r.items, {}, time_gap)}
+        for split, part in (("train", slice(0, n - 2)), ("val", slice(n - 2, n - 1)), ("test", slice(n - 1, n))):
+            parts[split].append({k: np.asarray(v)[part] for k, v in columns.items()})
+    return {split: _int32({k: np.concatenate([p[k] for p in parts[split]]) for k in parts[split][0]})
+            for split in SPLITS}
 

@@ -7,7 +7,8 @@ exact line number of each bad line and either raises `BadLineError` naming
 file, line and content, or skips and counts it. Parquet files are read one
 row group at a time; a column of the wrong type is refused up front, and a
 bad value is named by its row. Only the needed columns are kept, as int64
-arrays; no per-row Python objects live beyond one block.
+arrays; no per-row Python objects live beyond one block. A further field's
+empty cell (or null) is the item's own value: raw id `-1 - item`.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ import time
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 from absl import logging
 
-from dare_tf.data.logs import (FILE_FORMATS, INT64_MAX, INT_ROLES, BadLineError, Clicks, LogFormat, LogFormatError,
-                               check_text, dense_ids)
+from dare_tf.data.logs import (ACTION_FIELD, FIELD_ROLE, FILE_FORMATS, INT64_MAX, INT_ROLES, BadLineError, Clicks,
+                               LogFormat, LogFormatError, check_fields, check_text, content_end, in_time_order,
+                               resolved_columns, time_sorted)
 
 BLOCK_BYTES = 64 << 20  # bytes of a CSV/TSV block parsed at once (a Beam work item)
 
@@ -41,39 +44,21 @@ class BlockPlan:
     names: tuple[str, ...]
 
 
-def _resolved(fmt: LogFormat, path: str, names: tuple[str, ...]) -> dict[str, str]:
-    """role -> column name, checked against the file's columns."""
-    out = {}
-    for role, column in fmt.columns:
-        if column not in names:
-            if fmt.file_format != "parquet" and not fmt.header:
-                raise LogFormatError(
-                    f"--columns: {role}={column}: {path} has no header and {len(names)} fields per line, so "
-                    f"columns are named by 0-based index 0..{len(names) - 1} (or pass --header)")
-            raise LogFormatError(f"--columns: {role}={column}: {path} has no column {column!r}; its columns are: "
-                                 f"{', '.join(names)}")
-        fields = [i for i, name in enumerate(names) if name == column]
-        if len(fields) > 1:  # (which one is meant is not said: the parsers would each pick one)
-            raise LogFormatError(f"--columns: {role}={column}: {path} has {len(fields)} columns named {column!r} "
-                                 f"(fields {', '.join(map(str, fields))}, 0-based); rename them, or read the file "
-                                 "without --header and name columns by index")
-        out[role] = column
-    return out
-
-
 class _BlockParser:
     def __init__(self, path: str, fmt: LogFormat, names: tuple[str, ...], skip_bad_lines: bool):
         self.path, self.fmt, self.names, self.skip = path, fmt, names, skip_bad_lines
-        self.roles = _resolved(fmt, path, names)
+        self.roles = resolved_columns(fmt, path, names)
         self.delimiter = FILE_FORMATS[fmt.file_format]
         self.bad_lines = 0
         self.rows = 0
         self.parts: list[dict[str, np.ndarray]] = []
         self.int_roles = [r for r in INT_ROLES if r in self.roles]
+        self.field_roles = [r for r in self.roles if r.startswith(FIELD_ROLE)]
+        self.action_role = FIELD_ROLE + ACTION_FIELD if fmt.action_field else None  # (the codes, after the fields)
         if fmt.file_format != "parquet":
             self.read_options = pacsv.ReadOptions(column_names=list(names), use_threads=True, block_size=16 << 20)
             self.parse_options = pacsv.ParseOptions(delimiter=self.delimiter, ignore_empty_lines=False)
-            types = {self.roles[r]: pa.int64() for r in self.int_roles}
+            types = {self.roles[r]: pa.int64() for r in (*self.int_roles, *self.field_roles)}
             if "action" in self.roles:
                 types[self.roles["action"]] = pa.dictionary(pa.int32(), pa.string())
             self.convert_options = pacsv.ConvertOptions(column_types=types, include_columns=list(types),
@@ -93,7 +78,8 @@ class _BlockParser:
             table = pacsv.read_csv(io.BytesIO(block), self.read_options, self.parse_options, self.convert_options)
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             return None
-        if table.num_rows != lines or any(table.column(c).null_count for c in table.column_names):
+        fields = {self.roles[r] for r in self.field_roles}  # (may be empty: the item's own value)
+        if table.num_rows != lines or any(table.column(c).null_count for c in table.column_names if c not in fields):
             return None
         return self._select(table)
 
@@ -105,6 +91,11 @@ class _BlockParser:
             return None
         if "label" in ints and ints["label"].size and not np.isin(ints["label"], (0, 1)).all():
             return None
+        for role in self.field_roles:
+            column = table.column(self.roles[role])
+            if column.null_count < len(column) and pc.min(column).as_py() < 0:
+                return None
+            ints[role] = _own_values(column.fill_null(-1).to_numpy(), ints["item"])
         if "action" not in self.roles:
             return ints
         action = table.column(self.roles["action"]).combine_chunks()
@@ -113,8 +104,12 @@ class _BlockParser:
         values = action.dictionary.to_pylist()
         if self.fmt.actions is not None and not set(values) <= set(self.fmt.actions):
             return None
+        indices = action.indices.to_numpy(zero_copy_only=False)
+        if self.action_role is not None:  # every row, with its action's code
+            ints[self.action_role] = np.array([self.fmt.actions.index(v) + 1 for v in values], np.int64)[indices]
+            return ints
         code = values.index(self.fmt.click) if self.fmt.click in values else -1
-        keep = action.indices.to_numpy(zero_copy_only=False) == code
+        keep = indices == code
         return {r: a[keep] for r, a in ints.items()}
 
     def _problem(self, fields: list[str]) -> tuple[str | None, dict]:
@@ -136,13 +131,25 @@ class _BlockParser:
                 return f"label (column {column!r}) must be 0 or 1, got {values[column]!r}", {}
             if ints[role] < 0:
                 return f"{role} (column {column!r}) is negative: {values[column]!r}", {}
+        for role in self.field_roles:
+            column, text = self.roles[role], values[self.roles[role]].strip()
+            if text and not (text.isdigit() and int(text) <= INT64_MAX):
+                return f"{role} (column {column!r}) is not an id (an integer >= 0, or empty): {text!r}", {}
+            ints[role] = int(text) if text else -1 - ints["item"]
         if "action" in self.roles:
             action = values[self.roles["action"]]
             if self.fmt.actions is not None and action not in self.fmt.actions:
                 return (f"unknown action (column {self.roles['action']!r}) {action!r} "
                         f"(expected one of {list(self.fmt.actions)})"), {}
             ints["action"] = action
+            if self.action_role is not None:
+                ints[self.action_role] = self.fmt.actions.index(action) + 1
         return None, ints
+
+    @property
+    def _names(self) -> tuple[str, ...]:
+        """The int64 columns a block yields, in order."""
+        return (*self.int_roles, *self.field_roles, *([self.action_role] if self.action_role else []))
 
     def _bad(self, where: str, problem: str, text: str) -> None:
         if not self.skip:
@@ -162,10 +169,11 @@ class _BlockParser:
                 problem, ints = self._problem(next(csv.reader([text], delimiter=self.delimiter), []))
             if problem is not None:
                 self._bad(f"{self.path}:{first_line + offset}", problem, text)
-            elif ints.pop("action", self.fmt.click) == self.fmt.click:
-                rows.append([ints[r] for r in self.int_roles])
-        arr = np.array(rows, np.int64).reshape(-1, len(self.int_roles))
-        return {r: arr[:, i] for i, r in enumerate(self.int_roles)}
+            elif ints.pop("action", self.fmt.click) == self.fmt.click or self.action_role is not None:
+                rows.append([ints[r] for r in self._names])
+        names = self._names
+        arr = np.array(rows, np.int64).reshape(-1, len(names))
+        return {r: arr[:, i] for i, r in enumerate(names)}
 
     # -- Parquet -----------------------------------------------------------------------
     def parse_row_group(self, group: int, first_row: int) -> None:
@@ -182,6 +190,8 @@ class _BlockParser:
         bad = np.zeros(table.num_rows, bool)
         reasons = {}
         for role, array in columns.items():
+            if role.startswith(FIELD_ROLE):  # (null: the item's own value)
+                continue
             null = np.asarray(array.is_null().to_numpy(zero_copy_only=False))
             reasons.setdefault(role, (null, "is null"))
             bad |= null
@@ -193,10 +203,20 @@ class _BlockParser:
                 reasons[role] = (reasons[role][0] | wrong, "must be 0 or 1" if role == "label" else "is negative")
             bad |= wrong
             ints[role] = values
+        for role in self.field_roles:
+            null = np.asarray(columns[role].is_null().to_numpy(zero_copy_only=False))
+            values = columns[role].fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+            reasons[role] = (values < 0, "is negative")
+            bad |= values < 0
+            ints[role] = _own_values(np.where(null, -1, values), ints["item"])
         keep = ~bad
         if "action" in columns:
             action = columns["action"].cast(pa.string()).to_pylist()
-            keep &= np.array([a == self.fmt.click for a in action], bool)
+            if self.action_role is not None:
+                ints[self.action_role] = np.array([self.fmt.actions.index(a) + 1 if a in self.fmt.actions else 0
+                                                   for a in action], np.int64)
+            else:
+                keep &= np.array([a == self.fmt.click for a in action], bool)
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
             role = next(r for r, (mask, _) in reasons.items() if mask[row])
@@ -215,21 +235,15 @@ class _BlockParser:
         return Clicks(user=user, item=column("item"),
                       category=column("category") if "category" in self.roles else np.zeros(len(user), np.int64),
                       time=column("time"), rows=self.rows, bad_lines=self.bad_lines, sha256=sha256,
-                      label=column("label") if "label" in self.roles else None)
+                      label=column("label") if "label" in self.roles else None,
+                      fields={r[len(FIELD_ROLE):]: column(r) for r in self._names if r.startswith(FIELD_ROLE)},
+                      click_code=self.fmt.click_code if self.action_role else None)
 
 
-def _content_end(path: str, window: int = 1 << 16) -> int:
-    """The file offset just past its last line that is not blank."""
-    with open(path, "rb") as f:
-        end = f.seek(0, os.SEEK_END)
-        while end > 0:
-            start = max(end - window, 0)
-            f.seek(start)
-            stripped = f.read(end - start).rstrip(b" \t\r\n")
-            if stripped:
-                return start + len(stripped) + 1  # keep the line's own end
-            end = start
-    return 0
+def _own_values(values: np.ndarray, items: np.ndarray) -> np.ndarray:
+    """A field's values with its empty cells (-1) as the item's own value, `-1 - item`."""
+    values = np.asarray(values, np.int64)
+    return np.where(values < 0, -1 - np.asarray(items, np.int64), values)
 
 
 def _parquet_plan(path: str, fmt: LogFormat) -> BlockPlan:
@@ -241,7 +255,7 @@ def _parquet_plan(path: str, fmt: LogFormat) -> BlockPlan:
         raise LogFormatError(f"{path}: not a Parquet file ({e})") from None
     schema = meta.schema_arrow
     names = tuple(schema.names)
-    roles = _resolved(fmt, path, names)
+    roles = resolved_columns(fmt, path, names)
     for role, column in roles.items():
         kind = schema.field(column).type
         ok = (pa.types.is_integer(kind) or (role == "time" and (pa.types.is_timestamp(kind) or pa.types.is_date(kind)))
@@ -285,7 +299,7 @@ def plan_blocks(path: str, fmt: LogFormat, block_bytes: int = BLOCK_BYTES) -> Bl
     delimiter = FILE_FORMATS[fmt.file_format]
     check_text(path, fmt)
     digest = hashlib.sha256()
-    limit = _content_end(path)  # blank lines at the end of the file are not rows
+    limit = content_end(path)  # blank lines at the end of the file are not rows
     blocks = []
     with open(path, "rb") as f:
         line_no = 1
@@ -320,7 +334,7 @@ def plan_blocks(path: str, fmt: LogFormat, block_bytes: int = BLOCK_BYTES) -> Bl
                 block_start = end
             pos += len(chunk)
         digest.update(f.read())  # the blank tail
-    _resolved(fmt, path, names)
+    resolved_columns(fmt, path, names)
     return BlockPlan(digest.hexdigest(), blocks, names)
 
 
@@ -364,29 +378,12 @@ def read_clicks(path: str, fmt: LogFormat, skip_bad_lines: bool = False,
     return clicks
 
 
-def time_sorted(clicks: Clicks) -> Clicks:
-    """The order of a log whose rows are not in time order (Tmall, custom logs):
-    users in order of first row, each user's rows stably sorted by time."""
-    user_rank, _ = dense_ids(clicks.user)
-    return _reordered(clicks, np.lexsort((clicks.time, user_rank)))  # lexsort is stable
-
-
-def in_time_order(clicks: Clicks) -> Clicks:
-    """The rows in time order, ties in file order (a `--split=time` log)."""
-    return _reordered(clicks, np.lexsort((np.arange(len(clicks.time)), clicks.time)))
-
-
-def _reordered(clicks: Clicks, order: np.ndarray) -> Clicks:
-    return dataclasses.replace(clicks, user=clicks.user[order], item=clicks.item[order],
-                               category=clicks.category[order], time=clicks.time[order],
-                               label=None if clicks.label is None else clicks.label[order])
-
-
 def read_log(fmt: LogFormat, input_path: str, skip_bad_lines: bool = False, chronological: bool = False) -> Clicks:
     """The kept rows of a raw log in the protocol's order (sorted by time per user
     unless the format keeps the file order), or all rows in time order."""
     start = time.perf_counter()
     clicks = read_clicks(input_path, fmt, skip_bad_lines=skip_bad_lines)
+    check_fields(input_path, fmt, [n for n, v in clicks.fields.items() if len(v) and v.max() < 0])
     if clicks.bad_lines:
         logging.warning("%s: skipped %d bad line(s)", input_path, clicks.bad_lines)
     if len(clicks.user) == 0:

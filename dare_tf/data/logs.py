@@ -1,11 +1,13 @@
 """Raw click and impression logs: which column holds what (`LogFormat`, with the
-`taobao` and `tmall` presets) and the arrays a log is read into (`Clicks`).
-`dare_tf.data.log_reader` reads the files.
+`taobao` and `tmall` presets), the arrays a log is read into (`Clicks`) and
+their orders (`time_sorted`, `in_time_order`), and the checks of a file before
+and after it is read. `dare_tf.data.log_reader` reads the files.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 
@@ -14,6 +16,13 @@ ROLES = ("user", "item", "category", "time", "action", "label")
 REQUIRED_ROLES = ("user", "item", "time")
 INT_ROLES = ("user", "item", "category", "time", "label")
 INT64_MAX = 2**63 - 1
+# A further categorical field of every behaviour: the role `field:NAME` (`--columns=...,field:brand=COL`).
+FIELD_ROLE = "field:"
+# `--action_field`: the action of every row as a history-only field of this name (codes 1.. in `actions` order).
+ACTION_FIELD = "action"
+# Names a field may not take: the features and store lists the dataset already has.
+RESERVED_FIELD_NAMES = ("item", "category", "position", "user", "uid", "items", "categories", "label", "labels",
+                        "time", "times", "length", "action", "time_gap")
 
 
 class BadLineError(ValueError):
@@ -32,7 +41,10 @@ class LogFormat:
         name: a preset's name, or the file format of a custom log.
         file_format: `csv`, `tsv` or `parquet`.
         columns: `(role, column)` pairs; roles are `user`, `item`, `time`
-            (required), `category`, `action`, `label`. A column is a name
+            (required), `category`, `action`, `label`, and `field:NAME`, any
+            number of further categorical fields of every behaviour (integer
+            ids; an empty cell is the item's own value, a brand of its own:
+            raw id `-1 - item`). A column is a name
             (from the header, or Parquet's schema) or, in a CSV/TSV file
             without header, a 0-based index. Without `category` every item
             gets one category; with `action`, only rows whose action is
@@ -43,6 +55,9 @@ class LogFormat:
         expected_header: a preset's exact header line.
         sort_by_time: order each user's rows stably by time (Taobao's
             reference keeps the file order).
+        action_field: keep every row, not only the clicks, with its action as
+            the history-only field `action` (raw id: its 1-based place in
+            `actions`): non-click rows are history, never examples.
     """
 
     name: str
@@ -53,12 +68,23 @@ class LogFormat:
     actions: tuple[str, ...] | None = None
     expected_header: str | None = None
     sort_by_time: bool = True
+    action_field: bool = False
 
     def __post_init__(self):
         if self.file_format not in FILE_FORMATS:
             raise LogFormatError(f"--format={self.file_format}: expected one of {sorted(FILE_FORMATS)}")
         roles = [r for r, _ in self.columns]
-        unknown = sorted(set(roles) - set(ROLES))
+        for name in self.field_columns:
+            if not name.isidentifier() or name in RESERVED_FIELD_NAMES or not name.isascii():
+                raise LogFormatError(f"--columns: field:{name}: a field's name must be an identifier other than "
+                                     f"{', '.join(RESERVED_FIELD_NAMES)}")
+        fields = [(r, c) for r, c in self.columns if r.startswith(FIELD_ROLE)]
+        for i, (role, column) in enumerate(fields):
+            other = next((r for r, c in fields[:i] if c == column), None)
+            if other is not None:
+                raise LogFormatError(f"--columns: {other}={column} and {role}={column}: one column is given to two "
+                                     "fields")
+        unknown = sorted(set(roles) - set(ROLES) - {r for r in roles if r.startswith(FIELD_ROLE)})
         if unknown:
             raise LogFormatError(f"--columns: unknown role(s) {unknown}; roles are {list(ROLES)}")
         if len(set(roles)) != len(roles):
@@ -74,12 +100,25 @@ class LogFormat:
         if "action" in roles and "label" in roles:
             raise LogFormatError("--columns: action and label cannot be combined (a label makes an impression "
                                  "log; an action selects the clicks of a click log)")
+        if self.action_field and ("action" not in roles or self.actions is None):
+            raise LogFormatError("--action_field keeps every action as a field: it needs an action column and its "
+                                 "values, a preset's (--dataset=taobao|tmall)")
         if self.file_format == "parquet" and self.header:
             raise LogFormatError("--header is for CSV and TSV files (Parquet names its columns)")
 
     @property
     def role_columns(self) -> dict[str, str]:
         return dict(self.columns)
+
+    @property
+    def field_columns(self) -> dict[str, str]:
+        """Each further field's name -> its column, in `--columns` order."""
+        return {r[len(FIELD_ROLE):]: c for r, c in self.columns if r.startswith(FIELD_ROLE)}
+
+    @property
+    def click_code(self) -> int:
+        """`--action_field`: the raw id of a click in the `action` field."""
+        return self.actions.index(self.click) + 1
 
     @property
     def impressions(self) -> bool:
@@ -89,7 +128,10 @@ class LogFormat:
         """The format as spec.json records it (lists, not tuples)."""
         import json
 
-        return json.loads(json.dumps(dataclasses.asdict(self)))
+        out = json.loads(json.dumps(dataclasses.asdict(self)))
+        if not self.action_field:  # (recorded only when set: earlier datasets keep their identity)
+            del out["action_field"]
+        return out
 
 
 def parse_columns(text: str) -> tuple[tuple[str, str], ...]:
@@ -115,13 +157,30 @@ TMALL = LogFormat(name="tmall", file_format="csv", columns=(
 
 
 FORMATS = {f.name: f for f in (TAOBAO, TMALL)}
+# The further fields a preset's log carries, read with `--fields=NAME,...` (`data.prepare`).
+PRESET_FIELDS = {"tmall": {"seller": "seller_id", "brand": "brand_id"}}
+
+
+def with_fields(fmt: LogFormat, names) -> LogFormat:
+    """A preset's format reading its further fields `names` (`PRESET_FIELDS`)."""
+    names = [n.strip() for n in names if n.strip()]
+    known = PRESET_FIELDS.get(fmt.name, {})
+    for name in names:
+        if name not in known:
+            raise LogFormatError(f"--fields={','.join(names)}: the {fmt.name} log has no field {name!r}; "
+                                 + (f"its fields: {', '.join(known)}" if known else "it has none (a custom log "
+                                    "names its fields in --columns=...,field:NAME=COL)"))
+    if len(set(names)) != len(names):
+        raise LogFormatError(f"--fields={','.join(names)}: a field is named twice")
+    return dataclasses.replace(fmt, columns=fmt.columns + tuple((FIELD_ROLE + n, known[n]) for n in names))
 
 
 def log_format_of(dataset: str | None, file_format: str | None, columns: str | None, click: str | None = None,
-                  header: bool = False) -> LogFormat:
+                  header: bool = False, fields=(), action_field: bool = False) -> LogFormat:
     """The format the programs' flags name (`data.prepare`, `serving.histories
-    append`): a preset (`--dataset`), or `--format` with `--columns` (and
-    `--click`, `--header`); `LogFormatError` in one line otherwise."""
+    append`): a preset (`--dataset`, with its further `fields`), or `--format`
+    with `--columns` (and `--click`, `--header`); `LogFormatError` in one line
+    otherwise."""
     custom = [f"--{n}" for n, v in (("format", file_format), ("columns", columns), ("click", click)) if v is not None]
     custom += ["--header"] if header else []
     if dataset is not None:
@@ -129,18 +188,23 @@ def log_format_of(dataset: str | None, file_format: str | None, columns: str | N
             raise LogFormatError(f"--dataset={dataset}: expected one of {sorted(FORMATS)}")
         if custom:
             raise LogFormatError(f"--dataset={dataset} is a preset: it cannot be combined with {', '.join(custom)}")
-        return FORMATS[dataset]
+        fmt = with_fields(FORMATS[dataset], fields) if fields else FORMATS[dataset]
+        return dataclasses.replace(fmt, action_field=True) if action_field else fmt
+    if fields:
+        raise LogFormatError("--fields reads a preset's further fields (--dataset=tmall); a custom log names its "
+                             "fields in --columns=...,field:NAME=COL")
     if file_format is None or columns is None:
         raise LogFormatError("name the log's format: --dataset=taobao|tmall, or --format=csv|tsv|parquet with "
                              "--columns=user=COL,item=COL,time=COL[,category=COL][,action=COL --click=VALUE]"
                              "[,label=COL]")
     return LogFormat(name=file_format, file_format=file_format, columns=parse_columns(columns), header=header,
-                     click=click)
+                     click=click, action_field=action_field)
 
 
 @dataclasses.dataclass
 class Clicks:
-    """Rows of a log in file order (raw ids): clicks, or with `label`, impressions."""
+    """Rows of a log in file order (raw ids): clicks, or with `label`, impressions,
+    or with `click_code` (`--action_field`) every action, its code in `fields`."""
 
     user: np.ndarray
     item: np.ndarray
@@ -150,6 +214,15 @@ class Clicks:
     bad_lines: int
     sha256: str
     label: np.ndarray | None = None
+    fields: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # name -> raw ids (`LogFormat.columns`)
+    click_code: int | None = None
+
+    def clicked(self) -> np.ndarray:
+        """Which rows are clicks: every row of a click log, an impression log's
+        labelled 1, and with `--action_field` the rows whose action is a click."""
+        if self.click_code is not None:
+            return self.fields[ACTION_FIELD] == self.click_code
+        return np.ones(len(self.user), bool) if self.label is None else self.label == 1
 
 
 def dense_ids(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -178,3 +251,65 @@ def check_text(path: str, fmt: LogFormat) -> None:
     if b"\x00" in head:
         raise LogFormatError(f"{path}: --format={fmt.file_format} reads text, but this file holds NUL bytes "
                              "(a binary file?)")
+
+
+def resolved_columns(fmt: LogFormat, path: str, names: tuple[str, ...]) -> dict[str, str]:
+    """role -> column name, checked against the file's columns."""
+    out = {}
+    for role, column in fmt.columns:
+        if column not in names:
+            if fmt.file_format != "parquet" and not fmt.header:
+                raise LogFormatError(
+                    f"--columns: {role}={column}: {path} has no header and {len(names)} fields per line, so "
+                    f"columns are named by 0-based index 0..{len(names) - 1} (or pass --header)")
+            raise LogFormatError(f"--columns: {role}={column}: {path} has no column {column!r}; its columns are: "
+                                 f"{', '.join(names)}")
+        fields = [i for i, name in enumerate(names) if name == column]
+        if len(fields) > 1:  # (which one is meant is not said: the parsers would each pick one)
+            raise LogFormatError(f"--columns: {role}={column}: {path} has {len(fields)} columns named {column!r} "
+                                 f"(fields {', '.join(map(str, fields))}, 0-based); rename them, or read the file "
+                                 "without --header and name columns by index")
+        out[role] = column
+    return out
+
+
+def time_sorted(clicks: Clicks) -> Clicks:
+    """The order of a log whose rows are not in time order (Tmall, custom logs):
+    users in order of first row, each user's rows stably sorted by time."""
+    user_rank, _ = dense_ids(clicks.user)
+    return _reordered(clicks, np.lexsort((clicks.time, user_rank)))  # lexsort is stable
+
+
+def in_time_order(clicks: Clicks) -> Clicks:
+    """The rows in time order, ties in file order (a `--split=time` log)."""
+    return _reordered(clicks, np.lexsort((np.arange(len(clicks.time)), clicks.time)))
+
+
+def _reordered(clicks: Clicks, order: np.ndarray) -> Clicks:
+    return dataclasses.replace(clicks, user=clicks.user[order], item=clicks.item[order],
+                               category=clicks.category[order], time=clicks.time[order],
+                               label=None if clicks.label is None else clicks.label[order],
+                               fields={k: v[order] for k, v in clicks.fields.items()})
+
+
+def check_fields(path: str, fmt: LogFormat, empty) -> None:
+    """Refuses, in one line, a log to prepare whose field columns `empty` (names)
+    are empty in every row kept (a few live clicks without a brand are not)."""
+    for name in empty:
+        raise LogFormatError(f"{path}: field {name} (column {fmt.field_columns[name]!r}) is empty in every "
+                             f"{'impression' if fmt.impressions else 'click'} row; drop it from --columns "
+                             "(--fields), or fill the column")
+
+
+def content_end(path: str, window: int = 1 << 16) -> int:
+    """The file offset just past its last line that is not blank."""
+    with open(path, "rb") as f:
+        end = f.seek(0, os.SEEK_END)
+        while end > 0:
+            start = max(end - window, 0)
+            f.seek(start)
+            stripped = f.read(end - start).rstrip(b" \t\r\n")
+            if stripped:
+                return start + len(stripped) + 1  # keep the line's own end
+            end = start
+    return 0

@@ -28,34 +28,48 @@ import numpy as np
 import tensorflow as tf
 
 from dare_tf.data.records import feature_spec, verify_shards
-from dare_tf.data.spec import (DEFAULT_SHUFFLE_BUFFER, HIST_CATEGORIES, HIST_ITEMS, TARGET_CATEGORY, TARGET_ITEM, USER,
-                               DatasetSpec)
+from dare_tf.data.spec import (DEFAULT_SHUFFLE_BUFFER, EXAMPLE_TIME, HIST_CATEGORIES, HIST_ITEMS, TARGET_CATEGORY,
+                               TARGET_ITEM, TIME_GAP, USER, DatasetSpec, history_feature, target_feature)
 from dare_tf.data.store import SequenceStore, check_max_len, load_store, read_examples
 
-def _store_tensors(store: SequenceStore) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+def _store_tensors(store: SequenceStore) -> dict[str, tf.Tensor]:
     """The store's arrays as tensors, made once per store (every split and every
-    evaluation's dataset share them)."""
+    evaluation's dataset share them): each history feature's flat values, and
+    `start` (`times` and `edges` with the time gap)."""
     if getattr(store, "_tensors", None) is None:
-        store._tensors = (tf.constant(store.items), tf.constant(store.categories), tf.constant(store.start))
+        tensors = {HIST_ITEMS: tf.constant(store.items), HIST_CATEGORIES: tf.constant(store.categories),
+                   "start": tf.constant(store.start),
+                   **{history_feature(n): tf.constant(v) for n, v in store.fields.items()}}
+        if store.times is not None:
+            tensors.update(times=tf.constant(store.times), edges=tf.constant(store.edges))
+        store._tensors = tensors
     return store._tensors
 
 
 def assemble_fn(store: SequenceStore, max_len: int):
     """`columns -> (features, label)`: int `[B]` example columns (uid, position,
-    target_item, target_category, label) to the model's features (int32, the
-    histories `[B, max_len]`) and the float32 label."""
-    items, categories, start = _store_tensors(store)
+    target_item, target_category, label, and a dataset's further fields'
+    `target_<name>` and `time`) to the model's features (int32, the histories
+    `[B, max_len]`, `hist_time_gap` the bucket of each behaviour's time gap,
+    `dare_tf.data.fields`) and the float32 label."""
+    tensors = _store_tensors(store)
     offsets = tf.range(-max_len, 0, dtype=tf.int64)
+    flat = {k: v for k, v in tensors.items() if k.startswith("hist_")}
 
     def assemble(c):
         uid = tf.cast(c["uid"], tf.int64)
         rel = tf.cast(c["position"], tf.int64)[:, None] + offsets[None, :]
         valid = rel >= 0
-        idx = tf.where(valid, tf.gather(start, uid)[:, None] + rel, 0)
+        idx = tf.where(valid, tf.gather(tensors["start"], uid)[:, None] + rel, 0)
         features = {USER: tf.cast(uid, tf.int32), TARGET_ITEM: tf.cast(c["target_item"], tf.int32),
                      TARGET_CATEGORY: tf.cast(c["target_category"], tf.int32),
-                     HIST_ITEMS: tf.where(valid, tf.gather(items, idx), 0),
-                     HIST_CATEGORIES: tf.where(valid, tf.gather(categories, idx), 0)}
+                     **{k: tf.where(valid, tf.gather(v, idx), 0) for k, v in flat.items()},
+                     **{target_feature(n): tf.cast(c[target_feature(n)], tf.int32) for n in store.targets}}
+        if store.times is not None:
+            gaps = tf.cast(c[EXAMPLE_TIME], tf.int64)[:, None] - tf.gather(tensors["times"], idx)
+            bucket = tf.searchsorted(tensors["edges"], tf.reshape(gaps, [-1]), side="right", out_type=tf.int32)
+            bucket = tf.reshape(tf.maximum(bucket, 1), tf.shape(gaps))
+            features[history_feature(TIME_GAP)] = tf.where(valid, bucket, 0)
         return features, tf.cast(c["label"], tf.float32)
     return assemble
 
@@ -107,7 +121,8 @@ class InMemorySplit:
     @staticmethod
     def estimated_bytes(spec: DatasetSpec, split: str, partitions=None) -> int:
         """Memory of the split's columns (the store is shared by all splits)."""
-        return sum(spec.records(n) for n in spec.shard_files(split, partitions)) * 4 * 5
+        columns = len(spec.record_columns[0]) + (EXAMPLE_TIME in spec.record_columns[0])  # (times: 8 bytes)
+        return sum(spec.records(n) for n in spec.shard_files(split, partitions)) * 4 * columns
 
     @classmethod
     def load(cls, data_dir: str, split: str, spec: DatasetSpec | None = None,
@@ -124,9 +139,9 @@ class InMemorySplit:
     def features(self) -> dict[str, np.ndarray]:
         if self._features is None:
             c = self.columns
-            items, categories = self.store.windows(c["uid"], c["position"], self.max_len)
             self._features = {USER: c["uid"], TARGET_ITEM: c["target_item"], TARGET_CATEGORY: c["target_category"],
-                              HIST_ITEMS: items.astype(np.int32), HIST_CATEGORIES: categories.astype(np.int32)}
+                              **{target_feature(n): c[target_feature(n)] for n in self.store.targets},
+                              **self.store.histories(c, self.max_len)}
         return self._features
 
     def _assemble(self):
@@ -175,7 +190,7 @@ def stream(data_dir: str, split: str, batch_size: int, *, spec: DatasetSpec | No
         ds = files.flat_map(read)
     if repeat:
         ds = ds.repeat()
-    features, assemble = feature_spec(split), assemble_fn(store, max_len)
+    features, assemble = feature_spec(split, spec), assemble_fn(store, max_len)
     ds = ds.batch(batch_size, drop_remainder=drop_remainder)
     ds = ds.map(lambda s: assemble(tf.io.parse_example(s, features)), num_parallel_calls=tf.data.AUTOTUNE,
                 deterministic=deterministic)

@@ -13,12 +13,13 @@ import numpy as np
 from absl import logging
 
 from dare_tf._files import clean_stale, guard_output_dir, replace_directory, staging_dir
-from dare_tf.data.logs import FORMATS, Clicks, LogFormat
+from dare_tf.data.logs import ACTION_FIELD, FORMATS, Clicks, LogFormat
 from dare_tf.data.records import ShardWriter, encode_examples, encode_store
 from dare_tf.data.spec import (APPEND_JOURNAL, APPEND_LOCK, FEATURES, FORMAT, ID_MAP_FILES, ITEM_CATEGORY_FILE,
                                ITEM_CLICKS_FILE, LEGACY_FORMATS, SEGMENT_KIND, SPEC_FILE, SPLITS, STORE_KIND,
-                               DatasetSpec, TABLE_FILES, append_pending, is_shard_name, partition_of, shard_name,
-                               shard_tag)
+                               DatasetSpec, SpecError, TABLE_FILES, append_pending, features_of, is_shard_name,
+                               partition_of, shard_name, shard_tag)
+from dare_tf.data.fields import field_files, field_id_file, item_field_file
 
 
 MAX_PARTITIONS = 1024
@@ -40,11 +41,13 @@ class PartitionedWriter:
     def write_examples(self, columns: dict[str, np.ndarray]) -> None:
         self._route(columns["uid"], encode_examples(columns))
 
-    def write_store(self, uid: np.ndarray, lengths: np.ndarray, items: np.ndarray, categories: np.ndarray) -> None:
+    def write_store(self, uid: np.ndarray, lengths: np.ndarray, items: np.ndarray, categories: np.ndarray,
+                    extra: dict | None = None) -> None:
+        """Store records (`encode_store`: `extra` is the further fields' lists)."""
         parts = partition_of(uid, self.partitions)
         for k, n in zip(parts.tolist(), np.asarray(lengths).tolist()):
             self.clicks[k] += int(n)
-        self._route(uid, encode_store(uid, lengths, items, categories), parts)
+        self._route(uid, encode_store(uid, lengths, items, categories, extra), parts)
 
     def _route(self, uid, records, parts=None):
         parts = partition_of(uid, self.partitions) if parts is None else parts
@@ -61,7 +64,8 @@ class PartitionedWriter:
         return files
 
 
-def _write_lines(path: str, values: np.ndarray) -> None:
+def write_lines(path: str, values: np.ndarray) -> None:
+    """`values`, one per line (the dataset's tables)."""
     with open(path, "w") as f:
         f.write("\n".join(map(str, np.asarray(values).tolist())))
         f.write("\n")
@@ -74,17 +78,17 @@ def write_id_maps(directory: str, raw_items, raw_categories, raw_users, item_cat
     def path(name):
         return os.path.join(directory, name if rename is None else rename(name))
 
-    _write_lines(path(ID_MAP_FILES["item"]), np.asarray(raw_items))
-    _write_lines(path(ID_MAP_FILES["category"]), np.asarray(raw_categories))
-    _write_lines(path(ID_MAP_FILES["user"]), np.asarray(raw_users))
-    _write_lines(path(ITEM_CATEGORY_FILE), np.asarray(item_category)[1:len(raw_items) + 1])
+    write_lines(path(ID_MAP_FILES["item"]), np.asarray(raw_items))
+    write_lines(path(ID_MAP_FILES["category"]), np.asarray(raw_categories))
+    write_lines(path(ID_MAP_FILES["user"]), np.asarray(raw_users))
+    write_lines(path(ITEM_CATEGORY_FILE), np.asarray(item_category)[1:len(raw_items) + 1])
 
 
 def write_item_clicks(directory: str, counts, rename=None) -> None:
     """`ITEM_CLICKS_FILE` of a `--split=time` dataset (`counts`: `[num_items]`, rows
     1 .. num_items - 2 written)."""
     counts = np.asarray(counts)
-    _write_lines(os.path.join(directory, ITEM_CLICKS_FILE if rename is None else rename(ITEM_CLICKS_FILE)),
+    write_lines(os.path.join(directory, ITEM_CLICKS_FILE if rename is None else rename(ITEM_CLICKS_FILE)),
                   counts[1:len(counts) - 1])
 
 
@@ -96,6 +100,70 @@ def read_item_clicks(directory: str, num_items: int) -> np.ndarray:
         raise ValueError(f"{path}: {len(counts)} lines, expected one per item ({num_items - 2}, spec.json's "
                          "num_items - 2)")
     return np.concatenate([[0], counts, [0]])
+
+
+def item_categories(data_dir: str, spec: DatasetSpec, observed):
+    """`[spec.num_items]` int64: the dense category of every dense item as the log
+    gave it (`ITEM_CATEGORY_FILE`; padding and out-of-vocabulary rows get the
+    out-of-vocabulary category). Refuses a file that does not fit the spec,
+    naming its line.
+
+    A dataset prepared before the file existed has categories only for the items
+    its data hold: `observed()` then gives `(items, categories)` array pairs
+    (the store's clicks, the examples' targets), and the other items get the
+    out-of-vocabulary category, with a warning to prepare the dataset again."""
+    path = os.path.join(data_dir, ITEM_CATEGORY_FILE)
+    if not os.path.exists(path):
+        category = np.full(spec.num_items, spec.oov_category, np.int64)
+        for items, categories in observed():
+            category[np.asarray(items, np.int64)] = categories
+        category[0] = spec.oov_category
+        missing = int((category[1:-1] == spec.oov_category).sum())
+        if missing:
+            logging.warning("%s has no %s (prepared by an earlier version): %d of %d items have no category and "
+                            "get the out-of-vocabulary one; prepare the dataset again", data_dir,
+                            ITEM_CATEGORY_FILE, missing, spec.num_items - 2)
+        return category
+    with open(path) as f:
+        lines = f.read().splitlines()
+    if len(lines) != spec.num_items - 2:
+        raise SpecError(f"{path}: {len(lines)} lines, expected one per item ({spec.num_items - 2}, spec.json's "
+                        "num_items - 2)")
+    category = np.full(spec.num_items, spec.oov_category, np.int64)
+    for k, line in enumerate(lines, start=1):
+        if not line.isdigit() or not 1 <= int(line) <= spec.num_categories - 2:
+            raise SpecError(f"{path}:{k}: expected a dense category id in [1, {spec.num_categories - 2}], "
+                            f"got {line[:40]!r}")
+        category[k] = int(line)
+    return category
+
+
+def write_field_maps(directory: str, raw: dict, of_item: dict, num_items: int, rename=None) -> None:
+    """Each field's raw-id map and item -> value map (as `write_id_maps`; the
+    history-only `action` field has no item value)."""
+    for name in raw:
+        files = [(field_id_file(name), raw[name])]
+        if name != ACTION_FIELD:
+            files.append((item_field_file(name), of_item[name][1:num_items - 1]))
+        for file, values in files:
+            write_lines(os.path.join(directory, file if rename is None else rename(file)), values)
+
+
+def read_item_field(data_dir: str, spec: DatasetSpec, name: str) -> np.ndarray:
+    """`[spec.num_items]` int64: every dense item's value of field `name`
+    (padding and out-of-vocabulary rows: the field's out-of-vocabulary value);
+    refuses a file that does not fit spec.json, naming its line."""
+    vocabulary = spec.field(name)["vocabulary"]
+    path = os.path.join(data_dir, item_field_file(name))
+    values = np.loadtxt(path, dtype=np.int64, ndmin=1)
+    if len(values) != spec.num_items - 2:
+        raise SpecError(f"{path}: {len(values)} lines, expected one per item ({spec.num_items - 2}, spec.json's "
+                        "num_items - 2)")
+    bad = np.flatnonzero((values < 1) | (values > vocabulary - 2))
+    if len(bad):
+        raise SpecError(f"{path}:{int(bad[0]) + 1}: expected a dense {name} id in [1, {vocabulary - 2}], got "
+                        f"{int(values[bad[0]])}")
+    return np.concatenate([[vocabulary - 1], values, [vocabulary - 1]])
 
 
 def allow_open_files(count: int, partitions: int) -> None:
@@ -114,10 +182,11 @@ def allow_open_files(count: int, partitions: int) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
 
 
-def layout_fields(protocol, compression: str, files: dict[str, dict], bounds=None) -> dict:
-    """spec.json's fields that describe the files (names, counts, feature spec);
-    with `bounds` (`--split=time`) each split lists the shards of the time
-    segments (`dare_tf.data.days`) whose first time falls in its window."""
+def layout_fields(protocol, compression: str, files: dict[str, dict], bounds=None, fields=()) -> dict:
+    """spec.json's fields that describe the files (names, counts, feature spec,
+    the further `fields`, `dare_tf.data.fields`); with `bounds` (`--split=time`)
+    each split lists the shards of the time segments (`dare_tf.data.days`) whose
+    first time falls in its window."""
     partitions = protocol.partitions
     if bounds is None:
         shards = {s: [shard_name(s, k, partitions, compression) for k in range(partitions)] for s in SPLITS}
@@ -129,7 +198,8 @@ def layout_fields(protocol, compression: str, files: dict[str, dict], bounds=Non
     store = sorted((n for n in files if n.startswith(STORE_KIND + "-")), key=lambda n: n.split("-of-")[0][-5:])
     return dict(counts={s: sum(files[n]["records"] for n in names) for s, names in shards.items()},
                 shards=shards, store=store, clicks_stored=sum(files[n]["clicks"] for n in store),
-                files=files, compression=compression, features=FEATURES, partitions=protocol.partitions)
+                files=files, compression=compression, features=features_of(list(fields)) if fields else FEATURES,
+                partitions=protocol.partitions, **({"fields": list(fields)} if fields else {}))
 
 
 def _own_files(directory: str) -> set[str] | None:
@@ -145,8 +215,10 @@ def _own_files(directory: str) -> set[str] | None:
     legacy = raw.get("format") is None and {"dataset", "shards", "protocol", "source"} <= set(raw)
     if not (raw.get("format") in (FORMAT, *LEGACY_FORMATS) or legacy):
         return None
-    names = {SPEC_FILE, *TABLE_FILES, *raw.get("store", []), APPEND_JOURNAL, f"{APPEND_JOURNAL}.tmp", APPEND_LOCK,
-             *map(append_pending, TABLE_FILES)}
+    fields = raw.get("fields") if isinstance(raw.get("fields"), list) else []
+    tables = (*TABLE_FILES, *field_files([f for f in fields if isinstance(f, dict) and isinstance(f.get("name"), str)]))
+    names = {SPEC_FILE, *tables, *raw.get("store", []), APPEND_JOURNAL, f"{APPEND_JOURNAL}.tmp", APPEND_LOCK,
+             *map(append_pending, tables)}
     for shard_names in raw.get("shards", {}).values():
         names.update(shard_names)
     return names
@@ -179,7 +251,7 @@ def log_format(log: str | LogFormat) -> LogFormat:
 
 def source_fields(input_path: str, clicks: Clicks, fmt: LogFormat) -> dict:
     return dict(path=os.path.abspath(input_path), sha256=clicks.sha256, rows=clicks.rows,
-                clicks=int(len(clicks.user) if clicks.label is None else (clicks.label == 1).sum()),
+                clicks=int(clicks.clicked().sum()),
                 bad_lines=clicks.bad_lines, log=fmt.to_json())
 
 

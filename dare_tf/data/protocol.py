@@ -43,11 +43,12 @@ from absl import logging
 
 from dare_tf.data.days import build_time_split
 from dare_tf.data.examples import (MIN_IMPRESSIONS, USERS_PER_CHUNK, LogStatistics, UserRows, chunk_examples,
-                                   qualifying_users)
+                                   qualifying_users, store_rows)
 from dare_tf.data.logs import Clicks, LogFormat
 from dare_tf.data.prepared import (MAX_PARTITIONS, PartitionedWriter, allow_open_files,
                                    check_compression, guard_dataset_dir, layout_fields, log_format, make_spec,
-                                   source_fields, write_id_maps, write_item_clicks, write_prepared)
+                                   source_fields, write_field_maps, write_id_maps, write_item_clicks, write_prepared)
+from dare_tf.data.fields import DenseFields, spec_fields
 from dare_tf.data.log_reader import read_log
 from dare_tf.data.logs import dense_ids
 from dare_tf.data.spec import FORMAT, MAX_LEN, SPLITS, STORE_KIND, DatasetSpec
@@ -97,6 +98,8 @@ class Protocol:
             window, the `val_days` days before them validation.
         val_from, test_from: `time`: the windows' first times instead (in the
             time column's unit; both or neither).
+        time_gap: add the derived time-gap field (`dare_tf.data.fields`): the
+            store keeps every click's time, the examples their target's.
     """
 
     seed: int = 0
@@ -111,6 +114,7 @@ class Protocol:
     test_days: int = 1
     val_from: int | None = None
     test_from: int | None = None
+    time_gap: bool = False
 
     def __post_init__(self):
         self.validate(impressions=True)  # the checks of every log; prepare adds those of a click log
@@ -160,6 +164,8 @@ class Protocol:
         if self.split == "user":
             for name in TIME_SPLIT_FIELDS:
                 del fields[name]
+        if not self.time_gap:  # (recorded only when set: earlier datasets keep their identity)
+            del fields["time_gap"]
         return fields
 
     def target_offsets(self) -> dict[str, np.ndarray]:
@@ -183,7 +189,8 @@ def no_user_qualifies(protocol: Protocol, longest: int, impressions: bool = Fals
                       f"{longest} clicks); lower --min_clicks or use a larger log")
 
 
-def build_examples(clicks: Clicks, protocol: Protocol, directory: str, compression: str) -> dict:
+def build_examples(clicks: Clicks, protocol: Protocol, directory: str, compression: str,
+                   fmt: LogFormat | None = None) -> dict:
     """Writes the store, the example shards and the id maps of `clicks` into
     `directory`; returns the spec fields that depend on the data."""
     user, raw_users = dense_ids(clicks.user)
@@ -192,27 +199,32 @@ def build_examples(clicks: Clicks, protocol: Protocol, directory: str, compressi
     labels, times = clicks.label, clicks.time
     impressions = labels is not None
     bounds = protocol.bounds(int(times.max())) if protocol.split == "time" else None
-    # The raw-id columns are no longer needed: release them (peak memory).
-    clicks.user = clicks.item = clicks.category = clicks.time = clicks.label = None
-    user, item, category = user.astype(np.int32), item.astype(np.int32), category.astype(np.int32)
     # Row 0 is padding and the last row is out-of-vocabulary (never trained on;
     # serving maps unknown raw ids there).
     num_items, num_categories = len(raw_items) + 2, len(raw_categories) + 2
+    fields = DenseFields(clicks.fields, item, num_items)
+    field_entries = spec_fields(fields.entries(fmt), protocol.time_gap)
+    # `--action_field`: every action is history, the clicks among them are the targets.
+    clicked = clicks.clicked() if clicks.click_code is not None else None
+    # The raw-id columns are no longer needed: release them (peak memory).
+    clicks.user = clicks.item = clicks.category = clicks.time = clicks.label = None
+    clicks.fields = {}
+    user, item, category = user.astype(np.int32), item.astype(np.int32), category.astype(np.int32)
     last = len(item) - 1 - np.unique(item[::-1], return_index=True)[1]
     item_category = np.zeros(num_items, np.int32)
     item_category[item[last]] = category[last]
     del last
     if bounds is not None:
         return _time_split(directory, user, item, category, times, labels, (raw_items, raw_categories, raw_users),
-                           item_category, protocol, bounds, compression)
-    is_click = np.ones(len(user), bool) if not impressions else labels == 1
+                           item_category, protocol, bounds, compression, fields, field_entries, clicked)
+    is_click = clicked if clicked is not None else np.ones(len(user), bool) if not impressions else labels == 1
     rows_per_user = np.bincount(user, minlength=len(raw_users) + 1)
     clicks_per_user = np.bincount(user[is_click], minlength=len(raw_users) + 1)
     stats = LogStatistics(item_category=item_category,
                           item_cdf=np.cumsum(np.bincount(item[is_click], minlength=num_items)),
                           qualifying=qualifying_users(clicks_per_user, rows_per_user if impressions else None,
                                                       protocol),
-                          num_users=len(raw_users) + 1)
+                          num_users=len(raw_users) + 1, item_fields=fields.of_item)
     logging.info("%d users, %d qualify (>= %d clicks); %d items, %d categories", len(raw_users),
                  len(stats.qualifying), protocol.min_clicks, len(raw_items), len(raw_categories))
     if len(stats.qualifying) == 0:
@@ -224,8 +236,13 @@ def build_examples(clicks: Clicks, protocol: Protocol, directory: str, compressi
     order = np.flatnonzero(keep)[np.argsort(user[keep], kind="stable")]
     del keep
     seq = {"items": item[order], "categories": category[order]}
+    if impressions or protocol.time_gap:
+        seq["times"] = times[order]
     if impressions:
-        seq["times"], seq["labels"] = times[order], labels[order]
+        seq["labels"] = labels[order]
+    if clicked is not None:
+        seq["clicked"] = clicked[order]
+    seq_fields = {name: values[order] for name, values in fields.values.items()}
     del order, user, item, category, times, labels
     q_lengths = rows_per_user[stats.qualifying]
     q_starts = np.concatenate([[0], np.cumsum(q_lengths)[:-1]])
@@ -234,37 +251,41 @@ def build_examples(clicks: Clicks, protocol: Protocol, directory: str, compressi
                for kind in (*SPLITS, STORE_KIND)}
     for chunk, users in stats.chunks():
         lo = chunk * USERS_PER_CHUNK
-        rows = [UserRows(**{k: v[q_starts[lo + i]: q_starts[lo + i] + q_lengths[lo + i]] for k, v in seq.items()})
-                for i in range(len(users))]
+        spans = [slice(q_starts[lo + i], q_starts[lo + i] + q_lengths[lo + i]) for i in range(len(users))]
+        rows = [UserRows(**{k: v[s] for k, v in seq.items()}, fields={k: v[s] for k, v in seq_fields.items()})
+                for s in spans]
         for split, columns in chunk_examples(chunk, users, rows, stats, protocol).items():
             writers[split].write_examples(columns)
-        stored = [r.clicks() for r in rows]
-        writers[STORE_KIND].write_store(users, np.array([len(i) for i, _ in stored]),
-                                        np.concatenate([i for i, _ in stored]), np.concatenate([c for _, c in stored]))
+        writers[STORE_KIND].write_store(*store_rows(users, [r.stored(protocol.time_gap) for r in rows]))
         logging.info("users %d/%d", lo + len(users), len(stats.qualifying))
     files = {}
     for w in writers.values():
         files.update(w.close())
     write_id_maps(directory, raw_items, raw_categories, raw_users, stats.item_category)
+    write_field_maps(directory, fields.raw, fields.of_item, num_items)
     return dict(num_items=num_items, num_categories=num_categories, num_users=stats.num_users,
-                users=int(len(stats.qualifying)), **layout_fields(protocol, compression, files),
+                users=int(len(stats.qualifying)), **layout_fields(protocol, compression, files, fields=field_entries),
                 **time_windows(protocol, bounds))
 
 
 def _time_split(directory, user, item, category, times, labels, raw, item_category, protocol, bounds,
-                compression) -> dict:
+                compression, fields, field_entries, clicked=None) -> dict:
     """`build_examples` of a `--split=time` log (`dare_tf.data.days`)."""
     raw_items, raw_categories, raw_users = raw
-    clicks_per_user = np.bincount(user if labels is None else user[labels == 1], minlength=len(raw_users) + 1)
+    is_click = clicked if clicked is not None else np.ones(len(user), bool) if labels is None else labels == 1
+    clicks_per_user = np.bincount(user[is_click], minlength=len(raw_users) + 1)
     if clicks_per_user.max() < max(protocol.min_clicks, 1):
         raise no_user_qualifies(protocol, int(clicks_per_user.max()))
     allow_open_files(2 * protocol.partitions, protocol.partitions)
     files, users, item_clicks = build_time_split(directory, user, item, category, times, labels, len(raw_users) + 1,
-                                                 len(raw_items) + 2, protocol, bounds, compression)
+                                                 len(raw_items) + 2, protocol, bounds, compression, fields.values,
+                                                 clicked)
     write_id_maps(directory, raw_items, raw_categories, raw_users, item_category)
+    write_field_maps(directory, fields.raw, fields.of_item, len(raw_items) + 2)
     write_item_clicks(directory, item_clicks)
     return dict(num_items=len(raw_items) + 2, num_categories=len(raw_categories) + 2, num_users=len(raw_users) + 1,
-                users=users, **layout_fields(protocol, compression, files, bounds), **time_windows(protocol, bounds))
+                users=users, **layout_fields(protocol, compression, files, bounds, field_entries),
+                **time_windows(protocol, bounds))
 
 
 def time_windows(protocol: Protocol, bounds: tuple[int, int] | None) -> dict:
@@ -301,6 +322,6 @@ def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Pr
         source["last_time"] = int(clicks.time.max())
     preparation = preparation_id(clicks.sha256, protocol, fmt, compression)
     spec = write_prepared(output_dir, input_path, lambda staging: make_spec(
-        fmt, protocol, source, preparation, build_examples(clicks, protocol, staging, compression)))
+        fmt, protocol, source, preparation, build_examples(clicks, protocol, staging, compression, fmt)))
     logging.info("wrote %s in %.1fs: %s", output_dir, time.perf_counter() - start, spec.counts)
     return spec

@@ -34,7 +34,8 @@ import struct
 import google_crc32c
 import numpy as np
 
-from dare_tf.data.spec import (EXAMPLE_COLUMNS, STORE_CLICK_COLUMNS, STORE_KIND, DatasetSpec)
+from dare_tf.data.spec import (EXAMPLE_COLUMNS, EXAMPLE_TIME, STORE_CLICK_COLUMNS, STORE_KIND, STORE_TIMES, TIME_GAP,
+                               DatasetSpec, target_feature)
 
 _TAG_LEN1 = 0x0A  # field 1, length-delimited
 _TAG_LEN2 = 0x12  # field 2, length-delimited
@@ -119,11 +120,15 @@ def encode_examples(columns: dict[str, np.ndarray]) -> list[bytes]:
     return [flat[a:b] for a, b in zip([0] + ends[:-1], ends)]
 
 
-def encode_store(uid: np.ndarray, lengths: np.ndarray, items: np.ndarray, categories: np.ndarray) -> list[bytes]:
+def encode_store(uid: np.ndarray, lengths: np.ndarray, items: np.ndarray, categories: np.ndarray,
+                 extra: dict | None = None) -> list[bytes]:
     """Serialized store records: per user, `uid` and its `items` and `categories`
-    (`[sum(lengths)]`, user after user) as Int64Lists."""
+    (`[sum(lengths)]`, user after user), then the `extra` lists (name -> flat
+    values as `items`: a dataset's further fields, `dare_tf.data.spec.record_columns`),
+    as Int64Lists."""
     lists = {}
-    for name, flat in zip(STORE_CLICK_COLUMNS, (items, categories)):
+    named = {**dict(zip(STORE_CLICK_COLUMNS, (items, categories))), **(extra or {})}
+    for name, flat in named.items():
         data, n = _varints(np.asarray(flat))
         keep = np.arange(data.shape[1])[None, :] < n[:, None]
         payload = data[keep].tobytes()  # row-major: each value's bytes in order
@@ -132,7 +137,7 @@ def encode_store(uid: np.ndarray, lengths: np.ndarray, items: np.ndarray, catego
     out, start = [], 0
     for u, length in zip(np.asarray(uid).tolist(), np.asarray(lengths).tolist()):
         entries = [_entry(b"uid", _varint(u))]
-        for name in STORE_CLICK_COLUMNS:
+        for name in named:
             payload, bounds = lists[name]
             entries.append(_entry(name.encode(), payload[bounds[start]: bounds[start + length]]))
         body = b"".join(entries)
@@ -201,14 +206,16 @@ class ShardWriter:
 
 # -- reading ------------------------------------------------------------------------
 
-def feature_spec(kind: str) -> dict:
-    """`tf.io.parse_example`'s features of example (`kind` a split) or store records."""
+def feature_spec(kind: str, spec: DatasetSpec | None = None) -> dict:
+    """`tf.io.parse_example`'s features of example (`kind` a split) or store
+    records (of `spec`'s dataset: with its further fields, if any)."""
     import tensorflow as tf
 
+    examples, store = spec.record_columns if spec is not None else (EXAMPLE_COLUMNS, STORE_CLICK_COLUMNS)
     if kind == STORE_KIND:
         return {"uid": tf.io.FixedLenFeature([], tf.int64),
-                **{k: tf.io.RaggedFeature(tf.int64, row_splits_dtype=tf.int64) for k in STORE_CLICK_COLUMNS}}
-    return {k: tf.io.FixedLenFeature([], tf.int64) for k in EXAMPLE_COLUMNS}
+                **{k: tf.io.RaggedFeature(tf.int64, row_splits_dtype=tf.int64) for k in store}}
+    return {k: tf.io.FixedLenFeature([], tf.int64) for k in examples}
 
 
 def check_file(data_dir: str, name: str, spec: DatasetSpec) -> str:
@@ -234,10 +241,17 @@ def check_file(data_dir: str, name: str, spec: DatasetSpec) -> str:
 
 def _ranges(spec: DatasetSpec) -> dict[str, tuple[int, int, str]]:
     vocab = lambda n, what: (1, n - 1, f"spec.json's {what} ids 1..{n - 1}")  # noqa: E731
+    fields = {}
+    for field in spec.fields:
+        name = field["name"]
+        if name == TIME_GAP:
+            fields.update(dict.fromkeys((EXAMPLE_TIME, STORE_TIMES), (0, np.iinfo(np.int64).max, "a time >= 0")))
+        else:
+            fields[name] = fields[target_feature(name)] = vocab(field["vocabulary"], name)
     return {"uid": vocab(spec.num_users, "user"), "target_item": vocab(spec.num_items, "item"),
             "target_category": vocab(spec.num_categories, "category"),
             "items": vocab(spec.num_items, "item"), "categories": vocab(spec.num_categories, "category"),
-            "position": (0, np.iinfo(np.int32).max, "a position >= 0"), "label": (0, 1, "a label 0 or 1")}
+            "position": (0, np.iinfo(np.int32).max, "a position >= 0"), "label": (0, 1, "a label 0 or 1"), **fields}
 
 
 def check_ids(path: str, columns: dict[str, np.ndarray], spec: DatasetSpec) -> None:
@@ -258,7 +272,7 @@ def _parse_files(paths: list[str], spec: DatasetSpec, kind: str) -> dict[str, np
     int64 columns."""
     import tensorflow as tf
 
-    features = feature_spec(kind)
+    features = feature_spec(kind, spec)
     ds = tf.data.TFRecordDataset(paths, compression_type=spec.compression, buffer_size=1 << 20)
     parts: dict[str, list] = {}
     for serialized in ds.batch(1 << 16):
@@ -266,7 +280,8 @@ def _parse_files(paths: list[str], spec: DatasetSpec, kind: str) -> dict[str, np
             if k == STORE_CLICK_COLUMNS[0]:  # every user's clicks: its length once
                 parts.setdefault("length", []).append(v.row_lengths().numpy())
             parts.setdefault(k, []).append((v.flat_values if isinstance(v, tf.RaggedTensor) else v).numpy())
-    names = EXAMPLE_COLUMNS if kind != STORE_KIND else ("uid", "length", *STORE_CLICK_COLUMNS)
+    examples, store = spec.record_columns
+    names = examples if kind != STORE_KIND else ("uid", "length", *store)
     return {k: np.concatenate(parts[k]) if k in parts else np.zeros(0, np.int64) for k in names}
 
 
@@ -321,17 +336,17 @@ class ShardReader:
         for i, (name, path) in enumerate(zip(names, paths)):
             records = slice(record_starts[i], record_starts[i + 1])
             clicks = slice(click_starts[i], click_starts[i + 1]) if kind == STORE_KIND else records
-            out.append(self._checked(path, name, {k: v[clicks if k in STORE_CLICK_COLUMNS else records]
+            out.append(self._checked(path, name, {k: v[clicks if k in spec.record_columns[1] else records]
                                                   for k, v in columns.items()}, spec))
         return out
 
     def _checked(self, path: str, name: str, columns: dict[str, np.ndarray],
                  spec: DatasetSpec) -> dict[str, np.ndarray]:
         """A parsed shard's int64 columns, ids checked (`check_ids`, before the cast), as
-        int32; the shard is recorded as verified."""
+        int32 (times stay int64); the shard is recorded as verified."""
         check_ids(path, columns, spec)
         self.verified.add((os.path.realpath(path), spec.files[name]["sha256"]))
-        return {k: v.astype(np.int32) for k, v in columns.items()}
+        return {k: v if k in (EXAMPLE_TIME, STORE_TIMES) else v.astype(np.int32) for k, v in columns.items()}
 
     def verify(self, data_dir: str, spec: DatasetSpec, names) -> None:
         """Checks each shard (`read_shards`, one pipeline per kind) once per process,

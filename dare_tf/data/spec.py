@@ -79,6 +79,48 @@ DEFAULT_SHUFFLE_BUFFER = 100_000  # examples a training input stream shuffles ov
 FEATURES = {"examples": {k: {"dtype": "int64", "shape": []} for k in EXAMPLE_COLUMNS},
             "store": {"uid": {"dtype": "int64", "shape": []},
                       **{k: {"dtype": "int64", "shape": [None]} for k in STORE_CLICK_COLUMNS}}}
+# Further fields of every behaviour (spec.json's `fields`, `dare_tf.data.fields`): a
+# field NAME read from a column adds the store list NAME and the example feature
+# `target_NAME`; the derived time gap (`--time_gap`) adds the store list `times` and
+# the example feature `time` (the target's time), from which the reader computes
+# `hist_time_gap`.
+TIME_GAP = "time_gap"
+STORE_TIMES = "times"
+EXAMPLE_TIME = "time"
+
+
+def target_feature(name: str) -> str:
+    """The example feature (and model input) of a field's target value."""
+    return f"target_{name}"
+
+
+def history_feature(name: str) -> str:
+    """The model input of a field's history values."""
+    return f"hist_{name}"
+
+
+def record_columns(fields: list) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The example record's features and the store record's lists of a dataset
+    with spec.json's `fields`: `(EXAMPLE_COLUMNS + ..., STORE_CLICK_COLUMNS + ...)`."""
+    examples, store = list(EXAMPLE_COLUMNS), list(STORE_CLICK_COLUMNS)
+    for field in fields:
+        if field["name"] == TIME_GAP:
+            examples.append(EXAMPLE_TIME)
+            store.append(STORE_TIMES)
+        else:
+            examples += [target_feature(field["name"])] * (not field["history_only"])
+            store.append(field["name"])
+    return tuple(examples), tuple(store)
+
+
+def features_of(fields: list) -> dict:
+    """spec.json's `features` of a dataset with `fields` (`FEATURES` without)."""
+    examples, store = record_columns(fields)
+    return {"examples": {k: {"dtype": "int64", "shape": []} for k in examples},
+            "store": {"uid": {"dtype": "int64", "shape": []}, **{k: {"dtype": "int64", "shape": [None]}
+                                                                 for k in store}}}
+
+
 # Bounds of spec.json's sizes: ids are int32 when read (embedding rows), and
 # histories longer than this are not assembled.
 MAX_ID = 2**31 - 1
@@ -163,6 +205,10 @@ class DatasetSpec:
         compression: `GZIP` or `""` (none), as `tf.data.TFRecordDataset` takes it.
         features: the feature spec of the example and store records.
         partitions: shards per kind (users are assigned by `partition_of`).
+        fields: further fields of every behaviour, in order (`dare_tf.data.fields`):
+            `name`, `vocabulary` (padding row 0 and an out-of-vocabulary row
+            included), `history_only` and the `column` it was read from, or
+            the derived time gap's `edges`; absent from spec.json when none.
     """
 
     dataset: str
@@ -183,9 +229,30 @@ class DatasetSpec:
     compression: str
     features: dict[str, Any]
     partitions: int
+    fields: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+    def _dict(self) -> dict:
+        """The fields as spec.json holds them: `fields` only when there are any
+        (so a dataset without is recorded, and identified, as before they existed)."""
+        d = dataclasses.asdict(self)
+        if not d["fields"]:
+            del d["fields"]
+        return d
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+        return json.dumps(self._dict(), indent=2, sort_keys=True)
+
+    def field(self, name: str) -> dict:
+        """The `fields` entry named `name`; `KeyError` naming the dataset's fields."""
+        for field in self.fields:
+            if field["name"] == name:
+                return field
+        raise KeyError(f"the dataset has no field {name!r}; its fields: {[f['name'] for f in self.fields]}")
+
+    @property
+    def record_columns(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Its example features and store lists (`record_columns`)."""
+        return record_columns(self.fields)
 
     def fingerprint(self) -> str:
         """A digest of everything that defines the examples (source log, protocol,
@@ -193,7 +260,7 @@ class DatasetSpec:
         dataset wherever they lie."""
         import hashlib
 
-        fields = dataclasses.asdict(self)
+        fields = self._dict()
         fields["source"] = {k: v for k, v in fields["source"].items() if k != "path"}
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -237,6 +304,7 @@ class DatasetSpec:
             raise SpecError(f"{path}: format {raw.get('format')!r} is not {FORMAT!r} (TFRecord store and "
                             "examples); prepare the dataset again with this version (python -m data.prepare ...)")
         fields = [f.name for f in dataclasses.fields(cls)]
+        raw.setdefault("fields", [])
         missing = [name for name in fields if name not in raw]
         if missing:
             raise SpecError(f"{path}: missing field(s) {missing}")
@@ -289,6 +357,10 @@ def _validate(path: str, raw: dict) -> None:
                                                        for k in ("bytes", "records"))
                     or not isinstance(entry.get("sha256"), str)):
                 bad(f"files[{name!r}]", "an object with integer 'bytes' and 'records' and a 'sha256'", entry)
+    if not isinstance(raw["fields"], list) or not all(
+            isinstance(f, dict) and isinstance(f.get("name"), str) and _is_int(f.get("vocabulary"))
+            and f["vocabulary"] >= 2 and isinstance(f.get("history_only"), bool) for f in raw["fields"]):
+        bad("fields", "a list of objects with a 'name', a 'vocabulary' >= 2 and 'history_only'", raw["fields"])
     for split in SPLITS:
         count = raw["counts"].get(split)
         if not _is_int(count) or count != sum(raw["files"][n]["records"] for n in raw["shards"][split]):
@@ -306,46 +378,6 @@ def id_map_digest(data_dir: str) -> str:
             digest.update(f.read())
         digest.update(b"\0")
     return digest.hexdigest()[:16]
-
-
-def item_categories(data_dir: str, spec: DatasetSpec, observed):
-    """`[spec.num_items]` int64: the dense category of every dense item as the log
-    gave it (`ITEM_CATEGORY_FILE`; padding and out-of-vocabulary rows get the
-    out-of-vocabulary category). Refuses a file that does not fit the spec,
-    naming its line.
-
-    A dataset prepared before the file existed has categories only for the items
-    its data hold: `observed()` then gives `(items, categories)` array pairs
-    (the store's clicks, the examples' targets), and the other items get the
-    out-of-vocabulary category, with a warning to prepare the dataset again."""
-    import numpy as np
-
-    path = os.path.join(data_dir, ITEM_CATEGORY_FILE)
-    if not os.path.exists(path):
-        category = np.full(spec.num_items, spec.oov_category, np.int64)
-        for items, categories in observed():
-            category[np.asarray(items, np.int64)] = categories
-        category[0] = spec.oov_category
-        missing = int((category[1:-1] == spec.oov_category).sum())
-        if missing:
-            from absl import logging
-
-            logging.warning("%s has no %s (prepared by an earlier version): %d of %d items have no category and "
-                            "get the out-of-vocabulary one; prepare the dataset again", data_dir,
-                            ITEM_CATEGORY_FILE, missing, spec.num_items - 2)
-        return category
-    with open(path) as f:
-        lines = f.read().splitlines()
-    if len(lines) != spec.num_items - 2:
-        raise SpecError(f"{path}: {len(lines)} lines, expected one per item ({spec.num_items - 2}, spec.json's "
-                        "num_items - 2)")
-    category = np.full(spec.num_items, spec.oov_category, np.int64)
-    for k, line in enumerate(lines, start=1):
-        if not line.isdigit() or not 1 <= int(line) <= spec.num_categories - 2:
-            raise SpecError(f"{path}:{k}: expected a dense category id in [1, {spec.num_categories - 2}], "
-                            f"got {line[:40]!r}")
-        category[k] = int(line)
-    return category
 
 
 def read_id_map(data_dir: str, kind: str) -> list[str]:

@@ -13,21 +13,33 @@ import os
 import numpy as np
 
 from dare_tf.data.records import ShardError, read_shards
-from dare_tf.data.spec import EXAMPLE_COLUMNS, STORE_KIND, DatasetSpec
+from dare_tf.data.spec import (EXAMPLE_TIME, HIST_CATEGORIES, HIST_ITEMS, STORE_KIND, STORE_TIMES, TIME_GAP,
+                               DatasetSpec, history_feature)
 
 
 class SequenceStore:
     """The stored users' click sequences, once: flat int32 `items` and
     `categories` `[C]`, and per dense user id its `start` in them (int64) and
-    `length` (0 for users not stored, or not in the partitions loaded)."""
+    `length` (0 for users not stored, or not in the partitions loaded).
 
-    def __init__(self, items: np.ndarray, categories: np.ndarray, start: np.ndarray, length: np.ndarray):
+    A dataset's further fields (`dare_tf.data.fields`): `fields`, each column
+    field's flat int32 values `[C]` (`targets`: those with a target value, not
+    history-only); with the time gap, `times` (int64 `[C]`) and its bucket
+    `edges`."""
+
+    def __init__(self, items: np.ndarray, categories: np.ndarray, start: np.ndarray, length: np.ndarray,
+                 fields: dict | None = None, times: np.ndarray | None = None, edges=None, targets=None):
         self.items, self.categories, self.start, self.length = items, categories, start, length
+        self.fields, self.times = dict(fields or {}), times
+        self.targets = tuple(self.fields if targets is None else targets)
+        self.edges = None if edges is None else np.asarray(edges, np.int64)
         self._tensors = None  # TensorFlow copies, made once by dare_tf.data.pipeline
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.items, self.categories, self.start, self.length))
+        arrays = (self.items, self.categories, self.start, self.length, *self.fields.values(),
+                  *(() if self.times is None else (self.times,)))
+        return sum(a.nbytes for a in arrays)
 
     @classmethod
     def load(cls, data_dir: str, spec: DatasetSpec, partitions=None) -> "SequenceStore":
@@ -46,17 +58,40 @@ class SequenceStore:
         length = np.zeros(spec.num_users, np.int32)
         start[uid] = np.concatenate([[0], np.cumsum(lengths)[:-1]])
         length[uid] = lengths
-        return cls(items, categories, start, length)
+        names = [f["name"] for f in spec.fields if f["name"] != TIME_GAP]
+        gap = [f for f in spec.fields if f["name"] == TIME_GAP]
+        return cls(items, categories, start, length, {n: np.concatenate([p[n] for p in parts]) for n in names},
+                   np.concatenate([p[STORE_TIMES] for p in parts]) if gap else None, gap[0]["edges"] if gap else None,
+                   [n for n in names if not spec.field(n)["history_only"]])
 
-    def windows(self, uid, position, max_len: int) -> tuple[np.ndarray, np.ndarray]:
-        """`[N, max_len]` items and categories: the most recent `max_len` clicks
-        of user `uid[n]` before its click `position[n]`, left-padded with 0."""
+    def _window(self, uid, position, max_len: int) -> tuple[np.ndarray, np.ndarray]:
+        """`[N, max_len]` indices into the flat arrays of the most recent `max_len`
+        clicks of user `uid[n]` before its click `position[n]`, and where they exist."""
         check_max_len(max_len)
         uid, position = np.asarray(uid, np.int64), np.asarray(position, np.int64)
         rel = position[:, None] + np.arange(-max_len, 0)[None, :]
         valid = rel >= 0
-        idx = np.where(valid, self.start[uid][:, None] + rel, 0)
+        return np.where(valid, self.start[uid][:, None] + rel, 0), valid
+
+    def windows(self, uid, position, max_len: int) -> tuple[np.ndarray, np.ndarray]:
+        """`[N, max_len]` items and categories: the most recent `max_len` clicks
+        of user `uid[n]` before its click `position[n]`, left-padded with 0."""
+        idx, valid = self._window(uid, position, max_len)
         return np.where(valid, self.items[idx], 0), np.where(valid, self.categories[idx], 0)
+
+    def histories(self, columns: dict, max_len: int) -> dict[str, np.ndarray]:
+        """Every history input (int32 `[N, max_len]`: items, categories, each further
+        field's and the time gap's) of the examples `columns` (`uid`, `position`,
+        and `time` with the time gap), as `dare_tf.data.pipeline` assembles them."""
+        from dare_tf.data.fields import time_gap_buckets
+
+        idx, valid = self._window(columns["uid"], columns["position"], max_len)
+        out = {HIST_ITEMS: self.items[idx], HIST_CATEGORIES: self.categories[idx],
+               **{history_feature(n): v[idx] for n, v in self.fields.items()}}
+        if self.times is not None:
+            gaps = np.asarray(columns[EXAMPLE_TIME], np.int64)[:, None] - self.times[idx]
+            out[history_feature(TIME_GAP)] = time_gap_buckets(gaps, self.edges)
+        return {k: np.where(valid, v, 0).astype(np.int32) for k, v in out.items()}
 
 
 def check_max_len(max_len) -> None:
@@ -73,7 +108,7 @@ def read_examples(data_dir: str, split: str, spec: DatasetSpec, store: SequenceS
         raise KeyError(f"{os.path.join(data_dir, 'spec.json')}: no split {split!r}; splits: {sorted(spec.shards)}")
     names = spec.shard_files(split, partitions)
     parts = read_shards(data_dir, names, spec, split)
-    columns = {k: np.concatenate([p[k] for p in parts]) for k in EXAMPLE_COLUMNS}
+    columns = {k: np.concatenate([p[k] for p in parts]) for k in spec.record_columns[0]}
     if store is not None and len(columns["uid"]):
         bad = np.flatnonzero(columns["position"] > store.length[columns["uid"]])
         if len(bad):

@@ -33,10 +33,21 @@ never sees a half-written version) with these signatures:
 - `classify` (Classify) and `regress` (Regress): serialized `tf.Example`s
   as `inputs` with the same four int64 features (histories as lists);
   outputs `classes` and `scores` (`[1 - p, p]`), or `outputs` (`p`).
+- a model with further behaviour fields (`ModelConfig.fields`) takes one more
+  input per field and role in every signature: `target_<name>` `[B]`,
+  `hist_<name>` beside `hist_items` (and in `rank`, `candidate_<name>`
+  `[U, N]`); the time gap's `hist_time_gap` is each behaviour's gap to the
+  request's time (`dare_tf.export.fields`). A request without one of them, or
+  with an input the signature lacks, is refused by the server, naming it.
 - `dataset` (Predict, also in the retrieval export): int64 raw `item_ids`
   `[B]` -> `known` `[B]` (in the id map) and `id_maps` `[B]` (the digest
   of the export's id maps): a client checks that a retrieval model and a
-  ranker map raw ids the same way before it chains them.
+  ranker map raw ids the same way before it chains them; the ranker's also
+  `fields` `[B]`, the names of the model's further fields, comma-separated.
+- `item_fields` (Predict): int64 raw `item_ids` `[B]` -> per column field
+  `<name>` `[B]`, the raw value of the item's field in the dataset (its last
+  row's; int64 min for an unknown item): what a client sends as a
+  candidate's `candidate_<name>`.
 
 plus `assets.extra/tf_serving_warmup_requests`, and beside the model
 directory `models.config` (every model exported into `export_base`) and
@@ -54,12 +65,13 @@ from absl import logging
 
 from dare_tf._files import clean_stale, require_space, staging_dir, variables_bytes
 from dare_tf.data.spec import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS, ID_MAP_FILES,
-                               MODEL_INPUTS, TARGET_CATEGORY, TARGET_ITEM, DatasetSpec, id_map_digest, read_id_map)
+                               TARGET_CATEGORY, TARGET_ITEM, DatasetSpec, id_map_digest, read_id_map)
+from dare_tf.export.fields import ServedFields
 from dare_tf.export.tf_serving import (DATASET_INPUT, DATASET_SIGNATURE, WARMUP_FILE, IdTable, dataset_outputs,
                                        model_base, next_version, set_method_names, warmup_requests,
                                        write_server_configs)
 from dare_tf.models import DareModel
-from dare_tf.signatures import (CANDIDATE_COUNT, HIST_LENGTH, MAX_CANDIDATES, RANK, RANK_EXPLAIN,
+from dare_tf.signatures import (CANDIDATE_COUNT, HIST_LENGTH, ITEM_FIELDS, MAX_CANDIDATES, RANK, RANK_EXPLAIN,
                                 RANK_REQUEST_INPUTS as RANK_SIGNATURE_INPUTS)
 
 # Rank of each serving input: targets [B], histories [B, T].
@@ -85,61 +97,81 @@ class _ServingGraph:
         try:
             self.raw_examples = {TARGET_ITEM: int(read_id_map(data_dir, "item")[0]),
                                  TARGET_CATEGORY: int(read_id_map(data_dir, "category")[0])}
+            self.fields = ServedFields(cfg.fields, spec, data_dir)
         except ValueError as e:
+            if "spec.json's fields" in str(e):
+                raise
             raise ValueError(f"{data_dir}: id maps hold non-integer raw ids ({e}); serving takes int64 ids") from e
+        # Every input of the per-example signatures and of `rank`, with its rank.
+        self.input_ranks = {**INPUT_RANKS, **dict.fromkeys(self.fields.target_inputs(), 1),
+                            **dict.fromkeys(self.fields.history_inputs(), 2)}
+        self.rank_ranks = {**RANK_SIGNATURE_INPUTS, **dict.fromkeys(self.fields.history_inputs(), 2),
+                           **dict.fromkeys(self.fields.target_inputs("candidate"), 2)}
 
-    def model_inputs(self, target_item, target_category, hist_items, hist_categories):
-        """Raw ids -> the model's dense inputs; also the left padding and the request's T."""
-        raw = dict(zip(MODEL_INPUTS, (target_item, target_category, hist_items, hist_categories)))
+    def model_inputs(self, *values):
+        """Raw ids (`input_ranks`' inputs, in order) -> the model's dense inputs; also
+        the left padding and the request's T."""
+        raw = dict(zip(self.input_ranks, values))
         rank_checks = [
             tf.debugging.assert_rank(raw[name], rank, message=(
                 f"input {name} must have shape {'[batch]' if rank == 1 else '[batch, history_length]'}"))
-            for name, rank in INPUT_RANKS.items()]
+            for name, rank in self.input_ranks.items()]
         with tf.control_dependencies(rank_checks):  # before any op that relies on the ranks
-            target_item = tf.reshape(raw[TARGET_ITEM], [-1])
-            target_category = tf.reshape(raw[TARGET_CATEGORY], [-1])
-            hist_items = _of_rank(raw[HIST_ITEMS], 2)
-            hist_categories = _of_rank(raw[HIST_CATEGORIES], 2)
-        batch = tf.shape(target_item)[0]
+            raw = {name: _of_rank(raw[name], rank) for name, rank in self.input_ranks.items()}
+        hist_items, batch = raw[HIST_ITEMS], tf.shape(raw[TARGET_ITEM])[0]
+        targets = [n for n, rank in self.input_ranks.items() if rank == 1 and n != TARGET_ITEM]
+        histories = [n for n, rank in self.input_ranks.items() if rank == 2]
         checks = [
-            tf.debugging.assert_equal(tf.shape(target_category)[0], batch,
-                                      message="target_category and target_item batch sizes differ"),
+            *(tf.debugging.assert_equal(tf.shape(raw[name])[0], batch,
+                                        message=f"{name} and target_item batch sizes differ") for name in targets),
             tf.debugging.Assert(
                 (tf.shape(hist_items)[0] == batch) | (tf.shape(hist_items)[0] == 1),
                 ["hist_items must have the batch size of target_item, or 1 (one history shared by every "
                  "target); got", tf.shape(hist_items)[0], "and", batch]),
-            tf.debugging.assert_equal(tf.shape(hist_categories), tf.shape(hist_items),
-                                      message="hist_categories and hist_items shapes differ"),
+            *(tf.debugging.assert_equal(tf.shape(raw[name]), tf.shape(hist_items),
+                                        message=f"{name} and hist_items shapes differ")
+              for name in histories if name != HIST_ITEMS),
         ]
         with tf.control_dependencies(checks):
             # Ids <= 0 are padding wherever they stand (TF Serving's batcher pads a
             # shorter history AFTER its ids): the real ids, in order, right-aligned.
             real = hist_items > 0
             column = tf.broadcast_to(tf.range(tf.shape(hist_items)[1], dtype=tf.int64), tf.shape(hist_items))
-            hist_items, hist_categories, column = (_right_aligned(x, real, self.max_len)
-                                                   for x in (hist_items, hist_categories, column))
+            aligned = {name: _right_aligned(raw[name], real, self.max_len) for name in histories}
+            column = _right_aligned(column, real, self.max_len)
         real = column >= 0
-        dense_items = tf.where(real, self.items.lookup(hist_items), 0)
-        dense_cats = tf.where(real, self.categories.lookup(hist_categories), 0)
         # A shared history ([1, T]) is mapped once, then repeated for every target.
         rows = tf.stack([batch // tf.maximum(tf.shape(hist_items)[0], 1), 1])
-        inputs = {
-            TARGET_ITEM: self.items.lookup(target_item),
-            TARGET_CATEGORY: self.categories.lookup(target_category),
-            HIST_ITEMS: tf.reshape(tf.tile(dense_items, rows), [-1, self.max_len]),
-            HIST_CATEGORIES: tf.reshape(tf.tile(dense_cats, rows), [-1, self.max_len]),
-        }
+        inputs = {}
+        for name in histories:
+            dense = tf.where(real, self._dense(name, aligned[name]), 0)
+            inputs[name] = tf.reshape(tf.tile(dense, rows), [-1, self.max_len])
+        for name in (TARGET_ITEM, *targets):
+            inputs[name] = self._dense(name, raw[name])
         return inputs, tf.reshape(tf.tile(column, rows), [-1, self.max_len])
 
-    def dataset(self, item_ids):
-        return dataset_outputs(self.items, self.digest, item_ids)
+    def _dense(self, name: str, raw):
+        """An input's raw values -> dense ids (items, categories or a field's)."""
+        if name in (TARGET_ITEM, HIST_ITEMS, CANDIDATE_ITEMS):
+            return self.items.lookup(raw)
+        if name in (TARGET_CATEGORY, HIST_CATEGORIES, CANDIDATE_CATEGORIES):
+            return self.categories.lookup(raw)
+        return self.fields.dense(self.fields.name_of(name), raw)
 
-    def predict(self, target_item, target_category, hist_items, hist_categories):
-        inputs, _ = self.model_inputs(target_item, target_category, hist_items, hist_categories)
+    def dataset(self, item_ids):
+        out = dataset_outputs(self.items, self.digest, item_ids)
+        out["fields"] = tf.fill(tf.shape(out["id_maps"]), self.fields.names)
+        return out
+
+    def item_fields(self, item_ids):
+        return self.fields.item_values(self.items.lookup(tf.reshape(item_ids, [-1])))
+
+    def predict(self, *values):
+        inputs, _ = self.model_inputs(*values)
         return {"probability": self.model(inputs, training=False)}
 
-    def explain(self, target_item, target_category, hist_items, hist_categories):
-        inputs, column = self.model_inputs(target_item, target_category, hist_items, hist_categories)
+    def explain(self, *values):
+        inputs, column = self.model_inputs(*values)
         return self._explained(self.model.explain(inputs), column)
 
     def _explained(self, out: dict, column) -> dict:
@@ -158,31 +190,33 @@ class _ServingGraph:
         return result
 
     # -- user-major ranking: one history per user, N candidates per user ---------
-    def rank_inputs(self, hist_items, hist_categories, hist_length, candidate_items, candidate_categories,
-                    candidate_count):
-        """`rank`'s raw inputs -> the model's dense `rank` inputs, the request's index of
-        each of the model's L slots (`[U, L]`, -1 for padding) and each candidate's
-        validity `[U, N]`. Only the first `hist_length` ids of a history row and the
-        first `candidate_count` of a candidate row are read: TF Serving's batcher pads
-        what follows them."""
-        raw = dict(zip(RANK_SIGNATURE_INPUTS, (hist_items, hist_categories, hist_length, candidate_items,
-                                               candidate_categories, candidate_count)))
+    def rank_inputs(self, *values):
+        """`rank`'s raw inputs (`rank_ranks`' inputs, in order) -> the model's dense
+        `rank` inputs, the request's index of each of the model's L slots (`[U, L]`,
+        -1 for padding) and each candidate's validity `[U, N]`. Only the first
+        `hist_length` ids of a history row and the first `candidate_count` of a
+        candidate row are read: TF Serving's batcher pads what follows them."""
+        raw = dict(zip(self.rank_ranks, values))
         rank_checks = [tf.debugging.assert_rank(raw[name], rank, message=(
             f"input {name} must have shape {'[users]' if rank == 1 else '[users, ' + name.split('_')[0] + 's]'}"))
-            for name, rank in RANK_SIGNATURE_INPUTS.items()]
+            for name, rank in self.rank_ranks.items()]
+        histories = [n for n, rank in self.rank_ranks.items() if rank == 2 and n.startswith("hist_")]
+        candidates = [n for n, rank in self.rank_ranks.items() if rank == 2 and n.startswith("candidate_")]
         with tf.control_dependencies(rank_checks):  # (static ranks once they are checked)
-            raw = {name: _of_rank(raw[name], rank) for name, rank in RANK_SIGNATURE_INPUTS.items()}
+            raw = {name: _of_rank(raw[name], rank) for name, rank in self.rank_ranks.items()}
             users = tf.shape(raw[HIST_LENGTH])[0]
             shape_checks = [
                 tf.debugging.assert_equal(tf.shape(raw[name])[0], users, message=(
                     f"{name}: its first dimension (users) differs from that of {HIST_LENGTH}; every input of a rank "
                     "request has one row per user"))
-                for name in RANK_SIGNATURE_INPUTS if name != HIST_LENGTH]
+                for name in self.rank_ranks if name != HIST_LENGTH]
             shape_checks += [
-                tf.debugging.assert_equal(tf.shape(raw[HIST_CATEGORIES]), tf.shape(raw[HIST_ITEMS]),
-                                          message="hist_categories and hist_items shapes differ"),
-                tf.debugging.assert_equal(tf.shape(raw[CANDIDATE_CATEGORIES]), tf.shape(raw[CANDIDATE_ITEMS]),
-                                          message="candidate_categories and candidate_items shapes differ"),
+                *(tf.debugging.assert_equal(tf.shape(raw[name]), tf.shape(raw[HIST_ITEMS]),
+                                            message=f"{name} and hist_items shapes differ")
+                  for name in histories if name != HIST_ITEMS),
+                *(tf.debugging.assert_equal(tf.shape(raw[name]), tf.shape(raw[CANDIDATE_ITEMS]),
+                                            message=f"{name} and candidate_items shapes differ")
+                  for name in candidates if name != CANDIDATE_ITEMS),
                 tf.debugging.assert_less_equal(tf.shape(raw[CANDIDATE_ITEMS])[1], self.max_candidates, message=(
                     f"candidate_items: more candidates per user than the limit of this export, "
                     f"{self.max_candidates} (serving.export --max_candidates)")),
@@ -197,20 +231,15 @@ class _ServingGraph:
             column = length[:, None] - self.max_len + tf.range(self.max_len, dtype=tf.int64)[None, :]
             at = tf.maximum(column, 0)
             one_more = [[0, 0], [0, 1]]  # (a [U, 0] history still has a column to gather from)
-            hist_items = tf.gather(tf.pad(raw[HIST_ITEMS], one_more), at, batch_dims=1)
-            hist_categories = tf.gather(tf.pad(raw[HIST_CATEGORIES], one_more), at, batch_dims=1)
-        real = (column >= 0) & (hist_items > 0)
-        candidates = tf.range(tf.shape(raw[CANDIDATE_ITEMS])[1], dtype=tf.int64)[None, :] < tf.cast(
+            gathered = {name: tf.gather(tf.pad(raw[name], one_more), at, batch_dims=1) for name in histories}
+        real = (column >= 0) & (gathered[HIST_ITEMS] > 0)
+        valid = tf.range(tf.shape(raw[CANDIDATE_ITEMS])[1], dtype=tf.int64)[None, :] < tf.cast(
             raw[CANDIDATE_COUNT], tf.int64)[:, None]
-        inputs = {
-            HIST_ITEMS: tf.where(real, self.items.lookup(hist_items), 0),
-            HIST_CATEGORIES: tf.where(real, self.categories.lookup(hist_categories), 0),
-            CANDIDATE_ITEMS: self.items.lookup(raw[CANDIDATE_ITEMS]),
-            CANDIDATE_CATEGORIES: self.categories.lookup(raw[CANDIDATE_CATEGORIES]),
-        }
-        return inputs, tf.where(real, column, -1), candidates
+        inputs = {**{name: tf.where(real, self._dense(name, gathered[name]), 0) for name in histories},
+                  **{name: self._dense(name, raw[name]) for name in candidates}}
+        return inputs, tf.where(real, column, -1), valid
 
-    def rank(self, *raw):
+    def rank(self, *raw):  # (the inputs of `rank_ranks`, in order)
         inputs, _, candidates = self.rank_inputs(*raw)
         return {"probability": tf.where(candidates, self.model.rank(inputs), 0.0)}
 
@@ -226,10 +255,10 @@ class _ServingGraph:
 
     def parse_examples(self, serialized):
         spec = {name: tf.io.FixedLenFeature([], tf.int64) if rank == 1 else tf.io.VarLenFeature(tf.int64)
-                for name, rank in INPUT_RANKS.items()}
+                for name, rank in self.input_ranks.items()}
         parsed = tf.io.parse_example(tf.reshape(serialized, [-1]), spec)
-        return tuple(parsed[name] if INPUT_RANKS[name] == 1 else _left_aligned(parsed[name])
-                     for name in MODEL_INPUTS)
+        return tuple(parsed[name] if rank == 1 else _left_aligned(parsed[name])
+                     for name, rank in self.input_ranks.items())
 
     def classify(self, inputs):
         p = self.predict(*self.parse_examples(inputs))["probability"]
@@ -279,8 +308,8 @@ def _left_aligned(sparse: tf.SparseTensor) -> tf.Tensor:
 def _signatures(graph: _ServingGraph) -> dict:
     # Unknown rank, so that a wrong-rank request reaches the signature's own
     # check and its message, not an internal error from deep in the graph.
-    raw = [tf.TensorSpec(None, tf.int64, name=name) for name in MODEL_INPUTS]
-    ranked = [tf.TensorSpec(None, tf.int64, name=name) for name in RANK_SIGNATURE_INPUTS]
+    raw = [tf.TensorSpec(None, tf.int64, name=name) for name in graph.input_ranks]
+    ranked = [tf.TensorSpec(None, tf.int64, name=name) for name in graph.rank_ranks]
     examples = [tf.TensorSpec(None, tf.string, name="inputs")]
     return {
         "serving_default": (graph.predict, raw),
@@ -290,6 +319,7 @@ def _signatures(graph: _ServingGraph) -> dict:
         "classify": (graph.classify, examples),
         "regress": (graph.regress, examples),
         DATASET_SIGNATURE: (graph.dataset, [DATASET_INPUT]),
+        **({ITEM_FIELDS: (graph.item_fields, [DATASET_INPUT])} if graph.fields.raw_of_item else {}),
     }
 
 
@@ -299,10 +329,6 @@ def export_saved_model(model: DareModel, data_dir: str, export_base: str, model_
     may carry up to `max_candidates` candidates per user."""
     if max_candidates < 1:
         raise ValueError(f"max_candidates={max_candidates}: must be >= 1")
-    fields = [f.name for f in model.model_config.fields]
-    if fields:
-        raise ValueError(f"serving.export: the model has behaviour fields ({', '.join(fields)}); the exports take "
-                         "item and category ids only so far")
     graph = _ServingGraph(model, data_dir, max_candidates)
     base = model_base(export_base, model_name)
     version = next_version(base) if version is None else version
@@ -321,13 +347,16 @@ def export_saved_model(model: DareModel, data_dir: str, export_base: str, model_
         archive.track(model)
         archive.track(graph.items.table)
         archive.track(graph.categories.table)
+        for table in graph.fields.trackables():
+            archive.track(table)
         for name, (fn, signature) in _signatures(graph).items():
             archive.add_endpoint(name, fn, input_signature=signature)
         archive.write_out(staging, verbose=False)
         set_method_names(staging)
         os.makedirs(os.path.join(staging, "assets.extra"), exist_ok=True)
         with tf.io.TFRecordWriter(os.path.join(staging, WARMUP_FILE)) as writer:
-            for log in warmup_requests(model_name, graph.raw_examples, graph.max_len):
+            for log in warmup_requests(model_name, graph.raw_examples, graph.max_len, graph.fields.examples,
+                                       {f.name for f in graph.fields.fields if f.history_only}):
                 writer.write(log.SerializeToString())
         os.rename(staging, final)
     except BaseException:

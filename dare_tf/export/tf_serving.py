@@ -61,22 +61,32 @@ def set_method_names(export_dir: str) -> None:
         f.write(proto.SerializeToString())
 
 
-def warmup_requests(model_name: str, raw: dict, max_len: int):
+def warmup_requests(model_name: str, raw: dict, max_len: int, fields: dict | None = None,
+                    history_only=frozenset()):
     """PredictionLogs of a batch-1 and a batch-8 `serving_default` request and of a
-    one-user `rank` request with 8 candidates (tensorflow-serving-api protos)."""
+    one-user `rank` request with 8 candidates (tensorflow-serving-api protos);
+    `fields`: a raw value of each further field the model reads (`history_only`:
+    those without a target input)."""
     from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
 
     item, category = raw[TARGET_ITEM], raw[TARGET_CATEGORY]
+    fields = fields or {}
+
+    def of_fields(role, shape, history_shape):
+        return {**{f"hist_{n}": np.full(history_shape, v, np.int64) for n, v in fields.items()},
+                **{f"{role}_{n}": np.full(shape, v, np.int64) for n, v in fields.items() if n not in history_only}}
+
     requests = [(SERVING_DEFAULT, {
         TARGET_ITEM: np.full([batch], item, np.int64), TARGET_CATEGORY: np.full([batch], category, np.int64),
         HIST_ITEMS: np.full([batch, max_len], item, np.int64),
-        HIST_CATEGORIES: np.full([batch, max_len], category, np.int64)}) for batch in (1, 8)]
+        HIST_CATEGORIES: np.full([batch, max_len], category, np.int64),
+        **of_fields("target", [batch], [batch, max_len])}) for batch in (1, 8)]
     candidates = 8
     requests.append((RANK, {
         HIST_ITEMS: np.full([1, max_len], item, np.int64), HIST_CATEGORIES: np.full([1, max_len], category, np.int64),
         HIST_LENGTH: np.array([max_len], np.int64), CANDIDATE_ITEMS: np.full([1, candidates], item, np.int64),
         CANDIDATE_CATEGORIES: np.full([1, candidates], category, np.int64),
-        CANDIDATE_COUNT: np.array([candidates], np.int64)}))
+        CANDIDATE_COUNT: np.array([candidates], np.int64), **of_fields("candidate", [1, candidates], [1, max_len])}))
     logs = []
     for signature, values in requests:
         request = predict_pb2.PredictRequest()

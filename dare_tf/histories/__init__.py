@@ -15,6 +15,9 @@ never depends on a model's id maps. Semantics, the same for both stores:
   is inserted at its place (ties keep their arrival order), not refused.
 - Each user keeps at most `max_clicks` clicks (set when the store is created,
   recorded in it); the oldest are dropped.
+- A store created with further `fields` (a brand, a seller: a prepared
+  dataset's column fields, `dare_tf.data.fields`) keeps their raw values with
+  every click; an append must give exactly those (one-line `StoreError`).
 - `last` never sees a half-written append (LMDB: one write transaction per
   append; Redis: one MULTI/EXEC, retried under WATCH when another writer
   changed the same users), and an append is durable once it returns
@@ -25,22 +28,25 @@ never depends on a model's id maps. Semantics, the same for both stores:
 
 from __future__ import annotations
 
-from dare_tf.histories.base import CLICK, DEFAULT_MAX_CLICKS, Histories, HistoryStore, StoreError, clicks
+from dare_tf.histories.base import (CLICK, DEFAULT_MAX_CLICKS, Histories, HistoryStore, StoreError, click_dtype,
+                                    clicks)
 
 
-def open_store(url: str, read_only: bool = False, max_clicks: int | None = None) -> HistoryStore:
+def open_store(url: str, read_only: bool = False, max_clicks: int | None = None, fields=None) -> HistoryStore:
     """The store at `url`: `lmdb:DIR` (created when missing, unless `read_only`) or
-    `redis://HOST:PORT[/DB]`. `max_clicks` applies to a store created now (default
-    `DEFAULT_MAX_CLICKS`); an existing store keeps the one it was created with."""
+    `redis://HOST:PORT[/DB]`. `max_clicks` and `fields` (names of further fields)
+    apply to a store created now (default `DEFAULT_MAX_CLICKS`, none); an existing
+    store keeps those it was created with (other `fields` are refused; None: any)."""
     if url.startswith("lmdb:"):
         from dare_tf.histories.lmdb_store import LmdbStore
 
-        return LmdbStore(url[len("lmdb:"):], read_only, max_clicks)
+        return LmdbStore(url[len("lmdb:"):], read_only, max_clicks, fields)
     if url.startswith("redis://"):
         from dare_tf.histories.redis_store import RedisStore
 
-        return RedisStore(url, read_only, max_clicks)
+        return RedisStore(url, read_only, max_clicks, fields=fields)
     raise StoreError(f"--store={url!r}: a history store is lmdb:DIR or redis://HOST:PORT")
 
 
-__all__ = ["CLICK", "DEFAULT_MAX_CLICKS", "Histories", "HistoryStore", "StoreError", "clicks", "open_store"]
+__all__ = ["CLICK", "DEFAULT_MAX_CLICKS", "Histories", "HistoryStore", "StoreError", "click_dtype", "clicks",
+           "open_store"]

@@ -23,22 +23,29 @@ class Histories:
     """Users' last clicks as `last` returns them: raw `items`, `categories` and
     `times` `[U, T]`, oldest first, each row's clicks first and padding (0) after
     them, and each row's `lengths` `[U]` (T = the longest, at least 1): the `rank`
-    signature's layout."""
+    signature's layout. `fields`: the store's further fields' raw values, each
+    `[U, T]` the same way."""
 
     items: np.ndarray
     categories: np.ndarray
     times: np.ndarray
     lengths: np.ndarray
+    fields: dict = dataclasses.field(default_factory=dict)
 
     def row(self, user: int) -> tuple[np.ndarray, np.ndarray]:
         """The `user`-th row's items and categories, without padding."""
         n = self.lengths[user]
         return self.items[user, :n], self.categories[user, :n]
 
+    def row_fields(self, user: int) -> dict[str, np.ndarray]:
+        """The `user`-th row's further fields' values, without padding."""
+        return {name: values[user, :self.lengths[user]] for name, values in self.fields.items()}
+
     def to_json(self, user: int, user_id: int) -> dict:
         n = self.lengths[user]
         return {"user_id": int(user_id), "items": self.items[user, :n].tolist(),
-                "categories": self.categories[user, :n].tolist(), "times": self.times[user, :n].tolist()}
+                "categories": self.categories[user, :n].tolist(), "times": self.times[user, :n].tolist(),
+                **{name: values.tolist() for name, values in self.row_fields(user).items()}}
 
 
 def as_int64(name: str, values) -> np.ndarray:
@@ -57,9 +64,9 @@ def as_int64(name: str, values) -> np.ndarray:
 
 
 def merged(stored: bytes | None, new: np.ndarray, cap: int) -> bytes:
-    """A user's stored clicks (packed `CLICK` records, or None) then `new`, in time
-    order, ties in arrival order, the last `cap` kept, packed again."""
-    old = np.frombuffer(stored, CLICK) if stored else np.zeros(0, CLICK)
+    """A user's stored clicks (packed records of `new`'s dtype, or None) then
+    `new`, in time order, ties in arrival order, the last `cap` kept, packed again."""
+    old = np.frombuffer(stored, new.dtype) if stored else np.zeros(0, new.dtype)
     both = np.concatenate([old, new])
     tail = both["time"][max(len(old) - 1, 0):]  # (old is in order already)
     if (np.diff(tail) < 0).any():
@@ -67,19 +74,34 @@ def merged(stored: bytes | None, new: np.ndarray, cap: int) -> bytes:
     return both[-cap:].tobytes()
 
 
-# One click as a store holds it.
+# One click as a store holds it (a store with further fields: `click_dtype`).
 CLICK = np.dtype([("time", "<i8"), ("item", "<i8"), ("category", "<i8")])
 
 
-def clicks(items, categories, times) -> np.ndarray:
-    """Checked `CLICK` records of equal-length id and time lists."""
-    items, categories, times = (as_int64(n, v) for n, v in (("items", items), ("categories", categories),
-                                                              ("times", times)))
-    if not len(items) == len(categories) == len(times):
-        raise StoreError(f"append: {len(items)} items, {len(categories)} categories and {len(times)} times; "
-                         "one of each per click")
-    out = np.empty(len(items), CLICK)
-    out["time"], out["item"], out["category"] = times, items, categories
+def click_dtype(fields=()) -> np.dtype:
+    """A click's record in a store with further `fields` (their raw values after `CLICK`'s)."""
+    return np.dtype(CLICK.descr + [(name, "<i8") for name in fields]) if fields else CLICK
+
+
+def clicks(items, categories, times, fields: dict | None = None, names=()) -> np.ndarray:
+    """Checked click records of equal-length id and time lists, with the values of
+    the store's further fields `names` (`fields`: name -> values; exactly those)."""
+    fields = fields or {}
+    if set(fields) != set(names):
+        missing, extra = sorted(set(names) - set(fields)), sorted(set(fields) - set(names))
+        raise StoreError("append: the store's clicks have the fields " + (", ".join(names) or "none")
+                         + "".join([f"; missing {', '.join(missing)}"] * bool(missing)
+                                   + [f"; not in the store: {', '.join(extra)}"] * bool(extra)))
+    columns = {"item": items, "category": categories, "time": times, **fields}
+    lists = {"item": "items", "category": "categories", "time": "times"}
+    columns = {n: as_int64(lists.get(n, n), v) for n, v in columns.items()}
+    if len({len(v) for v in columns.values()}) > 1:
+        raise StoreError(f"append: {len(columns['item'])} items, {len(columns['category'])} categories and "
+                         f"{len(columns['time'])} times" + "".join(f", {len(columns[n])} {n}" for n in names)
+                         + "; one of each per click")
+    out = np.empty(len(columns["item"]), click_dtype(names))
+    for name, values in columns.items():
+        out[name] = values
     return out
 
 
@@ -90,17 +112,25 @@ class HistoryStore(abc.ABC):
         url: the store's URL (`lmdb:DIR`, `redis://HOST:PORT`).
         max_clicks: clicks kept per user (the oldest dropped).
         read_only: opened for reading only (`append` refused).
+        fields: the further fields every click holds (set when the store is
+            created, recorded in it), and `dtype`, a click's record.
     """
 
     url: str
     max_clicks: int
     read_only: bool
+    fields: tuple[str, ...] = ()
 
-    def append(self, user, items: Sequence[int], categories: Sequence[int], times: Sequence[int]) -> int:
-        """Adds one user's clicks (any order; kept in time order); returns the
-        user's number of clicks after it."""
+    @property
+    def dtype(self) -> np.dtype:
+        return click_dtype(self.fields)
+
+    def append(self, user, items: Sequence[int], categories: Sequence[int], times: Sequence[int],
+               fields: dict | None = None) -> int:
+        """Adds one user's clicks (any order; kept in time order), with the values of
+        the store's further `fields`; returns the user's number of clicks after it."""
         user = self._user(user)
-        return self.append_many({user: clicks(items, categories, times)})[user]
+        return self.append_many({user: clicks(items, categories, times, fields, self.fields)})[user]
 
     @abc.abstractmethod
     def append_many(self, by_user: dict[int, np.ndarray]) -> dict[int, int]:
@@ -118,11 +148,11 @@ class HistoryStore(abc.ABC):
         rows = self._read([self._user(u) for u in users], max_len)
         lengths = np.array([len(r) for r in rows], np.int64)
         width = max(int(lengths.max(initial=0)), 1)
-        out = {field: np.zeros((len(rows), width), np.int64) for field in ("item", "category", "time")}
+        out = {field: np.zeros((len(rows), width), np.int64) for field in ("item", "category", "time", *self.fields)}
         for u, clicks in enumerate(rows):  # (contiguous int64 rows: a copy per field and user)
             for field, array in out.items():
                 array[u, :len(clicks)] = clicks[field]
-        return Histories(out["item"], out["category"], out["time"], lengths)
+        return Histories(out["item"], out["category"], out["time"], lengths, {n: out[n] for n in self.fields})
 
     @abc.abstractmethod
     def size(self, user) -> int:
@@ -147,3 +177,12 @@ class HistoryStore(abc.ABC):
     def _writable(self) -> None:
         if self.read_only:
             raise StoreError(f"{self.url}: opened read-only; open it for writing to append")
+
+    def _configured(self, config: dict, fields) -> None:
+        """Takes `max_clicks` and `fields` from the store's recorded config; refuses
+        other `fields` asked of an existing store (None: whatever it holds)."""
+        self.max_clicks = int(config["max_clicks"])
+        self.fields = tuple(config.get("fields", ()))
+        if fields is not None and tuple(fields) != self.fields:
+            raise StoreError(f"{self.url}: the store's clicks have the fields {list(self.fields)}, not "
+                             f"{list(fields)}: a store keeps the fields it was created with; use another store")

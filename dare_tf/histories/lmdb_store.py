@@ -1,9 +1,10 @@
 """LmdbStore: the embedded history store, one LMDB environment in a directory.
 
 Each user is one record, key the 8-byte big-endian user id, value its clicks as
-packed little-endian int64 `(time, item, category)` triples (`CLICK`), oldest
-first. A read is one memory-mapped lookup per user; an append rewrites the
-user's record in one write transaction (LMDB commits are atomic and synced).
+packed little-endian int64 `(time, item, category)` triples (`CLICK`; with
+further fields, their values after them: `click_dtype`), oldest first. A read
+is one memory-mapped lookup per user; an append rewrites the user's record in
+one write transaction (LMDB commits are atomic and synced).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Iterator
 import lmdb
 import numpy as np
 
-from dare_tf.histories.base import CLICK, DEFAULT_MAX_CLICKS, HistoryStore, StoreError, merged
+from dare_tf.histories.base import DEFAULT_MAX_CLICKS, HistoryStore, StoreError, merged
 
 _META = b"meta"
 _FORMAT = "dare_tf.histories/1"
@@ -31,7 +32,7 @@ def _key(user: int) -> bytes:
 class LmdbStore(HistoryStore):
     """The history store in the LMDB environment at `path` (see `dare_tf.histories`)."""
 
-    def __init__(self, path: str, read_only: bool = False, max_clicks: int | None = None):
+    def __init__(self, path: str, read_only: bool = False, max_clicks: int | None = None, fields=None):
         self.url, self.read_only = f"lmdb:{path}", read_only
         exists = os.path.exists(os.path.join(path, "data.mdb"))
         if not exists and (read_only or (os.path.isdir(path) and os.listdir(path))):
@@ -55,13 +56,14 @@ class LmdbStore(HistoryStore):
             if stored is None:
                 if read_only:
                     raise StoreError(f"{self.url}: not a history store written by dare_tf (no config)")
-                config = {"format": _FORMAT, "max_clicks": max_clicks or DEFAULT_MAX_CLICKS}
+                config = {"format": _FORMAT, "max_clicks": max_clicks or DEFAULT_MAX_CLICKS,
+                          **({"fields": list(fields)} if fields else {})}
                 txn.put(b"config", json.dumps(config).encode())
             else:
                 config = json.loads(stored)
                 if config.get("format") != _FORMAT:
                     raise StoreError(f"{self.url}: a store of format {config.get('format')!r}, expected {_FORMAT}")
-        self.max_clicks = int(config["max_clicks"])
+        self._configured(config, fields)
 
     def append_many(self, by_user: dict[int, np.ndarray]) -> dict[int, int]:
         self._writable()
@@ -70,19 +72,19 @@ class LmdbStore(HistoryStore):
             for user, new in by_user.items():
                 packed = merged(txn.get(_key(user)), new, self.max_clicks)
                 txn.put(_key(user), packed)
-                lengths[user] = len(packed) // CLICK.itemsize
+                lengths[user] = len(packed) // self.dtype.itemsize
         return lengths
 
     def _read(self, users: list[int], max_len: int | None) -> list[np.ndarray]:
         with self.env.begin(db=self.clicks, buffers=True) as txn:
             # (the last max_len copied inside the transaction: its buffers are valid only there)
-            return [np.frombuffer(v, CLICK)[-max_len if max_len else 0:].copy() if (v := txn.get(_key(u))) is not None
-                    else np.zeros(0, CLICK) for u in users]
+            return [np.frombuffer(v, self.dtype)[-max_len if max_len else 0:].copy()
+                    if (v := txn.get(_key(u))) is not None else np.zeros(0, self.dtype) for u in users]
 
     def size(self, user) -> int:
         with self.env.begin(db=self.clicks, buffers=True) as txn:
             value = txn.get(_key(self._user(user)))
-            return 0 if value is None else len(value) // CLICK.itemsize
+            return 0 if value is None else len(value) // self.dtype.itemsize
 
     def users(self) -> Iterator[int]:
         with self.env.begin(db=self.clicks) as txn:

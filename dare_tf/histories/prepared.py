@@ -4,32 +4,53 @@ log file read as `data.prepare` reads it (`append_log`)."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
-from dare_tf.data.spec import DatasetSpec, read_id_map
+from dare_tf.data.fields import field_id_file
+from dare_tf.data.spec import TIME_GAP, DatasetSpec, read_id_map
 from dare_tf.data.store import SequenceStore
-from dare_tf.histories.base import CLICK, HistoryStore
+from dare_tf.histories.base import HistoryStore, StoreError
 
 # Users written per atomic append.
 USERS_PER_WRITE = 10_000
 
 
+def column_fields(spec: DatasetSpec) -> tuple[str, ...]:
+    """The further fields of a prepared dataset that a history store keeps (its
+    column fields; the time gap is computed from the clicks' times)."""
+    return tuple(f["name"] for f in spec.fields if f["name"] != TIME_GAP)
+
+
 def load_prepared(store: HistoryStore, data_dir: str) -> tuple[int, int]:
     """Appends every stored user's clicks of the prepared dataset `data_dir` (dense ids
-    mapped back to raw through its id maps) to `store`; returns (users, clicks). A
-    prepared dataset keeps no click times: they are 0, before any live click."""
+    mapped back to raw through its id maps, and its column fields' values, which
+    `store` must hold) to `store`; returns (users, clicks). A dataset prepared with
+    `--time_gap` keeps its clicks' times; any other keeps none: they are 0, before
+    any live click."""
     spec = DatasetSpec.load(data_dir)
+    if store.fields != column_fields(spec):
+        raise StoreError(f"{store.url}: its clicks have the fields {list(store.fields)}, but {data_dir} has "
+                         f"{list(column_fields(spec))}: load it into a store created with them")
     sequences = SequenceStore.load(data_dir, spec)
     raw = {kind: np.array([0] + [int(r) for r in read_id_map(data_dir, kind)], np.int64)
            for kind in ("item", "category", "user")}
+    for name in store.fields:
+        with open(os.path.join(data_dir, field_id_file(name))) as f:
+            raw[name] = np.array([0] + [int(r) for r in f.read().split()], np.int64)
     users = np.flatnonzero(sequences.length)
     for first in range(0, len(users), USERS_PER_WRITE):
         batch = {}
         for dense_user in users[first:first + USERS_PER_WRITE]:
             start, length = sequences.start[dense_user], sequences.length[dense_user]
-            rows = np.zeros(length, CLICK)
+            rows = np.zeros(length, store.dtype)
             rows["item"] = raw["item"][sequences.items[start:start + length]]
             rows["category"] = raw["category"][sequences.categories[start:start + length]]
+            for name in store.fields:
+                rows[name] = raw[name][sequences.fields[name][start:start + length]]
+            if sequences.times is not None:
+                rows["time"] = sequences.times[start:start + length]
             batch[int(raw["user"][dense_user])] = rows
         store.append_many(batch)
     return len(users), int(sequences.length.sum())
@@ -37,8 +58,9 @@ def load_prepared(store: HistoryStore, data_dir: str) -> tuple[int, int]:
 
 def append_log(store: HistoryStore, path: str, fmt) -> int:
     """Appends the clicks of the log file `path` (its `LogFormat`: a preset or
-    custom columns; only clicks are kept) to `store`, each user's in file order,
-    `USERS_PER_WRITE` users per atomic append; returns the clicks appended."""
+    custom columns, with the store's further fields; only clicks are kept) to
+    `store`, each user's in file order, `USERS_PER_WRITE` users per atomic
+    append; returns the clicks appended."""
     from dare_tf.data.log_reader import read_clicks
     from dare_tf.histories.base import clicks
 
@@ -47,7 +69,8 @@ def append_log(store: HistoryStore, path: str, fmt) -> int:
     users, first = np.unique(read.user[order], return_index=True)
     groups = np.split(order, first[1:])
     for start in range(0, len(users), USERS_PER_WRITE):
-        store.append_many({int(user): clicks(read.item[rows], read.category[rows], read.time[rows])
+        store.append_many({int(user): clicks(read.item[rows], read.category[rows], read.time[rows],
+                                             {n: v[rows] for n, v in read.fields.items()}, store.fields)
                            for user, rows in zip(users[start:start + USERS_PER_WRITE],
                                                  groups[start:start + USERS_PER_WRITE])})
     return len(read.user)

@@ -17,7 +17,7 @@ from typing import Iterator
 import numpy as np
 import redis
 
-from dare_tf.histories.base import CLICK, DEFAULT_MAX_CLICKS, HistoryStore, StoreError, merged
+from dare_tf.histories.base import DEFAULT_MAX_CLICKS, HistoryStore, StoreError, merged
 
 _FORMAT = "dare_tf.histories/1"
 
@@ -27,13 +27,14 @@ class RedisStore(HistoryStore):
     keys start with `prefix`."""
 
     def __init__(self, url: str, read_only: bool = False, max_clicks: int | None = None,
-                 prefix: str = "dare:histories:", timeout: float = 5.0):
+                 prefix: str = "dare:histories:", timeout: float = 5.0, fields=None):
         self.url, self.read_only, self.prefix = url, read_only, prefix
         try:
             self.client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
             stored = self.client.get(prefix + "config")
             if stored is None and not read_only:
-                config = {"format": _FORMAT, "max_clicks": max_clicks or DEFAULT_MAX_CLICKS}
+                config = {"format": _FORMAT, "max_clicks": max_clicks or DEFAULT_MAX_CLICKS,
+                          **({"fields": list(fields)} if fields else {})}
                 self.client.set(prefix + "config", json.dumps(config), nx=True)  # (a concurrent creator wins)
                 stored = self.client.get(prefix + "config")
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as e:
@@ -45,7 +46,7 @@ class RedisStore(HistoryStore):
         config = json.loads(stored)
         if config.get("format") != _FORMAT:
             raise StoreError(f"{url}: {prefix}config is of format {config.get('format')!r}, expected {_FORMAT}")
-        self.max_clicks = int(config["max_clicks"])
+        self._configured(config, fields)
 
     def _key(self, user: int) -> str:
         return f"{self.prefix}u:{user}"
@@ -65,18 +66,18 @@ class RedisStore(HistoryStore):
                     pipe.mset(dict(zip(keys, packed)))
                     pipe.sadd(self.prefix + "users", *by_user)
                     pipe.execute()
-                    return {user: len(p) // CLICK.itemsize for user, p in zip(by_user, packed)}
+                    return {user: len(p) // self.dtype.itemsize for user, p in zip(by_user, packed)}
                 except redis.WatchError:  # another writer changed one of these users: again
                     continue
 
     def _read(self, users: list[int], max_len: int | None) -> list[np.ndarray]:
         with self.client.pipeline(transaction=False) as pipe:
             for user in users:  # only the last max_len clicks travel
-                pipe.getrange(self._key(user), -CLICK.itemsize * max_len if max_len else 0, -1)
-            return [np.frombuffer(value, CLICK) for value in pipe.execute()]
+                pipe.getrange(self._key(user), -self.dtype.itemsize * max_len if max_len else 0, -1)
+            return [np.frombuffer(value, self.dtype) for value in pipe.execute()]
 
     def size(self, user) -> int:
-        return int(self.client.strlen(self._key(self._user(user)))) // CLICK.itemsize
+        return int(self.client.strlen(self._key(self._user(user)))) // self.dtype.itemsize
 
     def users(self) -> Iterator[int]:
         for user in self.client.sscan_iter(self.prefix + "users"):

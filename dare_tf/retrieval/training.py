@@ -10,7 +10,8 @@ import numpy as np
 
 from dare_tf._files import atomic_json, require_space, variables_bytes
 from dare_tf.data.pipeline import InMemorySplit
-from dare_tf.data.spec import SPLITS, DatasetSpec, item_categories
+from dare_tf.data.prepared import item_categories
+from dare_tf.data.spec import SPLITS, DatasetSpec
 from dare_tf.retrieval.config import RetrievalConfig
 from dare_tf.retrieval.candidates import (SOURCES, CandidateMerger, Query, evaluate_sources, one_source, quota_grid,
                                          quota_key)
@@ -23,7 +24,7 @@ from dare_tf.run_directory import SEED_RESULT, RunDirectory
 
 def catalogue(data_dir: str, spec: DatasetSpec, splits: dict[str, InMemorySplit]):
     """Every item id (1 .. num_items - 2) with its category as the log gave it
-    (`dare_tf.data.spec.item_categories`; for a dataset prepared before the
+    (`dare_tf.data.prepared.item_categories`; for a dataset prepared before the
     item -> category map, from the examples' targets and histories)."""
     def observed():
         for f in (split.features for split in splits.values()):
@@ -205,7 +206,7 @@ class RetrievalStage:
     @property
     def category_of(self) -> np.ndarray:
         """Every dense item id's category `[num_items]` (the catalogue's, as the log
-        gave it: `dare_tf.data.spec.item_categories`), padding and out-of-vocabulary
+        gave it: `dare_tf.data.prepared.item_categories`), padding and out-of-vocabulary
         rows included."""
         oov = [self.spec.oov_category]
         return np.concatenate([oov, self.categories, oov]).astype(np.int64)

@@ -15,14 +15,15 @@ Command line: `python -m serving.client recommend` (serving/client.py).
 from __future__ import annotations
 
 import os
+import time
 
 import grpc
 import numpy as np
 import tensorflow as tf
 
-from dare_tf.data.spec import HIST_CATEGORIES, HIST_ITEMS
+from dare_tf.data.spec import HIST_CATEGORIES, HIST_ITEMS, TIME_GAP
 from dare_tf.serving.client import as_ids, explained_behaviours, rank_results, rank_tensors
-from dare_tf.signatures import DATASET_SIGNATURE, RANK, RANK_EXPLAIN, versions
+from dare_tf.signatures import DATASET_SIGNATURE, ITEM_FIELDS, RANK, RANK_EXPLAIN, versions
 
 
 class LocalModel:
@@ -46,8 +47,9 @@ class LocalModel:
         return {k: v.numpy() for k, v in outputs.items()}
 
 
-def id_map_digest_of(model, role: str) -> str:
-    """The id-map digest an export reports through its `dataset` signature."""
+def dataset_of(model, role: str) -> dict:
+    """What an export reports through its `dataset` signature: `id_maps` (its
+    id maps' digest) and `fields` (a ranker's further fields, a list)."""
     try:
         out = model.predict_tensors({"item_ids": np.zeros([1], np.int64)}, DATASET_SIGNATURE)
     except grpc.RpcError as e:
@@ -60,7 +62,8 @@ def id_map_digest_of(model, role: str) -> str:
     except ValueError as e:
         raise ValueError(f"the {role} model {model.model_name!r}: {e}; export it again with this version "
                          "(python -m serving.export)") from e
-    return out["id_maps"][0].decode()
+    fields = out["fields"][0].decode() if "fields" in out else ""
+    return {"id_maps": out["id_maps"][0].decode(), "fields": fields.split(",") if fields else []}
 
 
 class Recommender:
@@ -77,16 +80,21 @@ class Recommender:
             `recommend_user`.
 
     The first call checks, through both exports' `dataset` signature, that
-    they map raw ids through the same id maps, and refuses otherwise.
+    they map raw ids through the same id maps, and refuses otherwise; it also
+    learns the ranker's further fields (`fields`): a history then carries
+    their values (`recommend`'s `fields`, or the history service's), the
+    candidates' come from the ranker's `item_fields` signature, and the time
+    gap is each click's age at `now`.
     """
 
     def __init__(self, retrieval, ranker, histories=None):
         self.retrieval, self.ranker, self.histories = retrieval, ranker, histories
-        self.checked = False
+        self.checked, self.fields = False, []
 
     def check_same_dataset(self) -> None:
-        mine = id_map_digest_of(self.retrieval, "retrieval")
-        theirs = id_map_digest_of(self.ranker, "ranking")
+        mine = dataset_of(self.retrieval, "retrieval")["id_maps"]
+        ranker = dataset_of(self.ranker, "ranking")
+        theirs, self.fields = ranker["id_maps"], ranker["fields"]
         if mine != theirs:
             raise ValueError(
                 f"the retrieval model {self.retrieval.model_name!r} and the ranker {self.ranker.model_name!r} "
@@ -94,7 +102,8 @@ class Recommender:
                 "mean the same items; export both from one prepared dataset")
         self.checked = True
 
-    def recommend(self, hist_items, hist_categories, n: int = 200, top: int = 10, explain: bool = False) -> dict:
+    def recommend(self, hist_items, hist_categories, n: int = 200, top: int = 10, explain: bool = False,
+                  fields: dict | None = None) -> dict:
         """One user's history (raw ids, oldest first; ids <= 0 are padding, unknown
         ids go to the out-of-vocabulary rows) -> the `top` of the retrieval
         model's first `n` candidates by the ranker's click probability:
@@ -102,7 +111,9 @@ class Recommender:
         retrieval model's first) and `retrieval_score`; with `explain`, also
         the ranker's `history_index` `[top, K]` (index into `hist_items`, -1
         for none) and `attention_weight` `[top, K]`. An empty or all-padding
-        history is valid (both models see only padding)."""
+        history is valid (both models see only padding). `fields`: the history's
+        values of the ranker's further fields, `hist_<name>` (the time gap's:
+        each click's age), exactly those the ranker reads."""
         if n < 1 or top < 1:
             raise ValueError(f"n={n}, top={top}: both must be >= 1")
         items = as_ids(HIST_ITEMS, hist_items).reshape(-1)
@@ -119,7 +130,8 @@ class Recommender:
             raise ValueError(f"n={n}: the retrieval model {self.retrieval.model_name!r} returns {available} "
                              "candidates (its export's --top_n, at most the catalogue); ask for at most that")
         candidates, candidate_categories = retrieved["items"][0, :n], retrieved["categories"][0, :n]
-        inputs = rank_tensors([items], [categories], [candidates], [candidate_categories])
+        inputs = rank_tensors([items], [categories], [candidates], [candidate_categories],
+                              self._rank_fields(fields or {}, candidates))
         ranked = rank_results(inputs, self.ranker.predict_tensors(inputs, RANK_EXPLAIN if explain else RANK))[0]
         order = np.argsort(-ranked["probability"], kind="stable")[:top]
         result = {"items": candidates[order], "categories": candidate_categories[order],
@@ -130,16 +142,46 @@ class Recommender:
             result["attention_weight"] = ranked["attention_weight"][order]
         return result
 
-    def recommend_user(self, user_id, n: int = 200, top: int = 10, explain: bool = False, max_len: int | None = None):
+    def _rank_fields(self, given: dict, candidates) -> dict:
+        """`rank`'s field inputs: the history's (`given`, checked against the ranker's
+        fields in one line) and the candidates' (the ranker's `item_fields`)."""
+        wanted = {f"hist_{name}" for name in self.fields}
+        if set(given) != wanted:
+            missing, extra = sorted(wanted - set(given)), sorted(set(given) - wanted)
+            raise ValueError(f"the ranker {self.ranker.model_name!r} reads the fields {self.fields or 'none'}: "
+                             + "; ".join([f"give {', '.join(missing)}"] * bool(missing)
+                                         + [f"it has no {', '.join(extra)}"] * bool(extra)))
+        out = {k: [as_ids(k, v).reshape(-1)] for k, v in given.items()}
+        if any(name != TIME_GAP for name in self.fields):
+            values = self.ranker.predict_tensors({"item_ids": np.asarray(candidates, np.int64)}, ITEM_FIELDS)
+            out.update({f"candidate_{name}": [values[name]] for name in self.fields if name in values})
+        return out
+
+    def recommend_user(self, user_id, n: int = 200, top: int = 10, explain: bool = False, max_len: int | None = None,
+                       now: int | None = None):
         """`recommend` for a user whose history the history service holds (`histories`):
         the user's last `max_len` clicks (default: all the store keeps) are read at
-        call time, so a click appended a moment ago counts. Returns `(result,
-        history)`: `recommend`'s result and the `Histories` it read."""
+        call time, so a click appended a moment ago counts; the ranker's further
+        fields come from the store, the time gap is each click's age at `now`
+        (default: the current Unix time). Returns `(result, history)`:
+        `recommend`'s result and the `Histories` it read."""
         if self.histories is None:
             raise ValueError("recommend_user needs a history service (Recommender(..., histories=open_store(...)))")
+        if not self.checked:
+            self.check_same_dataset()
         history = self.histories.last([user_id], max_len)
         items, categories = history.row(0)
-        return self.recommend(items, categories, n, top, explain), history
+        stored = history.row_fields(0)
+        missing = [name for name in self.fields if name != TIME_GAP and name not in stored]
+        if missing:
+            raise ValueError(f"the ranker {self.ranker.model_name!r} reads the fields {self.fields}, but the history "
+                             f"store {self.histories.url} keeps {list(stored) or 'none'}: it lacks "
+                             f"{', '.join(missing)}")
+        fields = {f"hist_{name}": stored[name] for name in self.fields if name != TIME_GAP}
+        if TIME_GAP in self.fields:
+            now = int(time.time()) if now is None else int(now)
+            fields[f"hist_{TIME_GAP}"] = now - history.times[0, :history.lengths[0]]
+        return self.recommend(items, categories, n, top, explain, fields), history
 
 
 def format_recommendations(result: dict, hist_items, hist_categories, behaviours: int = 3) -> str:

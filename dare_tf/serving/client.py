@@ -79,9 +79,21 @@ def in_own_history(out: dict, inputs: dict, hist_items) -> dict:
     return dict(out, history_index=np.where(index >= 0, index - shift, -1))
 
 
-def rank_tensors(hist_items, hist_categories, candidate_items, candidate_categories) -> dict[str, np.ndarray]:
+def _field_kind(name: str) -> str:
+    """`hist`, `target` or `candidate`: the role of a further field's input name."""
+    role = name.split("_", 1)[0]
+    if role not in ("hist", "target", "candidate") or "_" not in name:
+        raise ValueError(f"fields: {name!r} is not a field input (hist_<field>, target_<field> or "
+                         "candidate_<field>)")
+    return role
+
+
+def rank_tensors(hist_items, hist_categories, candidate_items, candidate_categories,
+                 fields: dict | None = None) -> dict[str, np.ndarray]:
     """The `rank` signature's inputs for U users: per user a history (raw ids,
-    oldest first) and a candidate list, each of any length."""
+    oldest first) and a candidate list, each of any length; `fields`: a model's
+    further fields by input name (`hist_<field>`: per user, one value per
+    history id; `candidate_<field>`: one per candidate)."""
     if not len(hist_items) == len(hist_categories) == len(candidate_items) == len(candidate_categories):
         raise ValueError(f"rank: one history and one candidate list per user; got {len(hist_items)} hist_items, "
                          f"{len(hist_categories)} hist_categories, {len(candidate_items)} candidate_items and "
@@ -97,6 +109,17 @@ def rank_tensors(hist_items, hist_categories, candidate_items, candidate_categor
             user = int(np.flatnonzero(lengths != other)[0])
             raise ValueError(f"rank: user {user} has {lengths[user]} {ids} but {other[user]} {categories}")
         out[length] = lengths
+    for name, rows in (fields or {}).items():
+        role = _field_kind(name)
+        if role == "target" or len(rows) != len(hist_items):
+            raise ValueError(f"rank: fields[{name!r}]: expected hist_<field> or candidate_<field> with one row per "
+                             f"user ({len(hist_items)})")
+        out[name], lengths = left_aligned(rows, name)
+        count = out[HIST_LENGTH if role == "hist" else CANDIDATE_COUNT]
+        if (lengths != count).any():
+            user = int(np.flatnonzero(lengths != count)[0])
+            ids = HIST_ITEMS if role == "hist" else CANDIDATE_ITEMS
+            raise ValueError(f"rank: user {user} has {count[user]} {ids} but {lengths[user]} {name}")
     return out
 
 
@@ -108,20 +131,42 @@ def rank_results(inputs: dict[str, np.ndarray], outputs: dict[str, np.ndarray]) 
 
 
 def make_example(target_item: int, target_category: int, hist_items: Sequence[int],
-                 hist_categories: Sequence[int]) -> tf.train.Example:
-    """The tf.Example the `classify` and `regress` signatures parse."""
+                 hist_categories: Sequence[int], fields: dict | None = None) -> tf.train.Example:
+    """The tf.Example the `classify` and `regress` signatures parse (`fields`: a
+    model's further fields by input name, `target_<field>` a value and
+    `hist_<field>` a list beside `hist_items`)."""
     values = dict(zip(MODEL_INPUTS, ([target_item], [target_category], hist_items, hist_categories)))
+    values.update({k: [v] if _field_kind(k) == "target" else v for k, v in (fields or {}).items()})
     return tf.train.Example(features=tf.train.Features(feature={
         name: tf.train.Feature(int64_list=tf.train.Int64List(value=as_ids(name, v).reshape(-1).tolist()))
         for name, v in values.items()}))
 
 
-def request_tensors(target_items, target_categories, hist_items, hist_categories) -> dict[str, np.ndarray]:
-    """The serving signature's input arrays for a batch of users (histories of any lengths)."""
-    return {TARGET_ITEM: as_ids(TARGET_ITEM, target_items).reshape(-1),
-            TARGET_CATEGORY: as_ids(TARGET_CATEGORY, target_categories).reshape(-1),
-            HIST_ITEMS: pad_histories(hist_items, HIST_ITEMS),
-            HIST_CATEGORIES: pad_histories(hist_categories, HIST_CATEGORIES)}
+def request_tensors(target_items, target_categories, hist_items, hist_categories,
+                    fields: dict | None = None) -> dict[str, np.ndarray]:
+    """The serving signature's input arrays for a batch of users (histories of any
+    lengths); `fields`: a model's further fields by input name (`target_<field>`
+    one value per target, `hist_<field>` one list per history, as long as it)."""
+    out = {TARGET_ITEM: as_ids(TARGET_ITEM, target_items).reshape(-1),
+           TARGET_CATEGORY: as_ids(TARGET_CATEGORY, target_categories).reshape(-1),
+           HIST_ITEMS: pad_histories(hist_items, HIST_ITEMS),
+           HIST_CATEGORIES: pad_histories(hist_categories, HIST_CATEGORIES)}
+    for name, values in (fields or {}).items():
+        if _field_kind(name) == "target":
+            out[name] = as_ids(name, values).reshape(-1)
+        elif _field_kind(name) == "hist":
+            lengths = [len(h) for h in hist_items]
+            other = [len(v) for v in values]
+            if other != lengths:
+                row = next((i for i, (a, b) in enumerate(zip(lengths, other)) if a != b), min(len(lengths),
+                                                                                            len(other)))
+                raise ValueError(f"fields[{name!r}]: one list per history, as long as it (row {row}: "
+                                 f"{other[row] if row < len(other) else 'none'} values for "
+                                 f"{lengths[row] if row < len(lengths) else 'no'} hist_items)")
+            out[name] = pad_histories(values, name)
+        else:
+            raise ValueError(f"fields[{name!r}]: candidate_<field> inputs are rank's; predict takes target_<field>")
+    return out
 
 
 def explained_behaviours(history_index, attention_weight, hist_items, hist_categories) -> list[dict]:
@@ -196,25 +241,28 @@ class ServingClient:
         return {k: tf.make_ndarray(v) for k, v in response.outputs.items()}
 
     def predict(self, target_items, target_categories, hist_items, hist_categories,
-                signature: str = "serving_default") -> dict:
-        """Many users in one request: histories may have different lengths."""
+                signature: str = "serving_default", fields: dict | None = None) -> dict:
+        """Many users in one request: histories may have different lengths
+        (`fields`: a model's further fields by input name, `request_tensors`)."""
         return self.predict_tensors(request_tensors(target_items, target_categories, hist_items,
-                                                    hist_categories), signature)
+                                                    hist_categories, fields), signature)
 
-    def explain(self, target_items, target_categories, hist_items, hist_categories) -> dict:
+    def explain(self, target_items, target_categories, hist_items, hist_categories,
+                fields: dict | None = None) -> dict:
         """`probability`, `attention_weight` `[B, K]` and `history_index` `[B, K]`:
         the index of each retrieved behaviour in that user's own history list
         (-1 for none)."""
-        inputs = request_tensors(target_items, target_categories, hist_items, hist_categories)
+        inputs = request_tensors(target_items, target_categories, hist_items, hist_categories, fields)
         return in_own_history(self.predict_tensors(inputs, signature="explain"), inputs, hist_items)
 
     def rank(self, hist_items, hist_categories, candidate_items, candidate_categories,
-             explain: bool = False) -> list[dict[str, np.ndarray]]:
+             explain: bool = False, fields: dict | None = None) -> list[dict[str, np.ndarray]]:
         """User-major ranking (the `rank` signature): per user a history (raw ids,
         oldest first) and its candidates, any lengths, in one request; returns per
         user `probability` `[N_u]` (with `explain`, also `history_index` `[N_u, K]`,
-        the index into that user's history, -1 for none, and `attention_weight`)."""
-        inputs = rank_tensors(hist_items, hist_categories, candidate_items, candidate_categories)
+        the index into that user's history, -1 for none, and `attention_weight`).
+        `fields`: a model's further fields by input name (`rank_tensors`)."""
+        inputs = rank_tensors(hist_items, hist_categories, candidate_items, candidate_categories, fields)
         return rank_results(inputs, self.predict_tensors(inputs, RANK_EXPLAIN if explain else RANK))
 
     def _input(self, request, examples):

@@ -140,8 +140,12 @@ class LoadedModel:
     def run(self, name: str, definition, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         expected = set(definition.inputs)
         if set(inputs) != expected:
-            raise ServingError(grpc.StatusCode.INVALID_ARGUMENT,
-                               f"input keys {sorted(inputs)} do not match the signature's {sorted(expected)}")
+            missing, extra = sorted(expected - set(inputs)), sorted(set(inputs) - expected)
+            raise ServingError(grpc.StatusCode.INVALID_ARGUMENT, "the request's inputs do not match signature "
+                               f"{name!r}: " + "; ".join(
+                                   [f"missing {', '.join(missing)}"] * bool(missing)
+                                   + [f"not in the signature: {', '.join(extra)}"] * bool(extra))
+                               + f" (it takes {', '.join(sorted(expected))})")
         feed = {}
         for key, value in inputs.items():
             want = tf.dtypes.as_dtype(definition.inputs[key].dtype)

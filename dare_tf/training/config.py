@@ -171,7 +171,12 @@ def effective_model_config(config: TrainConfig, spec: DatasetSpec, strategy):
     (vocabularies, L unless overridden) and the strategy (synchronised
     BatchNorm) imply."""
     distributed = strategy.num_replicas_in_sync > 1 or config.runtime.strategy != "default"
+    fields = dataset_fields(spec, config.data.fields, config.model_overrides.get("fields"))
+    if fields and config.cascade.negatives:
+        raise ValueError(f"negatives={config.cascade.negatives!r}: drawn negatives have no values of the dataset's "
+                         f"fields {[f['name'] for f in fields]}; train with --fields=none, or without --negatives")
     model_config = config._model_config(spec.max_len, spec.num_items, spec.num_categories,
+                                        **({"fields": fields} if fields else {}),
                                         **({"synchronized_batch_norm": True} if distributed else {}))
     from dare_tf.search.base import search_class  # (Keras: only once a run is configured)
 
@@ -179,6 +184,35 @@ def effective_model_config(config: TrainConfig, spec: DatasetSpec, strategy):
         raise ValueError(f"top_k={model_config.top_k} is larger than the history length "
                          f"max_len={model_config.max_len} of the dataset")
     return model_config
+
+
+def dataset_fields(spec: DatasetSpec, selection: str, configured=None) -> list[dict]:
+    """`ModelConfig.fields` of a run on `spec`'s dataset: the fields `selection`
+    names (`DataConfig.fields`) at the model's widths; or `configured` (a
+    config's own `fields`), refused in one line unless each is a dataset field
+    with its vocabulary and role."""
+    from dare_tf.config import BehaviorField
+
+    available = {f["name"]: f for f in spec.fields}
+    if configured:
+        for field in map(BehaviorField.of, configured):
+            entry = available.get(field.name)
+            if entry is None or (field.vocabulary, field.history_only) != (entry["vocabulary"], entry["history_only"]):
+                found = ("no such field" if entry is None else f"vocabulary {entry['vocabulary']}, history_only "
+                         f"{entry['history_only']}")
+                raise ValueError(f"fields: the model's field {field.name!r} (vocabulary {field.vocabulary}, "
+                                 f"history_only {field.history_only}) does not match the dataset's spec.json "
+                                 f"({found}; its fields: {list(available)})")
+        return [dataclasses.asdict(BehaviorField.of(f)) for f in configured]
+    text = selection.strip()
+    names = list(available) if text == "all" else [] if text == "none" else [n.strip() for n in text.split(",")]
+    unknown = [n for n in names if n not in available]
+    if unknown:
+        raise ValueError(f"fields={selection!r}: the dataset has no field {unknown[0]!r}; its fields: "
+                         f"{list(available) or 'none'} (prepare with --columns=...,field:NAME=COL, --fields, "
+                         "--time_gap)")
+    return [{"name": n, "vocabulary": available[n]["vocabulary"], "history_only": available[n]["history_only"]}
+            for n in names]
 
 
 def run_identity(config: TrainConfig, model_config, spec: DatasetSpec, continuation=None) -> dict:
@@ -194,5 +228,5 @@ def identity_check() -> dict:
     a run was recorded, at its default value, is the architecture the run had
     (new fields default to the earlier behaviour)."""
     return {"defaults": {**{f"model_config.{f.name}": f.default for f in dataclasses.fields(ModelConfig)},
-                         "train_config.init_from": None,
+                         "train_config.init_from": None, "train_config.data.fields": "all",
                          **{f"train_config.cascade.{f.name}": f.default for f in dataclasses.fields(CascadeConfig)}}}

@@ -10,7 +10,8 @@ import tensorflow as tf
 
 from dare_tf import metrics
 from dare_tf.data.pipeline import make_dataset
-from dare_tf.data.spec import HIST_ITEMS, MODEL_INPUTS, TARGET_CATEGORY, USER, DatasetSpec
+from dare_tf.data.spec import HIST_ITEMS, TARGET_CATEGORY, USER, DatasetSpec
+from dare_tf.model_inputs import input_keys
 from dare_tf.models import DareModel
 from dare_tf.training.config import METRICS
 
@@ -49,7 +50,8 @@ def _compiled(model: DareModel, what: str, training: bool = False):
     cache = _FUNCTIONS.setdefault(model, {})
     if (what, training) not in cache:
         if what == "predict":
-            fn = lambda x: model.forward({k: x[k] for k in MODEL_INPUTS}, training=training)["probability"]  # noqa: E731
+            keys = input_keys(model.model_config.fields)
+            fn = lambda x: model.forward({k: x[k] for k in keys}, training=training)["probability"]  # noqa: E731
         else:
             norms = model.batch_norm_layers()
             fn = lambda x: {k: tf.cast(v, tf.float32)  # noqa: E731
@@ -100,7 +102,7 @@ def refresh_batch_norm_statistics(model: DareModel, batches, combine=None) -> No
     sums: dict[str, list] = {}
     count = 0
     for x in batches:
-        for name, value in features({k: x[k] for k in MODEL_INPUTS}).items():
+        for name, value in features({k: x[k] for k in input_keys(model.model_config.fields)}).items():
             mean, variance = tf.nn.moments(value, axes=[0])
             total = sums.setdefault(name, [0.0, 0.0])
             total[0] += mean.numpy()

@@ -8,7 +8,8 @@ import numpy as np
 import tensorflow as tf
 
 from dare_tf.data.pipeline import InMemorySplit, make_dataset
-from dare_tf.data.spec import MODEL_INPUTS, DatasetSpec
+from dare_tf.data.spec import DatasetSpec
+from dare_tf.model_inputs import input_keys
 from dare_tf.training.config import TrainConfig
 from dare_tf.training.diagnostics import default_eval_every, schedule_warnings
 from dare_tf.training.distribution import worker_index, worker_partitions
@@ -34,9 +35,10 @@ class InputPlan:
     """
 
     def __init__(self, data_dir: str, config: TrainConfig, seed: int, spec: DatasetSpec, strategy, max_len: int,
-                 memory: dict[str, InMemorySplit] | None = None, cascade: Cascade | None = None):
+                 memory: dict[str, InMemorySplit] | None = None, cascade: Cascade | None = None, fields=()):
         self.data_dir, self.config, self.seed, self.spec, self.strategy = data_dir, config, seed, spec, strategy
         self.max_len = max_len
+        self.input_keys = input_keys(fields)  # (the model's: a dataset may hold fields it does not read)
         self.memory = dict(memory or {})
         if cascade is not None and cascade.sampler is not None:  # this seed's drawn negatives, every epoch
             self.memory["train"] = cascade.train_split(seed, config.schedule.epochs, max_len)
@@ -107,7 +109,7 @@ class InputPlan:
             for epoch in range(first + 1, epochs):
                 ds = ds.concatenate(self.epoch_batches(epoch))
             ds = ds.take(self.total_steps - skip)
-        ds = ds.map(lambda x, y: ({k: x[k] for k in MODEL_INPUTS}, y))
+        ds = ds.map(lambda x, y: ({k: x[k] for k in self.input_keys}, y))
         if not self.distributed:
             return ds.prefetch(tf.data.AUTOTUNE)
         per_replica = self.config.schedule.batch_size // self.strategy.num_replicas_in_sync

@@ -50,7 +50,8 @@ class SeedRun:
         self.spec, self.strategy, self.chief, self.model_config = spec, strategy, chief, model_config
         self.cascade, self._print = cascade, report
         os.makedirs(run_dir, exist_ok=True)
-        self.plan = InputPlan(data_dir, config, seed, spec, strategy, model_config.max_len, memory, cascade)
+        self.plan = InputPlan(data_dir, config, seed, spec, strategy, model_config.max_len, memory, cascade,
+                              model_config.fields)
         keras.utils.set_random_seed(seed)
         with strategy.scope():
             optimizer = make_optimizer(config.optimizer.name, config.optimizer.learning_rate)

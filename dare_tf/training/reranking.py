@@ -10,7 +10,8 @@ import numpy as np
 from dare_tf.data.negatives import NegativeSampler
 from dare_tf.data.pipeline import InMemorySplit
 from dare_tf.data.store import load_store
-from dare_tf.data.spec import CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS, item_categories
+from dare_tf.data.prepared import item_categories
+from dare_tf.data.spec import CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS
 from dare_tf.metrics import CASCADE_K, hits_and_gains, rank_of
 
 

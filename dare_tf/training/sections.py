@@ -38,14 +38,21 @@ class DataConfig:
             whatever L) is read into memory once: epochs are then uniform
             permutations cut into static batches. Larger splits stream from
             their TFRecord shards through `shuffle_buffer`. 0 always streams.
+        fields: which of the dataset's further fields (spec.json's `fields`:
+            a brand, a seller, the time gap) the model reads: `all`, `none`,
+            or their names, comma-separated. Each gets tables of its own at
+            the model's widths (`ModelConfig.fields`; a config that sets
+            `fields` itself must match the dataset's).
     """
 
     eval_batch_size: int = 8192
     shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER
     in_memory_mb: int = 4096
+    fields: str = "all"
 
     def __post_init__(self):
-        _check(self, [(self.eval_batch_size >= 1, "eval_batch_size", "must be >= 1"),
+        _check(self, [(bool(self.fields.strip()), "fields", "must be all, none, or field names, comma-separated"),
+                      (self.eval_batch_size >= 1, "eval_batch_size", "must be >= 1"),
                       (self.shuffle_buffer >= 1, "shuffle_buffer", "must be >= 1"),
                       (self.in_memory_mb >= 0, "in_memory_mb", "must be >= 0")])
 

@@ -18,6 +18,7 @@ from dare_tf.data.protocol import Protocol, prepare
 from dare_tf.data.spec import (APPEND_JOURNAL, APPEND_LOCK, ID_MAP_FILES, ITEM_CATEGORY_FILE, ITEM_CLICKS_FILE,
                                SPLITS, DatasetSpec, SpecError)
 from dare_tf.data.store import SequenceStore, read_examples
+from dare_tf.data.fields import field_files
 from tests.conftest import REPO
 from tests.data.planted_logs import impression_log, impression_rows
 from tests.data.test_prepare import TAOBAO
@@ -45,11 +46,15 @@ def _day_numbers(path):
 def assert_same_data(a, b):
     """Id maps, item categories, the store and every split's examples (in order) equal."""
     spec_a, spec_b = DatasetSpec.load(a), DatasetSpec.load(b)
-    for name in (*ID_MAP_FILES.values(), ITEM_CATEGORY_FILE, ITEM_CLICKS_FILE):
+    for name in (*ID_MAP_FILES.values(), ITEM_CATEGORY_FILE, ITEM_CLICKS_FILE, *field_files(spec_a.fields)):
         assert open(os.path.join(a, name)).read() == open(os.path.join(b, name)).read(), name
     store_a, store_b = SequenceStore.load(a, spec_a), SequenceStore.load(b, spec_b)
     for field in ("items", "categories", "start", "length"):
         np.testing.assert_array_equal(getattr(store_a, field), getattr(store_b, field), err_msg=field)
+    assert store_a.fields.keys() == store_b.fields.keys() and spec_a.fields == spec_b.fields
+    for name, values in store_a.fields.items():
+        np.testing.assert_array_equal(values, store_b.fields[name], err_msg=name)
+    np.testing.assert_array_equal(store_a.times, store_b.times)
     for split in SPLITS:
         ex_a, ex_b = read_examples(a, split, spec_a), read_examples(b, split, spec_b)
         for column in ex_a:
@@ -131,6 +136,25 @@ def test_only_the_partitions_with_new_rows_get_a_new_store_shard(taobao_days, tm
     for k in set(range(TIME.partitions)) - set(changed):
         assert spec.files[spec.store[k]] == before.files[before.store[k]]
     assert spec.store[changed[0]].startswith(f"store-{days[-2] * DAY}-")
+
+
+def test_a_log_with_fields_and_the_time_gap_appends_as_it_prepares(tmp_path):
+    """Fields (a brand with empty cells, a shop) and the time gap over 5 days: days 1-3
+    prepared, 4 and 5 appended; a new brand on an appended day grows its id map."""
+    from tests.data.test_fields import FORMAT, TIME, field_rows, write_log
+
+    rows = field_rows()
+    rows.append((500, 7, 1, 999, 104, max(r[5] for r in rows)))  # a brand first seen on the last day
+    log = write_log(tmp_path / "log.csv", rows)
+    days = sorted({r[5] // DAY for r in rows})
+    protocol = dataclasses.replace(TIME, min_clicks=5)
+    prepare(FORMAT, log, str(tmp_path / "whole"), protocol)
+    prepare(FORMAT, _days(log, 0, days[-3], tmp_path / "base.csv", 5), str(tmp_path / "grown"), protocol)
+    before = DatasetSpec.load(str(tmp_path / "grown")).field("brand")["vocabulary"]
+    for day in days[-2:]:
+        append(_days(log, day, day, tmp_path / f"{day}.csv", 5), str(tmp_path / "grown"))
+    assert_same_data(str(tmp_path / "whole"), str(tmp_path / "grown"))
+    assert DatasetSpec.load(str(tmp_path / "grown")).field("brand")["vocabulary"] > before
 
 
 def test_an_impression_log_appends_as_it_prepares(tmp_path):

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from dare_tf.data.pipeline import InMemorySplit, make_dataset
-from dare_tf.data.spec import DatasetSpec, SpecError, item_categories, read_id_map
+from dare_tf.data.prepared import item_categories
+from dare_tf.data.spec import DatasetSpec, SpecError, read_id_map
 from dare_tf.data.logs import BadLineError
 from dare_tf.data.protocol import Protocol, prepare
 

@@ -85,7 +85,9 @@ def test_bad_inputs_give_defined_results_or_invalid_argument(setup):
         (dict(good, hist_items=good["hist_items"].astype(np.int32)), "Expects arg\\[hist_items\\] to be int64"),
         (dict(good, target_category=np.array([1], np.int64)), "every input needs the same 0th-dimension size"),
         (dict(good, hist_categories=np.array([[1, 2, 3], [1, 2, 3]], np.int64)), "shapes differ"),
-        ({k: v for k, v in good.items() if k != "hist_items"}, "do not match the signature"),
+        ({k: v for k, v in good.items() if k != "hist_items"},
+         "^the request's inputs do not match signature 'serving_default': missing hist_items \\(it takes "),
+        (dict(good, hist_brand=good["hist_items"]), "not in the signature: hist_brand"),
     ]
     for inputs, message in cases:
         with pytest.raises(grpc.RpcError) as err:

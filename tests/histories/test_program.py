@@ -67,3 +67,33 @@ def test_load_append_show(taobao, tmp_path):
         failed = histories(*args)
         lines = failed.stderr.strip().splitlines()
         assert failed.returncode != 0 and len(lines) == 1 and message in lines[0], failed.stderr
+
+
+def test_a_dataset_with_fields_loads_them_and_live_clicks_carry_them(tmp_path):
+    """`load` of a dataset with column fields and the time gap: the store keeps the
+    fields' raw values and the clicks' times; `append` reads them from the log's
+    field columns, and a log without them is refused in one line naming them."""
+    from dare_tf.data.protocol import prepare
+    from tests.data.test_fields import FORMAT, PER_USER, field_rows, write_log
+
+    rows = field_rows()
+    data = str(tmp_path / "data")
+    prepare(FORMAT, write_log(tmp_path / "log.csv", rows), data, PER_USER)
+    store = f"lmdb:{tmp_path / 'histories'}"
+    assert histories("load", f"--data_dir={data}", f"--store={store}").returncode == 0
+    user = rows[0][0]
+    mine = sorted((r for r in rows if r[0] == user), key=lambda r: r[5])
+    shown = json.loads(histories("show", f"--store={store}", f"--user_id={user}", "--max_len=3").stdout)
+    assert shown["times"] == [r[5] for r in mine[-3:]] and shown["shop"] == [r[4] for r in mine[-3:]]
+    assert shown["brand"] == [r[3] if r[3] != "" else -1 - r[1] for r in mine[-3:]]
+    live = tmp_path / "live.csv"
+    live.write_text(f"{user},7,1,,9,{mine[-1][5] + 1}\n")
+    columns = "--columns=user=0,item=1,category=2,time=5,field:brand=3,field:shop=4"
+    appended = histories("append", f"--store={store}", f"--input={live}", columns)
+    assert appended.returncode == 0, appended.stderr
+    shown = json.loads(histories("show", f"--store={store}", f"--user_id={user}", "--max_len=1").stdout)
+    assert (shown["items"], shown["brand"], shown["shop"]) == ([7], [-8], [9])  # (an empty brand: the item's own)
+    refused = histories("append", f"--store={store}", f"--input={live}", "--columns=user=0,item=1,category=2,time=5")
+    assert refused.returncode != 0 and refused.stderr.strip().splitlines() == [
+        f"error: {store}: the store's clicks have the fields ['brand', 'shop'], not []: a store keeps the fields it "
+        "was created with; use another store"], refused.stderr

@@ -148,3 +148,34 @@ def test_a_killed_writer_loses_at_most_the_append_it_had_not_returned_from(store
 
 def test_records_are_raw_int64_triples():
     assert CLICK.itemsize == 24 and CLICK.names == ("time", "item", "category")
+
+
+def test_a_store_with_fields_keeps_their_values(store_url):
+    """A store created with further fields keeps each click's raw values, in time
+    order with the click; it is reopened with them, and an append without one of
+    them (or with another) is refused in one line naming it."""
+    with open_store(store_url, max_clicks=3, fields=("brand", "shop")) as store:
+        assert store.fields == ("brand", "shop") and store.dtype.names == ("time", "item", "category", "brand",
+                                                                           "shop")
+        store.append(4, [1, 2], [10, 20], [300, 100], {"brand": [-2, 7], "shop": [5, 6]})
+        store.append(4, [3, 4], [30, 40], [200, 400], {"brand": [8, 9], "shop": [1, 2]})
+        history = store.last([4, 5])
+        np.testing.assert_array_equal(history.items, [[3, 1, 4], [0, 0, 0]])  # (the cap drops the oldest: item 2)
+        np.testing.assert_array_equal(history.fields["brand"], [[8, -2, 9], [0, 0, 0]])
+        np.testing.assert_array_equal(history.fields["shop"], [[1, 5, 2], [0, 0, 0]])
+        assert history.to_json(0, 4) == {"user_id": 4, "items": [3, 1, 4], "categories": [30, 10, 40],
+                                         "times": [200, 300, 400], "brand": [8, -2, 9], "shop": [1, 5, 2]}
+        for fields, message in [({"brand": [1]}, "append: the store's clicks have the fields brand, shop; missing "
+                                                 "shop"),
+                                ({"brand": [1], "shop": [1], "colour": [1]}, "; not in the store: colour"),
+                                ({"brand": [1, 2], "shop": [1]}, "append: 1 items, 1 categories and 1 times, 2 brand, "
+                                                                 "1 shop; one of each per click")]:
+            with pytest.raises(StoreError, match=__import__("re").escape(message)):
+                store.append(4, [1], [1], [1], fields)
+    with open_store(store_url, read_only=True) as reader:
+        assert reader.fields == ("brand", "shop") and reader.last([4]).fields["shop"].tolist() == [[1, 5, 2]]
+    with pytest.raises(StoreError, match=r": the store's clicks have the fields \['brand', 'shop'\], not \['brand'\]: "
+                                         "a store keeps the fields it was created with; use another store$"):
+        open_store(store_url, fields=("brand",))
+    with open_store(store_url) as plain:  # (no fields asked: the store's)
+        assert plain.fields == ("brand", "shop")

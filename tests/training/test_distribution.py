@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -39,18 +40,29 @@ def test_two_workers_read_their_own_partitions_and_evaluate_exactly(taobao, tmp_
     and test metrics (gathered from both) equal to one process evaluating those weights.
     Both input paths, in memory and streamed, trained in turn by the same two workers."""
     helper = os.path.join(REPO, "tests", "multiworker_helper.py")
-    ports = [_free_port(), _free_port()]
-    procs = []
-    for index in (0, 1):
-        tf_config = {"cluster": {"worker": [f"localhost:{p}" for p in ports]},
-                     "task": {"type": "worker", "index": index}}
-        procs.append(subprocess.Popen(
-            [sys.executable, helper, "multi_worker", taobao, str(tmp_path / "multi"),
-             str(tmp_path / f"w{index}.npz"), "12", "adam", "4096,0"],
-            env=dict(ENV, TF_CONFIG=json.dumps(tf_config)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True))
-    for p in procs:
-        _, err = p.communicate(timeout=300)
+    for attempt in range(2):
+        shutil.rmtree(tmp_path / "multi", ignore_errors=True)  # (an aborted first attempt's)
+        ports = [_free_port(), _free_port()]
+        procs = []
+        for index in (0, 1):
+            tf_config = {"cluster": {"worker": [f"localhost:{p}" for p in ports]},
+                         "task": {"type": "worker", "index": index}}
+            procs.append(subprocess.Popen(
+                [sys.executable, helper, "multi_worker", taobao, str(tmp_path / "multi"),
+                 str(tmp_path / f"w{index}.npz"), "12", "adam", "4096,0"],
+                env=dict(ENV, TF_CONFIG=json.dumps(tf_config)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True))
+        errors = []
+        for p in procs:  # (a peer whose partner aborted ends with the cluster error: both are waited for)
+            try:
+                errors.append(p.communicate(timeout=300)[1])
+            except subprocess.TimeoutExpired:
+                p.kill()
+                errors.append(p.communicate()[1])
+        aborted = any(_grpc_aborted(p.returncode, e) for p, e in zip(procs, errors))
+        if not (aborted and attempt == 0):
+            break
+    for p, err in zip(procs, errors):
         assert p.returncode == 0, err[-3000:]
     for in_memory_mb in (4096, 0):
         _check_two_workers(taobao, tmp_path, in_memory_mb)
@@ -104,17 +116,29 @@ def _worker(ports, index, data_dir, output_dir, *flags):
         stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
-def _wait_listening(port, proc, seconds=120):
-    """Until the task's server accepts connections (it is then waiting for its peers)."""
+def _wait_listening(port, proc, seconds=120) -> str | None:
+    """Until the task's server accepts connections (it is then waiting for its
+    peers): None; or the stderr of a task that ended before (see `_grpc_aborted`)."""
     import time
 
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and proc.poll() is None:
         with socket.socket() as s:
             if s.connect_ex(("localhost", port)) == 0:
-                return
+                return None
         time.sleep(0.2)
-    raise AssertionError(f"task on port {port} never listened: {proc.communicate()[1][-2000:]}")
+    err = proc.communicate()[1]
+    assert proc.returncode is not None, f"task on port {port} never listened: {err[-2000:]}"
+    return err
+
+
+def _grpc_aborted(returncode, err: str) -> bool:
+    """Whether a task died of TensorFlow's gRPC poller aborting (`epoll_wait error:
+    Bad file descriptor`, SIGABRT), as it did a few times on a loaded machine: that
+    abort, and only it, is tried once more by the tests below."""
+    import signal
+
+    return returncode == -signal.SIGABRT and "epoll" in err
 
 
 @pytest.mark.slow
@@ -128,10 +152,7 @@ def test_a_missing_peer_ends_the_wait_in_one_line_and_signals_end_it_at_once(tao
         ports = [_free_port(), _free_port()]
         proc = _worker(ports, 0, taobao, tmp_path / "run", "--join_timeout_s=5")
         _, err = proc.communicate(timeout=180)
-        # Once under a loaded CI machine TensorFlow's gRPC poller aborted the lone task
-        # (`epoll_wait error: Bad file descriptor`, SIGABRT) before the watchdog spoke:
-        # that abort, and only it, is tried once more.
-        if not (proc.returncode == -signal.SIGABRT and "epoll" in err and attempt == 0):
+        if not (_grpc_aborted(proc.returncode, err) and attempt == 0):
             break
     assert proc.returncode == 1, err[-3000:]
     assert err.strip().splitlines() == [
@@ -141,11 +162,15 @@ def test_a_missing_peer_ends_the_wait_in_one_line_and_signals_end_it_at_once(tao
     assert not os.path.exists(tmp_path / "run")  # nothing was written
     for sig, code, last in ((signal.SIGTERM, -signal.SIGTERM, None),
                             (signal.SIGINT, 130, "error: interrupted while waiting for the multi-worker cluster")):
-        ports = [_free_port(), _free_port()]
-        proc = _worker(ports, 0, taobao, tmp_path / "run")
-        _wait_listening(ports[0], proc)
-        proc.send_signal(sig)
-        _, err = proc.communicate(timeout=30)
+        for attempt in range(2):
+            ports = [_free_port(), _free_port()]
+            proc = _worker(ports, 0, taobao, tmp_path / "run")
+            err = _wait_listening(ports[0], proc)
+            if err is None:
+                proc.send_signal(sig)
+                _, err = proc.communicate(timeout=30)
+            if not (_grpc_aborted(proc.returncode, err) and attempt == 0):
+                break
         assert proc.returncode == code, err[-3000:]
         if last:
             assert err.strip().splitlines()[-1] == last, err[-3000:]
@@ -155,14 +180,21 @@ def test_a_missing_peer_ends_the_wait_in_one_line_and_signals_end_it_at_once(tao
 def test_a_killed_peer_ends_the_other_task_in_one_line(taobao, tmp_path):
     import time
 
-    ports = [_free_port(), _free_port()]
-    procs = [_worker(ports, i, taobao, tmp_path / f"run{i}", "--epochs=500", "--batch_size=258") for i in (0, 1)]
-    history = tmp_path / "run0" / "seed_0" / "history.jsonl"
-    deadline = time.monotonic() + 240
-    while not (history.exists() and history.read_text().strip()) and time.monotonic() < deadline:
+    for attempt in range(2):
+        ports, runs = [_free_port(), _free_port()], tmp_path / f"attempt{attempt}"
+        procs = [_worker(ports, i, taobao, runs / f"run{i}", "--epochs=500", "--batch_size=258") for i in (0, 1)]
+        history = runs / "run0" / "seed_0" / "history.jsonl"
+        deadline, died = time.monotonic() + 240, None
+        while not (history.exists() and history.read_text().strip()) and time.monotonic() < deadline and not died:
+            died = next((p for p in procs if p.poll() is not None), None)
+            time.sleep(0.5)
+        if died is None:
+            break
+        err = died.communicate()[1]
         for proc in procs:
-            assert proc.poll() is None, proc.communicate()[1][-3000:]
-        time.sleep(0.5)
+            proc.kill()
+            proc.communicate()
+        assert _grpc_aborted(died.returncode, err) and attempt == 0, err[-3000:]
     assert history.exists() and history.read_text().strip(), "no validation within 240 s"
     procs[1].kill()
     _, err = procs[0].communicate(timeout=120)
@@ -171,4 +203,4 @@ def test_a_killed_peer_ends_the_other_task_in_one_line(taobao, tmp_path):
     assert err.strip().splitlines() == [
         "error: --strategy=multi_worker: task /job:worker/replica:0/task:1 went away (UnavailableError); restart "
         "every task with the same flags: the run resumes from its last checkpoint"], err[-3000:]
-    assert (tmp_path / "run0" / "seed_0" / "checkpoints").exists()  # the finished work stays
+    assert (runs / "run0" / "seed_0" / "checkpoints").exists()  # the finished work stays

@@ -1,0 +1,90 @@
+"""A served model's further behaviour fields (`ModelConfig.fields`, spec.json's
+`fields`): one signature input per field and role, raw values mapped in-graph
+as items and categories are.
+
+- A column field (a brand, a seller) takes raw ids: `target_<name>` `[B]`
+  (`candidate_<name>` `[U, N]` in `rank`) and `hist_<name>` beside
+  `hist_items`; they are mapped through the dataset's `<name>_ids.txt`
+  (unknown ids: the out-of-vocabulary row).
+- The time gap takes `hist_time_gap`: each behaviour's gap to the request's
+  time, in the log's time unit (seconds for Unix times), bucketed in-graph
+  by the edges spec.json records (`dare_tf.data.fields`).
+
+A history field's slots follow `hist_items`: where it is padding, so is the field.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from dare_tf.data.fields import field_id_file, item_field_file
+from dare_tf.data.spec import TIME_GAP, DatasetSpec, history_feature
+from dare_tf.export.tf_serving import IdTable
+
+# `item_fields`' answer for an item the export does not know (no raw id is this low).
+UNKNOWN = np.iinfo(np.int64).min
+
+
+class ServedFields:
+    """The raw-to-dense maps of a model's fields, checked against the dataset's
+    spec.json in one line (`ValueError`)."""
+
+    def __init__(self, fields, spec: DatasetSpec, data_dir: str):
+        self.fields = tuple(fields)
+        self.tables, self.edges, self.examples, self.raw_of_item = {}, None, {}, {}
+        available = {f["name"]: f for f in spec.fields}
+        for field in self.fields:
+            entry = available.get(field.name)
+            if entry is None or entry["vocabulary"] != field.vocabulary:
+                raise ValueError(f"the model's field {field.name!r} (vocabulary {field.vocabulary}) is not one of "
+                                 f"{data_dir}/spec.json's fields "
+                                 f"{[(f['name'], f['vocabulary']) for f in spec.fields]}")
+            if field.name == TIME_GAP:
+                self.edges = tf.constant(entry["edges"], tf.int64)
+                self.examples[field.name] = 0
+            else:
+                path = os.path.join(data_dir, field_id_file(field.name))
+                self.tables[field.name] = IdTable(path, field.vocabulary - 1)
+                raw = np.loadtxt(path, dtype=np.int64, ndmin=1)
+                self.examples[field.name] = int(raw[0])
+                if field.history_only:  # (an action: no item value)
+                    continue
+                # Each dense item's raw value (0: padding, last: out of vocabulary -> UNKNOWN).
+                of_item = np.loadtxt(os.path.join(data_dir, item_field_file(field.name)), dtype=np.int64, ndmin=1)
+                self.raw_of_item[field.name] = tf.constant(np.concatenate([[UNKNOWN], raw[of_item - 1], [UNKNOWN]]))
+
+    def target_inputs(self, role: str = "target") -> list[str]:
+        """The inputs of the fields' target (or `candidate`) values."""
+        return [f"{role}_{f.name}" for f in self.fields if not f.history_only]
+
+    def history_inputs(self) -> list[str]:
+        return [history_feature(f.name) for f in self.fields]
+
+    def dense(self, name: str, raw):
+        """Raw values of field `name` (an input without its prefix) -> dense int64 ids."""
+        if name == TIME_GAP:
+            flat = tf.reshape(raw, [-1])
+            bucket = tf.searchsorted(self.edges, flat, side="right", out_type=tf.int64)
+            return tf.reshape(tf.maximum(bucket, 1), tf.shape(raw))
+        return self.tables[name].lookup(raw)
+
+    @staticmethod
+    def name_of(key: str) -> str:
+        """`hist_brand`, `target_brand`, `candidate_brand` -> `brand`."""
+        return key.split("_", 1)[1]
+
+    def trackables(self) -> list:
+        return [t.table for t in self.tables.values()]
+
+    @property
+    def names(self) -> str:
+        """The model's fields, comma-separated, as the `dataset` signature reports them."""
+        return ",".join(f.name for f in self.fields)
+
+    def item_values(self, dense_items) -> dict:
+        """`item_fields`: each column field's raw value of the dense items (the value
+        of the item's last row in the dataset; `UNKNOWN` for an unknown item)."""
+        return {name: tf.gather(values, dense_items) for name, values in self.raw_of_item.items()}
