@@ -45,8 +45,8 @@ def time_gap_entry() -> dict:
 
 
 def time_gap_buckets(gaps, edges) -> np.ndarray:
-    """The buckets (1..len(edges)) of `gaps` (numpy; `dare_tf.data.pipeline` does
-    the same in TensorFlow)."""
+    """The buckets (1..len(edges)) of `gaps` (numpy; `dare_tf.data.pipeline.time_gap_buckets`
+    is the same in TensorFlow)."""
     return np.maximum(np.searchsorted(np.asarray(edges, np.int64), np.asarray(gaps, np.int64), side="right"), 1)
 
 

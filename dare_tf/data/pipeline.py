@@ -46,6 +46,13 @@ def _store_tensors(store: SequenceStore) -> dict[str, tf.Tensor]:
     return store._tensors
 
 
+def time_gap_buckets(edges, gaps):
+    """`dare_tf.data.fields.time_gap_buckets` in TensorFlow: the int64 bucket of
+    each of `gaps` (any shape) among `edges` (the pipeline's and the exports')."""
+    bucket = tf.searchsorted(edges, tf.reshape(gaps, [-1]), side="right", out_type=tf.int64)
+    return tf.reshape(tf.maximum(bucket, 1), tf.shape(gaps))
+
+
 def assemble_fn(store: SequenceStore, max_len: int):
     """`columns -> (features, label)`: int `[B]` example columns (uid, position,
     target_item, target_category, label, and a dataset's further fields'
@@ -67,9 +74,8 @@ def assemble_fn(store: SequenceStore, max_len: int):
                      **{target_feature(n): tf.cast(c[target_feature(n)], tf.int32) for n in store.targets}}
         if store.times is not None:
             gaps = tf.cast(c[EXAMPLE_TIME], tf.int64)[:, None] - tf.gather(tensors["times"], idx)
-            bucket = tf.searchsorted(tensors["edges"], tf.reshape(gaps, [-1]), side="right", out_type=tf.int32)
-            bucket = tf.reshape(tf.maximum(bucket, 1), tf.shape(gaps))
-            features[history_feature(TIME_GAP)] = tf.where(valid, bucket, 0)
+            features[history_feature(TIME_GAP)] = tf.where(valid, tf.cast(time_gap_buckets(tensors["edges"], gaps),
+                                                                          tf.int32), 0)
         return features, tf.cast(c["label"], tf.float32)
     return assemble
 

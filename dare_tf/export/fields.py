@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from dare_tf.data.fields import field_id_file, item_field_file
+from dare_tf.data.pipeline import time_gap_buckets
 from dare_tf.data.spec import TIME_GAP, DatasetSpec, history_feature
 from dare_tf.export.tf_serving import IdTable
 
@@ -66,9 +67,7 @@ class ServedFields:
     def dense(self, name: str, raw):
         """Raw values of field `name` (an input without its prefix) -> dense int64 ids."""
         if name == TIME_GAP:
-            flat = tf.reshape(raw, [-1])
-            bucket = tf.searchsorted(self.edges, flat, side="right", out_type=tf.int64)
-            return tf.reshape(tf.maximum(bucket, 1), tf.shape(raw))
+            return time_gap_buckets(self.edges, raw)
         return self.tables[name].lookup(raw)
 
     @staticmethod

@@ -83,16 +83,16 @@ def test_a_dataset_with_fields_loads_them_and_live_clicks_carry_them(tmp_path):
     assert histories("load", f"--data_dir={data}", f"--store={store}").returncode == 0
     user = rows[0][0]
     mine = sorted((r for r in rows if r[0] == user), key=lambda r: r[5])
-    shown = json.loads(histories("show", f"--store={store}", f"--user_id={user}", "--max_len=3").stdout)
-    assert shown["times"] == [r[5] for r in mine[-3:]] and shown["shop"] == [r[4] for r in mine[-3:]]
-    assert shown["brand"] == [r[3] if r[3] != "" else -1 - r[1] for r in mine[-3:]]
     live = tmp_path / "live.csv"
     live.write_text(f"{user},7,1,,9,{mine[-1][5] + 1}\n")
     columns = "--columns=user=0,item=1,category=2,time=5,field:brand=3,field:shop=4"
     appended = histories("append", f"--store={store}", f"--input={live}", columns)
     assert appended.returncode == 0, appended.stderr
-    shown = json.loads(histories("show", f"--store={store}", f"--user_id={user}", "--max_len=1").stdout)
-    assert (shown["items"], shown["brand"], shown["shop"]) == ([7], [-8], [9])  # (an empty brand: the item's own)
+    shown = json.loads(histories("show", f"--store={store}", f"--user_id={user}", "--max_len=4").stdout)
+    # the last 3 loaded clicks (with their times: the dataset has --time_gap), then the live one
+    assert shown["times"] == [r[5] for r in mine[-3:]] + [mine[-1][5] + 1]
+    assert shown["shop"] == [r[4] for r in mine[-3:]] + [9] and shown["items"][-1] == 7
+    assert shown["brand"] == [r[3] if r[3] != "" else -1 - r[1] for r in mine[-3:]] + [-8]  # (empty: the item's own)
     refused = histories("append", f"--store={store}", f"--input={live}", "--columns=user=0,item=1,category=2,time=5")
     assert refused.returncode != 0 and refused.stderr.strip().splitlines() == [
         f"error: {store}: the store's clicks have the fields ['brand', 'shop'], not []: a store keeps the fields it "
