@@ -33,7 +33,8 @@ import numpy as np
 from dare_tf.data.examples import MAX_NEGATIVE_ROUNDS, UserRows, target_columns
 from dare_tf.data.logs import ACTION_FIELD
 from dare_tf.data.prepared import PartitionedWriter
-from dare_tf.data.spec import EXAMPLE_COLUMNS, EXAMPLE_TIME, SEGMENT_KIND, STORE_KIND, STORE_TIMES, target_feature
+from dare_tf.data.spec import (EXAMPLE_COLUMNS, EXAMPLE_TIME, SEGMENT_KIND, STORE_KIND, STORE_TIMES, TIME_GAP,
+                               record_columns)
 
 DAY = 86_400  # seconds: the time column is read as seconds since the epoch (UTC)
 
@@ -127,10 +128,11 @@ class Catalogue:
 
 
 def example_names(fields, time_gap: bool) -> tuple[str, ...]:
-    """The columns of `user_day_examples`' tables: `EXAMPLE_COLUMNS`, each of
-    `fields`' target feature, then (`time_gap`) the target's time."""
-    return (*EXAMPLE_COLUMNS, *(target_feature(f) for f in fields if f != ACTION_FIELD),
-            *((EXAMPLE_TIME,) if time_gap else ()))
+    """The columns of `user_day_examples`' tables: the example records' features
+    (`dare_tf.data.spec.record_columns`) of the column `fields` (names; the
+    action's is history-only) and (`time_gap`) the time gap."""
+    entries = [{"name": f, "history_only": f == ACTION_FIELD} for f in fields]
+    return record_columns(entries + ([{"name": TIME_GAP}] if time_gap else []))[0]
 
 
 def user_day_examples(uid: int, stored: np.ndarray, rows: UserRows, clicks: ClicksToDate, protocol,
@@ -151,7 +153,7 @@ def user_day_examples(uid: int, stored: np.ndarray, rows: UserRows, clicks: Clic
         (position > 0) & (True if rows.clicked is None else rows.clicked))
     if len(keep) == 0:
         return {}
-    time_gap = bool(getattr(protocol, "time_gap", False))
+    time_gap = protocol.time_gap
     if impressions:
         group = 1
         table = np.stack([np.full(len(keep), uid), position[keep], rows.items[keep], rows.categories[keep],
@@ -190,7 +192,7 @@ def write_days(directory: str, uid, items, categories, times, labels, prior, cat
     uid, items, times = np.asarray(uid, np.int64), np.asarray(items, np.int64), np.asarray(times, np.int64)
     categories = np.asarray(categories, np.int64)
     fields = {k: np.asarray(v, np.int64) for k, v in (fields or {}).items()}
-    names = example_names(fields, bool(getattr(protocol, "time_gap", False)))
+    names = example_names(fields, protocol.time_gap)
     is_click = np.ones(len(uid), bool) if labels is None else np.asarray(labels) == 1  # (the history's rows)
     popular = is_click if clicked is None else np.asarray(clicked)  # (the rows negatives are drawn by)
     # Each user's history rows in time order: its past grows by them day by day.
@@ -267,7 +269,7 @@ def build_time_split(directory: str, user, item, category, times, labels, num_us
     clicks = np.flatnonzero(is_click)[np.argsort(np.asarray(user)[is_click], kind="stable")]
     lengths = np.bincount(np.asarray(user)[is_click], minlength=num_users)
     extra = {k: np.asarray(v)[clicks] for k, v in fields.items()}
-    if getattr(protocol, "time_gap", False):
+    if protocol.time_gap:
         extra[STORE_TIMES] = np.asarray(times)[clicks]
     files.update(write_store(directory, np.arange(1, num_users), lengths[1:], np.asarray(item)[clicks],
                              np.asarray(category)[clicks], protocol, compression, int(np.max(times)), extra=extra))

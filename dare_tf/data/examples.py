@@ -125,11 +125,6 @@ class UserRows:
     fields: dict = dataclasses.field(default_factory=dict)
     clicked: np.ndarray | None = None
 
-    def clicks(self) -> tuple[np.ndarray, np.ndarray]:
-        """The user's clicks (the store's sequence): every row, or the impressions labelled 1."""
-        stored = self.stored(False)
-        return stored["items"], stored["categories"]
-
     def stored(self, time_gap: bool) -> dict[str, np.ndarray]:
         """The user's store lists (`dare_tf.data.spec.record_columns`) of its clicks:
         every row, or the impressions labelled 1; `times` with `time_gap`."""
@@ -178,9 +173,9 @@ def chunk_examples(chunk: int, users: np.ndarray, rows: list[UserRows], stats: L
     the impressions with their labels. `protocol` is the
     `dare_tf.data.protocol.Protocol` (`--split=time` builds its examples day
     by day instead: `dare_tf.data.days`)."""
+    time_gap = protocol.time_gap
     if rows and rows[0].labels is not None:
-        return _impression_examples(users, rows, bool(getattr(protocol, "time_gap", False)))
-    time_gap = bool(getattr(protocol, "time_gap", False))
+        return _impression_examples(users, rows, time_gap)
     items = [r.items for r in rows]
     categories = [r.categories for r in rows]
     offsets = protocol.target_offsets()

@@ -15,7 +15,7 @@ from absl import logging
 from dare_tf._files import clean_stale, guard_output_dir, replace_directory, staging_dir
 from dare_tf.data.logs import ACTION_FIELD, FORMATS, Clicks, LogFormat
 from dare_tf.data.records import ShardWriter, encode_examples, encode_store
-from dare_tf.data.spec import (APPEND_JOURNAL, APPEND_LOCK, FEATURES, FORMAT, ID_MAP_FILES, ITEM_CATEGORY_FILE,
+from dare_tf.data.spec import (APPEND_JOURNAL, APPEND_LOCK, FORMAT, ID_MAP_FILES, ITEM_CATEGORY_FILE,
                                ITEM_CLICKS_FILE, LEGACY_FORMATS, SEGMENT_KIND, SPEC_FILE, SPLITS, STORE_KIND,
                                DatasetSpec, SpecError, TABLE_FILES, append_pending, features_of, is_shard_name,
                                partition_of, shard_name, shard_tag)
@@ -198,7 +198,7 @@ def layout_fields(protocol, compression: str, files: dict[str, dict], bounds=Non
     store = sorted((n for n in files if n.startswith(STORE_KIND + "-")), key=lambda n: n.split("-of-")[0][-5:])
     return dict(counts={s: sum(files[n]["records"] for n in names) for s, names in shards.items()},
                 shards=shards, store=store, clicks_stored=sum(files[n]["clicks"] for n in store),
-                files=files, compression=compression, features=features_of(list(fields)) if fields else FEATURES,
+                files=files, compression=compression, features=features_of(list(fields)),
                 partitions=protocol.partitions, **({"fields": list(fields)} if fields else {}))
 
 

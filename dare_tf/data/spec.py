@@ -73,12 +73,6 @@ STORE_CLICK_COLUMNS = ("items", "categories")
 STORE_KIND = "store"
 COMPRESSIONS = {"gzip": "GZIP", "none": ""}  # --compression -> tf.io / spec.json value
 DEFAULT_SHUFFLE_BUFFER = 100_000  # examples a training input stream shuffles over (tf.data)
-# The feature spec as spec.json records it, for `tf.io.parse_example`: "[]" is a
-# scalar (`tf.io.FixedLenFeature([], tf.int64)`), "[None]" a list
-# (`tf.io.RaggedFeature(tf.int64)`).
-FEATURES = {"examples": {k: {"dtype": "int64", "shape": []} for k in EXAMPLE_COLUMNS},
-            "store": {"uid": {"dtype": "int64", "shape": []},
-                      **{k: {"dtype": "int64", "shape": [None]} for k in STORE_CLICK_COLUMNS}}}
 # Further fields of every behaviour (spec.json's `fields`, `dare_tf.data.fields`): a
 # field NAME read from a column adds the store list NAME and the example feature
 # `target_NAME`; the derived time gap (`--time_gap`) adds the store list `times` and
@@ -114,7 +108,9 @@ def record_columns(fields: list) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 def features_of(fields: list) -> dict:
-    """spec.json's `features` of a dataset with `fields` (`FEATURES` without)."""
+    """spec.json's `features` of a dataset with `fields` (none: `[]`), for
+    `tf.io.parse_example`: "[]" is a scalar (`tf.io.FixedLenFeature([], tf.int64)`),
+    "[None]" a list (`tf.io.RaggedFeature(tf.int64)`)."""
     examples, store = record_columns(fields)
     return {"examples": {k: {"dtype": "int64", "shape": []} for k in examples},
             "store": {"uid": {"dtype": "int64", "shape": []}, **{k: {"dtype": "int64", "shape": [None]}
