@@ -3,6 +3,8 @@ killed writer left behind. Private to dare_tf."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
 import os
@@ -30,6 +32,32 @@ def staging_dir(parent: str, name: str) -> str:
     path = os.path.join(parent, f".{name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     os.makedirs(path)
     return path
+
+
+@contextlib.contextmanager
+def one_writer(target: str, what: str):
+    """Holds the one writer's lock of directory `target` while the block runs, or
+    raises ValueError naming the writer that holds it. The lock is the file
+    `.NAME.lock` beside `target` (a writer that replaces `target` by a rename
+    keeps it), taken with `flock`: it is released when its holder exits, killed
+    too. `what` (`data.prepare`, `data.prepare --append`) is recorded for the
+    refusal of the next one."""
+    target = os.path.realpath(target)
+    parent = os.path.dirname(target)
+    os.makedirs(parent, exist_ok=True)
+    with open(os.path.join(parent, f".{os.path.basename(target)}.lock"), "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "?"
+            raise ValueError(f"{what}: another writer is changing {target} ({holder}); one writer at a time: wait "
+                             "for it to end") from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"pid {os.getpid()}: {what}")
+        lock.flush()
+        yield
 
 
 def clean_stale(parent: str, name: str) -> list[str]:

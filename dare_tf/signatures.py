@@ -8,15 +8,26 @@ the requests of different users:
 
 | input | shape | meaning |
 |---|---|---|
-| `hist_items`, `hist_categories` | `[U, T]` int64 | raw ids, oldest first, any T |
-| `hist_length` | `[U]` int64 | how many of the row's first ids are the history |
-| `candidate_items`, `candidate_categories` | `[U, N]` int64 | raw ids |
-| `candidate_count` | `[U]` int64 | how many of the row's first candidates are real |
+| `hist_items`, `hist_categories` | `[U, T]` int64 | `-T`, then raw ids, oldest first |
+| `hist_length` | `[U]` int64 | how many ids after the leading column are the history |
+| `candidate_items`, `candidate_categories` | `[U, N]` int64 | `-N`, then raw ids |
+| `candidate_count` | `[U]` int64 | how many candidates after the leading column are real |
 
-Output `probability` `[U, N]` (0 beyond `candidate_count`). With
-`pad_variable_length_inputs`, TF Serving pads a shorter input after its
-elements with that tensor's first element; the signature never reads those
-slots, so a request's answer does not depend on what it is merged with.
+Every `[U, T]` and `[U, N]` row starts with a leading column holding minus the
+request's own width (`-T`, `-N`; `serving.client` writes it), the ids after it:
+the history is the `hist_length` ids after that column, the candidates the
+`candidate_count` after it. `serving_default` and `explain` take the same
+leading column in every `[B, T]` history input. Outputs: `probability`
+`[U, N]` (0 beyond `candidate_count`) and `error` `[U]`, a row's own refusal
+("" for a row that was answered; its probabilities are then 0).
+
+With `pad_variable_length_inputs`, TF Serving pads a shorter input after its
+elements with that tensor's first element, its leading `-T`: every merged row
+still states the width it was sent with, so the signature never reads a
+padded slot, sees a companion input narrower than its ids, or a length longer
+than its row, whatever the row is merged with; and no check of a row's values
+fails the batch (`dare_tf.export.rows`). A request's answer, or its error,
+depends on that request alone.
 """
 
 import os
@@ -33,6 +44,8 @@ RANK = "rank"
 ITEM_FIELDS = "item_fields"
 RANK_EXPLAIN = "rank_explain"
 HIST_LENGTH = "hist_length"
+# The per-row refusal every history-taking Predict signature of the ranker returns ("" for none).
+ROW_ERROR = "error"
 CANDIDATE_COUNT = "candidate_count"
 # `rank`'s inputs, in order, with their ranks.
 RANK_REQUEST_INPUTS = {HIST_ITEMS: 2, HIST_CATEGORIES: 2, HIST_LENGTH: 1, CANDIDATE_ITEMS: 2, CANDIDATE_CATEGORIES: 2,

@@ -13,6 +13,7 @@ index: raw-id histories in, the --top_n raw item ids, categories and scores out.
 from absl import flags
 
 import dare_tf.cli
+from dare_tf.signatures import MAX_CANDIDATES
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", None, "A training run directory (holds results.json).")
@@ -20,6 +21,8 @@ flags.DEFINE_string("export_base", None, "Base directory of the served models.")
 flags.DEFINE_string("model_name", None, "Name the model is served under.")
 flags.DEFINE_string("data_dir", None, "Prepared dataset of the id maps; default: the run's data_dir.")
 flags.DEFINE_integer("version", None, "Version number; default: the next free one.", lower_bound=1)
+flags.DEFINE_integer("max_candidates", MAX_CANDIDATES, "A ranking run: candidates per user a rank request may "
+                     "carry; a row with more is answered with its error.", lower_bound=1)
 flags.DEFINE_integer("top_n", 200, "A retrieval run: candidates the exported index returns.", lower_bound=1)
 flags.adopt_module_key_flags(dare_tf.cli)
 flags.mark_flags_as_required(["run_dir", "export_base", "model_name"])
@@ -30,7 +33,7 @@ def main(argv):
     from dare_tf.export import export_run
 
     print(export_run(FLAGS.run_dir, FLAGS.export_base, FLAGS.model_name, FLAGS.data_dir, FLAGS.version,
-                     FLAGS.top_n))
+                     FLAGS.top_n, FLAGS.max_candidates))
 
 
 def run():

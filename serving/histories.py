@@ -93,6 +93,9 @@ def load(store):
     from dare_tf.histories.prepared import load_prepared
 
     users, clicks = load_prepared(store, FLAGS.data_dir)
+    if not users:
+        print(f"{store.url}: holds {FLAGS.data_dir} already (loaded before); nothing loaded")
+        return
     print(f"{store.url}: loaded {users} users from {FLAGS.data_dir} ({clicks} clicks)")
 
 
@@ -131,7 +134,9 @@ def append(store, fmt):
             try:
                 total += append_file(path)
             except ValueError as e:  # named as the user sees it: lines of standard input
-                raise ValueError(str(e).replace(path, f"standard input (the batch from line {line})")) from None
+                message = str(e).replace(path, f"standard input (the batch from line {line})")
+                raise ValueError(f"{message}; {total + getattr(e, 'appended', 0)} clicks of standard input were "
+                                 "appended in all") from None
             line += len(batch)
     print(f"{store.url}: appended {total} clicks from standard input")
 

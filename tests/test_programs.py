@@ -158,7 +158,8 @@ def test_each_programs_smallest_job_is_quiet(tmp_path):
     program("trainers.analyze", f"--data_dir={data}", f"--runs=dare:{run}", f"--output_dir={tmp_path / 'analysis'}",
             "--analyses=convergence")
     export = program("serving.export", f"--run_dir={run}", f"--export_base={tmp_path / 'exports'}",
-                     "--model_name=dare").stdout.strip().splitlines()[-1]
+                     "--model_name=dare", "--max_candidates=5").stdout.strip().splitlines()[-1]
+    _assert_candidate_limit(export, str(data), 5)
     server = subprocess.Popen([sys.executable, "-m", "serving.standin_server",
                                f"--model_base={os.path.dirname(export)}", "--model_name=dare", "--port=0"],
                               cwd=REPO, env=LOUD_ENV, stdout=subprocess.PIPE,
@@ -178,3 +179,21 @@ def test_each_programs_smallest_job_is_quiet(tmp_path):
         server.terminate()
         _, err = server.communicate(timeout=60)
     assert not noise(line + err), noise(line + err)
+
+
+def _assert_candidate_limit(export, data_dir, limit):
+    """Issue 45 (4): `serving.export --max_candidates` (documented, but missing) bounds
+    the export's rank candidates: a row with one more is answered with its error."""
+    import tensorflow as tf
+
+    from dare_tf.data.spec import read_id_map
+    from dare_tf.serving.client import rank_tensors
+
+    items = [int(r) for r in read_id_map(data_dir, "item")][:limit + 1]
+    cats = [int(r) for r in read_id_map(data_dir, "category")][:limit + 1]
+    rank = tf.saved_model.load(export).signatures["rank"]
+    for n in (limit, limit + 1):
+        out = rank(**{k: tf.constant(v) for k, v in rank_tensors([items], [cats], [items[:n]], [cats[:n]]).items()})
+        assert out["error"].numpy()[0].decode() == ("" if n == limit else (
+            f"candidate_count {n} is over this export's limit of {limit} candidates per user "
+            "(serving.export --max_candidates)"))

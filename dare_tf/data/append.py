@@ -30,6 +30,7 @@ import time
 import numpy as np
 from absl import logging
 
+from dare_tf._files import one_writer
 from dare_tf.data.days import DAY, Catalogue, day_name, write_days, write_store
 from dare_tf.data.fields import field_files, field_id_file
 from dare_tf.data.log_reader import read_log
@@ -38,7 +39,7 @@ from dare_tf.data.prepared import (item_categories, layout_fields, make_spec, re
                                    write_field_maps, write_id_maps, write_item_clicks)
 from dare_tf.data.protocol import Protocol, time_windows
 from dare_tf.data.records import read_shards
-from dare_tf.data.spec import (APPEND_JOURNAL, APPEND_LOCK, SPEC_FILE, STORE_KIND, STORE_TIMES, TABLE_FILES, TIME_GAP,
+from dare_tf.data.spec import (APPEND_JOURNAL, SPEC_FILE, STORE_KIND, STORE_TIMES, TABLE_FILES, TIME_GAP,
                                DatasetSpec, append_pending, is_shard_name, partition_of, read_id_map)
 
 
@@ -140,25 +141,14 @@ def append(input_path: str, data_dir: str, fmt: LogFormat | None = None, allow_l
 
     Appending a log whose sha256 the dataset already holds does nothing (the
     re-run of an append that was killed after its commit). One append at a
-    time: another one running on the dataset is refused.
+    time: another writer of the dataset (an append, or a whole preparation
+    into it) is refused (`dare_tf._files.one_writer`).
     """
-    import fcntl
-
     if not os.path.exists(os.path.join(data_dir, SPEC_FILE)) and not os.path.exists(
             os.path.join(data_dir, APPEND_JOURNAL)):
         raise FileNotFoundError(f"--append: {os.path.join(data_dir, SPEC_FILE)} not found: --output_dir must be a "
                                 "dataset prepared with --split=time")
-    with open(os.path.join(data_dir, APPEND_LOCK), "a+") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.seek(0)
-            raise ValueError(f"--append: another append is changing {data_dir} (pid {lock.read().strip() or '?'}); "
-                             "wait for it to end") from None
-        lock.seek(0)
-        lock.truncate()
-        lock.write(str(os.getpid()))
-        lock.flush()
+    with one_writer(data_dir, "data.prepare --append"):
         return _append(input_path, data_dir, fmt, allow_late, skip_bad_lines, {} if timings is None else timings)
 
 

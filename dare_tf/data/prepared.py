@@ -12,7 +12,7 @@ import shutil
 import numpy as np
 from absl import logging
 
-from dare_tf._files import clean_stale, guard_output_dir, replace_directory, staging_dir
+from dare_tf._files import clean_stale, guard_output_dir, one_writer, replace_directory, staging_dir
 from dare_tf.data.logs import ACTION_FIELD, FORMATS, Clicks, LogFormat
 from dare_tf.data.records import ShardWriter, encode_examples, encode_store
 from dare_tf.data.spec import (APPEND_JOURNAL, APPEND_LOCK, FORMAT, ID_MAP_FILES, ITEM_CATEGORY_FILE,
@@ -257,7 +257,14 @@ def source_fields(input_path: str, clicks: Clicks, fmt: LogFormat) -> dict:
 
 def write_prepared(output_dir: str, input_path: str, build) -> DatasetSpec:
     """Runs `build(staging_directory) -> DatasetSpec` in a staging directory beside
-    `output_dir` and renames it into place (see `prepare`); both drivers use it."""
+    `output_dir` and renames it into place (see `prepare`); both drivers use it.
+    One writer per dataset: another preparation or append writing `output_dir`
+    is refused (`dare_tf._files.one_writer`)."""
+    with one_writer(output_dir, "data.prepare"):
+        return _write_prepared(output_dir, input_path, build)
+
+
+def _write_prepared(output_dir: str, input_path: str, build) -> DatasetSpec:
     guard_dataset_dir(output_dir, input_path)
     # A symbolic link stays a link: the directory it points to is what is replaced.
     output_dir = os.path.realpath(output_dir)

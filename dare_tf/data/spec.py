@@ -32,7 +32,8 @@ ITEM_CLICKS_FILE = "item_clicks.txt"
 TABLE_FILES = (*ID_MAP_FILES.values(), ITEM_CATEGORY_FILE, ITEM_CLICKS_FILE)
 # A finished append's new spec.json, renamed to spec.json as its commit ends (`dare_tf.data.append`).
 APPEND_JOURNAL = ".spec.json.append"
-# Held (flock) by the append that changes a dataset: one at a time.
+# The lock of appends before the one writer lock beside the dataset (`dare_tf._files.one_writer`):
+# a dataset may still hold it.
 APPEND_LOCK = ".append.lock"
 
 

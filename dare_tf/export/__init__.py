@@ -13,17 +13,19 @@ from __future__ import annotations
 from dare_tf.export.ranker import export_saved_model
 from dare_tf.export.tf_serving import MODELS_CONFIG, next_version, versions, write_server_configs
 from dare_tf.run_directory import RunDirectory
+from dare_tf.signatures import MAX_CANDIDATES
 
 __all__ = ["MODELS_CONFIG", "export_run", "export_saved_model", "next_version", "versions",
            "write_server_configs"]
 
 
 def export_run(run_dir: str, export_base: str, model_name: str, data_dir: str | None = None,
-               version: int | None = None, top_n: int = 200) -> str:
+               version: int | None = None, top_n: int = 200, max_candidates: int = MAX_CANDIDATES) -> str:
     """Exports a finished run into `export_base/model_name/<version>/`: a ranking
-    run (`trainers.train`) as its best seed (highest validation AUC), a retrieval
-    run (`trainers.train_retrieval`) as its top-`top_n` index. `data_dir`
-    defaults to the dataset the run was trained on."""
+    run (`trainers.train`) as its best seed (highest validation AUC), whose `rank`
+    takes up to `max_candidates` candidates per user; a retrieval run
+    (`trainers.train_retrieval`) as its top-`top_n` index. `data_dir` defaults
+    to the dataset the run was trained on."""
     run = RunDirectory(run_dir)
     results = run.results()
     data_dir = data_dir or results["data_dir"]
@@ -31,4 +33,4 @@ def export_run(run_dir: str, export_base: str, model_name: str, data_dir: str | 
         from dare_tf.export.retrieval import export_retrieval  # (imports tensorflow-recommenders)
 
         return export_retrieval(run_dir, data_dir, export_base, model_name, top_n)
-    return export_saved_model(run.load_model(), data_dir, export_base, model_name, version)
+    return export_saved_model(run.load_model(), data_dir, export_base, model_name, version, max_candidates)

@@ -5,26 +5,33 @@
 never sees a half-written version) with these signatures:
 
 - `serving_default` (Predict): int64 `target_item`, `target_category` `[B]`
-  and `hist_items`, `hist_categories` `[B, T]` of RAW ids, any T, oldest
-  first; ids <= 0 in a history are padding. Raw ids are mapped in-graph
-  through the dataset's id maps; unknown ids (negative targets included) go
-  to the out-of-vocabulary row. Histories are clipped or left-padded to the
-  model's L, keeping the most recent. Ids <= 0 are padding wherever they
-  stand (the real ids, in order, are the history), so the zeros TF
-  Serving's batcher appends to a shorter history change nothing as long as
-  the request's first history id is padding (`serving.client` sends each
-  history behind a 0). A history of batch size 1 (`[1, T]`) is shared by
-  every target of the request (only without batching: TF Serving's batcher
-  refuses unequal first dimensions). Output: `probability` `[B]`.
+  and `hist_items`, `hist_categories` `[B, T]`: each row a leading column of
+  `-T` (the request's own width, `dare_tf.signatures`), then RAW ids, oldest
+  first; ids <= 0 after it are padding wherever they stand (the real ids, in
+  order, are the history). Raw ids are mapped in-graph through the dataset's
+  id maps; unknown ids (negative targets included) go to the
+  out-of-vocabulary row. Histories are clipped or left-padded to the model's
+  L, keeping the most recent. TF Serving's batcher pads a shorter request
+  with its leading `-T`, past the width the row states: never read. A
+  history of batch size 1 (`[1, T]`) is shared by every target of the
+  request (only without batching: TF Serving's batcher refuses unequal first
+  dimensions). Outputs: `probability` `[B]` and `error` `[B]`, the row's own
+  refusal ("" when answered; `dare_tf.export.rows`): a row without its
+  leading column, a history input narrower than `hist_items`, a negative
+  `hist_time_gap`. A malformed row never fails the others of its batch.
 - `rank` (Predict): user-major ranking, one row per user, which TF
   Serving's batcher merges across users (`dare_tf.signatures`): int64 raw
-  `hist_items`, `hist_categories` `[U, T]` (oldest first), `hist_length`
-  `[U]`, `candidate_items`, `candidate_categories` `[U, N]`,
-  `candidate_count` `[U]` -> `probability` `[U, N]`. Each history is looked
-  up once and scored against its N candidates in one product
-  (`DareModel.rank`); the slots past `hist_length` and `candidate_count`
-  are never read. `rank_explain` also returns `history_index` `[U, N, K]`
-  (index into the user's history row) and `attention_weight` `[U, N, K]`.
+  `hist_items`, `hist_categories` `[U, T]` (the leading `-T`, then the ids,
+  oldest first), `hist_length` `[U]`, `candidate_items`,
+  `candidate_categories` `[U, N]` (`-N`, then the ids), `candidate_count`
+  `[U]` -> `probability` `[U, min(N - 1, max_candidates)]` and `error`
+  `[U]`. Each history is looked up once and scored against its candidates
+  in one product (`DareModel.rank`); the slots past `hist_length` and
+  `candidate_count` are never read. A row whose lengths its width cannot
+  hold, or whose `candidate_count` is over the export's `max_candidates`,
+  gets its `error` and zeros. `rank_explain` also returns `history_index`
+  `[U, N, K]` (index into the user's history) and `attention_weight`
+  `[U, N, K]`.
 - `explain` (Predict): also `history_index` `[B, K]` (index into the
   request's history, -1 for none) and `attention_weight` `[B, K]`; for
   SDIM (K = L, the weight is the share of hash functions that put the
@@ -65,15 +72,18 @@ from absl import logging
 
 from dare_tf._files import clean_stale, require_space, staging_dir, variables_bytes
 from dare_tf.data.spec import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS, ID_MAP_FILES,
-                               TARGET_CATEGORY, TARGET_ITEM, DatasetSpec, id_map_digest, read_id_map)
+                               TARGET_CATEGORY, TARGET_ITEM, TIME_GAP, DatasetSpec, history_feature, id_map_digest,
+                               read_id_map)
+from dare_tf.export import rows
 from dare_tf.export.fields import ServedFields
 from dare_tf.export.tf_serving import (DATASET_INPUT, DATASET_SIGNATURE, WARMUP_FILE, IdTable, dataset_outputs,
                                        model_base, next_version, set_method_names, warmup_requests,
                                        write_server_configs)
 from dare_tf.models import DareModel
 from dare_tf.signatures import (CANDIDATE_COUNT, HIST_LENGTH, ITEM_FIELDS, MAX_CANDIDATES, RANK, RANK_EXPLAIN,
-                                RANK_REQUEST_INPUTS as RANK_SIGNATURE_INPUTS)
+                                RANK_REQUEST_INPUTS as RANK_SIGNATURE_INPUTS, ROW_ERROR)
 
+TIME_GAP_INPUT = history_feature(TIME_GAP)
 # Rank of each serving input: targets [B], histories [B, T].
 INPUT_RANKS = {TARGET_ITEM: 1, TARGET_CATEGORY: 1, HIST_ITEMS: 2, HIST_CATEGORIES: 2}
 
@@ -128,27 +138,33 @@ class _ServingGraph:
                 (tf.shape(hist_items)[0] == batch) | (tf.shape(hist_items)[0] == 1),
                 ["hist_items must have the batch size of target_item, or 1 (one history shared by every "
                  "target); got", tf.shape(hist_items)[0], "and", batch]),
-            *(tf.debugging.assert_equal(tf.shape(raw[name]), tf.shape(hist_items),
-                                        message=f"{name} and hist_items shapes differ")
-              for name in histories if name != HIST_ITEMS),
         ]
+        raw.update({name: rows.as_wide(raw[name], hist_items) for name in histories if name != HIST_ITEMS})
         with tf.control_dependencies(checks):
-            # Ids <= 0 are padding wherever they stand (TF Serving's batcher pads a
-            # shorter history AFTER its ids): the real ids, in order, right-aligned.
-            real = hist_items > 0
+            # Each row states its request's width in its leading column (`rows`): the
+            # ids <= 0 before it are padding, and so is all TF Serving's batcher put
+            # after it. The real ids, in order, right-aligned; none of a malformed row's.
             column = tf.broadcast_to(tf.range(tf.shape(hist_items)[1], dtype=tf.int64), tf.shape(hist_items))
+            width, row_checks = rows.width_checks(raw, HIST_ITEMS, [n for n in histories if n != HIST_ITEMS],
+                                                  tf.shape(hist_items)[1])
+            real = (hist_items > 0) & (column < width[:, None])
+            if TIME_GAP_INPUT in raw:
+                row_checks.append(rows.negative_gaps(raw[TIME_GAP_INPUT], real))
+            error = rows.first_error(tf.shape(hist_items)[0], row_checks)
+            real &= (error == "")[:, None]
             aligned = {name: _right_aligned(raw[name], real, self.max_len) for name in histories}
             column = _right_aligned(column, real, self.max_len)
         real = column >= 0
         # A shared history ([1, T]) is mapped once, then repeated for every target.
-        rows = tf.stack([batch // tf.maximum(tf.shape(hist_items)[0], 1), 1])
+        shared = tf.stack([batch // tf.maximum(tf.shape(hist_items)[0], 1), 1])
         inputs = {}
         for name in histories:
             dense = tf.where(real, self._dense(name, aligned[name]), 0)
-            inputs[name] = tf.reshape(tf.tile(dense, rows), [-1, self.max_len])
+            inputs[name] = tf.reshape(tf.tile(dense, shared), [-1, self.max_len])
         for name in (TARGET_ITEM, *targets):
             inputs[name] = self._dense(name, raw[name])
-        return inputs, tf.reshape(tf.tile(column, rows), [-1, self.max_len])
+        return (inputs, tf.reshape(tf.tile(column, shared), [-1, self.max_len]),
+                tf.reshape(tf.tile(error[:, None], shared), [-1]))
 
     def _dense(self, name: str, raw):
         """An input's raw values -> dense ids (items, categories or a field's)."""
@@ -167,12 +183,14 @@ class _ServingGraph:
         return self.fields.item_values(self.items.lookup(tf.reshape(item_ids, [-1])))
 
     def predict(self, *values):
-        inputs, _ = self.model_inputs(*values)
-        return {"probability": self.model(inputs, training=False)}
+        inputs, _, error = self.model_inputs(*values)
+        return {"probability": tf.where(error == "", self.model(inputs, training=False), 0.0), ROW_ERROR: error}
 
     def explain(self, *values):
-        inputs, column = self.model_inputs(*values)
-        return self._explained(self.model.explain(inputs), column)
+        inputs, column, error = self.model_inputs(*values)
+        result = self._explained(self.model.explain(inputs), column)
+        result["probability"] = tf.where(error == "", result["probability"], 0.0)
+        return {**result, ROW_ERROR: error}
 
     def _explained(self, out: dict, column) -> dict:
         """An `explain` result in the request's terms: each kept slot's `history_index`
@@ -192,10 +210,13 @@ class _ServingGraph:
     # -- user-major ranking: one history per user, N candidates per user ---------
     def rank_inputs(self, *values):
         """`rank`'s raw inputs (`rank_ranks`' inputs, in order) -> the model's dense
-        `rank` inputs, the request's index of each of the model's L slots (`[U, L]`,
-        -1 for padding) and each candidate's validity `[U, N]`. Only the first
-        `hist_length` ids of a history row and the first `candidate_count` of a
-        candidate row are read: TF Serving's batcher pads what follows them."""
+        `rank` inputs, the history index of each of the model's L slots (`[U, L]`,
+        -1 for padding), each candidate's validity `[U, N]` and each row's `error`
+        `[U]`. Each 2-D row starts with minus its width (`rows`); only the
+        `hist_length` ids and `candidate_count` candidates after that column are
+        read (TF Serving's batcher pads what follows them), and at most the
+        export's `max_candidates`. A row whose lengths its width cannot hold is
+        answered with its error, not read."""
         raw = dict(zip(self.rank_ranks, values))
         rank_checks = [tf.debugging.assert_rank(raw[name], rank, message=(
             f"input {name} must have shape {'[users]' if rank == 1 else '[users, ' + name.split('_')[0] + 's]'}"))
@@ -205,53 +226,56 @@ class _ServingGraph:
         with tf.control_dependencies(rank_checks):  # (static ranks once they are checked)
             raw = {name: _of_rank(raw[name], rank) for name, rank in self.rank_ranks.items()}
             users = tf.shape(raw[HIST_LENGTH])[0]
-            shape_checks = [
+            shape_checks = [  # (TF Serving's batcher never merges requests these fail)
                 tf.debugging.assert_equal(tf.shape(raw[name])[0], users, message=(
                     f"{name}: its first dimension (users) differs from that of {HIST_LENGTH}; every input of a rank "
                     "request has one row per user"))
                 for name in self.rank_ranks if name != HIST_LENGTH]
-            shape_checks += [
-                *(tf.debugging.assert_equal(tf.shape(raw[name]), tf.shape(raw[HIST_ITEMS]),
-                                            message=f"{name} and hist_items shapes differ")
-                  for name in histories if name != HIST_ITEMS),
-                *(tf.debugging.assert_equal(tf.shape(raw[name]), tf.shape(raw[CANDIDATE_ITEMS]),
-                                            message=f"{name} and candidate_items shapes differ")
-                  for name in candidates if name != CANDIDATE_ITEMS),
-                tf.debugging.assert_less_equal(tf.shape(raw[CANDIDATE_ITEMS])[1], self.max_candidates, message=(
-                    f"candidate_items: more candidates per user than the limit of this export, "
-                    f"{self.max_candidates} (serving.export --max_candidates)")),
-                _in_range(raw[HIST_LENGTH], tf.shape(raw[HIST_ITEMS])[1],
-                          f"{HIST_LENGTH} (the ids of each history row)"),
-                _in_range(raw[CANDIDATE_COUNT], tf.shape(raw[CANDIDATE_ITEMS])[1],
-                          f"{CANDIDATE_COUNT} (the candidates of each row)"),
-            ]
         with tf.control_dependencies(shape_checks):
-            length = tf.cast(raw[HIST_LENGTH], tf.int64)
-            # The most recent min(length, L) of the row's first `length` ids, right-aligned.
+            raw.update({name: rows.as_wide(raw[name], raw[HIST_ITEMS]) for name in histories[1:]})
+            raw.update({name: rows.as_wide(raw[name], raw[CANDIDATE_ITEMS]) for name in candidates[1:]})
+            length, count = tf.cast(raw[HIST_LENGTH], tf.int64), tf.cast(raw[CANDIDATE_COUNT], tf.int64)
+            width, checks = rows.width_checks(raw, HIST_ITEMS, histories[1:], tf.shape(raw[HIST_ITEMS])[1])
+            checks.append(((length < 0) | (length > width - 1), rows.text(
+                f"{HIST_LENGTH} ", length, " is outside [0, ", width - 1, "], the ids its history row carries")))
+            slots, candidate_checks = rows.width_checks(raw, CANDIDATE_ITEMS, candidates[1:],
+                                                        tf.shape(raw[CANDIDATE_ITEMS])[1])
+            checks += candidate_checks
+            checks.append(((count < 0) | (count > slots - 1), rows.text(
+                f"{CANDIDATE_COUNT} ", count, " is outside [0, ", slots - 1, "], the candidates its row carries")))
+            checks.append((count > self.max_candidates, rows.text(
+                f"{CANDIDATE_COUNT} ", count, " is over this export's limit of ", str(self.max_candidates),
+                " candidates per user (serving.export --max_candidates)")))
+            # The most recent min(length, L) of the row's `length` ids, right-aligned.
             column = length[:, None] - self.max_len + tf.range(self.max_len, dtype=tf.int64)[None, :]
-            at = tf.maximum(column, 0)
-            one_more = [[0, 0], [0, 1]]  # (a [U, 0] history still has a column to gather from)
+            at = tf.minimum(tf.maximum(column, 0) + 1, tf.cast(tf.shape(raw[HIST_ITEMS])[1], tf.int64))
+            one_more = [[0, 0], [0, 1]]  # (a row of only its leading column still has a slot to gather from)
             gathered = {name: tf.gather(tf.pad(raw[name], one_more), at, batch_dims=1) for name in histories}
-        real = (column >= 0) & (gathered[HIST_ITEMS] > 0)
-        valid = tf.range(tf.shape(raw[CANDIDATE_ITEMS])[1], dtype=tf.int64)[None, :] < tf.cast(
-            raw[CANDIDATE_COUNT], tf.int64)[:, None]
+            if TIME_GAP_INPUT in raw:
+                checks.append(rows.negative_gaps(gathered[TIME_GAP_INPUT], column >= 0))
+            error = rows.first_error(users, checks)
+        ok = error == ""
+        real = ok[:, None] & (column >= 0) & (gathered[HIST_ITEMS] > 0)
+        # At most max_candidates after the leading column (a merged batch may be wider).
+        cut = {name: raw[name][:, 1:1 + self.max_candidates] for name in candidates}
+        valid = ok[:, None] & (tf.range(tf.shape(cut[CANDIDATE_ITEMS])[1], dtype=tf.int64)[None, :] < count[:, None])
         inputs = {**{name: tf.where(real, self._dense(name, gathered[name]), 0) for name in histories},
-                  **{name: self._dense(name, raw[name]) for name in candidates}}
-        return inputs, tf.where(real, column, -1), valid
+                  **{name: self._dense(name, cut[name]) for name in candidates}}
+        return inputs, tf.where(real, column, -1), valid, error
 
     def rank(self, *raw):  # (the inputs of `rank_ranks`, in order)
-        inputs, _, candidates = self.rank_inputs(*raw)
-        return {"probability": tf.where(candidates, self.model.rank(inputs), 0.0)}
+        inputs, _, candidates, error = self.rank_inputs(*raw)
+        return {"probability": tf.where(candidates, self.model.rank(inputs), 0.0), ROW_ERROR: error}
 
     def rank_explain(self, *raw):
-        inputs, column, candidates = self.rank_inputs(*raw)
+        inputs, column, candidates, error = self.rank_inputs(*raw)
         out = self.model.rank_forward(inputs)
         candidates_per_user = tf.shape(out["positions"])[1]
         column = tf.repeat(column[:, None, :], candidates_per_user, axis=1)  # [U, N, L]
         result = self._explained(out, column)
         result["probability"] = tf.where(candidates, result["probability"], 0.0)
         result["history_index"] = tf.where(candidates[..., None], result["history_index"], -1)
-        return result
+        return {**result, ROW_ERROR: error}
 
     def parse_examples(self, serialized):
         spec = {name: tf.io.FixedLenFeature([], tf.int64) if rank == 1 else tf.io.VarLenFeature(tf.int64)
@@ -278,12 +302,6 @@ def _of_rank(x, rank: int):
     return tf.reshape(x, tf.stack([leading, tf.reduce_prod(tf.shape(x)[1:])]))
 
 
-def _in_range(values, upper, name: str):
-    values = tf.cast(values, tf.int64)
-    return tf.debugging.Assert(tf.reduce_all((values >= 0) & (values <= tf.cast(upper, tf.int64))),
-                               [f"{name} must lie in [0, the width of the row]; got", values, "for width", upper])
-
-
 def _right_aligned(x, real, width: int):
     """The `real` entries of each row of `x` `[B, T]`, in order, right-aligned in
     `[B, width]` (the last `width` of them), -1 before them."""
@@ -296,13 +314,15 @@ def _right_aligned(x, real, width: int):
 
 
 def _left_aligned(sparse: tf.SparseTensor) -> tf.Tensor:
-    """Dense [B, T] of variable-length rows, each right-aligned (left-padded with 0)."""
+    """Dense [B, T + 1] of variable-length rows, each right-aligned (left-padded with
+    0) behind the leading column of minus the width that `serving_default` reads."""
     dense = tf.sparse.to_dense(sparse, default_value=0)
     lengths = tf.cast(tf.RaggedTensor.from_sparse(sparse).row_lengths(), tf.int32)
     width = tf.shape(dense)[1]
     index = tf.range(width)[None, :] - (width - lengths)[:, None]
     valid = index >= 0
-    return tf.where(valid, tf.gather(dense, tf.maximum(index, 0), batch_dims=1), tf.zeros_like(dense))
+    aligned = tf.where(valid, tf.gather(dense, tf.maximum(index, 0), batch_dims=1), tf.zeros_like(dense))
+    return tf.concat([tf.fill([tf.shape(dense)[0], 1], -tf.cast(width + 1, tf.int64)), aligned], axis=1)
 
 
 def _signatures(graph: _ServingGraph) -> dict:

@@ -76,17 +76,21 @@ def warmup_requests(model_name: str, raw: dict, max_len: int, fields: dict | Non
         return {**{f"hist_{n}": np.full(history_shape, v, np.int64) for n, v in fields.items()},
                 **{f"{role}_{n}": np.full(shape, v, np.int64) for n, v in fields.items() if n not in history_only}}
 
-    requests = [(SERVING_DEFAULT, {
+    def led(values: dict) -> dict:  # every 2-D row behind its leading -width (`dare_tf.signatures`)
+        return {name: np.concatenate([np.full([len(v), 1], -v.shape[1] - 1, np.int64), v], axis=1)
+                if v.ndim == 2 else v for name, v in values.items()}
+
+    requests = [(SERVING_DEFAULT, led({
         TARGET_ITEM: np.full([batch], item, np.int64), TARGET_CATEGORY: np.full([batch], category, np.int64),
         HIST_ITEMS: np.full([batch, max_len], item, np.int64),
         HIST_CATEGORIES: np.full([batch, max_len], category, np.int64),
-        **of_fields("target", [batch], [batch, max_len])}) for batch in (1, 8)]
+        **of_fields("target", [batch], [batch, max_len])})) for batch in (1, 8)]
     candidates = 8
-    requests.append((RANK, {
+    requests.append((RANK, led({
         HIST_ITEMS: np.full([1, max_len], item, np.int64), HIST_CATEGORIES: np.full([1, max_len], category, np.int64),
         HIST_LENGTH: np.array([max_len], np.int64), CANDIDATE_ITEMS: np.full([1, candidates], item, np.int64),
         CANDIDATE_CATEGORIES: np.full([1, candidates], category, np.int64),
-        CANDIDATE_COUNT: np.array([candidates], np.int64), **of_fields("candidate", [1, candidates], [1, max_len])}))
+        CANDIDATE_COUNT: np.array([candidates], np.int64), **of_fields("candidate", [1, candidates], [1, max_len])})))
     logs = []
     for signature, values in requests:
         request = predict_pb2.PredictRequest()
@@ -180,9 +184,9 @@ def write_server_configs(export_base: str, max_batch_size: int = MAX_BATCH_SIZE)
 
     The batching parameters pad variable-length inputs (TF Serving's
     `pad_variable_length_inputs`): requests with histories of different
-    lengths are merged, each padded after its ids with its first id, which
-    neither `rank` (it reads `hist_length` ids) nor `serving_default` (ids
-    <= 0 are padding; the client sends each history behind a 0) reads."""
+    lengths are merged, each padded after its ids with its first value, the
+    leading minus-width column that every row of `rank` and `serving_default`
+    starts with: the signatures read no slot past the width a row states."""
     from google.protobuf import text_format
     from tensorflow_serving.config import model_server_config_pb2
 

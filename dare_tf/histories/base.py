@@ -155,6 +155,11 @@ class HistoryStore(abc.ABC):
         return Histories(out["item"], out["category"], out["time"], lengths, {n: out[n] for n in self.fields})
 
     @abc.abstractmethod
+    def note(self, name: str, value: str | None = None) -> str | None:
+        """The store's record `name` (what `serving.histories load` filled it from), set
+        to `value` first when one is given."""
+
+    @abc.abstractmethod
     def size(self, user) -> int:
         """Clicks held for `user` (0 for an unknown user)."""
 

@@ -29,6 +29,40 @@ def _key(user: int) -> bytes:
     return struct.pack(">q", user)
 
 
+# LMDB's meta pages (pages 0 and 1, `lmdb.h`'s MDB_meta after a 16-byte page header):
+# the magic, the page size (the free database's md_pad), the last page used and
+# the transaction id; the meta of the higher transaction id is the current one.
+_MAGIC, _MAGIC_AT, _PAGE_SIZE_AT, _LAST_PAGE_AT = 0xBEEFC0DE, 16, 40, 136
+
+
+def _check_size(url: str, data: str) -> None:
+    """Refuses a `data.mdb` shorter than its own meta page records (a truncated copy):
+    mapping it would end the process with SIGBUS at the first read past its end."""
+    size = os.path.getsize(data)
+    with open(data, "rb") as f:
+        head = f.read(_LAST_PAGE_AT + 16)
+        metas = []
+        if len(head) == _LAST_PAGE_AT + 16 and struct.unpack_from("<I", head, _MAGIC_AT)[0] == _MAGIC:
+            page = struct.unpack_from("<I", head, _PAGE_SIZE_AT)[0]
+            f.seek(page)
+            second = f.read(_LAST_PAGE_AT + 16)
+            metas = [struct.unpack_from("<QQ", m, _LAST_PAGE_AT) for m in (head, second)
+                     if len(m) == _LAST_PAGE_AT + 16 and struct.unpack_from("<I", m, _MAGIC_AT)[0] == _MAGIC]
+    if not metas:
+        raise StoreError(f"{url}: the store is damaged: {data} does not start with LMDB's meta page (restore it "
+                         "from a copy, or load it anew with serving.histories load)")
+    need = (max(metas, key=lambda m: m[1])[0] + 1) * page
+    if size < need:
+        raise StoreError(f"{url}: the store is damaged: {data} holds {size:,} bytes but its meta page records "
+                         f"{need:,} (a truncated copy?); restore it from a copy, or load it anew with "
+                         "serving.histories load")
+
+
+def _damaged(url: str, error: Exception) -> StoreError:
+    return StoreError(f"{url}: the store is damaged ({type(error).__name__}: {error}); restore it from a copy, or "
+                      "load it anew with serving.histories load")
+
+
 class LmdbStore(HistoryStore):
     """The history store in the LMDB environment at `path` (see `dare_tf.histories`)."""
 
@@ -40,6 +74,8 @@ class LmdbStore(HistoryStore):
                              + ("nothing to read" if read_only else "give an empty or new directory"))
         if os.path.exists(path) and not os.path.isdir(path):
             raise StoreError(f"{self.url}: {path} is a file; a history store is a directory")
+        if exists:
+            _check_size(self.url, os.path.join(path, "data.mdb"))
         try:
             self.env = lmdb.open(path, map_size=MAP_SIZE, max_dbs=2, readonly=read_only, subdir=True,
                                  create=not read_only, lock=True)
@@ -51,18 +87,24 @@ class LmdbStore(HistoryStore):
         except lmdb.Error as e:
             self.env.close()
             raise StoreError(f"{self.url}: not a history store written by dare_tf ({e})") from e
-        with self.env.begin(db=self.meta, write=not read_only) as txn:
-            stored = txn.get(b"config")
-            if stored is None:
-                if read_only:
-                    raise StoreError(f"{self.url}: not a history store written by dare_tf (no config)")
-                config = {"format": _FORMAT, "max_clicks": max_clicks or DEFAULT_MAX_CLICKS,
-                          **({"fields": list(fields)} if fields else {})}
-                txn.put(b"config", json.dumps(config).encode())
-            else:
-                config = json.loads(stored)
-                if config.get("format") != _FORMAT:
-                    raise StoreError(f"{self.url}: a store of format {config.get('format')!r}, expected {_FORMAT}")
+        try:
+            with self.env.begin(db=self.meta, write=not read_only) as txn:
+                stored = txn.get(b"config")
+                if stored is None:
+                    if read_only:
+                        raise StoreError(f"{self.url}: not a history store written by dare_tf (no config)")
+                    config = {"format": _FORMAT, "max_clicks": max_clicks or DEFAULT_MAX_CLICKS,
+                              **({"fields": list(fields)} if fields else {})}
+                    txn.put(b"config", json.dumps(config).encode())
+                else:
+                    config = json.loads(stored)
+                    if not isinstance(config, dict) or config.get("format") != _FORMAT:
+                        raise StoreError(f"{self.url}: a store of format "
+                                         f"{config.get('format') if isinstance(config, dict) else None!r}, "
+                                         f"expected {_FORMAT}")
+        except (lmdb.Error, ValueError) as e:
+            self.env.close()
+            raise e if isinstance(e, StoreError) else _damaged(self.url, e) from e
         self._configured(config, fields)
 
     def append_many(self, by_user: dict[int, np.ndarray]) -> dict[int, int]:
@@ -76,10 +118,22 @@ class LmdbStore(HistoryStore):
         return lengths
 
     def _read(self, users: list[int], max_len: int | None) -> list[np.ndarray]:
-        with self.env.begin(db=self.clicks, buffers=True) as txn:
-            # (the last max_len copied inside the transaction: its buffers are valid only there)
-            return [np.frombuffer(v, self.dtype)[-max_len if max_len else 0:].copy()
-                    if (v := txn.get(_key(u))) is not None else np.zeros(0, self.dtype) for u in users]
+        try:
+            with self.env.begin(db=self.clicks, buffers=True) as txn:
+                # (the last max_len copied inside the transaction: its buffers are valid only there)
+                return [np.frombuffer(v, self.dtype)[-max_len if max_len else 0:].copy()
+                        if (v := txn.get(_key(u))) is not None else np.zeros(0, self.dtype) for u in users]
+        except (lmdb.Error, ValueError) as e:  # (a record that is not whole clicks: ValueError)
+            raise _damaged(self.url, e) from e
+
+    def note(self, name: str, value: str | None = None) -> str | None:
+        if value is not None:
+            self._writable()
+        with self.env.begin(db=self.meta, write=value is not None) as txn:
+            if value is not None:
+                txn.put(b"note:" + name.encode(), value.encode())
+            stored = txn.get(b"note:" + name.encode())
+        return None if stored is None else bytes(stored).decode()
 
     def size(self, user) -> int:
         with self.env.begin(db=self.clicks, buffers=True) as txn:

@@ -13,6 +13,8 @@ from dare_tf.data.spec import TIME_GAP, DatasetSpec, read_id_map
 from dare_tf.data.store import SequenceStore
 from dare_tf.histories.base import HistoryStore, StoreError
 
+# The store's notes of `load_prepared`: the dataset (its preparation id) a load began, and finished, filling it from.
+LOADING, LOADED = "loading", "loaded"
 # Users written per atomic append.
 USERS_PER_WRITE = 10_000
 
@@ -24,15 +26,30 @@ def column_fields(spec: DatasetSpec) -> tuple[str, ...]:
 
 
 def load_prepared(store: HistoryStore, data_dir: str) -> tuple[int, int]:
-    """Appends every stored user's clicks of the prepared dataset `data_dir` (dense ids
-    mapped back to raw through its id maps, and its column fields' values, which
-    `store` must hold) to `store`; returns (users, clicks). A dataset prepared with
-    `--time_gap` keeps its clicks' times; any other keeps none: they are 0, before
-    any live click."""
+    """Fills the empty `store` with every stored user's clicks of the prepared
+    dataset `data_dir` (dense ids mapped back to raw through its id maps, and its
+    column fields' values, which `store` must hold); returns (users, clicks). A
+    dataset prepared with `--time_gap` keeps its clicks' times; any other keeps
+    none: they are 0, before any live click.
+
+    Idempotent: the store records the dataset it was filled from (its
+    preparation id), and loading that dataset again does nothing and returns
+    (0, 0). A store that holds clicks of anything else (another dataset, live
+    clicks, a load that was killed) is refused: loading into it would add its
+    users' clicks twice."""
     spec = DatasetSpec.load(data_dir)
     if store.fields != column_fields(spec):
         raise StoreError(f"{store.url}: its clicks have the fields {list(store.fields)}, but {data_dir} has "
                          f"{list(column_fields(spec))}: load it into a store created with them")
+    if store.note(LOADED) == spec.preparation:
+        return 0, 0
+    if len(store):
+        started = store.note(LOADING)
+        why = (f"a load of {started.split(' ', 1)[1]} that did not finish" if started and not store.note(LOADED)
+               else "clicks loaded or appended before")
+        raise StoreError(f"{store.url}: holds {len(store):,} users already ({why}); a load fills an empty store, "
+                         "since loading into this one would add clicks twice: give a new store")
+    store.note(LOADING, f"{spec.preparation} {os.path.abspath(data_dir)}")
     sequences = SequenceStore.load(data_dir, spec)
     raw = {kind: np.array([0] + [int(r) for r in read_id_map(data_dir, kind)], np.int64)
            for kind in ("item", "category", "user")}
@@ -53,6 +70,7 @@ def load_prepared(store: HistoryStore, data_dir: str) -> tuple[int, int]:
                 rows["time"] = sequences.times[start:start + length]
             batch[int(raw["user"][dense_user])] = rows
         store.append_many(batch)
+    store.note(LOADED, spec.preparation)
     return len(users), int(sequences.length.sum())
 
 
@@ -68,9 +86,23 @@ def append_log(store: HistoryStore, path: str, fmt) -> int:
     order = np.argsort(read.user, kind="stable")  # each user's rows together, in file order
     users, first = np.unique(read.user[order], return_index=True)
     groups = np.split(order, first[1:])
+    done = 0
     for start in range(0, len(users), USERS_PER_WRITE):
-        store.append_many({int(user): clicks(read.item[rows], read.category[rows], read.time[rows],
-                                             {n: v[rows] for n, v in read.fields.items()}, store.fields)
-                           for user, rows in zip(users[start:start + USERS_PER_WRITE],
-                                                 groups[start:start + USERS_PER_WRITE])})
+        batch = groups[start:start + USERS_PER_WRITE]
+        try:
+            store.append_many({int(user): clicks(read.item[rows], read.category[rows], read.time[rows],
+                                                 {n: v[rows] for n, v in read.fields.items()}, store.fields)
+                               for user, rows in zip(users[start:start + USERS_PER_WRITE], batch)})
+        except StoreError as e:
+            raise AppendError(f"{e}; {done} of the {len(read.user)} clicks of {path} were appended before it, "
+                              "each user's whole or not at all", done) from None
+        done += sum(len(rows) for rows in batch)
     return len(read.user)
+
+
+class AppendError(StoreError):
+    """An append that failed part of the way; `appended`: the clicks it wrote before."""
+
+    def __init__(self, message: str, appended: int):
+        super().__init__(message)
+        self.appended = appended

@@ -11,6 +11,7 @@ another writer changed one of them meanwhile.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Iterator
 
@@ -20,6 +21,8 @@ import redis
 from dare_tf.histories.base import DEFAULT_MAX_CLICKS, HistoryStore, StoreError, merged
 
 _FORMAT = "dare_tf.histories/1"
+# What a Redis server that stopped answering raises.
+_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
 
 class RedisStore(HistoryStore):
@@ -37,7 +40,7 @@ class RedisStore(HistoryStore):
                           **({"fields": list(fields)} if fields else {})}
                 self.client.set(prefix + "config", json.dumps(config), nx=True)  # (a concurrent creator wins)
                 stored = self.client.get(prefix + "config")
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as e:
+        except _DOWN as e:
             raise StoreError(f"{url}: no Redis server answers ({e})") from e
         except ValueError as e:  # a malformed URL
             raise StoreError(f"--store={url!r}: not a Redis URL ({e}); expected redis://HOST:PORT[/DB]") from e
@@ -48,43 +51,63 @@ class RedisStore(HistoryStore):
             raise StoreError(f"{url}: {prefix}config is of format {config.get('format')!r}, expected {_FORMAT}")
         self._configured(config, fields)
 
+    @contextlib.contextmanager
+    def _answering(self):
+        """A server that stops answering mid-call: one StoreError, not redis-py's chain."""
+        try:
+            yield
+        except _DOWN as e:
+            raise StoreError(f"{self.url}: the Redis server stopped answering ({type(e).__name__}: {e})") from None
+
     def _key(self, user: int) -> str:
         return f"{self.prefix}u:{user}"
 
     def append_many(self, by_user: dict[int, np.ndarray]) -> dict[int, int]:
-        self._writable()
-        if not by_user:
-            return {}
-        keys = [self._key(user) for user in by_user]
-        with self.client.pipeline(transaction=True) as pipe:
-            while True:
-                try:
-                    pipe.watch(*keys)
-                    packed = [merged(old, new, self.max_clicks)
-                              for new, old in zip(by_user.values(), pipe.mget(keys))]
-                    pipe.multi()
-                    pipe.mset(dict(zip(keys, packed)))
-                    pipe.sadd(self.prefix + "users", *by_user)
-                    pipe.execute()
-                    return {user: len(p) // self.dtype.itemsize for user, p in zip(by_user, packed)}
-                except redis.WatchError:  # another writer changed one of these users: again
-                    continue
+        with self._answering():
+            self._writable()
+            if not by_user:
+                return {}
+            keys = [self._key(user) for user in by_user]
+            with self.client.pipeline(transaction=True) as pipe:
+                while True:
+                    try:
+                        pipe.watch(*keys)
+                        packed = [merged(old, new, self.max_clicks)
+                                  for new, old in zip(by_user.values(), pipe.mget(keys))]
+                        pipe.multi()
+                        pipe.mset(dict(zip(keys, packed)))
+                        pipe.sadd(self.prefix + "users", *by_user)
+                        pipe.execute()
+                        return {user: len(p) // self.dtype.itemsize for user, p in zip(by_user, packed)}
+                    except redis.WatchError:  # another writer changed one of these users: again
+                        continue
 
     def _read(self, users: list[int], max_len: int | None) -> list[np.ndarray]:
-        with self.client.pipeline(transaction=False) as pipe:
-            for user in users:  # only the last max_len clicks travel
-                pipe.getrange(self._key(user), -self.dtype.itemsize * max_len if max_len else 0, -1)
-            return [np.frombuffer(value, self.dtype) for value in pipe.execute()]
+        with self._answering():
+            with self.client.pipeline(transaction=False) as pipe:
+                for user in users:  # only the last max_len clicks travel
+                    pipe.getrange(self._key(user), -self.dtype.itemsize * max_len if max_len else 0, -1)
+                return [np.frombuffer(value, self.dtype) for value in pipe.execute()]
+
+    def note(self, name: str, value: str | None = None) -> str | None:
+        with self._answering():
+            if value is not None:
+                self._writable()
+                self.client.set(f"{self.prefix}note:{name}", value)
+            stored = self.client.get(f"{self.prefix}note:{name}")
+            return None if stored is None else stored.decode()
 
     def size(self, user) -> int:
-        return int(self.client.strlen(self._key(self._user(user)))) // self.dtype.itemsize
+        with self._answering():
+            return int(self.client.strlen(self._key(self._user(user)))) // self.dtype.itemsize
 
     def users(self) -> Iterator[int]:
         for user in self.client.sscan_iter(self.prefix + "users"):
             yield int(user)
 
     def __len__(self) -> int:
-        return int(self.client.scard(self.prefix + "users"))
+        with self._answering():
+            return int(self.client.scard(self.prefix + "users"))
 
     def close(self) -> None:
         self.client.close()

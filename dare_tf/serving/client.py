@@ -23,7 +23,7 @@ from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2,
 
 from dare_tf.data.spec import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS, MODEL_INPUTS,
                                TARGET_CATEGORY, TARGET_ITEM)
-from dare_tf.signatures import CANDIDATE_COUNT, HIST_LENGTH, RANK, RANK_EXPLAIN
+from dare_tf.signatures import CANDIDATE_COUNT, HIST_LENGTH, RANK, RANK_EXPLAIN, ROW_ERROR
 
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE,)
 
@@ -46,13 +46,15 @@ def as_ids(name: str, values) -> np.ndarray:
 
 
 def pad_histories(histories: Sequence[Sequence[int]], name: str = HIST_ITEMS) -> np.ndarray:
-    """Variable-length histories (oldest first) -> int64 [B, T], left-padded with 0,
-    with at least one 0 before every row's first id: TF Serving's batcher pads a
-    request merged with a longer one by repeating its first id, which is then
-    padding (0) and ignored by `serving_default`."""
+    """Variable-length histories (oldest first) -> int64 `[B, T]`: each row's
+    leading column minus the width T (`dare_tf.signatures`), then its ids
+    right-aligned behind 0s (padding): TF Serving's batcher pads a request
+    merged with a longer one with that leading `-T`, which `serving_default`
+    reads as the row's own width."""
     rows = [as_ids(f"{name}[{i}]", h).reshape(-1) for i, h in enumerate(histories)]
     width = max((len(h) for h in rows), default=0) + 1
     out = np.zeros((len(rows), width), np.int64)
+    out[:, 0] = -width
     for row, history in enumerate(rows):
         if len(history):
             out[row, out.shape[1] - len(history):] = history
@@ -60,15 +62,29 @@ def pad_histories(histories: Sequence[Sequence[int]], name: str = HIST_ITEMS) ->
 
 
 def left_aligned(rows: Sequence[Sequence[int]], name: str) -> tuple[np.ndarray, np.ndarray]:
-    """Variable-length rows -> int64 `[U, max(1, longest)]`, each row's ids first
-    (padding 0 after them), and each row's length `[U]`: the `rank` signature's
-    layout, which TF Serving's padding (after a row's ids) cannot change."""
+    """Variable-length rows -> int64 `[U, 1 + longest]`, each row's leading column
+    minus the width, then its ids (padding 0 after them), and each row's length
+    `[U]`: the `rank` signature's layout (`dare_tf.signatures`)."""
     rows = [as_ids(f"{name}[{i}]", r).reshape(-1) for i, r in enumerate(rows)]
     lengths = np.array([len(r) for r in rows], np.int64)
-    out = np.zeros((len(rows), max(int(lengths.max(initial=0)), 1)), np.int64)
+    out = np.zeros((len(rows), int(lengths.max(initial=0)) + 1), np.int64)
+    out[:, 0] = -out.shape[1]
     for i, r in enumerate(rows):
-        out[i, :len(r)] = r
+        out[i, 1:1 + len(r)] = r
     return out, lengths
+
+
+def row_errors(signature: str, outputs: dict) -> dict:
+    """`outputs` of a ranker's signature without its per-row `error`; raises
+    ValueError naming the first row the server refused and why."""
+    if ROW_ERROR not in outputs:
+        return outputs
+    errors = np.asarray(outputs[ROW_ERROR]).reshape(-1)
+    for row, error in enumerate(errors):
+        if len(error):
+            message = error.decode("utf-8", "replace") if isinstance(error, bytes) else str(error)
+            raise ValueError(f"{signature}: row {row} of the request was refused: {message}")
+    return {k: v for k, v in outputs.items() if k != ROW_ERROR}
 
 
 def in_own_history(out: dict, inputs: dict, hist_items) -> dict:
@@ -125,7 +141,9 @@ def rank_tensors(hist_items, hist_categories, candidate_items, candidate_categor
 
 def rank_results(inputs: dict[str, np.ndarray], outputs: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
     """A `rank` (or `rank_explain`) answer per user, cut to that user's candidates
-    (TF Serving returns a merged batch's padded width)."""
+    (TF Serving returns a merged batch's padded width); raises ValueError for a
+    row the server refused (`row_errors`)."""
+    outputs = row_errors(RANK, outputs)
     return [{name: value[user, :inputs[CANDIDATE_COUNT][user]] for name, value in outputs.items()}
             for user in range(len(inputs[CANDIDATE_COUNT]))]
 
@@ -238,7 +256,7 @@ class ServingClient:
         for name, value in inputs.items():
             request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
         response = self._call(self.stub.Predict, request)
-        return {k: tf.make_ndarray(v) for k, v in response.outputs.items()}
+        return row_errors(signature, {k: tf.make_ndarray(v) for k, v in response.outputs.items()})
 
     def predict(self, target_items, target_categories, hist_items, hist_categories,
                 signature: str = "serving_default", fields: dict | None = None) -> dict:
@@ -322,6 +340,7 @@ def rest_predict(base_url: str, model_name: str, inputs: dict, signature: str = 
     except urllib.error.URLError as e:
         raise ValueError(f"{base_url}: no REST server answers ({e.reason})") from e
     try:
-        return json.loads(payload)["outputs"]
+        outputs = json.loads(payload)["outputs"]
     except (ValueError, KeyError, TypeError) as e:
         raise ValueError(f"{base_url}: not a TF Serving REST answer ({payload[:200]!r})") from e
+    return row_errors(signature, outputs) if isinstance(outputs, dict) else outputs

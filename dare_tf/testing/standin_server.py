@@ -33,6 +33,7 @@ from http.server import ThreadingHTTPServer
 
 import grpc
 import numpy as np
+from absl import logging
 import tensorflow as tf
 from google.protobuf import text_format
 from tensorflow.core.protobuf import saved_model_pb2
@@ -289,15 +290,27 @@ class _HTTPServer(ThreadingHTTPServer):
 def watch_versions(service: PredictionService, bases: dict[str, str], poll_s: float) -> threading.Event:
     """Every `poll_s` seconds, serves each model's newest version under its base path
     once one appears (`PredictionService.switch`); a version directory appears whole
-    (the export renames it into place). Returns the event that stops the watch."""
+    (the export renames it into place). A version that does not load (a copy in
+    progress, a broken file) is logged and tried again at every poll, while the
+    model's current version goes on serving and the other models are watched, as
+    TF Serving does. Returns the event that stops the watch."""
     stop = threading.Event()
+    failed: dict[tuple[str, int], str] = {}  # (model, version) -> why it did not load, logged once
 
     def loop():
         while not stop.wait(poll_s):
             for name, base in bases.items():
-                found = versions(base)
-                if found and found[-1] > service.models[name].version:
-                    service.switch(LoadedModel(base, name, found[-1]))
+                try:
+                    found = versions(base)
+                    if found and found[-1] > service.models[name].version:
+                        service.switch(LoadedModel(base, name, found[-1]))
+                except Exception as e:  # noqa: BLE001 (a version that does not load: the others go on)
+                    why = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
+                    if failed.get((name, found[-1])) != why:
+                        failed[(name, found[-1])] = why
+                        logging.error("model %s: version %d under %s did not load (%s); still serving "
+                                      "version %d, and trying again every %g s", name, found[-1], base, why,
+                                      service.models[name].version, poll_s)
 
     threading.Thread(target=loop, daemon=True, name="version-watch").start()
     return stop

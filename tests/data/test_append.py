@@ -15,7 +15,7 @@ import pytest
 from dare_tf.data import append as append_module
 from dare_tf.data.append import append
 from dare_tf.data.protocol import Protocol, prepare
-from dare_tf.data.spec import (APPEND_JOURNAL, APPEND_LOCK, ID_MAP_FILES, ITEM_CATEGORY_FILE, ITEM_CLICKS_FILE,
+from dare_tf.data.spec import (APPEND_JOURNAL, ID_MAP_FILES, ITEM_CATEGORY_FILE, ITEM_CLICKS_FILE,
                                SPLITS, DatasetSpec, SpecError)
 from dare_tf.data.store import SequenceStore, read_examples
 from dare_tf.data.fields import field_files
@@ -117,7 +117,7 @@ def test_days_appended_one_by_one_are_the_days_prepared_at_once(taobao_days, tmp
     assert spec.users > before.users
     # Nothing is left beside what spec.json lists.
     assert sorted(os.listdir(grown)) == sorted({"spec.json", *ID_MAP_FILES.values(), ITEM_CATEGORY_FILE,
-                                                ITEM_CLICKS_FILE, APPEND_LOCK, *spec.files})
+                                                ITEM_CLICKS_FILE, *spec.files})
 
 
 def test_only_the_partitions_with_new_rows_get_a_new_store_shard(taobao_days, tmp_path):
@@ -261,16 +261,17 @@ def test_what_cannot_be_appended_is_refused_in_one_line(taobao_days, tmp_path, t
                                          "once, after the days the dataset holds \\(pass --allow_late to drop "
                                          "those rows\\)$"):
         append(late, base)
-    # One append at a time.
+    # One writer at a time (the lock beside the dataset, held as a live writer holds it).
     import fcntl
 
-    with open(os.path.join(base, APPEND_LOCK), "a+") as held:
+    with open(os.path.join(os.path.dirname(os.path.realpath(base)), f".{os.path.basename(base)}.lock"), "a+") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         held.truncate(0)
-        held.write("4242")
+        held.write("pid 4242: data.prepare --append")
         held.flush()
-        with pytest.raises(ValueError, match=f"^--append: another append is changing {base} \\(pid 4242\\); wait "
-                                             "for it to end$"):
+        with pytest.raises(ValueError, match=f"^data.prepare --append: another writer is changing "
+                                             f"{os.path.realpath(base)} \\(pid 4242: data.prepare --append\\); one "
+                                             "writer at a time: wait for it to end$"):
             append(day, base)
     # --allow_late drops them and counts them: the same as appending the new day alone.
     grown, alone = _copy(base, tmp_path / "late"), _copy(base, tmp_path / "alone")
@@ -279,3 +280,65 @@ def test_what_cannot_be_appended_is_refused_in_one_line(taobao_days, tmp_path, t
     assert spec.source["appended"][-1]["late_rows"] == on_last
     assert_same_data(alone, grown)
     assert DatasetSpec.load(base) == original  # every refusal left the dataset as it was
+
+
+def test_a_whole_preparation_into_a_dataset_being_appended_to_is_refused(taobao_days, tmp_path, monkeypatch):
+    """Issue 45 (3): `data.prepare` into a dataset's directory while `data.prepare
+    --append` runs there (both exited 0 and neither dataset survived) is refused in
+    one line, and so is an append while a whole preparation writes it; the dataset
+    is the append's alone."""
+    import threading
+
+    root, days, whole, base = taobao_days
+    grown = _copy(base, tmp_path / "grown")
+    day = _days(TAOBAO, days[-2], days[-2], tmp_path / "day.csv")
+    inside, release, result = threading.Event(), threading.Event(), {}
+    original = append_module._append
+
+    def held(*args):  # the append, paused while it holds the dataset
+        inside.set()
+        release.wait(60)
+        return original(*args)
+
+    monkeypatch.setattr(append_module, "_append", held)
+    writer = threading.Thread(target=lambda: result.setdefault("spec", append(day, grown)))
+    writer.start()
+    try:
+        assert inside.wait(60)
+        with pytest.raises(ValueError, match=f"^data.prepare: another writer is changing {grown} \\(pid {os.getpid()}: "
+                                             "data.prepare --append\\); one writer at a time: wait for it to end$"):
+            prepare("taobao", TAOBAO, grown, TIME)
+    finally:
+        release.set()
+        writer.join()
+    reference = _copy(base, tmp_path / "reference")
+    monkeypatch.setattr(append_module, "_append", original)
+    append(day, reference)
+    assert_same_data(grown, reference)  # the append's dataset, whole
+
+    from dare_tf.data import prepared
+
+    building = threading.Event()
+    real_build = prepared._write_prepared
+
+    def slow(output_dir, input_path, build):  # a whole preparation, paused inside its lock
+        building.set()
+        release.clear()
+        release.wait(60)
+        return real_build(output_dir, input_path, build)
+
+    monkeypatch.setattr(prepared, "_write_prepared", slow)
+    release.clear()
+    again = _copy(base, tmp_path / "again")
+    writer = threading.Thread(target=lambda: prepare("taobao", TAOBAO, again, TIME))
+    writer.start()
+    try:
+        assert building.wait(60)
+        with pytest.raises(ValueError, match=f"^data.prepare --append: another writer is changing {again} \\(pid "
+                                             f"{os.getpid()}: data.prepare\\); one writer at a time: wait for it to "
+                                             "end$"):
+            append(day, again)
+    finally:
+        release.set()
+        writer.join()
+    assert_same_data(again, whole)  # the preparation's dataset, whole

@@ -3,6 +3,7 @@ candidate, exact when TF Serving's batcher merges and pads requests of
 different lengths (the stand-in pads as `batching_util.cc` does), and one-line
 errors for malformed requests."""
 
+import re
 import threading
 
 import grpc
@@ -136,21 +137,117 @@ def test_rank_through_the_client_and_its_refusals(export, rng):
             "too_many": rank_tensors(*_users(export, rng, [3], [MAX_CANDIDATES + 1])),
             "length": dict(rank_tensors(*users), hist_length=np.array([8, 0], np.int64)),
         }
-        for name, inputs in bad.items():
-            with pytest.raises(grpc.RpcError) as e:
-                client.predict_tensors(inputs, "rank")
-            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-            errors[name] = e.value.details()
+        with pytest.raises(grpc.RpcError) as e:
+            client.predict_tensors(bad["users"], "rank")
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         # batched (as TF Serving with batching): refused before the model runs; unbatched: by the signature
-        assert "every input needs the same 0th-dimension size" in errors["users"], errors
+        assert "every input needs the same 0th-dimension size" in e.value.details()
         with pytest.raises(tf.errors.InvalidArgumentError,
                            match=r"hist_items: its first dimension \(users\) differs from that of hist_length"):
             _call(module, "rank", bad["users"])
-        assert f"more candidates per user than the limit of this export, {MAX_CANDIDATES}" in errors["too_many"], errors
-        assert ("hist_length (the ids of each history row) must lie in [0, the width of the row]"
-                in errors["length"]), errors
+        for name in ("too_many", "length"):  # a row's own error, which the client raises
+            with pytest.raises(ValueError) as e:
+                client.predict_tensors(bad[name], "rank")
+            errors[name] = str(e.value)
+        assert errors["too_many"] == (
+            f"rank: row 0 of the request was refused: candidate_count {MAX_CANDIDATES + 1} is over this export's "
+            f"limit of {MAX_CANDIDATES} candidates per user (serving.export --max_candidates)"), errors
+        assert errors["length"] == ("rank: row 0 of the request was refused: hist_length 8 is outside [0, 7], the "
+                                    "ids its history row carries"), errors
         with pytest.raises(ValueError, match=r"^rank: one history and one candidate list per user; got 2 hist_items"):
             client.rank(users[0], users[1], users[2][:1], users[3][:1])
     finally:
         client.close()
         server.stop(0)
+
+
+def _merged_answers(loaded, signature, requests):
+    """Each request's outputs when all go through one batcher at once (one batch)."""
+    batcher = Batcher(loaded, timeout_s=2.0)
+    definition = loaded.signature_defs[signature]
+    answers = [None] * len(requests)
+    calls = []
+    run = loaded.run
+    loaded.run = lambda *args: calls.append(1) or run(*args)
+    try:
+        threads = [threading.Thread(target=lambda i=i: answers.__setitem__(i, batcher.run(signature, definition,
+                                                                                          requests[i])))
+                   for i in range(len(requests))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        loaded.run = run
+        batcher.stop()
+    assert len(calls) == 1  # one merged, padded batch
+    return answers
+
+
+def _bad_rank_requests(export, rng):
+    """Rank requests that the export refused with an assertion failing their whole
+    batch, and the error each row now gets alone and merged."""
+    over_t = rank_tensors(*_users(export, rng, [3], [4]))
+    over_t["hist_length"] = np.array([40], np.int64)  # claims 37 ids it did not send
+    over_n = rank_tensors(*_users(export, rng, [5], [2]))
+    over_n["candidate_count"] = np.array([9], np.int64)
+    over_limit = rank_tensors(*_users(export, rng, [5], [MAX_CANDIDATES + 1]))
+    return {
+        "hist_length 40 is outside [0, 3], the ids its history row carries": over_t,
+        "candidate_count 9 is outside [0, 2], the candidates its row carries": over_n,
+        f"candidate_count {MAX_CANDIDATES + 1} is over this export's limit of {MAX_CANDIDATES} candidates per user "
+        "(serving.export --max_candidates)": over_limit,
+    }
+
+
+@pytest.mark.xdist_group("rank_export")
+def test_one_bad_rank_request_fails_only_itself_when_merged(export, rng):
+    """Issue 45 (1, 2): 8 good rank requests (T up to 50, N up to 20) and one bad one
+    (hist_length over its T, candidate_count over its N, N over the export's limit)
+    in one merged batch: every good one is answered as alone, the bad one gets its
+    own error, the same as alone (it read none of the 37 ids it claimed)."""
+    loaded = LoadedModel(export["base"], "dare")
+    good = [rank_tensors(*_users(export, rng, [t], [n])) for t, n in zip(
+        (50, 3, 17, 0, 8, 44, 1, 29), (20, 1, 5, 3, 12, 7, 2, 9))]
+    alone = [loaded.run("rank", loaded.signature_defs["rank"], r) for r in good]
+    for message, bad in _bad_rank_requests(export, rng).items():
+        answers = _merged_answers(loaded, "rank", [*good[:4], bad, *good[4:]])
+        got = answers[:4] + answers[5:]
+        for request, g, w in zip(good, got, alone):
+            for g_user, w_user in zip(rank_results(request, g), rank_results(request, w)):
+                np.testing.assert_allclose(g_user["probability"], w_user["probability"], rtol=0, atol=ULPS)
+        for outputs in (answers[4], loaded.run("rank", loaded.signature_defs["rank"], bad)):
+            assert [e.decode() for e in outputs["error"]] == [message]
+            assert not outputs["probability"].any()
+            with pytest.raises(ValueError, match=f"^rank: row 0 of the request was refused: {re.escape(message)}$"):
+                rank_results(bad, outputs)
+
+
+@pytest.mark.xdist_group("rank_export")
+def test_malformed_serving_default_rows_are_refused_whatever_they_merge_with(export, rng):
+    """Issue 45 (2): a serving_default history without its leading column (a real
+    first id), and hist_categories narrower than hist_items, answered with the
+    row's error, the same alone and merged with a longer request, never scored
+    from invented behaviours; the good request of the batch answered as alone."""
+    loaded = LoadedModel(export["base"], "dare")
+    definition = loaded.signature_defs["serving_default"]
+    targets, histories = _users(export, rng, [2], [2])[2:], _users(export, rng, [50, 50], [1])[:2]
+    good = request_tensors(*targets, *histories)
+    t, c = _users(export, rng, [1], [1])[2:], _users(export, rng, [6], [1])[:2]
+    unled = request_tensors(*t, *c)
+    unled["hist_items"], unled["hist_categories"] = unled["hist_items"][:, 1:], unled["hist_categories"][:, 1:]
+    narrow = request_tensors(*t, *c)
+    narrow["hist_categories"] = np.concatenate([[[-4]], narrow["hist_categories"][:, -3:]], axis=1)
+    expected = {
+        "unled": f"hist_items must start with a column of minus its width (-T for a [rows, T] input, as "
+                 f"serving.client writes it); this row starts with {c[0][0][0]}",
+        "narrow": "hist_categories is not as wide as hist_items (its leading column states 4, against 7)",
+    }
+    want = loaded.run("serving_default", definition, good)
+    for name, bad in (("unled", unled), ("narrow", narrow)):
+        got, answer = _merged_answers(loaded, "serving_default", [good, bad])
+        np.testing.assert_allclose(got["probability"], want["probability"], rtol=0, atol=ULPS)
+        assert list(got["error"]) == [b"", b""]
+        for outputs in (answer, loaded.run("serving_default", definition, bad)):
+            assert [e.decode() for e in outputs["error"]] == [expected[name]], name
+            assert outputs["probability"].tolist() == [0.0]

@@ -53,8 +53,8 @@ def test_saved_model_cli_lists_signatures_and_methods(setup):
 def test_bad_inputs_give_defined_results_or_invalid_argument(setup):
     client = ServingClient(f"localhost:{setup['port']}", "dare", retries=0)
     good = {"target_item": np.array([1, 2], np.int64), "target_category": np.array([1, 2], np.int64),
-            "hist_items": np.array([[0, 5], [7, -3]], np.int64),
-            "hist_categories": np.array([[0, 5], [7, 1]], np.int64)}
+            "hist_items": np.array([[-3, 0, 5], [-3, 7, -3]], np.int64),  # (each row behind its -T)
+            "hist_categories": np.array([[-3, 0, 5], [-3, 7, 1]], np.int64)}
     # Unknown and negative ids are defined: OOV rows, padding in histories.
     neg = dict(good, target_item=np.array([-1, 10**15], np.int64))
     assert np.all(np.isfinite(client.predict_tensors(neg)["probability"]))
@@ -84,7 +84,6 @@ def test_bad_inputs_give_defined_results_or_invalid_argument(setup):
          "every input needs the same 0th-dimension size"),  # (without batching: the export's own message)
         (dict(good, hist_items=good["hist_items"].astype(np.int32)), "Expects arg\\[hist_items\\] to be int64"),
         (dict(good, target_category=np.array([1], np.int64)), "every input needs the same 0th-dimension size"),
-        (dict(good, hist_categories=np.array([[1, 2, 3], [1, 2, 3]], np.int64)), "shapes differ"),
         ({k: v for k, v in good.items() if k != "hist_items"},
          "^the request's inputs do not match signature 'serving_default': missing hist_items \\(it takes "),
         (dict(good, hist_brand=good["hist_items"]), "not in the signature: hist_brand"),
@@ -94,6 +93,17 @@ def test_bad_inputs_give_defined_results_or_invalid_argument(setup):
             client.predict_tensors(inputs)
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert err.value.details() and __import__("re").search(message, err.value.details()), err.value.details()
+    # A row's own values: its error, raised by the client (a batch merged with it is not failed).
+    for inputs, message in [
+            (dict(good, hist_categories=np.array([[-4, 1, 2, 3], [-4, 1, 2, 3]], np.int64)),
+             "serving_default: row 0 of the request was refused: hist_categories is not as wide as hist_items (its "
+             "leading column states 4, against 3)"),
+            (dict(good, hist_items=good["hist_items"][:, 1:], hist_categories=good["hist_categories"][:, 1:]),
+             "serving_default: row 0 of the request was refused: hist_items must start with a column of minus its "
+             "width (-T for a [rows, T] input, as serving.client writes it); this row starts with 0")]:
+        with pytest.raises(ValueError) as err:
+            client.predict_tensors(inputs)
+        assert str(err.value) == message
     with pytest.raises(grpc.RpcError) as err:
         ServingClient(f"localhost:{setup['port']}", "nope", retries=0).predict_tensors(good)
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
@@ -123,7 +133,8 @@ def test_failed_export_leaves_no_partial_version(setup, monkeypatch):
 def test_wrong_rank_requests_name_the_input_and_shape(setup):
     client = ServingClient(f"localhost:{setup['port']}", "dare", retries=0)
     good = {"target_item": np.array([1, 2], np.int64), "target_category": np.array([1, 2], np.int64),
-            "hist_items": np.array([[0, 5], [7, 3]], np.int64), "hist_categories": np.array([[0, 5], [7, 1]], np.int64)}
+            "hist_items": np.array([[-3, 0, 5], [-3, 7, 3]], np.int64),
+            "hist_categories": np.array([[-3, 0, 5], [-3, 7, 1]], np.int64)}
     cases = [
         (dict(good, hist_items=np.array([5, 7], np.int64)),
          r"input hist_items must have shape \[batch, history_length\]"),
@@ -167,11 +178,11 @@ def test_non_integer_and_out_of_range_ids_are_refused(setup):
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read())
 
-    good = {"target_item": [1], "target_category": [1], "hist_items": [[3]], "hist_categories": [[1]]}
+    good = {"target_item": [1], "target_category": [1], "hist_items": [[-2, 3]], "hist_categories": [[-2, 1]]}
     assert rest(good)[0] == 200
     code, body = rest(dict(good, target_item=[1.5]))
     assert code == 400 and "1.5 is not an integer id" in body["error"]
-    code, body = rest(dict(good, hist_items=[[2 ** 70]]))
+    code, body = rest(dict(good, hist_items=[[-2, 2 ** 70]]))
     assert code == 400 and "outside the int64 range" in body["error"]
     assert rest(good)[0] == 200  # the handler lives on
 

@@ -28,6 +28,10 @@ def test_load_append_show(taobao, tmp_path):
     sequences = SequenceStore.load(taobao, spec)
     users = np.flatnonzero(sequences.length)
     assert loaded.stdout.strip().endswith(f"loaded {len(users)} users from {taobao} ({len(sequences.items)} clicks)")
+    # Issue 45 (6): loaded again (a kill whose outcome is unknown): nothing added (it doubled short histories).
+    again = histories("load", f"--data_dir={taobao}", f"--store={store}")
+    assert again.returncode == 0 and again.stdout.strip() == (f"{store}: holds {taobao} already (loaded before); "
+                                                              "nothing loaded"), again
     dense = int(users[3])
     raw_user = int(read_id_map(taobao, "user")[dense - 1])
     raw_items = np.array([0] + [int(r) for r in read_id_map(taobao, "item")])
@@ -97,3 +101,27 @@ def test_a_dataset_with_fields_loads_them_and_live_clicks_carry_them(tmp_path):
     assert refused.returncode != 0 and refused.stderr.strip().splitlines() == [
         f"error: {store}: the store's clicks have the fields ['brand', 'shop'], not []: a store keeps the fields it "
         "was created with; use another store"], refused.stderr
+
+
+def test_load_refuses_a_store_holding_other_clicks_or_a_killed_load(taobao, tmp_path):
+    """Issue 45 (6): `load` into a store that holds live clicks, or a load that was
+    killed, would add clicks twice: refused in one line; the store unchanged."""
+    from dare_tf.histories import open_store
+    from dare_tf.histories.prepared import LOADING
+
+    store = f"lmdb:{tmp_path / 'live'}"
+    log = tmp_path / "live.csv"
+    log.write_text("7,555,777,1600000000\n")
+    assert histories("append", f"--store={store}", f"--input={log}", "--columns=user=0,item=1,category=2,"
+                     "time=3").returncode == 0
+    refused = histories("load", f"--data_dir={taobao}", f"--store={store}")
+    assert refused.returncode == 1 and refused.stderr.strip().splitlines() == [
+        f"error: {store}: holds 1 users already (clicks loaded or appended before); a load fills an empty store, "
+        "since loading into this one would add clicks twice: give a new store"], refused
+    with open_store(store) as opened:  # as a load killed after its first write leaves it
+        opened.note(LOADING, f"{DatasetSpec.load(taobao).preparation} {taobao}")
+    refused = histories("load", f"--data_dir={taobao}", f"--store={store}")
+    assert refused.returncode == 1 and f"holds 1 users already (a load of {taobao} that did not finish)" in (
+        refused.stderr), refused
+    with open_store(store, read_only=True) as opened:
+        assert len(opened) == 1 and opened.size(7) == 1

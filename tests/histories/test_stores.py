@@ -4,6 +4,7 @@ killed writer, and one-line errors; Redis on a real redis-server started on a
 free localhost port."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -179,3 +180,60 @@ def test_a_store_with_fields_keeps_their_values(store_url):
         open_store(store_url, fields=("brand",))
     with open_store(store_url) as plain:  # (no fields asked: the store's)
         assert plain.fields == ("brand", "shop")
+
+
+def test_a_truncated_or_damaged_lmdb_store_is_refused_in_one_line(tmp_path):
+    """Issue 45 (5): a truncated data.mdb (`truncate -s 8192`) killed `histories show`
+    and `recommend` with SIGBUS; a flipped byte in the config ended in a UTF-8
+    decoding error. Both are refused in one line that says the store is damaged."""
+    path = tmp_path / "histories"
+    with open_store(f"lmdb:{path}") as store:
+        for user in range(200):
+            store.append(user, list(range(1, 41)), [3] * 40, list(range(40)))
+    data = path / "data.mdb"
+    whole = data.read_bytes()
+    os.truncate(data, 8192)
+    with pytest.raises(StoreError, match=f"^lmdb:{path}: the store is damaged: {data} holds 8,192 bytes but its meta "
+                                         "page records ([0-9,]+) \\(a truncated copy\\?\\); restore it from a copy, "
+                                         "or load it anew with serving.histories load$") as e:
+        open_store(f"lmdb:{path}", read_only=True)
+    assert int(re.search(r"records ([0-9,]+) ", str(e.value)).group(1).replace(",", "")) == len(whole)
+    done = subprocess.run([sys.executable, "-m", "serving.histories", "show", f"--store=lmdb:{path}", "--user_id=3"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stderr.strip().splitlines() == [f"error: {e.value}"], done
+    # A flipped byte in the store's config: the store is damaged, not a decoding error.
+    at = whole.find(b'"format"')
+    data.write_bytes(whole[:at + 2] + b"\x9c" + whole[at + 3:])
+    with pytest.raises(StoreError, match=f"^lmdb:{path}: the store is damaged \\(UnicodeDecodeError: 'utf-8' codec "
+                                         "can't decode byte 0x9c .*\\); restore it from a copy, or load it anew with "
+                                         "serving.histories load$"):
+        open_store(f"lmdb:{path}", read_only=True)
+
+
+def test_redis_going_down_during_an_append_is_one_line_with_what_was_appended(tmp_path):
+    """Issue 45 (7): Redis stopping during `histories append --input=-` ended in 89
+    lines of chained tracebacks; now one line saying how many clicks were appended."""
+    import redis
+    import time
+
+    server = RedisServer(str(tmp_path))
+    url = server.__enter__()
+    try:
+        appender = subprocess.Popen(
+            [sys.executable, "-m", "serving.histories", "append", f"--store={url}", "--input=-",
+             "--columns=user=0,item=1,category=2,time=3", "--max_clicks=10"],
+            cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        appender.stdin.write("1,10,3,100\n2,11,3,101\n1,12,3,102\n")
+        appender.stdin.flush()
+        client = redis.Redis.from_url(url)
+        deadline = time.monotonic() + 60
+        while client.strlen("dare:histories:u:1") < 2 * 24 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        server.__exit__()
+    out, err = appender.communicate("3,13,3,103\n", timeout=60)
+    assert appender.returncode == 1, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {url}: the Redis server stopped answering ("), err
+    assert lines[0].endswith("; 0 of the 1 clicks of standard input (the batch from line 4) were appended before it, "
+                             "each user's whole or not at all; 3 clicks of standard input were appended in all"), err

@@ -92,12 +92,13 @@ def test_a_new_version_is_served_without_restart_and_no_request_fails_during_the
         for table in m.embedding.weights:
             table.assign(np.random.default_rng(int(scale * 10)).normal(0, scale, table.shape))
     x = {"target_item": np.array([3, 4], np.int64), "target_category": np.array([1, 2], np.int64),
-         "hist_items": np.array([[0, 5], [7, 9]], np.int64), "hist_categories": np.array([[0, 1], [2, 1]], np.int64)}
+         "hist_items": np.array([[-3, 0, 5], [-3, 7, 9]], np.int64),
+         "hist_categories": np.array([[-3, 0, 1], [-3, 2, 1]], np.int64)}
     export_lib.export_saved_model(models[0], data_dir, base, "dare")
     server, port, http = serve({"dare": os.path.join(base, "dare")}, 0, rest_port=0, poll_s=0.2)
     stub = prediction_service_pb2_grpc.PredictionServiceStub(grpc.insecure_channel(f"localhost:{port}"))
     raw_items, raw_cats = (np.array([0] + list(m)) for m in raw_maps(data_dir))
-    raw = {k: (raw_items if "item" in k else raw_cats)[v] for k, v in x.items()}
+    raw = {k: np.where(v < 0, v, (raw_items if "item" in k else raw_cats)[np.maximum(v, 0)]) for k, v in x.items()}
     answers, errors, stop = [], [], threading.Event()
 
     def grpc_client():
@@ -139,7 +140,8 @@ def test_a_new_version_is_served_without_restart_and_no_request_fails_during_the
             t.join()
         server.stop(0)
         http.shutdown()
-    padded = {k: np.pad(v, [(0, 0), (20 - v.shape[1], 0)]) if v.ndim == 2 else v for k, v in x.items()}
+    padded = {k: np.pad(np.maximum(v, 0), [(0, 0), (20 - v.shape[1], 0)]) if v.ndim == 2 else v
+              for k, v in x.items()}  # (the model's dense inputs: the leading -T column is padding there)
     expected = [tuple(np.asarray(m.predict_on_batch({k: v.astype(np.int32) for k, v in padded.items()})).round(5))
                 for m in models]
     assert not errors, errors[:3]
@@ -155,3 +157,37 @@ def test_a_new_version_is_served_without_restart_and_no_request_fails_during_the
             np.testing.assert_allclose(probability, expected[version - 1], atol=1e-4)
         else:  # REST answers carry no version: one of the two
             assert any(np.allclose(probability, e, atol=1e-4) for e in expected), probability
+
+
+@pytest.mark.xdist_group("serving_setup")
+def test_a_broken_version_is_skipped_and_the_watch_goes_on(setup, tmp_path, caplog):
+    """Issue 45 (8): a version directory whose saved_model.pb is garbage (as a copy in
+    progress looks) killed the version watch for every model: later exports were
+    never served. Now it is logged, the current version serves on, and the next
+    good version is served."""
+    import time
+
+    from dare_tf.export import ranker as export_lib
+    from dare_tf.serving.client import ServingClient
+
+    base = str(tmp_path / "exports")
+    export_lib.export_saved_model(setup["model"], setup["data_dir"], base, "dare")
+    server, port, _ = serve({"dare": os.path.join(base, "dare")}, 0, poll_s=0.1)
+    client = ServingClient(f"localhost:{port}", "dare", retries=0)
+    try:
+        os.makedirs(os.path.join(base, "dare", "2"))
+        with open(os.path.join(base, "dare", "2", "saved_model.pb"), "wb") as f:
+            f.write(b"\x00garbage")
+        deadline = time.monotonic() + 30
+        while "version 2 under" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "model dare: version 2 under " in caplog.text and "did not load" in caplog.text
+        assert client.served_version() == 1  # still serving
+        export_lib.export_saved_model(setup["model"], setup["data_dir"], base, "dare")  # version 3
+        while client.served_version() != 3 and time.monotonic() < deadline + 30:
+            time.sleep(0.1)
+        assert client.served_version() == 3
+        assert caplog.text.count("version 2 under") == 1  # logged once, not at every poll
+    finally:
+        client.close()
+        server.stop(0)
