@@ -39,25 +39,40 @@ def one_writer(target: str, what: str):
     """Holds the one writer's lock of directory `target` while the block runs, or
     raises ValueError naming the writer that holds it. The lock is the file
     `.NAME.lock` beside `target` (a writer that replaces `target` by a rename
-    keeps it), taken with `flock`: it is released when its holder exits, killed
-    too. `what` (`data.prepare`, `data.prepare --append`) is recorded for the
+    keeps it), taken with `flock`: released when its holder exits, killed too,
+    and removed by a holder that ends (a lock file that was removed while
+    another process waited for it is not taken: the path must still be it).
+    `what` (`data.prepare`, `data.prepare --append`) is recorded for the
     refusal of the next one."""
     target = os.path.realpath(target)
     parent = os.path.dirname(target)
     os.makedirs(parent, exist_ok=True)
-    with open(os.path.join(parent, f".{os.path.basename(target)}.lock"), "a+") as lock:
+    path = os.path.join(parent, f".{os.path.basename(target)}.lock")
+    while True:
+        lock = open(path, "a+")
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             lock.seek(0)
             holder = lock.read().strip() or "?"
+            lock.close()
             raise ValueError(f"{what}: another writer is changing {target} ({holder}); one writer at a time: wait "
                              "for it to end") from None
+        try:
+            if os.stat(path).st_ino == os.fstat(lock.fileno()).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        lock.close()  # (its holder removed it as we opened it: take the new one)
+    try:
         lock.seek(0)
         lock.truncate()
         lock.write(f"pid {os.getpid()}: {what}")
         lock.flush()
         yield
+    finally:
+        os.remove(path)  # (still held: a writer that opened it meanwhile finds it gone and opens anew)
+        lock.close()
 
 
 def clean_stale(parent: str, name: str) -> list[str]:

@@ -29,6 +29,7 @@ unless --beam_options name another runner) and writes the same records.
 leaves it as it was, or is finished by the next (dare_tf.data.append).
 """
 
+import contextlib
 import os
 
 from absl import app, flags
@@ -86,22 +87,27 @@ def append_day() -> None:
         raise app.UsageError(f"--append takes the dataset's protocol and files: drop {', '.join(given)}")
     named = FLAGS.dataset is not None or FLAGS.format is not None
     before = DatasetSpec.load(FLAGS.output_dir) if os.path.exists(os.path.join(FLAGS.output_dir, SPEC_FILE)) else None
-    spec = append(FLAGS.input, FLAGS.output_dir, log_format_from_flags() if named else None, FLAGS.allow_late,
-                  FLAGS.skip_bad_lines)
-    print(f"{FLAGS.output_dir}: {spec.users} users, {spec.num_items - 2} items, "
-          f"{spec.num_categories - 2} categories, examples {spec.counts}, days appended "
-          f"{len(spec.source.get('appended', []))}")
-    if FLAGS.histories is None:
-        return
-    if before is not None and spec.preparation == before.preparation:
-        print(f"{FLAGS.histories}: not appended: {FLAGS.input} was in the dataset already (if the run that added "
-              "it stopped before its histories, append them with serving.histories append)")
-        return
-    from dare_tf.data.append import dataset_log_format
-    from dare_tf.histories import open_store
-    from dare_tf.histories.prepared import append_log
+    # The history store is opened first: one that cannot be opened refuses the day before the dataset takes it.
+    with contextlib.ExitStack() as stack:
+        store = None
+        if FLAGS.histories is not None:
+            from dare_tf.histories import open_store
 
-    with open_store(FLAGS.histories) as store:
+            store = stack.enter_context(open_store(FLAGS.histories))
+        spec = append(FLAGS.input, FLAGS.output_dir, log_format_from_flags() if named else None, FLAGS.allow_late,
+                      FLAGS.skip_bad_lines)
+        print(f"{FLAGS.output_dir}: {spec.users} users, {spec.num_items - 2} items, "
+              f"{spec.num_categories - 2} categories, examples {spec.counts}, days appended "
+              f"{len(spec.source.get('appended', []))}")
+        if store is None:
+            return
+        if before is not None and spec.preparation == before.preparation:
+            print(f"{FLAGS.histories}: not appended: {FLAGS.input} was in the dataset already (if the run that added "
+                  "it stopped before its histories, append them with serving.histories append)")
+            return
+        from dare_tf.data.append import dataset_log_format
+        from dare_tf.histories.prepared import append_log
+
         print(f"{store.url}: appended {append_log(store, FLAGS.input, dataset_log_format(spec))} clicks")
 
 

@@ -22,6 +22,7 @@ read (`DatasetSpec.load`).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -36,7 +37,7 @@ from dare_tf.data.fields import field_files, field_id_file
 from dare_tf.data.log_reader import read_log
 from dare_tf.data.logs import ACTION_FIELD, LogFormat, dense_ids
 from dare_tf.data.prepared import (item_categories, layout_fields, make_spec, read_item_clicks, read_item_field,
-                                   write_field_maps, write_id_maps, write_item_clicks)
+                                   table_digests, verify_tables, write_field_maps, write_id_maps, write_item_clicks)
 from dare_tf.data.protocol import Protocol, time_windows
 from dare_tf.data.records import read_shards
 from dare_tf.data.spec import (APPEND_JOURNAL, SPEC_FILE, STORE_KIND, STORE_TIMES, TABLE_FILES, TIME_GAP,
@@ -164,6 +165,7 @@ def _append(input_path: str, data_dir: str, fmt: LogFormat | None, allow_late: b
 
     recover(data_dir)
     spec = DatasetSpec.load(data_dir)
+    verify_tables(data_dir, spec)  # (the new days are mapped through them)
     fmt = _check(spec, data_dir, fmt, input_path)
     protocol = Protocol(**{k: v for k, v in spec.protocol.items() if k != "windows"})
     clicks = read_log(fmt, input_path, skip_bad_lines, chronological=True)
@@ -257,6 +259,7 @@ def _append(input_path: str, data_dir: str, fmt: LogFormat | None, allow_late: b
     write_id_maps(data_dir, raw_items, raw_categories, raw_users, catalogue.categories, rename=append_pending)
     write_field_maps(data_dir, raw_fields, catalogue.fields, num_items, rename=append_pending)
     write_item_clicks(data_dir, catalogue.counts, rename=append_pending)
+    new_spec = dataclasses.replace(new_spec, tables=table_digests(data_dir, new_spec.fields, rename=append_pending))
     journal = os.path.join(data_dir, APPEND_JOURNAL)
     with open(f"{journal}.tmp", "w") as f:
         f.write(new_spec.to_json())

@@ -165,6 +165,9 @@ class _BlockParser:
             text = raw.decode("utf-8", errors="replace").rstrip("\r")
             if "\r" in text:  # (the csv module raises on it)
                 problem, ints = "a carriage return inside the line (a file with \\r line ends?)", {}
+            elif text.count('"') % 2:  # (the csv module would read the line up to it as a row)
+                problem, ints = ("a quoted field that does not end on its line (a line break inside quotes: one row "
+                                 "is one line here; remove the line breaks from quoted fields)"), {}
             else:
                 problem, ints = self._problem(next(csv.reader([text], delimiter=self.delimiter), []))
             if problem is not None:
@@ -197,17 +200,19 @@ class _BlockParser:
             bad |= null
         ints = {}
         for role in self.int_roles:
-            values = columns[role].fill_null(0).to_numpy().astype(np.int64)
+            values, huge = _int64(columns[role])
             wrong = (values < 0) if role != "label" else ~np.isin(values, (0, 1))
             if wrong.any() and not reasons[role][0][wrong].all():
                 reasons[role] = (reasons[role][0] | wrong, "must be 0 or 1" if role == "label" else "is negative")
-            bad |= wrong
+            if huge.any():  # (an unsigned id past int64: not to be read as a negative one)
+                reasons[role] = (huge, "does not fit a 64-bit integer")
+            bad |= wrong | huge
             ints[role] = values
         for role in self.field_roles:
             null = np.asarray(columns[role].is_null().to_numpy(zero_copy_only=False))
-            values = columns[role].fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-            reasons[role] = (values < 0, "is negative")
-            bad |= values < 0
+            values, huge = _int64(columns[role])
+            reasons[role] = (huge, "does not fit a 64-bit integer") if huge.any() else (values < 0, "is negative")
+            bad |= (values < 0) | huge
             ints[role] = _own_values(np.where(null, -1, values), ints["item"])
         keep = ~bad
         if "action" in columns:
@@ -238,6 +243,14 @@ class _BlockParser:
                       label=column("label") if "label" in self.roles else None,
                       fields={r[len(FIELD_ROLE):]: column(r) for r in self._names if r.startswith(FIELD_ROLE)},
                       click_code=self.fmt.click_code if self.action_role else None)
+
+
+def _int64(array) -> tuple[np.ndarray, np.ndarray]:
+    """A Parquet column's values as int64 (nulls 0), and where an unsigned value is
+    past int64's range (the cast would make it negative)."""
+    values = np.asarray(array.fill_null(0).to_numpy(zero_copy_only=False))
+    huge = values > np.iinfo(np.int64).max if values.dtype == np.uint64 else np.zeros(len(values), bool)
+    return values.astype(np.int64), huge
 
 
 def _own_values(values: np.ndarray, items: np.ndarray) -> np.ndarray:
@@ -279,6 +292,10 @@ def _parquet_plan(path: str, fmt: LogFormat) -> BlockPlan:
     return BlockPlan(digest.hexdigest(), blocks, names)
 
 
+# UTF-8's byte-order mark, which spreadsheet programs write before a CSV's first line.
+_BOM = b"\xef\xbb\xbf"
+
+
 def plan_blocks(path: str, fmt: LogFormat, block_bytes: int = BLOCK_BYTES) -> BlockPlan:
     """One pass over the file: its sha256, its column names and its blocks of
     about `block_bytes` cut at line ends (the header, checked here, and blank
@@ -304,7 +321,8 @@ def plan_blocks(path: str, fmt: LogFormat, block_bytes: int = BLOCK_BYTES) -> Bl
     with open(path, "rb") as f:
         line_no = 1
         first = f.readline()
-        first_text = first.decode("utf-8", errors="replace").rstrip("\r\n")
+        bom = len(_BOM) if first.startswith(_BOM) else 0  # (a byte-order mark, as spreadsheets write: not a column)
+        first_text = first[bom:].decode("utf-8", errors="replace").rstrip("\r\n")
         if "\r" in first_text:
             raise LogFormatError(f"{path}:1: a carriage return (\\r) inside the first line: a file whose lines end "
                                  "in \\r alone (convert them: tr '\\r' '\\n'), or a stray \\r to remove")
@@ -317,7 +335,8 @@ def plan_blocks(path: str, fmt: LogFormat, block_bytes: int = BLOCK_BYTES) -> Bl
             line_no = 2
         else:
             names = tuple(str(i) for i in range(len(names)))
-            f.seek(0)
+            digest.update(first[:bom])
+            f.seek(bom)
         block_start = pos = f.tell()
         while True:
             chunk = f.read(max(min(block_bytes, limit - pos), 0))
@@ -334,7 +353,7 @@ def plan_blocks(path: str, fmt: LogFormat, block_bytes: int = BLOCK_BYTES) -> Bl
                 block_start = end
             pos += len(chunk)
         digest.update(f.read())  # the blank tail
-    resolved_columns(fmt, path, names)
+    resolved_columns(fmt, path, names, None if fmt.header else first_text)
     return BlockPlan(digest.hexdigest(), blocks, names)
 
 

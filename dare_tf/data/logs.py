@@ -78,12 +78,12 @@ class LogFormat:
             if not name.isidentifier() or name in RESERVED_FIELD_NAMES or not name.isascii():
                 raise LogFormatError(f"--columns: field:{name}: a field's name must be an identifier other than "
                                      f"{', '.join(RESERVED_FIELD_NAMES)}")
-        fields = [(r, c) for r, c in self.columns if r.startswith(FIELD_ROLE)]
-        for i, (role, column) in enumerate(fields):
-            other = next((r for r, c in fields[:i] if c == column), None)
+        for i, (role, column) in enumerate(self.columns):  # (a field on the category's column too)
+            other = next((r for r, c in self.columns[:i] if c == column), None)
             if other is not None:
+                kind = "fields" if role.startswith(FIELD_ROLE) and other.startswith(FIELD_ROLE) else "roles"
                 raise LogFormatError(f"--columns: {other}={column} and {role}={column}: one column is given to two "
-                                     "fields")
+                                     f"{kind}")
         unknown = sorted(set(roles) - set(ROLES) - {r for r in roles if r.startswith(FIELD_ROLE)})
         if unknown:
             raise LogFormatError(f"--columns: unknown role(s) {unknown}; roles are {list(ROLES)}")
@@ -253,15 +253,19 @@ def check_text(path: str, fmt: LogFormat) -> None:
                              "(a binary file?)")
 
 
-def resolved_columns(fmt: LogFormat, path: str, names: tuple[str, ...]) -> dict[str, str]:
-    """role -> column name, checked against the file's columns."""
+def resolved_columns(fmt: LogFormat, path: str, names: tuple[str, ...],
+                     first_line: str | None = None) -> dict[str, str]:
+    """role -> column name, checked against the file's columns (`first_line`: a
+    headerless file's first line, whose fields name them by index)."""
     out = {}
     for role, column in fmt.columns:
         if column not in names:
             if fmt.file_format != "parquet" and not fmt.header:
+                line = f" ({first_line[:200]!r})" if first_line is not None else ""
                 raise LogFormatError(
-                    f"--columns: {role}={column}: {path} has no header and {len(names)} fields per line, so "
-                    f"columns are named by 0-based index 0..{len(names) - 1} (or pass --header)")
+                    f"{path}:1: {len(names)} field(s){line}, but --columns={role}={column} reads field {column} "
+                    f"(0-based): a malformed line, or a field past the line's (pass --header if it names the "
+                    "columns)")
             raise LogFormatError(f"--columns: {role}={column}: {path} has no column {column!r}; its columns are: "
                                  f"{', '.join(names)}")
         fields = [i for i, name in enumerate(names) if name == column]

@@ -5,6 +5,8 @@ write. Both preparation drivers (`dare_tf.data.protocol`, in memory, and
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import os
 import shutil
@@ -255,6 +257,36 @@ def source_fields(input_path: str, clicks: Clicks, fmt: LogFormat) -> dict:
                 bad_lines=clicks.bad_lines, log=fmt.to_json())
 
 
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def table_digests(directory: str, fields: list, rename=lambda name: name) -> dict[str, str]:
+    """spec.json's `tables`: the sha256 of each table file of a dataset with
+    `fields` that it holds (`rename`: where a file lies before its commit)."""
+    return {name: _sha256(os.path.join(directory, rename(name))) for name in (*TABLE_FILES, *field_files(fields))
+            if os.path.exists(os.path.join(directory, rename(name)))}
+
+
+def verify_tables(data_dir: str, spec: DatasetSpec | None = None) -> None:
+    """Refuses, in one line, a table file (id maps, item tables) whose sha256 is not
+    the one spec.json records: raw ids mapped through an edited id map would be
+    silently other items. A dataset prepared before the digests were recorded has
+    none to check."""
+    spec = DatasetSpec.load(data_dir) if spec is None else spec
+    for name, expected in spec.tables.items():
+        path = os.path.join(data_dir, name)
+        found = _sha256(path) if os.path.exists(path) else "absent"
+        if found != expected:
+            raise SpecError(f"{path}: its sha256 is {found[:16]}, not the {expected[:16]} that spec.json records: "
+                            "the file was changed after preparation, and raw ids mapped through it would be other "
+                            "ids; restore it, or prepare the dataset again")
+
+
 def write_prepared(output_dir: str, input_path: str, build) -> DatasetSpec:
     """Runs `build(staging_directory) -> DatasetSpec` in a staging directory beside
     `output_dir` and renames it into place (see `prepare`); both drivers use it.
@@ -275,6 +307,7 @@ def _write_prepared(output_dir: str, input_path: str, build) -> DatasetSpec:
     staging = staging_dir(parent, os.path.basename(output_dir))
     try:
         spec = build(staging)
+        spec = dataclasses.replace(spec, tables=table_digests(staging, spec.fields))
         with open(os.path.join(staging, SPEC_FILE), "w") as f:
             f.write(spec.to_json())
         guard_dataset_dir(output_dir, input_path)  # nothing of the user's appeared meanwhile

@@ -206,6 +206,10 @@ class DatasetSpec:
             `name`, `vocabulary` (padding row 0 and an out-of-vocabulary row
             included), `history_only` and the `column` it was read from, or
             the derived time gap's `edges`; absent from spec.json when none.
+        tables: the sha256 of each table file (id maps, item tables), as
+            preparation wrote them: checked before raw ids are mapped through
+            them (`dare_tf.data.prepared.verify_tables`); absent in datasets
+            prepared before it was recorded.
     """
 
     dataset: str
@@ -227,13 +231,16 @@ class DatasetSpec:
     features: dict[str, Any]
     partitions: int
     fields: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    tables: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def _dict(self) -> dict:
-        """The fields as spec.json holds them: `fields` only when there are any
-        (so a dataset without is recorded, and identified, as before they existed)."""
+        """The fields as spec.json holds them: `fields` and `tables` only when there
+        are any (so a dataset without is recorded, and identified, as before they
+        existed)."""
         d = dataclasses.asdict(self)
-        if not d["fields"]:
-            del d["fields"]
+        for optional in ("fields", "tables"):
+            if not d[optional]:
+                del d[optional]
         return d
 
     def to_json(self) -> str:
@@ -302,6 +309,7 @@ class DatasetSpec:
                             "examples); prepare the dataset again with this version (python -m data.prepare ...)")
         fields = [f.name for f in dataclasses.fields(cls)]
         raw.setdefault("fields", [])
+        raw.setdefault("tables", {})
         missing = [name for name in fields if name not in raw]
         if missing:
             raise SpecError(f"{path}: missing field(s) {missing}")
@@ -331,9 +339,12 @@ def _validate(path: str, raw: dict) -> None:
     for name in ("dataset", "preparation"):
         if not isinstance(raw[name], str):
             bad(name, "a string", raw[name])
-    for name in ("protocol", "source", "features", "files", "counts", "shards"):
+    for name in ("protocol", "source", "features", "files", "counts", "shards", "tables"):
         if not isinstance(raw[name], dict):
             bad(name, "an object", raw[name])
+    if not all(isinstance(k, str) and os.path.basename(k) == k and isinstance(v, str)
+               for k, v in raw["tables"].items()):
+        bad("tables", "an object of file names and their sha256", raw["tables"])
     partitions = raw["partitions"]
     lists = {f"shards.{s}": raw["shards"].get(s) for s in SPLITS}
     lists["store"] = raw["store"]

@@ -74,6 +74,7 @@ from dare_tf._files import clean_stale, require_space, staging_dir, variables_by
 from dare_tf.data.spec import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS, ID_MAP_FILES,
                                TARGET_CATEGORY, TARGET_ITEM, TIME_GAP, DatasetSpec, history_feature, id_map_digest,
                                read_id_map)
+from dare_tf.data.prepared import verify_tables
 from dare_tf.export import rows
 from dare_tf.export.fields import ServedFields
 from dare_tf.export.tf_serving import (DATASET_INPUT, DATASET_SIGNATURE, WARMUP_FILE, IdTable, dataset_outputs,
@@ -93,6 +94,7 @@ class _ServingGraph:
 
     def __init__(self, model: DareModel, data_dir: str, max_candidates: int = MAX_CANDIDATES):
         spec = DatasetSpec.load(data_dir)
+        verify_tables(data_dir, spec)
         self.max_candidates = max_candidates
         cfg = model.model_config
         if (cfg.num_items, cfg.num_categories) != (spec.num_items, spec.num_categories):

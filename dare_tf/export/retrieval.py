@@ -9,6 +9,7 @@ import shutil
 import numpy as np
 
 from dare_tf._files import clean_stale, replace_directory, require_space, staging_dir, variables_bytes
+from dare_tf.data.prepared import verify_tables
 from dare_tf.data.spec import ID_MAP_FILES, id_map_digest, read_id_map
 from dare_tf.export.tf_serving import (DATASET_INPUT, DATASET_SIGNATURE, IdTable, dataset_outputs, model_base,
                                        next_version, write_server_configs)
@@ -28,6 +29,7 @@ class _RetrievalServing(tf.Module):
         self.vectors = tf.constant(model.candidate((tf.constant(stage.items), tf.constant(stage.categories))).numpy())
         self.merger, self.top_n, self.include_seen = stage.merger, top_n, stage.include_seen
         self.quotas = dict(stage.quotas)
+        verify_tables(data_dir)  # (the id maps of `data_dir`, as its spec.json records them)
         self.items = IdTable(os.path.join(data_dir, ID_MAP_FILES["item"]), spec.oov_item)
         self.categories = IdTable(os.path.join(data_dir, ID_MAP_FILES["category"]), spec.oov_category)
         self.tables = [self.items.table, self.categories.table]  # tracked, so the SavedModel holds them

@@ -121,7 +121,15 @@ def model_base(export_base: str, model_name: str) -> str:
     if not isinstance(model_name, str) or not _MODEL_NAME.fullmatch(model_name):
         raise ValueError(f"model_name={model_name!r}: a model name is letters, digits, '_', '.' and '-', "
                          "not starting with '.' (one directory under the export base)")
+    if model_name in (MODELS_CONFIG, BATCHING_FILE):
+        raise ValueError(f"model_name={model_name!r}: the name of the server's file that serving.export writes "
+                         f"beside the models in {export_base}; pick another name")
     path = os.path.join(export_base, model_name)
+    ours = os.path.exists(os.path.join(path, EXPORTED_MARK))
+    if os.path.lexists(path) and not ours and (not os.path.isdir(path) or any(
+            not entry.startswith(".version.") for entry in os.listdir(path))):  # (but a killed export's staging)
+        raise ValueError(f"model_name={model_name!r}: {path} exists and was not written by serving.export (no "
+                         f"{EXPORTED_MARK} in it); nothing of it is replaced: pick another name or --export_base")
     os.makedirs(path, exist_ok=True)
     open(os.path.join(path, EXPORTED_MARK), "a").close()
     return path
@@ -135,10 +143,11 @@ def _exported_models(export_base: str) -> list[str]:
 
 
 def _model_config_list_end(text: str, path: str) -> int:
-    """Offset of the closing brace of `model_config_list { ... }` in a models.config;
-    the field and the braces are found outside comments and quotes (a comment that
-    mentions `model_config_list {` is a comment)."""
-    field = re.compile(r"model_config_list\s*:?\s*\{")
+    """Offset of the closing brace of `model_config_list { ... }` in a models.config
+    (or of its `>`: text format also writes a message as `< ... >`); the field and
+    the braces are found outside comments and quotes (a comment that mentions
+    `model_config_list {` is a comment)."""
+    field = re.compile(r"model_config_list\s*:?\s*[{<]")
     depth, i, quote = 0, 0, None
     while i < len(text):
         c = text[i]
@@ -158,9 +167,9 @@ def _model_config_list_end(text: str, path: str) -> int:
             if opening:
                 depth, i = 1, opening.end()
                 continue
-        elif c == "{":
+        elif c in "{<":
             depth += 1
-        elif c == "}":
+        elif c in "}>":
             depth -= 1
             if depth == 0:
                 return i

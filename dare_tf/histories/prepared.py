@@ -9,6 +9,7 @@ import os
 import numpy as np
 
 from dare_tf.data.fields import field_id_file
+from dare_tf.data.prepared import verify_tables
 from dare_tf.data.spec import TIME_GAP, DatasetSpec, read_id_map
 from dare_tf.data.store import SequenceStore
 from dare_tf.histories.base import HistoryStore, StoreError
@@ -38,6 +39,7 @@ def load_prepared(store: HistoryStore, data_dir: str) -> tuple[int, int]:
     clicks, a load that was killed) is refused: loading into it would add its
     users' clicks twice."""
     spec = DatasetSpec.load(data_dir)
+    verify_tables(data_dir, spec)
     if store.fields != column_fields(spec):
         raise StoreError(f"{store.url}: its clicks have the fields {list(store.fields)}, but {data_dir} has "
                          f"{list(column_fields(spec))}: load it into a store created with them")

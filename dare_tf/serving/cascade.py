@@ -22,7 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from dare_tf.data.spec import HIST_CATEGORIES, HIST_ITEMS, TIME_GAP
-from dare_tf.serving.client import as_ids, explained_behaviours, rank_results, rank_tensors
+from dare_tf.serving.client import as_ids, explained_behaviours, rank_results, rank_tensors, row_errors
 from dare_tf.signatures import DATASET_SIGNATURE, ITEM_FIELDS, RANK, RANK_EXPLAIN, versions
 
 
@@ -44,7 +44,7 @@ class LocalModel:
             raise ValueError(f"{self.path}: no signature {signature!r} (has {sorted(self.module.signatures)})")
         function = self.module.signatures[signature]
         outputs = function(**{k: tf.constant(v) for k, v in inputs.items()})
-        return {k: v.numpy() for k, v in outputs.items()}
+        return row_errors(signature, {k: v.numpy() for k, v in outputs.items()})
 
 
 def dataset_of(model, role: str) -> dict:

@@ -72,9 +72,14 @@ class RestHandler(BaseHTTPRequestHandler):
             self.close_connection = True
             self._reply(411, {"error": "a body needs a Content-Length (chunked bodies are not taken)"})
             return None
+        lengths = self.headers.get_all("Content-Length") or []
+        if len(set(v.strip() for v in lengths)) > 1 or any("," in v for v in lengths):
+            self.close_connection = True  # (RFC 9112 6.3: which body is meant cannot be told)
+            self._reply(400, {"error": f"Content-Length is given more than once, differently ({', '.join(lengths)})"})
+            return None
         try:
-            length = int(self.headers.get("Content-Length", 0))
-            if length < 0:
+            length = int(lengths[0] if lengths else 0)
+            if length < 0 or not (lengths[0].strip().isdigit() if lengths else True):
                 raise ValueError
         except ValueError:
             self.close_connection = True

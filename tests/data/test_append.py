@@ -91,6 +91,16 @@ def test_days_appended_one_by_one_are_the_days_prepared_at_once(taobao_days, tmp
     spec = append(_days(TAOBAO, days[-2], days[-2], tmp_path / "day1.csv"), grown)
     assert spec.protocol["windows"]["test"] == days[-2] * DAY  # the new day is the test window
     last_day = _days(TAOBAO, days[-1], days[-1], tmp_path / "day2.csv")
+    # Issue 45 (11): a history store that cannot be opened refuses the day before the dataset takes it.
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "mine.txt").write_text("mine")
+    refused = subprocess.run([sys.executable, "-m", "data.prepare", "--append", f"--output_dir={grown}",
+                              f"--input={last_day}", f"--histories=lmdb:{tmp_path / 'notes'}"], cwd=REPO,
+                             capture_output=True, text=True)
+    assert refused.returncode == 1 and refused.stderr.strip().splitlines() == [
+        f"error: lmdb:{tmp_path / 'notes'}: not a history store (no data.mdb in {tmp_path / 'notes'}); give an empty "
+        "or new directory"], refused.stderr
+    assert DatasetSpec.load(grown) == spec  # the day was not appended
     histories = f"lmdb:{tmp_path / 'histories'}"
     command = [sys.executable, "-m", "data.prepare", "--append", f"--output_dir={grown}", f"--input={last_day}",
                f"--histories={histories}"]

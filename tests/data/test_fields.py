@@ -210,6 +210,10 @@ def test_tmall_preset_reads_seller_and_brand(tmp_path):
     ("user=u,item=i,time=t,field:2x=b", "--columns: field:2x: a field's name must be an identifier other than"),
     ("user=u,item=i,time=t,field:a=b,field:c=b", "--columns: field:a=b and field:c=b: one column is given to two "
      "fields"),
+    # Issue 45 (11): a field on the category's column, and two roles on one column, were accepted.
+    ("user=u,item=i,category=c,time=t,field:brand=c", "--columns: category=c and field:brand=c: one column is "
+     "given to two roles"),
+    ("user=0,item=0,time=2", "--columns: user=0 and item=0: one column is given to two roles"),
 ])
 def test_bad_field_columns_are_refused_in_one_line(columns, message):
     with pytest.raises(LogFormatError) as e:

@@ -122,8 +122,9 @@ def test_bad_custom_logs_are_named(tmp_path):
         prepare(missing, good, str(tmp_path / "o"), SMALL)
     no_header = LogFormat(name="csv", file_format="csv", columns=(("user", "0"), ("item", "1"), ("time", "7"),
                                                                   ("label", "4")))
-    with pytest.raises(LogFormatError, match="time=7: .* has no header and 5 fields per line, so columns are named "
-                                             "by 0-based index 0..4"):
+    with pytest.raises(LogFormatError, match=re.escape(
+            f"{good}:1: 5 field(s) ('user,item,cat,ts,clicked'), but --columns=time=7 reads field 7 (0-based): a "
+            "malformed line, or a field past the line's (pass --header if it names the columns)")):
         prepare(no_header, good, str(tmp_path / "o"), SMALL)
     label = _csv(tmp_path, "label.csv", HEADER + BODY + "4,5,1,200,2\n")
     with pytest.raises(BadLineError, match="label.csv:32: label \\(column 'clicked'\\) must be 0 or 1, got '2'"):
@@ -187,6 +188,12 @@ def test_bad_parquet_logs_are_named(tmp_path):
     pq.write_table(negative, str(tmp_path / "negative.parquet"))
     with pytest.raises(BadLineError, match="negative.parquet: row 1: user \\(column 'user'\\) is negative: '-5'"):
         prepare(fmt, str(tmp_path / "negative.parquet"), str(tmp_path / "o"), protocol)
+    # Issue 45 (11): a uint64 id past int64 was reported as negative.
+    huge = table.set_column(0, "user", pa.array([2**63 + 5] + table.column("user").to_pylist()[1:], pa.uint64()))
+    pq.write_table(huge, str(tmp_path / "huge.parquet"))
+    with pytest.raises(BadLineError, match="huge.parquet: row 1: user \\(column 'user'\\) does not fit a 64-bit "
+                                           "integer: '9223372036854775813'"):
+        prepare(fmt, str(tmp_path / "huge.parquet"), str(tmp_path / "o"), protocol)
     with pytest.raises(LogFormatError, match="clicks.parquet has no column 'cat'; its columns are: user, item, "
                                              "event, ts"):
         prepare(LogFormat(name="parquet", file_format="parquet", columns=fmt.columns + (("category", "cat"),),
@@ -255,3 +262,43 @@ def test_a_model_trains_and_evaluates_on_an_impression_log(tmp_path):
         assert results["per_seed"][0]["steps"] == (2 * spec.counts["train"] // 64 if in_memory_mb
                                                     else 2 * -(-spec.counts["train"] // 64))
         assert 0.0 <= results["test"]["auc"] <= 1.0 and np.isfinite(results["test"]["logloss"])
+
+
+def test_a_byte_order_mark_before_the_first_line_is_not_part_of_a_column(tmp_path):
+    """Issue 45 (10): a UTF-8 BOM before the header (as spreadsheets save CSV) gave
+    `has no column 'user_id'` with the BOM invisible. The mark is not read as part
+    of the first column, with a header or without; the rows are the same."""
+    from dare_tf.data.log_reader import read_clicks
+
+    columns = (("user", "user_id"), ("item", "item"), ("category", "cat"), ("time", "ts"))
+    named = LogFormat(name="csv", file_format="csv", header=True, columns=columns)
+    plain = _csv(tmp_path, "plain.csv", "user_id,item,cat,ts\n" + "".join(
+        f"{u},{i},{i % 4},{100 + i}\n" for u in (1, 2, 3) for i in range(10)))
+    marked = tmp_path / "marked.csv"
+    marked.write_bytes(b"\xef\xbb\xbf" + open(plain, "rb").read())
+    a, b = read_clicks(plain, named), read_clicks(str(marked), named)
+    for column in ("user", "item", "category", "time"):
+        np.testing.assert_array_equal(getattr(a, column), getattr(b, column))
+    headless = LogFormat(name="csv", file_format="csv", columns=(("user", "0"), ("item", "1"), ("category", "2"),
+                                                                    ("time", "3")))
+    bare = tmp_path / "bare.csv"
+    bare.write_bytes(b"\xef\xbb\xbf" + b"".join(open(plain, "rb").readlines()[1:]))
+    np.testing.assert_array_equal(read_clicks(str(bare), headless).user, a.user)
+
+
+def test_a_quoted_field_with_a_line_break_is_named_as_such(tmp_path):
+    """Issue 45 (11): a quoted field holding a line break was reported as its second
+    half's field count (or, skipped, its first half read as a row). The line where
+    the quote opens is named; with --skip_bad_lines both halves are skipped."""
+    from dare_tf.data.log_reader import read_clicks
+
+    path = _csv(tmp_path, "quoted.csv", 'user,item,ts,note\n1,2,100,"ok"\n1,3,101,"line one\nline two"\n2,4,102,x\n')
+    fmt = LogFormat(name="csv", file_format="csv", header=True, columns=(("user", "user"), ("item", "item"),
+                                                                         ("time", "ts")))
+    with pytest.raises(BadLineError, match=re.escape(
+            f"{path}:3: a quoted field that does not end on its line (a line break inside quotes: one row is one line "
+            "here; remove the line breaks from quoted fields): '1,3,101,\"line one' (use --skip_bad_lines to skip and "
+            "count such lines)")):
+        read_clicks(path, fmt)
+    skipped = read_clicks(path, fmt, skip_bad_lines=True)
+    assert skipped.item.tolist() == [2, 4] and skipped.bad_lines == 2

@@ -119,6 +119,13 @@ def test_a_request_missing_a_field_or_with_another_is_refused_naming_it(exported
                                hist["hist_categories"], fields=bad)
             assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             assert message in e.value.details() and "\n" not in e.value.details()
+        # Issue 45: a negative time gap (a behaviour after the request's time) is its row's own error.
+        future = dict(fields, hist_time_gap=[list(g) for g in fields["hist_time_gap"]])
+        future["hist_time_gap"][2][-1] = -5
+        with pytest.raises(ValueError, match=r"^serving_default: row 2 of the request was refused: hist_time_gap "
+                                             r"holds a negative gap, -5 \(a behaviour after the request's time\)$"):
+            client.predict(targets["target_item"], targets["target_category"], hist["hist_items"],
+                           hist["hist_categories"], fields=future)
         client.close()
     finally:
         server.stop(0).wait()

@@ -233,3 +233,30 @@ def test_remaining_baselines_export_with_explain(setup, rng, tmp_path, preset):
         np.testing.assert_allclose(matches.mean(-1), weight, atol=1e-6)
     else:
         assert "hash_matches" not in out
+
+
+@pytest.mark.xdist_group("serving_setup")
+def test_an_edited_id_map_is_refused_by_the_export_and_the_history_load(setup, tmp_path):
+    """Issue 45 (10): two raw ids swapped in item_ids.txt were exported without a word
+    (the id maps were outside the integrity checks): every raw id would score as
+    another item. The table's sha256 is recorded at preparation and checked."""
+    import shutil
+
+    from dare_tf.data.spec import SpecError
+    from dare_tf.histories import open_store
+    from dare_tf.histories.prepared import load_prepared
+
+    data = str(tmp_path / "data")
+    shutil.copytree(setup["data_dir"], data)
+    path = os.path.join(data, "item_ids.txt")
+    lines = open(path).read().splitlines(keepends=True)
+    lines[0], lines[1] = lines[1], lines[0]
+    open(path, "w").write("".join(lines))
+    message = (f"^{path}: its sha256 is [0-9a-f]{{16}}, not the [0-9a-f]{{16}} that spec.json records: the file was "
+               "changed after preparation, and raw ids mapped through it would be other ids; restore it, or prepare "
+               "the dataset again$")
+    with pytest.raises(SpecError, match=message):
+        export_lib.export_saved_model(setup["model"], data, str(tmp_path / "exports"), "dare")
+    assert not os.path.exists(tmp_path / "exports" / "dare" / "1")
+    with open_store(f"lmdb:{tmp_path / 'histories'}") as store, pytest.raises(SpecError, match=message):
+        load_prepared(store, data)

@@ -57,6 +57,16 @@ def test_export_names_stay_inside_the_export_base_and_a_users_models_config_is_m
     (base / "models.config").write_text(users)
     (base / "batching_parameters.txt").write_text("max_batch_size { value: 32 }\n")
     os.makedirs(os.path.join(model_base(str(base), "dare"), "1"))
+    # Issue 45 (10, 11): the server's own files, and a user's directory, are no model name.
+    for name in ("models.config", "batching_parameters.txt"):
+        with pytest.raises(ValueError, match=f"^model_name='{name}': the name of the server's file that serving.export "
+                                             f"writes beside the models in {base}; pick another name$"):
+            model_base(str(base), name)
+    with pytest.raises(ValueError, match=f"^model_name='theirs': {base / 'theirs'} exists and was not written by "
+                                         "serving.export \\(no .dare_tf_export in it\\); nothing of it is replaced: "
+                                         "pick another name or --export_base$"):
+        model_base(str(base), "theirs")
+    assert sorted(os.listdir(base / "theirs")) == ["7"]
     write_server_configs(str(base))
     merged = (base / "models.config").read_text()
     assert merged.startswith(users[:users.rindex("}")]) and merged.endswith("}\n")  # theirs kept byte for byte
@@ -78,3 +88,21 @@ def test_export_names_stay_inside_the_export_base_and_a_users_models_config_is_m
     (base / "models.config").write_text("nonsense {")
     with pytest.raises(ValueError, match="models.config: not a TF Serving model config"):
         write_server_configs(str(base))
+
+
+def test_a_models_config_in_angle_brackets_is_merged_into(tmp_path):
+    """Issue 45 (11): text format also writes a message as `< ... >`; such a
+    models.config was refused as holding no model_config_list."""
+    from dare_tf.export import write_server_configs
+    from dare_tf.export.tf_serving import model_base
+    from dare_tf.testing.standin_server import read_model_config
+
+    base = tmp_path / "exports"
+    os.makedirs(base)
+    theirs = 'model_config_list <\n  config < name: "theirs" base_path: "/models/theirs" >\n>\n'
+    (base / "models.config").write_text(theirs)
+    os.makedirs(os.path.join(model_base(str(base), "dare"), "1"))
+    write_server_configs(str(base))
+    assert (base / "models.config").read_text().startswith(theirs[:theirs.rindex(">")])
+    assert read_model_config(str(base / "models.config")) == {"theirs": str(base / "theirs"),
+                                                              "dare": str(base / "dare")}

@@ -57,6 +57,13 @@ def test_load_append_show(taobao, tmp_path):
     assert by_preset.returncode == 0 and "appended 1 clicks" in by_preset.stdout, by_preset.stderr
     shown = json.loads(histories("show", f"--store={store}", f"--user_id={raw_user}", "--max_len=1").stdout)
     assert shown["items"] == [558]
+    # Issue 45 (11): a garbage line read first from standard input is named as the line it is.
+    garbage = histories("append", f"--store={store}", "--input=-", "--columns=user=0,item=1,category=2,time=3",
+                        stdin="garbage\n")
+    assert garbage.returncode == 1 and garbage.stderr.strip().splitlines() == [
+        "error: standard input (the batch from line 1):1: 1 field(s) ('garbage'), but --columns=item=1 reads field 1 "
+        "(0-based): a malformed line, or a field past the line's (pass --header if it names the columns); 0 clicks "
+        "of standard input were appended in all"], garbage.stderr
     for args, message in [
             (("show", f"--store=lmdb:{tmp_path / 'none'}", "--user_id=1"), "not a history store (no data.mdb"),
             (("show", f"--store={store}", "--user_id=99999999999999999999"), "--user_id=99999999999999999999: does "

@@ -72,8 +72,8 @@ def test_rest_never_reads_a_body_as_the_next_request_and_bounds_its_workers(setu
     from dare_tf.testing.standin_server import LoadedModel, _HTTPServer
 
     port = int(setup["rest"].rsplit(":", 1)[1])
-    good = json.dumps({"inputs": {"target_item": [1], "target_category": [1], "hist_items": [[3]],
-                                  "hist_categories": [[1]]}}).encode()
+    good = json.dumps({"inputs": {"target_item": [1], "target_category": [1], "hist_items": [[-2, 3]],
+                                  "hist_categories": [[-2, 1]]}}).encode()
 
     def request(method, path, body=b"", headers=()):
         head = f"{method} {path} HTTP/1.1\r\nHost: x\r\n" + "".join(f"{h}\r\n" for h in headers)
@@ -111,6 +111,14 @@ def test_rest_never_reads_a_body_as_the_next_request_and_bounds_its_workers(setu
     got = answers(request("POST", "/v1/models/dare:predict", b"5\r\nhello\r\n0\r\n\r\n" + smuggled,
                           headers=("Transfer-Encoding: chunked",)), 1)
     assert got == [(411, {"error": "a body needs a Content-Length (chunked bodies are not taken)"})], got
+    # Issue 45 (9): two different Content-Lengths (the first won): 400, the connection closed (RFC 9112 6.3).
+    got = answers(request("POST", "/v1/models/dare:predict", good + smuggled, headers=(
+        f"Content-Length: {len(good)}", f"Content-Length: {len(good) + len(smuggled)}")), 2)
+    assert got == [(400, {"error": f"Content-Length is given more than once, differently ({len(good)}, "
+                                   f"{len(good) + len(smuggled)})"})], got
+    got = answers(request("POST", "/v1/models/dare:predict", good, headers=(
+        f"Content-Length: {len(good)}", f"Content-Length: {len(good)}")), 1)  # the same twice: one length
+    assert [code for code, _ in got] == [200], got
     got = answers(request("GET", "/v1/models/dare") + request("GET", "/v1/models/dare/versions/7") +
                   request("DELETE", "/v1/models/dare"), 3)
     assert got[0] == (200, {"model_version_status": [{"version": "1", "state": "AVAILABLE",

@@ -41,6 +41,20 @@ def test_a_run_configuration_the_dataset_cannot_hold_is_refused_with_the_flag(ta
         effective_model_config(TrainConfig.create(model_overrides=dict(top_k=500)), spec, one_device)
     with pytest.raises(ValueError, match="^ModelConfig.max_len: must be >= 1, got 0$"):
         TrainConfig.create(model_overrides=dict(max_len=0))  # (at configuration time, before any dataset)
+    # Issue 45 (10): a step that cannot fit (an internal reshape error, or the OOM killer, at 1,048,576) is
+    # refused before anything is built, naming the memory it needs; DARE d=16 holds 8 x 96 + 64 bytes a slot.
+    from dare_tf.training.config import check_step_memory, memory_bytes
+
+    huge = TrainConfig.create(model_overrides=dict(max_len=2**20), batch_size=256).model
+    assert memory_bytes() < 208 * 2**30  # (this machine's: the effective config below is refused)
+    with pytest.raises(ValueError, match=r"^max_len=1048576 at batch_size=256: one training step holds about 208.0 GiB "
+                                         r"for its histories \(256 x 1,048,576 slots of 832 bytes\), more than this "
+                                         r"machine's 8.0 GiB; lower --max_len or --batch_size$"):
+        check_step_memory(huge, 256, available=8 * 2**30)
+    with pytest.raises(ValueError, match=r"^max_len=1048576 at batch_size=256: one training step holds about 208.0 "):
+        effective_model_config(TrainConfig.create(model_overrides=dict(max_len=2**20), batch_size=256), spec,
+                               one_device)
+    check_step_memory(TrainConfig.create(model_overrides=dict(max_len=200), batch_size=256).model, 256)
     with pytest.raises(FileNotFoundError, match="spec.json not found"):
         DatasetSpec.load(taobao + "/nowhere")
 
