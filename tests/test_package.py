@@ -208,6 +208,7 @@ TESTED_WITH = {
     "dare_tf.data.beam": "tests/data/test_prepare.py",
     "dare_tf.data.beam_statistics": "tests/data/test_prepare.py",
     "dare_tf.data.log_reader": "tests/data/test_logs.py",
+    "dare_tf.data.parquet_log": "tests/data/test_logs.py",  # (Parquet logs, through the log reader)
     "dare_tf.data.pipeline": "tests/data/test_records.py",
     "dare_tf.data.prepared": "tests/data/test_prepare.py",
     "dare_tf.data.protocol": "tests/data/test_prepare.py",
@@ -216,6 +217,7 @@ TESTED_WITH = {
     "dare_tf.data.synthetic": "tests/retrieval/test_planted_candidates.py",
     "dare_tf.demo": "tests/test_programs.py",
     "dare_tf.export.retrieval": "tests/serving/test_cascade.py",
+    "dare_tf.export.rows": "tests/export/test_rank.py",  # each row's own error, alone and merged
     "dare_tf.histories.base": "tests/histories/test_stores.py",
     "dare_tf.histories.lmdb_store": "tests/histories/test_stores.py",
     "dare_tf.histories.prepared": "tests/histories/test_stores.py",

@@ -29,6 +29,7 @@ from absl import logging
 from dare_tf.data.logs import (ACTION_FIELD, FIELD_ROLE, FILE_FORMATS, INT64_MAX, INT_ROLES, BadLineError, Clicks,
                                LogFormat, LogFormatError, check_fields, check_text, content_end, in_time_order,
                                resolved_columns, time_sorted)
+from dare_tf.data.parquet_log import int64_values, parquet_plan
 
 BLOCK_BYTES = 64 << 20  # bytes of a CSV/TSV block parsed at once (a Beam work item)
 
@@ -200,7 +201,7 @@ class _BlockParser:
             bad |= null
         ints = {}
         for role in self.int_roles:
-            values, huge = _int64(columns[role])
+            values, huge = int64_values(columns[role])
             wrong = (values < 0) if role != "label" else ~np.isin(values, (0, 1))
             if wrong.any() and not reasons[role][0][wrong].all():
                 reasons[role] = (reasons[role][0] | wrong, "must be 0 or 1" if role == "label" else "is negative")
@@ -210,7 +211,7 @@ class _BlockParser:
             ints[role] = values
         for role in self.field_roles:
             null = np.asarray(columns[role].is_null().to_numpy(zero_copy_only=False))
-            values, huge = _int64(columns[role])
+            values, huge = int64_values(columns[role])
             reasons[role] = (huge, "does not fit a 64-bit integer") if huge.any() else (values < 0, "is negative")
             bad |= (values < 0) | huge
             ints[role] = _own_values(np.where(null, -1, values), ints["item"])
@@ -245,51 +246,10 @@ class _BlockParser:
                       click_code=self.fmt.click_code if self.action_role else None)
 
 
-def _int64(array) -> tuple[np.ndarray, np.ndarray]:
-    """A Parquet column's values as int64 (nulls 0), and where an unsigned value is
-    past int64's range (the cast would make it negative)."""
-    values = np.asarray(array.fill_null(0).to_numpy(zero_copy_only=False))
-    huge = values > np.iinfo(np.int64).max if values.dtype == np.uint64 else np.zeros(len(values), bool)
-    return values.astype(np.int64), huge
-
-
 def _own_values(values: np.ndarray, items: np.ndarray) -> np.ndarray:
     """A field's values with its empty cells (-1) as the item's own value, `-1 - item`."""
     values = np.asarray(values, np.int64)
     return np.where(values < 0, -1 - np.asarray(items, np.int64), values)
-
-
-def _parquet_plan(path: str, fmt: LogFormat) -> BlockPlan:
-    import pyarrow.parquet as pq
-
-    try:
-        meta = pq.ParquetFile(path)
-    except (pa.ArrowInvalid, OSError) as e:
-        raise LogFormatError(f"{path}: not a Parquet file ({e})") from None
-    schema = meta.schema_arrow
-    names = tuple(schema.names)
-    roles = resolved_columns(fmt, path, names)
-    for role, column in roles.items():
-        kind = schema.field(column).type
-        ok = (pa.types.is_integer(kind) or (role == "time" and (pa.types.is_timestamp(kind) or pa.types.is_date(kind)))
-              or (role == "action" and (pa.types.is_string(kind) or pa.types.is_large_string(kind)
-                                        or pa.types.is_integer(kind) or pa.types.is_dictionary(kind))))
-        if not ok:
-            expected = "a string or integer type" if role == "action" else "an integer type" + (
-                " (or a timestamp)" if role == "time" else "")
-            raise LogFormatError(f"{path}: column {column!r} ({role}) has type {kind}; expected {expected}")
-    blocks, first = [], 1
-    for group in range(meta.num_row_groups):
-        rows = meta.metadata.row_group(group).num_rows
-        blocks.append((group, rows, first))
-        first += rows
-    if not blocks or first == 1:
-        raise ValueError(f"{path}: input log has no data rows")
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            digest.update(chunk)
-    return BlockPlan(digest.hexdigest(), blocks, names)
 
 
 # UTF-8's byte-order mark, which spreadsheet programs write before a CSV's first line.
@@ -312,7 +272,7 @@ def plan_blocks(path: str, fmt: LogFormat, block_bytes: int = BLOCK_BYTES) -> Bl
     if os.path.getsize(path) == 0:
         raise ValueError(f"{path}: input log is empty")
     if fmt.file_format == "parquet":
-        return _parquet_plan(path, fmt)
+        return BlockPlan(*parquet_plan(path, fmt))
     delimiter = FILE_FORMATS[fmt.file_format]
     check_text(path, fmt)
     digest = hashlib.sha256()

@@ -6,7 +6,6 @@ write. Both preparation drivers (`dare_tf.data.protocol`, in memory, and
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import shutil
@@ -16,7 +15,7 @@ from absl import logging
 
 from dare_tf._files import clean_stale, guard_output_dir, one_writer, replace_directory, staging_dir
 from dare_tf.data.logs import ACTION_FIELD, FORMATS, Clicks, LogFormat
-from dare_tf.data.records import ShardWriter, encode_examples, encode_store
+from dare_tf.data.records import ShardWriter, encode_examples, encode_store, file_sha256
 from dare_tf.data.spec import (APPEND_JOURNAL, APPEND_LOCK, FORMAT, ID_MAP_FILES, ITEM_CATEGORY_FILE,
                                ITEM_CLICKS_FILE, LEGACY_FORMATS, SEGMENT_KIND, SPEC_FILE, SPLITS, STORE_KIND,
                                DatasetSpec, SpecError, TABLE_FILES, append_pending, features_of, is_shard_name,
@@ -257,18 +256,10 @@ def source_fields(input_path: str, clicks: Clicks, fmt: LogFormat) -> dict:
                 bad_lines=clicks.bad_lines, log=fmt.to_json())
 
 
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def table_digests(directory: str, fields: list, rename=lambda name: name) -> dict[str, str]:
     """spec.json's `tables`: the sha256 of each table file of a dataset with
     `fields` that it holds (`rename`: where a file lies before its commit)."""
-    return {name: _sha256(os.path.join(directory, rename(name))) for name in (*TABLE_FILES, *field_files(fields))
+    return {name: file_sha256(os.path.join(directory, rename(name))) for name in (*TABLE_FILES, *field_files(fields))
             if os.path.exists(os.path.join(directory, rename(name)))}
 
 
@@ -280,7 +271,7 @@ def verify_tables(data_dir: str, spec: DatasetSpec | None = None) -> None:
     spec = DatasetSpec.load(data_dir) if spec is None else spec
     for name, expected in spec.tables.items():
         path = os.path.join(data_dir, name)
-        found = _sha256(path) if os.path.exists(path) else "absent"
+        found = file_sha256(path) if os.path.exists(path) else "absent"
         if found != expected:
             raise SpecError(f"{path}: its sha256 is {found[:16]}, not the {expected[:16]} that spec.json records: "
                             "the file was changed after preparation, and raw ids mapped through it would be other "
