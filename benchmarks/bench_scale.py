@@ -13,7 +13,9 @@ Usage: python benchmarks/bench_scale.py [--fraction 1.0] [--logs taobao,tmall] [
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
 import sys
 import tempfile
 
@@ -35,9 +37,12 @@ def generate(like: str, fraction: float, work: str) -> dict:
     seconds, peak_mib = measure(["data.synthetic", f"--like={like}", f"--fraction={fraction}", f"--output={out}"])
     rows = LIKE[like].rows if fraction == 1 else LIKE[like].scaled(fraction).rows
     written = os.path.getsize(out)
+    with open(out + ".truth.json") as f:
+        auc = json.load(f)["generator_auc"]
     os.remove(out)
     return {"log": like, "fraction": round(fraction, 6), "rows": rows, "seconds": round(seconds, 1),
-            "rows_per_s": round(rows / seconds), "peak_rss_mib": round(peak_mib), "mb_written": round(written / 1e6)}
+            "rows_per_s": round(rows / seconds), "peak_rss_mib": round(peak_mib), "mb_written": round(written / 1e6),
+            "generator_auc": round(auc, 4)}
 
 
 def main():
@@ -59,7 +64,7 @@ def main():
         large["target_s"] = GENERATE_TARGET_S if full else None
         large["seconds/target"] = round(large["seconds"] / GENERATE_TARGET_S, 2) if full else None
         rows += [small, large]
-    os.rmdir(work)
+    shutil.rmtree(work)
     print(print_table(rows, list(rows[0])))
     write_parts("bench_scale", {"generate": rows}, ["generate"], args.json)
 

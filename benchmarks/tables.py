@@ -45,11 +45,11 @@ TABLES = {
     ("bench_data", "workers"): (["workers", "worker", "peak_rss_mb", "store_mb", "steps"],
                                 "peak RSS (MB) and store memory (MB) per process, 200 steps on the 1M-row log"),
     ("bench_scale", "generate"): (["log", "fraction", "rows", "seconds", "rows_per_s", "rate/1M-row rate",
-                                   "peak_rss_mib", "mb_written", "target_s", "seconds/target"],
+                                   "peak_rss_mib", "mb_written", "generator_auc", "target_s", "seconds/target"],
                                   "`data.synthetic --like` (dare_tf.data.lifelike) on this 2-core machine, each run "
                                   "in its own process: a 1M-row log and the real size (fraction 1), wall seconds, "
                                   "rows per second and its ratio to the 1M-row log's, peak RSS (MiB), MB written, "
-                                  "and seconds against the issue's target of 300"),
+                                  "the generator's own test AUC, and seconds against the issue's target of 300"),
     ("bench_layers", "presets"): (["preset", "batch", "graph", "xla", "xla/graph"],
                                   "forward+backward samples/s of every preset (L=200, K=20, d=16, 50k items): the "
                                   "step as one graph, and with the model's dense stages compiled by XLA inside it"),
