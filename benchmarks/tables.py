@@ -50,6 +50,13 @@ TABLES = {
                                   "in its own process: a 1M-row log and the real size (fraction 1), wall seconds, "
                                   "rows per second and its ratio to the 1M-row log's, peak RSS (MiB), MB written, "
                                   "the generator's own test AUC, and seconds against the issue's target of 300"),
+    ("bench_scale", "prepare"): (["log", "fraction", "rows", "seconds", "rows_per_s", "rate/1M-row rate",
+                                  "peak_rss_mib", "mb_written", "users", "examples", "target_s", "seconds/target"],
+                                 "`data.prepare` (the in-memory driver, its default protocol; Tmall with "
+                                 "`--fields=seller,brand`) of the generated logs above, each in its own process: "
+                                 "wall seconds, log rows per second and its ratio to the 1M-row log's, peak RSS (MiB), "
+                                 "MB written, qualifying users, examples, and seconds against the issue's target of "
+                                 "1,200 (at no more than 12 GB peak)"),
     ("bench_layers", "presets"): (["preset", "batch", "graph", "xla", "xla/graph"],
                                   "forward+backward samples/s of every preset (L=200, K=20, d=16, 50k items): the "
                                   "step as one graph, and with the model's dense stages compiled by XLA inside it"),
