@@ -33,6 +33,8 @@ depends on that request alone.
 import os
 import re
 
+import numpy as np
+
 from dare_tf.data.spec import CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS
 
 SERVING_DEFAULT = "serving_default"
@@ -55,6 +57,14 @@ RANK_REQUEST_INPUTS = {HIST_ITEMS: 2, HIST_CATEGORIES: 2, HIST_LENGTH: 1, CANDID
 MAX_BATCH_SIZE = 256
 # Candidates per user a `rank` request may carry (serving.export --max_candidates).
 MAX_CANDIDATES = 1000
+
+
+def with_width_column(values: np.ndarray) -> np.ndarray:
+    """`[rows, T]` int64 values behind the leading column of minus the request's
+    width (`-(T + 1)`, the column counted), as every 2-D input row of the ranker's
+    signatures starts."""
+    values = np.asarray(values, np.int64)
+    return np.concatenate([np.full((len(values), 1), -(values.shape[1] + 1), np.int64), values], axis=1)
 
 
 def versions(model_base: str) -> list[int]:

@@ -207,6 +207,7 @@ TESTED_WITH = {
     "dare_tf.config": "tests/test_models.py",
     "dare_tf.data.beam": "tests/data/test_prepare.py",
     "dare_tf.data.beam_statistics": "tests/data/test_prepare.py",
+    "dare_tf.data.dataset_dir": "tests/data/test_prepare.py",  # (its guard; its lock: tests/data/test_append.py)
     "dare_tf.data.log_reader": "tests/data/test_logs.py",
     "dare_tf.data.parquet_log": "tests/data/test_logs.py",  # (Parquet logs, through the log reader)
     "dare_tf.data.pipeline": "tests/data/test_records.py",

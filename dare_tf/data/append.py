@@ -36,8 +36,9 @@ from dare_tf.data.days import DAY, Catalogue, day_name, write_days, write_store
 from dare_tf.data.fields import field_files, field_id_file
 from dare_tf.data.log_reader import read_log
 from dare_tf.data.logs import ACTION_FIELD, LogFormat, dense_ids
+from dare_tf.data.dataset_dir import table_digests, verify_tables
 from dare_tf.data.prepared import (item_categories, layout_fields, make_spec, read_item_clicks, read_item_field,
-                                   table_digests, verify_tables, write_field_maps, write_id_maps, write_item_clicks)
+                                   write_field_maps, write_id_maps, write_item_clicks)
 from dare_tf.data.protocol import Protocol, time_windows
 from dare_tf.data.records import read_shards
 from dare_tf.data.spec import (APPEND_JOURNAL, SPEC_FILE, STORE_KIND, STORE_TIMES, TABLE_FILES, TIME_GAP,

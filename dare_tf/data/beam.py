@@ -36,9 +36,9 @@ from absl import logging
 from dare_tf.data.log_reader import parse_block, plan_blocks
 from dare_tf.data.logs import check_fields
 from dare_tf.data.logs import LogFormat
-from dare_tf.data.prepared import (PartitionedWriter, check_compression, guard_dataset_dir, layout_fields,
-                                   log_format, make_spec, write_field_maps, write_id_maps, write_item_clicks,
-                                   write_prepared)
+from dare_tf.data.dataset_dir import guard_dataset_dir, write_prepared
+from dare_tf.data.prepared import (PartitionedWriter, check_compression, layout_fields, log_format, make_spec,
+                                   write_field_maps, write_id_maps, write_item_clicks)
 from dare_tf.data.beam_statistics import merge_summaries, statistics, user_ranks, user_summaries
 from dare_tf.data.days import (DAY, clicks_by_day, day_item_summaries, example_names, merge_day_items, table_columns,
                                user_examples)

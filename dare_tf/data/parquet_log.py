@@ -4,12 +4,11 @@ values as int64."""
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 import pyarrow as pa
 
 from dare_tf.data.logs import LogFormat, LogFormatError, resolved_columns
+from dare_tf.data.records import file_sha256
 
 
 def int64_values(array) -> tuple[np.ndarray, np.ndarray]:
@@ -50,8 +49,4 @@ def parquet_plan(path: str, fmt: LogFormat) -> tuple[str, list[tuple[int, int, i
         first += rows
     if not blocks or first == 1:
         raise ValueError(f"{path}: input log has no data rows")
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            digest.update(chunk)
-    return digest.hexdigest(), blocks, names
+    return file_sha256(path), blocks, names

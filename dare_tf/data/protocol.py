@@ -45,9 +45,10 @@ from dare_tf.data.days import build_time_split
 from dare_tf.data.examples import (MIN_IMPRESSIONS, USERS_PER_CHUNK, LogStatistics, UserRows, chunk_examples,
                                    qualifying_users, store_rows)
 from dare_tf.data.logs import Clicks, LogFormat
-from dare_tf.data.prepared import (MAX_PARTITIONS, PartitionedWriter, allow_open_files,
-                                   check_compression, guard_dataset_dir, layout_fields, log_format, make_spec,
-                                   source_fields, write_field_maps, write_id_maps, write_item_clicks, write_prepared)
+from dare_tf.data.dataset_dir import guard_dataset_dir, write_prepared
+from dare_tf.data.prepared import (MAX_PARTITIONS, PartitionedWriter, allow_open_files, check_compression,
+                                   layout_fields, log_format, make_spec, source_fields, write_field_maps,
+                                   write_id_maps, write_item_clicks)
 from dare_tf.data.fields import DenseFields, spec_fields
 from dare_tf.data.log_reader import read_log
 from dare_tf.data.logs import dense_ids

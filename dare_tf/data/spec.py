@@ -208,7 +208,7 @@ class DatasetSpec:
             the derived time gap's `edges`; absent from spec.json when none.
         tables: the sha256 of each table file (id maps, item tables), as
             preparation wrote them: checked before raw ids are mapped through
-            them (`dare_tf.data.prepared.verify_tables`); absent in datasets
+            them (`dare_tf.data.dataset_dir.verify_tables`); absent in datasets
             prepared before it was recorded.
     """
 

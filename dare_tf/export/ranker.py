@@ -74,7 +74,7 @@ from dare_tf._files import clean_stale, require_space, staging_dir, variables_by
 from dare_tf.data.spec import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS, ID_MAP_FILES,
                                TARGET_CATEGORY, TARGET_ITEM, TIME_GAP, DatasetSpec, history_feature, id_map_digest,
                                read_id_map)
-from dare_tf.data.prepared import verify_tables
+from dare_tf.data.dataset_dir import verify_tables
 from dare_tf.export import rows
 from dare_tf.export.fields import ServedFields
 from dare_tf.export.tf_serving import (DATASET_INPUT, DATASET_SIGNATURE, WARMUP_FILE, IdTable, dataset_outputs,
@@ -129,7 +129,7 @@ class _ServingGraph:
                 f"input {name} must have shape {'[batch]' if rank == 1 else '[batch, history_length]'}"))
             for name, rank in self.input_ranks.items()]
         with tf.control_dependencies(rank_checks):  # before any op that relies on the ranks
-            raw = {name: _of_rank(raw[name], rank) for name, rank in self.input_ranks.items()}
+            raw = {name: rows.of_rank(raw[name], rank) for name, rank in self.input_ranks.items()}
         hist_items, batch = raw[HIST_ITEMS], tf.shape(raw[TARGET_ITEM])[0]
         targets = [n for n, rank in self.input_ranks.items() if rank == 1 and n != TARGET_ITEM]
         histories = [n for n, rank in self.input_ranks.items() if rank == 2]
@@ -154,8 +154,8 @@ class _ServingGraph:
                 row_checks.append(rows.negative_gaps(raw[TIME_GAP_INPUT], real))
             error = rows.first_error(tf.shape(hist_items)[0], row_checks)
             real &= (error == "")[:, None]
-            aligned = {name: _right_aligned(raw[name], real, self.max_len) for name in histories}
-            column = _right_aligned(column, real, self.max_len)
+            aligned = {name: rows.right_aligned(raw[name], real, self.max_len) for name in histories}
+            column = rows.right_aligned(column, real, self.max_len)
         real = column >= 0
         # A shared history ([1, T]) is mapped once, then repeated for every target.
         shared = tf.stack([batch // tf.maximum(tf.shape(hist_items)[0], 1), 1])
@@ -226,7 +226,7 @@ class _ServingGraph:
         histories = [n for n, rank in self.rank_ranks.items() if rank == 2 and n.startswith("hist_")]
         candidates = [n for n, rank in self.rank_ranks.items() if rank == 2 and n.startswith("candidate_")]
         with tf.control_dependencies(rank_checks):  # (static ranks once they are checked)
-            raw = {name: _of_rank(raw[name], rank) for name, rank in self.rank_ranks.items()}
+            raw = {name: rows.of_rank(raw[name], rank) for name, rank in self.rank_ranks.items()}
             users = tf.shape(raw[HIST_LENGTH])[0]
             shape_checks = [  # (TF Serving's batcher never merges requests these fail)
                 tf.debugging.assert_equal(tf.shape(raw[name])[0], users, message=(
@@ -283,48 +283,26 @@ class _ServingGraph:
         spec = {name: tf.io.FixedLenFeature([], tf.int64) if rank == 1 else tf.io.VarLenFeature(tf.int64)
                 for name, rank in self.input_ranks.items()}
         parsed = tf.io.parse_example(tf.reshape(serialized, [-1]), spec)
-        return tuple(parsed[name] if rank == 1 else _left_aligned(parsed[name])
+        return tuple(parsed[name] if rank == 1 else rows.left_aligned(parsed[name])
                      for name, rank in self.input_ranks.items())
 
+    def _answered(self, inputs):
+        """`predict` of serialized Examples: Classify and Regress have no per-row error,
+        so a refused row (a negative `hist_time_gap`) fails the request, naming it."""
+        out = self.predict(*self.parse_examples(inputs))
+        refused = out[ROW_ERROR] != ""
+        check = tf.debugging.Assert(~tf.reduce_any(refused), [
+            "an example of the request was refused:", tf.boolean_mask(out[ROW_ERROR], refused)[:1]])
+        with tf.control_dependencies([check]):
+            return tf.identity(out["probability"])
+
     def classify(self, inputs):
-        p = self.predict(*self.parse_examples(inputs))["probability"]
+        p = self._answered(inputs)
         classes = tf.tile(tf.constant([["0", "1"]]), [tf.shape(p)[0], 1])
         return {"classes": classes, "scores": tf.stack([1.0 - p, p], axis=1)}
 
     def regress(self, inputs):
-        return {"outputs": self.predict(*self.parse_examples(inputs))["probability"]}
-
-
-def _of_rank(x, rank: int):
-    """`x` with a static rank of 1 or 2, for the ops after its rank check: a reshape
-    that cannot fail before the check's own message (`[B]` or `[B, T]` unchanged)."""
-    if rank == 1:
-        return tf.reshape(x, [-1])
-    leading = tf.concat([tf.shape(x), [1]], 0)[0]  # (1 for a scalar)
-    return tf.reshape(x, tf.stack([leading, tf.reduce_prod(tf.shape(x)[1:])]))
-
-
-def _right_aligned(x, real, width: int):
-    """The `real` entries of each row of `x` `[B, T]`, in order, right-aligned in
-    `[B, width]` (the last `width` of them), -1 before them."""
-    def reverse(t):
-        return tf.reverse(t, axis=[1])
-
-    compacted = tf.ragged.boolean_mask(reverse(x), reverse(real))  # each row's real entries, newest first
-    compacted = compacted[:, :width].to_tensor(default_value=-1, shape=tf.stack([tf.shape(x)[0], width]))
-    return reverse(compacted)
-
-
-def _left_aligned(sparse: tf.SparseTensor) -> tf.Tensor:
-    """Dense [B, T + 1] of variable-length rows, each right-aligned (left-padded with
-    0) behind the leading column of minus the width that `serving_default` reads."""
-    dense = tf.sparse.to_dense(sparse, default_value=0)
-    lengths = tf.cast(tf.RaggedTensor.from_sparse(sparse).row_lengths(), tf.int32)
-    width = tf.shape(dense)[1]
-    index = tf.range(width)[None, :] - (width - lengths)[:, None]
-    valid = index >= 0
-    aligned = tf.where(valid, tf.gather(dense, tf.maximum(index, 0), batch_dims=1), tf.zeros_like(dense))
-    return tf.concat([tf.fill([tf.shape(dense)[0], 1], -tf.cast(width + 1, tf.int64)), aligned], axis=1)
+        return {"outputs": self._answered(inputs)}
 
 
 def _signatures(graph: _ServingGraph) -> dict:

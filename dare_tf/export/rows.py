@@ -1,4 +1,6 @@
-"""Per-row request checks of the exported ranker's signatures: a malformed row is
+"""The rows of the exported ranker's requests: their layout in the graph (a
+tensor's static rank, a history's real ids right-aligned, parsed Examples
+behind the leading column) and their per-row checks: a malformed row is
 answered with its own `error` message, never with an assertion that fails
 the batch TF Serving merged it into.
 
@@ -68,3 +70,35 @@ def as_wide(x, like) -> tf.Tensor:
     (`width_checks`), instead of an assertion failing the merged batch."""
     width, own = tf.shape(like)[1], tf.shape(x)[1]
     return tf.pad(x[:, :width], [[0, 0], [0, tf.maximum(width - own, 0)]])
+
+
+def of_rank(x, rank: int):
+    """`x` with a static rank of 1 or 2, for the ops after its rank check: a reshape
+    that cannot fail before the check's own message (`[B]` or `[B, T]` unchanged)."""
+    if rank == 1:
+        return tf.reshape(x, [-1])
+    leading = tf.concat([tf.shape(x), [1]], 0)[0]  # (1 for a scalar)
+    return tf.reshape(x, tf.stack([leading, tf.reduce_prod(tf.shape(x)[1:])]))
+
+
+def right_aligned(x, real, width: int):
+    """The `real` entries of each row of `x` `[B, T]`, in order, right-aligned in
+    `[B, width]` (the last `width` of them), -1 before them."""
+    def reverse(t):
+        return tf.reverse(t, axis=[1])
+
+    compacted = tf.ragged.boolean_mask(reverse(x), reverse(real))  # each row's real entries, newest first
+    compacted = compacted[:, :width].to_tensor(default_value=-1, shape=tf.stack([tf.shape(x)[0], width]))
+    return reverse(compacted)
+
+
+def left_aligned(sparse: tf.SparseTensor) -> tf.Tensor:
+    """Dense [B, T + 1] of variable-length rows, each right-aligned (left-padded with
+    0) behind the leading column of minus the width that `serving_default` reads."""
+    dense = tf.sparse.to_dense(sparse, default_value=0)
+    lengths = tf.cast(tf.RaggedTensor.from_sparse(sparse).row_lengths(), tf.int32)
+    width = tf.shape(dense)[1]
+    index = tf.range(width)[None, :] - (width - lengths)[:, None]
+    valid = index >= 0
+    aligned = tf.where(valid, tf.gather(dense, tf.maximum(index, 0), batch_dims=1), tf.zeros_like(dense))
+    return tf.concat([tf.fill([tf.shape(dense)[0], 1], -tf.cast(width + 1, tf.int64)), aligned], axis=1)

@@ -13,7 +13,8 @@ import tensorflow as tf
 from dare_tf.data.spec import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS, TARGET_CATEGORY,
                                TARGET_ITEM)
 from dare_tf.signatures import (CANDIDATE_COUNT, DATASET_SIGNATURE, HIST_LENGTH, MAX_BATCH_SIZE,  # noqa: F401
-                                RANK, SERVING_DEFAULT, versions)  # (DATASET_SIGNATURE, versions: re-exported)
+                                RANK, SERVING_DEFAULT, versions,  # (DATASET_SIGNATURE, versions: re-exported)
+                                with_width_column)
 
 CLASSIFY_METHOD = "tensorflow/serving/classify"
 REGRESS_METHOD = "tensorflow/serving/regress"
@@ -77,8 +78,7 @@ def warmup_requests(model_name: str, raw: dict, max_len: int, fields: dict | Non
                 **{f"{role}_{n}": np.full(shape, v, np.int64) for n, v in fields.items() if n not in history_only}}
 
     def led(values: dict) -> dict:  # every 2-D row behind its leading -width (`dare_tf.signatures`)
-        return {name: np.concatenate([np.full([len(v), 1], -v.shape[1] - 1, np.int64), v], axis=1)
-                if v.ndim == 2 else v for name, v in values.items()}
+        return {name: with_width_column(v) if v.ndim == 2 else v for name, v in values.items()}
 
     requests = [(SERVING_DEFAULT, led({
         TARGET_ITEM: np.full([batch], item, np.int64), TARGET_CATEGORY: np.full([batch], category, np.int64),

@@ -23,7 +23,7 @@ from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2,
 
 from dare_tf.data.spec import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS, MODEL_INPUTS,
                                TARGET_CATEGORY, TARGET_ITEM)
-from dare_tf.signatures import CANDIDATE_COUNT, HIST_LENGTH, RANK, RANK_EXPLAIN, ROW_ERROR
+from dare_tf.signatures import CANDIDATE_COUNT, HIST_LENGTH, RANK, RANK_EXPLAIN, ROW_ERROR, with_width_column
 
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE,)
 
@@ -52,13 +52,11 @@ def pad_histories(histories: Sequence[Sequence[int]], name: str = HIST_ITEMS) ->
     merged with a longer one with that leading `-T`, which `serving_default`
     reads as the row's own width."""
     rows = [as_ids(f"{name}[{i}]", h).reshape(-1) for i, h in enumerate(histories)]
-    width = max((len(h) for h in rows), default=0) + 1
-    out = np.zeros((len(rows), width), np.int64)
-    out[:, 0] = -width
+    out = np.zeros((len(rows), max((len(h) for h in rows), default=0)), np.int64)
     for row, history in enumerate(rows):
         if len(history):
             out[row, out.shape[1] - len(history):] = history
-    return out
+    return with_width_column(out)
 
 
 def left_aligned(rows: Sequence[Sequence[int]], name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -67,11 +65,10 @@ def left_aligned(rows: Sequence[Sequence[int]], name: str) -> tuple[np.ndarray, 
     `[U]`: the `rank` signature's layout (`dare_tf.signatures`)."""
     rows = [as_ids(f"{name}[{i}]", r).reshape(-1) for i, r in enumerate(rows)]
     lengths = np.array([len(r) for r in rows], np.int64)
-    out = np.zeros((len(rows), int(lengths.max(initial=0)) + 1), np.int64)
-    out[:, 0] = -out.shape[1]
+    out = np.zeros((len(rows), int(lengths.max(initial=0))), np.int64)
     for i, r in enumerate(rows):
-        out[i, 1:1 + len(r)] = r
-    return out, lengths
+        out[i, :len(r)] = r
+    return with_width_column(out), lengths
 
 
 def row_errors(signature: str, outputs: dict) -> dict:

@@ -300,10 +300,11 @@ def watch_versions(service: PredictionService, bases: dict[str, str], poll_s: fl
     def loop():
         while not stop.wait(poll_s):
             for name, base in bases.items():
+                found = versions(base)
+                if not found or found[-1] <= service.models[name].version:
+                    continue
                 try:
-                    found = versions(base)
-                    if found and found[-1] > service.models[name].version:
-                        service.switch(LoadedModel(base, name, found[-1]))
+                    service.switch(LoadedModel(base, name, found[-1]))
                 except Exception as e:  # noqa: BLE001 (a version that does not load: the others go on)
                     why = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
                     if failed.get((name, found[-1])) != why:

@@ -326,10 +326,10 @@ def test_a_whole_preparation_into_a_dataset_being_appended_to_is_refused(taobao_
     append(day, reference)
     assert_same_data(grown, reference)  # the append's dataset, whole
 
-    from dare_tf.data import prepared
+    from dare_tf.data import dataset_dir
 
     building = threading.Event()
-    real_build = prepared._write_prepared
+    real_build = dataset_dir._write_prepared
 
     def slow(output_dir, input_path, build):  # a whole preparation, paused inside its lock
         building.set()
@@ -337,7 +337,7 @@ def test_a_whole_preparation_into_a_dataset_being_appended_to_is_refused(taobao_
         release.wait(60)
         return real_build(output_dir, input_path, build)
 
-    monkeypatch.setattr(prepared, "_write_prepared", slow)
+    monkeypatch.setattr(dataset_dir, "_write_prepared", slow)
     release.clear()
     again = _copy(base, tmp_path / "again")
     writer = threading.Thread(target=lambda: prepare("taobao", TAOBAO, again, TIME))

@@ -126,6 +126,14 @@ def test_a_request_missing_a_field_or_with_another_is_refused_naming_it(exported
                                              r"holds a negative gap, -5 \(a behaviour after the request's time\)$"):
             client.predict(targets["target_item"], targets["target_category"], hist["hist_items"],
                            hist["hist_categories"], fields=future)
+        # Regress and Classify have no per-row error: the request fails with the row's reason (it was scored 0).
+        example = make_example(targets["target_item"][2], targets["target_category"][2], hist["hist_items"][2],
+                               hist["hist_categories"][2], {k: v[2] for k, v in future.items()})
+        with pytest.raises(grpc.RpcError) as e:
+            client.regress([example])
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert ("an example of the request was refused:" in e.value.details()
+                and "hist_time_gap holds a negative gap, -5" in e.value.details()), e.value.details()
         client.close()
     finally:
         server.stop(0).wait()

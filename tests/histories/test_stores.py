@@ -91,7 +91,7 @@ def test_readers_never_see_a_half_written_append(store_url):
     batch, batches = 50, 40
     with open_store(store_url, max_clicks=batch * batches) as store:
         torn, reads = [], [0]
-        done = threading.Event()
+        done, reading = threading.Event(), threading.Event()
 
         def read():
             with open_store(store_url, read_only=True) if store_url.startswith("redis") else _same(store) as reader:
@@ -99,9 +99,11 @@ def test_readers_never_see_a_half_written_append(store_url):
                     counts = np.bincount(reader.last([1]).items[0], minlength=batches + 1)[1:]
                     torn.extend(int(c) for c in counts if c not in (0, batch))
                     reads[0] += 1
+                    reading.set()
 
         thread = threading.Thread(target=read)
         thread.start()
+        reading.wait(30)  # (on a loaded machine the appends could all end before the reader's first read)
         for b in range(1, batches + 1):
             store.append(1, [b] * batch, [1] * batch, [b] * batch)
         done.set()
