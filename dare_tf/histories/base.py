@@ -189,5 +189,9 @@ class HistoryStore(abc.ABC):
         self.max_clicks = int(config["max_clicks"])
         self.fields = tuple(config.get("fields", ()))
         if fields is not None and tuple(fields) != self.fields:
+            missing = [name for name in self.fields if name not in fields]
+            how = (f"read {', '.join(missing)} from the log too (a preset's log: --fields="
+                   f"{','.join(self.fields)}; --columns: " + ",".join(f"field:{n}=COLUMN" for n in missing)
+                   + ") or use another store") if missing else "use another store"
             raise StoreError(f"{self.url}: the store's clicks have the fields {list(self.fields)}, not "
-                             f"{list(fields)}: a store keeps the fields it was created with; use another store")
+                             f"{list(fields)}: a store keeps the fields it was created with; {how}")

@@ -238,6 +238,16 @@ class CandidateMerger(tf.Module):
 
 
 
+SCORES_PER_BATCH = 1 << 27  # tower scores one batch holds at most ([B, C] float32: 512 MB)
+
+
+def score_rows(catalogue: int, batch_size: int) -> int:
+    """Histories scored at once against a catalogue of `catalogue` items: at most
+    `batch_size`, and few enough that their `[B, catalogue]` scores stay under
+    SCORES_PER_BATCH (at 4.16M items, 32 rows, not 256 rows' 4 GB)."""
+    return max(1, min(batch_size, SCORES_PER_BATCH // max(catalogue, 1)))
+
+
 def evaluate_sources(merger: CandidateMerger, tower_scores_fn, examples: dict, quota_choices, ks,
                      include_seen: bool = False, batch_size: int = 256) -> dict:
     """Recall@k of the positives `examples` (dense `hist_items`, `hist_categories`,
@@ -246,6 +256,7 @@ def evaluate_sources(merger: CandidateMerger, tower_scores_fn, examples: dict, q
     hist_categories)` gives `[B, C]` scores. Each batch's proposals are read once
     for every quota choice."""
     n = max(ks)
+    batch_size = score_rows(merger.size, batch_size)
     choices = {quota_key(q): q for q in quota_choices}  # (a choice listed twice is counted once)
     hits = {key: np.zeros(len(ks)) for key in choices}
     count = len(examples["target_item"])

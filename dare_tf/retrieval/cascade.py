@@ -27,7 +27,7 @@ from dare_tf.data.spec import TARGET_ITEM, DatasetSpec
 from dare_tf.metrics import CASCADE_CANDIDATES, CASCADE_K, hits_and_gains, rank_of, standard_error
 from dare_tf.retrieval.candidates import SOURCES, evaluate_sources, one_source, quota_key
 from dare_tf.retrieval.verdict import cascade_warnings
-from dare_tf.retrieval.training import RetrievalStage, positives, tower_scores
+from dare_tf.retrieval.training import RetrievalStage, positive_columns, positives, tower_scores
 from dare_tf.training.reranking import rerank
 
 CASCADE_FILE = "cascade.json"
@@ -69,7 +69,7 @@ def evaluate_cascade(data_dir: str, retrieval_run: str, ranking_runs: dict[str, 
     target = examples[TARGET_ITEM].astype(np.int64)
     ranks = rank_of(candidates, target)
     retrieval_hits = hits_and_gains(ranks, k)
-    clicks = np.bincount(positives(splits["train"])[TARGET_ITEM], minlength=spec.num_items)
+    clicks = np.bincount(positive_columns(splits["train"])[TARGET_ITEM], minlength=spec.num_items)
     by_popularity = np.take_along_axis(candidates, np.argsort(-clicks[candidates], axis=1, kind="stable"), axis=1)
     # Each source alone: one pass that reads the proposals once and merges with each source's quotas.
     alone = evaluate_sources(stage.merger, tower_scores(stage.model, (stage.items, stage.categories)), examples,

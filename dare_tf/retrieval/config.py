@@ -27,6 +27,10 @@ class RetrievalConfig:
         include_seen: keep the items a user already clicked among the
             candidates (by default they are excluded: evaluation, the cascade
             and the export follow the run's setting).
+        eval_positives: the validation and test positives the recall is
+            measured on, at most (a sample drawn once, seeded: each is scored
+            against the whole catalogue, so at 4M items every one of 130k
+            positives would take 20 minutes on two cores).
         verbose: 0 silent, 1 Keras progress bar.
     """
 
@@ -39,11 +43,12 @@ class RetrievalConfig:
     popularity_correction: bool = True
     uniform_negatives: int = 0
     include_seen: bool = False
+    eval_positives: int = 20_000
     verbose: int = 0
 
     def __post_init__(self):
         object.__setattr__(self, "seeds", tuple(int(s) for s in self.seeds))
-        for name in ("embedding_dim", "output_dim", "batch_size", "epochs"):
+        for name in ("embedding_dim", "output_dim", "batch_size", "epochs", "eval_positives"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}: must be >= 1")
         if self.uniform_negatives < 0:

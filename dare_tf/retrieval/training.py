@@ -14,7 +14,7 @@ from dare_tf.data.prepared import item_categories
 from dare_tf.data.spec import SPLITS, DatasetSpec
 from dare_tf.retrieval.config import RetrievalConfig
 from dare_tf.retrieval.candidates import (SOURCES, CandidateMerger, Query, evaluate_sources, one_source, quota_grid,
-                                         quota_key)
+                                         quota_key, score_rows)
 from dare_tf.retrieval.model import KS, TwoTowerModel, compiled_two_tower, fit_epochs, load_retrieval_model
 
 import tensorflow as tf  # noqa: E402  (after dare_tf.retrieval.model: tf.keras is Keras 2 then)
@@ -36,10 +36,41 @@ def catalogue(data_dir: str, spec: DatasetSpec, splits: dict[str, InMemorySplit]
     return items, category[items].astype(np.int32)
 
 
+def positive_columns(split: InMemorySplit) -> dict:
+    """The example columns (`uid`, `position`, `target_item`, ...) of a split's positives."""
+    keep = split.labels > 0.5
+    return {k: v[keep] for k, v in split.columns.items()}
+
+
 def positives(split: InMemorySplit) -> dict:
     """The positive examples of a split: the histories and the items clicked next."""
-    keep = split.labels > 0.5
-    return {k: split.features[k][keep] for k in ("hist_items", "hist_categories", "target_item", "target_category")}
+    columns = positive_columns(split)  # (the positives' windows only: not every example's)
+    histories = split.store.histories(columns, split.max_len)
+    return {"hist_items": histories["hist_items"], "hist_categories": histories["hist_categories"],
+            "target_item": columns["target_item"].astype(np.int32),
+            "target_category": columns["target_category"].astype(np.int32)}
+
+
+def training_batches(split: InMemorySplit, columns: dict, click_share: np.ndarray, batch_size: int, seed: int):
+    """The towers' training batches: the positives `columns` in an order shuffled
+    by `seed`, each batch's histories assembled from the store as the ranker's
+    input assembles them (`dare_tf.data.pipeline.assemble_fn`), with each target's
+    `sampling_probability` (its share of training clicks). No history is held in
+    memory beyond a batch's (at 2.5M positives, 4 GB, and tf.data's copies of it)."""
+    from dare_tf.data.pipeline import assemble_fn
+
+    assemble = assemble_fn(split.store, split.max_len)
+    tensors = {k: tf.constant(v) for k, v in columns.items()}
+    probability = tf.constant(click_share[columns["target_item"]].astype(np.float32))
+
+    def batch(rows):
+        features, _ = assemble({k: tf.gather(v, rows) for k, v in tensors.items()})
+        return {**{k: features[k] for k in ("hist_items", "hist_categories", "target_item", "target_category")},
+                "sampling_probability": tf.gather(probability, rows)}
+
+    count = len(columns["target_item"])
+    return (tf.data.Dataset.range(count).shuffle(count, seed=seed).batch(batch_size)
+            .map(batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True))
 
 
 def popularity_recall(train: dict, test: dict, ks=KS) -> dict:
@@ -49,6 +80,16 @@ def popularity_recall(train: dict, test: dict, ks=KS) -> dict:
     ranking = np.argsort(-counts, kind="stable")
     ranking = ranking[counts[ranking] > 0]
     return {f"recall@{k}": float(np.isin(test["target_item"], ranking[:k]).mean()) for k in ks}
+
+
+def at_most(examples: dict, count: int, seed: int = 0) -> dict:
+    """`examples` (columns of equal length), or a sample of `count` of them in their
+    order, drawn once from `seed`."""
+    total = len(next(iter(examples.values())))
+    if total <= count:
+        return examples
+    keep = np.sort(np.random.default_rng(seed).choice(total, count, replace=False))
+    return {k: v[keep] for k, v in examples.items()}
 
 
 def candidate_merger(spec: DatasetSpec, catalogue_, train: dict) -> CandidateMerger:
@@ -111,19 +152,20 @@ def _train_run(data_dir, spec, config, identity, run_directory, overwrite, flags
     run_directory.start("retrieval", identity, flags_text)
     splits = {s: InMemorySplit.load(data_dir, s, spec) for s in ("train", "val", "test")}
     items, categories = catalogue(data_dir, spec, splits)
-    train = positives(splits["train"])
+    train = positive_columns(splits["train"])
     share = np.bincount(train["target_item"], minlength=spec.num_items) / max(len(train["target_item"]), 1)
-    train["sampling_probability"] = share[train["target_item"]].astype(np.float32)
-    val, test = positives(splits["val"]), positives(splits["test"])
+    val, test = (at_most(positives(splits[s]), config.eval_positives) for s in ("val", "test"))
     merger = candidate_merger(spec, (items, categories), train)
-    per_seed = [_train_seed(run_directory.seed_dir(seed), spec, config, seed, train, (val, test),
-                            (items, categories), merger, share[items]) for seed in config.seeds]
+    per_seed = [_train_seed(run_directory.seed_dir(seed), spec, config, seed,
+                            lambda seed: training_batches(splits["train"], train, share, config.batch_size, seed),
+                            (val, test), (items, categories), merger, share[items]) for seed in config.seeds]
 
     def mean(rows):
         return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
 
     results = {"data_dir": os.path.abspath(data_dir), "dataset": spec.dataset, "config": identity["retrieval_config"],
                "catalogue": int(len(items)), "test_positives": int(len(test["target_item"])),
+               "val_positives": int(len(val["target_item"])),
                "test": mean([r["test"] for r in per_seed]),
                "test_std": {k: float(np.std([r["test"][k] for r in per_seed])) for k in per_seed[0]["test"]},
                "test_sources": {name: mean([r["test_sources"][name] for r in per_seed]) for name in SOURCES},
@@ -134,7 +176,7 @@ def _train_run(data_dir, spec, config, identity, run_directory, overwrite, flags
     return results
 
 
-def _train_seed(run_dir, spec, config, seed, train, evaluation, catalogue_, merger, click_share) -> dict:
+def _train_seed(run_dir, spec, config, seed, batches, evaluation, catalogue_, merger, click_share) -> dict:
     done = os.path.join(run_dir, SEED_RESULT)
     if os.path.exists(done):
         with open(done) as f:
@@ -148,7 +190,6 @@ def _train_seed(run_dir, spec, config, seed, train, evaluation, catalogue_, merg
     manager = tf.train.CheckpointManager(checkpoint, os.path.join(run_dir, "checkpoints"), max_to_keep=1)
     if manager.latest_checkpoint:
         checkpoint.restore(manager.latest_checkpoint)
-    data = tf.data.Dataset.from_tensor_slices(train)
 
     def save(finished):  # a killed run resumes after its last finished epoch
         require_space(manager.directory, variables_bytes(model.variables) + variables_bytes(model.optimizer.variables),
@@ -157,7 +198,7 @@ def _train_seed(run_dir, spec, config, seed, train, evaluation, catalogue_, merg
         manager.save(checkpoint_number=finished)
 
     if int(epoch.numpy()) < config.epochs:
-        fit_epochs(model, data.shuffle(len(train["target_item"]), seed=seed).batch(config.batch_size),
+        fit_epochs(model, batches(seed),
                    config.epochs, int(epoch.numpy()), save, os.path.join(run_dir, "tensorboard"), config.verbose)
     result = {"seed": seed, **evaluate_candidates(model, merger, catalogue_, *evaluation, config.include_seen)}
     from dare_tf.training.progress import ScalarWriters  # (Keras 3 beside tf.keras 2: fine)
@@ -178,6 +219,7 @@ def merged_candidates(model, merger: CandidateMerger, catalogue_, examples: dict
     each example's history (dense `hist_items`, `hist_categories`)."""
     scores = tower_scores(model, catalogue_)
     out = []
+    batch_size = score_rows(merger.size, batch_size)
     for start in range(0, len(examples["hist_items"]), batch_size):
         items = examples["hist_items"][start: start + batch_size].astype(np.int32)
         cats = examples["hist_categories"][start: start + batch_size].astype(np.int32)
@@ -220,7 +262,8 @@ class RetrievalStage:
         items, categories = catalogue(data_dir, spec, splits)
         recorded = RunDirectory(run_dir).results()
         return cls(spec, splits, items, categories, load_retrieval_model(run_dir, spec, items, categories),
-                   candidate_merger(spec, (items, categories), positives(splits["train"])), recorded["quotas"],
+                   candidate_merger(spec, (items, categories), positive_columns(splits["train"])),
+                   recorded["quotas"],
                    recorded["config"].get("include_seen", False))
 
     def require_candidates(self, n: int, flag: str) -> None:

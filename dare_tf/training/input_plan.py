@@ -100,13 +100,14 @@ class InputPlan:
             # Examples per epoch: the whole split, or a worker's equal share.
             per_epoch = self.steps_per_epoch * batch if self.workers > 1 else self.memory["train"].per_epoch
             first = skip * batch // per_epoch
-            order = np.concatenate([self._permutation(e)[:per_epoch] for e in range(first, epochs)])
+            last = min(epochs, -(-self.total_steps * batch // per_epoch))  # (the epochs the steps reach: max_steps)
+            order = np.concatenate([self._permutation(e)[:per_epoch] for e in range(first, last)])
             start = skip * batch - first * per_epoch
             ds = self.memory["train"].batches(order[start: start + (self.total_steps - skip) * batch], batch)
         else:
             first = skip // self.steps_per_epoch
             ds = self.epoch_batches(first).skip(skip - first * self.steps_per_epoch)
-            for epoch in range(first + 1, epochs):
+            for epoch in range(first + 1, min(epochs, -(-self.total_steps // self.steps_per_epoch))):
                 ds = ds.concatenate(self.epoch_batches(epoch))
             ds = ds.take(self.total_steps - skip)
         ds = ds.map(lambda x, y: ({k: x[k] for k in self.input_keys}, y))

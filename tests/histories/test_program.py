@@ -107,7 +107,8 @@ def test_a_dataset_with_fields_loads_them_and_live_clicks_carry_them(tmp_path):
     refused = histories("append", f"--store={store}", f"--input={live}", "--columns=user=0,item=1,category=2,time=5")
     assert refused.returncode != 0 and refused.stderr.strip().splitlines() == [
         f"error: {store}: the store's clicks have the fields ['brand', 'shop'], not []: a store keeps the fields it "
-        "was created with; use another store"], refused.stderr
+        "was created with; read brand, shop from the log too (a preset's log: --fields=brand,shop; --columns: "
+        "field:brand=COLUMN,field:shop=COLUMN) or use another store"], refused.stderr
 
 
 def test_load_refuses_a_store_holding_other_clicks_or_a_killed_load(taobao, tmp_path):

@@ -178,8 +178,14 @@ def test_a_store_with_fields_keeps_their_values(store_url):
     with open_store(store_url, read_only=True) as reader:
         assert reader.fields == ("brand", "shop") and reader.last([4]).fields["shop"].tolist() == [[1, 5, 2]]
     with pytest.raises(StoreError, match=r": the store's clicks have the fields \['brand', 'shop'\], not \['brand'\]: "
-                                         "a store keeps the fields it was created with; use another store$"):
+                                         r"a store keeps the fields it was created with; read shop from the log "
+                                         r"too \(a preset's log: --fields=brand,shop; --columns: field:shop=COLUMN\) "
+                                         "or use another store$"):
         open_store(store_url, fields=("brand",))
+    with pytest.raises(StoreError, match=r": the store's clicks have the fields \['brand', 'shop'\], not \['brand', "
+                                         r"'shop', 'colour'\]: a store keeps the fields it was created with; use "
+                                         "another store$"):
+        open_store(store_url, fields=("brand", "shop", "colour"))
     with open_store(store_url) as plain:  # (no fields asked: the store's)
         assert plain.fields == ("brand", "shop")
 

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from dare_tf.retrieval.candidates import (SOURCES, CandidateMerger, PopularitySource, Query, RecentCategorySource,
-                                         TwoTowerSource, evaluate_sources, one_source, quota_grid, quota_key)
+                                         TwoTowerSource, evaluate_sources, one_source, quota_grid, quota_key,
+                                         score_rows)
 
 
 def _reference(scores, hist_items, hist_categories, item_category, clicks, quotas, n, depth, recent, include_seen):
@@ -75,7 +76,7 @@ def test_each_source_proposes_its_first_k_without_ranking_the_catalogue(rng):
             {}, {"trending": 1.0}, hist_items, 2)
 
 
-def test_recall_of_each_source_and_the_grid(rng):
+def test_recall_of_each_source_and_the_grid(rng, monkeypatch):
     assert quota_grid()[:3] == [one_source(s) for s in SOURCES]
     assert len(quota_grid()) == 15 and all(abs(sum(q.values()) - 1) < 1e-9 for q in quota_grid())
     size, num_categories = 40, 5
@@ -90,3 +91,12 @@ def test_recall_of_each_source_and_the_grid(rng):
                                                       one_source("popularity")], [1, 2])  # (listed twice)
     assert out[quota_key(one_source("popularity"))] == {"recall@1": 0.5, "recall@2": 0.5}
     assert out[quota_key(one_source("two_tower"))] == {"recall@1": 0.5, "recall@2": 0.5}  # slot 39 scores highest
+    # At millions of items a batch of scores is capped (256 rows of 4.16M would be 4 GB): the same recall.
+    assert score_rows(4_162_024, 256) == 32 and score_rows(50_000, 256) == 256 and score_rows(10**9, 256) == 1
+    import dare_tf.retrieval.candidates as candidates
+
+    shapes = []
+    capped = lambda items, cats: shapes.append(len(items)) or scores(items, cats)  # noqa: E731
+    monkeypatch.setattr(candidates, "SCORES_PER_BATCH", size)  # one history per batch
+    assert evaluate_sources(merger, capped, examples, [one_source("popularity"), one_source("two_tower")],
+                            [1, 2]) == {k: v for k, v in out.items()} and shapes == [1, 1]

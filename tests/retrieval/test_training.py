@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from tests.conftest import LOUD_ENV, REPO, noise
@@ -58,3 +59,61 @@ def test_train_retrieval_program_writes_recall_and_the_popularity_baseline(taoba
     assert exported.returncode == 0, exported.stderr[-3000:]
     assert not noise(exported.stdout + exported.stderr)
     assert exported.stdout.strip().endswith(os.path.join("exports", "retrieval", "1"))
+
+
+@pytest.mark.tfrs
+def test_positives_assemble_the_windows_of_the_positive_examples_only(taobao):
+    """At 5M training examples every example's window is 8 GB; the positives' are what is used."""
+    from dare_tf.data.pipeline import InMemorySplit
+    from dare_tf.retrieval.training import positives
+
+    split = InMemorySplit.load(taobao, "train")
+    got = positives(split)
+    assert split._features is None  # nothing assembled for every example
+    keep = split.labels > 0.5
+    assert 0 < keep.sum() < len(split)
+    for name in ("hist_items", "hist_categories", "target_item", "target_category"):
+        expected = split.features[name][keep]
+        assert got[name].dtype == expected.dtype and got[name].shape == expected.shape
+        np.testing.assert_array_equal(got[name], expected)
+
+
+@pytest.mark.tfrs
+def test_at_most_keeps_a_seeded_sample_of_the_evaluation_positives_in_order():
+    from dare_tf.retrieval.config import RetrievalConfig
+    from dare_tf.retrieval.training import at_most
+
+    examples = {"target_item": np.arange(100) * 2, "hist_items": np.arange(200).reshape(100, 2)}
+    assert at_most(examples, 100) is examples
+    sample = at_most(examples, 10)
+    assert len(sample["target_item"]) == 10 and (np.diff(sample["target_item"]) > 0).all()
+    np.testing.assert_array_equal(sample["hist_items"][:, 0], sample["target_item"])  # the same rows of each column
+    np.testing.assert_array_equal(at_most(examples, 10)["target_item"], sample["target_item"])
+    with pytest.raises(ValueError, match="^eval_positives=0: must be >= 1$"):
+        RetrievalConfig(eval_positives=0)
+
+
+@pytest.mark.tfrs
+def test_training_batches_are_the_positives_shuffled_with_their_windows_assembled_per_batch(taobao):
+    """The towers' batches: what `from_tensor_slices(positives).shuffle(n, seed).batch(b)`
+    gave when every history was held in memory, batch for batch."""
+    import tensorflow as tf
+
+    from dare_tf.data.pipeline import InMemorySplit
+    from dare_tf.retrieval.training import positive_columns, positives, training_batches
+
+    split = InMemorySplit.load(taobao, "train")
+    columns = positive_columns(split)
+    share = np.bincount(columns["target_item"], minlength=int(columns["target_item"].max()) + 1) / len(
+        columns["target_item"])
+    whole = positives(split)
+    whole["sampling_probability"] = share[whole["target_item"]].astype(np.float32)
+    count = len(whole["target_item"])
+    expected = list(tf.data.Dataset.from_tensor_slices(whole).shuffle(count, seed=4).batch(64).as_numpy_iterator())
+    got = list(training_batches(split, columns, share, 64, seed=4).as_numpy_iterator())
+    assert len(got) == len(expected) == -(-count // 64) and split._features is None
+    for a, b in zip(got, expected):
+        assert sorted(a) == sorted(b)
+        for name in a:
+            assert a[name].dtype == b[name].dtype
+            np.testing.assert_array_equal(a[name], b[name])

@@ -295,3 +295,30 @@ def test_drawn_negatives_train_in_whole_groups_fresh_each_epoch(taobao, tmp_path
                                          r"memory, but the train split of .* is larger than --in_memory_mb=0; raise "
                                          r"it \(20 bytes per example\)$"):
         train(taobao, str(tmp_path / "streamed"), config.replace(in_memory_mb=0))
+
+
+@pytest.mark.parametrize("in_memory_mb", [0, 64])
+def test_the_training_stream_builds_only_the_epochs_its_steps_reach(taobao, tmp_path, in_memory_mb, monkeypatch):
+    """epochs=1,000,000 with max_steps=3: one epoch's order or dataset is made, not a
+    million (which took a minute and 6 GB at epochs=1,000 on a 1M-row log)."""
+    import tensorflow as tf
+
+    from dare_tf.data.pipeline import InMemorySplit
+    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.training import effective_model_config
+    from dare_tf.training.input_plan import InputPlan
+
+    spec = DatasetSpec.load(taobao)
+    config = TrainConfig.create(batch_size=100, epochs=1_000_000, max_steps=3, in_memory_mb=in_memory_mb, verbose=0,
+                                jit_compile=False)
+    memory = {"train": InMemorySplit.load(taobao, "train", spec)} if in_memory_mb else {}
+    made = []
+    for name in ("_permutation", "epoch_batches"):
+        original = getattr(InputPlan, name)
+        monkeypatch.setattr(InputPlan, name, lambda self, epoch, *a, _o=original, **k: made.append(epoch) or _o(
+            self, epoch, *a, **k))
+    strategy = tf.distribute.get_strategy()
+    run = SeedRun(taobao, str(tmp_path), config, 3, spec, strategy, True,
+                  effective_model_config(config, spec, strategy), print, memory)
+    made.clear()
+    assert len(list(run.plan.train_stream(0))) == 3 and made == [0]
