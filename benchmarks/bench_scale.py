@@ -42,10 +42,11 @@ HISTORIES_TARGET_S = {"lmdb": 600, "redis": 900}  # every user of the full log i
 BEAM_OPTIONS = "--direct_num_workers=2 --direct_running_mode=multi_processing"
 
 
-def fraction_of(like: str, fraction: float) -> float:
+def small_fraction(like: str) -> float:
+    """The fraction of a log like `like` that has SMALL_ROWS rows."""
     from dare_tf.data.lifelike import LIKE
 
-    return SMALL_ROWS / LIKE[like].rows if fraction == "small" else fraction
+    return SMALL_ROWS / LIKE[like].rows
 
 
 def log_path(work: str, like: str, fraction: float) -> str:
@@ -58,14 +59,13 @@ def prepare_flags(like: str) -> list[str]:
 
 def generate(like: str, fraction: float, work: str) -> dict:
     """The `generate` row of a log like `like` (written into `work`, kept for the other parts)."""
-    from dare_tf.data.lifelike import LIKE
 
     out = log_path(work, like, fraction)
     for stale in (out, out + ".truth.json"):  # (this program's own output of an earlier run)
         if os.path.exists(stale):
             os.remove(stale)
     seconds, peak_mib = measure(["data.synthetic", f"--like={like}", f"--fraction={fraction}", f"--output={out}"])
-    rows = LIKE[like].rows if fraction == 1 else LIKE[like].scaled(fraction).rows
+    rows = _rows(like, fraction)
     with open(out + ".truth.json") as f:
         auc = json.load(f)["generator_auc"]
     return {"log": like, "fraction": round(fraction, 6), "rows": rows, "seconds": round(seconds, 1),
@@ -179,7 +179,7 @@ def main():
     parts = {part: [] for part in PARTS if part in chosen}
     os.makedirs(args.work_dir, exist_ok=True)
     for like in args.logs.split(","):
-        for fraction in (fraction_of(like, "small"), args.fraction):
+        for fraction in (small_fraction(like), args.fraction):
             size = {"log": like, "fraction": round(fraction, 6), "rows": _rows(like, fraction)}
             work = os.path.join(args.work_dir, f"{like}-{fraction:g}")
             os.makedirs(work, exist_ok=True)
