@@ -8,7 +8,11 @@ each stage of it alone, so that the whole is read against the sum of its parts:
 - `parse`: read, batched and `tf.io.parse_example`d into the example columns;
 - `assemble`: the parsed columns of one batch held in memory, assembled into the
   `[B, L]` windows again and again (the store gather alone);
-- `pipeline`: all of it, as the trainer reads it.
+- `pipeline`: all of it, as the trainer reads it (blocks of records parsed and
+  shuffled as units, then the examples of groups of blocks permuted);
+- `record_shuffle` (the baseline, what `make_dataset` did before): the same files
+  interleaved record by record, shuffled record by record through a buffer of
+  `DEFAULT_SHUFFLE_BUFFER`, then batched, parsed and assembled.
 
 The bound of the pipeline on this core is `1 / (1/read + 1/parse-only + 1/assemble)`
 (each stage at its own rate, nothing lost between them). Prints one JSON line.
@@ -50,7 +54,7 @@ def main():
 
     from dare_tf.data.pipeline import assemble_fn, make_dataset
     from dare_tf.data.records import feature_spec
-    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.data.spec import DEFAULT_SHUFFLE_BUFFER, DatasetSpec
     from dare_tf.data.store import load_store
 
     spec = DatasetSpec.load(args.data_dir)
@@ -72,6 +76,14 @@ def main():
     assemble_rate = rate(tf.data.Dataset.from_tensors(one).repeat().map(assemble), args.seconds, args.batch)
     pipeline = make_dataset(args.data_dir, "train", args.batch, repeat=True, drop_remainder=True)
     pipeline_rate = rate(pipeline, args.seconds, args.batch)
+    files = tf.data.Dataset.from_tensor_slices(paths).shuffle(len(paths)).repeat()
+    interleaved = files.interleave(lambda f: tf.data.TFRecordDataset(f, compression_type=spec.compression,
+                                                                     buffer_size=1 << 18),
+                                   cycle_length=min(len(paths), 8), block_length=64,
+                                   num_parallel_calls=tf.data.AUTOTUNE)
+    baseline = interleaved.shuffle(DEFAULT_SHUFFLE_BUFFER).batch(args.batch, drop_remainder=True).map(
+        lambda s: assemble(tf.io.parse_example(s, features)), num_parallel_calls=tf.data.AUTOTUNE)
+    baseline_rate = rate(baseline.prefetch(tf.data.AUTOTUNE), args.seconds, args.batch)
     parse_only = 1 / max(1 / parse_rate - 1 / read_rate, 1e-12)
     bound = 1 / (1 / read_rate + 1 / parse_only + 1 / assemble_rate)
     print("RESULT", json.dumps({
@@ -81,7 +93,8 @@ def main():
         "read_per_s": round(read_rate), "read_mb_per_s": round(read_rate * compressed / records / 1e6, 1),
         "parse_per_s": round(parse_rate), "assemble_per_s": round(assemble_rate),
         "pipeline_per_s": round(pipeline_rate), "bound_per_s": round(bound),
-        "pipeline/bound": round(pipeline_rate / bound, 2)}))
+        "pipeline/bound": round(pipeline_rate / bound, 2), "record_shuffle_per_s": round(baseline_rate),
+        "vs_record_shuffle": round(pipeline_rate / baseline_rate, 2)}))
 
 
 if __name__ == "__main__":

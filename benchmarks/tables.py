@@ -23,6 +23,8 @@ from benchmarks.common import RESULTS_DIR  # noqa: E402
 
 DOC = os.path.join(REPO, "docs", "benchmarks.md")
 README = os.path.join(REPO, "README.md")
+MEMORY_COLUMNS = ["run", "train_examples", "batch", "peak_mib", "+tensorflow", "+keras_dare_tf",
+                  "+data_and_model", "+first_step", "+trained", "+tested"]
 # Which columns of which part to show, and what a table says its numbers are.
 TABLES = {
     ("bench_data", "prepare"): (["rows", "layout", "seconds", "rows_per_s", "peak_rss_mib", "output_mb", "output/csv"],
@@ -75,13 +77,17 @@ TABLES = {
                                "and a rate of at least 0.8 of the 1M-row log's) and test AUC after those steps"),
     ("bench_scale", "input"): (["log", "fraction", "cpus", "train_records", "gz_bytes_per_example",
                                 "raw_bytes_per_example", "read_per_s", "parse_per_s", "assemble_per_s",
-                                "pipeline_per_s", "per_core", "bound_per_s", "pipeline/bound"],
-                               "the trainer's streamed input alone (benchmarks/scale_input.py: TFRecord shards, "
-                               "shuffled through its buffer, parsed, windows of L=200 assembled; no model), batch "
-                               "2048, on "
+                                "pipeline_per_s", "per_core", "bound_per_s", "pipeline/bound",
+                                "record_shuffle_per_s", "vs_record_shuffle"],
+                               "the trainer's streamed input alone (benchmarks/scale_input.py: TFRecord shards read "
+                               "in blocks of 256 records, parsed and shuffled as units, the examples of every 16 "
+                               "blocks permuted, windows of L=200 assembled; no model), batch 2048, on "
                                "one core (`taskset -c 0`) and on both: examples/s of each stage alone (read and "
                                "inflate, read and parse, assemble) and of the whole, per core (target 250k), the "
-                               "bound `1 / sum(1 / stage)` and the measured share of it; bytes per example on disk "
+                               "bound `1 / sum(1 / stage)` and the measured share of it; beside it, in the same "
+                               "process, the baseline: the previous pipeline (records interleaved and shuffled one "
+                               "by one through a 100k buffer, then batched and parsed) and the whole's ratio to it; "
+                               "bytes per example on disk "
                                "(GZIP) and parsed"),
     ("bench_scale", "export"): (["log", "fraction", "export_s", "export_peak_rss_mib", "mb_written", "load_s",
                                  "rank_p50_ms", "rank_p99_ms", "rank_p50/1M-row p50", "served_rss_mib"],
@@ -99,14 +105,15 @@ TABLES = {
                                    "user's last 200 clicks measured in process (p50/p99 ms)"),
     ("bench_scale", "retrieval"): (["log", "fraction", "train_s", "export_s", "peak_rss_mib", "mb_written",
                                     "served_p50_ms", "served_p99_ms", "batch16_matmul_ms", "batch16_top400_ms",
-                                    "exact_p50_ms", "exact_p99_ms", "ann", "ann_build_s", "ann_p50_ms", "ann_p99_ms",
-                                    "ann_recall"],
+                                    "batch16_blocked_top400_ms", "exact_p50_ms", "exact_p99_ms", "ann", "ann_build_s",
+                                    "ann_p50_ms", "ann_p99_ms", "ann_recall"],
                                    "the two-tower retrieval stage trained (one epoch, recall measured on 20,000 "
                                    "validation and test positives) and exported over the whole catalogue, its own "
                                    "process; then, in process, per query of one test history: the export's "
                                    "`serving_default` (query tower, every item scored, the merged sources' top 200), "
                                    "what its two costly steps take per query in a batch of 16 (the scores' matrix "
-                                   "product, the two-tower source's top 400), "
+                                   "product, the two-tower source's top 400 by `tf.math.top_k` over the row and, as "
+                                   "the export now takes it, by blocks: `blocked_top_k`), "
                                    "an exact top-200 of the candidate vectors (faiss flat), and the faiss inverted "
                                    "file (`dare_tf.retrieval.index`, probes calibrated on 100 other queries to 0.97): "
                                    "build seconds, p50/p99 ms (target 20 ms) and its recall of the exact top-200 on "
@@ -271,6 +278,17 @@ TABLES = {
                                   "with several seeds, the mean and std of the reranked HitRate@10 over them")
        for log, what in (("demo", "the demo's synthetic log (2,000 users)"), ("taobao", "the Taobao sample"),
                          ("planted", "a planted log whose sessions rarely leave their category (p_session 0.9)"))},
+    ("bench_memory", "stages"): (MEMORY_COLUMNS,
+                                 "where a small run's memory goes (benchmarks/bench_memory.py): one DARE run on the "
+                                 "Taobao sample in its own process (the trainer's defaults, batch 256), measured in "
+                                 "process: its peak RSS (MiB) and what each stage added to the resident set: "
+                                 "TensorFlow imported, Keras and dare_tf loaded, the data read and the model built, "
+                                 "the first step (traced; with XLA, compiled), the rest of training with every "
+                                 "validation, the test evaluation; by default (XLA, splits in memory), without "
+                                 "XLA, and streamed"),
+    ("bench_memory", "stages_before"): (MEMORY_COLUMNS,
+                                        "the same, before the splits evaluated from memory got a batch of their "
+                                        "size (each padded to eval_batch_size 8192)"),
 }
 MARK = re.compile(r"(<!-- table:(\w+)/(\w+) -->\n).*?(<!-- /table -->)", re.S)
 

@@ -168,13 +168,15 @@ def run(main: Callable[..., Any], configure: Callable[[list[str]], Any] | None =
             if not FLAGS["verbosity"].present:  # quiet by default: absl INFO only when --verbosity asks
                 logging.set_verbosity(logging.WARNING)
             configuration = configure(argv) if configure else None
+            # No TensorFlow C++ INFO or WARNING lines, also where a program of numpy alone reads
+            # TFRecord shards (data.prepare --append: dare_tf.data.records imports TensorFlow quietly).
+            os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
             if not tensorflow:
                 return main(configuration) if configure else main(argv)
             import dare_tf
             from dare_tf._startup import FilteredStderr
             from dare_tf.retrieval._keras2 import use_keras2
 
-            os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # no TensorFlow C++ INFO or WARNING lines
             if keras2:
                 use_keras2()  # before TensorFlow loads (Keras 3, `import keras`, is unaffected)
             with FilteredStderr():  # TensorFlow's notices while the program runs, filtered

@@ -6,6 +6,7 @@ import csv
 import math
 import os
 
+from dare_tf.config import PRESET_NOTES
 from dare_tf.data.spec import DatasetSpec
 from dare_tf.training import train
 
@@ -23,6 +24,13 @@ def reproduce(data_dirs, models, dims, output_dir, config_for, strategy, metric=
 
     Returns the columns and the cells: (model, column) -> (mean, std, seeds)."""
     columns, cells, warnings = [], {}, []
+    said: set[str] = set()
+
+    def once(line: str) -> None:  # a warning the runs share (a small log's schedule) is said once
+        if not line.startswith("warning: ") or line not in said:
+            said.add(line)
+            report(line)
+
     for data_dir in data_dirs:
         DatasetSpec.load(data_dir)  # fail early on a directory that is not a prepared dataset
         name = os.path.basename(os.path.normpath(data_dir))
@@ -31,10 +39,10 @@ def reproduce(data_dirs, models, dims, output_dir, config_for, strategy, metric=
             columns.append(column)
             for model in models:
                 out = os.path.join(output_dir, name, f"d{dim}", model)
-                results = train(data_dir, out, config_for(model, dim), strategy, overwrite=overwrite)
+                results = train(data_dir, out, config_for(model, dim), strategy, overwrite=overwrite, report=once)
                 cells[(model, column)] = (results["test"][metric], results["test_std"][metric],
                                           len(results["seeds"]))
-                warnings += [f"{model} on {column}, {w}" for w in results.get("warnings", [])]
+                warnings += [(model, column, w) for w in results.get("warnings", [])]
     report(write_tables(output_dir, models, columns, cells, metric, warnings))
     return columns, cells
 
@@ -64,7 +72,9 @@ def write_tables(output_dir, models, columns, cells, metric, warnings=()) -> str
     and number of seeds; a single seed's std is "n/a" (blank in the CSV). In each
     column the best mean and every mean within two standard errors of it (a tie)
     are bold (`tied` in the CSV). Returns the table as printed: title, table,
-    legend and the runs' warnings."""
+    legend (what a column and a cell say, and each ablation row) and the runs'
+    `warnings`, `(model, column, text)`: one line per text and column, naming
+    every model that got it."""
     os.makedirs(output_dir, exist_ok=True)
     ties = {c: tied_with_best(cells, models, c, metric) for c in columns}
     lines = ["| model | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
@@ -76,9 +86,16 @@ def write_tables(output_dir, models, columns, cells, metric, warnings=()) -> str
     title = f"Test {name}, mean (std, n seeds) over {seeds} seed(s) per cell"
     legend = (f"Bold: the best of its column ({'lowest' if metric in LOWER_IS_BETTER else 'highest'} {name}) and "
               "every model within two standard errors of it (a tie: the difference is not resolved by these seeds).")
+    legend += (" A column is a dataset and the embedding dimension d; a cell, the mean (its standard deviation "
+               "over seeds, n/a with one seed; n seeds).")
+    legend += "".join(f"\n{m}: {PRESET_NOTES[m]}." for m in models if m in PRESET_NOTES)
     text = f"{title}\n\n" + "\n".join(lines) + f"\n\n{legend}\n"
-    if warnings:
-        text += "\nWarnings (see each run's results.json):\n" + "".join(f"- {w}\n" for w in warnings)
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for model, column, warning in warnings:
+        grouped.setdefault((column, warning), []).append(model)
+    if grouped:
+        text += "\nWarnings (see each run's results.json):\n" + "".join(
+            f"- {', '.join(names)} on {column}, {warning}\n" for (column, warning), names in grouped.items())
     with open(os.path.join(output_dir, "table1.md"), "w") as f:
         f.write(text)
     with open(os.path.join(output_dir, "table1.csv"), "w", newline="") as f:

@@ -1,4 +1,4 @@
-"""Prepares a raw click or impression log as a dataset of TFRecord files (the paper's protocol).
+r"""Prepares a raw click or impression log as a dataset of TFRecord files (the paper's protocol).
 
 Usage:
   # a named preset
@@ -51,6 +51,8 @@ flags.DEFINE_bool("action_field", False, "Keep every action of a preset's log (T
                   "histories, with the history-only field `action`; the examples stay the clicks.")
 flags.DEFINE_string("click", None, "Custom log with an action column: the action value that is a click.")
 flags.DEFINE_bool("header", False, "Custom CSV/TSV log: the first line names the columns.")
+flags.DEFINE_string("time_format", None, "Custom log: the time column's strptime format (e.g. '%d/%m/%Y %H:%M'); "
+                    "default: Unix seconds or ISO 8601 times (2026-11-01T00:31:27Z; without a zone, UTC).")
 flags.DEFINE_string("input", None, "Raw log file.")
 flags.DEFINE_string("output_dir", None, "Directory to write (see above).")
 flags.DEFINE_enum("compression", "gzip", sorted(COMPRESSIONS), "Compression of the TFRecord files.")
@@ -73,7 +75,7 @@ def log_format_from_flags() -> LogFormat:
     """The log's format: a preset (`--dataset`) or `--format` with `--columns`."""
     try:
         return log_format_of(FLAGS.dataset, FLAGS.format, FLAGS.columns, FLAGS.click, FLAGS.header, FLAGS.fields,
-                             FLAGS.action_field)
+                             FLAGS.action_field, FLAGS.time_format)
     except ValueError as e:
         raise app.UsageError(str(e)) from None
 
@@ -85,7 +87,7 @@ def append_day() -> None:
              if FLAGS[name].present]
     if given:
         raise app.UsageError(f"--append takes the dataset's protocol and files: drop {', '.join(given)}")
-    named = FLAGS.dataset is not None or FLAGS.format is not None
+    named = FLAGS.dataset is not None or FLAGS.format is not None or FLAGS.time_format is not None
     before = DatasetSpec.load(FLAGS.output_dir) if os.path.exists(os.path.join(FLAGS.output_dir, SPEC_FILE)) else None
     # The history store is opened first: one that cannot be opened refuses the day before the dataset takes it.
     with contextlib.ExitStack() as stack:
@@ -105,10 +107,10 @@ def append_day() -> None:
             print(f"{FLAGS.histories}: not appended: {FLAGS.input} was in the dataset already (if the run that added "
                   "it stopped before its histories, append them with serving.histories append)")
             return
-        from dare_tf.data.append import dataset_log_format
         from dare_tf.histories.prepared import append_log
 
-        print(f"{store.url}: appended {append_log(store, FLAGS.input, dataset_log_format(spec))} clicks")
+        appended = append_log(store, FLAGS.input, LogFormat.from_json(spec.source["log"]))
+        print(f"{store.url}: appended {appended} clicks")
 
 
 def main(argv):

@@ -1,4 +1,4 @@
-"""Sends a request to a served DARE-family model (gRPC or REST) and prints the answer.
+r"""Sends a request to a served DARE-family model (gRPC or REST) and prints the answer.
 
 Usage:
   python -m serving.client --server=localhost:8500 --model_name=dare --request_json=req.json
@@ -18,9 +18,10 @@ user's `hist_items` and `hist_categories` (lists of raw ids, oldest first, and
 `hist_<field>` of the ranker's fields), or --user_id names a user whose
 history the history service (--histories, `python -m serving.histories`)
 holds, read at call time (its fields with it; the time gap from the clicks'
-times, now): the retrieval model picks --num_candidates items, the ranker
+times, at --now): the retrieval model picks --num_candidates items, the ranker
 (--model_name) scores them in one `rank` request, and the --top are printed
-by click probability.
+by click probability, after a line that says how many of the user's clicks
+were read (none: an unknown user, answered as an empty history).
 """
 
 import json
@@ -35,7 +36,8 @@ flags.DEFINE_string("rest_url", None, "Use REST at this base URL (http://host:85
 flags.DEFINE_string("model_name", None, "Served model name (for recommend: the ranker).")
 flags.DEFINE_enum("signature", "serving_default", ["serving_default", "explain"], "Signature to call.")
 flags.DEFINE_string("request_json", None, "JSON file with the request (see above).")
-flags.DEFINE_bool("metadata", False, "Print the model's signatures and exit.")
+flags.DEFINE_bool("metadata", False, "Print the served model's name, version (the one answering now) and "
+                  "signatures, and exit.")
 flags.DEFINE_float("timeout", 5.0, "Seconds per call.", lower_bound=0.001)
 flags.DEFINE_integer("retries", 3, "Retries after UNAVAILABLE.", lower_bound=0)
 flags.DEFINE_string("retrieval_model", "retrieval", "recommend: the served retrieval model's name.")
@@ -48,6 +50,8 @@ flags.DEFINE_string("user_id", None, "recommend: a raw user id whose history --h
 flags.DEFINE_string("histories", None, "recommend --user_id: the history store, lmdb:DIR or redis://HOST:PORT.")
 flags.DEFINE_integer("max_len", None, "recommend --user_id: read the user's last this many clicks (default all "
                      "the store keeps; the ranker keeps its own L of them).", lower_bound=1)
+flags.DEFINE_string("now", None, "recommend --user_id: the moment the clicks' ages (the time gap) are measured "
+                    "at: Unix seconds or an ISO 8601 time (default: the current time).")
 flags.DEFINE_enum("format", "table", ["table", "json"], "Output: markdown tables or JSON, in the request's raw "
                   "ids (with explain: each retrieved behaviour's item, category, clicks ago and weight).")
 flags.adopt_module_key_flags(dare_tf.cli)
@@ -91,6 +95,13 @@ def _command(argv):
         if FLAGS.user_id is not None:
             if FLAGS.request_json or not FLAGS.histories:
                 raise app.UsageError("recommend --user_id reads the history from --histories (not --request_json)")
+            if FLAGS.now is not None:
+                from dare_tf.data.times import parse_time
+
+                try:
+                    parse_time(FLAGS.now)
+                except ValueError as e:
+                    raise app.UsageError(f"--now={FLAGS.now}: {e}") from None
             return "recommend", {"user_id": dare_tf.cli.int64_flag("user_id", FLAGS.user_id)}
         if not FLAGS.request_json:
             raise app.UsageError("recommend needs --request_json (or --user_id with --histories)")
@@ -117,25 +128,34 @@ def recommend(request):
     store = None
     try:
         if "user_id" in request:
+            from dare_tf.data.times import parse_time
             from dare_tf.histories import open_store
 
             store = open_store(FLAGS.histories, read_only=True)
             result, history = Recommender(*clients, histories=store).recommend_user(
-                request["user_id"], FLAGS.num_candidates, FLAGS.top, FLAGS.explain, FLAGS.max_len)
+                request["user_id"], FLAGS.num_candidates, FLAGS.top, FLAGS.explain, FLAGS.max_len,
+                None if FLAGS.now is None else parse_time(FLAGS.now))
             request = dict(zip((HIST_ITEMS, HIST_CATEGORIES), history.row(0)))
+            user = {"user_id": FLAGS.user_id, "history_clicks": int(history.lengths[0])}
         else:
             result = Recommender(*clients).recommend(request[HIST_ITEMS], request[HIST_CATEGORIES],
                                                      FLAGS.num_candidates, FLAGS.top, FLAGS.explain,
                                                      _fields(request))
+            user = None
     finally:
         for client in clients:
             client.close()
         if store is not None:
             store.close()
     if FLAGS.format == "json":
-        print(json.dumps({k: v.tolist() for k, v in result.items()}, indent=2))
-    else:
-        print(format_recommendations(result, request[HIST_ITEMS], request[HIST_CATEGORIES]))
+        print(json.dumps({**(user or {}), **{k: v.tolist() for k, v in result.items()}}, indent=2))
+        return
+    if user is not None:
+        print(f"user {FLAGS.user_id}: " + (f"the last {user['history_clicks']} clicks in {FLAGS.histories}"
+                                           if user["history_clicks"] else
+                                           f"no clicks in {FLAGS.histories} (an unknown user, or none yet): "
+                                           "ranked for an empty history"))
+    print(format_recommendations(result, request[HIST_ITEMS], request[HIST_CATEGORIES]))
 
 
 def main(configuration):

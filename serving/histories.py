@@ -1,4 +1,4 @@
-"""The history service's program: load a prepared dataset's histories, append live
+r"""The history service's program: load a prepared dataset's histories, append live
 clicks, show a user's history. STORE is lmdb:DIR (embedded) or redis://HOST:PORT.
 
 Usage:
@@ -53,6 +53,8 @@ flags.DEFINE_list("fields", [], "append: a preset's further fields to read and k
 flags.DEFINE_bool("action_field", False, "append: keep every action of a preset's log, with its action as the field "
                   "`action` (a store loaded from a dataset prepared with --action_field).")
 flags.DEFINE_bool("header", False, "append: the first line names the columns.")
+flags.DEFINE_string("time_format", None, "append: the time column's strptime format, as data.prepare's (default: "
+                    "Unix seconds or ISO 8601 times).")
 flags.DEFINE_integer("batch_lines", 1000, "append from -: the most lines one append holds.", lower_bound=1)
 flags.DEFINE_string("user_id", None, "show: the raw user id.")
 flags.DEFINE_integer("max_len", None, "show: the last this many clicks (default all).", lower_bound=1)
@@ -77,7 +79,7 @@ def _configure(argv):
         file_format = FLAGS.format or ("csv" if FLAGS.columns is not None and FLAGS.dataset is None else None)
         try:
             fmt = log_format_of(FLAGS.dataset, file_format, FLAGS.columns, FLAGS.click, FLAGS.header, FLAGS.fields,
-                                FLAGS.action_field)
+                                FLAGS.action_field, FLAGS.time_format)
         except ValueError as e:
             raise app.UsageError(str(e)) from None
         if fmt.impressions:

@@ -62,3 +62,25 @@ def test_a_broken_reference_fails_the_strict_build(tmp_path):
     done = subprocess.run([_mkdocs(), "build", "--strict", "-d", str(tmp_path / "site")], cwd=copy,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode != 0 and "missing.md" in done.stderr, done.stderr[-2000:]
+
+
+def test_what_the_guides_commands_write_is_ignored_by_git():
+    """Every directory the guides' commands write (`--output_dir=`, `--output=`,
+    `--export_base=`, `lmdb:`) is git-ignored, so that following a guide leaves
+    `git status` clean."""
+    if shutil.which("git") is None or not os.path.isdir(os.path.join(REPO, ".git")):
+        pytest.skip("not a git checkout")
+    written = set()
+    for name in ["README.md"] + [os.path.join("docs", n) for n in os.listdir(os.path.join(REPO, "docs"))]:
+        if name.endswith(".md"):
+            with open(os.path.join(REPO, name)) as f:
+                blocks = f.read().split("\n```")[1::2]  # (the fenced blocks: every other piece)
+            for block in blocks:
+                written |= set(re.findall(r"(?:--output_dir=|--output=|--export_base=|lmdb:)([A-Za-z_][\w./-]*)",
+                                          block))
+    written = sorted(path for path in written if path not in ("DIR", "PATH", "h"))
+    assert "histories" in written and len(written) > 10, written
+    done = subprocess.run(["git", "check-ignore", "--no-index", *(f"{path}/x" for path in written)], cwd=REPO,
+                          capture_output=True, text=True)
+    ignored = {line.rsplit("/", 1)[0] for line in done.stdout.split()}
+    assert [path for path in written if path not in ignored] == []

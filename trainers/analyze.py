@@ -1,4 +1,4 @@
-"""The paper's analysis suite on trained runs: figures, analysis.json, report.md.
+r"""The paper's analysis suite on trained runs: figures, analysis.json, report.md.
 
 Usage:
   python -m trainers.analyze --data_dir=data/prepared/taobao \

@@ -1,4 +1,4 @@
-"""Evaluates the two-stage cascade: retrieval alone, and retrieval followed by each ranker.
+r"""Evaluates the two-stage cascade: retrieval alone, and retrieval followed by each ranker.
 
 Usage:
   python -m trainers.evaluate_cascade --data_dir=data/prepared/taobao --retrieval_run=runs/retrieval \

@@ -1,4 +1,4 @@
-"""Trains a grid (models x embedding dims x seeds) and writes a Table-1-shaped comparison.
+r"""Trains a grid (models x embedding dims x seeds) and writes a Table-1-shaped comparison.
 
 Usage:
   python -m trainers.reproduce --data_dirs=data/prepared/taobao,data/prepared/tmall \

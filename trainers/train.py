@@ -1,4 +1,4 @@
-"""Trains one model preset on a prepared dataset; writes OUT/results.json.
+r"""Trains one model preset on a prepared dataset; writes OUT/results.json.
 
 Usage:
   python -m trainers.train --model=dare --data_dir=data/prepared/taobao --output_dir=runs/dare

@@ -32,7 +32,7 @@ import numpy as np
 from absl import logging
 
 from dare_tf._files import one_writer
-from dare_tf.data.days import DAY, Catalogue, day_name, write_days, write_store
+from dare_tf.data.days import Catalogue, day_name, write_days, write_store
 from dare_tf.data.fields import field_files, field_id_file
 from dare_tf.data.log_reader import read_log
 from dare_tf.data.logs import ACTION_FIELD, LogFormat, dense_ids
@@ -43,6 +43,7 @@ from dare_tf.data.protocol import Protocol, time_windows
 from dare_tf.data.records import read_shards
 from dare_tf.data.spec import (APPEND_JOURNAL, SPEC_FILE, STORE_KIND, STORE_TIMES, TABLE_FILES, TIME_GAP,
                                DatasetSpec, append_pending, is_shard_name, partition_of, read_id_map)
+from dare_tf.data.times import DAY
 
 
 
@@ -103,15 +104,6 @@ def _extend_ids(raw: np.ndarray, known: list[str]) -> tuple[np.ndarray, np.ndarr
     return dense, np.concatenate([known_ids, new_raw])
 
 
-def dataset_log_format(spec: DatasetSpec) -> LogFormat:
-    """The log format spec.json records."""
-    fields = dict(spec.source["log"])
-    fields["columns"] = tuple(tuple(c) for c in fields["columns"])
-    if fields.get("actions") is not None:
-        fields["actions"] = tuple(fields["actions"])
-    return LogFormat(**fields)
-
-
 def _check(spec: DatasetSpec, data_dir: str, fmt: LogFormat | None, input_path: str) -> LogFormat:
     if spec.protocol.get("split") != "time":
         raise ValueError(f"--append: {data_dir} was prepared with --split=user (the paper's per-user protocol); "
@@ -119,7 +111,7 @@ def _check(spec: DatasetSpec, data_dir: str, fmt: LogFormat | None, input_path: 
     if "last_time" not in spec.source:
         raise ValueError(f"--append: {data_dir} was prepared before --append existed (spec.json has no "
                          "source.last_time); prepare it again")
-    own = dataset_log_format(spec)
+    own = LogFormat.from_json(spec.source["log"])
     if fmt is not None and fmt != own:
         differ = [k for k, v in fmt.to_json().items() if own.to_json()[k] != v]
         raise ValueError(f"--append: {input_path} is read as {fmt.name!r} with {differ[0]}={fmt.to_json()[differ[0]]}"

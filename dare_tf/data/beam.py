@@ -40,13 +40,14 @@ from dare_tf.data.dataset_dir import guard_dataset_dir, write_prepared
 from dare_tf.data.prepared import (PartitionedWriter, check_compression, layout_fields, log_format, make_spec,
                                    write_field_maps, write_id_maps, write_item_clicks)
 from dare_tf.data.beam_statistics import merge_summaries, statistics, user_ranks, user_summaries
-from dare_tf.data.days import (DAY, clicks_by_day, day_item_summaries, example_names, merge_day_items, table_columns,
+from dare_tf.data.days import (clicks_by_day, day_item_summaries, example_names, merge_day_items, table_columns,
                                user_examples)
 from dare_tf.data.fields import column_entries, spec_fields
 from dare_tf.data.logs import ACTION_FIELD
 from dare_tf.data.examples import USERS_PER_CHUNK, UserRows, chunk_examples, store_rows
 from dare_tf.data.protocol import Protocol, no_user_qualifies, preparation_id, time_windows
 from dare_tf.data.spec import SEGMENT_KIND, SPLITS, STORE_KIND, partition_of
+from dare_tf.data.times import DAY
 
 MANIFEST = ".beam-manifest.json"  # written by the pipeline into the staging directory, read and removed
 

@@ -35,8 +35,8 @@ from dare_tf.data.logs import ACTION_FIELD
 from dare_tf.data.prepared import PartitionedWriter
 from dare_tf.data.spec import (EXAMPLE_COLUMNS, EXAMPLE_TIME, SEGMENT_KIND, STORE_KIND, STORE_TIMES, TIME_GAP,
                                record_columns)
+from dare_tf.data.times import DAY
 
-DAY = 86_400  # seconds: the time column is read as seconds since the epoch (UTC)
 
 
 def day_name(day: int) -> str:

@@ -45,9 +45,18 @@ def time_gap_entry() -> dict:
 
 
 def time_gap_buckets(gaps, edges) -> np.ndarray:
-    """The buckets (1..len(edges)) of `gaps` (numpy; `dare_tf.data.pipeline.time_gap_buckets`
-    is the same in TensorFlow)."""
+    """The buckets (1..len(edges)) of `gaps` (numpy; `time_gap_buckets_tensor` is the
+    same in TensorFlow)."""
     return np.maximum(np.searchsorted(np.asarray(edges, np.int64), np.asarray(gaps, np.int64), side="right"), 1)
+
+
+def time_gap_buckets_tensor(gaps, edges):
+    """`time_gap_buckets` in TensorFlow: the int64 bucket of each of `gaps` (any
+    shape) among `edges` (the training pipeline's and the exports')."""
+    import tensorflow as tf
+
+    bucket = tf.searchsorted(edges, tf.reshape(gaps, [-1]), side="right", out_type=tf.int64)
+    return tf.reshape(tf.maximum(bucket, 1), tf.shape(gaps))
 
 
 def field_id_file(name: str) -> str:

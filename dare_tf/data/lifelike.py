@@ -39,11 +39,11 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from dare_tf.data.synthetic import SyntheticConfig, _zipf_probs
+from dare_tf.data.times import DAY
 
 # Users generated (and written) at once: the peak memory (1.5 GB at Taobao's size, 2.3 GB at Tmall's).
 CHUNK_USERS = 1 << 16
 MAX_CLICKS = 20_000
-DAY = 86_400
 
 
 @dataclasses.dataclass(frozen=True)

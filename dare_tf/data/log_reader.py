@@ -28,8 +28,9 @@ from absl import logging
 
 from dare_tf.data.logs import (ACTION_FIELD, FIELD_ROLE, FILE_FORMATS, INT64_MAX, INT_ROLES, BadLineError, Clicks,
                                LogFormat, LogFormatError, check_fields, check_text, content_end, in_time_order,
-                               resolved_columns, time_sorted)
-from dare_tf.data.parquet_log import int64_values, parquet_plan
+                               own_values, resolved_columns, time_sorted)
+from dare_tf.data.parquet_log import parquet_plan, parse_row_group
+from dare_tf.data.times import parse_time, time_column
 
 BLOCK_BYTES = 64 << 20  # bytes of a CSV/TSV block parsed at once (a Beam work item)
 
@@ -56,14 +57,20 @@ class _BlockParser:
         self.int_roles = [r for r in INT_ROLES if r in self.roles]
         self.field_roles = [r for r in self.roles if r.startswith(FIELD_ROLE)]
         self.action_role = FIELD_ROLE + ACTION_FIELD if fmt.action_field else None  # (the codes, after the fields)
+        # Times as text (calendar times, or --time_format): from a format that names one, or from
+        # the first block whose times are not all integers on (`dare_tf.data.times`).
+        self.time_text = fmt.time_format is not None
         if fmt.file_format != "parquet":
             self.read_options = pacsv.ReadOptions(column_names=list(names), use_threads=True, block_size=16 << 20)
             self.parse_options = pacsv.ParseOptions(delimiter=self.delimiter, ignore_empty_lines=False)
-            types = {self.roles[r]: pa.int64() for r in (*self.int_roles, *self.field_roles)}
-            if "action" in self.roles:
-                types[self.roles["action"]] = pa.dictionary(pa.int32(), pa.string())
-            self.convert_options = pacsv.ConvertOptions(column_types=types, include_columns=list(types),
-                                                        strings_can_be_null=False)
+
+    def _convert_options(self):
+        types = {self.roles[r]: pa.int64() for r in (*self.int_roles, *self.field_roles)}
+        if self.time_text:
+            types[self.roles["time"]] = pa.string()
+        if "action" in self.roles:
+            types[self.roles["action"]] = pa.dictionary(pa.int32(), pa.string())
+        return pacsv.ConvertOptions(column_types=types, include_columns=list(types), strings_can_be_null=False)
 
     # -- CSV / TSV ---------------------------------------------------------------------
     def parse(self, block: bytes, first_line: int) -> None:
@@ -76,9 +83,14 @@ class _BlockParser:
 
     def _fast(self, block: bytes, lines: int):
         try:
-            table = pacsv.read_csv(io.BytesIO(block), self.read_options, self.parse_options, self.convert_options)
+            table = pacsv.read_csv(io.BytesIO(block), self.read_options, self.parse_options, self._convert_options())
         except (pa.ArrowInvalid, pa.ArrowTypeError):
-            return None
+            if self.time_text:
+                return None
+            self.time_text = True  # (calendar times? read as text; if the block still fails, the slow path says why)
+            columns = self._fast(block, lines)
+            self.time_text = columns is not None
+            return columns
         fields = {self.roles[r] for r in self.field_roles}  # (may be empty: the item's own value)
         if table.num_rows != lines or any(table.column(c).null_count for c in table.column_names if c not in fields):
             return None
@@ -87,7 +99,11 @@ class _BlockParser:
     def _select(self, table: pa.Table):
         """The rows that are kept (clicks, or every impression) as int64 arrays by role;
         None where a value is invalid (the slow path then names it)."""
-        ints = {r: table.column(self.roles[r]).to_numpy() for r in self.int_roles}
+        ints = {r: table.column(self.roles[r]).to_numpy() for r in self.int_roles if r != "time" or not self.time_text}
+        if self.time_text:
+            ints["time"] = time_column(table.column(self.roles["time"]).combine_chunks(), self.fmt.time_format)
+            if ints["time"] is None:
+                return None
         if any(a.size and a.min() < 0 for r, a in ints.items() if r != "label"):
             return None
         if "label" in ints and ints["label"].size and not np.isin(ints["label"], (0, 1)).all():
@@ -96,7 +112,7 @@ class _BlockParser:
             column = table.column(self.roles[role])
             if column.null_count < len(column) and pc.min(column).as_py() < 0:
                 return None
-            ints[role] = _own_values(column.fill_null(-1).to_numpy(), ints["item"])
+            ints[role] = own_values(column.fill_null(-1).to_numpy(), ints["item"])
         if "action" not in self.roles:
             return ints
         action = table.column(self.roles["action"]).combine_chunks()
@@ -122,10 +138,17 @@ class _BlockParser:
         ints = {}
         for role in self.int_roles:
             column = self.roles[role]
-            try:
-                ints[role] = int(values[column])
-            except ValueError:
-                return f"{role} (column {column!r}) is not an integer: {values[column]!r}", {}
+            if role == "time":
+                try:
+                    ints[role] = parse_time(values[column], self.fmt.time_format)
+                except ValueError as e:
+                    hint = "" if self.fmt.time_format else " (or name its format: --time_format=...)"
+                    return f"time (column {column!r}): {e}{hint}", {}
+            else:
+                try:
+                    ints[role] = int(values[column])
+                except ValueError:
+                    return f"{role} (column {column!r}) is not an integer: {values[column]!r}", {}
             if not -INT64_MAX - 1 <= ints[role] <= INT64_MAX:
                 return f"{role} (column {column!r}) = {values[column]} does not fit a 64-bit integer", {}
             if role == "label" and ints[role] not in (0, 1):
@@ -181,56 +204,7 @@ class _BlockParser:
 
     # -- Parquet -----------------------------------------------------------------------
     def parse_row_group(self, group: int, first_row: int) -> None:
-        import pyarrow.parquet as pq
-
-        table = pq.ParquetFile(self.path).read_row_group(group, columns=sorted(set(self.roles.values())))
-        self.rows += table.num_rows
-        columns = {}
-        for role, column in self.roles.items():
-            array = table.column(column).combine_chunks()
-            if pa.types.is_timestamp(array.type) or pa.types.is_date(array.type):
-                array = array.cast(pa.int64())
-            columns[role] = array
-        bad = np.zeros(table.num_rows, bool)
-        reasons = {}
-        for role, array in columns.items():
-            if role.startswith(FIELD_ROLE):  # (null: the item's own value)
-                continue
-            null = np.asarray(array.is_null().to_numpy(zero_copy_only=False))
-            reasons.setdefault(role, (null, "is null"))
-            bad |= null
-        ints = {}
-        for role in self.int_roles:
-            values, huge = int64_values(columns[role])
-            wrong = (values < 0) if role != "label" else ~np.isin(values, (0, 1))
-            if wrong.any() and not reasons[role][0][wrong].all():
-                reasons[role] = (reasons[role][0] | wrong, "must be 0 or 1" if role == "label" else "is negative")
-            if huge.any():  # (an unsigned id past int64: not to be read as a negative one)
-                reasons[role] = (huge, "does not fit a 64-bit integer")
-            bad |= wrong | huge
-            ints[role] = values
-        for role in self.field_roles:
-            null = np.asarray(columns[role].is_null().to_numpy(zero_copy_only=False))
-            values, huge = int64_values(columns[role])
-            reasons[role] = (huge, "does not fit a 64-bit integer") if huge.any() else (values < 0, "is negative")
-            bad |= (values < 0) | huge
-            ints[role] = _own_values(np.where(null, -1, values), ints["item"])
-        keep = ~bad
-        if "action" in columns:
-            action = columns["action"].cast(pa.string()).to_pylist()
-            if self.action_role is not None:
-                ints[self.action_role] = np.array([self.fmt.actions.index(a) + 1 if a in self.fmt.actions else 0
-                                                   for a in action], np.int64)
-            else:
-                keep &= np.array([a == self.fmt.click for a in action], bool)
-        if bad.any():
-            row = int(np.flatnonzero(bad)[0])
-            role = next(r for r, (mask, _) in reasons.items() if mask[row])
-            value = columns[role][row].as_py()
-            self._bad(f"{self.path}: row {first_row + row}", f"{role} (column {self.roles[role]!r}) {reasons[role][1]}",
-                      str(value))
-            self.bad_lines += int(bad.sum()) - 1
-        self.parts.append({r: v[keep] for r, v in ints.items()})
+        parse_row_group(self, group, first_row)
 
     def result(self, sha256: str) -> Clicks:
         def column(role):
@@ -244,12 +218,6 @@ class _BlockParser:
                       label=column("label") if "label" in self.roles else None,
                       fields={r[len(FIELD_ROLE):]: column(r) for r in self._names if r.startswith(FIELD_ROLE)},
                       click_code=self.fmt.click_code if self.action_role else None)
-
-
-def _own_values(values: np.ndarray, items: np.ndarray) -> np.ndarray:
-    """A field's values with its empty cells (-1) as the item's own value, `-1 - item`."""
-    values = np.asarray(values, np.int64)
-    return np.where(values < 0, -1 - np.asarray(items, np.int64), values)
 
 
 # UTF-8's byte-order mark, which spreadsheet programs write before a CSV's first line.

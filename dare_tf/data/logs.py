@@ -58,6 +58,9 @@ class LogFormat:
         action_field: keep every row, not only the clicks, with its action as
             the history-only field `action` (raw id: its 1-based place in
             `actions`): non-click rows are history, never examples.
+        time_format: the time column's `strptime` format (`--time_format`);
+            None: integers (Unix seconds) or ISO 8601 calendar times, as
+            `dare_tf.data.times.parse_time` reads them.
     """
 
     name: str
@@ -69,6 +72,7 @@ class LogFormat:
     expected_header: str | None = None
     sort_by_time: bool = True
     action_field: bool = False
+    time_format: str | None = None
 
     def __post_init__(self):
         if self.file_format not in FILE_FORMATS:
@@ -124,13 +128,22 @@ class LogFormat:
     def impressions(self) -> bool:
         return "label" in self.role_columns
 
+    @classmethod
+    def from_json(cls, fields: dict) -> "LogFormat":
+        """The format spec.json records (`to_json`'s inverse)."""
+        fields = dict(fields, columns=tuple(tuple(c) for c in fields["columns"]))
+        if fields.get("actions") is not None:
+            fields["actions"] = tuple(fields["actions"])
+        return cls(**fields)
+
     def to_json(self) -> dict:
         """The format as spec.json records it (lists, not tuples)."""
         import json
 
         out = json.loads(json.dumps(dataclasses.asdict(self)))
-        if not self.action_field:  # (recorded only when set: earlier datasets keep their identity)
-            del out["action_field"]
+        for name in ("action_field", "time_format"):  # (recorded only when set: earlier datasets keep their identity)
+            if not out[name]:
+                del out[name]
         return out
 
 
@@ -176,13 +189,15 @@ def with_fields(fmt: LogFormat, names) -> LogFormat:
 
 
 def log_format_of(dataset: str | None, file_format: str | None, columns: str | None, click: str | None = None,
-                  header: bool = False, fields=(), action_field: bool = False) -> LogFormat:
+                  header: bool = False, fields=(), action_field: bool = False,
+                  time_format: str | None = None) -> LogFormat:
     """The format the programs' flags name (`data.prepare`, `serving.histories
     append`): a preset (`--dataset`, with its further `fields`), or `--format`
     with `--columns` (and `--click`, `--header`); `LogFormatError` in one line
     otherwise."""
     custom = [f"--{n}" for n, v in (("format", file_format), ("columns", columns), ("click", click)) if v is not None]
     custom += ["--header"] if header else []
+    custom += ["--time_format"] if time_format is not None else []
     if dataset is not None:
         if dataset not in FORMATS:
             raise LogFormatError(f"--dataset={dataset}: expected one of {sorted(FORMATS)}")
@@ -198,7 +213,7 @@ def log_format_of(dataset: str | None, file_format: str | None, columns: str | N
                              "--columns=user=COL,item=COL,time=COL[,category=COL][,action=COL --click=VALUE]"
                              "[,label=COL]")
     return LogFormat(name=file_format, file_format=file_format, columns=parse_columns(columns), header=header,
-                     click=click, action_field=action_field)
+                     click=click, action_field=action_field, time_format=time_format)
 
 
 @dataclasses.dataclass
@@ -239,6 +254,12 @@ _BINARY = {b"\x1f\x8b": "a gzip file: decompress it first (gunzip)",
            b"PAR1": "a Parquet file: pass --format=parquet",
            b"PK\x03\x04": "a zip archive: extract the log first",
            b"BZh": "a bzip2 file: decompress it first (bunzip2)"}
+
+
+def own_values(values: np.ndarray, items: np.ndarray) -> np.ndarray:
+    """A field's values with its empty cells (-1) as the item's own value, `-1 - item`."""
+    values = np.asarray(values, np.int64)
+    return np.where(values < 0, -1 - np.asarray(items, np.int64), values)
 
 
 def check_text(path: str, fmt: LogFormat) -> None:

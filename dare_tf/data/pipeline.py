@@ -5,9 +5,11 @@ length L.
 Two ways to read a split, the same examples and the same batches' content:
 
 - streamed (`stream`, `make_dataset`): the example shards are read by
-  `tf.data.TFRecordDataset` (interleaved over files when shuffled), shuffled
-  through a buffer, parsed a batch at a time (`tf.io.parse_example`); no
-  split has to fit in memory;
+  `tf.data.TFRecordDataset` and parsed many records at a time
+  (`tf.io.parse_example`); shuffled, in blocks of consecutive records
+  interleaved over files and shuffled through a buffer, then example by
+  example within groups of blocks (`shuffled_columns`); no split has to fit
+  in memory;
 - cached (`InMemorySplit`): a split's example columns (20 bytes per
   example) are read once into memory; an epoch is then a uniform
   permutation, and skipping to a step costs nothing.
@@ -27,30 +29,32 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from dare_tf.data.fields import time_gap_buckets_tensor
 from dare_tf.data.records import feature_spec, verify_shards
-from dare_tf.data.spec import (DEFAULT_SHUFFLE_BUFFER, EXAMPLE_TIME, HIST_CATEGORIES, HIST_ITEMS, TARGET_CATEGORY,
-                               TARGET_ITEM, TIME_GAP, USER, DatasetSpec, history_feature, target_feature)
+from dare_tf.data.spec import (DEFAULT_SHUFFLE_BUFFER, EXAMPLE_TIME, HIST_CATEGORIES, HIST_ITEMS, STREAM_BLOCK,
+                               STREAM_MIX_BLOCKS, TARGET_CATEGORY, TARGET_ITEM, TIME_GAP, USER, DatasetSpec,
+                               history_feature, target_feature)
 from dare_tf.data.store import SequenceStore, check_max_len, load_store, read_examples
+
 
 def _store_tensors(store: SequenceStore) -> dict[str, tf.Tensor]:
     """The store's arrays as tensors, made once per store (every split and every
-    evaluation's dataset share them): each history feature's flat values, and
-    `start` (`times` and `edges` with the time gap)."""
+    evaluation's dataset share them): `clicks`, int32 `[C + 1, F]`, every history
+    feature's value of each click side by side (`names`, the features' order)
+    and a last row of zeros (a padded position's), so that a window is one
+    gather; `start`; with the time gap, `times` (`[C + 1]`) and `edges`."""
     if getattr(store, "_tensors", None) is None:
-        tensors = {HIST_ITEMS: tf.constant(store.items), HIST_CATEGORIES: tf.constant(store.categories),
-                   "start": tf.constant(store.start),
-                   **{history_feature(n): tf.constant(v) for n, v in store.fields.items()}}
+        names = [HIST_ITEMS, HIST_CATEGORIES, *map(history_feature, store.fields)]
+        columns = [store.items, store.categories, *store.fields.values()]
+        clicks = np.zeros((len(store.items) + 1, len(columns)), np.int32)
+        for j, column in enumerate(columns):
+            clicks[:-1, j] = column
+        tensors = {"clicks": tf.constant(clicks), "names": names, "start": tf.constant(store.start)}
+        del clicks
         if store.times is not None:
-            tensors.update(times=tf.constant(store.times), edges=tf.constant(store.edges))
+            tensors.update(times=tf.constant(np.append(store.times, 0)), edges=tf.constant(store.edges))
         store._tensors = tensors
     return store._tensors
-
-
-def time_gap_buckets(edges, gaps):
-    """`dare_tf.data.fields.time_gap_buckets` in TensorFlow: the int64 bucket of
-    each of `gaps` (any shape) among `edges` (the pipeline's and the exports')."""
-    bucket = tf.searchsorted(edges, tf.reshape(gaps, [-1]), side="right", out_type=tf.int64)
-    return tf.reshape(tf.maximum(bucket, 1), tf.shape(gaps))
 
 
 def assemble_fn(store: SequenceStore, max_len: int):
@@ -61,21 +65,22 @@ def assemble_fn(store: SequenceStore, max_len: int):
     `dare_tf.data.fields`) and the float32 label."""
     tensors = _store_tensors(store)
     offsets = tf.range(-max_len, 0, dtype=tf.int64)
-    flat = {k: v for k, v in tensors.items() if k.startswith("hist_")}
+    padding = tf.constant(len(store.items), tf.int64)  # the zero row of `clicks`
 
     def assemble(c):
         uid = tf.cast(c["uid"], tf.int64)
         rel = tf.cast(c["position"], tf.int64)[:, None] + offsets[None, :]
         valid = rel >= 0
-        idx = tf.where(valid, tf.gather(tensors["start"], uid)[:, None] + rel, 0)
+        idx = tf.where(valid, tf.gather(tensors["start"], uid)[:, None] + rel, padding)
+        windows = tf.unstack(tf.gather(tensors["clicks"], idx), len(tensors["names"]), axis=-1)
         features = {USER: tf.cast(uid, tf.int32), TARGET_ITEM: tf.cast(c["target_item"], tf.int32),
                      TARGET_CATEGORY: tf.cast(c["target_category"], tf.int32),
-                     **{k: tf.where(valid, tf.gather(v, idx), 0) for k, v in flat.items()},
+                     **dict(zip(tensors["names"], windows)),
                      **{target_feature(n): tf.cast(c[target_feature(n)], tf.int32) for n in store.targets}}
         if store.times is not None:
             gaps = tf.cast(c[EXAMPLE_TIME], tf.int64)[:, None] - tf.gather(tensors["times"], idx)
-            features[history_feature(TIME_GAP)] = tf.where(valid, tf.cast(time_gap_buckets(tensors["edges"], gaps),
-                                                                          tf.int32), 0)
+            buckets = time_gap_buckets_tensor(gaps, tensors["edges"])
+            features[history_feature(TIME_GAP)] = tf.where(valid, tf.cast(buckets, tf.int32), 0)
         return features, tf.cast(c["label"], tf.float32)
     return assemble
 
@@ -166,13 +171,40 @@ class InMemorySplit:
         return ds.map(self._assemble(), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
+def shuffled_columns(files: tf.data.Dataset, read, parse, shuffle_buffer: int, seed: int, repeat: bool,
+                     deterministic: bool) -> tf.data.Dataset:
+    """The example columns of `files` (in that order, each read by `read` into
+    serialized records), shuffled: each file in blocks of `STREAM_BLOCK`
+    consecutive records, parsed at once by `parse`; up to 8 files interleaved
+    block by block; the blocks shuffled through a buffer of `shuffle_buffer`
+    examples; the examples of every `STREAM_MIX_BLOCKS` blocks drawn permuted
+    (stateless, from `seed` and the group's count: one order per seed, epoch
+    after epoch when `repeat`). Elements are columns of up to
+    `STREAM_BLOCK * STREAM_MIX_BLOCKS` examples, to be `rebatch`ed."""
+    blocks = files.interleave(lambda f: read(f).batch(STREAM_BLOCK).map(parse), cycle_length=8, block_length=1,
+                              num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+    blocks = blocks.shuffle(max(1, shuffle_buffer // STREAM_BLOCK), seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        blocks = blocks.repeat()
+    groups = tf.data.Dataset.zip(blocks.ragged_batch(STREAM_MIX_BLOCKS), tf.data.Dataset.counter())
+
+    def mix(columns, count):
+        flat = {k: v.flat_values for k, v in columns.items()}  # (a file's last block is shorter)
+        order = tf.random.experimental.stateless_shuffle(tf.range(tf.shape(flat["label"])[0]),
+                                                          seed=tf.stack([tf.constant(seed, tf.int64), count]))
+        return {k: tf.gather(v, order) for k, v in flat.items()}
+
+    return groups.map(mix, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+
+
 def stream(data_dir: str, split: str, batch_size: int, *, spec: DatasetSpec | None = None,
            partitions=None, shuffle: bool = False, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
            repeat: bool = False, drop_remainder: bool = False, deterministic: bool = False,
            seed: int | None = None, max_len: int | None = None) -> tf.data.Dataset:
     """`(features, label)` batches of a split's examples (of `partitions`, default
     all), read from its TFRecord shards: in file order, or shuffled (the
-    files' order, then the examples through a buffer of `shuffle_buffer`)."""
+    files' order, then blocks of records through a buffer of `shuffle_buffer`
+    examples, then the examples of each group of blocks: `shuffled_columns`)."""
     spec = spec or DatasetSpec.load(data_dir)
     max_len = spec.max_len if max_len is None else max_len
     check_max_len(max_len)
@@ -187,19 +219,21 @@ def stream(data_dir: str, split: str, batch_size: int, *, spec: DatasetSpec | No
         seed = 0
     files = tf.data.Dataset.from_tensor_slices([os.path.join(data_dir, n) for n in names])
     read = lambda f: tf.data.TFRecordDataset(f, compression_type=spec.compression, buffer_size=1 << 18)  # noqa: E731
+    features, assemble = feature_spec(split, spec), assemble_fn(store, max_len)
+    parse = lambda s: tf.io.parse_example(s, features)  # noqa: E731
     if shuffle:
-        files = files.shuffle(len(names), seed=seed)
-        ds = files.interleave(read, cycle_length=min(len(names), 8), block_length=64,
-                              num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
-        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+        if seed is None:
+            seed = int(np.random.SeedSequence().generate_state(1)[0])
+        ds = shuffled_columns(files.shuffle(len(names), seed=seed), read, parse, shuffle_buffer, seed, repeat,
+                              deterministic)
+        ds = ds.rebatch(batch_size, drop_remainder=drop_remainder)
+        ds = ds.map(assemble, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     else:  # file order
         ds = files.flat_map(read)
-    if repeat:
-        ds = ds.repeat()
-    features, assemble = feature_spec(split, spec), assemble_fn(store, max_len)
-    ds = ds.batch(batch_size, drop_remainder=drop_remainder)
-    ds = ds.map(lambda s: assemble(tf.io.parse_example(s, features)), num_parallel_calls=tf.data.AUTOTUNE,
-                deterministic=deterministic)
+        if repeat:
+            ds = ds.repeat()
+        ds = ds.batch(batch_size, drop_remainder=drop_remainder)
+        ds = ds.map(lambda s: assemble(parse(s)), num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     options = tf.data.Options()
     options.deterministic = deterministic
     return ds.with_options(options).prefetch(tf.data.AUTOTUNE)

@@ -53,11 +53,11 @@ from dare_tf.data.fields import DenseFields, spec_fields
 from dare_tf.data.log_reader import read_log
 from dare_tf.data.logs import dense_ids
 from dare_tf.data.spec import FORMAT, MAX_LEN, SPLITS, STORE_KIND, DatasetSpec
+from dare_tf.data.times import DAY
 
 MAX_NEGATIVES = 100
 SPLIT_KINDS = ("user", "time")
 TIME_SPLIT_FIELDS = ("split", "val_days", "test_days", "val_from", "test_from")
-DAY = 86_400  # seconds
 
 
 @dataclasses.dataclass(frozen=True)

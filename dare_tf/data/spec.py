@@ -74,6 +74,10 @@ STORE_CLICK_COLUMNS = ("items", "categories")
 STORE_KIND = "store"
 COMPRESSIONS = {"gzip": "GZIP", "none": ""}  # --compression -> tf.io / spec.json value
 DEFAULT_SHUFFLE_BUFFER = 100_000  # examples a training input stream shuffles over (tf.data)
+# A shuffled stream reads shards in blocks of STREAM_BLOCK records, parsed and shuffled as units, then
+# permutes the examples of every STREAM_MIX_BLOCKS blocks (dare_tf.data.pipeline.shuffled_columns).
+STREAM_BLOCK = 256
+STREAM_MIX_BLOCKS = 16
 # Further fields of every behaviour (spec.json's `fields`, `dare_tf.data.fields`): a
 # field NAME read from a column adds the store list NAME and the example feature
 # `target_NAME`; the derived time gap (`--time_gap`) adds the store list `times` and

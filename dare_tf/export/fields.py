@@ -20,8 +20,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from dare_tf.data.fields import field_id_file, item_field_file
-from dare_tf.data.pipeline import time_gap_buckets
+from dare_tf.data.fields import field_id_file, item_field_file, time_gap_buckets_tensor
 from dare_tf.data.spec import TIME_GAP, DatasetSpec, history_feature
 from dare_tf.export.tf_serving import IdTable
 
@@ -67,7 +66,7 @@ class ServedFields:
     def dense(self, name: str, raw):
         """Raw values of field `name` (an input without its prefix) -> dense int64 ids."""
         if name == TIME_GAP:
-            return time_gap_buckets(self.edges, raw)
+            return time_gap_buckets_tensor(raw, self.edges)
         return self.tables[name].lookup(raw)
 
     @staticmethod

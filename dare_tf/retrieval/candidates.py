@@ -67,8 +67,35 @@ def _pad(slots, ranks, k):
             tf.pad(ranks, [[0, 0], [0, missing]], constant_values=np.inf))
 
 
+BLOCKED_FROM = 1 << 16  # catalogues from this size take their top-k by blocks (`blocked_top_k`)
+
+
+def blocked_top_k(scores, k, keep: int):
+    """The indices `[B, k]` of each row's `k` highest `scores` (`[B, C]`, C static;
+    `k <= keep`, `keep` static), best first, ties by the lower index, as
+    `tf.math.top_k` gives them, up to ties at the k-th score: the row is cut into
+    blocks of about `sqrt(C / keep)` slots, and the `k` highest lie in the `keep`
+    blocks of highest maximum (a block holding one of them has a maximum at least
+    the k-th score, and at most `k - 1` other blocks can exceed it without
+    their maxima being among the `k` highest). One pass over the row for the
+    maxima and two top-ks over about `sqrt(C * keep)` values, where a top-k over
+    the whole row costs several passes: at 4.16M items, the costliest step of a
+    query after its matrix product."""
+    size = int(scores.shape[1])
+    block = max(1, int(np.ceil(np.sqrt(size / keep))))
+    blocks = -(-size // block)
+    batch = tf.shape(scores)[0]
+    padded = tf.pad(scores, [[0, 0], [0, blocks * block - size]], constant_values=-np.inf)
+    padded = tf.reshape(padded, [batch, blocks, block])
+    chosen = tf.sort(tf.math.top_k(tf.reduce_max(padded, axis=2), k=keep).indices, axis=1)  # (slot order: ties)
+    values = tf.reshape(tf.gather(padded, chosen, batch_dims=1), [batch, keep * block])
+    top = tf.math.top_k(values, k=k).indices
+    return tf.gather(chosen, top // block, batch_dims=1) * block + top % block
+
+
 class TwoTowerSource(tf.Module):
-    """The query tower's `depth` best-scoring slots (ties: the lower slot first)."""
+    """The query tower's `depth` best-scoring slots (ties: the lower slot first; in a
+    catalogue of `BLOCKED_FROM` items or more, through `blocked_top_k`)."""
 
     name = "two_tower"
 
@@ -79,7 +106,11 @@ class TwoTowerSource(tf.Module):
     def top_k(self, query: Query, k):
         size = tf.shape(query.tower_scores)[1]
         m = tf.minimum(tf.minimum(k, self.depth), size)
-        slots = tf.math.top_k(query.tower_scores, k=m).indices
+        static = query.tower_scores.shape[1]
+        if static is not None and static >= max(BLOCKED_FROM, self.depth):
+            slots = blocked_top_k(query.tower_scores, m, self.depth)
+        else:
+            slots = tf.math.top_k(query.tower_scores, k=m).indices
         ranks = tf.tile(tf.range(m, dtype=tf.float32)[None], [tf.shape(slots)[0], 1])
         return _pad(slots, ranks, k)
 

@@ -312,13 +312,17 @@ class ServingClient:
         return int(self._metadata().model_spec.version.value)
 
     def metadata(self) -> dict:
-        """Signature name -> {method, inputs: {name: dtype}, outputs: {name: dtype}}."""
+        """What answers now: `model` (the name), `version` (the served version: after
+        an export, the new one once the server switched to it) and `signatures`,
+        signature name -> {method, inputs: {name: dtype}, outputs: {name: dtype}}."""
         response = self._metadata()
         signatures = get_model_metadata_pb2.SignatureDefMap()
         response.metadata["signature_def"].Unpack(signatures)
         describe = lambda m: {k: tf.dtypes.as_dtype(v.dtype).name for k, v in m.items()}  # noqa: E731
-        return {name: {"method": d.method_name, "inputs": describe(d.inputs), "outputs": describe(d.outputs)}
-                for name, d in signatures.signature_def.items()}
+        return {"model": response.model_spec.name, "version": int(response.model_spec.version.value),
+                "signatures": {name: {"method": d.method_name, "inputs": describe(d.inputs),
+                                      "outputs": describe(d.outputs)}
+                               for name, d in signatures.signature_def.items()}}
 
 
 def rest_predict(base_url: str, model_name: str, inputs: dict, signature: str = "serving_default",

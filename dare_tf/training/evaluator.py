@@ -30,6 +30,18 @@ class Evaluator:
         cap = max(self.config.schedule.batch_size, EVAL_BEHAVIOURS // self.plan.max_len)
         return min(self.config.data.eval_batch_size, cap)
 
+    @property
+    def memory_batch_size(self) -> int:
+        """The batch of the splits evaluated from memory: `batch_size`, or for
+        small splits the power of two that holds the largest of them (padding 258
+        validation examples to a batch of 8192 took 1.6 GB of activations at L=200:
+        benchmarks/bench_memory.py); in reference mode always `batch_size`, as the
+        reference's per-batch statistics need."""
+        counts = [len(self.plan.memory[s]) for s in ("val", "test") if s in self.plan.memory]
+        if self.config.reference_mode or not counts:
+            return self.batch_size
+        return min(self.batch_size, 1 << (max(counts) - 1).bit_length())
+
     def predict(self, split: str) -> dict[str, np.ndarray]:
         """Predictions over the whole split: this worker's partitions, gathered
         from every worker (in worker order) when there are several."""
@@ -37,7 +49,7 @@ class Evaluator:
         if split in plan.memory:
             # Every batch full-sized (the last one padded with example 0, its outputs
             # dropped): one compiled shape for all evaluations.
-            size, count = self.batch_size, len(plan.memory[split])
+            size, count = self.memory_batch_size, len(plan.memory[split])
             count = count // size * size if reference else count
             order = np.zeros(-(-count // size) * size, np.int64)
             order[:count] = np.arange(count)

@@ -5,6 +5,8 @@ a Keras callback that reads the epoch's logs (`dare_tf.training.callbacks`)."""
 from __future__ import annotations
 
 import os
+import sys
+import time
 
 import keras
 
@@ -64,29 +66,54 @@ class TensorBoardScalars(keras.callbacks.Callback):
         self.scalars.write("validation", validation_metrics(logs), optimizer_step(self.model))
 
 
-class RunProgress(keras.callbacks.Callback):
-    """`--verbose=1`: a line naming the run ("dare on taobao_sample, seed 2 of 5"),
-    one progress bar over the run's optimizer steps with its ETA (Keras's
-    `Progbar`; a resumed run starts at its step), and each validation's results
-    (the logs' `val_*`) printed beneath it. (Keras's own bar counts a Keras "epoch", which here is
-    `eval_every` steps, not a pass over the data.)"""
+LOSS_EXPLAINED = ("loss: the training objective, click cross entropy + auxiliary head's + L2, averaged over "
+                  "the last steps; validation's logloss is the click cross entropy alone")
 
-    def __init__(self, title: str, total_steps: int, write=print):
+
+class RunProgress(keras.callbacks.Callback):
+    """`--verbose=1`: a line naming the run ("dare on taobao_sample, seed 2 of 5")
+    and what its `loss` is, progress over the run's optimizer steps, and each
+    validation's results (the logs' `val_*`) printed beneath it. (Keras's own bar
+    counts a Keras "epoch", which here is `eval_every` steps, not a pass over the data.)
+
+    On a terminal (`terminal`, default: whether stdout is one), one bar with its
+    ETA (Keras's `Progbar`; a resumed run starts at its step); otherwise (a pipe,
+    a log file) a plain line at each tenth of the run, no terminal escapes."""
+
+    LINES = 10  # plain lines over a run
+
+    def __init__(self, title: str, total_steps: int, write=print, terminal: bool | None = None):
         super().__init__()
         self.title, self.total_steps, self.write = title, total_steps, write
-        self.bar = None
+        self.terminal = sys.stdout.isatty() if terminal is None else terminal
+        self.bar, self._next_line, self._started, self._first = None, 0, 0.0, 0
 
     def on_train_begin(self, logs=None):
         step = optimizer_step(self.model)
-        self.write(f"{self.title}: steps {step + 1} to {self.total_steps}")
-        self.bar = keras.utils.Progbar(self.total_steps, stateful_metrics=["loss"], unit_name="step")
-        self.bar.update(step)
+        self.write(f"{self.title}: steps {step + 1} to {self.total_steps} ({LOSS_EXPLAINED})")
+        if self.terminal:
+            self.bar = keras.utils.Progbar(self.total_steps, stateful_metrics=["loss"], unit_name="step")
+            self.bar.update(step)
+        self._started, self._first = time.perf_counter(), step
+        self._next_line = self._line_after(step)
+
+    def _line_after(self, step: int) -> int:
+        every = max(1, -(-self.total_steps // self.LINES))
+        return min(self.total_steps, (step // every + 1) * every)
 
     def on_train_batch_end(self, batch, logs=None):
         step = optimizer_step(self.model)
-        self.bar.update(step, [("loss", float(logs["loss"]))] if logs and "loss" in logs else None,
-                        finalize=step >= self.total_steps)
+        loss = float(logs["loss"]) if logs and "loss" in logs else None
+        if self.bar is not None:
+            self.bar.update(step, None if loss is None else [("loss", loss)], finalize=step >= self.total_steps)
+        elif step >= self._next_line:
+            self._next_line = self._line_after(step)
+            elapsed = time.perf_counter() - self._started
+            eta = elapsed / max(step - self._first, 1) * (self.total_steps - step)
+            self.write(f"  step {step}/{self.total_steps} ({100 * step // self.total_steps}%), {elapsed:.0f}s, "
+                       f"eta {eta:.0f}s" + ("" if loss is None else f", loss {loss:.4f}"))
 
     def on_epoch_end(self, epoch, logs=None):
-        self.write(f"\n  validation at step {optimizer_step(self.model)}: "
+        self.write(("\n" if self.bar is not None else "")
+                   + f"  validation at step {optimizer_step(self.model)}: "
                    + " ".join(f"{k} {v:.4f}" for k, v in validation_metrics(logs).items()))

@@ -19,7 +19,7 @@ from dare_tf.data.spec import (APPEND_JOURNAL, ID_MAP_FILES, ITEM_CATEGORY_FILE,
                                SPLITS, DatasetSpec, SpecError)
 from dare_tf.data.store import SequenceStore, read_examples
 from dare_tf.data.fields import field_files
-from tests.conftest import REPO
+from tests.conftest import LOUD_ENV, REPO, noise
 from tests.data.planted_logs import impression_log, impression_rows
 from tests.data.test_prepare import TAOBAO
 
@@ -104,8 +104,9 @@ def test_days_appended_one_by_one_are_the_days_prepared_at_once(taobao_days, tmp
     histories = f"lmdb:{tmp_path / 'histories'}"
     command = [sys.executable, "-m", "data.prepare", "--append", f"--output_dir={grown}", f"--input={last_day}",
                f"--histories={histories}"]
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    done = subprocess.run(command, cwd=REPO, env=LOUD_ENV, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+    assert not noise(done.stdout + done.stderr), done.stderr  # no TensorFlow INFO line, in a user's environment
     assert_same_data(whole, grown)
     # The same program appended the day's clicks to the history service, once.
     with open(last_day) as f:

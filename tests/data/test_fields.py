@@ -172,6 +172,11 @@ def test_time_gap_buckets():
     gaps = np.array([-5, 0, 1, 2, 3, 4, 86_399, 86_400, 2 ** 41])
     assert time_gap_buckets(gaps, edges).tolist() == [_bucket(g) for g in gaps.tolist()]
     assert time_gap_buckets(gaps, edges).tolist() == [1, 1, 2, 3, 3, 4, 18, 18, 42]
+    # The TensorFlow twin takes the same arguments in the same order, any shape.
+    from dare_tf.data.fields import time_gap_buckets_tensor
+
+    tensor = time_gap_buckets_tensor(gaps.reshape(3, 3), np.asarray(edges, np.int64))
+    assert tensor.numpy().tolist() == time_gap_buckets(gaps, edges).reshape(3, 3).tolist()
 
 
 def _prepare_program(out, *flags):

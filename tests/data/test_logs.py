@@ -302,3 +302,80 @@ def test_a_quoted_field_with_a_line_break_is_named_as_such(tmp_path):
         read_clicks(path, fmt)
     skipped = read_clicks(path, fmt, skip_bad_lines=True)
     assert skipped.item.tolist() == [2, 4] and skipped.bad_lines == 2
+
+
+def _store_and_examples(directory):
+    from dare_tf.data.store import load_store
+
+    spec = DatasetSpec.load(directory)
+    store = load_store(directory, spec)
+    return spec, {"items": store.items, "categories": store.categories, "length": store.length,
+                  **{split: columns_of(directory, split) for split in ("train", "val", "test")}}
+
+
+def _same(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        if isinstance(a[k], dict):
+            _same(a[k], b[k])
+        else:
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def test_calendar_times_prepare_as_their_unix_seconds(tmp_path):
+    """Issue 47: the Taobao sample with its times written as ISO 8601 (zoned, naive,
+    with an offset, a fraction of a second: mixed in one file), as a --time_format,
+    and as Parquet timestamps and text prepares as the integer log does; a time
+    that does not parse names its line and the forms expected."""
+    import datetime
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [line.rstrip("\n").split(",") for line in open(TAOBAO)]
+    moments = [datetime.datetime.fromtimestamp(int(r[4]), datetime.timezone.utc) for r in rows]
+    forms = [lambda m: m.strftime("%Y-%m-%dT%H:%M:%SZ"), lambda m: m.strftime("%Y-%m-%d %H:%M:%S"),
+             lambda m: m.astimezone(datetime.timezone(datetime.timedelta(hours=8))).isoformat(),
+             lambda m: m.strftime("%Y-%m-%dT%H:%M:%S.250")]
+    iso = tmp_path / "iso.csv"
+    iso.write_text("".join(",".join(r[:4] + [forms[i % 4](m)]) + "\n" for i, (r, m) in enumerate(zip(rows, moments))))
+    custom = tmp_path / "custom.csv"
+    custom.write_text("".join(",".join(r[:4] + [m.strftime("%d/%m/%Y %H:%M:%S")]) + "\n"
+                              for r, m in zip(rows, moments)))
+    columns = "user=0,item=1,category=2,action=3,time=4"
+    table = pa.table({"user": [int(r[0]) for r in rows], "item": [int(r[1]) for r in rows],
+                      "category": [int(r[2]) for r in rows], "action": [r[3] for r in rows],
+                      "stamp": pa.array([int(r[4]) * 1000 for r in rows], pa.timestamp("ms", "UTC")),
+                      "text": [forms[0](m) for m in moments]})
+    pq.write_table(table, tmp_path / "log.parquet", row_group_size=len(rows) // 3)
+    runs = {"int": [f"--input={TAOBAO}", f"--columns={columns}"],
+            "iso": [f"--input={iso}", f"--columns={columns}"],
+            "custom": [f"--input={custom}", f"--columns={columns}", "--time_format=%d/%m/%Y %H:%M:%S"],
+            "stamp": ["--format=parquet", f"--input={tmp_path / 'log.parquet'}",
+                      "--columns=user=user,item=item,category=category,action=action,time=stamp"],
+            "text": ["--format=parquet", f"--input={tmp_path / 'log.parquet'}",
+                     "--columns=user=user,item=item,category=category,action=action,time=text"]}
+    prepared = {}
+    for name, args in runs.items():
+        args = args if "--format=parquet" in args else ["--format=csv", *args]
+        done = prepare_cli(*args, "--click=pv", f"--output_dir={tmp_path / name}", "--seed=1", "--split=time")
+        assert done.returncode == 0, (name, done.stderr[-2000:])
+        prepared[name] = _store_and_examples(str(tmp_path / name))
+    spec, expected = prepared.pop("int")
+    assert "time_format" not in spec.source["log"]  # (an integer log's spec.json is as before)
+    for name, (other, got) in prepared.items():
+        _same(expected, got)
+        assert other.protocol["windows"] == spec.protocol["windows"], name
+    assert prepared["custom"][0].source["log"]["time_format"] == "%d/%m/%Y %H:%M:%S"
+    recorded = LogFormat.from_json(prepared["custom"][0].source["log"])  # (what --append reads the next day as)
+    assert recorded.time_format == "%d/%m/%Y %H:%M:%S" and recorded.to_json() == prepared["custom"][0].source["log"]
+    # A time that does not parse: its line and what was expected.
+    lines = iso.read_text().splitlines()
+    lines[6] = lines[6].rsplit(",", 1)[0] + ",2017-11-31T08:00:00Z"
+    iso.write_text("\n".join(lines) + "\n")
+    done = prepare_cli("--format=csv", f"--input={iso}", f"--columns={columns}", "--click=pv",
+                       f"--output_dir={tmp_path / 'bad'}")
+    assert done.returncode == 1 and done.stderr.strip().splitlines()[-1] == (
+        f"error: {iso}:7: time (column '4'): '2017-11-31T08:00:00Z' is not a time: expected Unix seconds (an integer) "
+        "or an ISO 8601 time such as 2026-11-01T00:31:27Z (or name its format: --time_format=...): "
+        f"{lines[6]!r} (use --skip_bad_lines to skip and count such lines)"), done.stderr[-2000:]

@@ -159,6 +159,35 @@ def test_out_of_range_ids_are_refused_naming_file_feature_and_value(prepared, tm
         list(make_dataset(bad, "val", 16))
 
 
+def _keys(batches, n):
+    """The first `n` examples of `batches` as (uid, position, target item, label) tuples."""
+    out = []
+    for x, y in batches:
+        out += zip(*(v.numpy().tolist() for v in (x["uid"], x["hist_items"][:, -1], x["target_item"], y)))
+        if len(out) >= n:
+            return out[:n]
+    return out
+
+
+def test_a_shuffled_stream_mixes_examples_within_blocks_and_reshuffles_each_epoch(prepared):
+    """Blocks of consecutive records are shuffled as units (STREAM_BLOCK), then the
+    examples of each group of blocks permuted: few neighbours in the shards stay
+    neighbours; a repeated stream's second epoch is another order of the same examples."""
+    data_dir, spec = prepared
+    in_files = _keys(make_dataset(data_dir, "train", 512, shuffle=False), 10**9)
+    n = len(in_files)
+    position = {k: i for i, k in enumerate(in_files)}
+    assert len(position) > 0.95 * n
+    shuffled = _keys(make_dataset(data_dir, "train", 512, shuffle=True, deterministic=True, seed=5), n)
+    assert sorted(shuffled) == sorted(in_files)
+    steps = np.diff([position[k] for k in shuffled])
+    assert np.mean(steps == 1) < 0.02, np.mean(steps == 1)
+    two = _keys(make_dataset(data_dir, "train", 512, shuffle=True, repeat=True, deterministic=True, seed=5), 2 * n)
+    assert two[:n // 2] == shuffled[:n // 2]  # the same seed's order...
+    assert sorted(two[n:]) != two[n:] and two[n:] != two[:n]  # ...and then another one
+    assert len(set(two[n + n // 10: 2 * n - n // 10]) - set(in_files)) == 0
+
+
 def test_shards_read_as_one_pipeline_equal_shards_read_one_by_one(prepared, tmp_path):
     """Store shards (ragged clicks) and example shards, an empty shard among them;
     a bad id in one of them is named as when read alone."""

@@ -4,9 +4,9 @@ tensorflow-recommenders, so these run in the suite's own process)."""
 import numpy as np
 import pytest
 
-from dare_tf.retrieval.candidates import (SOURCES, CandidateMerger, PopularitySource, Query, RecentCategorySource,
-                                         TwoTowerSource, evaluate_sources, one_source, quota_grid, quota_key,
-                                         score_rows)
+from dare_tf.retrieval.candidates import (BLOCKED_FROM, SOURCES, CandidateMerger, PopularitySource, Query,
+                                         RecentCategorySource, TwoTowerSource, blocked_top_k, evaluate_sources,
+                                         one_source, quota_grid, quota_key, score_rows)
 
 
 def _reference(scores, hist_items, hist_categories, item_category, clicks, quotas, n, depth, recent, include_seen):
@@ -74,6 +74,34 @@ def test_each_source_proposes_its_first_k_without_ranking_the_catalogue(rng):
     with pytest.raises(ValueError, match=r"^quotas of unknown sources \['trending'\]; the sources: "):
         CandidateMerger(item_category, clicks, 4, depth=3).merge(
             {}, {"trending": 1.0}, hist_items, 2)
+
+
+@pytest.mark.parametrize("size, keep, k", [(BLOCKED_FROM + 17, 400, 400), (BLOCKED_FROM + 17, 400, 37),
+                                           (1000, 7, 7), (10, 3, 2)])
+def test_a_top_k_by_blocks_is_the_top_k(rng, size, keep, k):
+    """Against tf.math.top_k: the same indices in the same order for distinct scores;
+    with ties, the same scores (the best concentrated in few blocks, the worst case)."""
+    import tensorflow as tf
+
+    scores = rng.normal(size=(5, size)).astype(np.float32)
+    scores[1, : 3 * keep] += 10  # every best one in the first blocks
+    scores[2, -(k + 1):] += 10  # ...in the last, padded block
+    got = blocked_top_k(tf.constant(scores), k, keep).numpy()
+    np.testing.assert_array_equal(got, tf.math.top_k(scores, k=k).indices.numpy())
+    tied = np.round(scores, 1)
+    got = blocked_top_k(tf.constant(tied), k, keep).numpy()
+    expected = tf.math.top_k(tied, k=k).values.numpy()
+    np.testing.assert_array_equal(np.take_along_axis(tied, got, axis=1), expected)
+    assert all(len(set(row)) == k for row in got)
+
+
+def test_the_two_tower_source_of_a_large_catalogue_is_the_exact_top_k(rng):
+    import tensorflow as tf
+
+    scores = rng.normal(size=(3, BLOCKED_FROM)).astype(np.float32)
+    query = Query(tf.constant(scores), np.zeros((3, 4), np.int32), np.zeros((3, 4), np.int32))
+    slots, ranks = (t.numpy() for t in TwoTowerSource(depth=300).top_k(query, 250))
+    np.testing.assert_array_equal(slots, np.argsort(-scores, axis=1, kind="stable")[:, :250])
 
 
 def test_recall_of_each_source_and_the_grid(rng, monkeypatch):

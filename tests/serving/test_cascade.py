@@ -123,12 +123,17 @@ def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
     user_cli = subprocess.run([sys.executable, "-m", "serving.client", "recommend", f"--server={target}",
                                "--model_name=dare", "--user_id=42", f"--histories={store_url}", "--num_candidates=50",
                                "--top=10", "--format=json"], capture_output=True, text=True)
+    unknown_cli = subprocess.run([sys.executable, "-m", "serving.client", "recommend", f"--server={target}",
+                                  "--model_name=dare", "--user_id=4242", f"--histories={store_url}",
+                                  "--num_candidates=50", "--top=5", "--now=2026-11-01T00:00:00Z"],
+                                 capture_output=True, text=True)
     bad_store = subprocess.run([sys.executable, "-m", "serving.client", "recommend", f"--server={target}",
                                 "--model_name=dare", "--user_id=42", "--histories=redis://127.0.0.1:1"],
                                capture_output=True, text=True)
     live = {"before": before["items"].tolist(), "same": got["items"].tolist(), "after": after["items"].tolist(),
             "seen": int(seen.lengths[0]), "unknown": unknown["probability"].tolist(),
-            "cli": json.loads(user_cli.stdout)["items"] if user_cli.returncode == 0 else user_cli.stderr,
+            "cli": json.loads(user_cli.stdout) if user_cli.returncode == 0 else user_cli.stderr,
+            "unknown_cli": [unknown_cli.returncode, unknown_cli.stdout, unknown_cli.stderr[-2000:]],
             "bad_store": [bad_store.returncode, bad_store.stderr.strip().splitlines()]}
     with open(os.path.join(work, "user.json"), "w") as f:
         json.dump({"hist_items": hist_items, "hist_categories": hist_cats}, f)
@@ -148,8 +153,14 @@ def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
         "cli": [cli.returncode, cli.stdout, cli.stderr[-2000:]], "live": live}))
     live = out["live"]
     assert live["before"] == live["same"]  # the stored history answers as the request's
-    assert live["after"] != live["before"] and live["seen"] == 61 and live["cli"] == live["after"], live
+    assert live["after"] != live["before"] and live["seen"] == 61, live
+    assert live["cli"]["items"] == live["after"] and (live["cli"]["user_id"], live["cli"]["history_clicks"]) == (
+        "42", 61), live["cli"]
     assert live["unknown"] == out["empty"]
+    code, stdout, stderr = live["unknown_cli"]  # said, not silently answered with plausible items
+    assert code == 0, stderr
+    assert stdout.splitlines()[0] == (f"user 4242: no clicks in {store_url} (an unknown user, or none yet): ranked "
+                                      "for an empty history")
     assert live["bad_store"][0] == 1 and len(live["bad_store"][1]) == 1, live["bad_store"]
     assert "redis://127.0.0.1:1: no Redis server answers" in live["bad_store"][1][0]
     index = out["index"]

@@ -12,7 +12,7 @@ import pytest
 
 from dare_tf.data.spec import read_id_map
 from dare_tf.serving.client import ServingClient, make_example, pad_histories, rest_predict
-from dare_tf.testing.standin_server import serve
+from dare_tf.testing.standin_server import latest_version, serve
 from tests.served import L, in_process, requests
 
 
@@ -28,8 +28,9 @@ def test_client_predict_classify_regress_metadata_rest(setup, rng):
     np.testing.assert_allclose(scores.sum(1), 1.0, atol=1e-6)
     np.testing.assert_allclose(client.regress(examples), expected, atol=1e-5)
     meta = client.metadata()
-    assert meta["serving_default"]["inputs"]["hist_items"] == "int64"
-    assert meta["classify"]["method"] == "tensorflow/serving/classify"
+    assert (meta["model"], meta["version"]) == ("dare", latest_version(os.path.dirname(setup["path"])))
+    assert meta["signatures"]["serving_default"]["inputs"]["hist_items"] == "int64"
+    assert meta["signatures"]["classify"]["method"] == "tensorflow/serving/classify"
     rest = rest_predict(setup["rest"], "dare", {
         "target_item": req[0], "target_category": req[1],
         "hist_items": pad_histories(req[2]), "hist_categories": pad_histories(req[3])})
@@ -56,7 +57,7 @@ def test_client_retries_until_the_server_is_up(setup, tmp_path):
     timer.start()
     client = ServingClient(f"localhost:{port}", "dare", timeout=2.0, retries=6, backoff=0.25)
     try:
-        assert "serving_default" in client.metadata()
+        assert "serving_default" in client.metadata()["signatures"]
     finally:
         timer.join()
         for server in started:
@@ -100,6 +101,10 @@ def test_client_program_explains_in_the_requests_raw_ids(setup, tmp_path):
             assert b["category"] == cats[:6][len(history) - b["clicks_ago"]]
     table = client()
     assert "| target item | category | P(click) |" in table
+    # --metadata: the served model's name and version, then its signatures
+    meta = json.loads(client("--metadata"))
+    assert (meta["model"], meta["version"]) == ("dare", latest_version(os.path.dirname(setup["path"])))
+    assert list(meta)[:2] == ["model", "version"] and "explain" in meta["signatures"]
     assert "| rank | behaviour item | category | clicks ago | weight |" in table
     # REST failures end the program in one line, as gRPC's do
     for flags, message in [((f"--rest_url={setup['rest']}", "--model_name=nope"),

@@ -14,7 +14,7 @@ def test_nan_loss_stops_with_the_step(taobao, tmp_path):
         train(taobao, str(tmp_path / "nan"), config)
 
 
-def test_run_progress_names_the_seed_shows_one_bar_over_the_run_and_validations_beneath():
+def _progress_lines(terminal: bool):
     import keras
     import numpy as np
 
@@ -30,11 +30,31 @@ def test_run_progress_names_the_seed_shows_one_bar_over_the_run_and_validations_
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
     x, y = np.ones((12, 2), np.float32), np.ones((12, 1), np.float32)
-    progress = RunProgress("dare on taobao_sample, seed 2 of 3 (seed 1)", 6, lines.append)
+    progress = RunProgress("dare on taobao_sample, seed 2 of 3 (seed 1)", 6, lines.append, terminal=terminal)
     model.fit(x, y, batch_size=4, epochs=2, verbose=0, callbacks=[Validate(), progress])
-    assert lines == ["dare on taobao_sample, seed 2 of 3 (seed 1): steps 1 to 6",
-                     "\n  validation at step 3: auc 0.5000", "\n  validation at step 6: auc 0.6000"]
+    return lines, progress
+
+
+TITLE = ("dare on taobao_sample, seed 2 of 3 (seed 1): steps 1 to 6 (loss: the training objective, click cross "
+         "entropy + auxiliary head's + L2, averaged over the last steps; validation's logloss is the click cross "
+         "entropy alone)")
+
+
+def test_run_progress_names_the_seed_shows_one_bar_over_the_run_and_validations_beneath():
+    lines, progress = _progress_lines(terminal=True)
+    assert lines == [TITLE, "\n  validation at step 3: auc 0.5000", "\n  validation at step 6: auc 0.6000"]
     assert progress.bar.target == 6 and progress.bar._seen_so_far == 6  # one bar over the run's steps
+
+
+def test_run_progress_into_a_pipe_writes_plain_lines_without_terminal_escapes(capsys):
+    import re
+
+    lines, progress = _progress_lines(terminal=False)
+    assert progress.bar is None and "\x1b" not in "".join(lines) + capsys.readouterr().out
+    plain = [re.sub(r"\d+s", "Ns", re.sub(r"loss [-\d.]+", "loss X", line)) for line in lines]
+    assert plain == [TITLE] + [f"  step {s}/6 ({100 * s // 6}%), Ns, eta Ns, loss X" for s in (1, 2, 3)] + [
+        "  validation at step 3: auc 0.5000"] + [f"  step {s}/6 ({100 * s // 6}%), Ns, eta Ns, loss X"
+                                                 for s in (4, 5, 6)] + ["  validation at step 6: auc 0.6000"]
 
 
 def test_callbacks_read_each_other_through_the_logs_only(tmp_path):

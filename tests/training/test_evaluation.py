@@ -101,3 +101,35 @@ def test_curves_titles_do_not_repeat_the_preset():
 
     assert _curves_title("dare", "dare") == "dare"
     assert _curves_title("dare", "dare_10k") == "dare (dare_10k)"
+
+
+def test_small_splits_are_evaluated_in_the_batch_that_holds_them(planted, tmp_path):
+    """The in-memory splits' batch: the power of two that holds the largest of val and
+    test, not `eval_batch_size` (8192 rows of padding took 1.6 GB at L=200); the
+    predictions are those of the full-sized batch, each example's own."""
+    import tensorflow as tf
+
+    from dare_tf import training
+    from dare_tf.data.pipeline import InMemorySplit
+    from dare_tf.data.spec import DatasetSpec
+
+    data_dir, _ = planted
+    spec = DatasetSpec.load(data_dir)
+    config = TrainConfig.create(preset="dare", **dict(FAST, eval_batch_size=8192))
+    strategy = tf.distribute.get_strategy()
+    model_config = training.effective_model_config(config, spec, strategy)
+    memory = {s: InMemorySplit.load(data_dir, s, spec, model_config.max_len) for s in ("train", "val", "test")}
+    run = SeedRun(data_dir, str(tmp_path / "run"), config, 0, spec, strategy, True, model_config, print,
+                  memory=memory)
+    largest = max(len(run.plan.memory["val"]), len(run.plan.memory["test"]))
+    assert run.evaluator.memory_batch_size == 1 << (largest - 1).bit_length() < run.evaluator.batch_size
+    small = run.evaluator.predict("val")
+    run.evaluator.__class__ = type("FullBatch", (type(run.evaluator),), {"memory_batch_size": property(
+        lambda self: self.batch_size)})
+    full = run.evaluator.predict("val")
+    assert small.keys() == full.keys() and all(len(v) == len(run.plan.memory["val"]) for v in small.values())
+    for k in small:
+        np.testing.assert_allclose(small[k], full[k], rtol=1e-5, atol=1e-6)
+    reference = SeedRun(data_dir, str(tmp_path / "reference"), config.replace(reference_mode=True), 0, spec,
+                        strategy, True, model_config, print, memory=memory)
+    assert reference.evaluator.memory_batch_size == reference.evaluator.batch_size
