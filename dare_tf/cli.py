@@ -16,6 +16,7 @@ that `--help` lists the generated flags.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 import re
 import sys
@@ -149,7 +150,7 @@ def int64_flag(name: str, value: str) -> int:
 
 
 def run(main: Callable[..., Any], configure: Callable[[list[str]], Any] | None = None,
-        tensorflow: bool = True, keras2: bool = False) -> None:
+        tensorflow: bool = True, keras2: bool = False, models: bool = True) -> None:
     """`app.run(main)`, with user errors as one line on stderr and exit code 1.
 
     Once the flags are parsed, `configure(argv)` (when given) builds the
@@ -161,7 +162,9 @@ def run(main: Callable[..., Any], configure: Callable[[list[str]], Any] | None =
     `main(configuration)`, runs. A program of the retrieval stage passes
     `keras2=True` (`tf.keras` as Keras 2 for tensorflow-recommenders:
     `dare_tf.retrieval.use_keras2`); one without TensorFlow (data preparation:
-    numpy and pyarrow) passes `tensorflow=False`."""
+    numpy and pyarrow) passes `tensorflow=False`; one that talks to servers and
+    stores but builds no model (the client, the history service, the stand-in)
+    passes `models=False`: TensorFlow loads, Keras and the model code do not."""
 
     def guarded(argv):
         try:
@@ -180,7 +183,10 @@ def run(main: Callable[..., Any], configure: Callable[[list[str]], Any] | None =
             if keras2:
                 use_keras2()  # before TensorFlow loads (Keras 3, `import keras`, is unaffected)
             with FilteredStderr():  # TensorFlow's notices while the program runs, filtered
-                dare_tf.load()  # the flags are parsed: now TensorFlow
+                if models:
+                    dare_tf.load()  # the flags are parsed: now TensorFlow, Keras and every model module
+                else:
+                    importlib.import_module("tensorflow")  # (its protos and SavedModels; no Keras)
                 return main(configuration) if configure else main(argv)
         except KeyboardInterrupt:
             raise

@@ -29,12 +29,13 @@ import json
 from absl import app, flags
 
 import dare_tf.cli
+from dare_tf.signatures import EXPLAIN, SERVING_DEFAULT
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("server", "localhost:8500", "gRPC host:port.")
 flags.DEFINE_string("rest_url", None, "Use REST at this base URL (http://host:8501) instead of gRPC.")
 flags.DEFINE_string("model_name", None, "Served model name (for recommend: the ranker).")
-flags.DEFINE_enum("signature", "serving_default", ["serving_default", "explain"], "Signature to call.")
+flags.DEFINE_enum("signature", SERVING_DEFAULT, [SERVING_DEFAULT, EXPLAIN], "Signature to call.")
 flags.DEFINE_string("request_json", None, "JSON file with the request (see above).")
 flags.DEFINE_bool("metadata", False, "Print the served model's name, version (the one answering now) and "
                   "signatures, and exit.")
@@ -224,7 +225,7 @@ def _one_line_rpc_errors(configuration):
 
 
 def run():
-    dare_tf.cli.run(_one_line_rpc_errors, configure=_command)
+    dare_tf.cli.run(_one_line_rpc_errors, configure=_command, models=False)
 
 
 if __name__ == "__main__":

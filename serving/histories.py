@@ -166,7 +166,7 @@ def main(configuration):
 
 
 def run():
-    dare_tf.cli.run(main, configure=_configure)
+    dare_tf.cli.run(main, configure=_configure, models=False)
 
 
 if __name__ == "__main__":

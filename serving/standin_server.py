@@ -70,7 +70,7 @@ def main(argv):
 
 
 def run():
-    dare_tf.cli.run(main)
+    dare_tf.cli.run(main, models=False)
 
 
 if __name__ == "__main__":

@@ -265,3 +265,22 @@ def test_every_module_has_its_test_file():
         elif not mirror:
             missing.append(f"{name} -> {_mirror(name)}")
     assert not missing and not stale, (missing, stale)
+
+
+def test_signature_names_are_spelt_only_in_the_signatures_module():
+    """Issue 46: the exports, the client, the stand-in and the programs name a
+    signature through `dare_tf.signatures`, never as a string of their own."""
+    from dare_tf import signatures
+
+    names = [signatures.SERVING_DEFAULT, signatures.RANK, signatures.RANK_EXPLAIN, signatures.ITEM_FIELDS]
+    found = []
+    for top in ("dare_tf", "serving", "trainers", "data"):
+        for root, _, files in os.walk(os.path.join(REPO, top)):
+            for name in files:
+                path = os.path.join(root, name)
+                if not name.endswith(".py") or path == signatures.__file__:
+                    continue
+                with open(path) as f:
+                    text = f.read()
+                found += [f"{os.path.relpath(path, REPO)}: {n!r}" for n in names if f'"{n}"' in text or f"'{n}'" in text]
+    assert found == []

@@ -228,3 +228,32 @@ def test_the_demo_ends_with_a_verdict_that_weighs_the_difference_against_its_noi
                     {"dare": 0.5, "twin": 0.55}, grads)
     assert "test AUC DARE 0.8010 and TWIN 0.8000 are within noise (2 standard errors: 0.0" in close
     assert "DARE's search ranks behaviours no closer to the mutual-information truth" in close
+
+
+def test_the_serving_edge_loads_tensorflow_but_no_keras_model_code(tmp_path):
+    """`serving.client` (a predict, a recommend) and `serving.histories show` talk to
+    servers and stores: TensorFlow loads (its protos; TensorFlow itself imports
+    Keras), dare_tf's model code does not (`dare_tf.cli.run(..., models=False)`)."""
+    import json
+
+    from dare_tf.histories import open_store
+
+    probe = PROBE.replace("('tensorflow', 'keras', 'jax')",
+                          "('tensorflow', 'dare_tf.models', 'dare_tf.layers', 'dare_tf.search', "
+                          "'dare_tf.optimizers.adam')")
+    store = f"lmdb:{tmp_path / 'histories'}"
+    with open_store(store) as histories:
+        histories.append(7, [11, 12], [1, 1], [100, 200])
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"target_item": [1], "target_category": [1], "hist_items": [[1, 2]],
+                                   "hist_categories": [[1, 2]]}))
+    runs = {"predict": ["serving.client", "--server=localhost:1", "--model_name=dare", "--retries=0",
+                        f"--request_json={request}"],
+            "recommend": ["serving.client", "recommend", "--server=localhost:1", "--model_name=dare", "--retries=0",
+                          "--user_id=7", f"--histories={store}"],
+            "show": ["serving.histories", "show", f"--store={store}", "--user_id=7"]}
+    for name, args in runs.items():
+        done = subprocess.run([sys.executable, "-c", probe, *args], cwd=REPO, env=ENV, capture_output=True,
+                              text=True, timeout=120)
+        last = done.stderr.strip().splitlines()[-1]
+        assert last == f"exit {None if name == 'show' else 1} loaded ['tensorflow']", (name, done.stderr[-2000:])

@@ -81,8 +81,9 @@ from dare_tf.export.tf_serving import (DATASET_INPUT, DATASET_SIGNATURE, WARMUP_
                                        model_base, next_version, set_method_names, warmup_requests,
                                        write_server_configs)
 from dare_tf.models import DareModel
-from dare_tf.signatures import (CANDIDATE_COUNT, HIST_LENGTH, ITEM_FIELDS, MAX_CANDIDATES, RANK, RANK_EXPLAIN,
-                                RANK_REQUEST_INPUTS as RANK_SIGNATURE_INPUTS, ROW_ERROR)
+from dare_tf.signatures import (CANDIDATE_COUNT, EXPLAIN, HIST_LENGTH, ITEM_FIELDS, MAX_CANDIDATES, RANK,
+                                RANK_EXPLAIN, RANK_REQUEST_INPUTS as RANK_SIGNATURE_INPUTS, ROW_ERROR,
+                                SERVING_DEFAULT)
 
 TIME_GAP_INPUT = history_feature(TIME_GAP)
 # Rank of each serving input: targets [B], histories [B, T].
@@ -312,8 +313,8 @@ def _signatures(graph: _ServingGraph) -> dict:
     ranked = [tf.TensorSpec(None, tf.int64, name=name) for name in graph.rank_ranks]
     examples = [tf.TensorSpec(None, tf.string, name="inputs")]
     return {
-        "serving_default": (graph.predict, raw),
-        "explain": (graph.explain, raw),
+        SERVING_DEFAULT: (graph.predict, raw),
+        EXPLAIN: (graph.explain, raw),
         RANK: (graph.rank, ranked),
         RANK_EXPLAIN: (graph.rank_explain, ranked),
         "classify": (graph.classify, examples),

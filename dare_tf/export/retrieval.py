@@ -14,6 +14,7 @@ from dare_tf.data.spec import ID_MAP_FILES, id_map_digest, read_id_map
 from dare_tf.export.tf_serving import (DATASET_INPUT, DATASET_SIGNATURE, IdTable, dataset_outputs, model_base,
                                        next_version, write_server_configs)
 from dare_tf.retrieval.candidates import Query
+from dare_tf.signatures import SERVING_DEFAULT
 from dare_tf.retrieval.training import RetrievalStage
 
 import tensorflow as tf  # noqa: E402  (after dare_tf.retrieval.model: tf.keras is Keras 2 then)
@@ -78,7 +79,7 @@ def export_retrieval(run_dir: str, data_dir: str, export_base: str, model_name: 
     require_space(base, variables_bytes(module.variables) + module.vectors.numpy().nbytes, "the SavedModel")
     staging = staging_dir(base, "version")
     try:
-        tf.saved_model.save(module, staging, signatures={"serving_default": module.serve,
+        tf.saved_model.save(module, staging, signatures={SERVING_DEFAULT: module.serve,
                                                          DATASET_SIGNATURE: module.dataset})
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from dare_tf.data.spec import HIST_CATEGORIES, HIST_ITEMS, TIME_GAP
 from dare_tf.serving.client import as_ids, explained_behaviours, rank_results, rank_tensors, row_errors
-from dare_tf.signatures import DATASET_SIGNATURE, ITEM_FIELDS, RANK, RANK_EXPLAIN, versions
+from dare_tf.signatures import DATASET_SIGNATURE, ITEM_FIELDS, RANK, RANK_EXPLAIN, SERVING_DEFAULT, versions
 
 
 class LocalModel:
@@ -39,7 +39,7 @@ class LocalModel:
         self.model_name = model_name or os.path.basename(os.path.dirname(self.path) if found else self.path)
         self.module = tf.saved_model.load(self.path)
 
-    def predict_tensors(self, inputs: dict[str, np.ndarray], signature: str = "serving_default") -> dict:
+    def predict_tensors(self, inputs: dict[str, np.ndarray], signature: str = SERVING_DEFAULT) -> dict:
         if signature not in self.module.signatures:
             raise ValueError(f"{self.path}: no signature {signature!r} (has {sorted(self.module.signatures)})")
         function = self.module.signatures[signature]

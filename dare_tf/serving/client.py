@@ -23,7 +23,8 @@ from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2,
 
 from dare_tf.data.spec import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS, MODEL_INPUTS,
                                TARGET_CATEGORY, TARGET_ITEM)
-from dare_tf.signatures import CANDIDATE_COUNT, HIST_LENGTH, RANK, RANK_EXPLAIN, ROW_ERROR, with_width_column
+from dare_tf.signatures import (CANDIDATE_COUNT, EXPLAIN, HIST_LENGTH, RANK, RANK_EXPLAIN, ROW_ERROR, SERVING_DEFAULT,
+                                with_width_column)
 
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE,)
 
@@ -246,7 +247,7 @@ class ServingClient:
                 time.sleep(delay)
                 delay *= 2
 
-    def predict_tensors(self, inputs: dict[str, np.ndarray], signature: str = "serving_default") -> dict:
+    def predict_tensors(self, inputs: dict[str, np.ndarray], signature: str = SERVING_DEFAULT) -> dict:
         """Predict with ready-made input arrays; returns the outputs as numpy arrays."""
         request = predict_pb2.PredictRequest()
         self._spec(request.model_spec, signature)
@@ -256,7 +257,7 @@ class ServingClient:
         return row_errors(signature, {k: tf.make_ndarray(v) for k, v in response.outputs.items()})
 
     def predict(self, target_items, target_categories, hist_items, hist_categories,
-                signature: str = "serving_default", fields: dict | None = None) -> dict:
+                signature: str = SERVING_DEFAULT, fields: dict | None = None) -> dict:
         """Many users in one request: histories may have different lengths
         (`fields`: a model's further fields by input name, `request_tensors`)."""
         return self.predict_tensors(request_tensors(target_items, target_categories, hist_items,
@@ -268,7 +269,7 @@ class ServingClient:
         the index of each retrieved behaviour in that user's own history list
         (-1 for none)."""
         inputs = request_tensors(target_items, target_categories, hist_items, hist_categories, fields)
-        return in_own_history(self.predict_tensors(inputs, signature="explain"), inputs, hist_items)
+        return in_own_history(self.predict_tensors(inputs, signature=EXPLAIN), inputs, hist_items)
 
     def rank(self, hist_items, hist_categories, candidate_items, candidate_categories,
              explain: bool = False, fields: dict | None = None) -> list[dict[str, np.ndarray]]:
@@ -325,7 +326,7 @@ class ServingClient:
                                for name, d in signatures.signature_def.items()}}
 
 
-def rest_predict(base_url: str, model_name: str, inputs: dict, signature: str = "serving_default",
+def rest_predict(base_url: str, model_name: str, inputs: dict, signature: str = SERVING_DEFAULT,
                  timeout: float = 5.0) -> dict:
     """TF Serving REST predict (columnar `inputs` format); returns the `outputs` dict."""
     body = json.dumps({"signature_name": signature,

@@ -12,7 +12,6 @@ import tensorflow as tf
 
 from dare_tf.signatures import MAX_BATCH_SIZE
 
-DEFAULT_SIGNATURE = "serving_default"
 # The TensorProto field that carries each dtype's values when tensor_content is empty.
 _VALUE_FIELDS = {tf.int64: "int64_val", tf.int32: "int_val", tf.int16: "int_val", tf.int8: "int_val",
                  tf.uint8: "int_val", tf.float32: "float_val", tf.float64: "double_val", tf.string: "string_val",

@@ -24,7 +24,8 @@ import grpc
 import numpy as np
 import tensorflow as tf
 
-from dare_tf.testing.requests import DEFAULT_SIGNATURE, Limits, ServingError
+from dare_tf.signatures import SERVING_DEFAULT
+from dare_tf.testing.requests import Limits, ServingError
 
 _PATH = re.compile(r"/v1/models/([^/:]+)(?:/versions/(\d+))?:predict")
 _STATUS_PATH = re.compile(r"/v1/models/([^/:]+)(?:/versions/(\d+))?")
@@ -144,7 +145,7 @@ class RestHandler(BaseHTTPRequestHandler):
             raise _BadRequest(f"the body is not JSON ({type(e).__name__})") from None
         if not isinstance(body, dict):
             raise _BadRequest(f"the body must be a JSON object, not {type(body).__name__}")
-        name = body.get("signature_name", DEFAULT_SIGNATURE)
+        name = body.get("signature_name", SERVING_DEFAULT)
         definition = model.signature_defs.get(name) if isinstance(name, str) else None
         if definition is None:
             raise ServingError(grpc.StatusCode.INVALID_ARGUMENT, f"Serving signature key \"{name}\" not found.")

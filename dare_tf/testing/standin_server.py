@@ -41,9 +41,9 @@ from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2,
                                      prediction_service_pb2_grpc, regression_pb2)
 from tensorflow_serving.config import model_server_config_pb2
 
-from dare_tf.signatures import MAX_BATCH_SIZE, versions
+from dare_tf.signatures import MAX_BATCH_SIZE, SERVING_DEFAULT, versions
 from dare_tf.testing.batcher import Batcher
-from dare_tf.testing.requests import DEFAULT_SIGNATURE, Limits, ServingError
+from dare_tf.testing.requests import Limits, ServingError
 
 CONTAINER_ROOT = "/models/"
 
@@ -128,7 +128,7 @@ class LoadedModel:
         if model_spec.HasField("version") and model_spec.version.value != self.version:
             raise ServingError(grpc.StatusCode.NOT_FOUND,
                                f"Servable not found: {model_spec.name} version {model_spec.version.value}")
-        name = model_spec.signature_name or DEFAULT_SIGNATURE
+        name = model_spec.signature_name or SERVING_DEFAULT
         if name not in self.signature_defs:
             raise ServingError(grpc.StatusCode.INVALID_ARGUMENT,
                                f"Serving signature key \"{name}\" not found.")
