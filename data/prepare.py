@@ -96,8 +96,9 @@ def append_day() -> None:
             from dare_tf.histories import open_store
 
             store = stack.enter_context(open_store(FLAGS.histories))
+        read = {}  # (the day's rows, parsed once for the dataset and the history service)
         spec = append(FLAGS.input, FLAGS.output_dir, log_format_from_flags() if named else None, FLAGS.allow_late,
-                      FLAGS.skip_bad_lines)
+                      FLAGS.skip_bad_lines, read=read)
         print(f"{FLAGS.output_dir}: {spec.users} users, {spec.num_items - 2} items, "
               f"{spec.num_categories - 2} categories, examples {spec.counts}, days appended "
               f"{len(spec.source.get('appended', []))}")
@@ -107,10 +108,9 @@ def append_day() -> None:
             print(f"{FLAGS.histories}: not appended: {FLAGS.input} was in the dataset already (if the run that added "
                   "it stopped before its histories, append them with serving.histories append)")
             return
-        from dare_tf.histories.prepared import append_log
+        from dare_tf.histories.prepared import append_clicks
 
-        appended = append_log(store, FLAGS.input, LogFormat.from_json(spec.source["log"]))
-        print(f"{store.url}: appended {appended} clicks")
+        print(f"{store.url}: appended {append_clicks(store, read['clicks'], FLAGS.input)} clicks")
 
 
 def main(argv):

@@ -282,5 +282,6 @@ def test_signature_names_are_spelt_only_in_the_signatures_module():
                     continue
                 with open(path) as f:
                     text = f.read()
-                found += [f"{os.path.relpath(path, REPO)}: {n!r}" for n in names if f'"{n}"' in text or f"'{n}'" in text]
+                found += [f"{os.path.relpath(path, REPO)}: {n!r}" for n in names
+                          if f'"{n}"' in text or f"'{n}'" in text]
     assert found == []

@@ -121,7 +121,7 @@ def _check(spec: DatasetSpec, data_dir: str, fmt: LogFormat | None, input_path: 
 
 
 def append(input_path: str, data_dir: str, fmt: LogFormat | None = None, allow_late: bool = False,
-           skip_bad_lines: bool = False, timings: dict | None = None) -> DatasetSpec:
+           skip_bad_lines: bool = False, timings: dict | None = None, read: dict | None = None) -> DatasetSpec:
     """Appends the day(s) of `input_path` to the `--split=time` dataset in
     `data_dir` (see the module docstring); returns the new spec.
 
@@ -132,6 +132,9 @@ def append(input_path: str, data_dir: str, fmt: LogFormat | None = None, allow_l
             day is in the dataset already, and its examples are not rewritten.
         timings: filled with the seconds of each phase (`read_log`,
             `read_store`, `examples`, `write_store`, `commit`).
+        read: filled with the rows read (`read["clicks"]`, `Clicks` in time
+            order, late ones included), for a caller that appends the same
+            day elsewhere (`data.prepare --histories`) without parsing it again.
 
     Appending a log whose sha256 the dataset already holds does nothing (the
     re-run of an append that was killed after its commit). One append at a
@@ -143,11 +146,12 @@ def append(input_path: str, data_dir: str, fmt: LogFormat | None = None, allow_l
         raise FileNotFoundError(f"--append: {os.path.join(data_dir, SPEC_FILE)} not found: --output_dir must be a "
                                 "dataset prepared with --split=time")
     with one_writer(data_dir, "data.prepare --append"):
-        return _append(input_path, data_dir, fmt, allow_late, skip_bad_lines, {} if timings is None else timings)
+        return _append(input_path, data_dir, fmt, allow_late, skip_bad_lines, {} if timings is None else timings,
+                       {} if read is None else read)
 
 
 def _append(input_path: str, data_dir: str, fmt: LogFormat | None, allow_late: bool, skip_bad_lines: bool,
-            timings: dict) -> DatasetSpec:
+            timings: dict, read: dict) -> DatasetSpec:
     start = time.perf_counter()
     mark = [start]
 
@@ -162,6 +166,7 @@ def _append(input_path: str, data_dir: str, fmt: LogFormat | None, allow_late: b
     fmt = _check(spec, data_dir, fmt, input_path)
     protocol = Protocol(**{k: v for k, v in spec.protocol.items() if k != "windows"})
     clicks = read_log(fmt, input_path, skip_bad_lines, chronological=True)
+    read["clicks"] = clicks
     phase("read_log")
     appended = spec.source.get("appended", [])
     if clicks.sha256 in {spec.source["sha256"], *(a["sha256"] for a in appended)}:

@@ -78,14 +78,22 @@ def load_prepared(store: HistoryStore, data_dir: str) -> tuple[int, int]:
 
 def append_log(store: HistoryStore, path: str, fmt) -> int:
     """Appends the clicks of the log file `path` (its `LogFormat`: a preset or
-    custom columns, with the store's further fields; only clicks are kept) to
-    `store`, each user's in file order, `USERS_PER_WRITE` users per atomic
-    append; returns the clicks appended."""
+    custom columns, with the store's further fields) to `store`: `append_clicks`
+    of what it reads; returns the clicks appended."""
     from dare_tf.data.log_reader import read_clicks
+
+    return append_clicks(store, read_clicks(path, fmt), path)
+
+
+def append_clicks(store: HistoryStore, read, source: str) -> int:
+    """Appends the rows `read` (`dare_tf.data.logs.Clicks`, raw ids, of the log
+    `source`: an impression log's clicked ones only) to `store`, each user's in
+    their order, `USERS_PER_WRITE` users per atomic append; returns the clicks
+    appended."""
     from dare_tf.histories.base import clicks
 
-    read = read_clicks(path, fmt)
-    order = np.argsort(read.user, kind="stable")  # each user's rows together, in file order
+    rows = np.arange(len(read.user)) if read.label is None else np.flatnonzero(read.label == 1)
+    order = rows[np.argsort(read.user[rows], kind="stable")]  # each user's rows together, in their order
     users, first = np.unique(read.user[order], return_index=True)
     groups = np.split(order, first[1:])
     done = 0
@@ -96,10 +104,10 @@ def append_log(store: HistoryStore, path: str, fmt) -> int:
                                                  {n: v[rows] for n, v in read.fields.items()}, store.fields)
                                for user, rows in zip(users[start:start + USERS_PER_WRITE], batch)})
         except StoreError as e:
-            raise AppendError(f"{e}; {done} of the {len(read.user)} clicks of {path} were appended before it, "
+            raise AppendError(f"{e}; {done} of the {len(order)} clicks of {source} were appended before it, "
                               "each user's whole or not at all", done) from None
         done += sum(len(rows) for rows in batch)
-    return len(read.user)
+    return len(order)
 
 
 class AppendError(StoreError):

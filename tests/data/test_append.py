@@ -131,6 +131,27 @@ def test_days_appended_one_by_one_are_the_days_prepared_at_once(taobao_days, tmp
                                                 ITEM_CLICKS_FILE, *spec.files})
 
 
+def test_the_day_is_parsed_once_for_the_dataset_and_the_history_service(taobao_days, tmp_path):
+    """Issue 46: `data.prepare --append --histories` reads the day's log once (the
+    reader's calls counted in the program's process), and the store gets the day's
+    clicks."""
+    root, days, _, base = taobao_days
+    grown = _copy(base, tmp_path / "grown")
+    day = _days(TAOBAO, days[-2], days[-2], tmp_path / "day.csv")
+    counting = ("import runpy, sys\nfrom dare_tf.data import log_reader\ncalls = []\n"
+                "read = log_reader.read_clicks\n"
+                "log_reader.read_clicks = lambda *a, **k: calls.append(a[0]) or read(*a, **k)\n"
+                "sys.argv = ['prepare'] + sys.argv[1:]\ntry:\n"
+                "    runpy.run_module('data.prepare', run_name='__main__', alter_sys=True)\n"
+                "except SystemExit:\n    pass\nprint('reads', len(calls))\n")
+    done = subprocess.run([sys.executable, "-c", counting, "--append", f"--output_dir={grown}", f"--input={day}",
+                           f"--histories=lmdb:{tmp_path / 'histories'}"], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == "reads 1", done.stdout + done.stderr
+    with open(day) as f:
+        clicks = sum(1 for line in f if line.split(",")[3] == "pv")
+    assert f"lmdb:{tmp_path / 'histories'}: appended {clicks} clicks" in done.stdout
+
+
 def test_only_the_partitions_with_new_rows_get_a_new_store_shard(taobao_days, tmp_path):
     root, days, whole, base = taobao_days
     grown = _copy(base, tmp_path / "grown")
