@@ -165,7 +165,7 @@ def _append(input_path: str, data_dir: str, fmt: LogFormat | None, allow_late: b
     verify_tables(data_dir, spec)  # (the new days are mapped through them)
     fmt = _check(spec, data_dir, fmt, input_path)
     protocol = Protocol(**{k: v for k, v in spec.protocol.items() if k != "windows"})
-    clicks = read_log(fmt, input_path, skip_bad_lines, chronological=True)
+    clicks = read_log(input_path, fmt, skip_bad_lines, chronological=True)
     read["clicks"] = clicks
     phase("read_log")
     appended = spec.source.get("appended", [])

@@ -325,7 +325,7 @@ def read_clicks(path: str, fmt: LogFormat, skip_bad_lines: bool = False,
     return clicks
 
 
-def read_log(fmt: LogFormat, input_path: str, skip_bad_lines: bool = False, chronological: bool = False) -> Clicks:
+def read_log(input_path: str, fmt: LogFormat, skip_bad_lines: bool = False, chronological: bool = False) -> Clicks:
     """The kept rows of a raw log in the protocol's order (sorted by time per user
     unless the format keeps the file order), or all rows in time order."""
     start = time.perf_counter()

@@ -317,7 +317,7 @@ def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Pr
     check_compression(compression)
     guard_dataset_dir(output_dir, input_path)
     start = time.perf_counter()
-    clicks = read_log(fmt, input_path, skip_bad_lines, chronological=protocol.split == "time")
+    clicks = read_log(input_path, fmt, skip_bad_lines, chronological=protocol.split == "time")
     source = source_fields(input_path, clicks, fmt)
     if protocol.split == "time":  # where a day can be appended (dare_tf.data.append)
         source["last_time"] = int(clicks.time.max())
