@@ -27,10 +27,12 @@ does at least as well as its best source there; `evaluate_cascade`,
 The merged first `n` read each source's first `n + L` proposals (L: the
 history's length), which is exact: an item further down a source has `n + L`
 items of that source before it, at most L of them seen, so `n` unseen items
-with smaller keys. Slots no source proposes (or seen ones) fill the list last,
-by slot, where fewer than `n` remain. Per user that costs the tower's scores
-over the catalogue (one matrix product, inherent to a two-tower model) and its
-top-k, then sorts over the sources' `3 (n + L)` proposals.
+with smaller keys. Slots no source proposes fill the list last, by slot, where
+fewer than `n` remain (the lowest `2n` slots); the user's own items come after
+every other slot, so one is returned only where the proposals and those slots hold
+fewer than `n` others. Per user that costs the tower's scores over the catalogue
+(one matrix product, inherent to a two-tower model) and its top-k, then sorts over
+the sources' `3 (n + L)` proposals.
 
 One implementation (TensorFlow ops) serves evaluation (eagerly, on numpy
 arrays) and the exported retrieval SavedModel (in its graph).
@@ -249,10 +251,15 @@ class CandidateMerger(tf.Module):
         filler = tf.range(tf.minimum(2 * n, self.size), dtype=tf.int32)
         slots = tf.concat(slots + [tf.tile(filler[None], [batch, 1])], axis=1)
         keys = tf.concat(keys + [tf.fill([batch, tf.size(filler)], np.inf)], axis=1)
-        if not include_seen:
-            seen = tf.sort(tf.cast(hist_items, tf.int32) - 1, axis=1)
+        seen = tf.sort(tf.cast(hist_items, tf.int32) - 1, axis=1)
+
+        def clicked(slots):  # [B, M] bool: the user's own items (none with include_seen)
+            if include_seen:
+                return tf.zeros_like(slots, tf.bool)
             at = tf.minimum(tf.searchsorted(seen, slots), tf.shape(seen)[1] - 1)
-            keys = tf.where(tf.gather(seen, at, batch_dims=1) == slots, np.inf, keys)
+            return tf.gather(seen, at, batch_dims=1) == slots
+
+        keys = tf.where(clicked(slots), np.inf, keys)
         # Each slot once, at its smallest key; then by key, ties (and inf) by slot.
         slots = tf.where(slots >= 0, slots, self.size)  # (no proposal: dropped below)
         order = tf.argsort(keys, axis=1, stable=True)
@@ -260,7 +267,8 @@ class CandidateMerger(tf.Module):
         order = tf.argsort(slots, axis=1, stable=True)  # by slot, each slot's smallest key first
         slots, keys = tf.gather(slots, order, batch_dims=1), tf.gather(keys, order, batch_dims=1)
         first = tf.concat([tf.ones_like(slots[:, :1], tf.bool), slots[:, 1:] != slots[:, :-1]], axis=1)
-        drop = tf.cast(~first | (slots >= self.size), tf.int32)
+        # Kept first, then the user's own items (only where fewer than n others remain), then dropped.
+        drop = 2 * tf.cast(~first | (slots >= self.size), tf.int32) + tf.cast(clicked(slots), tf.int32)
         order = tf.argsort(keys, axis=1, stable=True)  # by key; equal keys stay by slot
         slots, drop = tf.gather(slots, order, batch_dims=1), tf.gather(drop, order, batch_dims=1)
         order = tf.argsort(drop, axis=1, stable=True)[:, :n]

@@ -27,9 +27,11 @@ def _reference(scores, hist_items, hist_categories, item_category, clicks, quota
     for name, quota in quotas.items():
         if quota > 0:
             key = np.minimum(key, (ranks[name] + 1) / quota)
+    clicked = np.zeros(size, bool)
     if not include_seen:
-        key[[i - 1 for i in hist_items if 0 < i <= size]] = np.inf
-    return np.lexsort((np.arange(size), key))[:n]
+        clicked[[i - 1 for i in hist_items if 0 < i <= size]] = True
+        key[clicked] = np.inf
+    return np.lexsort((np.arange(size), key, clicked))[:n]  # the user's own items after every other
 
 
 @pytest.mark.parametrize("include_seen", [False, True])
