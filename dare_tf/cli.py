@@ -266,7 +266,7 @@ def define_train_flags(with_model: bool = True) -> None:
     (`--model` is the preset, `--optimizer` the optimizer's name) and, as
     overrides of the preset, every user-settable `ModelConfig` field."""
     from dare_tf import config
-    from dare_tf.search import VARIANTS
+    from dare_tf.search import SCORERS, VARIANTS
     from dare_tf.training import config as train
 
     exclude = ("model_overrides", *train.SECTIONS) + (() if with_model else ("preset",))
@@ -276,7 +276,7 @@ def define_train_flags(with_model: bool = True) -> None:
                      choices={"name": tuple(train.OPTIMIZERS), "strategy": train.STRATEGIES, "loss": train.LOSSES,
                               "select_by": train.SELECTION})
     define_flags(config.ModelConfig, exclude=_MODEL_DERIVED, preset_defaults=True, choices={
-        "coupling": config.COUPLINGS, "search": sorted(VARIANTS), "scorer": config.SCORERS,
+        "coupling": config.COUPLINGS, "search": sorted(VARIANTS), "scorer": SCORERS,
         "initializer": config.INITIALIZERS, "aux_attention": config.AUX_ATTENTIONS})
     flags.DEFINE_integer("cpu_devices", 0, "Split the CPU into this many logical devices "
                                            "(for --strategy=mirrored on a CPU-only machine).")

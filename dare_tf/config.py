@@ -10,11 +10,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from dare_tf.search import VARIANTS
+from dare_tf.search import SCORERS, VARIANTS
 
 # The names a config may give; the layers that read them validate against these.
 COUPLINGS = ("shared", "decoupled", "four", "projection")  # dare_tf.layers.BehaviorEmbedding
-SCORERS = ("dot", "din")  # dare_tf.search.FullHistorySearch
 INITIALIZERS = ("reference", "keras")
 AUX_ATTENTIONS = ("all", "retrieved")
 

@@ -10,6 +10,8 @@ through it:
       results.json        the finished run's metrics (mean, std, per seed)
       curves.png          training curves (ranking runs)
       .lock               held by the run's writer while it runs
+      tensorboard/        TensorBoard event files (`ScalarWriters`): train,
+                          validation, test
       seed_N/             one seed: history.jsonl, result.json, model.keras,
                           best.weights.h5, checkpoints/ (or the towers of a
                           retrieval run)
@@ -248,3 +250,39 @@ class RunDirectory:
         dare_tf.load()
         seed = self.best_seed() if seed is None else seed
         return keras.saving.load_model(os.path.join(self.seed_dir(seed), MODEL))
+
+    def trained_model(self, fingerprint: str, label: str | None = None):
+        """The model (first seed) of a finished ranking run trained on the dataset
+        of `fingerprint`; one-line errors for another dataset or an unfinished run."""
+        self.require("ranking", fingerprint, label)
+        return self.load_model(self.results()["seeds"][0])
+
+
+class ScalarWriters:
+    """TensorBoard event files under `log_dir`, one run (`train`, `validation`,
+    `test`) per subdirectory; each `write` flushes."""
+
+    def __init__(self, log_dir: str):
+        self.log_dir, self.writers = log_dir, {}
+
+    def write(self, name: str, values: dict, step: int) -> None:
+        import tensorflow as tf
+
+        if name not in self.writers:
+            self.writers[name] = tf.summary.create_file_writer(os.path.join(self.log_dir, name))
+        with self.writers[name].as_default():
+            for tag, value in values.items():
+                tf.summary.scalar(tag, float(value), step=step)
+        self.writers[name].flush()
+
+    def hparams(self, values: dict) -> None:
+        """The run's hyperparameters (TensorBoard's HParams plugin), in the log
+        directory's own event file; lists and None as text."""
+        import tensorflow as tf
+        from tensorboard.plugins.hparams import api as hp
+
+        if "" not in self.writers:
+            self.writers[""] = tf.summary.create_file_writer(self.log_dir)
+        with self.writers[""].as_default():
+            hp.hparams({k: v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in values.items()})
+        self.writers[""].flush()

@@ -39,11 +39,10 @@ class Run:
 def load_run(label: str, run_dir: str, spec: DatasetSpec, data_dir: str) -> Run:
     """Loads a finished `trainers.train` run, refusing one trained on another dataset."""
     run = RunDirectory(run_dir)
-    run.require("ranking", spec.fingerprint(), label)
+    model = run.trained_model(spec.fingerprint(), label)
     results = run.results()
-    seeds = results["seeds"]
-    histories = [run.history(s) for s in seeds]
-    return Run(label, run_dir, run.load_model(seeds[0]), results, [h for h in histories if h])
+    histories = [run.history(s) for s in results["seeds"]]
+    return Run(label, run_dir, model, results, [h for h in histories if h])
 
 
 def _batches(arrays: dict, size: int):

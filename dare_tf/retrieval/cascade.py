@@ -24,11 +24,12 @@ import numpy as np
 
 from dare_tf._files import atomic_json
 from dare_tf.data.spec import TARGET_ITEM, DatasetSpec
+from dare_tf.run_directory import RunDirectory
 from dare_tf.metrics import CASCADE_CANDIDATES, CASCADE_K, hits_and_gains, rank_of, standard_error
 from dare_tf.retrieval.candidates import SOURCES, evaluate_sources, one_source, quota_key
 from dare_tf.retrieval.verdict import cascade_warnings
 from dare_tf.retrieval.training import RetrievalStage, positive_columns, positives, tower_scores
-from dare_tf.training.reranking import rerank
+from dare_tf.reranking import rerank
 
 CASCADE_FILE = "cascade.json"
 
@@ -42,8 +43,6 @@ def evaluate_cascade(data_dir: str, retrieval_run: str, ranking_runs: dict[str, 
     first `max_examples` if given). Runs trained on another dataset are refused;
     an existing cascade.json of another configuration is replaced only with
     `overwrite` (it is this function's own file)."""
-    from dare_tf.analysis.suite import load_run
-
     if num_candidates < 1 or k < 1 or k > num_candidates:
         raise ValueError(f"num_candidates={num_candidates}, k={k}: need 1 <= k <= num_candidates")
     spec = DatasetSpec.load(data_dir)
@@ -60,7 +59,8 @@ def evaluate_cascade(data_dir: str, retrieval_run: str, ranking_runs: dict[str, 
                              "choose another --output_dir, or --overwrite to replace it")
     stage = RetrievalStage.load(data_dir, retrieval_run)
     stage.require_candidates(num_candidates, "num_candidates")
-    rankers = {name: load_run(name, run_dir, spec, data_dir).model for name, run_dir in ranking_runs.items()}
+    rankers = {name: RunDirectory(run_dir).trained_model(spec.fingerprint(), name)
+               for name, run_dir in ranking_runs.items()}
     splits, quotas, include_seen = stage.splits, stage.quotas, stage.include_seen
     examples = positives(splits["test"])
     if max_examples is not None:

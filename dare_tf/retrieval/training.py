@@ -19,7 +19,7 @@ from dare_tf.retrieval.model import KS, TwoTowerModel, compiled_two_tower, fit_e
 
 import tensorflow as tf  # noqa: E402  (after dare_tf.retrieval.model: tf.keras is Keras 2 then)
 from dare_tf.retrieval.verdict import cascade_warnings  # noqa: E402
-from dare_tf.run_directory import SEED_RESULT, RunDirectory
+from dare_tf.run_directory import SEED_RESULT, RunDirectory, ScalarWriters
 
 
 def catalogue(data_dir: str, spec: DatasetSpec, splits: dict[str, InMemorySplit]):
@@ -201,7 +201,6 @@ def _train_seed(run_dir, spec, config, seed, batches, evaluation, catalogue_, me
         fit_epochs(model, batches(seed),
                    config.epochs, int(epoch.numpy()), save, os.path.join(run_dir, "tensorboard"), config.verbose)
     result = {"seed": seed, **evaluate_candidates(model, merger, catalogue_, *evaluation, config.include_seen)}
-    from dare_tf.training.progress import ScalarWriters  # (Keras 3 beside tf.keras 2: fine)
 
     # TensorBoard: the test recall@K at the run's last step, as the ranker's test metrics.
     ScalarWriters(os.path.join(run_dir, "tensorboard")).write("test", result["test"],

@@ -23,6 +23,8 @@ from dare_tf._faces import lazy_face, scan_modules
 
 # Public name -> the module that defines it; registered search name -> its module here.
 _EXPORTS, VARIANTS = scan_modules(__name__, __path__[0], decorator="register_search")
+# The behaviour scorers of the whole-history search (`FullHistorySearch`, `ModelConfig.scorer`).
+SCORERS = ("dot", "din")
 
 
 def import_variants() -> dict:
@@ -33,7 +35,7 @@ def import_variants() -> dict:
 
 
 _face_getattr, __dir__, __all__ = lazy_face(__name__, _EXPORTS)
-__all__ = sorted([*__all__, "SEARCHES", "VARIANTS", "import_variants"])
+__all__ = sorted([*__all__, "SCORERS", "SEARCHES", "VARIANTS", "import_variants"])
 
 
 def __getattr__(name):

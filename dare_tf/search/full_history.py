@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from keras import ops
 
-from dare_tf.config import SCORERS
+from dare_tf.search import SCORERS
 from dare_tf.layers.din_attention import DINAttention
 from dare_tf.search.base import (PADDING_SCORE, BehaviorSearch, every_slot, offset_seed, register_search,
                                  scaled_dot_scores)

@@ -22,7 +22,8 @@ from dare_tf._files import atomic_json, require_space, variables_bytes
 from dare_tf.run_directory import BEST_WEIGHTS, MODEL, SEED_RESULT, RunDirectory, read_history
 from dare_tf.training.callbacks import (AppendHistory, ExactValidation, KeepBestWeights, SaveCheckpoint,
                                         StopAtStep, StopOnNonFiniteLoss, truncate_history)
-from dare_tf.training.progress import RunProgress, ScalarWriters, TensorBoardScalars
+from dare_tf.run_directory import ScalarWriters
+from dare_tf.training.progress import RunProgress, TensorBoardScalars
 from dare_tf.training.config import TrainConfig, effective_model_config, identity_check, run_identity
 from dare_tf.training.continuation import Continuation
 from dare_tf.training.diagnostics import run_warnings, seed_warnings

@@ -1,46 +1,16 @@
-"""What a run shows while it trains: TensorBoard event files (`ScalarWriters`,
-`TensorBoardScalars`) and the `--verbose=1` progress bar (`RunProgress`), each
+"""What a run shows while it trains: TensorBoard event files (`TensorBoardScalars`,
+through `dare_tf.run_directory.ScalarWriters`) and the `--verbose=1` progress bar (`RunProgress`), each
 a Keras callback that reads the epoch's logs (`dare_tf.training.callbacks`)."""
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
 import keras
 
+from dare_tf.run_directory import ScalarWriters
 from dare_tf.training.callbacks import optimizer_step, validation_metrics
-
-
-class ScalarWriters:
-    """TensorBoard event files under `log_dir`, one run (`train`, `validation`,
-    `test`) per subdirectory; each `write` flushes."""
-
-    def __init__(self, log_dir: str):
-        self.log_dir, self.writers = log_dir, {}
-
-    def write(self, name: str, values: dict, step: int) -> None:
-        import tensorflow as tf
-
-        if name not in self.writers:
-            self.writers[name] = tf.summary.create_file_writer(os.path.join(self.log_dir, name))
-        with self.writers[name].as_default():
-            for tag, value in values.items():
-                tf.summary.scalar(tag, float(value), step=step)
-        self.writers[name].flush()
-
-    def hparams(self, values: dict) -> None:
-        """The run's hyperparameters (TensorBoard's HParams plugin), in the log
-        directory's own event file; lists and None as text."""
-        import tensorflow as tf
-        from tensorboard.plugins.hparams import api as hp
-
-        if "" not in self.writers:
-            self.writers[""] = tf.summary.create_file_writer(self.log_dir)
-        with self.writers[""].as_default():
-            hp.hparams({k: v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in values.items()})
-        self.writers[""].flush()
 
 
 class TensorBoardScalars(keras.callbacks.Callback):

@@ -11,7 +11,7 @@ import pytest
 @pytest.mark.tfrs  # tensorflow-recommenders: tf.keras as Keras 2 (its own pytest run, make test)
 def test_cascade_evaluation_matches_the_retrieval_recall_and_a_per_example_reference(taobao, two_stage, tmp_path):
     from dare_tf.retrieval import evaluate_cascade
-    from dare_tf.training.reranking import rerank
+    from dare_tf.reranking import rerank
     data, work = taobao, str(tmp_path)
     with open(os.path.join(two_stage["retrieval"], "results.json")) as f:
         retrieval = json.load(f)
