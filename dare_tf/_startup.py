@@ -126,3 +126,12 @@ def import_tensorflow_quietly() -> None:
         for line in captured.read().decode(errors="replace").splitlines():
             if line.strip() and not _HARMLESS.search(line):
                 print(line, file=sys.stderr)
+
+
+def quiet_tensorflow():
+    """TensorFlow, imported without its start-up notices when this is its first
+    use (a program of numpy alone reading TFRecord shards: `data.prepare --append`)."""
+    import_tensorflow_quietly()
+    import tensorflow as tf
+
+    return tf

@@ -284,12 +284,10 @@ PRESETS: dict[str, dict[str, Any]] = {
 # Presets that are ablations of another row rather than rows of the paper's Table 1
 # (`trainers.reproduce` trains every other preset by default).
 ABLATIONS = ("dare_no_tr",)
-# What a table says beneath a row that is not a model of the paper's Table 1.
-PRESET_NOTES = {
+PRESET_NOTES = {  # what a table says beneath a row that is not a model of the paper's Table 1
     "dare_no_tr": "DARE without target-aware representation (an ablation: it shows what the target-aware "
                   "representation adds; on a small log it may score as high)",
-    "twin_no_tr": "TWIN without target-aware representation (an ablation)",
-}
+    "twin_no_tr": "TWIN without target-aware representation (an ablation)"}
 
 
 def make_config(preset: str, num_items: int, num_categories: int, **overrides) -> ModelConfig:

@@ -96,14 +96,15 @@ def _command(argv):
         if FLAGS.user_id is not None:
             if FLAGS.request_json or not FLAGS.histories:
                 raise app.UsageError("recommend --user_id reads the history from --histories (not --request_json)")
+            now = None
             if FLAGS.now is not None:
                 from dare_tf.data.times import parse_time
 
                 try:
-                    parse_time(FLAGS.now)
+                    now = parse_time(FLAGS.now)
                 except ValueError as e:
                     raise app.UsageError(f"--now={FLAGS.now}: {e}") from None
-            return "recommend", {"user_id": dare_tf.cli.int64_flag("user_id", FLAGS.user_id)}
+            return "recommend", {"user_id": dare_tf.cli.int64_flag("user_id", FLAGS.user_id), "now": now}
         if not FLAGS.request_json:
             raise app.UsageError("recommend needs --request_json (or --user_id with --histories)")
         request = _read_request([HIST_ITEMS, HIST_CATEGORIES])
@@ -129,13 +130,11 @@ def recommend(request):
     store = None
     try:
         if "user_id" in request:
-            from dare_tf.data.times import parse_time
             from dare_tf.histories import open_store
 
             store = open_store(FLAGS.histories, read_only=True)
             result, history = Recommender(*clients, histories=store).recommend_user(
-                request["user_id"], FLAGS.num_candidates, FLAGS.top, FLAGS.explain, FLAGS.max_len,
-                None if FLAGS.now is None else parse_time(FLAGS.now))
+                request["user_id"], FLAGS.num_candidates, FLAGS.top, FLAGS.explain, FLAGS.max_len, request["now"])
             request = dict(zip((HIST_ITEMS, HIST_CATEGORIES), history.row(0)))
             user = {"user_id": FLAGS.user_id, "history_clicks": int(history.lengths[0])}
         else:

@@ -34,6 +34,7 @@ import struct
 import google_crc32c
 import numpy as np
 
+from dare_tf._startup import quiet_tensorflow
 from dare_tf.data.spec import (EXAMPLE_COLUMNS, EXAMPLE_TIME, STORE_CLICK_COLUMNS, STORE_KIND, STORE_TIMES, TIME_GAP,
                                DatasetSpec, target_feature)
 
@@ -206,21 +207,10 @@ class ShardWriter:
 
 # -- reading ------------------------------------------------------------------------
 
-def _tensorflow():
-    """TensorFlow, imported without its start-up notices when this is the first
-    use (a program of numpy alone, such as `data.prepare --append`, reading shards)."""
-    from dare_tf._startup import import_tensorflow_quietly
-
-    import_tensorflow_quietly()
-    import tensorflow as tf
-
-    return tf
-
-
 def feature_spec(kind: str, spec: DatasetSpec | None = None) -> dict:
     """`tf.io.parse_example`'s features of example (`kind` a split) or store
     records (of `spec`'s dataset: with its further fields, if any)."""
-    tf = _tensorflow()
+    tf = quiet_tensorflow()
 
     examples, store = spec.record_columns if spec is not None else (EXAMPLE_COLUMNS, STORE_CLICK_COLUMNS)
     if kind == STORE_KIND:
@@ -281,7 +271,7 @@ def check_ids(path: str, columns: dict[str, np.ndarray], spec: DatasetSpec) -> N
 def _parse_files(paths: list[str], spec: DatasetSpec, kind: str) -> dict[str, np.ndarray]:
     """The records of `paths`, in order, parsed eagerly (no function to trace) into
     int64 columns."""
-    tf = _tensorflow()
+    tf = quiet_tensorflow()
 
     features = feature_spec(kind, spec)
     ds = tf.data.TFRecordDataset(paths, compression_type=spec.compression, buffer_size=1 << 18)
@@ -308,7 +298,7 @@ class ShardReader:
         """A whole shard as int32 numpy columns, checked (`check_file`, record count,
         `check_ids`). Example shards: `EXAMPLE_COLUMNS`; store shards: `uid`,
         `length` per user and `items`, `categories` per click."""
-        tf = _tensorflow()
+        tf = quiet_tensorflow()
 
         path = check_file(data_dir, name, spec)
         try:
@@ -328,7 +318,7 @@ class ShardReader:
         pipeline: its files' sha256 are checked first, so each shard's records are
         its spec.json count; on any mismatch or parse error the shards are read one
         by one, so that the error names the file."""
-        tf = _tensorflow()
+        tf = quiet_tensorflow()
 
         if len(names) < 2:
             return [self.read_shard(data_dir, name, spec, kind) for name in names]
