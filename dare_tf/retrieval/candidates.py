@@ -48,6 +48,9 @@ import numpy as np
 import tensorflow as tf
 
 SOURCES = ("two_tower", "popularity", "recent_categories")
+# What placed a merged candidate (`CandidateMerger.merge(with_origins=True)`): a
+# source, the filler (no source proposed it), or the user's own clicks.
+ORIGINS = (*SOURCES, "filler", "seen")
 RECENT_CATEGORIES = 3
 
 
@@ -234,23 +237,31 @@ class CandidateMerger(tf.Module):
         k = n + tf.shape(query.hist_items)[1]
         return {name: source.top_k(query, k) for name, source in self.sources.items()}
 
-    def merge(self, proposals: dict, quotas: dict, hist_items, n: int, include_seen: bool = False):
+    def merge(self, proposals: dict, quotas: dict, hist_items, n: int, include_seen: bool = False,
+              with_origins: bool = False):
         """The first `n` slots `[B, n]` (int32) of the merged order (see the module),
-        the user's clicks (`hist_items`, dense `[B, L]`) excluded unless `include_seen`."""
+        the user's clicks (`hist_items`, dense `[B, L]`) excluded unless `include_seen`.
+        With `with_origins`, also each slot's origin `[B, n]` (int32): the index in
+        `ORIGINS` of the source that placed it (the one of its smallest key), or of
+        `filler` (no source proposed it) or `seen` (the user's own item, placed last)."""
         unknown = set(quotas) - set(self.sources)
         if unknown:
             raise ValueError(f"quotas of unknown sources {sorted(unknown)}; the sources: {list(self.sources)}")
-        slots, keys = [], []
+        slots, keys, origins = [], [], []
         for name, (ids, ranks) in proposals.items():
             quota = float(quotas.get(name, 0.0))
             if quota > 0:
                 slots.append(ids)
                 keys.append(tf.where(ids >= 0, (ranks + 1.0) / quota, np.inf))
+                origins.append(tf.fill(tf.shape(ids), ORIGINS.index(name)))
         batch = tf.shape(hist_items)[0]
         # The lowest 2n slots at key inf fill the list where fewer than n are proposed.
         filler = tf.range(tf.minimum(2 * n, self.size), dtype=tf.int32)
         slots = tf.concat(slots + [tf.tile(filler[None], [batch, 1])], axis=1)
         keys = tf.concat(keys + [tf.fill([batch, tf.size(filler)], np.inf)], axis=1)
+        # (a proposal at key inf, past its source's list, counts as filler)
+        origins = tf.where(tf.math.is_inf(keys), ORIGINS.index("filler"),
+                           tf.concat(origins + [tf.fill([batch, tf.size(filler)], ORIGINS.index("filler"))], axis=1))
         seen = tf.sort(tf.cast(hist_items, tf.int32) - 1, axis=1)
 
         def clicked(slots):  # [B, M] bool: the user's own items (none with include_seen)
@@ -260,19 +271,23 @@ class CandidateMerger(tf.Module):
             return tf.gather(seen, at, batch_dims=1) == slots
 
         keys = tf.where(clicked(slots), np.inf, keys)
+        origins = tf.where(clicked(slots), ORIGINS.index("seen"), origins)
+
+        def gather(order, *tensors):
+            return [tf.gather(t, order, batch_dims=1) for t in tensors]
+
         # Each slot once, at its smallest key; then by key, ties (and inf) by slot.
         slots = tf.where(slots >= 0, slots, self.size)  # (no proposal: dropped below)
-        order = tf.argsort(keys, axis=1, stable=True)
-        slots, keys = tf.gather(slots, order, batch_dims=1), tf.gather(keys, order, batch_dims=1)
-        order = tf.argsort(slots, axis=1, stable=True)  # by slot, each slot's smallest key first
-        slots, keys = tf.gather(slots, order, batch_dims=1), tf.gather(keys, order, batch_dims=1)
+        slots, keys, origins = gather(tf.argsort(keys, axis=1, stable=True), slots, keys, origins)
+        # by slot, each slot's smallest key first
+        slots, keys, origins = gather(tf.argsort(slots, axis=1, stable=True), slots, keys, origins)
         first = tf.concat([tf.ones_like(slots[:, :1], tf.bool), slots[:, 1:] != slots[:, :-1]], axis=1)
         # Kept first, then the user's own items (only where fewer than n others remain), then dropped.
         drop = 2 * tf.cast(~first | (slots >= self.size), tf.int32) + tf.cast(clicked(slots), tf.int32)
-        order = tf.argsort(keys, axis=1, stable=True)  # by key; equal keys stay by slot
-        slots, drop = tf.gather(slots, order, batch_dims=1), tf.gather(drop, order, batch_dims=1)
-        order = tf.argsort(drop, axis=1, stable=True)[:, :n]
-        return tf.gather(slots, order, batch_dims=1)
+        # by key; equal keys stay by slot
+        slots, drop, origins = gather(tf.argsort(keys, axis=1, stable=True), slots, drop, origins)
+        slots, origins = gather(tf.argsort(drop, axis=1, stable=True)[:, :n], slots, origins)
+        return (slots, origins) if with_origins else slots
 
 
 

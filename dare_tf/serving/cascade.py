@@ -108,39 +108,61 @@ class Recommender:
         ids go to the out-of-vocabulary rows) -> the `top` of the retrieval
         model's first `n` candidates by the ranker's click probability:
         `items`, `categories`, `probability`, `retrieval_rank` (1 = the
-        retrieval model's first) and `retrieval_score`; with `explain`, also
-        the ranker's `history_index` `[top, K]` (index into `hist_items`, -1
-        for none) and `attention_weight` `[top, K]`. An empty or all-padding
-        history is valid (both models see only padding). `fields`: the history's
-        values of the ranker's further fields, `hist_<name>` (the time gap's:
-        each click's age), exactly those the ranker reads."""
+        retrieval model's first), `retrieval_score` and `source` (what placed
+        the candidate: `dare_tf.retrieval.candidates.ORIGINS`; absent from an
+        export older than it); with `explain`, also the ranker's
+        `history_index` `[top, K]` (index into `hist_items`, -1 for none) and
+        `attention_weight` `[top, K]`. An empty or all-padding history is
+        valid (both models see only padding). `fields`: the history's values of
+        the ranker's further fields, `hist_<name>` (the time gap's: each click's
+        age), exactly those the ranker reads."""
         if n < 1 or top < 1:
             raise ValueError(f"n={n}, top={top}: both must be >= 1")
-        items = as_ids(HIST_ITEMS, hist_items).reshape(-1)
-        categories = as_ids(HIST_CATEGORIES, hist_categories).reshape(-1)
-        if items.shape != categories.shape:
-            raise ValueError(f"hist_items has {len(items)} ids but hist_categories {len(categories)}")
-        if not self.checked:
-            self.check_same_dataset()
-        # (one padding slot for an empty history: the retrieval signature takes [1, T] with T >= 1)
-        sent = (items, categories) if len(items) else (np.zeros([1], np.int64), np.zeros([1], np.int64))
-        retrieved = self.retrieval.predict_tensors({HIST_ITEMS: sent[0][None], HIST_CATEGORIES: sent[1][None]})
-        available = retrieved["items"].shape[1]
-        if n > available:
-            raise ValueError(f"n={n}: the retrieval model {self.retrieval.model_name!r} returns {available} "
-                             "candidates (its export's --top_n, at most the catalogue); ask for at most that")
-        candidates, candidate_categories = retrieved["items"][0, :n], retrieved["categories"][0, :n]
-        inputs = rank_tensors([items], [categories], [candidates], [candidate_categories],
-                              self._rank_fields(fields or {}, candidates))
-        ranked = rank_results(inputs, self.ranker.predict_tensors(inputs, RANK_EXPLAIN if explain else RANK))[0]
+        items, categories = history_ids(hist_items, hist_categories)
+        retrieved = self.retrieve(items, categories, n)
+        ranked = self.rank(items, categories, retrieved, fields, explain)
         order = np.argsort(-ranked["probability"], kind="stable")[:top]
-        result = {"items": candidates[order], "categories": candidate_categories[order],
+        result = {"items": retrieved["items"][order], "categories": retrieved["categories"][order],
                   "probability": ranked["probability"][order], "retrieval_rank": order + 1,
-                  "retrieval_score": retrieved["scores"][0, order]}
+                  "retrieval_score": retrieved["scores"][order]}
+        if "sources" in retrieved:
+            result["source"] = retrieved["sources"][order]
         if explain:
             result["history_index"] = ranked["history_index"][order]
             result["attention_weight"] = ranked["attention_weight"][order]
         return result
+
+    def retrieve(self, hist_items, hist_categories, n: int | None = None) -> dict:
+        """The retrieval model's first `n` candidates (None: all it returns) for one
+        history (as `history_ids` returns it): `items`, `categories`, `scores`
+        `[n]` and, from an export that reports them, `sources` (decoded names)."""
+        if not self.checked:
+            self.check_same_dataset()
+        # (one padding slot for an empty history: the retrieval signature takes [1, T] with T >= 1)
+        sent = (hist_items, hist_categories) if len(hist_items) else (np.zeros([1], np.int64),) * 2
+        retrieved = self.retrieval.predict_tensors({HIST_ITEMS: sent[0][None], HIST_CATEGORIES: sent[1][None]})
+        available = retrieved["items"].shape[1]
+        n = available if n is None else n
+        if n > available:
+            raise ValueError(f"n={n}: the retrieval model {self.retrieval.model_name!r} returns {available} "
+                             "candidates (its export's --top_n, at most the catalogue); ask for at most that")
+        out = {k: retrieved[k][0, :n] for k in ("items", "categories", "scores")}
+        if "sources" in retrieved:
+            out["sources"] = np.array([s.decode() for s in retrieved["sources"][0, :n]])
+        return out
+
+    def rank(self, hist_items, hist_categories, retrieved: dict, fields: dict | None = None,
+             explain: bool = False) -> dict:
+        """The ranker's answer for all of `retrieved`'s candidates (`retrieve`'s
+        output) in one `rank` (or `rank_explain`) request: `probability` `[n]`
+        in the candidates' order; with `explain`, `history_index` and
+        `attention_weight` `[n, K]`. `fields` as for `recommend`."""
+        if not self.checked:
+            self.check_same_dataset()
+        candidates = retrieved["items"]
+        inputs = rank_tensors([hist_items], [hist_categories], [candidates], [retrieved["categories"]],
+                              self._rank_fields(fields or {}, candidates))
+        return rank_results(inputs, self.ranker.predict_tensors(inputs, RANK_EXPLAIN if explain else RANK))[0]
 
     def _rank_fields(self, given: dict, candidates) -> dict:
         """`rank`'s field inputs: the history's (`given`, checked against the ranker's
@@ -167,35 +189,56 @@ class Recommender:
         `recommend`'s result and the `Histories` it read."""
         if self.histories is None:
             raise ValueError("recommend_user needs a history service (Recommender(..., histories=open_store(...)))")
+        history = self.histories.last([user_id], max_len)
+        items, categories, fields = self.history_inputs(history, now)
+        return self.recommend(items, categories, n, top, explain, fields), history
+
+    def history_inputs(self, history, now: int | None = None) -> tuple:
+        """`(hist_items, hist_categories, fields)` of the first user of `history`
+        (a `Histories` the history service returned) for this ranker: its
+        further fields from the store, the time gap as each click's age at
+        `now` (default: the current Unix time)."""
         if not self.checked:
             self.check_same_dataset()
-        history = self.histories.last([user_id], max_len)
         items, categories = history.row(0)
         stored = history.row_fields(0)
         missing = [name for name in self.fields if name != TIME_GAP and name not in stored]
         if missing:
             raise ValueError(f"the ranker {self.ranker.model_name!r} reads the fields {self.fields}, but the history "
-                             f"store {self.histories.url} keeps {list(stored) or 'none'}: it lacks "
+                             f"store {getattr(self.histories, 'url', '')} keeps {list(stored) or 'none'}: it lacks "
                              f"{', '.join(missing)}")
         fields = {f"hist_{name}": stored[name] for name in self.fields if name != TIME_GAP}
         if TIME_GAP in self.fields:
             now = int(time.time()) if now is None else int(now)
             fields[f"hist_{TIME_GAP}"] = now - history.times[0, :history.lengths[0]]
-        return self.recommend(items, categories, n, top, explain, fields), history
+        return items, categories, fields
+
+
+def history_ids(hist_items, hist_categories) -> tuple[np.ndarray, np.ndarray]:
+    """One user's history as two flat int64 arrays of equal length (one line
+    otherwise)."""
+    items = as_ids(HIST_ITEMS, hist_items).reshape(-1)
+    categories = as_ids(HIST_CATEGORIES, hist_categories).reshape(-1)
+    if items.shape != categories.shape:
+        raise ValueError(f"hist_items has {len(items)} ids but hist_categories {len(categories)}")
+    return items, categories
 
 
 def format_recommendations(result: dict, hist_items, hist_categories, behaviours: int = 3) -> str:
-    """A markdown table of `Recommender.recommend`'s result; with an explanation,
-    each row names the ranker's `behaviours` heaviest retrieved behaviours."""
+    """A markdown table of `Recommender.recommend`'s result (with the source that
+    placed each candidate, where the retrieval export reports it); with an
+    explanation, each row names the ranker's `behaviours` heaviest retrieved
+    behaviours."""
     hist_items, hist_categories = np.asarray(hist_items).reshape(-1), np.asarray(hist_categories).reshape(-1)
-    explained = "history_index" in result
-    lines = ["| rank | item | category | P(click) | retrieval rank |" + (" heaviest behaviours (item/category "
-                                                                         "(clicks ago): weight) |"
-                                                                         if explained else ""),
-             "|---|---|---|---|---|" + ("---|" if explained else "")]
+    explained, sourced = "history_index" in result, "source" in result
+    lines = ["| rank | item | category | P(click) | retrieval rank |" + " source |" * sourced
+             + " heaviest behaviours (item/category (clicks ago): weight) |" * explained,
+             "|---|---|---|---|---|" + "---|" * (sourced + explained)]
     for row in range(len(result["items"])):
         line = (f"| {row + 1} | {result['items'][row]} | {result['categories'][row]} | "
                 f"{result['probability'][row]:.4f} | {result['retrieval_rank'][row]} |")
+        if sourced:
+            line += f" {result['source'][row]} |"
         if explained:
             heaviest = explained_behaviours(result["history_index"][row], result["attention_weight"][row],
                                             hist_items, hist_categories)[:behaviours]

@@ -4,7 +4,7 @@ tensorflow-recommenders, so these run in the suite's own process)."""
 import numpy as np
 import pytest
 
-from dare_tf.retrieval.candidates import (BLOCKED_FROM, SOURCES, CandidateMerger, PopularitySource, Query,
+from dare_tf.retrieval.candidates import (BLOCKED_FROM, ORIGINS, SOURCES, CandidateMerger, PopularitySource, Query,
                                          RecentCategorySource, TwoTowerSource, blocked_top_k, evaluate_sources,
                                          one_source, quota_grid, quota_key, score_rows)
 
@@ -23,15 +23,19 @@ def _reference(scores, hist_items, hist_categories, item_category, clicks, quota
         members = np.flatnonzero(item_category == category)
         members = members[np.lexsort((members, -clicks[members]))]
         ranks["recent_categories"][members] = np.arange(len(members)) * recent + j
-    key = np.full(size, np.inf)
-    for name, quota in quotas.items():
-        if quota > 0:
-            key = np.minimum(key, (ranks[name] + 1) / quota)
+    key, origin = np.full(size, np.inf), np.full(size, ORIGINS.index("filler"))
+    for name in SOURCES:  # (equal keys: the first source placed it)
+        if quotas[name] > 0:
+            mine = (ranks[name] + 1) / quotas[name]
+            origin[mine < key] = ORIGINS.index(name)
+            key = np.minimum(key, mine)
     clicked = np.zeros(size, bool)
     if not include_seen:
         clicked[[i - 1 for i in hist_items if 0 < i <= size]] = True
         key[clicked] = np.inf
-    return np.lexsort((np.arange(size), key, clicked))[:n]  # the user's own items after every other
+        origin[clicked] = ORIGINS.index("seen")
+    slots = np.lexsort((np.arange(size), key, clicked))[:n]  # the user's own items after every other
+    return slots, origin[slots]
 
 
 @pytest.mark.parametrize("include_seen", [False, True])
@@ -51,10 +55,13 @@ def test_merged_candidates_match_the_reference(rng, include_seen, n):
     for shares in [(1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0), (0.5, 0.25, 0.25), (0.25, 0.5, 0.25)]:
         quotas = dict(zip(SOURCES, shares))
         got = merger.merge(proposals, quotas, hist_items, n, include_seen).numpy()
+        slots, origins = (t.numpy() for t in merger.merge(proposals, quotas, hist_items, n, include_seen, True))
+        np.testing.assert_array_equal(slots, got)
         for b in range(5):
-            expected = _reference(scores[b], hist_items[b], hist_categories[b], item_category, clicks, quotas, n,
-                                  depth, recent, include_seen)
+            expected, placed_by = _reference(scores[b], hist_items[b], hist_categories[b], item_category, clicks,
+                                             quotas, n, depth, recent, include_seen)
             np.testing.assert_array_equal(got[b], expected, err_msg=f"{quotas}, user {b}")
+            np.testing.assert_array_equal(origins[b], placed_by, err_msg=f"{quotas}, user {b}")
 
 
 def test_each_source_proposes_its_first_k_without_ranking_the_catalogue(rng):

@@ -146,7 +146,8 @@ def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
         "local_items": same["items"].tolist(), "items": got["items"].tolist(),
         "local_probability": same["probability"].tolist(),
         "retrieved": retrieved["items"][0].tolist(), "everything": everything["items"].tolist(),
-        "retrieval_rank": got["retrieval_rank"].tolist(),
+        "retrieval_rank": got["retrieval_rank"].tolist(), "source": got["source"].tolist(),
+        "sources": [s.decode() for s in retrieved["sources"][0]],
         "history_index": got["history_index"].tolist(), "attention_weight": got["attention_weight"].tolist(),
         "errors": errors, "empty": empty["probability"].tolist(), "padding": padding["probability"].tolist(),
         "table": format_recommendations(got, hist_items, hist_cats), "models": sorted(models), "index": index_check,
@@ -176,6 +177,9 @@ def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
     assert set(out["items"]) <= set(out["retrieved"]) and out["everything"][:10] == out["items"]
     assert sorted(out["everything"]) == sorted(out["retrieved"])
     assert [out["retrieved"][r - 1] for r in out["retrieval_rank"]] == out["items"]
+    # what placed each candidate (the merge's origins: tests/retrieval/test_candidates.py), in the result too
+    assert [out["sources"][r - 1] for r in out["retrieval_rank"]] == out["source"]
+    assert set(out["sources"]) <= {"two_tower", "popularity", "recent_categories", "filler", "seen"}
     history_index, weight = np.array(out["history_index"]), np.array(out["attention_weight"])
     assert history_index.shape == (10, 10) and history_index.max() < 21 and (weight[history_index >= 0] > 0).all()
     errors = out["errors"]
