@@ -52,9 +52,9 @@ docs: $(STAMP) | docs/figures/inspect.png
 # docs/inspect.md's screenshot, taken in headless Chromium from the demo's models; committed,
 # so the docs build makes it only where it is missing; `make screenshots` takes it again.
 docs/figures/inspect.png:
-	test -f runs/exports/models.config || $(MAKE) demo
+	test -f runs/demo/exports/models.config || $(MAKE) demo
 	$(MAKE) browser
-	TF_CPP_MIN_LOG_LEVEL=3 $(PY) examples/inspect_page.py --work_dir=runs --screenshot=$@
+	TF_CPP_MIN_LOG_LEVEL=3 $(PY) examples/inspect_page.py --work_dir=runs/demo --screenshot=$@
 
 screenshots: $(STAMP)
 	rm -f docs/figures/inspect.png

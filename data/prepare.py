@@ -53,6 +53,8 @@ flags.DEFINE_string("click", None, "Custom log with an action column: the action
 flags.DEFINE_bool("header", False, "Custom CSV/TSV log: the first line names the columns.")
 flags.DEFINE_string("time_format", None, "Custom log: the time column's strptime format (e.g. '%d/%m/%Y %H:%M'); "
                     "default: Unix seconds or ISO 8601 times (2026-11-01T00:31:27Z; without a zone, UTC).")
+flags.DEFINE_bool("string_ids", False, "Custom log: user, item, category and field ids are strings (SKUs, UUIDs; "
+                  "any text without whitespace; 007 and 7 are two ids); the id maps hold them, the exports take them.")
 flags.DEFINE_string("input", None, "Raw log file.")
 flags.DEFINE_string("output_dir", None, "Directory to write (see above).")
 flags.DEFINE_enum("compression", "gzip", sorted(COMPRESSIONS), "Compression of the TFRecord files.")
@@ -75,7 +77,7 @@ def log_format_from_flags() -> LogFormat:
     """The log's format: a preset (`--dataset`) or `--format` with `--columns`."""
     try:
         return log_format_of(FLAGS.dataset, FLAGS.format, FLAGS.columns, FLAGS.click, FLAGS.header, FLAGS.fields,
-                             FLAGS.action_field, FLAGS.time_format)
+                             FLAGS.action_field, FLAGS.time_format, FLAGS.string_ids)
     except ValueError as e:
         raise app.UsageError(str(e)) from None
 
@@ -87,7 +89,8 @@ def append_day() -> None:
              if FLAGS[name].present]
     if given:
         raise app.UsageError(f"--append takes the dataset's protocol and files: drop {', '.join(given)}")
-    named = FLAGS.dataset is not None or FLAGS.format is not None or FLAGS.time_format is not None
+    named = (FLAGS.dataset is not None or FLAGS.format is not None or FLAGS.time_format is not None
+             or FLAGS.string_ids)
     before = DatasetSpec.load(FLAGS.output_dir) if os.path.exists(os.path.join(FLAGS.output_dir, SPEC_FILE)) else None
     # The history store is opened first: one that cannot be opened refuses the day before the dataset takes it.
     with contextlib.ExitStack() as stack:

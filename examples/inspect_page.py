@@ -4,7 +4,7 @@ prints the address (open it; Ctrl-C stops) or, with --screenshot, loads one
 user in headless Chromium, selects a candidate and writes a screenshot (the
 one in docs/inspect.md: `make screenshots`).
 
-    python examples/inspect_page.py [--work_dir=runs] [--user=ID] [--screenshot=docs/figures/inspect.png]
+    python examples/inspect_page.py [--work_dir=runs/demo] [--user=ID] [--screenshot=docs/figures/inspect.png]
 
 The page itself is `python -m serving.inspect` (docs/inspect.md).
 """
@@ -27,7 +27,7 @@ def longest_history(store, first: int = 200):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--work_dir", default="runs", help="make demo's output directory (exports/, histories/)")
+    parser.add_argument("--work_dir", default="runs/demo", help="make demo's output directory (exports/, histories/)")
     parser.add_argument("--model_name", default="dare")
     parser.add_argument("--compare", default="twin")
     parser.add_argument("--user", help="the user to show (default: the longest history of the store's first 200)")

@@ -90,10 +90,11 @@ def recover(data_dir: str) -> None:
     _remove_unlisted_shards(data_dir, _listed(os.path.join(data_dir, SPEC_FILE)))
 
 
-def _extend_ids(raw: np.ndarray, known: list[str]) -> tuple[np.ndarray, np.ndarray]:
+def _extend_ids(raw: np.ndarray, known: list[str], strings: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Dense ids of `raw` under the map `known` (raw ids in dense order), new raw
-    ids numbered after it in order of first appearance; and the extended map."""
-    known_ids = np.array([int(r) for r in known], np.int64)
+    ids numbered after it in order of first appearance; and the extended map
+    (`strings`: `--string_ids`, the ids are the strings themselves)."""
+    known_ids = np.array(known, object) if strings else np.array([int(r) for r in known], np.int64)
     order = np.argsort(known_ids)
     pos = np.minimum(np.searchsorted(known_ids[order], raw), max(len(known_ids) - 1, 0))
     found = (known_ids[order][pos] == raw) if len(known_ids) else np.zeros(len(raw), bool)
@@ -185,16 +186,21 @@ def _append(input_path: str, data_dir: str, fmt: LogFormat | None, allow_late: b
         raise ValueError(f"--append: {input_path}: every row is on or before {day_name(last_day)}, the dataset's "
                          "last day; nothing is left to append")
     keep = ~late
-    raw = {k: getattr(clicks, k)[keep] for k in ("user", "item", "category", "time")}
+    # (`--string_ids`: the codes' strings, as the id maps hold them)
+    raw = {k: clicks.raw(k, getattr(clicks, k)[keep]) for k in ("user", "item", "category")}
+    raw["time"] = clicks.time[keep]
     labels = None if clicks.label is None else clicks.label[keep]
-    user, raw_users = _extend_ids(raw["user"], read_id_map(data_dir, "user"))
-    item, raw_items = _extend_ids(raw["item"], read_id_map(data_dir, "item"))
-    category, raw_categories = _extend_ids(raw["category"], read_id_map(data_dir, "category"))
+    strings = fmt.string_ids
+    user, raw_users = _extend_ids(raw["user"], read_id_map(data_dir, "user"), strings)
+    item, raw_items = _extend_ids(raw["item"], read_id_map(data_dir, "item"), strings)
+    category, raw_categories = _extend_ids(raw["category"], read_id_map(data_dir, "category"),
+                                           strings and "category" in fmt.role_columns)
     names = [f["name"] for f in spec.fields if f["name"] != TIME_GAP]  # (the column fields)
     fields, raw_fields = {}, {}
     for name in names:
         with open(os.path.join(data_dir, field_id_file(name))) as f:
-            fields[name], raw_fields[name] = _extend_ids(clicks.fields[name][keep], f.read().split())
+            fields[name], raw_fields[name] = _extend_ids(clicks.raw(name, clicks.fields[name][keep]),
+                                                         f.read().split(), strings and name != ACTION_FIELD)
     num_items, num_users = len(raw_items) + 2, len(raw_users) + 1
     grown = np.zeros(num_items, np.int64)  # the catalogue as of the dataset's last day, grown by the new ids
     catalogue = Catalogue(grown, grown, dict.fromkeys(names, grown))

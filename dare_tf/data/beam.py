@@ -284,6 +284,9 @@ def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Pr
     from dare_tf.data.log_reader import BLOCK_BYTES
 
     fmt = log_format(log)
+    if fmt.string_ids:
+        raise ValueError("--runner=beam reads integer ids; prepare a --string_ids log with --runner=in_memory (its "
+                         "workers would number each block's strings apart)")
     protocol.validate(fmt.impressions)
     check_compression(compression)
     guard_dataset_dir(output_dir, input_path)

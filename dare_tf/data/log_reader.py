@@ -30,9 +30,11 @@ from dare_tf.data.logs import (ACTION_FIELD, FIELD_ROLE, FILE_FORMATS, INT64_MAX
                                LogFormat, LogFormatError, check_fields, check_text, content_end, in_time_order,
                                own_values, resolved_columns, time_sorted)
 from dare_tf.data.parquet_log import parquet_plan, parse_row_group
+from dare_tf.data.string_ids import IdVocabulary, bad_ids, id_problem
 from dare_tf.data.times import parse_time, time_column
 
 BLOCK_BYTES = 64 << 20  # bytes of a CSV/TSV block parsed at once (a Beam work item)
+ID_ROLES = ("user", "item", "category")  # (with the fields: string ids under --string_ids)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +59,10 @@ class _BlockParser:
         self.int_roles = [r for r in INT_ROLES if r in self.roles]
         self.field_roles = [r for r in self.roles if r.startswith(FIELD_ROLE)]
         self.action_role = FIELD_ROLE + ACTION_FIELD if fmt.action_field else None  # (the codes, after the fields)
+        self.custom = fmt.name == fmt.file_format  # (not a preset: --string_ids is the custom logs')
+        # `--string_ids`: each id role's strings -> codes (`dare_tf.data.string_ids`)
+        self.vocab = {r: IdVocabulary() for r in (*ID_ROLES, *self.field_roles)
+                      if r in self.roles and fmt.string_ids}
         # Times as text (calendar times, or --time_format): from a format that names one, or from
         # the first block whose times are not all integers on (`dare_tf.data.times`).
         self.time_text = fmt.time_format is not None
@@ -65,7 +71,8 @@ class _BlockParser:
             self.parse_options = pacsv.ParseOptions(delimiter=self.delimiter, ignore_empty_lines=False)
 
     def _convert_options(self):
-        types = {self.roles[r]: pa.int64() for r in (*self.int_roles, *self.field_roles)}
+        types = {self.roles[r]: pa.string() if r in self.vocab else pa.int64()
+                 for r in (*self.int_roles, *self.field_roles)}
         if self.time_text:
             types[self.roles["time"]] = pa.string()
         if "action" in self.roles:
@@ -99,7 +106,13 @@ class _BlockParser:
     def _select(self, table: pa.Table):
         """The rows that are kept (clicks, or every impression) as int64 arrays by role;
         None where a value is invalid (the slow path then names it)."""
-        ints = {r: table.column(self.roles[r]).to_numpy() for r in self.int_roles if r != "time" or not self.time_text}
+        ints = {r: table.column(self.roles[r]).to_numpy() for r in self.int_roles
+                if (r != "time" or not self.time_text) and r not in self.vocab}
+        for role in self.int_roles:
+            if role in self.vocab:
+                if bad_ids(table.column(self.roles[role])):
+                    return None
+                ints[role] = self.vocab[role].encode(table.column(self.roles[role]))
         if self.time_text:
             ints["time"] = time_column(table.column(self.roles["time"]).combine_chunks(), self.fmt.time_format)
             if ints["time"] is None:
@@ -110,6 +123,12 @@ class _BlockParser:
             return None
         for role in self.field_roles:
             column = table.column(self.roles[role])
+            if role in self.vocab:  # (an empty cell: the item's own value)
+                column = pc.if_else(pc.equal(pc.utf8_length(column), 0), None, column)
+                if pc.any(pc.match_substring_regex(column, r"\s")).as_py():
+                    return None
+                ints[role] = own_values(self.vocab[role].encode(column), ints["item"])
+                continue
             if column.null_count < len(column) and pc.min(column).as_py() < 0:
                 return None
             ints[role] = own_values(column.fill_null(-1).to_numpy(), ints["item"])
@@ -144,11 +163,18 @@ class _BlockParser:
                 except ValueError as e:
                     hint = "" if self.fmt.time_format else " (or name its format: --time_format=...)"
                     return f"time (column {column!r}): {e}{hint}", {}
+            elif role in self.vocab:
+                problem = id_problem(values[column])
+                if problem:
+                    return f"{role} (column {column!r}) {problem}", {}
+                ints[role] = self.vocab[role].code(values[column])
+                continue
             else:
                 try:
                     ints[role] = int(values[column])
                 except ValueError:
-                    return f"{role} (column {column!r}) is not an integer: {values[column]!r}", {}
+                    hint = " (string ids: --string_ids)" if role in ID_ROLES and self.custom else ""
+                    return f"{role} (column {column!r}) is not an integer{hint}: {values[column]!r}", {}
             if not -INT64_MAX - 1 <= ints[role] <= INT64_MAX:
                 return f"{role} (column {column!r}) = {values[column]} does not fit a 64-bit integer", {}
             if role == "label" and ints[role] not in (0, 1):
@@ -156,9 +182,17 @@ class _BlockParser:
             if ints[role] < 0:
                 return f"{role} (column {column!r}) is negative: {values[column]!r}", {}
         for role in self.field_roles:
-            column, text = self.roles[role], values[self.roles[role]].strip()
+            column, text = self.roles[role], values[self.roles[role]]
+            if role in self.vocab:
+                problem = id_problem(text) if text else None
+                if problem:
+                    return f"{role} (column {column!r}) {problem}", {}
+                ints[role] = self.vocab[role].code(text) if text else -1 - ints["item"]
+                continue
+            text = text.strip()
             if text and not (text.isdigit() and int(text) <= INT64_MAX):
-                return f"{role} (column {column!r}) is not an id (an integer >= 0, or empty): {text!r}", {}
+                hint = "; string ids: --string_ids" if self.custom else ""
+                return f"{role} (column {column!r}) is not an id (an integer >= 0, or empty{hint}): {text!r}", {}
             ints[role] = int(text) if text else -1 - ints["item"]
         if "action" in self.roles:
             action = values[self.roles["action"]]
@@ -217,7 +251,9 @@ class _BlockParser:
                       time=column("time"), rows=self.rows, bad_lines=self.bad_lines, sha256=sha256,
                       label=column("label") if "label" in self.roles else None,
                       fields={r[len(FIELD_ROLE):]: column(r) for r in self._names if r.startswith(FIELD_ROLE)},
-                      click_code=self.fmt.click_code if self.action_role else None)
+                      click_code=self.fmt.click_code if self.action_role else None,
+                      names={(r[len(FIELD_ROLE):] if r.startswith(FIELD_ROLE) else r): v.names()
+                             for r, v in self.vocab.items()} if self.fmt.string_ids else None)
 
 
 # UTF-8's byte-order mark, which spreadsheet programs write before a CSV's first line.

@@ -61,6 +61,11 @@ class LogFormat:
         time_format: the time column's `strptime` format (`--time_format`);
             None: integers (Unix seconds) or ISO 8601 calendar times, as
             `dare_tf.data.times.parse_time` reads them.
+        string_ids: user, item, category and field ids are strings (SKUs,
+            UUIDs, `N12345`; `--string_ids`): any text without whitespace,
+            `007` and `7` two ids; an empty field cell is the item's own value,
+            `~` and the item's id. The id maps then hold these strings and
+            the exports take them (`dare_tf.data.string_ids`).
     """
 
     name: str
@@ -73,6 +78,7 @@ class LogFormat:
     sort_by_time: bool = True
     action_field: bool = False
     time_format: str | None = None
+    string_ids: bool = False
 
     def __post_init__(self):
         if self.file_format not in FILE_FORMATS:
@@ -141,7 +147,8 @@ class LogFormat:
         import json
 
         out = json.loads(json.dumps(dataclasses.asdict(self)))
-        for name in ("action_field", "time_format"):  # (recorded only when set: earlier datasets keep their identity)
+        for name in ("action_field", "time_format", "string_ids"):  # (recorded only when set: earlier datasets keep
+            # their identity)
             if not out[name]:
                 del out[name]
         return out
@@ -190,7 +197,7 @@ def with_fields(fmt: LogFormat, names) -> LogFormat:
 
 def log_format_of(dataset: str | None, file_format: str | None, columns: str | None, click: str | None = None,
                   header: bool = False, fields=(), action_field: bool = False,
-                  time_format: str | None = None) -> LogFormat:
+                  time_format: str | None = None, string_ids: bool = False) -> LogFormat:
     """The format the programs' flags name (`data.prepare`, `serving.histories
     append`): a preset (`--dataset`, with its further `fields`), or `--format`
     with `--columns` (and `--click`, `--header`); `LogFormatError` in one line
@@ -198,6 +205,7 @@ def log_format_of(dataset: str | None, file_format: str | None, columns: str | N
     custom = [f"--{n}" for n, v in (("format", file_format), ("columns", columns), ("click", click)) if v is not None]
     custom += ["--header"] if header else []
     custom += ["--time_format"] if time_format is not None else []
+    custom += ["--string_ids"] if string_ids else []
     if dataset is not None:
         if dataset not in FORMATS:
             raise LogFormatError(f"--dataset={dataset}: expected one of {sorted(FORMATS)}")
@@ -213,7 +221,7 @@ def log_format_of(dataset: str | None, file_format: str | None, columns: str | N
                              "--columns=user=COL,item=COL,time=COL[,category=COL][,action=COL --click=VALUE]"
                              "[,label=COL]")
     return LogFormat(name=file_format, file_format=file_format, columns=parse_columns(columns), header=header,
-                     click=click, action_field=action_field, time_format=time_format)
+                     click=click, action_field=action_field, time_format=time_format, string_ids=string_ids)
 
 
 @dataclasses.dataclass
@@ -231,6 +239,18 @@ class Clicks:
     label: np.ndarray | None = None
     fields: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # name -> raw ids (`LogFormat.columns`)
     click_code: int | None = None
+    # `--string_ids`: the ids above are codes; the strings of each role's (`user`, `item`, `category`, a field's
+    # name) codes (`dare_tf.data.string_ids`).
+    names: dict[str, np.ndarray] | None = None
+
+    def raw(self, role: str, codes) -> np.ndarray:
+        """A role's raw ids as the id maps write them: the codes' strings with
+        `--string_ids` (a field's own values as `~ITEM`), else the ids."""
+        if self.names is None or role not in self.names:
+            return np.asarray(codes)
+        from dare_tf.data.string_ids import as_strings
+
+        return as_strings(codes, self.names[role], self.names["item"])
 
     def clicked(self) -> np.ndarray:
         """Which rows are clicks: every row of a click log, an impression log's

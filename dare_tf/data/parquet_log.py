@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from dare_tf.data.logs import FIELD_ROLE, LogFormat, LogFormatError, own_values, resolved_columns
 from dare_tf.data.records import file_sha256
@@ -36,6 +37,12 @@ def parquet_plan(path: str, fmt: LogFormat) -> tuple[str, list[tuple[int, int, i
     roles = resolved_columns(fmt, path, names)
     for role, column in roles.items():
         kind = schema.field(column).type
+        text = pa.types.is_string(kind) or pa.types.is_large_string(kind)
+        if fmt.string_ids and (role in ("user", "item", "category") or role.startswith(FIELD_ROLE)):
+            if not text:
+                raise LogFormatError(f"{path}: column {column!r} ({role}) has type {kind}; --string_ids reads ids "
+                                     "from a string column")
+            continue
         ok = (pa.types.is_integer(kind) or (role == "time" and (pa.types.is_timestamp(kind) or pa.types.is_date(kind)
                                                                 or pa.types.is_string(kind)
                                                                 or pa.types.is_large_string(kind)))
@@ -53,6 +60,12 @@ def parquet_plan(path: str, fmt: LogFormat) -> tuple[str, list[tuple[int, int, i
     if not blocks or first == 1:
         raise ValueError(f"{path}: input log has no data rows")
     return file_sha256(path), blocks, names
+
+
+def _not_ids(column) -> np.ndarray:
+    """Where a string column's values are empty or hold whitespace (nulls: False)."""
+    wrong = pc.or_(pc.equal(pc.utf8_length(column), 0), pc.match_substring_regex(column, r"\s"))
+    return np.asarray(wrong.fill_null(False).to_numpy(zero_copy_only=False))
 
 
 def parse_row_group(reader, group: int, first_row: int) -> None:
@@ -76,6 +89,13 @@ def parse_row_group(reader, group: int, first_row: int) -> None:
         bad |= null
     ints = {}
     for role in reader.int_roles:
+        if role in reader.vocab:
+            wrong = _not_ids(columns[role])
+            if wrong.any() and not reasons[role][0][wrong].all():
+                reasons[role] = (reasons[role][0] | wrong, "is empty or holds whitespace (not a string id)")
+            bad |= wrong
+            ints[role] = reader.vocab[role].encode(columns[role])
+            continue
         if role == "time" and not pa.types.is_integer(columns[role].type):  # timestamps, dates, text
             values = time_column(columns[role], reader.fmt.time_format)
             if values is None:  # (a value that is not a time: the first is named)
@@ -95,6 +115,13 @@ def parse_row_group(reader, group: int, first_row: int) -> None:
         bad |= wrong | huge
         ints[role] = values
     for role in reader.field_roles:
+        if role in reader.vocab:  # (null or empty: the item's own value)
+            column = pc.if_else(pc.equal(pc.utf8_length(columns[role]), 0), None, columns[role])
+            wrong = _not_ids(column) & np.asarray(column.is_valid().to_numpy(zero_copy_only=False))
+            reasons[role] = (wrong, "holds whitespace (not a string id)")
+            bad |= wrong
+            ints[role] = own_values(reader.vocab[role].encode(column), ints["item"])
+            continue
         null = np.asarray(columns[role].is_null().to_numpy(zero_copy_only=False))
         values, huge = int64_values(columns[role])
         reasons[role] = (huge, "does not fit a 64-bit integer") if huge.any() else (values < 0, "is negative")

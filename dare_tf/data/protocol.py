@@ -197,6 +197,9 @@ def build_examples(clicks: Clicks, protocol: Protocol, directory: str, compressi
     user, raw_users = dense_ids(clicks.user)
     item, raw_items = dense_ids(clicks.item)
     category, raw_categories = dense_ids(clicks.category)
+    # (`--string_ids`: the codes' strings, as the id maps hold them)
+    raw_users, raw_items, raw_categories = (clicks.raw(role, raw) for role, raw in (
+        ("user", raw_users), ("item", raw_items), ("category", raw_categories)))
     labels, times = clicks.label, clicks.time
     impressions = labels is not None
     bounds = protocol.bounds(int(times.max())) if protocol.split == "time" else None
@@ -204,6 +207,7 @@ def build_examples(clicks: Clicks, protocol: Protocol, directory: str, compressi
     # serving maps unknown raw ids there).
     num_items, num_categories = len(raw_items) + 2, len(raw_categories) + 2
     fields = DenseFields(clicks.fields, item, num_items)
+    fields.raw = {name: clicks.raw(name, raw) for name, raw in fields.raw.items()}
     field_entries = spec_fields(fields.entries(fmt), protocol.time_gap)
     # `--action_field`: every action is history, the clicks among them are the targets.
     clicked = clicks.clicked() if clicks.click_code is not None else None

@@ -1,13 +1,9 @@
 """The schema of every example, and the prepared dataset's own description
-(`DIR/spec.json` and its id-map files).
-
-The feature names, dtypes and shapes below are the only definition of the
-schema: the example writer (`dare_tf.data.protocol`), the reader
-(`dare_tf.data.pipeline`), the model's inputs (`DareModel`), the serving
-signatures (`dare_tf.export`) and the client all use them.
-Preparation writes `spec.json`; the input pipeline, the trainers and the
-serving export read vocabulary sizes, sequence length and shard lists only
-from there. Pure Python: importing it needs no TensorFlow.
+(`DIR/spec.json` and its id-map files). The feature names, dtypes and shapes
+below are the schema's only definition: the example writer, the reader, the
+model's inputs, the serving signatures and the client all use them. The input
+pipeline, the trainers and the export read vocabulary sizes, sequence length
+and shard lists only from `spec.json`. Pure Python: no TensorFlow.
 """
 
 from __future__ import annotations
@@ -271,6 +267,10 @@ class DatasetSpec:
         fields = self._dict()
         fields["source"] = {k: v for k, v in fields["source"].items() if k != "path"}
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+    @property
+    def string_ids(self) -> bool:  # `--string_ids`: the id maps hold strings, and the exports take them
+        return bool(self.source.get("log", {}).get("string_ids", False))
 
     @property
     def oov_item(self) -> int:

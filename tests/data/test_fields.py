@@ -240,7 +240,7 @@ def test_bad_field_values_and_flags_are_refused_in_one_line(tmp_path):
     assert read_clicks(str(path), fmt).fields["brand"].tolist() == [-3, -5, -7]  # (a live click may have none)
     path.write_text("u,i,t,b\n1,2,3,x7\n")
     with pytest.raises(ValueError, match=r"empty.csv:2: field:brand \(column 'b'\) is not an id \(an integer >= "
-                                         r"0, or empty\): 'x7'"):
+                                         r"0, or empty; string ids: --string_ids\): 'x7'"):
         read_clicks(str(path), fmt)
     with pytest.raises(LogFormatError, match="^--fields=seller,colour: the tmall log has no field 'colour'; its "
                                              "fields: seller, brand$"):

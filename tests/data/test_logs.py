@@ -133,7 +133,8 @@ def test_bad_custom_logs_are_named(tmp_path):
     assert spec.source["bad_lines"] == 1
     word = _csv(tmp_path, "word.tsv", HEADER.replace(",", "\t") + BODY.replace(",", "\t") + "4\tx9\t1\t200\t1\n")
     tsv = LogFormat(name="tsv", file_format="tsv", header=True, columns=IMPRESSIONS.columns)
-    with pytest.raises(BadLineError, match="word.tsv:32: item \\(column 'item'\\) is not an integer: 'x9'"):
+    with pytest.raises(BadLineError, match="word.tsv:32: item \\(column 'item'\\) is not an integer \\(string ids: "
+                                           "--string_ids\\): 'x9'"):
         prepare(tsv, word, str(tmp_path / "o"), SMALL)
     with pytest.raises(ValueError, match="empty.csv: input log is empty"):
         prepare(IMPRESSIONS, _csv(tmp_path, "empty.csv", ""), str(tmp_path / "o"), SMALL)

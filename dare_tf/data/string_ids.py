@@ -1,0 +1,80 @@
+"""String ids (`--string_ids`): SKUs, UUIDs, `N12345`-style ids of users, items,
+categories and further fields.
+
+While a log is read, each role's strings get int64 codes in order of first
+appearance (`IdVocabulary`), so that preparation computes on integers as it
+does for integer ids; the dataset's id maps then hold the strings themselves
+(dense id k's string on line k), and an export maps strings through them.
+An id is any text without whitespace (line k of an id map is one id); `007`
+and `7` are two ids. An empty field cell is the item's own value: `~` and the
+item's id (`own_value`).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+# A field's value for an item without one (an empty cell): this prefix and the item's id.
+OWN_PREFIX = "~"
+_SPACE = re.compile(r"\s")
+
+
+def id_problem(text: str) -> str | None:
+    """Why `text` is not a string id (None: it is one)."""
+    if not text:
+        return "is empty"
+    if _SPACE.search(text):
+        return "holds whitespace (a string id is text without spaces, tabs or line breaks)"
+    return None
+
+
+def bad_ids(column) -> bool:
+    """Whether any value of a pyarrow string column is not a string id (or is null)."""
+    if column.null_count:
+        return True
+    return bool(pc.any(pc.or_(pc.equal(pc.utf8_length(column), 0),
+                              pc.match_substring_regex(column, r"\s"))).as_py() or False)
+
+
+class IdVocabulary:
+    """One role's string ids -> int64 codes (0, 1, ... in order of first appearance)."""
+
+    def __init__(self):
+        self.codes: dict[str, int] = {}
+
+    def code(self, text: str) -> int:
+        return self.codes.setdefault(text, len(self.codes))
+
+    def encode(self, column) -> np.ndarray:
+        """A pyarrow string column -> int64 codes (nulls: -1)."""
+        encoded = (column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column).dictionary_encode()
+        mapping = np.array([self.code(t) for t in encoded.dictionary.to_pylist()] + [-1], np.int64)
+        indices = encoded.indices.fill_null(len(encoded.dictionary)).to_numpy(zero_copy_only=False)
+        return mapping[indices]
+
+    def names(self) -> np.ndarray:
+        """The strings by code (object array)."""
+        out = np.empty(len(self.codes), object)
+        out[:] = list(self.codes)
+        return out
+
+
+def as_strings(codes, names: np.ndarray, items: np.ndarray | None = None) -> np.ndarray:
+    """Codes -> their strings; a field's own values (`-1 - item code`) -> `own_value`
+    of the item (`items`: the item role's strings)."""
+    codes = np.asarray(codes, np.int64)
+    out = np.empty(len(codes), object)
+    real = codes >= 0
+    out[real] = names[codes[real]]
+    if (~real).any():
+        out[~real] = [own_value(t) for t in items[-1 - codes[~real]]]
+    return out
+
+
+def own_value(item: str) -> str:
+    """A field's value for an item without one."""
+    return OWN_PREFIX + item
