@@ -62,9 +62,14 @@ MAX_CANDIDATES = 1000
 def with_width_column(values: np.ndarray) -> np.ndarray:
     """`[rows, T]` int64 values behind the leading column of minus the request's
     width (`-(T + 1)`, the column counted), as every 2-D input row of the ranker's
-    signatures starts."""
-    values = np.asarray(values, np.int64)
-    return np.concatenate([np.full((len(values), 1), -(values.shape[1] + 1), np.int64), values], axis=1)
+    signatures starts; string ids (`--string_ids`, an object array) behind that
+    number as text."""
+    values = np.asarray(values)
+    if values.dtype != object:
+        values = values.astype(np.int64)
+    width = -(values.shape[1] + 1)
+    return np.concatenate([np.full((len(values), 1), str(width) if values.dtype == object else width,
+                                   values.dtype), values], axis=1)
 
 
 def versions(model_base: str) -> list[int]:

@@ -10,7 +10,8 @@ Usage:
       --user_id=1 --histories=lmdb:histories   # the history from the history service
 
 req.json holds lists `target_item`, `target_category` and lists of lists
-`hist_items`, `hist_categories` (raw integer ids, oldest first, any lengths);
+`hist_items`, `hist_categories` (raw ids, oldest first, any lengths: integers,
+or strings for a model of a --string_ids dataset);
 a model with further fields also takes `target_<field>` (a list) and
 `hist_<field>` (lists of lists beside `hist_items`; the time gap's
 `hist_time_gap`: each click's age). For `recommend`, user.json holds one
@@ -104,7 +105,7 @@ def _command(argv):
                     now = parse_time(FLAGS.now)
                 except ValueError as e:
                     raise app.UsageError(f"--now={FLAGS.now}: {e}") from None
-            return "recommend", {"user_id": dare_tf.cli.int64_flag("user_id", FLAGS.user_id), "now": now}
+            return "recommend", {"user_id": FLAGS.user_id, "now": now}  # (an int64 unless the store keeps strings)
         if not FLAGS.request_json:
             raise app.UsageError("recommend needs --request_json (or --user_id with --histories)")
         request = _read_request([HIST_ITEMS, HIST_CATEGORIES])
@@ -133,8 +134,9 @@ def recommend(request):
             from dare_tf.histories import open_store
 
             store = open_store(FLAGS.histories, read_only=True)
+            user = request["user_id"] if store.string_ids else dare_tf.cli.int64_flag("user_id", request["user_id"])
             result, history = Recommender(*clients, histories=store).recommend_user(
-                request["user_id"], FLAGS.num_candidates, FLAGS.top, FLAGS.explain, FLAGS.max_len, request["now"])
+                user, FLAGS.num_candidates, FLAGS.top, FLAGS.explain, FLAGS.max_len, request["now"])
             request = dict(zip((HIST_ITEMS, HIST_CATEGORIES), history.row(0)))
             user = {"user_id": FLAGS.user_id, "history_clicks": int(history.lengths[0])}
         else:

@@ -55,6 +55,8 @@ flags.DEFINE_bool("action_field", False, "append: keep every action of a preset'
 flags.DEFINE_bool("header", False, "append: the first line names the columns.")
 flags.DEFINE_string("time_format", None, "append: the time column's strptime format, as data.prepare's (default: "
                     "Unix seconds or ISO 8601 times).")
+flags.DEFINE_bool("string_ids", False, "append: the log's ids are strings, as data.prepare's --string_ids (a new "
+                  "store then keeps string ids).")
 flags.DEFINE_integer("batch_lines", 1000, "append from -: the most lines one append holds.", lower_bound=1)
 flags.DEFINE_string("user_id", None, "show: the raw user id.")
 flags.DEFINE_integer("max_len", None, "show: the last this many clicks (default all).", lower_bound=1)
@@ -79,15 +81,13 @@ def _configure(argv):
         file_format = FLAGS.format or ("csv" if FLAGS.columns is not None and FLAGS.dataset is None else None)
         try:
             fmt = log_format_of(FLAGS.dataset, file_format, FLAGS.columns, FLAGS.click, FLAGS.header, FLAGS.fields,
-                                FLAGS.action_field, FLAGS.time_format)
+                                FLAGS.action_field, FLAGS.time_format, FLAGS.string_ids)
         except ValueError as e:
             raise app.UsageError(str(e)) from None
         if fmt.impressions:
             raise app.UsageError("--columns: a history holds clicks; a label column makes an impression log")
         if FLAGS.input != "-" and not os.path.isfile(FLAGS.input):
             raise ValueError(f"--input={FLAGS.input}: no such file")
-    if command == "show":
-        dare_tf.cli.int64_flag("user_id", FLAGS.user_id)
     return command, fmt
 
 
@@ -144,24 +144,28 @@ def append(store, fmt):
 
 
 def show(store):
-    history = store.last([int(FLAGS.user_id)], FLAGS.max_len)
-    print(json.dumps(history.to_json(0, int(FLAGS.user_id))))
+    user = FLAGS.user_id if store.string_ids else dare_tf.cli.int64_flag("user_id", FLAGS.user_id)
+    history = store.last([user], FLAGS.max_len)
+    print(json.dumps(history.to_json(0, user)))
 
 
 def main(configuration):
     from dare_tf.histories import open_store
 
     command, fmt = configuration
-    max_clicks, fields = FLAGS.max_clicks, None
+    max_clicks, fields, string_ids = FLAGS.max_clicks, None, None
     if command == "load":
         from dare_tf.data.spec import DatasetSpec
         from dare_tf.histories.prepared import column_fields
 
         spec = DatasetSpec.load(FLAGS.data_dir)
         max_clicks, fields = spec.max_len if max_clicks is None else max_clicks, column_fields(spec)
+        string_ids = spec.string_ids
     elif command == "append":
         fields = tuple(fmt.field_columns) + (("action",) if fmt.action_field else ())
-    with open_store(FLAGS.store, read_only=command == "show", max_clicks=max_clicks, fields=fields) as store:
+        string_ids = fmt.string_ids
+    with open_store(FLAGS.store, read_only=command == "show", max_clicks=max_clicks, fields=fields,
+                    string_ids=string_ids) as store:
         {"load": lambda: load(store), "append": lambda: append(store, fmt), "show": lambda: show(store)}[command]()
 
 

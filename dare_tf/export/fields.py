@@ -22,9 +22,9 @@ import tensorflow as tf
 
 from dare_tf.data.fields import field_id_file, item_field_file, time_gap_buckets_tensor
 from dare_tf.data.spec import TIME_GAP, DatasetSpec, history_feature
-from dare_tf.export.tf_serving import IdTable
+from dare_tf.export.tf_serving import id_table
 
-# `item_fields`' answer for an item the export does not know (no raw id is this low).
+# `item_fields`' answer for an item the export does not know (no raw id is this low; "" with string ids).
 UNKNOWN = np.iinfo(np.int64).min
 
 
@@ -47,14 +47,17 @@ class ServedFields:
                 self.examples[field.name] = 0
             else:
                 path = os.path.join(data_dir, field_id_file(field.name))
-                self.tables[field.name] = IdTable(path, field.vocabulary - 1)
-                raw = np.loadtxt(path, dtype=np.int64, ndmin=1)
-                self.examples[field.name] = int(raw[0])
+                strings = spec.string_ids and not field.history_only  # (`--string_ids`: an action is a code)
+                self.tables[field.name] = id_table(path, field.vocabulary - 1, strings)
+                with open(path) as f:
+                    raw = np.array(f.read().split(), object if strings else np.int64)
+                self.examples[field.name] = raw[0] if strings else int(raw[0])
                 if field.history_only:  # (an action: no item value)
                     continue
-                # Each dense item's raw value (0: padding, last: out of vocabulary -> UNKNOWN).
+                # Each dense item's raw value (0: padding, last: out of vocabulary -> UNKNOWN, "" for strings).
                 of_item = np.loadtxt(os.path.join(data_dir, item_field_file(field.name)), dtype=np.int64, ndmin=1)
-                self.raw_of_item[field.name] = tf.constant(np.concatenate([[UNKNOWN], raw[of_item - 1], [UNKNOWN]]))
+                unknown = "" if strings else UNKNOWN
+                self.raw_of_item[field.name] = tf.constant(np.concatenate([[unknown], raw[of_item - 1], [unknown]]))
 
     def target_inputs(self, role: str = "target") -> list[str]:
         """The inputs of the fields' target (or `candidate`) values."""

@@ -77,9 +77,9 @@ from dare_tf.data.spec import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEG
 from dare_tf.data.dataset_dir import verify_tables
 from dare_tf.export import rows
 from dare_tf.export.fields import ServedFields
-from dare_tf.export.tf_serving import (DATASET_INPUT, DATASET_SIGNATURE, WARMUP_FILE, IdTable, dataset_outputs,
-                                       model_base, next_version, set_method_names, warmup_requests,
-                                       write_server_configs)
+from dare_tf.export.tf_serving import (DATASET_INPUT, DATASET_SIGNATURE, STRING_DATASET_INPUT, WARMUP_FILE,
+                                       dataset_outputs, id_table, model_base, next_version, set_method_names,
+                                       stand_ins, warmup_requests, write_server_configs)
 from dare_tf.models import DareModel
 from dare_tf.signatures import (CANDIDATE_COUNT, EXPLAIN, HIST_LENGTH, ITEM_FIELDS, MAX_CANDIDATES, RANK,
                                 RANK_EXPLAIN, RANK_REQUEST_INPUTS as RANK_SIGNATURE_INPUTS, ROW_ERROR,
@@ -104,12 +104,14 @@ class _ServingGraph:
                 f"{data_dir}/spec.json ({spec.num_items}, {spec.num_categories})")
         self.model = model
         self.max_len = cfg.max_len
-        self.items = IdTable(os.path.join(data_dir, ID_MAP_FILES["item"]), spec.oov_item)
-        self.categories = IdTable(os.path.join(data_dir, ID_MAP_FILES["category"]), spec.oov_category)
+        self.strings = spec.string_ids  # (`--string_ids`: string inputs, mapped to stand-ins at once)
+        self.items = id_table(os.path.join(data_dir, ID_MAP_FILES["item"]), spec.oov_item, self.strings)
+        self.categories = id_table(os.path.join(data_dir, ID_MAP_FILES["category"]), spec.oov_category, self.strings)
         self.digest = id_map_digest(data_dir)
+        raw = str if self.strings else int
         try:
-            self.raw_examples = {TARGET_ITEM: int(read_id_map(data_dir, "item")[0]),
-                                 TARGET_CATEGORY: int(read_id_map(data_dir, "category")[0])}
+            self.raw_examples = {TARGET_ITEM: raw(read_id_map(data_dir, "item")[0]),
+                                 TARGET_CATEGORY: raw(read_id_map(data_dir, "category")[0])}
             self.fields = ServedFields(cfg.fields, spec, data_dir)
         except ValueError as e:
             if "spec.json's fields" in str(e):
@@ -120,6 +122,25 @@ class _ServingGraph:
                             **dict.fromkeys(self.fields.history_inputs(), 2)}
         self.rank_ranks = {**RANK_SIGNATURE_INPUTS, **dict.fromkeys(self.fields.history_inputs(), 2),
                            **dict.fromkeys(self.fields.target_inputs("candidate"), 2)}
+        # The inputs that carry ids (strings with `--string_ids`): all but lengths, counts and time gaps.
+        self.id_inputs = {n for n in (*self.input_ranks, *self.rank_ranks)
+                          if n not in (HIST_LENGTH, CANDIDATE_COUNT, TIME_GAP_INPUT)}
+
+    def dtype(self, name: str):
+        """An input's dtype: string for an id input of a `--string_ids` dataset, else int64."""
+        return tf.string if self.strings and name in self.id_inputs else tf.int64
+
+    def _stand_in(self, name: str, values, rank: int):
+        """A string id input (`--string_ids`) -> its int64 stand-ins (`StringIdTable`)."""
+        if self.dtype(name) != tf.string:
+            return values
+        if name in (TARGET_ITEM, HIST_ITEMS, CANDIDATE_ITEMS):
+            table = self.items
+        elif name in (TARGET_CATEGORY, HIST_CATEGORIES, CANDIDATE_CATEGORIES):
+            table = self.categories
+        else:
+            table = self.fields.tables[self.fields.name_of(name)]
+        return stand_ins(table, values, rank)
 
     def model_inputs(self, *values):
         """Raw ids (`input_ranks`' inputs, in order) -> the model's dense inputs; also
@@ -130,7 +151,8 @@ class _ServingGraph:
                 f"input {name} must have shape {'[batch]' if rank == 1 else '[batch, history_length]'}"))
             for name, rank in self.input_ranks.items()]
         with tf.control_dependencies(rank_checks):  # before any op that relies on the ranks
-            raw = {name: rows.of_rank(raw[name], rank) for name, rank in self.input_ranks.items()}
+            raw = {name: self._stand_in(name, rows.of_rank(raw[name], rank), rank)
+                   for name, rank in self.input_ranks.items()}
         hist_items, batch = raw[HIST_ITEMS], tf.shape(raw[TARGET_ITEM])[0]
         targets = [n for n, rank in self.input_ranks.items() if rank == 1 and n != TARGET_ITEM]
         histories = [n for n, rank in self.input_ranks.items() if rank == 2]
@@ -183,7 +205,7 @@ class _ServingGraph:
         return out
 
     def item_fields(self, item_ids):
-        return self.fields.item_values(self.items.lookup(tf.reshape(item_ids, [-1])))
+        return self.fields.item_values(self.items.lookup(self._stand_in(TARGET_ITEM, tf.reshape(item_ids, [-1]), 1)))
 
     def predict(self, *values):
         inputs, _, error = self.model_inputs(*values)
@@ -227,7 +249,8 @@ class _ServingGraph:
         histories = [n for n, rank in self.rank_ranks.items() if rank == 2 and n.startswith("hist_")]
         candidates = [n for n, rank in self.rank_ranks.items() if rank == 2 and n.startswith("candidate_")]
         with tf.control_dependencies(rank_checks):  # (static ranks once they are checked)
-            raw = {name: rows.of_rank(raw[name], rank) for name, rank in self.rank_ranks.items()}
+            raw = {name: self._stand_in(name, rows.of_rank(raw[name], rank), rank)
+                   for name, rank in self.rank_ranks.items()}
             users = tf.shape(raw[HIST_LENGTH])[0]
             shape_checks = [  # (TF Serving's batcher never merges requests these fail)
                 tf.debugging.assert_equal(tf.shape(raw[name])[0], users, message=(
@@ -281,8 +304,8 @@ class _ServingGraph:
         return {**result, ROW_ERROR: error}
 
     def parse_examples(self, serialized):
-        spec = {name: tf.io.FixedLenFeature([], tf.int64) if rank == 1 else tf.io.VarLenFeature(tf.int64)
-                for name, rank in self.input_ranks.items()}
+        spec = {name: tf.io.FixedLenFeature([], self.dtype(name)) if rank == 1
+                else tf.io.VarLenFeature(self.dtype(name)) for name, rank in self.input_ranks.items()}
         parsed = tf.io.parse_example(tf.reshape(serialized, [-1]), spec)
         return tuple(parsed[name] if rank == 1 else rows.left_aligned(parsed[name])
                      for name, rank in self.input_ranks.items())
@@ -309,8 +332,9 @@ class _ServingGraph:
 def _signatures(graph: _ServingGraph) -> dict:
     # Unknown rank, so that a wrong-rank request reaches the signature's own
     # check and its message, not an internal error from deep in the graph.
-    raw = [tf.TensorSpec(None, tf.int64, name=name) for name in graph.input_ranks]
-    ranked = [tf.TensorSpec(None, tf.int64, name=name) for name in graph.rank_ranks]
+    raw = [tf.TensorSpec(None, graph.dtype(name), name=name) for name in graph.input_ranks]
+    ranked = [tf.TensorSpec(None, graph.dtype(name), name=name) for name in graph.rank_ranks]
+    items = STRING_DATASET_INPUT if graph.strings else DATASET_INPUT
     examples = [tf.TensorSpec(None, tf.string, name="inputs")]
     return {
         SERVING_DEFAULT: (graph.predict, raw),
@@ -319,8 +343,8 @@ def _signatures(graph: _ServingGraph) -> dict:
         RANK_EXPLAIN: (graph.rank_explain, ranked),
         "classify": (graph.classify, examples),
         "regress": (graph.regress, examples),
-        DATASET_SIGNATURE: (graph.dataset, [DATASET_INPUT]),
-        **({ITEM_FIELDS: (graph.item_fields, [DATASET_INPUT])} if graph.fields.raw_of_item else {}),
+        DATASET_SIGNATURE: (graph.dataset, [items]),
+        **({ITEM_FIELDS: (graph.item_fields, [items])} if graph.fields.raw_of_item else {}),
     }
 
 

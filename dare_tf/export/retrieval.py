@@ -11,8 +11,8 @@ import numpy as np
 from dare_tf._files import clean_stale, replace_directory, require_space, staging_dir, variables_bytes
 from dare_tf.data.dataset_dir import verify_tables
 from dare_tf.data.spec import ID_MAP_FILES, id_map_digest, read_id_map
-from dare_tf.export.tf_serving import (DATASET_INPUT, DATASET_SIGNATURE, IdTable, dataset_outputs, model_base,
-                                       next_version, write_server_configs)
+from dare_tf.export.tf_serving import (DATASET_INPUT, DATASET_SIGNATURE, STRING_DATASET_INPUT, dataset_outputs,
+                                       id_table, model_base, next_version, write_server_configs)
 from dare_tf.retrieval.candidates import ORIGINS, Query
 from dare_tf.signatures import SERVING_DEFAULT
 from dare_tf.retrieval.training import RetrievalStage
@@ -31,18 +31,27 @@ class _RetrievalServing(tf.Module):
         self.merger, self.top_n, self.include_seen = stage.merger, top_n, stage.include_seen
         self.quotas = dict(stage.quotas)
         verify_tables(data_dir)  # (the id maps of `data_dir`, as its spec.json records them)
-        self.items = IdTable(os.path.join(data_dir, ID_MAP_FILES["item"]), spec.oov_item)
-        self.categories = IdTable(os.path.join(data_dir, ID_MAP_FILES["category"]), spec.oov_category)
+        self.strings = spec.string_ids  # (`--string_ids`: string ids in and out)
+        self.items = id_table(os.path.join(data_dir, ID_MAP_FILES["item"]), spec.oov_item, self.strings)
+        self.categories = id_table(os.path.join(data_dir, ID_MAP_FILES["category"]), spec.oov_category,
+                                   self.strings)
         self.tables = [self.items.table, self.categories.table]  # tracked, so the SavedModel holds them
         self.digest = id_map_digest(data_dir)
-        raw_items = np.array([0] + [int(r) for r in read_id_map(data_dir, "item")] + [-1], np.int64)
-        raw_cats = np.array([0] + [int(r) for r in read_id_map(data_dir, "category")] + [-1], np.int64)
+        ends, kind, raw = (["", ""], object, str) if self.strings else ([0, -1], np.int64, int)
+        raw_items = np.array([ends[0]] + list(map(raw, read_id_map(data_dir, "item"))) + [ends[1]], kind)
+        raw_cats = np.array([ends[0]] + list(map(raw, read_id_map(data_dir, "category"))) + [ends[1]], kind)
         self.raw_items = tf.constant(raw_items)
         self.raw_categories_of_items = tf.constant(raw_cats[stage.category_of])
 
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int64, name="hist_items"),
-                                  tf.TensorSpec([None, None], tf.int64, name="hist_categories")])
+    def signature(self):
+        """`serve` with the dataset's id dtype (string ids or int64)."""
+        dtype = tf.string if self.strings else tf.int64
+        return tf.function(self.serve, input_signature=[tf.TensorSpec([None, None], dtype, name="hist_items"),
+                                                        tf.TensorSpec([None, None], dtype, name="hist_categories")])
+
     def serve(self, hist_items, hist_categories):
+        if self.strings:  # (their stand-ins: `StringIdTable`)
+            hist_items, hist_categories = self.items.stand_in(hist_items), self.categories.stand_in(hist_categories)
         # A leading padding slot: an empty history ([B, 0]) is all padding, as for the ranker.
         hist_items, hist_categories = (tf.pad(h, [[0, 0], [1, 0]]) for h in (hist_items, hist_categories))
         real = hist_items > 0
@@ -56,7 +65,6 @@ class _RetrievalServing(tf.Module):
         return {"items": tf.gather(self.raw_items, ids), "categories": tf.gather(self.raw_categories_of_items, ids),
                 "scores": tf.gather(scores, slots, batch_dims=1), "sources": tf.gather(tf.constant(ORIGINS), origins)}
 
-    @tf.function(input_signature=[DATASET_INPUT])
     def dataset(self, item_ids):
         return dataset_outputs(self.items, self.digest, item_ids)
 
@@ -81,8 +89,10 @@ def export_retrieval(run_dir: str, data_dir: str, export_base: str, model_name: 
     require_space(base, variables_bytes(module.variables) + module.vectors.numpy().nbytes, "the SavedModel")
     staging = staging_dir(base, "version")
     try:
-        tf.saved_model.save(module, staging, signatures={SERVING_DEFAULT: module.serve,
-                                                         DATASET_SIGNATURE: module.dataset})
+        dataset = tf.function(module.dataset, input_signature=[STRING_DATASET_INPUT if module.strings
+                                                               else DATASET_INPUT])
+        tf.saved_model.save(module, staging, signatures={SERVING_DEFAULT: module.signature(),
+                                                         DATASET_SIGNATURE: dataset})
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -95,10 +95,14 @@ def right_aligned(x, real, width: int):
 def left_aligned(sparse: tf.SparseTensor) -> tf.Tensor:
     """Dense [B, T + 1] of variable-length rows, each right-aligned (left-padded with
     0) behind the leading column of minus the width that `serving_default` reads."""
-    dense = tf.sparse.to_dense(sparse, default_value=0)
+    strings = sparse.dtype == tf.string  # (`--string_ids`: padding "", the leading width as text)
+    blank = "" if strings else tf.constant(0, sparse.dtype)
+    dense = tf.sparse.to_dense(sparse, default_value=blank)
     lengths = tf.cast(tf.RaggedTensor.from_sparse(sparse).row_lengths(), tf.int32)
     width = tf.shape(dense)[1]
     index = tf.range(width)[None, :] - (width - lengths)[:, None]
     valid = index >= 0
-    aligned = tf.where(valid, tf.gather(dense, tf.maximum(index, 0), batch_dims=1), tf.zeros_like(dense))
-    return tf.concat([tf.fill([tf.shape(dense)[0], 1], -tf.cast(width + 1, tf.int64)), aligned], axis=1)
+    aligned = tf.where(valid, tf.gather(dense, tf.maximum(index, 0), batch_dims=1), tf.fill(tf.shape(dense), blank))
+    leading = -tf.cast(width + 1, tf.int64)
+    leading = tf.strings.as_string(leading) if strings else leading
+    return tf.concat([tf.fill([tf.shape(dense)[0], 1], leading), aligned], axis=1)

@@ -20,6 +20,7 @@ CLASSIFY_METHOD = "tensorflow/serving/classify"
 REGRESS_METHOD = "tensorflow/serving/regress"
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 DATASET_INPUT = tf.TensorSpec([None], tf.int64, name="item_ids")
+STRING_DATASET_INPUT = tf.TensorSpec([None], tf.string, name="item_ids")  # (`--string_ids`)
 
 
 class IdTable:
@@ -36,6 +37,49 @@ class IdTable:
     def lookup(self, raw):
         line = self.table.lookup(raw)
         return tf.where(line >= 0, line + 1, tf.constant(self.oov, tf.int64))
+
+
+class StringIdTable:
+    """String id -> dense id through an id-map file of strings (`--string_ids`).
+
+    `stand_in` maps a string input to int64 stand-ins for raw ids, on which the
+    rest of the graph runs as on an integer dataset's: line k's string -> k + 1,
+    an unknown string -> the map's size + 1 (out of vocabulary), "" -> 0
+    (padding); `lookup` maps stand-ins to dense ids as `IdTable.lookup` maps
+    raw ids."""
+
+    def __init__(self, path: str, oov: int):
+        self.oov = oov
+        with open(path) as f:
+            self.size = len(f.read().splitlines())
+        self.table = tf.lookup.StaticHashTable(
+            tf.lookup.TextFileInitializer(path, tf.string, tf.lookup.TextFileIndex.WHOLE_LINE,
+                                          tf.int64, tf.lookup.TextFileIndex.LINE_NUMBER),
+            default_value=-1)
+
+    def stand_in(self, text):
+        line = self.table.lookup(text)
+        return tf.where(text == "", tf.constant(0, tf.int64), tf.where(line >= 0, line + 1, self.size + 1))
+
+    def lookup(self, stand_in):
+        return tf.where((stand_in >= 1) & (stand_in <= self.size), stand_in, tf.constant(self.oov, tf.int64))
+
+
+def id_table(path: str, oov: int, strings: bool):
+    """The table of an id map: `StringIdTable` for string ids, else `IdTable`."""
+    return StringIdTable(path, oov) if strings else IdTable(path, oov)
+
+
+def stand_ins(table: StringIdTable, values, rank: int):
+    """A string input of rank 1 or 2 -> its int64 stand-ins (`StringIdTable`); a
+    `[rows, T]` input's leading column (`-T` as text, `dare_tf.signatures`) ->
+    its number (0 where it is not one: the row's width check names it)."""
+    if rank == 1:
+        return table.stand_in(values)
+    first = values[:, :1]
+    number = tf.strings.regex_full_match(first, r"-?[0-9]{1,18}")
+    leading = tf.where(number, tf.strings.to_number(tf.where(number, first, "0"), tf.int64), 0)
+    return tf.concat([leading, table.stand_in(values[:, 1:])], axis=1)
 
 
 def dataset_outputs(items: IdTable, digest: str, item_ids) -> dict:
@@ -74,22 +118,23 @@ def warmup_requests(model_name: str, raw: dict, max_len: int, fields: dict | Non
     fields = fields or {}
 
     def of_fields(role, shape, history_shape):
-        return {**{f"hist_{n}": np.full(history_shape, v, np.int64) for n, v in fields.items()},
-                **{f"{role}_{n}": np.full(shape, v, np.int64) for n, v in fields.items() if n not in history_only}}
+        return {**{f"hist_{n}": np.full(history_shape, v, _kind(v)) for n, v in fields.items()},
+                **{f"{role}_{n}": np.full(shape, v, _kind(v)) for n, v in fields.items() if n not in history_only}}
 
     def led(values: dict) -> dict:  # every 2-D row behind its leading -width (`dare_tf.signatures`)
         return {name: with_width_column(v) if v.ndim == 2 else v for name, v in values.items()}
 
     requests = [(SERVING_DEFAULT, led({
-        TARGET_ITEM: np.full([batch], item, np.int64), TARGET_CATEGORY: np.full([batch], category, np.int64),
-        HIST_ITEMS: np.full([batch, max_len], item, np.int64),
-        HIST_CATEGORIES: np.full([batch, max_len], category, np.int64),
+        TARGET_ITEM: np.full([batch], item, _kind(item)), TARGET_CATEGORY: np.full([batch], category, _kind(category)),
+        HIST_ITEMS: np.full([batch, max_len], item, _kind(item)),
+        HIST_CATEGORIES: np.full([batch, max_len], category, _kind(category)),
         **of_fields("target", [batch], [batch, max_len])})) for batch in (1, 8)]
     candidates = 8
     requests.append((RANK, led({
-        HIST_ITEMS: np.full([1, max_len], item, np.int64), HIST_CATEGORIES: np.full([1, max_len], category, np.int64),
-        HIST_LENGTH: np.array([max_len], np.int64), CANDIDATE_ITEMS: np.full([1, candidates], item, np.int64),
-        CANDIDATE_CATEGORIES: np.full([1, candidates], category, np.int64),
+        HIST_ITEMS: np.full([1, max_len], item, _kind(item)),
+        HIST_CATEGORIES: np.full([1, max_len], category, _kind(category)),
+        HIST_LENGTH: np.array([max_len], np.int64), CANDIDATE_ITEMS: np.full([1, candidates], item, _kind(item)),
+        CANDIDATE_CATEGORIES: np.full([1, candidates], category, _kind(category)),
         CANDIDATE_COUNT: np.array([candidates], np.int64), **of_fields("candidate", [1, candidates], [1, max_len])})))
     logs = []
     for signature, values in requests:
@@ -101,6 +146,11 @@ def warmup_requests(model_name: str, raw: dict, max_len: int, fields: dict | Non
         logs.append(prediction_log_pb2.PredictionLog(
             predict_log=prediction_log_pb2.PredictLog(request=request)))
     return logs
+
+
+def _kind(value):
+    """A raw id's numpy dtype: object for a string id, else int64."""
+    return object if isinstance(value, str) else np.int64
 
 
 def next_version(model_base: str) -> int:

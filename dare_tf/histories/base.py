@@ -41,9 +41,10 @@ class Histories:
         """The `user`-th row's further fields' values, without padding."""
         return {name: values[user, :self.lengths[user]] for name, values in self.fields.items()}
 
-    def to_json(self, user: int, user_id: int) -> dict:
+    def to_json(self, user: int, user_id) -> dict:
         n = self.lengths[user]
-        return {"user_id": int(user_id), "items": self.items[user, :n].tolist(),
+        return {"user_id": user_id if isinstance(user_id, str) else int(user_id),
+                "items": self.items[user, :n].tolist(),
                 "categories": self.categories[user, :n].tolist(), "times": self.times[user, :n].tolist(),
                 **{name: values.tolist() for name, values in self.row_fields(user).items()}}
 
@@ -114,12 +115,17 @@ class HistoryStore(abc.ABC):
         read_only: opened for reading only (`append` refused).
         fields: the further fields every click holds (set when the store is
             created, recorded in it), and `dtype`, a click's record.
+        string_ids: user, item, category and field ids are strings
+            (`--string_ids`; set when the store is created): the store keeps
+            each string's int64 code (`codes`), and `last` and `users` answer
+            in the strings.
     """
 
     url: str
     max_clicks: int
     read_only: bool
     fields: tuple[str, ...] = ()
+    string_ids: bool = False
 
     @property
     def dtype(self) -> np.dtype:
@@ -129,8 +135,44 @@ class HistoryStore(abc.ABC):
                fields: dict | None = None) -> int:
         """Adds one user's clicks (any order; kept in time order), with the values of
         the store's further `fields`; returns the user's number of clicks after it."""
-        user = self._user(user)
+        user = self._user(user, create=True)
+        if self.string_ids:
+            items, categories = self.codes("items", items), self.codes("categories", categories)
+            fields = {name: self.codes(name, values) for name, values in (fields or {}).items()}
         return self.append_many({user: clicks(items, categories, times, fields, self.fields)})[user]
+
+    def codes(self, name: str, values, create: bool = True) -> np.ndarray:
+        """String ids -> the store's int64 codes of them (new ones numbered when
+        `create`, else -1), refusing what is not a string id in one line; a store
+        of integer ids: the ids, checked."""
+        if not self.string_ids:
+            return as_int64(name, values)
+        from dare_tf.data.string_ids import id_problem
+
+        texts = [v for v in np.asarray(values, object).reshape(-1)]
+        for text in texts:
+            problem = "is not a string" if not isinstance(text, str) else id_problem(text)
+            if problem:
+                raise StoreError(f"{name}: {text!r} {problem} (the store {self.url} keeps string ids)")
+        if create:
+            self._writable()
+        return self._intern(texts, create) if texts else np.zeros(0, np.int64)
+
+    def _intern(self, texts: list[str], create: bool) -> np.ndarray:
+        """The codes of string ids (`string_ids` stores)."""
+        raise NotImplementedError
+
+    def _texts(self, codes) -> list[str]:
+        """The string ids of codes (`string_ids` stores)."""
+        raise NotImplementedError
+
+    def _decoded(self, values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """`[U, T]` codes -> their strings, padding ""."""
+        out = np.full(values.shape, "", object)
+        real = np.arange(values.shape[1])[None, :] < lengths[:, None]
+        if real.any():
+            out[real] = self._texts(values[real].tolist())
+        return out
 
     @abc.abstractmethod
     def append_many(self, by_user: dict[int, np.ndarray]) -> dict[int, int]:
@@ -152,6 +194,8 @@ class HistoryStore(abc.ABC):
         for u, clicks in enumerate(rows):  # (contiguous int64 rows: a copy per field and user)
             for field, array in out.items():
                 array[u, :len(clicks)] = clicks[field]
+        if self.string_ids:
+            out.update({f: self._decoded(out[f], lengths) for f in ("item", "category", *self.fields)})
         return Histories(out["item"], out["category"], out["time"], lengths, {n: out[n] for n in self.fields})
 
     @abc.abstractmethod
@@ -163,9 +207,18 @@ class HistoryStore(abc.ABC):
     def size(self, user) -> int:
         """Clicks held for `user` (0 for an unknown user)."""
 
+    def users(self) -> Iterator:
+        """Every user with clicks (their string ids in a `string_ids` store)."""
+        if not self.string_ids:
+            yield from self._users()
+            return
+        codes = list(self._users())
+        for start in range(0, len(codes), 10_000):
+            yield from self._texts(codes[start:start + 10_000])
+
     @abc.abstractmethod
-    def users(self) -> Iterator[int]:
-        """Every user with clicks."""
+    def _users(self) -> Iterator[int]:
+        """Every user with clicks, by code."""
 
     def close(self) -> None:
         pass
@@ -176,18 +229,25 @@ class HistoryStore(abc.ABC):
     def __exit__(self, *exc):
         self.close()
 
-    def _user(self, user) -> int:
-        return int(as_int64("user_id", [user])[0])
+    def _user(self, user, create: bool = False) -> int:
+        """A user's key: the id, or in a `string_ids` store its code (-1: none yet)."""
+        return int(self.codes("user_id", [user], create)[0])
 
     def _writable(self) -> None:
         if self.read_only:
             raise StoreError(f"{self.url}: opened read-only; open it for writing to append")
 
-    def _configured(self, config: dict, fields) -> None:
-        """Takes `max_clicks` and `fields` from the store's recorded config; refuses
-        other `fields` asked of an existing store (None: whatever it holds)."""
+    def _configured(self, config: dict, fields, string_ids: bool | None = None) -> None:
+        """Takes `max_clicks`, `fields` and `string_ids` from the store's recorded
+        config; refuses other `fields` or ids asked of an existing store (None:
+        whatever it holds)."""
         self.max_clicks = int(config["max_clicks"])
         self.fields = tuple(config.get("fields", ()))
+        self.string_ids = bool(config.get("string_ids", False))
+        if string_ids is not None and string_ids != self.string_ids:
+            kinds = {True: "string ids (--string_ids)", False: "integer ids"}
+            raise StoreError(f"{self.url}: the store keeps {kinds[self.string_ids]}, not {kinds[string_ids]}: a "
+                             "store keeps the ids it was created with; use another store")
         if fields is not None and tuple(fields) != self.fields:
             missing = [name for name in self.fields if name not in fields]
             how = (f"read {', '.join(missing)} from the log too (a preset's log: --fields="

@@ -66,7 +66,8 @@ def _damaged(url: str, error: Exception) -> StoreError:
 class LmdbStore(HistoryStore):
     """The history store in the LMDB environment at `path` (see `dare_tf.histories`)."""
 
-    def __init__(self, path: str, read_only: bool = False, max_clicks: int | None = None, fields=None):
+    def __init__(self, path: str, read_only: bool = False, max_clicks: int | None = None, fields=None,
+                 string_ids: bool | None = None):
         self.url, self.read_only = f"lmdb:{path}", read_only
         exists = os.path.exists(os.path.join(path, "data.mdb"))
         if not exists and (read_only or (os.path.isdir(path) and os.listdir(path))):
@@ -77,7 +78,7 @@ class LmdbStore(HistoryStore):
         if exists:
             _check_size(self.url, os.path.join(path, "data.mdb"))
         try:
-            self.env = lmdb.open(path, map_size=MAP_SIZE, max_dbs=2, readonly=read_only, subdir=True,
+            self.env = lmdb.open(path, map_size=MAP_SIZE, max_dbs=4, readonly=read_only, subdir=True,
                                  create=not read_only, lock=True)
         except lmdb.Error as e:
             raise StoreError(f"{self.url}: cannot open the store ({e})") from e
@@ -94,7 +95,8 @@ class LmdbStore(HistoryStore):
                     if read_only:
                         raise StoreError(f"{self.url}: not a history store written by dare_tf (no config)")
                     config = {"format": _FORMAT, "max_clicks": max_clicks or DEFAULT_MAX_CLICKS,
-                              **({"fields": list(fields)} if fields else {})}
+                              **({"fields": list(fields)} if fields else {}),
+                              **({"string_ids": True} if string_ids else {})}
                     txn.put(b"config", json.dumps(config).encode())
                 else:
                     config = json.loads(stored)
@@ -105,7 +107,32 @@ class LmdbStore(HistoryStore):
         except (lmdb.Error, ValueError) as e:
             self.env.close()
             raise e if isinstance(e, StoreError) else _damaged(self.url, e) from e
-        self._configured(config, fields)
+        self._configured(config, fields, string_ids)
+        if self.string_ids:  # (string id -> code, code -> string id)
+            try:
+                self.ids = self.env.open_db(b"ids", create=not read_only)
+                self.names = self.env.open_db(b"names", create=not read_only)
+            except lmdb.Error as e:
+                self.env.close()
+                raise _damaged(self.url, e) from e
+
+    def _intern(self, texts: list[str], create: bool) -> np.ndarray:
+        out = np.empty(len(texts), np.int64)
+        with self.env.begin(write=create) as txn:
+            fresh = txn.stat(self.names)["entries"] + 1
+            for i, text in enumerate(texts):
+                code = txn.get(text.encode(), db=self.ids)
+                if code is None and create:
+                    code = _key(fresh)
+                    txn.put(text.encode(), code, db=self.ids)
+                    txn.put(code, text.encode(), db=self.names)
+                    fresh += 1
+                out[i] = -1 if code is None else struct.unpack(">q", code)[0]
+        return out
+
+    def _texts(self, codes) -> list[str]:
+        with self.env.begin(db=self.names) as txn:
+            return [bytes(txn.get(_key(int(c)))).decode() for c in codes]
 
     def append_many(self, by_user: dict[int, np.ndarray]) -> dict[int, int]:
         self._writable()
@@ -140,7 +167,7 @@ class LmdbStore(HistoryStore):
             value = txn.get(_key(self._user(user)))
             return 0 if value is None else len(value) // self.dtype.itemsize
 
-    def users(self) -> Iterator[int]:
+    def _users(self) -> Iterator[int]:
         with self.env.begin(db=self.clicks) as txn:
             for key in txn.cursor().iternext(keys=True, values=False):
                 yield struct.unpack(">q", key)[0]

@@ -43,6 +43,7 @@ def load_prepared(store: HistoryStore, data_dir: str) -> tuple[int, int]:
     if store.fields != column_fields(spec):
         raise StoreError(f"{store.url}: its clicks have the fields {list(store.fields)}, but {data_dir} has "
                          f"{list(column_fields(spec))}: load it into a store created with them")
+    _same_ids(store, spec.string_ids, data_dir)
     if store.note(LOADED) == spec.preparation:
         return 0, 0
     if len(store):
@@ -53,11 +54,15 @@ def load_prepared(store: HistoryStore, data_dir: str) -> tuple[int, int]:
                          "since loading into this one would add clicks twice: give a new store")
     store.note(LOADING, f"{spec.preparation} {os.path.abspath(data_dir)}")
     sequences = SequenceStore.load(data_dir, spec)
-    raw = {kind: np.array([0] + [int(r) for r in read_id_map(data_dir, kind)], np.int64)
+    # Raw ids by dense id (a store of string ids: its codes of them)
+    raw = {kind: np.concatenate([[0], store.codes(kind, read_id_map(data_dir, kind) if spec.string_ids else
+                                                  [int(r) for r in read_id_map(data_dir, kind)])])
            for kind in ("item", "category", "user")}
     for name in store.fields:
         with open(os.path.join(data_dir, field_id_file(name))) as f:
-            raw[name] = np.array([0] + [int(r) for r in f.read().split()], np.int64)
+            values = f.read().split()
+            raw[name] = np.concatenate([[0], store.codes(name, values if spec.string_ids else
+                                                         [int(r) for r in values])])
     users = np.flatnonzero(sequences.length)
     for first in range(0, len(users), USERS_PER_WRITE):
         batch = {}
@@ -92,6 +97,9 @@ def append_clicks(store: HistoryStore, read, source: str) -> int:
     appended."""
     from dare_tf.histories.base import clicks
 
+    _same_ids(store, read.names is not None, source)
+    if store.string_ids:  # (the log's codes -> the store's: each distinct string once)
+        read = _in_store_codes(store, read)
     rows = np.arange(len(read.user)) if read.label is None else np.flatnonzero(read.label == 1)
     order = rows[np.argsort(read.user[rows], kind="stable")]  # each user's rows together, in their order
     users, first = np.unique(read.user[order], return_index=True)
@@ -108,6 +116,26 @@ def append_clicks(store: HistoryStore, read, source: str) -> int:
                               "each user's whole or not at all", done) from None
         done += sum(len(rows) for rows in batch)
     return len(order)
+
+
+def _same_ids(store: HistoryStore, strings: bool, source: str) -> None:
+    if store.string_ids != strings:
+        kinds = {True: "string ids (--string_ids)", False: "integer ids"}
+        raise StoreError(f"{store.url}: the store keeps {kinds[store.string_ids]}, but {source} has "
+                         f"{kinds[strings]}: use a store of its kind")
+
+
+def _in_store_codes(store: HistoryStore, read):
+    """`read` (`Clicks` with `--string_ids`) with its ids recoded as the store's."""
+    import dataclasses
+
+    def recoded(role, codes):
+        distinct, inverse = np.unique(codes, return_inverse=True)
+        return store.codes(role, read.raw(role, distinct))[inverse]
+
+    return dataclasses.replace(read, user=recoded("user", read.user), item=recoded("item", read.item),
+                               category=recoded("category", read.category),
+                               fields={n: recoded(n, v) for n, v in read.fields.items()})
 
 
 class AppendError(StoreError):

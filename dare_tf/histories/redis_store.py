@@ -30,14 +30,15 @@ class RedisStore(HistoryStore):
     keys start with `prefix`."""
 
     def __init__(self, url: str, read_only: bool = False, max_clicks: int | None = None,
-                 prefix: str = "dare:histories:", timeout: float = 5.0, fields=None):
+                 prefix: str = "dare:histories:", timeout: float = 5.0, fields=None, string_ids: bool | None = None):
         self.url, self.read_only, self.prefix = url, read_only, prefix
         try:
             self.client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
             stored = self.client.get(prefix + "config")
             if stored is None and not read_only:
                 config = {"format": _FORMAT, "max_clicks": max_clicks or DEFAULT_MAX_CLICKS,
-                          **({"fields": list(fields)} if fields else {})}
+                          **({"fields": list(fields)} if fields else {}),
+                          **({"string_ids": True} if string_ids else {})}
                 self.client.set(prefix + "config", json.dumps(config), nx=True)  # (a concurrent creator wins)
                 stored = self.client.get(prefix + "config")
         except _DOWN as e:
@@ -49,7 +50,7 @@ class RedisStore(HistoryStore):
         config = json.loads(stored)
         if config.get("format") != _FORMAT:
             raise StoreError(f"{url}: {prefix}config is of format {config.get('format')!r}, expected {_FORMAT}")
-        self._configured(config, fields)
+        self._configured(config, fields, string_ids)
 
     @contextlib.contextmanager
     def _answering(self):
@@ -58,6 +59,25 @@ class RedisStore(HistoryStore):
             yield
         except _DOWN as e:
             raise StoreError(f"{self.url}: the Redis server stopped answering ({type(e).__name__}: {e})") from None
+
+    def _intern(self, texts: list[str], create: bool) -> np.ndarray:
+        """Codes from the hash `ids` (string -> code) and `names` (code -> string); a
+        new string takes the next `next_id`, its name written before its code, and
+        of two writers numbering one string at once, the first code kept."""
+        with self._answering():
+            found = self.client.hmget(self.prefix + "ids", texts)
+            for i, (text, code) in enumerate(zip(texts, found)):
+                if code is None and create:
+                    fresh = self.client.incr(self.prefix + "next_id")
+                    self.client.hset(self.prefix + "names", fresh, text)
+                    if not self.client.hsetnx(self.prefix + "ids", text, fresh):
+                        code = self.client.hget(self.prefix + "ids", text)
+                    found[i] = fresh if code is None else code
+            return np.array([-1 if c is None else int(c) for c in found], np.int64)
+
+    def _texts(self, codes) -> list[str]:
+        with self._answering():
+            return [t.decode() for t in self.client.hmget(self.prefix + "names", [int(c) for c in codes])]
 
     def _key(self, user: int) -> str:
         return f"{self.prefix}u:{user}"
@@ -101,7 +121,7 @@ class RedisStore(HistoryStore):
         with self._answering():
             return int(self.client.strlen(self._key(self._user(user)))) // self.dtype.itemsize
 
-    def users(self) -> Iterator[int]:
+    def _users(self) -> Iterator[int]:
         for user in self.client.sscan_iter(self.prefix + "users"):
             yield int(user)
 

@@ -49,9 +49,17 @@ class LocalModel:
 
 def dataset_of(model, role: str) -> dict:
     """What an export reports through its `dataset` signature: `id_maps` (its
-    id maps' digest) and `fields` (a ranker's further fields, a list)."""
+    id maps' digest), `fields` (a ranker's further fields, a list) and
+    `strings` (whether it takes string ids, `--string_ids`)."""
     try:
-        out = model.predict_tensors({"item_ids": np.zeros([1], np.int64)}, DATASET_SIGNATURE)
+        try:
+            out = model.predict_tensors({"item_ids": np.zeros([1], np.int64)}, DATASET_SIGNATURE)
+            strings = False
+        except (grpc.RpcError, TypeError, ValueError, tf.errors.InvalidArgumentError) as e:
+            if "string" not in (e.details() if isinstance(e, grpc.RpcError) else str(e)):
+                raise
+            # An export of string ids (`--string_ids`) takes its ids as strings.
+            out, strings = model.predict_tensors({"item_ids": np.array([""], object)}, DATASET_SIGNATURE), True
     except grpc.RpcError as e:
         if e.code() == grpc.StatusCode.NOT_FOUND:
             raise ValueError(f"the {role} model {model.model_name!r} is not served: {e.details()}") from e
@@ -63,7 +71,7 @@ def dataset_of(model, role: str) -> dict:
         raise ValueError(f"the {role} model {model.model_name!r}: {e}; export it again with this version "
                          "(python -m serving.export)") from e
     fields = out["fields"][0].decode() if "fields" in out else ""
-    return {"id_maps": out["id_maps"][0].decode(), "fields": fields.split(",") if fields else []}
+    return {"id_maps": out["id_maps"][0].decode(), "fields": fields.split(",") if fields else [], "strings": strings}
 
 
 class Recommender:
@@ -89,12 +97,12 @@ class Recommender:
 
     def __init__(self, retrieval, ranker, histories=None):
         self.retrieval, self.ranker, self.histories = retrieval, ranker, histories
-        self.checked, self.fields = False, []
+        self.checked, self.fields, self.strings = False, [], False
 
     def check_same_dataset(self) -> None:
         mine = dataset_of(self.retrieval, "retrieval")["id_maps"]
         ranker = dataset_of(self.ranker, "ranking")
-        theirs, self.fields = ranker["id_maps"], ranker["fields"]
+        theirs, self.fields, self.strings = ranker["id_maps"], ranker["fields"], ranker["strings"]
         if mine != theirs:
             raise ValueError(
                 f"the retrieval model {self.retrieval.model_name!r} and the ranker {self.ranker.model_name!r} "
@@ -139,14 +147,15 @@ class Recommender:
         if not self.checked:
             self.check_same_dataset()
         # (one padding slot for an empty history: the retrieval signature takes [1, T] with T >= 1)
-        sent = (hist_items, hist_categories) if len(hist_items) else (np.zeros([1], np.int64),) * 2
+        padding = np.array([""], object) if self.strings else np.zeros([1], np.int64)
+        sent = (hist_items, hist_categories) if len(hist_items) else (padding, padding)
         retrieved = self.retrieval.predict_tensors({HIST_ITEMS: sent[0][None], HIST_CATEGORIES: sent[1][None]})
         available = retrieved["items"].shape[1]
         n = available if n is None else n
         if n > available:
             raise ValueError(f"n={n}: the retrieval model {self.retrieval.model_name!r} returns {available} "
                              "candidates (its export's --top_n, at most the catalogue); ask for at most that")
-        out = {k: retrieved[k][0, :n] for k in ("items", "categories", "scores")}
+        out = {k: _decoded(retrieved[k][0, :n]) for k in ("items", "categories", "scores")}
         if "sources" in retrieved:
             out["sources"] = np.array([s.decode() for s in retrieved["sources"][0, :n]])
         return out
@@ -160,6 +169,8 @@ class Recommender:
         if not self.checked:
             self.check_same_dataset()
         candidates = retrieved["items"]
+        if self.strings and not len(hist_items):  # (an empty history of string ids)
+            hist_items = hist_categories = np.zeros(0, object)
         inputs = rank_tensors([hist_items], [hist_categories], [candidates], [retrieved["categories"]],
                               self._rank_fields(fields or {}, candidates))
         return rank_results(inputs, self.ranker.predict_tensors(inputs, RANK_EXPLAIN if explain else RANK))[0]
@@ -175,8 +186,9 @@ class Recommender:
                                          + [f"it has no {', '.join(extra)}"] * bool(extra)))
         out = {k: [as_ids(k, v).reshape(-1)] for k, v in given.items()}
         if any(name != TIME_GAP for name in self.fields):
-            values = self.ranker.predict_tensors({"item_ids": np.asarray(candidates, np.int64)}, ITEM_FIELDS)
-            out.update({f"candidate_{name}": [values[name]] for name in self.fields if name in values})
+            values = self.ranker.predict_tensors({"item_ids": np.asarray(candidates, object if self.strings
+                                                                         else np.int64)}, ITEM_FIELDS)
+            out.update({f"candidate_{name}": [_decoded(values[name])] for name in self.fields if name in values})
         return out
 
     def recommend_user(self, user_id, n: int = 200, top: int = 10, explain: bool = False, max_len: int | None = None,
@@ -212,6 +224,14 @@ class Recommender:
             now = int(time.time()) if now is None else int(now)
             fields[f"hist_{TIME_GAP}"] = now - history.times[0, :history.lengths[0]]
         return items, categories, fields
+
+
+def _decoded(values: np.ndarray) -> np.ndarray:
+    """An answer's string ids (bytes, from an export of string ids) as `str`; other values as they are."""
+    if values.dtype == object:
+        return np.array([v.decode() if isinstance(v, bytes) else v for v in values.reshape(-1)],
+                        object).reshape(values.shape)
+    return values
 
 
 def history_ids(hist_items, hist_categories) -> tuple[np.ndarray, np.ndarray]:

@@ -30,11 +30,15 @@ RETRYABLE = (grpc.StatusCode.UNAVAILABLE,)
 
 
 def as_ids(name: str, values) -> np.ndarray:
-    """`values` as an int64 array; refuses non-integer ids (1.5, True, "7") and
-    ids outside the int64 range instead of truncating them."""
-    array = np.asarray(values)
-    if array.size == 0:  # (an empty list reads as float64)
-        return array.astype(np.int64)
+    """`values` as an int64 array, or string ids (`--string_ids`: every value a
+    `str`) as an object array of them; refuses other values (1.5, True, ints
+    mixed with strings) and ids outside the int64 range instead of truncating
+    them."""
+    array = np.asarray(values, object if _all_strings(values) else None)
+    if array.size == 0:  # (an empty list reads as float64; an empty object array: string ids)
+        return array if array.dtype == object else array.astype(np.int64)
+    if array.dtype == object and all(isinstance(v, str) for v in np.ravel(array)):
+        return array
     if array.dtype == object or array.dtype.kind not in "iu":
         bad = next((v for v in np.ravel(array) if isinstance(v, bool) or not isinstance(v, (int, np.integer))),
                    None)
@@ -46,6 +50,17 @@ def as_ids(name: str, values) -> np.ndarray:
         raise ValueError(f"{name}: an id is outside the int64 range ({e})") from e
 
 
+def _all_strings(values) -> bool:
+    flat = np.ravel(np.asarray(values, object)) if not isinstance(values, np.ndarray) else np.ravel(values)
+    return len(flat) > 0 and all(isinstance(v, (str, np.str_)) for v in flat)
+
+
+def _blank(rows: list, shape) -> np.ndarray:
+    """Padding for `rows` of ids: 0, or "" for string ids."""
+    strings = any(r.dtype == object for r in rows)
+    return np.full(shape, "", object) if strings else np.zeros(shape, np.int64)
+
+
 def pad_histories(histories: Sequence[Sequence[int]], name: str = HIST_ITEMS) -> np.ndarray:
     """Variable-length histories (oldest first) -> int64 `[B, T]`: each row's
     leading column minus the width T (`dare_tf.signatures`), then its ids
@@ -53,7 +68,7 @@ def pad_histories(histories: Sequence[Sequence[int]], name: str = HIST_ITEMS) ->
     merged with a longer one with that leading `-T`, which `serving_default`
     reads as the row's own width."""
     rows = [as_ids(f"{name}[{i}]", h).reshape(-1) for i, h in enumerate(histories)]
-    out = np.zeros((len(rows), max((len(h) for h in rows), default=0)), np.int64)
+    out = _blank(rows, (len(rows), max((len(h) for h in rows), default=0)))
     for row, history in enumerate(rows):
         if len(history):
             out[row, out.shape[1] - len(history):] = history
@@ -66,7 +81,7 @@ def left_aligned(rows: Sequence[Sequence[int]], name: str) -> tuple[np.ndarray, 
     `[U]`: the `rank` signature's layout (`dare_tf.signatures`)."""
     rows = [as_ids(f"{name}[{i}]", r).reshape(-1) for i, r in enumerate(rows)]
     lengths = np.array([len(r) for r in rows], np.int64)
-    out = np.zeros((len(rows), int(lengths.max(initial=0))), np.int64)
+    out = _blank(rows, (len(rows), int(lengths.max(initial=0))))
     for i, r in enumerate(rows):
         out[i, :len(r)] = r
     return with_width_column(out), lengths
@@ -153,9 +168,13 @@ def make_example(target_item: int, target_category: int, hist_items: Sequence[in
     `hist_<field>` a list beside `hist_items`)."""
     values = dict(zip(MODEL_INPUTS, ([target_item], [target_category], hist_items, hist_categories)))
     values.update({k: [v] if _field_kind(k) == "target" else v for k, v in (fields or {}).items()})
-    return tf.train.Example(features=tf.train.Features(feature={
-        name: tf.train.Feature(int64_list=tf.train.Int64List(value=as_ids(name, v).reshape(-1).tolist()))
-        for name, v in values.items()}))
+    def feature(name, v):
+        ids = as_ids(name, v).reshape(-1)
+        if ids.dtype == object:  # (string ids)
+            return tf.train.Feature(bytes_list=tf.train.BytesList(value=[i.encode() for i in ids]))
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=ids.tolist()))
+
+    return tf.train.Example(features=tf.train.Features(feature={name: feature(name, v) for name, v in values.items()}))
 
 
 def request_tensors(target_items, target_categories, hist_items, hist_categories,

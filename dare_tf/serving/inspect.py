@@ -31,10 +31,23 @@ import time
 import grpc
 import numpy as np
 
+from dare_tf.histories.base import StoreError
+
 from dare_tf.signatures import RANK_EXPLAIN
 
 # How many candidates the page lists (the rankers score all the retrieval model returns).
 SHOWN = 20
+
+
+def _int64(user: str) -> int:
+    """A user id typed into the page, as a store of integer ids keys it."""
+    try:
+        user_id = int(user)
+        if -(2**63) <= user_id < 2**63:
+            return user_id
+    except ValueError:
+        pass
+    raise PageError(400, f"user id {user!r} is not an integer id (the history store's ids are int64)")
 
 
 class PageError(Exception):
@@ -97,15 +110,13 @@ class Inspector:
         order) its `probability`, `place` among the `n` (1 = its first) and `kept`: the kept
         behaviours as `{"index": i, "weight": w}`, heaviest first (`i` indexes
         `history`). Raises `PageError`."""
-        try:
-            user_id = int(user)
-            if not -(2**63) <= user_id < 2**63:
-                raise ValueError
-        except ValueError:
-            raise PageError(400, f"user id {user!r} is not an integer id (the history store's ids are int64)") \
-                from None
+        user_id = user if getattr(self.histories, "string_ids", False) else _int64(user)
         try:
             history = self.histories.last([user_id])
+        except StoreError as e:  # (a string id with whitespace)
+            if "did not answer" not in str(e) and "stopped answering" not in str(e):
+                raise PageError(400, str(e)) from e
+            raise PageError(503, f"the history store {self.histories.url} did not answer: {e}") from e
         except Exception as e:  # (LMDB and Redis raise their own kinds)
             raise PageError(503, f"the history store {self.histories.url} did not answer: {e}") from e
         if history.lengths[0] == 0:
@@ -139,6 +150,7 @@ class Inspector:
             place[order] = np.arange(1, len(order) + 1)
             places.append(place)
         rows = []
+        plain = (lambda v: v) if self.recommenders[0].strings else int
         for c in orders[0][:top]:
             rankers = []
             for r, place in zip(ranked, places):
@@ -146,7 +158,7 @@ class Inspector:
                 kept = sorted(({"index": int(i), "weight": float(w)} for i, w in zip(index, weight) if i >= 0),
                               key=lambda k: -k["weight"])
                 rankers.append({"probability": float(r["probability"][c]), "place": int(place[c]), "kept": kept})
-            rows.append({"item": int(retrieved["items"][c]), "category": int(retrieved["categories"][c]),
+            rows.append({"item": plain(retrieved["items"][c]), "category": plain(retrieved["categories"][c]),
                          "retrieval_rank": int(c) + 1, "retrieval_score": float(retrieved["scores"][c]),
                          "source": str(retrieved["sources"][c]) if "sources" in retrieved else "unknown",
                          "rankers": rankers})
