@@ -54,6 +54,34 @@ def test_clicks_are_kept_in_time_order_capped_and_unknown_users_are_empty(store_
         assert again.max_clicks == 5 and again.last([7]).lengths.tolist() == [5]
 
 
+def test_a_store_of_string_ids_keeps_and_answers_the_strings(store_url):
+    with open_store(store_url, max_clicks=3, fields=("brand",), string_ids=True) as store:
+        assert store.append("u-1", ["SKU-1", "SKU-2"], ["shoes", "hats"], [100, 200],
+                            {"brand": ["acme", "~SKU-2"]}) == 2
+        assert store.append("007", ["SKU-2"], ["hats"], [50], {"brand": ["acme"]}) == 1
+        assert store.append("7", ["SKU-3", "SKU-1"], ["shoes", "shoes"], [300, 400], {"brand": ["b", "acme"]}) == 2
+        assert store.append("u-1", ["SKU-9", "SKU-1"], ["c", "shoes"], [150, 500], {"brand": ["b", "acme"]}) == 3
+        history = store.last(["u-1", "7", "nobody", "007"], max_len=3)
+        assert history.items.tolist() == [["SKU-9", "SKU-2", "SKU-1"], ["SKU-3", "SKU-1", ""], ["", "", ""],
+                                          ["SKU-2", "", ""]]
+        assert history.categories[0].tolist() == ["c", "hats", "shoes"] and history.lengths.tolist() == [3, 2, 0, 1]
+        assert history.fields["brand"][0].tolist() == ["b", "~SKU-2", "acme"]
+        assert history.times[0].tolist() == [150, 200, 500]
+        assert history.to_json(1, "7") == {"user_id": "7", "items": ["SKU-3", "SKU-1"],
+                                           "categories": ["shoes", "shoes"], "times": [300, 400],
+                                           "brand": ["b", "acme"]}
+        assert sorted(store.users()) == ["007", "7", "u-1"] and store.size("7") == 2 and store.size("8") == 0
+        for bad, message in ((["SKU 1"], "items: 'SKU 1' holds whitespace"), ([7], "items: 7 is not a string"),
+                             ([""], "items: '' is empty")):
+            with pytest.raises(StoreError, match=re.escape(message)):
+                store.append("u-1", bad, ["c"], [1], {"brand": ["b"]})
+    with pytest.raises(StoreError, match=re.escape("the store keeps string ids (--string_ids), not integer ids: a "
+                                                   "store keeps the ids it was created with")):
+        open_store(store_url, string_ids=False)
+    with open_store(store_url, read_only=True) as reader:
+        assert reader.string_ids and reader.last(["007"]).items.tolist() == [["SKU-2"]]
+
+
 def test_equal_times_keep_their_arrival_order(store_url):
     with open_store(store_url) as store:
         store.append(1, [5, 6], [1, 1], [10, 10])
