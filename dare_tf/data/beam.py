@@ -47,6 +47,7 @@ from dare_tf.data.logs import ACTION_FIELD
 from dare_tf.data.examples import USERS_PER_CHUNK, UserRows, chunk_examples, store_rows
 from dare_tf.data.protocol import Protocol, no_user_qualifies, preparation_id, time_windows
 from dare_tf.data.spec import SEGMENT_KIND, SPLITS, STORE_KIND, partition_of
+from dare_tf.data.string_ids import fingerprinted, from_fingerprints, named
 from dare_tf.data.times import DAY
 
 MANIFEST = ".beam-manifest.json"  # written by the pipeline into the staging directory, read and removed
@@ -107,11 +108,17 @@ def _write_shard(element, directory: str, protocol: Protocol, compression: str):
     return writer.close()
 
 
-def _write_manifest(files, side: dict, directory: str, source: dict, last_time: int, chronological: bool) -> None:
+def _write_manifest(files, side: dict, directory: str, source: dict, last_time: int, chronological: bool,
+                    names: dict | None = None) -> None:
     if len(side["stats"].qualifying):
-        write_id_maps(directory, side["raw_items"], side["raw_categories"], side["raw_users"],
-                      side["stats"].item_category)
-        write_field_maps(directory, side["raw_fields"], side["stats"].item_fields, side["stats"].num_items)
+        raw = {role: side[f"raw_{kind}"] for role, kind in (("item", "items"), ("category", "categories"),
+                                                              ("user", "users"))}
+        fields = dict(side["raw_fields"])
+        if names is not None:  # (`--string_ids`: the fingerprints' strings)
+            raw = {role: from_fingerprints(role, v, names) if role in names else v for role, v in raw.items()}
+            fields = {n: from_fingerprints(n, v, names) for n, v in fields.items()}
+        write_id_maps(directory, raw["item"], raw["category"], raw["user"], side["stats"].item_category)
+        write_field_maps(directory, fields, side["stats"].item_fields, side["stats"].num_items)
         if chronological:
             write_item_clicks(directory, np.diff(side["stats"].item_cdf, prepend=0))
     with open(os.path.join(directory, MANIFEST), "w") as f:
@@ -132,6 +139,13 @@ def build_pipeline(pipeline, path: str, fmt: LogFormat, plan, protocol: Protocol
     blocks = pipeline | "Blocks" >> beam.Create(list(enumerate(plan.blocks)))
     parsed = blocks | "Parse" >> beam.Map(
         lambda b: (b[0], parse_block(path, fmt, plan.names, b[1], skip_bad_lines)))
+    names = None
+    if fmt.string_ids:  # (each block's codes -> fingerprints, the same on every worker: `dare_tf.data.string_ids`)
+        printed = parsed | "Fingerprint" >> beam.Map(lambda p: (p[0], *fingerprinted(p[1])))
+        parsed = printed | "Fingerprinted" >> beam.Map(lambda p: (p[0], p[1]))
+        names = beam.pvalue.AsSingleton(printed | "Names" >> beam.FlatMap(lambda p: p[2])
+                                        | "DistinctNames" >> beam.Distinct()
+                                        | "AllNames" >> beam.combiners.ToList() | "NameMaps" >> beam.Map(named))
     counts = (parsed | "BlockCounts" >> beam.Map(lambda p: (p[1].rows, p[1].bad_lines, int(p[1].clicked().sum())))
               | "SumCounts" >> beam.CombineGlobally(
                   lambda vs: tuple(int(sum(x)) for x in zip(*vs)) if vs else (0, 0, 0)))
@@ -159,9 +173,10 @@ def build_pipeline(pipeline, path: str, fmt: LogFormat, plan, protocol: Protocol
              if chronological else _user_split_shards(pipeline, sequences, side, protocol, directory, compression,
                                                       impressions))
     _ = (files | "Manifest" >> beam.Map(
-        lambda f, side_, c, t: _write_manifest(f, side_, directory, {"rows": c[0], "bad_lines": c[1],
-                                                                     "clicks": c[2]}, t, chronological),
-        side, beam.pvalue.AsSingleton(counts), last_time))
+        lambda f, side_, c, t, n: _write_manifest(f, side_, directory, {"rows": c[0], "bad_lines": c[1],
+                                                                        "clicks": c[2]}, t, chronological, n),
+        side, beam.pvalue.AsSingleton(counts), last_time,
+        names if names is not None else beam.pvalue.AsSingleton(pipeline | "NoNames" >> beam.Create([None]))))
 
 
 def _rows(side: dict, seq, dtype, times: bool, impressions: bool) -> UserRows:
@@ -284,9 +299,6 @@ def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Pr
     from dare_tf.data.log_reader import BLOCK_BYTES
 
     fmt = log_format(log)
-    if fmt.string_ids:
-        raise ValueError("--runner=beam reads integer ids; prepare a --string_ids log with --runner=in_memory (its "
-                         "workers would number each block's strings apart)")
     protocol.validate(fmt.impressions)
     check_compression(compression)
     guard_dataset_dir(output_dir, input_path)

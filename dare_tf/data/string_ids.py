@@ -78,3 +78,54 @@ def as_strings(codes, names: np.ndarray, items: np.ndarray | None = None) -> np.
 def own_value(item: str) -> str:
     """A field's value for an item without one."""
     return OWN_PREFIX + item
+
+
+def fingerprints(texts) -> np.ndarray:
+    """Each string id's int64 fingerprint (the first 8 bytes of its BLAKE2b digest,
+    >= 0): the same on every worker, so that the Beam driver groups and counts
+    string ids as integers (`fingerprinted`); the id maps are written back in
+    the strings, and two ids of one role that share a fingerprint are refused."""
+    import hashlib
+
+    return np.array([int.from_bytes(hashlib.blake2b(t.encode(), digest_size=8).digest(), "big") >> 1
+                     for t in texts], np.int64)
+
+
+def fingerprinted(clicks) -> tuple:
+    """A block's `Clicks` (codes, `--string_ids`) with fingerprints for codes (a
+    field's own values `-1 - item fingerprint`), and its `(role, fingerprint,
+    string)` triples."""
+    import dataclasses
+
+    prints = {role: fingerprints(names) for role, names in clicks.names.items()}
+
+    def of(role, codes):
+        if role not in prints:  # (no category column: every item's one category, 0)
+            return codes
+        own = codes < 0
+        out = prints[role][np.where(own, 0, codes)] if len(prints[role]) else np.zeros(len(codes), np.int64)
+        return np.where(own, -1 - prints["item"][np.where(own, -1 - codes, 0)], out) if own.any() else out
+
+    recoded = dataclasses.replace(clicks, user=of("user", clicks.user), item=of("item", clicks.item),
+                                  category=of("category", clicks.category),
+                                  fields={n: of(n, v) for n, v in clicks.fields.items()}, names=None)
+    return recoded, [(role, int(p), t) for role, names in clicks.names.items() for p, t in zip(prints[role], names)]
+
+
+def named(triples) -> dict:
+    """`{role: {fingerprint: string}}` of the `(role, fingerprint, string)` triples
+    of every block (`fingerprinted`); refuses two strings of one role that share
+    a fingerprint."""
+    out: dict = {}
+    for role, fingerprint, text in triples:
+        seen = out.setdefault(role, {}).setdefault(fingerprint, text)
+        if seen != text:
+            raise ValueError(f"the {role} ids {seen!r} and {text!r} share a fingerprint ({fingerprint}): prepare the "
+                             "log with --runner=in_memory")
+    return out
+
+
+def from_fingerprints(role: str, raw, names: dict) -> np.ndarray:
+    """Fingerprints back to the strings (a field's own values as `~ITEM`)."""
+    return np.array([names[role][int(v)] if v >= 0 else own_value(names["item"][-1 - int(v)]) for v in raw],
+                    object)

@@ -150,7 +150,24 @@ def test_a_bad_string_id_is_named_by_line(tmp_path, line, message):
     assert str(e.value) == f"{path}:5: {message}: {line!r} (use --skip_bad_lines to skip and count such lines)"
 
 
-def test_string_ids_are_text_and_the_other_drivers_and_formats_say_so(tmp_path):
+@pytest.mark.slow
+def test_the_beam_driver_prepares_string_ids_as_the_in_memory_one(rows, tmp_path):
+    """Blocks parsed apart number their strings apart: the Beam driver groups them by
+    fingerprint and writes the same records and id maps (several blocks)."""
+    from dare_tf.data import beam
+    from tests.data.test_prepare import assert_same_datasets
+
+    _, strings = write_twins(tmp_path, rows[:12000], "log")
+    time_split = Protocol(split="time", min_clicks=20, max_len=20, partitions=3, train_targets=2, stride=2)
+    for name, protocol in (("user", PER_USER), ("time", time_split)):
+        prepare(STRINGS, strings, str(tmp_path / f"{name}-memory"), protocol)
+        beam.prepare(STRINGS, strings, str(tmp_path / f"{name}-beam"), protocol, block_bytes=64 << 10)
+        assert_same_datasets(str(tmp_path / f"{name}-memory"), str(tmp_path / f"{name}-beam"))
+        assert (open(tmp_path / f"{name}-beam" / "brand_ids.txt").read()
+                == open(tmp_path / f"{name}-memory" / "brand_ids.txt").read())
+
+
+def test_string_ids_are_text_and_parquet_columns_must_be_strings(tmp_path):
     from dare_tf.data.log_reader import read_clicks
 
     path = tmp_path / "log.csv"
@@ -163,11 +180,6 @@ def test_string_ids_are_text_and_the_other_drivers_and_formats_say_so(tmp_path):
                                            "'SKU1'"):
         (tmp_path / "ints.csv").write_text("uid,product,cat,action,ts,brand\n1,SKU1,1,pv,1511000000,\n")
         read_clicks(str(tmp_path / "ints.csv"), INTS)
-    from dare_tf.data import beam
-
-    with pytest.raises(ValueError, match=r"^--runner=beam reads integer ids; prepare a --string_ids log with "
-                                         r"--runner=in_memory"):
-        beam.prepare(STRINGS, str(path), str(tmp_path / "beam"), PER_USER)
     pq.write_table(pa.table({"uid": [1], "product": [7], "cat": ["c"], "action": ["pv"], "ts": [1],
                              "brand": ["b"]}), tmp_path / "ints.parquet")
     parquet = LogFormat(name="parquet", file_format="parquet", columns=COLUMNS, click="pv", string_ids=True)
