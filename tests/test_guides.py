@@ -1,0 +1,96 @@
+"""The guides' command blocks run as written: a fenced block after a line
+`<!-- guide-test: NAME -->` in docs/*.md is one step of the walkthrough NAME, and
+a block after `<!-- guide-test: NAME file=PATH -->` is a file the walkthrough
+reads (written into its work directory first). Each walkthrough runs in bash, its
+blocks in order, in a fresh work directory with the environment `make` built on
+the PATH (as `source .venv/bin/activate` gives it), the checkout's programs
+importable, and the guides' port 8500 replaced by a free one; a command that
+ends in `&` (a server) is waited for on its port and stopped at the end. It
+passes when every command exits 0 and nothing says that a schedule is too short
+to train a model."""
+
+import os
+import re
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+DOCS = os.path.join(REPO, "docs")
+MARK = re.compile(r"^<!-- guide-test: (?P<name>[\w-]+)(?: file=(?P<file>\S+))? -->$")
+GUIDE_PORT = "8500"
+
+
+def walkthroughs() -> dict[str, dict]:
+    """`{name: {"doc": file, "commands": [block, ...], "files": {path: text}}}` in the docs' order."""
+    found: dict[str, dict] = {}
+    for doc in sorted(f for f in os.listdir(DOCS) if f.endswith(".md")):
+        lines = open(os.path.join(DOCS, doc)).read().splitlines()
+        for i, line in enumerate(lines):
+            mark = MARK.match(line.strip())
+            if not mark:
+                continue
+            if not lines[i + 1].startswith("```"):
+                raise AssertionError(f"docs/{doc}:{i + 1}: a guide-test mark not followed by a fenced block")
+            end = next(j for j in range(i + 2, len(lines)) if lines[j].startswith("```"))
+            block = "\n".join(lines[i + 2:end]) + "\n"
+            walk = found.setdefault(mark["name"], {"doc": doc, "commands": [], "files": {}})
+            if mark["file"]:
+                walk["files"][mark["file"]] = block
+            else:
+                walk["commands"].append(block)
+    return found
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def script(walk: dict, port: int) -> str:
+    """The walkthrough's commands as one bash script (servers waited for, then stopped)."""
+    wait = (f'"{sys.executable}" -c "import socket, time, sys\n'
+            'for _ in range(600):\n'
+            '    try:\n'
+            f'        socket.create_connection((\'127.0.0.1\', {port}), 1).close(); sys.exit(0)\n'
+            '    except OSError: time.sleep(0.1)\n'
+            'sys.exit(1)"')
+    out = ["set -euo pipefail", "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT"]
+    for block in walk["commands"]:
+        text = block.replace(f"localhost:{GUIDE_PORT}", f"localhost:{port}").replace(
+            f"--port={GUIDE_PORT}", f"--port={port}")
+        for command in re.split(r"(?<!\\)\n", text):
+            out.append(command)
+            if not command.lstrip().startswith("#") and re.search(r"&\s*(#.*)?$", command):
+                out.append(wait)
+    return "\n".join(out) + "\n"
+
+
+WALKTHROUGHS = walkthroughs()
+
+
+def test_the_guides_mark_their_walkthroughs():
+    assert "brands" in WALKTHROUGHS, sorted(WALKTHROUGHS)
+    for name, walk in WALKTHROUGHS.items():
+        assert walk["commands"], f"{name}: no command block"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(WALKTHROUGHS))
+def test_a_guides_walkthrough_runs_as_written(name, tmp_path):
+    walk = WALKTHROUGHS[name]
+    for path, text in walk["files"].items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+               PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3")
+    done = subprocess.run(["bash", "-c", script(walk, _free_port())], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=900)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, f"docs/{walk['doc']} ({name}):\n{output[-4000:]}"
+    assert "too few to train a model" not in output, output[-4000:]
+    assert "Traceback" not in output, output[-4000:]
