@@ -74,7 +74,7 @@ WALKTHROUGHS = walkthroughs()
 
 
 def test_the_guides_mark_their_walkthroughs():
-    assert "brands" in WALKTHROUGHS, sorted(WALKTHROUGHS)
+    assert {"brands", "live-clicks"} <= set(WALKTHROUGHS), sorted(WALKTHROUGHS)
     for name, walk in WALKTHROUGHS.items():
         assert walk["commands"], f"{name}: no command block"
 
@@ -94,3 +94,6 @@ def test_a_guides_walkthrough_runs_as_written(name, tmp_path):
     assert done.returncode == 0, f"docs/{walk['doc']} ({name}):\n{output[-4000:]}"
     assert "too few to train a model" not in output, output[-4000:]
     assert "Traceback" not in output, output[-4000:]
+    if name == "live-clicks":  # the appended click is read by the next recommendation
+        read = [int(n) for n in re.findall(r"^user 1: the last (\d+) clicks in lmdb:histories$", done.stdout, re.M)]
+        assert len(read) == 2 and read[1] == read[0] + 1, done.stdout[-3000:]
