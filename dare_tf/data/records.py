@@ -30,6 +30,7 @@ import hashlib
 import os
 import re
 import struct
+import sys
 
 import google_crc32c
 import numpy as np
@@ -270,7 +271,12 @@ def check_ids(path: str, columns: dict[str, np.ndarray], spec: DatasetSpec) -> N
 
 def _parse_files(paths: list[str], spec: DatasetSpec, kind: str) -> dict[str, np.ndarray]:
     """The records of `paths`, in order, parsed eagerly (no function to trace) into
-    int64 columns."""
+    int64 columns (store records without TensorFlow where a program has not loaded
+    it: `dare_tf.data.store_records`)."""
+    if kind == STORE_KIND and "tensorflow" not in sys.modules:
+        from dare_tf.data.store_records import parse_store
+
+        return parse_store(paths, spec.compression, spec.record_columns[1])
     tf = quiet_tensorflow()
 
     features = feature_spec(kind, spec)
@@ -286,6 +292,15 @@ def _parse_files(paths: list[str], spec: DatasetSpec, kind: str) -> dict[str, np
     return {k: np.concatenate(parts[k]) if k in parts else np.zeros(0, np.int64) for k in names}
 
 
+def _parse_errors() -> tuple:
+    """What a malformed record raises: TensorFlow's errors where it is loaded, the
+    numpy reader's otherwise."""
+    if "tensorflow" not in sys.modules:
+        return (struct.error, IndexError, EOFError, OSError, ValueError)
+    tf = quiet_tensorflow()
+    return (tf.errors.DataLossError, tf.errors.InvalidArgumentError, tf.errors.OutOfRangeError)
+
+
 class ShardReader:
     """Reads a prepared dataset's shards, checked (`check_file`, record counts,
     `check_ids`); it owns the set of shards it verified, (real path, sha256), so
@@ -298,12 +313,10 @@ class ShardReader:
         """A whole shard as int32 numpy columns, checked (`check_file`, record count,
         `check_ids`). Example shards: `EXAMPLE_COLUMNS`; store shards: `uid`,
         `length` per user and `items`, `categories` per click."""
-        tf = quiet_tensorflow()
-
         path = check_file(data_dir, name, spec)
         try:
             columns = _parse_files([path], spec, kind)
-        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError, tf.errors.OutOfRangeError) as e:
+        except _parse_errors() as e:
             first = str(e).strip().splitlines()[0]
             reason = re.sub(r"\{\{[^}]*\}\}|\s*\[Op:.*$|'? failed with", "", first).strip()[:200]
             raise ShardError(f"{path}: not a complete {spec.compression or 'uncompressed'} TFRecord file of "
@@ -318,14 +331,12 @@ class ShardReader:
         pipeline: its files' sha256 are checked first, so each shard's records are
         its spec.json count; on any mismatch or parse error the shards are read one
         by one, so that the error names the file."""
-        tf = quiet_tensorflow()
-
         if len(names) < 2:
             return [self.read_shard(data_dir, name, spec, kind) for name in names]
         paths = [check_file(data_dir, name, spec) for name in names]
         try:
             columns = _parse_files(paths, spec, kind)
-        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError, tf.errors.OutOfRangeError):
+        except _parse_errors():
             columns = None
         counts = np.array([spec.records(name) for name in names])
         if columns is None or len(columns["uid"]) != counts.sum():
