@@ -16,6 +16,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("output", None, "Path of the Taobao-format CSV to write.")
 flags.DEFINE_enum("like", None, ["taobao", "tmall"], "Write a log like this real one at its size "
                   "(dare_tf.data.lifelike): its counts and format; the structure flags below keep their meaning.")
+flags.DEFINE_bool("string_ids", False, "Write string ids (U000001, SKU0000042, C0007, B012) and ISO 8601 times, "
+                  "a log for data.prepare --string_ids.")
 flags.DEFINE_float("fraction", 1.0, "--like: every count times this fraction.", lower_bound=0.0, upper_bound=1.0)
 dare_tf.cli.define_flags(SyntheticConfig)
 flags.adopt_module_key_flags(dare_tf.cli)
@@ -30,6 +32,8 @@ LIKE_SETS = ("users", "items", "categories", "min_length", "max_length", "length
 def main(argv):
     del argv
     if FLAGS.like is not None:
+        if FLAGS.string_ids:
+            raise app.UsageError("--string_ids writes the generator's own log (not --like's)")
         given = [f"--{name}" for name in LIKE_SETS if FLAGS[name].present]
         if given:
             raise app.UsageError(f"--like={FLAGS.like} sets the log's counts, lengths and days itself: drop "
@@ -44,7 +48,7 @@ def main(argv):
         return
     if FLAGS["fraction"].present:
         raise app.UsageError("--fraction is for --like")
-    truth = write(dare_tf.cli.from_flags(SyntheticConfig), FLAGS.output)
+    truth = write(dare_tf.cli.from_flags(SyntheticConfig), FLAGS.output, FLAGS.string_ids)
     print(f"{FLAGS.output}: {truth['rows']} rows; generator's own test AUC {truth['generator_auc']:.4f}")
 
 

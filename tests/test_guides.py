@@ -95,5 +95,6 @@ def test_a_guides_walkthrough_runs_as_written(name, tmp_path):
     assert "too few to train a model" not in output, output[-4000:]
     assert "Traceback" not in output, output[-4000:]
     if name == "live-clicks":  # the appended click is read by the next recommendation
-        read = [int(n) for n in re.findall(r"^user 1: the last (\d+) clicks in lmdb:histories$", done.stdout, re.M)]
+        read = [int(n) for n in re.findall(r"^user U000001: the last (\d+) clicks in lmdb:histories$", done.stdout,
+                                           re.M)]
         assert len(read) == 2 and read[1] == read[0] + 1, done.stdout[-3000:]

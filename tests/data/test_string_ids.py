@@ -186,3 +186,25 @@ def test_string_ids_are_text_and_parquet_columns_must_be_strings(tmp_path):
     with pytest.raises(LogFormatError, match=r"column 'uid' \(user\) has type int64; --string_ids reads ids from a "
                                              "string column$"):
         read_clicks(str(tmp_path / "ints.parquet"), parquet)
+
+
+def test_the_generator_writes_a_string_id_log_that_prepares_as_its_integer_log(tmp_path):
+    from dare_tf.data.synthetic import SyntheticConfig, write
+
+    config = SyntheticConfig(users=60, items=300, categories=12, min_length=30, max_length=60, length_median=45,
+                             brands=20, seed=5)
+    write(config, str(tmp_path / "ints.csv"))
+    truth = write(config, str(tmp_path / "strings.csv"), string_ids=True)
+    first = open(tmp_path / "strings.csv").readline().strip().split(",")
+    assert first[0] == "U000001" and first[1].startswith("SKU") and first[2].startswith("C") and \
+        first[4].endswith("Z") and first[5].startswith("B") and "related_category" not in truth
+    columns = (("user", "0"), ("item", "1"), ("category", "2"), ("action", "3"), ("time", "4"), ("field:brand", "5"))
+    protocol = Protocol(min_clicks=20, max_len=20, train_targets=2, stride=2)
+    for name, strings in (("ints", False), ("strings", True)):
+        prepare(LogFormat(name="csv", file_format="csv", columns=columns, click="pv", string_ids=strings),
+                str(tmp_path / f"{name}.csv"), str(tmp_path / name), protocol)
+    for shard in sorted(os.listdir(tmp_path / "ints")):
+        if shard.endswith(".tfrecord.gz"):
+            assert (tmp_path / "ints" / shard).read_bytes() == (tmp_path / "strings" / shard).read_bytes(), shard
+    assert [f"SKU{int(i):07d}" for i in open(tmp_path / "ints" / "item_ids.txt").read().split()] == \
+        open(tmp_path / "strings" / "item_ids.txt").read().split()
