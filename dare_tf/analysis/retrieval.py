@@ -48,6 +48,31 @@ def paired_difference(a: np.ndarray, b: np.ndarray) -> dict:
             "count": int(len(difference))}
 
 
+# The population behind the paper's NDCG numbers (../shared/docs/reference.md): target
+# categories with at least 700 training examples; examples with at most 20 of their 200
+# behaviours in (target category, behaviour category, position) cells with fewer than 50
+# positives or 50 negatives; and its NDCG cut.
+PAPER_MIN_TARGET_EXAMPLES, PAPER_MAX_THIN, PAPER_LENGTH, PAPER_MIN_CELL, PAPER_K = 700, 20, 200, 50, 20
+
+
+def paper_population(counts, target_categories, history_categories) -> tuple[np.ndarray, dict]:
+    """Which examples the paper's NDCG keeps `[N]` (see `PAPER_MIN_TARGET_EXAMPLES`;
+    at a history length L other than 200, at most 20 * L / 200 thin behaviours), and
+    the counts that decide it: `test_examples`, `frequent_target` (a target
+    category with enough training examples), `kept`, `max_thin`."""
+    tc = np.asarray(target_categories, np.int64)
+    hc = np.asarray(history_categories, np.int64)
+    positions = np.arange(hc.shape[1], 0, -1)[None, :]
+    positives, negatives = counts.lookup(tc[:, None], hc, positions)
+    real = hc > 0
+    thin = real & ((positives < PAPER_MIN_CELL) | (negatives < PAPER_MIN_CELL))
+    max_thin = int(round(PAPER_MAX_THIN * hc.shape[1] / PAPER_LENGTH))
+    frequent = counts.target_examples()[tc] >= PAPER_MIN_TARGET_EXAMPLES
+    keep = frequent & (thin.sum(axis=1) <= max_thin) & real.any(axis=1)
+    return keep, {"test_examples": int(len(tc)), "frequent_target": int(frequent.sum()), "kept": int(keep.sum()),
+                  "max_thin": max_thin}
+
+
 def mutual_information_gains(counts, target_categories, history_categories) -> np.ndarray:
     """Ground-truth gain of every history slot `[N, L]`: the mutual information of
     its (category, position) with the label given the target's category

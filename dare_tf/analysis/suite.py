@@ -65,7 +65,10 @@ def _forward(model, arrays: dict, keys, batch: int = 2048) -> dict:
     return {k: np.concatenate(v) for k, v in parts.items()}
 
 
-def _slot_scores(model, arrays: dict, batch: int = 2048) -> np.ndarray:
+def _slot_scores(model, arrays: dict, batch: int = 2048, items: bool = True) -> np.ndarray:
+    """The model's stage-1 score of every history slot; without `items`, the
+    category and time part of it (every item row zeroed, as the paper's NDCG
+    ranks: `attention.category_position_scores`)."""
     from keras import ops
 
     from dare_tf.model_inputs import input_keys
@@ -73,7 +76,12 @@ def _slot_scores(model, arrays: dict, batch: int = 2048) -> np.ndarray:
     parts = []
     for x in _batches({k: arrays[k] for k in input_keys(model.model_config.fields)}, batch):
         embedded = model.embeddings(x)
-        parts.append(ops.convert_to_numpy(model.slot_scores(embedded.roles, embedded.ids)))
+        roles = embedded.roles
+        if not items:
+            rows = model.embedding.lookup(*embedded.ids.lookup_args())
+            roles = model.embedding.combine({k: ops.zeros_like(v) if k.endswith("/item") else v
+                                             for k, v in rows.items()})
+        parts.append(ops.convert_to_numpy(model.slot_scores(roles, embedded.ids)))
     return np.concatenate(parts)
 
 
@@ -162,6 +170,7 @@ class _Suite:
         if "planted truth" in results:
             out["planted"] = {"ndcg": {label: r["mean"] for label, r in results["planted truth"].items()},
                               "ndcg_interval": results["planted truth"]}
+        out["paper"] = self._paper_ndcg(truths["MI ground truth"], valid)
         path = figures.ndcg_bars(results, os.path.join(self.figures_dir, "retrieval_ndcg.png"), str(k))
         self.figure("retrieval", path)
         if keep.any():  # case study: the kept example with the longest history
@@ -173,6 +182,29 @@ class _Suite:
                 f"Test example {i}: target category {int(test['target_category'][i])}, {int(real.sum())} behaviours")
             self.figure("retrieval_case", path)
             out["case_example"] = i
+        return out
+
+    def _paper_ndcg(self, gains: np.ndarray, valid: np.ndarray) -> dict:
+        """NDCG as the paper's code computes it: its population (`paper_population`),
+        NDCG@20, DARE and TWIN ranked by the category and time part of their score
+        (DIN, without a top-K search, by its own attention); None where the
+        population is empty on this log."""
+        from dare_tf.search.base import TopKSearch
+
+        test = self.test
+        keep, population = retrieval.paper_population(self.counts, test["target_category"], test["hist_categories"])
+        out = {"population": population, "k": retrieval.PAPER_K, "ndcg": None, "ndcg_interval": None}
+        if not keep.any():
+            return out
+        values = {}
+        for label, run in self.runs.items():
+            kept = {k: v[keep] for k, v in test.items()}
+            scores = _slot_scores(run.model, kept, items=not isinstance(run.model.search, TopKSearch))
+            values[label] = retrieval.ndcg_at_k(gains[keep], scores, valid[keep], retrieval.PAPER_K)
+        out["ndcg_interval"] = {label: retrieval.mean_with_interval(v) for label, v in values.items()}
+        out["ndcg"] = {label: r["mean"] for label, r in out["ndcg_interval"].items()}
+        if "dare" in values and "twin" in values:
+            out["dare_minus_twin"] = retrieval.paired_difference(values["dare"], values["twin"])
         return out
 
     # -- 3. gradient domination and conflict ---------------------------------------------------
@@ -254,10 +286,17 @@ class _Suite:
         reference = "twin" if "twin" in best else None
         reach = ({label: convergence.steps_to_reach(c, best[reference]) for label, c in curves.items()}
                  if reference else {})
+        # Each seed's own steps to reach it: the seeds' spread is noise too.
+        by_seed = ({label: [convergence.steps_to_reach(convergence.validation_curves([h]), best[reference])
+                            for h in run.histories] for label, run in self.runs.items() if run.histories}
+                   if reference else {})
+        spreads = [max(v) - min(v) for v in ([s for s in steps if s is not None] for steps in by_seed.values())
+                   if len(v) > 1]
         path = figures.convergence(curves, os.path.join(self.figures_dir, "convergence.png"))
         self.figure("convergence", path)
         return {"curves": curves, "best_val_auc": best, "reference": reference,
-                "steps_to_reference_best": reach}
+                "steps_to_reference_best": reach, "steps_by_seed": by_seed,
+                "seed_spread": max(spreads) if spreads else None}
 
     # -- 6. attention-dimension cut ------------------------------------------------------
     def dimensions(self, dimension_runs: dict[int, str] | None, overwrite: bool = False) -> dict:

@@ -60,3 +60,31 @@ def test_planted_gains_follow_the_generator_truth():
     gains = retrieval.planted_gains(truth, [1, 3], [[2, 1], [0, 3]])
     # Target 1: slot 0 (lag 2) holds its related category 2, slot 1 (lag 1) the same category.
     np.testing.assert_allclose(gains, [[0.05, 0.6], [0.0, 0.6]])
+
+
+def test_the_papers_population_against_a_per_example_count(rng):
+    """Kept: a target category with >= 700 training examples, and at most 20 * L / 200
+    behaviours in cells of fewer than 50 positives or 50 negatives (brute force)."""
+    from dare_tf.analysis.attention import CooccurrenceCounts
+    from dare_tf.analysis.retrieval import paper_population
+
+    n, length, categories = 6000, 40, 10
+    tc = rng.choice(np.arange(1, 6), n, p=[0.5, 0.3, 0.1, 0.05, 0.05])  # two targets with >= 700 examples
+    behaviour = rng.choice(np.arange(1, categories), (n, length), p=[0.3, 0.25, 0.2, 0.1, 0.05, 0.04, 0.03, 0.02, 0.01])
+    hc = np.where(rng.random((n, length)) < 0.2, 0, behaviour)  # rare behaviour categories: thin cells
+    labels = rng.random(n) < 0.5
+    counts = CooccurrenceCounts.from_examples(tc, hc, labels, categories)
+    test_tc, test_hc = tc[:200], hc[:200]
+    keep, population = paper_population(counts, test_tc, test_hc)
+    expected = []
+    for t, history in zip(test_tc, test_hc):
+        thin = 0
+        for slot, c in enumerate(history):
+            if c > 0:
+                position = length - slot
+                rows = (tc == t) & (hc[:, slot] == c)
+                thin += int(labels[rows].sum() < 50 or (~labels[rows]).sum() < 50)
+        expected.append((tc == t).sum() >= 700 and thin <= round(20 * length / 200) and (history > 0).any())
+        assert position >= 1
+    assert keep.tolist() == expected and population["kept"] == sum(expected) and population["max_thin"] == 4
+    assert 0 < population["kept"] < 200 and population["frequent_target"] > population["kept"]

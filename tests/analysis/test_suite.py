@@ -72,7 +72,10 @@ def test_the_suite_writes_every_number_figure_and_the_report_and_refuses_bad_inp
         k: v for k, v in given.items() if k != "model_overrides"}
     assert saved["convergence"]["steps_to_reference_best"]["twin"] is not None
     report = open(os.path.join(out, "report.md")).read()
-    assert "NDCG@5 for every model" in report and report.count("The paper's claim") >= 4
+    assert "NDCG@5: dare" in report and report.count("The paper's claim") >= 4
+    population = saved["retrieval"]["paper"]["population"]  # (the paper's population: empty on so small a log)
+    assert population["kept"] == 0 and saved["retrieval"]["paper"]["ndcg"] is None
+    assert "The paper's statistic is not computable on this log" in report
     for name, path in saved["figures"].items():
         full = os.path.join(out, path)
         with open(full, "rb") as f:
@@ -133,3 +136,34 @@ def test_report_decides_claims_with_their_noise():
     assert clear.count("**The paper's claim holds here.**") == 2, clear
     reverse = report(-0.05, 0.01, 150, 50)
     assert reverse.count("**The paper's claim does not reproduce here.**") == 2, reverse
+
+
+def test_report_reads_representation_over_every_k_seeds_and_the_papers_population():
+    """Issue 48 (3): no "holds" from the best of several noisy k values, a gap inside the
+    seeds' spread is not distinguishable; (1) the paper's NDCG is named with its
+    population, or said not computable with the counts that emptied it."""
+    from dare_tf.analysis.report import _sections
+
+    within = "**The paper's claim is not distinguishable here: the difference is within its noise.**"
+    mixed = {"cluster_counts": [10, 100], "examples": 400, "mutual_information": {
+        "dare": {"10": 0.0061, "100": 0.0099}, "twin": {"10": 0.0070, "100": 0.0050}}}
+    text = "\n".join(_sections({"representation": mixed}))
+    assert "DARE is above TWIN at 1 of the 2 k values." in text and within in text, text
+    above = dict(mixed, mutual_information={"dare": {"10": 0.008, "100": 0.01}, "twin": {"10": 0.007, "100": 0.005}})
+    assert "**The paper's claim holds here.**" in "\n".join(_sections({"representation": above}))
+    convergence = {"curves": {"twin": {"steps": [50, 100, 150, 200]}}, "reference": "twin",
+                   "best_val_auc": {"twin": 0.7}, "steps_to_reference_best": {"dare": 50, "twin": 150},
+                   "seed_spread": 150}
+    text = "\n".join(_sections({"convergence": convergence}))
+    assert "the seeds' steps to reach it spread over 150" in text and within in text, text
+    empty = {"population": {"test_examples": 6000, "frequent_target": 0, "kept": 0, "max_thin": 20}, "k": 20,
+             "ndcg": None, "ndcg_interval": None}
+    retrieval = {"k": {"dare": 5, "twin": 5}, "examples": 50, "ndcg": {"dare": 0.5, "twin": 0.4}, "paper": empty}
+    text = "\n".join(_sections({"retrieval": retrieval}))
+    assert ("The paper's statistic is not computable on this log: of 6000 test examples, 0 have a target category "
+            "with at least 700 training examples, and 0 of those have at most 20 behaviours in thin cells.") in text
+    assert "The package's own statistic (all 50 test examples" in text and "not the paper's population" in text
+    kept = dict(empty, population={"test_examples": 6000, "frequent_target": 3000, "kept": 1200, "max_thin": 20},
+                ndcg={"dare": 0.81, "twin": 0.55}, dare_minus_twin={"mean": 0.26, "se": 0.01, "count": 1200})
+    text = "\n".join(_sections({"retrieval": dict(retrieval, paper=kept)}))
+    assert "The paper's statistic on its population here (1200 test examples): dare 0.810, twin 0.550." in text
