@@ -113,8 +113,14 @@ def path_statistics(paths, fields=("category", "item")) -> dict:
             unique, sums = _by_row(values, ids, width)
             rows[path] = dict(zip(unique.numpy().tolist(), sums.numpy()))
         norm = {p: float(np.sqrt(sum(float((v ** 2).sum()) for v in rows[p].values()))) for p in rows}
+        # The paper's per-path statistic: the mean over all the table's rows of the row's
+        # gradient norm (a row no example touched counts 0).
+        table_rows = {p: next(e["table"].shape[0] for k, e in paths.items() if k.endswith("/" + field)
+                              and id(e["table"]) in tables[p]) for p in rows}
+        mean_row = {p: float(sum(np.linalg.norm(v) for v in rows[p].values()) / table_rows[p]) for p in rows}
         entry = {"attention_norm": norm["attention"], "representation_norm": norm["representation"],
-                 "cosines": None, "rows": None}
+                 "attention_mean_row_norm": mean_row["attention"],
+                 "representation_mean_row_norm": mean_row["representation"], "cosines": None, "rows": None}
         if tables["attention"] == tables["representation"]:
             common = sorted(set(rows["attention"]) & set(rows["representation"]))
             a = np.stack([rows["attention"][r] for r in common])
@@ -193,3 +199,34 @@ def summarize(samples: list[dict], field: str = "category", total_steps: int | N
         out["mean_cosines"] = None
         out["conflict_share"] = None
     return out
+
+
+# The paper's reading of the gradients (../shared/docs/reference.md): domination over its first
+# 100 iterations; conflict over the run's iterations (here: every recorded one, `paper_steps`).
+PAPER_FIRST_STEPS = 100
+PAPER_CONFLICT_STEPS = 1000
+
+
+def paper_steps(total_steps: int) -> list[int]:
+    """The steps the paper's statistics read: the first `PAPER_FIRST_STEPS`, and up to
+    `PAPER_CONFLICT_STEPS` spread evenly over the run (every step of a shorter one)."""
+    spread = np.linspace(0, total_steps - 1, min(total_steps, PAPER_CONFLICT_STEPS)).round().astype(int)
+    return sorted(set(range(min(total_steps, PAPER_FIRST_STEPS))) | set(spread.tolist()))
+
+
+def summarize_paper(samples: list[dict], field: str = "category") -> dict:
+    """The paper's statistics of `path_statistics` samples: `norm_ratio`, the
+    representation path's mean row norm over the attention path's, each averaged
+    over the samples of the first `PAPER_FIRST_STEPS` steps (the ratio of the two
+    averages); `conflict_share`, the share of the samples whose mean per-row cosine
+    is negative (None with decoupled tables); and how many samples each read."""
+    steps = [s for s in samples if field in s["statistics"]]
+    first = [s["statistics"][field] for s in steps if s["step"] < PAPER_FIRST_STEPS]
+    attention = float(np.mean([f["attention_mean_row_norm"] for f in first])) if first else float("nan")
+    representation = float(np.mean([f["representation_mean_row_norm"] for f in first])) if first else float("nan")
+    means = [float(np.mean(s["statistics"][field]["cosines"])) for s in steps
+             if s["statistics"][field]["cosines"] is not None and len(s["statistics"][field]["cosines"])]
+    shared = bool(steps) and all(s["statistics"][field]["cosines"] is not None for s in steps)
+    return {"norm_ratio": representation / attention if attention > 0 else float("nan"),
+            "domination_steps": len(first), "conflict_steps": len(means),
+            "conflict_share": float(np.mean(np.array(means) < 0)) if shared and means else None}

@@ -235,18 +235,22 @@ class _Suite:
                 return {k: v[step * size: (step + 1) * size] for k, v in x.items()}, y[step * size: (step + 1) * size]
 
             total = min(cfg.gradient_steps or len(y), -(-len(y) // size))
-            recorder = gradients.SplitGradientRecorder(batch_at,
-                                                       gradients.trajectory_steps(total, cfg.gradient_samples))
+            trajectory = gradients.trajectory_steps(total, cfg.gradient_samples)
+            recorder = gradients.SplitGradientRecorder(batch_at, sorted(set(trajectory)
+                                                                        | set(gradients.paper_steps(total))))
             started = time.perf_counter()
             # The model's own fit (the trainer's loop), in the permutation's order.
             model.fit(x, y, batch_size=size, epochs=1, steps_per_epoch=total, shuffle=False, verbose=0,
                       callbacks=[recorder])
-            samples = recorder.samples
+            # The package's statistics read the trajectory samples; the paper's, its own steps.
+            samples = [s for s in recorder.samples if s["step"] in set(trajectory)]
             summaries[preset] = gradients.summarize(samples, total_steps=total)
             summaries[preset]["item"] = gradients.summarize(samples, "item", total)
+            summaries[preset]["paper"] = gradients.summarize_paper(recorder.samples)
             summaries[preset]["total_steps"] = total
             summaries[preset]["coupling"] = model.model_config.coupling
-            self.say(f"  gradients of {preset}: {len(samples)} samples in {time.perf_counter() - started:.0f} s")
+            self.say(f"  gradients of {preset}: {len(recorder.samples)} samples in "
+                     f"{time.perf_counter() - started:.0f} s")
         path = figures.gradient_conflict(summaries, os.path.join(self.figures_dir, "gradient_conflict.png"))
         self.figure("gradients", path)
         headline = next((p for p in cfg.gradient_presets if summaries[p].get("conflict_share") is not None),
@@ -258,6 +262,7 @@ class _Suite:
                 f"{headline}: gradient conflict per category")
             self.figure("gradients_by_category", path)
         return {"model": headline, "norm_ratio": summaries[headline]["norm_ratio"],
+                "paper": summaries[headline]["paper"],
                 "final_norm_ratio": summaries[headline]["final_norm_ratio"],
                 "conflict_share": summaries[headline].get("conflict_share"),
                 "by_model": summaries}

@@ -71,3 +71,46 @@ def test_trajectory_steps_spread_over_the_whole_run_and_summaries_follow_them():
     out = gradients.summarize(samples, total_steps=1000)
     assert out["fractions"] == [0.0, 500 / 999, 1.0] and out["norm_ratios"] == [8700.0, 60.0, 6.0]
     assert out["norm_ratio"] == 60.0 and out["final_norm_ratio"] == 6.0 and out["conflict_share"] is None
+
+
+def test_the_papers_gradient_statistics_read_its_steps_and_all_rows():
+    """Domination: each path's mean row norm over all the table's rows, averaged over
+    the first 100 steps, then their ratio (not the median of per-step ratios);
+    conflict: the share of the read steps whose mean per-row cosine is negative."""
+    from dare_tf.analysis.gradients import paper_steps, summarize_paper
+
+    assert paper_steps(5) == [0, 1, 2, 3, 4]
+    steps = paper_steps(5000)
+    assert steps[:100] == list(range(100)) and steps[-1] == 4999 and len(steps) <= 1100
+
+    def sample(step, attention, representation, cosines):
+        return {"step": step, "statistics": {"category": {
+            "attention_mean_row_norm": attention, "representation_mean_row_norm": representation,
+            "cosines": None if cosines is None else np.array(cosines)}}}
+
+    samples = [sample(0, 1.0, 10.0, [-0.5, 0.1]), sample(50, 3.0, 2.0, [0.2, 0.3]),
+               sample(150, 100.0, 1.0, [-0.9])]  # (step 150 is past the first 100: no domination weight)
+    paper = summarize_paper(samples)
+    assert paper["norm_ratio"] == pytest.approx((10.0 + 2.0) / (1.0 + 3.0))  # 3, where the median ratio is 5.33
+    assert paper["conflict_share"] == pytest.approx(2 / 3) and paper["domination_steps"] == 2
+    decoupled = summarize_paper([sample(0, 1.0, 2.0, None)])
+    assert decoupled["conflict_share"] is None and decoupled["norm_ratio"] == 2.0
+
+
+def test_the_mean_row_norm_counts_every_row_of_the_table(rng):
+    """`path_statistics`' mean row norm: per path, the gradient rows summed per table
+    row, their norms summed and divided by all the table's rows (untouched rows: 0)."""
+    x = {k: v.astype("int32") for k, v in random_batch(rng, 32, 12, 60, 8).items()}
+    y = rng.integers(0, 2, 32).astype("float32")
+    _, paths, _ = gradients.split_gradients(_twin(), x, y)
+    stats = gradients.path_statistics(paths)["category"]
+    for path in ("attention", "representation"):
+        total, rows = {}, None
+        for key, entry in paths.items():
+            if key.endswith("/category"):
+                rows = entry["table"].shape[0]
+                values = entry[path].numpy().reshape(-1, entry[path].shape[-1])
+                for row, value in zip(np.asarray(entry["ids"]).reshape(-1).tolist(), values):
+                    total[row] = total.get(row, 0) + value
+        expected = sum(np.linalg.norm(v) for v in total.values()) / rows
+        assert stats[f"{path}_mean_row_norm"] == pytest.approx(expected, rel=1e-5) and rows == 8

@@ -57,6 +57,9 @@ def test_the_suite_writes_every_number_figure_and_the_report_and_refuses_bad_inp
     assert twin["samples"] == 4 and twin["total_steps"] == 12
     assert twin["fractions"] == [s / 11 for s in twin["steps"]] and set(twin["steps"]) <= {0, 4, 7, 11}
     assert saved["gradients"]["model"] == "twin" and saved["gradients"]["norm_ratio"] > 0
+    paper = saved["gradients"]["paper"]  # the paper's reading: every step of so short a run
+    assert paper["domination_steps"] == paper["conflict_steps"] == 12 and paper["norm_ratio"] > 0
+    assert 0 <= paper["conflict_share"] <= 1
     assert 0 <= saved["gradients"]["conflict_share"] <= 1
     assert saved["gradients"]["by_model"]["dare"]["conflict_share"] is None  # decoupled: no shared rows
     assert [r["attention_dim"] for r in saved["dimensions"]["rows"]] == [8, 16]
