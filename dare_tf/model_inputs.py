@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 from keras import ops
 
-from dare_tf.data.spec import MODEL_INPUTS, RANK_INPUTS
+from dare_tf.data.spec import MODEL_INPUTS, RANK_INPUTS, history_feature
 
 
 class Ids(NamedTuple):
@@ -36,7 +36,7 @@ class Ids(NamedTuple):
 def field_keys(fields, target: str = "target") -> list[str]:
     """The input keys of `fields` (`BehaviorField`s): `hist_<name>` of each and
     `<target>_<name>` of those with a target value (`target`: `candidate` for `rank`)."""
-    return [f"hist_{f.name}" for f in fields] + [f"{target}_{f.name}" for f in fields if not f.history_only]
+    return [history_feature(f.name) for f in fields] + [f"{target}_{f.name}" for f in fields if not f.history_only]
 
 
 def input_keys(fields=()) -> list[str]:
@@ -50,7 +50,7 @@ def _field_ids(inputs, fields, target: str, what: str):
         raise KeyError(f"{what} inputs lack {missing}: the model's fields "
                        f"({', '.join(f.name for f in fields)}) each need their ids")
     return ({f.name: ops.cast(inputs[f"{target}_{f.name}"], "int32") for f in fields if not f.history_only},
-            {f.name: ops.cast(inputs[f"hist_{f.name}"], "int32") for f in fields})
+            {f.name: ops.cast(inputs[history_feature(f.name)], "int32") for f in fields})
 
 
 def example_ids(inputs, max_len: int, fields=()) -> Ids:

@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from dare_tf.data.spec import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS, TARGET_CATEGORY,
-                               TARGET_ITEM)
+                               TARGET_ITEM, history_feature)
 from dare_tf.signatures import (CANDIDATE_COUNT, DATASET_SIGNATURE, HIST_LENGTH, MAX_BATCH_SIZE,  # noqa: F401
                                 RANK, SERVING_DEFAULT, versions,  # (DATASET_SIGNATURE, versions: re-exported)
                                 with_width_column)
@@ -118,7 +118,7 @@ def warmup_requests(model_name: str, raw: dict, max_len: int, fields: dict | Non
     fields = fields or {}
 
     def of_fields(role, shape, history_shape):
-        return {**{f"hist_{n}": np.full(history_shape, v, _kind(v)) for n, v in fields.items()},
+        return {**{history_feature(n): np.full(history_shape, v, _kind(v)) for n, v in fields.items()},
                 **{f"{role}_{n}": np.full(shape, v, _kind(v)) for n, v in fields.items() if n not in history_only}}
 
     def led(values: dict) -> dict:  # every 2-D row behind its leading -width (`dare_tf.signatures`)

@@ -21,7 +21,7 @@ import grpc
 import numpy as np
 import tensorflow as tf
 
-from dare_tf.data.spec import HIST_CATEGORIES, HIST_ITEMS, TIME_GAP
+from dare_tf.data.spec import HIST_CATEGORIES, HIST_ITEMS, TIME_GAP, history_feature
 from dare_tf.serving.client import as_ids, explained_behaviours, rank_results, rank_tensors, row_errors
 from dare_tf.signatures import DATASET_SIGNATURE, ITEM_FIELDS, RANK, RANK_EXPLAIN, SERVING_DEFAULT, versions
 
@@ -178,7 +178,7 @@ class Recommender:
     def _rank_fields(self, given: dict, candidates) -> dict:
         """`rank`'s field inputs: the history's (`given`, checked against the ranker's
         fields in one line) and the candidates' (the ranker's `item_fields`)."""
-        wanted = {f"hist_{name}" for name in self.fields}
+        wanted = {history_feature(name) for name in self.fields}
         if set(given) != wanted:
             missing, extra = sorted(wanted - set(given)), sorted(set(given) - wanted)
             raise ValueError(f"the ranker {self.ranker.model_name!r} reads the fields {self.fields or 'none'}: "
@@ -219,10 +219,10 @@ class Recommender:
             raise ValueError(f"the ranker {self.ranker.model_name!r} reads the fields {self.fields}, but the history "
                              f"store {getattr(self.histories, 'url', '')} keeps {list(stored) or 'none'}: it lacks "
                              f"{', '.join(missing)}")
-        fields = {f"hist_{name}": stored[name] for name in self.fields if name != TIME_GAP}
+        fields = {history_feature(name): stored[name] for name in self.fields if name != TIME_GAP}
         if TIME_GAP in self.fields:
             now = int(time.time()) if now is None else int(now)
-            fields[f"hist_{TIME_GAP}"] = now - history.times[0, :history.lengths[0]]
+            fields[history_feature(TIME_GAP)] = now - history.times[0, :history.lengths[0]]
         return items, categories, fields
 
 
