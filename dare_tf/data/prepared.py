@@ -12,7 +12,8 @@ import numpy as np
 from absl import logging
 
 from dare_tf.data.logs import ACTION_FIELD, FORMATS, Clicks, LogFormat
-from dare_tf.data.records import ShardWriter, encode_examples, encode_store
+from dare_tf.data.records import ShardWriter
+from dare_tf.data.wire import encode_examples, encode_store
 from dare_tf.data.spec import (FORMAT, ID_MAP_FILES, ITEM_CATEGORY_FILE, ITEM_CLICKS_FILE, SEGMENT_KIND, SPLITS,
                                STORE_KIND, DatasetSpec, SpecError, features_of, partition_of, shard_name, shard_tag)
 from dare_tf.data.fields import field_id_file, item_field_file

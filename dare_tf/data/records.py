@@ -12,13 +12,14 @@ with `--compression=none`) that plain TensorFlow reads:
 Writing: building one `tf.train.Example` object per example costs 19 us in
 Python (measured on this project's 2-core VM), 10x the rest of preparation,
 so the examples' int64 features are encoded into the Example wire format with
-numpy, all records of a chunk at once (`encode_examples`; a test checks
-the bytes parse to the same `tf.train.Example`), then framed as TFRecords
+numpy, all records of a chunk at once (`dare_tf.data.wire.encode_examples`; a test
+checks the bytes parse to the same `tf.train.Example`), then framed as TFRecords
 (`ShardWriter`) without loading TensorFlow's runtime.
 
 Reading (`read_shard`, `read_shards` for several as one pipeline): a shard's
 size and sha256 are checked against spec.json (a file cut short, modified, or
-from another preparation is named), then it is parsed whole by tf.data, and
+from another preparation is named), then it is parsed whole by tf.data (store shards
+with numpy where TensorFlow is not loaded: `dare_tf.data.wire`), and
 its record count and every id are checked against spec.json's vocabularies,
 vectorised, once per shard.
 """
@@ -39,121 +40,9 @@ from dare_tf._startup import quiet_tensorflow
 from dare_tf.data.spec import (EXAMPLE_COLUMNS, EXAMPLE_TIME, STORE_CLICK_COLUMNS, STORE_KIND, STORE_TIMES, TIME_GAP,
                                DatasetSpec, target_feature)
 
-_TAG_LEN1 = 0x0A  # field 1, length-delimited
-_TAG_LEN2 = 0x12  # field 2, length-delimited
-_TAG_LEN3 = 0x1A  # field 3 (Feature.int64_list), length-delimited
-
-
 class ShardError(ValueError):
     """A shard of a prepared dataset is missing, cut short, corrupt, from another
     preparation, or holds an id outside spec.json's vocabularies."""
-
-
-def _varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`[N, G]` uint8 protobuf varint bytes of int64 `values` (G: the most any
-    value needs) and `[N]` their lengths."""
-    v = np.ascontiguousarray(values, np.int64).view(np.uint64)
-    top = int(v.max()) if len(v) else 0
-    width = max(1, -(-top.bit_length() // 7))
-    groups = (v[:, None] >> (np.arange(width, dtype=np.uint64) * np.uint64(7))[None, :]) & np.uint64(0x7F)
-    n = np.ones(len(v), np.int64)
-    for k in range(1, width):
-        n[groups[:, k:].any(1)] = k + 1
-    more = np.arange(width)[None, :] < (n[:, None] - 1)
-    return (groups | (more.astype(np.uint64) << np.uint64(7))).astype(np.uint8), n
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def encode_examples(columns: dict[str, np.ndarray]) -> list[bytes]:
-    """Serialized `tf.train.Example`s, one per row of the int64 scalar
-    `columns` (name -> `[N]`), each feature an `Int64List` of one value.
-
-    Each piece of the wire format gets fixed columns of a padded `[N, W]`
-    byte matrix and a mask of the bytes a row uses (varints are shorter than
-    their columns); the masked bytes, row after row, are the records."""
-    names = list(columns)
-    n = len(columns[names[0]]) if names else 0
-    if n == 0:
-        return []
-    pieces: list[tuple[np.ndarray, np.ndarray | None]] = []  # ([N, w] bytes, [N] used or None: all)
-
-    def fixed(*values):
-        pieces.append((np.broadcast_to(np.stack([np.broadcast_to(np.asarray(v, np.uint8), (n,)) for v in values], 1),
-                                       (n, len(values))), None))
-
-    def size(length):  # a length-delimited field's bytes: its tag, its length as a varint, the content
-        return 1 + _varints(length)[1] + length
-
-    features_len = np.zeros(n, np.int64)
-    encoded = {}
-    for k in names:
-        key = k.encode()
-        data, value = _varints(np.asarray(columns[k]))  # the packed value: one varint
-        int64_list = size(value)  # Int64List{value (packed)}
-        feature = size(int64_list)  # Feature{int64_list}
-        entry = size(len(key)) + size(feature)  # entry{key, value: Feature}
-        encoded[k] = key, data, value, int64_list, feature, entry
-        features_len += size(entry)
-    fixed(_TAG_LEN1)
-    pieces.append(_varints(features_len))
-    for key, data, value, int64_list, feature, entry in encoded.values():
-        fixed(_TAG_LEN1)
-        pieces.append(_varints(entry))
-        fixed(_TAG_LEN1, *_varint(len(key)), *key, _TAG_LEN2)
-        pieces.append(_varints(feature))
-        fixed(_TAG_LEN3)
-        pieces.append(_varints(int64_list))
-        fixed(_TAG_LEN1)
-        pieces.append(_varints(value))
-        pieces.append((data, value))
-    matrix = np.concatenate([p for p, _ in pieces], 1)
-    mask = np.concatenate([np.ones(p.shape, bool) if used is None else
-                           np.arange(p.shape[1])[None, :] < used[:, None] for p, used in pieces], 1)
-    flat = matrix[mask].tobytes()
-    ends = np.cumsum(mask.sum(1)).tolist()
-    return [flat[a:b] for a, b in zip([0] + ends[:-1], ends)]
-
-
-def encode_store(uid: np.ndarray, lengths: np.ndarray, items: np.ndarray, categories: np.ndarray,
-                 extra: dict | None = None) -> list[bytes]:
-    """Serialized store records: per user, `uid` and its `items` and `categories`
-    (`[sum(lengths)]`, user after user), then the `extra` lists (name -> flat
-    values as `items`: a dataset's further fields, `dare_tf.data.spec.record_columns`),
-    as Int64Lists."""
-    lists = {}
-    named = {**dict(zip(STORE_CLICK_COLUMNS, (items, categories))), **(extra or {})}
-    for name, flat in named.items():
-        data, n = _varints(np.asarray(flat))
-        keep = np.arange(data.shape[1])[None, :] < n[:, None]
-        payload = data[keep].tobytes()  # row-major: each value's bytes in order
-        ends = np.cumsum(n)
-        lists[name] = (payload, np.concatenate([[0], ends]))
-    out, start = [], 0
-    for u, length in zip(np.asarray(uid).tolist(), np.asarray(lengths).tolist()):
-        entries = [_entry(b"uid", _varint(u))]
-        for name in named:
-            payload, bounds = lists[name]
-            entries.append(_entry(name.encode(), payload[bounds[start]: bounds[start + length]]))
-        body = b"".join(entries)
-        out.append(bytes([_TAG_LEN1]) + _varint(len(body)) + body)
-        start += length
-    return out
-
-
-def _entry(key: bytes, payload: bytes) -> bytes:
-    """One Features map entry: `key` -> Feature{int64_list{packed payload}}."""
-    int64_list = bytes([_TAG_LEN1]) + _varint(len(payload)) + payload
-    feature = bytes([_TAG_LEN3]) + _varint(len(int64_list)) + int64_list
-    entry = bytes([_TAG_LEN1]) + _varint(len(key)) + key + bytes([_TAG_LEN2]) + _varint(len(feature)) + feature
-    return bytes([_TAG_LEN1]) + _varint(len(entry)) + entry
 
 
 def file_sha256(path: str) -> str:
@@ -272,9 +161,9 @@ def check_ids(path: str, columns: dict[str, np.ndarray], spec: DatasetSpec) -> N
 def _parse_files(paths: list[str], spec: DatasetSpec, kind: str) -> dict[str, np.ndarray]:
     """The records of `paths`, in order, parsed eagerly (no function to trace) into
     int64 columns (store records without TensorFlow where a program has not loaded
-    it: `dare_tf.data.store_records`)."""
+    it: `dare_tf.data.wire`)."""
     if kind == STORE_KIND and "tensorflow" not in sys.modules:
-        from dare_tf.data.store_records import parse_store
+        from dare_tf.data.wire import parse_store
 
         return parse_store(paths, spec.compression, spec.record_columns[1])
     tf = quiet_tensorflow()
@@ -376,5 +265,5 @@ READER = ShardReader()
 read_shard, read_shards, verify_shards = READER.read_shard, READER.read_shards, READER.verify
 
 
-__all__ = ["ShardError", "ShardReader", "ShardWriter", "check_file", "check_ids", "encode_examples", "encode_store",
-           "feature_spec", "read_shard", "read_shards", "verify_shards"]
+__all__ = ["ShardError", "ShardReader", "ShardWriter", "check_file", "check_ids", "feature_spec", "read_shard",
+           "read_shards", "verify_shards"]

@@ -129,3 +129,20 @@ def from_fingerprints(role: str, raw, names: dict) -> np.ndarray:
     """Fingerprints back to the strings (a field's own values as `~ITEM`)."""
     return np.array([names[role][int(v)] if v >= 0 else own_value(names["item"][-1 - int(v)]) for v in raw],
                     object)
+
+
+def as_string_log(rows: dict) -> dict:
+    """A generated log's columns (`dare_tf.data.synthetic.generate`) with string ids
+    and ISO 8601 times (`data.synthetic --string_ids`)."""
+    import datetime
+
+    def named(prefix, values, width):
+        return np.char.add(prefix, np.char.zfill(np.asarray(values).astype(str), width)).astype(object)
+
+    out = dict(rows, user=named("U", rows["user"], 6), item=named("SKU", rows["item"], 7),
+               category=named("C", rows["category"], 4),
+               timestamp=np.array([datetime.datetime.fromtimestamp(int(t), datetime.timezone.utc)
+                                   .strftime("%Y-%m-%dT%H:%M:%SZ") for t in rows["timestamp"]], object))
+    if "brand" in rows:
+        out["brand"] = named("B", rows["brand"], 3)
+    return out

@@ -333,7 +333,9 @@ def write(cfg: SyntheticConfig, output: str, string_ids: bool = False) -> dict:
     `related_category`, whose ids are the integer log's) and `<output>.truth.json`."""
     rows, truth = generate(cfg)
     if string_ids:
-        rows = _as_strings(rows)
+        from dare_tf.data.string_ids import as_string_log
+
+        rows = as_string_log(rows)
         truth = {k: v for k, v in truth.items() if k != "related_category"}
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     table = pa.table({k: pa.array(v.tolist() if v.dtype == object else v) for k, v in rows.items()})
@@ -345,18 +347,3 @@ def write(cfg: SyntheticConfig, output: str, string_ids: bool = False) -> dict:
         json.dump(truth, f, indent=1)
     return truth
 
-
-def _as_strings(rows: dict) -> dict:
-    """The rows with string ids and ISO 8601 times (`write(string_ids=True)`)."""
-    import datetime
-
-    def named(prefix, values, width):
-        return np.char.add(prefix, np.char.zfill(np.asarray(values).astype(str), width)).astype(object)
-
-    out = dict(rows, user=named("U", rows["user"], 6), item=named("SKU", rows["item"], 7),
-               category=named("C", rows["category"], 4),
-               timestamp=np.array([datetime.datetime.fromtimestamp(int(t), datetime.timezone.utc)
-                                   .strftime("%Y-%m-%dT%H:%M:%SZ") for t in rows["timestamp"]], object))
-    if "brand" in rows:
-        out["brand"] = named("B", rows["brand"], 3)
-    return out

@@ -27,10 +27,10 @@ class IdTable:
     """Raw id -> dense id through an id-map file (raw id of dense id k on line k),
     shipped as a SavedModel asset; unknown ids map to the OOV row."""
 
-    def __init__(self, path: str, oov: int):
+    def __init__(self, path: str, oov: int, key_dtype=tf.int64):
         self.oov = oov
         self.table = tf.lookup.StaticHashTable(
-            tf.lookup.TextFileInitializer(path, tf.int64, tf.lookup.TextFileIndex.WHOLE_LINE,
+            tf.lookup.TextFileInitializer(path, key_dtype, tf.lookup.TextFileIndex.WHOLE_LINE,
                                           tf.int64, tf.lookup.TextFileIndex.LINE_NUMBER),
             default_value=-1)
 
@@ -39,7 +39,7 @@ class IdTable:
         return tf.where(line >= 0, line + 1, tf.constant(self.oov, tf.int64))
 
 
-class StringIdTable:
+class StringIdTable(IdTable):
     """String id -> dense id through an id-map file of strings (`--string_ids`).
 
     `stand_in` maps a string input to int64 stand-ins for raw ids, on which the
@@ -49,13 +49,9 @@ class StringIdTable:
     raw ids."""
 
     def __init__(self, path: str, oov: int):
-        self.oov = oov
+        super().__init__(path, oov, tf.string)
         with open(path) as f:
             self.size = len(f.read().splitlines())
-        self.table = tf.lookup.StaticHashTable(
-            tf.lookup.TextFileInitializer(path, tf.string, tf.lookup.TextFileIndex.WHOLE_LINE,
-                                          tf.int64, tf.lookup.TextFileIndex.LINE_NUMBER),
-            default_value=-1)
 
     def stand_in(self, text):
         line = self.table.lookup(text)

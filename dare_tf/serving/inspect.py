@@ -31,8 +31,6 @@ import time
 import grpc
 import numpy as np
 
-from dare_tf.histories.base import StoreError
-
 from dare_tf.signatures import RANK_EXPLAIN
 
 # How many candidates the page lists (the rankers score all the retrieval model returns).
@@ -48,6 +46,16 @@ def _int64(user: str) -> int:
     except ValueError:
         pass
     raise PageError(400, f"user id {user!r} is not an integer id (the history store's ids are int64)")
+
+
+def _string_id(user: str) -> str:
+    """A user id typed into the page, as a store of string ids keys it."""
+    from dare_tf.data.string_ids import id_problem
+
+    problem = id_problem(user)
+    if problem:
+        raise PageError(400, f"user id {user!r} {problem}")
+    return user
 
 
 class PageError(Exception):
@@ -110,13 +118,9 @@ class Inspector:
         order) its `probability`, `place` among the `n` (1 = its first) and `kept`: the kept
         behaviours as `{"index": i, "weight": w}`, heaviest first (`i` indexes
         `history`). Raises `PageError`."""
-        user_id = user if getattr(self.histories, "string_ids", False) else _int64(user)
+        user_id = _string_id(user) if getattr(self.histories, "string_ids", False) else _int64(user)
         try:
             history = self.histories.last([user_id])
-        except StoreError as e:  # (a string id with whitespace)
-            if "did not answer" not in str(e) and "stopped answering" not in str(e):
-                raise PageError(400, str(e)) from e
-            raise PageError(503, f"the history store {self.histories.url} did not answer: {e}") from e
         except Exception as e:  # (LMDB and Redis raise their own kinds)
             raise PageError(503, f"the history store {self.histories.url} did not answer: {e}") from e
         if history.lengths[0] == 0:

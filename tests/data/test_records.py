@@ -12,9 +12,9 @@ import tensorflow as tf
 
 from dare_tf.data.pipeline import InMemorySplit, make_dataset
 from dare_tf.data.protocol import Protocol, prepare
-from dare_tf.data.records import (ShardError, ShardReader, ShardWriter, encode_examples, encode_store, read_shard,
-                                  read_shards)
+from dare_tf.data.records import ShardError, ShardReader, ShardWriter, read_shard, read_shards
 from dare_tf.data.spec import DatasetSpec, SpecError, partition_of
+from dare_tf.data.wire import encode_examples, encode_store
 from tests.conftest import SHARED_DATA
 
 TAOBAO = os.path.join(SHARED_DATA, "taobao", "UserBehavior_sample.csv")

@@ -1,4 +1,4 @@
-"""dare_tf.data.store_records: store shards read without TensorFlow give the columns
+"""dare_tf.data.wire: store shards read without TensorFlow give the columns
 `tf.io.parse_example` gives (gzip or not, with further fields and times), and
 `data.prepare --append` runs without loading TensorFlow."""
 
@@ -10,7 +10,7 @@ import pytest
 
 from dare_tf.data.protocol import Protocol, prepare
 from dare_tf.data.spec import STORE_KIND, DatasetSpec
-from dare_tf.data.store_records import decode_varints, parse_store
+from dare_tf.data.wire import decode_varints, parse_store
 from tests.conftest import REPO
 from tests.data.test_append import DAY, _day_numbers, _days
 from tests.data.test_fields import FORMAT, field_rows, write_log
@@ -18,7 +18,7 @@ from tests.data.test_prepare import TAOBAO
 
 
 def test_packed_varints_decode_as_int64_including_negatives_and_large_values():
-    from dare_tf.data.records import _varints
+    from dare_tf.data.wire import _varints
 
     values = np.array([0, 1, 127, 128, 300, 2**35, 2**62, 2**63 - 1, -1, -2**63, -987654321], np.int64)
     data, used = _varints(values)
