@@ -54,7 +54,8 @@ def main():
 
     from dare_tf.data.pipeline import assemble_fn, make_dataset
     from dare_tf.data.records import feature_spec
-    from dare_tf.data.spec import DEFAULT_SHUFFLE_BUFFER, DatasetSpec
+    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.data.shards import DEFAULT_SHUFFLE_BUFFER
     from dare_tf.data.store import load_store
 
     spec = DatasetSpec.load(args.data_dir)

@@ -116,7 +116,8 @@ def random_history(data_dir: str, rng, length: int, role: str = "hist") -> tuple
     """Random raw ids of a prepared dataset: `length` items, categories and each of its
     column fields' values (`{f"{role}_{name}": [values]}`, one row), for latency."""
     from dare_tf.data.fields import field_id_file
-    from dare_tf.data.spec import TIME_GAP, DatasetSpec, read_id_map
+    from dare_tf.data.spec import DatasetSpec, read_id_map
+    from dare_tf.data.schema import TIME_GAP
 
     if data_dir not in _RAW:
         names = [f["name"] for f in DatasetSpec.load(data_dir).fields if f["name"] != TIME_GAP]

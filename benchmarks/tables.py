@@ -278,6 +278,19 @@ TABLES = {
                                   "with several seeds, the mean and std of the reranked HitRate@10 over them")
        for log, what in (("demo", "the demo's synthetic log (2,000 users)"), ("taobao", "the Taobao sample"),
                          ("planted", "a planted log whose sessions rarely leave their category (p_session 0.9)"))},
+    ("bench_paper", "paper_population"): (None, "the Taobao-like log of `benchmarks/bench_paper.py` (the real-size "
+                                                "generator at a fraction, the paper's protocol): its size, and how "
+                                                "many test examples each NDCG population keeps: the paper's (a "
+                                                "target category with >= 700 training examples, at most `max_thin` "
+                                                "behaviours in thin cells) and the package's (a target category "
+                                                "with >= 50)"),
+    ("bench_paper", "paper_claims"): (["claim", "statistic", "paper", "dare", "twin", "din", "dare_minus_twin",
+                                       "verdict", "seeds"],
+                                      "the paper's claims on that log: DARE, TWIN and DIN at d=16 (Adam, learning "
+                                      "rate 0.01, batch 2048, one epoch), one run per seed, the analysis suite per "
+                                      "seed; each number the mean over the seeds ± one standard error, DARE minus "
+                                      "TWIN paired by seed, and the verdict against two standard errors (for steps, "
+                                      "at least one validation interval)"),
     ("bench_memory", "stages"): (MEMORY_COLUMNS,
                                  "where a small run's memory goes (benchmarks/bench_memory.py): one DARE run on the "
                                  "Taobao sample in its own process (the trainer's defaults, batch 256), measured in "

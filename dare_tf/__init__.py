@@ -17,7 +17,9 @@ being listed here):
 - `dare_tf.serving`: export, client, the stand-in test server (TensorFlow).
 
 Importing `dare_tf` (or any of its packages) costs nothing and changes
-nothing: each public name is declared once, in its package's table, and
+nothing: each public name is declared once, where it is defined
+(`dare_tf._faces.public`), the packages' tables are generated from those
+declarations (`dare_tf._api`, by `python -m dare_tf._api_gen`), and a name is
 imported from the module that defines it on first use; no environment
 variable is read or set and no file descriptor is touched. A program
 (`trainers`, `serving`, `data`) therefore defines and parses its flags before
@@ -29,15 +31,8 @@ model with Keras; `dare_tf.load()` registers every layer, search and (on
 TensorFlow) optimizer, as loading a saved model of any preset needs.
 """
 
-from dare_tf._faces import lazy_face as _lazy_face
+from dare_tf._faces import face_of as _face_of, lazy_face as _lazy_face
 
-# Public name -> the module that defines it (imported on first use).
-_EXPORTS = {
-    "PRESETS": "dare_tf.config", "ModelConfig": "dare_tf.config", "make_config": "dare_tf.config",
-    "BehaviorField": "dare_tf.config",
-    "INPUT_KEYS": "dare_tf.models", "DareModel": "dare_tf.models", "build_model": "dare_tf.models",
-    "ClickTask": "dare_tf.tasks", "click_cross_entropy": "dare_tf.tasks",
-}
 _SUBMODULES = ("config", "data", "layers", "metrics", "models", "optimizers", "search", "tasks", "training",
                "serving", "export", "retrieval", "analysis", "histories")
 
@@ -55,7 +50,7 @@ def load() -> None:
         from dare_tf.optimizers import adam  # noqa: F401
 
 
-__getattr__, __dir__, __all__ = _lazy_face(__name__, _EXPORTS, _SUBMODULES)
+__getattr__, __dir__, __all__ = _lazy_face(__name__, _face_of(__name__), _SUBMODULES)
 __all__ = [*__all__, "load"]
 
 __version__ = "0.3.0"

@@ -1,8 +1,10 @@
-"""A package's public face from one table: each public name is declared once,
-with the module that defines it, and imported from there on first use (PEP 562).
-Importing a package therefore costs nothing and changes nothing (no
-environment variable, no file descriptor, no other import); a program defines
-and parses its flags before TensorFlow loads."""
+"""A package's public face: each public name is declared once, where it is defined
+(`public`, `public_names`); `python -m dare_tf._api_gen` writes the faces' table
+(`dare_tf._api`) from those declarations, and a package's `__getattr__` imports
+a name from its module on first use (PEP 562). Importing a package therefore
+costs nothing and changes nothing (no environment variable, no file descriptor,
+no other import); a program defines and parses its flags before TensorFlow
+loads."""
 
 from __future__ import annotations
 
@@ -69,3 +71,27 @@ def scan_modules(package: str, path: str, decorator: str | None = None) -> tuple
                         registered[d.args[0].value] = short
         exports.update(dict.fromkeys(defined if declared is None else declared, f"{package}.{short}"))
     return exports, registered
+
+
+# -- one declaration per public name, the faces generated from them -----------------------------
+
+API_MODULE = "dare_tf._api"
+
+
+def public(*faces: str, name: str | None = None):
+    """Declares the decorated class or function public in each package `faces`
+    (under `name`, default its own). Changes nothing at run time: `python -m
+    dare_tf._api_gen` reads the declarations and writes the faces' table."""
+    del faces, name
+    return lambda definition: definition
+
+
+def public_names(face: str, *names: str) -> None:
+    """Declares module-level names (constants) of the calling module public in `face`."""
+    del face, names
+
+
+def face_of(package: str) -> dict:
+    """The generated table of `package`'s public names (`dare_tf._api`, written by
+    `python -m dare_tf._api_gen`)."""
+    return importlib.import_module(API_MODULE).FACES.get(package, {})

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from dare_tf._faces import public, public_names
 from dare_tf.search import SCORERS, VARIANTS
 
 # The names a config may give; the layers that read them validate against these.
@@ -22,6 +23,7 @@ AUX_ATTENTIONS = ("all", "retrieved")
 BUILT_IN_FIELDS = ("item", "category", "position")
 
 
+@public("dare_tf")
 @dataclasses.dataclass(frozen=True)
 class BehaviorField:
     """A categorical field of every behaviour beside its item and category (a
@@ -75,6 +77,7 @@ class BehaviorField:
         return value if isinstance(value, cls) else cls(**value)
 
 
+@public("dare_tf")
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """Everything that defines a long-sequence CTR model of the DARE family.
@@ -290,6 +293,7 @@ PRESET_NOTES = {  # what a table says beneath a row that is not a model of the p
     "twin_no_tr": "TWIN without target-aware representation (an ablation)"}
 
 
+@public("dare_tf")
 def make_config(preset: str, num_items: int, num_categories: int, **overrides) -> ModelConfig:
     """Builds the `ModelConfig` of a named preset with overrides applied."""
     if preset not in PRESETS:
@@ -297,3 +301,6 @@ def make_config(preset: str, num_items: int, num_categories: int, **overrides) -
     fields = dict(PRESETS[preset])
     fields.update(overrides)
     return ModelConfig.from_dict(dict(num_items=num_items, num_categories=num_categories, **fields))
+
+
+public_names("dare_tf", "PRESETS")

@@ -10,9 +10,10 @@ import keras
 import numpy as np
 from keras import ops
 
+from dare_tf._faces import public, public_names
 from dare_tf.config import ModelConfig, make_config
-from dare_tf.data.spec import MODEL_INPUTS as INPUT_KEYS  # noqa: F401 (dare_tf.INPUT_KEYS)
-from dare_tf.data.spec import RANK_INPUTS
+from dare_tf.data.schema import MODEL_INPUTS as INPUT_KEYS  # noqa: F401 (dare_tf.INPUT_KEYS)
+from dare_tf.data.schema import RANK_INPUTS
 from dare_tf.model_inputs import ExampleEmbeddings, Ids, example_ids, field_keys, rank_ids
 from dare_tf.layers import BehaviorEmbedding, PredictionHead, TargetAttentionPooling
 from dare_tf.layers.embedding import ROLES, ROLES_BEFORE_SEARCH
@@ -26,6 +27,7 @@ from dare_tf.tasks import ClickTask
 LOSS_INPUTS = ("probability", "aux_probability", "regularization")
 
 
+@public("dare_tf")
 @keras.saving.register_keras_serializable(package="dare_tf")
 class DareModel(TrainingMixin, keras.Model):
     """Two-stage long-sequence CTR model (DARE, TWIN and their baselines).
@@ -355,6 +357,7 @@ class DareModel(TrainingMixin, keras.Model):
                    sparse_embedding_gradients=config.get("sparse_embedding_gradients", True))
 
 
+@public("dare_tf")
 def build_model(preset: str, num_items: int, num_categories: int, max_len: int = 200,
                 seed: int | None = None, jit_compile_dense: bool = True,
                 sparse_embedding_gradients: bool = True, **overrides) -> DareModel:
@@ -368,3 +371,6 @@ def build_model(preset: str, num_items: int, num_categories: int, max_len: int =
                       sparse_embedding_gradients=sparse_embedding_gradients)
     model.build()
     return model
+
+
+public_names("dare_tf", "INPUT_KEYS")

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from dare_tf.data.spec import CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS
+from dare_tf._faces import public
+from dare_tf.data.schema import CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS
 from dare_tf.metrics import CASCADE_K, hits_and_gains, rank_of
 
 
+@public("dare_tf.training")
 def rerank(model, histories: dict, candidates: np.ndarray, category_of: np.ndarray, rows_per_call: int = 8192):
     """Each example's candidates `[E, N]` reordered by the ranker's click probability
     (stable: ties keep the retrieval order), scored user-major as serving's `rank`
@@ -33,6 +35,7 @@ def rerank(model, histories: dict, candidates: np.ndarray, category_of: np.ndarr
     return reordered
 
 
+@public("dare_tf.training")
 class CascadeExamples:
     """One split's positives inside the cascade: their histories (at the ranker's
     L), the retrieval stage's candidates `[P, N]` and the clicked items `[P]`.

@@ -31,6 +31,7 @@ import shutil
 
 from absl import logging
 
+from dare_tf._faces import public
 from dare_tf._files import atomic_json, describe_entries
 
 RUN_CONFIG = "run_config.json"
@@ -47,14 +48,17 @@ KINDS = ("ranking", "retrieval")
 _OWN = re.compile(r"seed_\d+|results\.json|run_config\.json|flags\.txt|curves\.png")
 
 
+@public("dare_tf.training")
 class RunConfigMismatchError(ValueError):
     """A run directory holds a run with another configuration."""
 
 
+@public("dare_tf.training")
 class RunLockedError(OSError):
     """Another process is training into the same run directory."""
 
 
+@public("dare_tf.training")
 def read_history(seed_dir: str) -> list[dict]:
     """The evaluation history of one seed's directory (one dict per evaluation)."""
     path = os.path.join(seed_dir, HISTORY)
@@ -258,6 +262,7 @@ class RunDirectory:
         return self.load_model(self.results()["seeds"][0])
 
 
+@public("dare_tf.training")
 class ScalarWriters:
     """TensorBoard event files under `log_dir`, one run (`train`, `validation`,
     `test`) per subdirectory; each `write` flushes."""

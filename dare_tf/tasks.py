@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from keras import ops
 
+from dare_tf._faces import public
+
 # reference.md adds 1e-8 to the softmax output before the log.
 LOG_EPSILON = 1e-8
 # The softmax loss's probabilities are clipped to [e, 1 - e], a float32 interval, before their log-odds.
 LOG_ODDS_EPSILON = 1e-6
 
 
+@public("dare_tf")
 def click_cross_entropy(labels, probability, sample_weight=None):
     """Two-class cross entropy as the reference computes it, `-log(p_label + 1e-8)`,
     averaged over the batch (Keras's `sum_over_batch_size`: `sum(w * l) / B`)."""
@@ -49,6 +52,7 @@ def group_softmax_cross_entropy(labels, probability, group: int, sample_weight=N
     return ops.mean(losses)
 
 
+@public("dare_tf")
 class ClickTask:
     """Click cross entropy, plus the auxiliary head's, plus the L2 penalty.
 

@@ -37,7 +37,8 @@ from absl import app, flags
 import dare_tf.cli
 from dare_tf.data.logs import FILE_FORMATS, FORMATS, LogFormat, log_format_of
 from dare_tf.data.protocol import Protocol, prepare
-from dare_tf.data.spec import COMPRESSIONS, SPEC_FILE, DatasetSpec
+from dare_tf.data.spec import SPEC_FILE, DatasetSpec
+from dare_tf.data.shards import COMPRESSIONS
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("dataset", None, sorted(FORMATS), "A named log format (preset of --format/--columns/--click).")

@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 
 
@@ -28,3 +30,46 @@ def test_a_marked_table_is_rendered_from_its_rows(tmp_path, monkeypatch):
     assert "| streamed | 5,612 | 0.886 | 5153, 6071 | 1336 | 0.936 | 2,211 |" in out
     assert "Measured 2026-11-24T11:00:00 on Linux-x (2 CPUs): `python benchmarks/bench_data.py --parts train`." in out
     assert tables.render_marks(text, {}) == text  # no results: the marks stay as they are
+
+
+def _seed(auc_gap, ndcg, ratio, share, ami, steps):
+    """One seed's numbers as bench_paper reads them (results.json's and analysis.json's keys)."""
+    analysis = {
+        "retrieval": {"paper": {"ndcg": ndcg, "population": {}}, "ndcg": ndcg, "k": {"dare": 20}},
+        "attention": {"rank_correlation": {"dare": 0.5, "twin": 0.4}},
+        "gradients": {"by_model": {m: {"paper": {"norm_ratio": ratio, "conflict_share": share},
+                                       "norm_ratio": ratio, "conflict_share": share} for m in ("twin", "dare")}},
+        "representation": {"mutual_information": {m: {"10": ami[m][0], "100": ami[m][1]} for m in ami}},
+        "convergence": {"steps_to_reference_best": steps}}
+    results = {m: {"test": {"auc": 0.9 + (auc_gap if m == "dare" else 0)}} for m in ("dare", "twin", "din")}
+    return {"analysis": analysis, "results": results}
+
+
+def test_the_papers_claims_are_decided_over_the_seeds_against_their_noise():
+    """Each claim's mean over seeds, its standard error, and the verdict: beyond two standard
+    errors, across every k, within 2x of the paper's ratio, beyond one validation interval."""
+    sys.path.insert(0, REPO)
+    from benchmarks.paper_claims import claims, mean_se
+
+    seeds = {s: _seed(auc_gap=0.01 + 0.001 * s, ndcg={"dare": 0.5 + 0.1 * (-1) ** s, "twin": 0.5},
+                      ratio=4.0 + s, share=0.3 + 0.01 * s,
+                      ami={"dare": (0.02, 0.01 + 0.001 * s), "twin": (0.01, 0.01)},
+                      steps={"dare": 300 + 10 * s, "twin": 400}) for s in range(3)}
+    rows = {(r["claim"], r["statistic"][:12]): r for r in claims(seeds, {"dare": 0.93, "twin": 0.92, "din": 0.91})}
+    by_claim = {}
+    for (claim, _), row in rows.items():
+        by_claim.setdefault(claim, []).append(row)
+    auc = by_claim["test AUC"][0]
+    assert auc["dare_minus_twin"] == "0.0110 ± 0.0006" and auc["verdict"] == "holds" and auc["seeds"] == 3
+    assert mean_se([0.01, 0.011, 0.012]) == pytest.approx((0.011, 0.001 / 3 ** 0.5))  # std (ddof 1) / sqrt(n)
+    assert mean_se([0.5, None, float("nan")]) == (0.5, None)  # one finite value: no standard error
+    paper_ndcg = by_claim["search stage against the MI truth"][0]  # +0.1, -0.1, +0.1: within its noise
+    assert paper_ndcg["verdict"] == "not distinguishable"
+    domination = by_claim["gradient domination (representation / attention)"][0]  # 4, 5, 6: inside 2.5 to 10
+    assert domination["twin"] == "5.0000 ± 0.5774" and domination["verdict"] == "holds"
+    assert by_claim["gradient conflict (TWIN)"][0]["verdict"] == "does not reproduce"  # 0.3: most steps agree
+    representation = by_claim["representation: k-means clusters explain the label"][0]
+    assert representation["verdict"] == "not distinguishable"
+    assert "beyond 2 SE at 1 of 2 k" in representation["statistic"]
+    convergence = by_claim["convergence"][0]  # DARE 100 steps sooner: exactly one validation interval, not beyond
+    assert convergence["dare_minus_twin"] == "-90 ± 6" and convergence["verdict"] == "not distinguishable"

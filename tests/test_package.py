@@ -217,6 +217,8 @@ def test_imports_set_no_environment_variable_and_touch_no_file_descriptor():
 # dare_tf/a/b.py -> tests/a/test_b.py (a leading underscore dropped).
 TESTED_WITH = {
     "dare_tf._startup": "tests/test_programs.py",  # the programs' quieted start-up
+    "dare_tf._api": "tests/test_faces.py",  # the generated faces, against their declarations
+    "dare_tf._api_gen": "tests/test_faces.py",
     "dare_tf.analysis.config": "tests/analysis/test_suite.py",
     "dare_tf.analysis.convergence": "tests/analysis/test_suite.py",
     "dare_tf.analysis.dimensions": "tests/analysis/test_suite.py",
@@ -232,6 +234,8 @@ TESTED_WITH = {
     "dare_tf.data.pipeline": "tests/data/test_records.py",
     "dare_tf.data.prepared": "tests/data/test_prepare.py",
     "dare_tf.data.protocol": "tests/data/test_prepare.py",
+    "dare_tf.data.schema": "tests/data/test_records.py",
+    "dare_tf.data.shards": "tests/data/test_records.py",
     "dare_tf.data.spec": "tests/data/test_records.py",
     "dare_tf.data.store": "tests/data/test_prepare.py",
     "dare_tf.data.synthetic": "tests/retrieval/test_planted_candidates.py",

@@ -17,11 +17,14 @@ import dataclasses
 
 import numpy as np
 
+from dare_tf._faces import public
+
 # Counts below this are replaced by it before the logarithms (the paper's analysis
 # uses 1e-5 for a (t, c, p) cell never observed).
 MISSING_COUNT = 1e-5
 
 
+@public("dare_tf.analysis")
 @dataclasses.dataclass
 class CooccurrenceCounts:
     """Positive and negative example counts per (target category, behaviour
@@ -38,26 +41,38 @@ class CooccurrenceCounts:
     max_len: int
 
     @classmethod
-    def from_examples(cls, target_categories, history_categories, labels, num_categories: int):
+    def from_examples(cls, target_categories, history_categories, labels, num_categories: int,
+                      chunk: int = 1 << 17):
         """Counts over examples: `target_categories` `[N]`, `history_categories`
         `[N, L]` (0 = padding, most recent last), `labels` `[N]` in {0, 1}.
-        Vectorised: one `np.unique` over the N x L (key, label) pairs."""
+        Vectorised: the examples in target-category order, one `np.unique` over
+        the (key, label) pairs of about `chunk` examples at a time, each chunk
+        whole target categories (so the chunks' keys are disjoint and ascending,
+        and memory beyond the result stays bounded)."""
         tc = np.asarray(target_categories, np.int64)
-        hc = np.asarray(history_categories, np.int64)
         y = np.asarray(labels) > 0.5
-        n, length = hc.shape
-        positions = np.broadcast_to(np.arange(length, 0, -1, dtype=np.int64), (n, length))
-        real = hc > 0
-        keys = ((tc[:, None] * num_categories + hc) * (length + 1) + positions)[real]
-        # The label as the lowest bit: one sort separates positives and negatives.
-        labelled, counts = np.unique(keys * 2 + np.broadcast_to(y[:, None], (n, length))[real], return_counts=True)
-        unique_keys = np.unique(labelled // 2)
-        index = np.searchsorted(unique_keys, labelled // 2)
-        positives = np.zeros(len(unique_keys), np.int64)
-        negatives = np.zeros(len(unique_keys), np.int64)
-        np.add.at(positives, index[labelled % 2 == 1], counts[labelled % 2 == 1])
-        np.add.at(negatives, index[labelled % 2 == 0], counts[labelled % 2 == 0])
-        return cls(unique_keys, positives, negatives,
+        history_categories = np.asarray(history_categories)
+        n, length = history_categories.shape
+        positions = np.arange(length, 0, -1, dtype=np.int64)
+        order = np.argsort(tc, kind="stable")
+        ordered = tc[order]
+        keys, positives, negatives = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+        start = 0
+        while start < n:
+            end = int(np.searchsorted(ordered, ordered[min(start + chunk, n) - 1], side="right"))
+            rows = order[start:end]
+            hc = np.asarray(history_categories[rows], np.int64)
+            real = hc > 0
+            cell = (tc[rows, None] * num_categories + hc) * (length + 1) + positions
+            # The label as the lowest bit: one sort separates positives and negatives.
+            labelled, counts = np.unique((cell * 2 + y[rows, None])[real], return_counts=True)
+            unique, inverse = np.unique(labelled // 2, return_inverse=True)
+            keys.append(unique)
+            positives.append(np.bincount(inverse, weights=counts * (labelled % 2), minlength=len(unique)))
+            negatives.append(np.bincount(inverse, weights=counts * (1 - labelled % 2), minlength=len(unique)))
+            start = end
+        return cls(np.concatenate(keys), np.concatenate(positives).astype(np.int64),
+                   np.concatenate(negatives).astype(np.int64),
                    np.bincount(tc[y], minlength=num_categories).astype(np.int64),
                    np.bincount(tc[~y], minlength=num_categories).astype(np.int64), num_categories, length)
 
@@ -81,6 +96,7 @@ class CooccurrenceCounts:
         return self.target_positives + self.target_negatives
 
 
+@public("dare_tf.analysis")
 def mutual_information(x_pos, x_neg, t_pos, t_neg) -> np.ndarray:
     """MI (bits) of a binary feature and the binary label from the counts of
     examples with the feature (`x_pos` positives, `x_neg` negatives) among
@@ -104,6 +120,7 @@ def mutual_information(x_pos, x_neg, t_pos, t_neg) -> np.ndarray:
     return out
 
 
+@public("dare_tf.analysis")
 def category_position_scores(model, target_categories, behaviour_categories, positions) -> np.ndarray:
     """A model's stage-1 score of a behaviour of each category in
     `behaviour_categories` `[C']` at each position in `positions` `[P]` for a

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 
+from dare_tf._faces import public, public_names
+
 ANALYSES = ("attention", "retrieval", "gradients", "representation", "convergence", "dimensions")
 
 
+@public("dare_tf.analysis")
 @dataclasses.dataclass(frozen=True)
 class AnalysisConfig:
     """What the analyses compute.
@@ -68,3 +71,6 @@ class AnalysisConfig:
             raise ValueError(f"min_target_examples={self.min_target_examples}: must be >= 0")
         if any(d < 1 for d in self.attention_dims) or any(k < 2 for k in self.cluster_counts):
             raise ValueError("attention_dims must be >= 1 and cluster_counts >= 2")
+
+
+public_names("dare_tf.analysis", "ANALYSES")

@@ -6,6 +6,8 @@ import os
 
 import numpy as np
 
+from dare_tf._faces import public
+
 
 def _pyplot():
     import matplotlib
@@ -26,6 +28,7 @@ def _save(fig, path: str) -> str:
     return path
 
 
+@public("dare_tf.analysis")
 def write_curves(run_dir: str) -> str:
     """`run_dir/curves.png` of a finished ranking run: training loss and validation
     metrics against steps, per seed (`training_curves`). Drawn by the trainer

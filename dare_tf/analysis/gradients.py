@@ -18,10 +18,13 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from dare_tf._faces import public
+
 
 _ATTENTION_ROLES = ("target_attention", "history_attention")
 
 
+@public("dare_tf.analysis")
 def split_gradients(model, x, y):
     """One training forward and backward pass of `model` on `(x, y)`.
 
@@ -133,6 +136,7 @@ def path_statistics(paths, fields=("category", "item")) -> dict:
     return out
 
 
+@public("dare_tf.analysis")
 class SplitGradientRecorder(keras.callbacks.Callback):
     """A Keras callback for `model.fit`: at each of `steps`, before the step trains on
     its batch, records that batch's `path_statistics` (`split_gradients` of the

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dare_tf._faces import public
+
 ESTIMATOR = "adjusted mutual information (AMI, chance-corrected) between k-means clusters and the label"
 
 
@@ -25,6 +27,7 @@ def default_cluster_counts(examples: int, low: int = 10, high: int = 1000, count
     return sorted({int(round(k)) for k in np.geomspace(low, high, count)})
 
 
+@public("dare_tf.analysis")
 def cluster_label_information(representations: np.ndarray, labels: np.ndarray, cluster_counts,
                               seed: int = 0) -> dict[int, float]:
     """For each k: k-means (scikit-learn, one initialisation, seeded) of the

@@ -9,7 +9,10 @@ import os
 
 import numpy as np
 
+from dare_tf._faces import public
 
+
+@public("dare_tf.analysis")
 def ndcg_at_k(gains: np.ndarray, scores: np.ndarray, valid: np.ndarray, k: int) -> np.ndarray:
     """NDCG@K per row: `gains`, `scores`, `valid` are `[N, L]`; the K valid slots
     with the highest score are taken in score order, each contributing its gain
@@ -94,6 +97,7 @@ def load_planted_truth(source_log: str) -> dict | None:
     return truth if "related_category" in truth and "per_lag" in truth else None
 
 
+@public("dare_tf.analysis")
 def planted_gains(truth: dict, raw_target_categories, raw_history_categories) -> np.ndarray:
     """Planted relevance `[N, L]` of every history slot for its target, from the
     generator's truth: the probability, at the slot's lag, that the next click's

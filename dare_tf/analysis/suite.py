@@ -10,10 +10,12 @@ import time
 
 import numpy as np
 
+from dare_tf._faces import public
 from dare_tf._files import atomic_json, guard_output_dir
 from dare_tf.analysis.config import ANALYSES, AnalysisConfig
 from dare_tf.analysis import attention, convergence, dimensions, figures, gradients, representation, retrieval
-from dare_tf.data.spec import MODEL_INPUTS, DatasetSpec, read_id_map
+from dare_tf.data.spec import DatasetSpec, read_id_map
+from dare_tf.data.schema import MODEL_INPUTS
 from dare_tf.run_directory import RunDirectory
 
 FORMAT = "dare_tf.analysis/1"
@@ -227,21 +229,20 @@ class _Suite:
             model.build()
             model.compile(optimizer=make_optimizer("adam", cfg.learning_rate))
             order = np.random.default_rng(cfg.seed).permutation(len(self.train))
-            x = {k: v[order] for k, v in self.train.features.items()}
-            y = self.train.labels[order]
             size = cfg.batch_size
 
-            def batch_at(step, x=x, y=y, size=size):
-                return {k: v[step * size: (step + 1) * size] for k, v in x.items()}, y[step * size: (step + 1) * size]
+            def batch_at(step, order=order, size=size):  # indexed per batch: no permuted copy of the split
+                rows = order[step * size: (step + 1) * size]
+                return {k: v[rows] for k, v in self.train.features.items()}, self.train.labels[rows]
 
-            total = min(cfg.gradient_steps or len(y), -(-len(y) // size))
+            total = min(cfg.gradient_steps or len(order), -(-len(order) // size))
             trajectory = gradients.trajectory_steps(total, cfg.gradient_samples)
             recorder = gradients.SplitGradientRecorder(batch_at, sorted(set(trajectory)
                                                                         | set(gradients.paper_steps(total))))
             started = time.perf_counter()
             # The model's own fit (the trainer's loop), in the permutation's order.
-            model.fit(x, y, batch_size=size, epochs=1, steps_per_epoch=total, shuffle=False, verbose=0,
-                      callbacks=[recorder])
+            model.fit((batch_at(step) for step in range(total)), epochs=1, steps_per_epoch=total, shuffle=False,
+                      verbose=0, callbacks=[recorder])
             # The package's statistics read the trajectory samples; the paper's, its own steps.
             samples = [s for s in recorder.samples if s["step"] in set(trajectory)]
             summaries[preset] = gradients.summarize(samples, total_steps=total)
@@ -344,6 +345,7 @@ class _Suite:
         return {"rows": rows, "timing_batch": len(x[MODEL_INPUTS[0]])}
 
 
+@public("dare_tf.analysis")
 def run_analyses(data_dir: str, runs: dict[str, str], output_dir: str, config: AnalysisConfig = AnalysisConfig(),
                  analyses=ANALYSES, dimension_runs: dict[int, str] | None = None, report=print,
                  overwrite: bool = False) -> dict:

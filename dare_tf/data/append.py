@@ -32,7 +32,7 @@ import numpy as np
 from absl import logging
 
 from dare_tf._files import one_writer
-from dare_tf.data.days import Catalogue, day_name, write_days, write_store
+from dare_tf.data.days import Catalogue, LogRows, Past, day_name, write_days, write_store
 from dare_tf.data.fields import field_files, field_id_file
 from dare_tf.data.log_reader import read_log
 from dare_tf.data.logs import ACTION_FIELD, LogFormat, dense_ids
@@ -41,10 +41,10 @@ from dare_tf.data.prepared import (item_categories, layout_fields, make_spec, re
                                    write_field_maps, write_id_maps, write_item_clicks)
 from dare_tf.data.protocol import Protocol, time_windows
 from dare_tf.data.records import read_shards
-from dare_tf.data.spec import (APPEND_JOURNAL, SPEC_FILE, STORE_KIND, STORE_TIMES, TABLE_FILES, TIME_GAP,
-                               DatasetSpec, append_pending, is_shard_name, partition_of, read_id_map)
+from dare_tf.data.spec import APPEND_JOURNAL, SPEC_FILE, TABLE_FILES, DatasetSpec, append_pending, read_id_map
+from dare_tf.data.shards import STORE_KIND, is_shard_name, partition_of
+from dare_tf.data.schema import STORE_TIMES, TIME_GAP
 from dare_tf.data.times import DAY
-
 
 
 def _listed(spec_path: str) -> set[str]:
@@ -151,6 +151,126 @@ def append(input_path: str, data_dir: str, fmt: LogFormat | None = None, allow_l
                        {} if read is None else read)
 
 
+@dataclasses.dataclass
+class _NewRows:
+    """The appended rows in dense ids (old raw ids keep theirs, new ones get the
+    next), the extended id maps, and the catalogue grown to the new ids as of
+    the dataset's last day."""
+
+    rows: LogRows
+    raw_users: np.ndarray
+    raw_items: np.ndarray
+    raw_categories: np.ndarray
+    raw_fields: dict
+    catalogue: Catalogue
+
+    @property
+    def num_items(self) -> int:
+        return len(self.raw_items) + 2
+
+    @property
+    def num_users(self) -> int:
+        return len(self.raw_users) + 1
+
+
+def _new_rows(data_dir: str, spec: DatasetSpec, fmt: LogFormat, clicks, keep: np.ndarray) -> _NewRows:
+    # (`--string_ids`: the codes' strings, as the id maps hold them)
+    raw = {k: clicks.raw(k, getattr(clicks, k)[keep]) for k in ("user", "item", "category")}
+    strings = fmt.string_ids
+    user, raw_users = _extend_ids(raw["user"], read_id_map(data_dir, "user"), strings)
+    item, raw_items = _extend_ids(raw["item"], read_id_map(data_dir, "item"), strings)
+    category, raw_categories = _extend_ids(raw["category"], read_id_map(data_dir, "category"),
+                                           strings and "category" in fmt.role_columns)
+    names = [f["name"] for f in spec.fields if f["name"] != TIME_GAP]  # (the column fields)
+    fields, raw_fields = {}, {}
+    for name in names:
+        with open(os.path.join(data_dir, field_id_file(name))) as f:
+            fields[name], raw_fields[name] = _extend_ids(clicks.raw(name, clicks.fields[name][keep]),
+                                                         f.read().split(), strings and name != ACTION_FIELD)
+    grown = np.zeros(len(raw_items) + 2, np.int64)  # the catalogue as of the dataset's last day, grown by new ids
+    catalogue = Catalogue(grown, grown, dict.fromkeys(names, grown))
+    old = spec.num_items - 1
+    catalogue.categories[:old] = item_categories(data_dir, spec, lambda: [])[:old]
+    catalogue.counts[:old] = read_item_clicks(data_dir, spec.num_items)[:old]
+    for name in names:
+        if not spec.field(name)["history_only"]:
+            catalogue.fields[name][:old] = read_item_field(data_dir, spec, name)[:old]
+    rows = LogRows(user, item, category, clicks.time[keep], None if clicks.label is None else clicks.label[keep],
+                   fields, clicks.clicked()[keep] if fmt.action_field else None)
+    return _NewRows(rows, raw_users, raw_items, raw_categories, raw_fields, catalogue)
+
+
+@dataclasses.dataclass
+class _OldStore:
+    """The stored users of the partitions the new rows touch: their lists and click counts."""
+
+    partitions: list
+    lists: dict
+
+    @classmethod
+    def read(cls, data_dir: str, spec: DatasetSpec, fmt: LogFormat, new: _NewRows, protocol: Protocol) -> "_OldStore":
+        partitions = np.unique(partition_of(new.rows.uid, protocol.partitions)).tolist()
+        names = ("uid", "length", *spec.record_columns[1])  # items, categories, the fields' and the times
+        shards = read_shards(data_dir, [spec.store[k] for k in partitions], spec, STORE_KIND)
+        store = cls(partitions, dict(zip(names, _concat(shards, names))))
+        store._start = dict(zip(store.lists["uid"].tolist(),
+                                np.concatenate([[0], np.cumsum(store.lists["length"])[:-1]]).tolist()))
+        store._length = dict(zip(store.lists["uid"].tolist(), store.lists["length"].tolist()))
+        # `--action_field`: every action is history, the clicks among them are the targets (and qualify a user).
+        clicked = np.ones(len(store.lists["items"]), bool)
+        if fmt.action_field:
+            click_code = int(np.flatnonzero(new.raw_fields[ACTION_FIELD] == fmt.click_code)[0]) + 1
+            clicked = store.lists[ACTION_FIELD] == click_code
+        counted = np.bincount(np.repeat(store.lists["uid"], store.lists["length"])[clicked], minlength=new.num_users)
+        store._clicks = dict(zip(store.lists["uid"].tolist(), counted[store.lists["uid"]].tolist()))
+        return store
+
+    def history(self, uid: int) -> np.ndarray:
+        start = self._start.get(uid)
+        return (self.lists["items"][start: start + self._length[uid]].astype(np.int64) if start is not None
+                else np.zeros(0, np.int64))
+
+    def clicks(self, uid: int) -> int:
+        return self._clicks.get(uid, 0)
+
+    def write_grown(self, data_dir: str, spec: DatasetSpec, new: _NewRows, protocol: Protocol) -> dict:
+        """Rewrites the touched partitions' store shards with the new clicks appended; their files."""
+        old, rows = self.lists, new.rows
+        is_click = rows.is_click  # (the history's rows)
+        click_uid = np.concatenate([np.repeat(old["uid"], old["length"]), rows.uid[is_click]]).astype(np.int64)
+        source = np.concatenate([np.zeros(len(old["items"]), np.int64), np.ones(int(is_click.sum()), np.int64)])
+        order = np.lexsort((np.arange(len(click_uid)), source, click_uid))
+        users = np.union1d(old["uid"], rows.uid)
+        lengths = np.bincount(click_uid, minlength=new.num_users)[users]
+        added = {"items": rows.items, "categories": rows.categories, **rows.fields, STORE_TIMES: rows.times}
+        merged = {k: np.concatenate([old[k], added[k][is_click]])[order] for k in spec.record_columns[1]}
+        return write_store(data_dir, users, lengths, merged.pop("items"), merged.pop("categories"), protocol,
+                           spec.compression, int(rows.times.max()), indices=self.partitions, extra=merged)
+
+    def qualified(self, new: _NewRows, protocol: Protocol) -> int:
+        """Users that reach `min_clicks` with the new rows."""
+        users = np.union1d(self.lists["uid"], new.rows.uid)
+        before = np.array([self.clicks(u) for u in users.tolist()])
+        after = before + np.bincount(new.rows.uid[new.rows.popular], minlength=new.num_users)[users]
+        return int(((before < protocol.min_clicks) & (after >= protocol.min_clicks)).sum())
+
+
+def _late(spec: DatasetSpec, clicks, input_path: str, allow_late: bool) -> np.ndarray:
+    """The rows on or before the dataset's last day: refused, or (`allow_late`) to be dropped."""
+    last_day = int(spec.source["last_time"]) // DAY
+    late = clicks.time // DAY <= last_day
+    if late.any() and not allow_late:
+        first = int(np.flatnonzero(late)[0])
+        raise ValueError(f"--append: {input_path}: {int(late.sum())} of its {len(late)} rows are on or before "
+                         f"{day_name(last_day)}, the dataset's last day (the first at time {int(clicks.time[first])})"
+                         "; a day is appended once, after the days the dataset holds (pass --allow_late to drop "
+                         "those rows)")
+    if late.all():
+        raise ValueError(f"--append: {input_path}: every row is on or before {day_name(last_day)}, the dataset's "
+                         "last day; nothing is left to append")
+    return late
+
+
 def _append(input_path: str, data_dir: str, fmt: LogFormat | None, allow_late: bool, skip_bad_lines: bool,
             timings: dict, read: dict) -> DatasetSpec:
     start = time.perf_counter()
@@ -174,103 +294,46 @@ def _append(input_path: str, data_dir: str, fmt: LogFormat | None, allow_late: b
         logging.warning("%s: this log (sha256 %s...) is in %s already; nothing to append", input_path,
                         clicks.sha256[:16], data_dir)
         return spec
-    last_day = int(spec.source["last_time"]) // DAY
-    late = clicks.time // DAY <= last_day
-    if late.any() and not allow_late:
-        first = int(np.flatnonzero(late)[0])
-        raise ValueError(f"--append: {input_path}: {int(late.sum())} of its {len(late)} rows are on or before "
-                         f"{day_name(last_day)}, the dataset's last day (the first at time {int(clicks.time[first])})"
-                         "; a day is appended once, after the days the dataset holds (pass --allow_late to drop "
-                         "those rows)")
-    if late.all():
-        raise ValueError(f"--append: {input_path}: every row is on or before {day_name(last_day)}, the dataset's "
-                         "last day; nothing is left to append")
-    keep = ~late
-    # (`--string_ids`: the codes' strings, as the id maps hold them)
-    raw = {k: clicks.raw(k, getattr(clicks, k)[keep]) for k in ("user", "item", "category")}
-    raw["time"] = clicks.time[keep]
-    labels = None if clicks.label is None else clicks.label[keep]
-    strings = fmt.string_ids
-    user, raw_users = _extend_ids(raw["user"], read_id_map(data_dir, "user"), strings)
-    item, raw_items = _extend_ids(raw["item"], read_id_map(data_dir, "item"), strings)
-    category, raw_categories = _extend_ids(raw["category"], read_id_map(data_dir, "category"),
-                                           strings and "category" in fmt.role_columns)
-    names = [f["name"] for f in spec.fields if f["name"] != TIME_GAP]  # (the column fields)
-    fields, raw_fields = {}, {}
-    for name in names:
-        with open(os.path.join(data_dir, field_id_file(name))) as f:
-            fields[name], raw_fields[name] = _extend_ids(clicks.raw(name, clicks.fields[name][keep]),
-                                                         f.read().split(), strings and name != ACTION_FIELD)
-    num_items, num_users = len(raw_items) + 2, len(raw_users) + 1
-    grown = np.zeros(num_items, np.int64)  # the catalogue as of the dataset's last day, grown by the new ids
-    catalogue = Catalogue(grown, grown, dict.fromkeys(names, grown))
-    catalogue.categories[: spec.num_items - 1] = item_categories(data_dir, spec, lambda: [])[: spec.num_items - 1]
-    catalogue.counts[: spec.num_items - 1] = read_item_clicks(data_dir, spec.num_items)[: spec.num_items - 1]
-    for name in names:
-        if not spec.field(name)["history_only"]:
-            catalogue.fields[name][: spec.num_items - 1] = read_item_field(data_dir, spec, name)[: spec.num_items - 1]
-    times = raw["time"]
-    bounds = protocol.bounds(int(times.max()))
-    # The store of the partitions whose users have rows in the new log.
-    touched = np.unique(partition_of(user, protocol.partitions)).tolist()
-    lists = spec.record_columns[1]  # items, categories, the fields' and the times
-    old = dict(zip(("uid", "length", *lists), _concat(read_shards(data_dir, [spec.store[k] for k in touched], spec,
-                                                                  STORE_KIND), ("uid", "length", *lists))))
-    old_start = dict(zip(old["uid"].tolist(), np.concatenate([[0], np.cumsum(old["length"])[:-1]]).tolist()))
-    old_length = dict(zip(old["uid"].tolist(), old["length"].tolist()))
-
-    def prior(u):
-        s = old_start.get(u)
-        return old["items"][s: s + old_length[u]].astype(np.int64) if s is not None else np.zeros(0, np.int64)
-
-    # `--action_field`: every action is history, the clicks among them are the targets (and qualify a user).
-    clicked = clicks.clicked()[keep] if fmt.action_field else None
-    old_clicks = np.ones(len(old["items"]), bool)
-    if fmt.action_field:
-        click_code = int(np.flatnonzero(raw_fields[ACTION_FIELD] == fmt.click_code)[0]) + 1
-        old_clicks = old[ACTION_FIELD] == click_code
-    counted = np.bincount(np.repeat(old["uid"], old["length"])[old_clicks], minlength=num_users)
-    old_click_count = dict(zip(old["uid"].tolist(), counted[old["uid"]].tolist()))
+    late = _late(spec, clicks, input_path, allow_late)
+    new = _new_rows(data_dir, spec, fmt, clicks, ~late)
+    bounds = protocol.bounds(int(new.rows.times.max()))
+    store = _OldStore.read(data_dir, spec, fmt, new, protocol)
     phase("read_store")
-    files = {n: e for n, e in spec.files.items() if n not in {spec.store[k] for k in touched}}
-    files.update(write_days(data_dir, user, item, category, times, labels, prior, catalogue, protocol, bounds,
-                            spec.compression, fields, clicked, lambda u: old_click_count.get(u, 0)))
+    files = {n: e for n, e in spec.files.items() if n not in {spec.store[k] for k in store.partitions}}
+    files.update(write_days(data_dir, new.rows, Past(new.catalogue, store.history, store.clicks), protocol, bounds,
+                            spec.compression))
     phase("examples")
-    is_click = np.ones(len(user), bool) if labels is None else labels == 1  # (the history's rows)
-    click_uid = np.concatenate([np.repeat(old["uid"], old["length"]), user[is_click]]).astype(np.int64)
-    source = np.concatenate([np.zeros(len(old["items"]), np.int64), np.ones(int(is_click.sum()), np.int64)])
-    order = np.lexsort((np.arange(len(click_uid)), source, click_uid))
-    users = np.union1d(old["uid"], user)
-    lengths = np.bincount(click_uid, minlength=num_users)[users]
-    new = {"items": item, "categories": category, **fields, STORE_TIMES: times}
-    merged = {k: np.concatenate([old[k], new[k][is_click]])[order] for k in lists}
-    files.update(write_store(data_dir, users, lengths, merged.pop("items"), merged.pop("categories"), protocol,
-                             spec.compression, int(times.max()), indices=touched, extra=merged))
+    files.update(store.write_grown(data_dir, spec, new, protocol))
     phase("write_store")
-    before = np.array([old_click_count.get(u, 0) for u in users.tolist()])
-    new_clicks = is_click if clicked is None else clicked
-    after = before + np.bincount(user[new_clicks], minlength=num_users)[users]
-    qualified = int(((before < protocol.min_clicks) & (after >= protocol.min_clicks)).sum())
     entry = dict(path=os.path.abspath(input_path), sha256=clicks.sha256, rows=clicks.rows,
-                 clicks=int(new_clicks.sum()), bad_lines=clicks.bad_lines, late_rows=int(late.sum()))
-    new_source = {**spec.source, "appended": [*appended, entry], "last_time": int(times.max())}
+                 clicks=int(new.rows.popular.sum()), bad_lines=clicks.bad_lines, late_rows=int(late.sum()))
+    new_source = {**spec.source, "appended": [*appended, entry], "last_time": int(new.rows.times.max())}
     preparation = hashlib.sha256(f"{spec.preparation}+{clicks.sha256}+{allow_late}".encode()).hexdigest()[:16]
     new_spec = make_spec(fmt, protocol, new_source, preparation, dict(
-        num_items=num_items, num_categories=len(raw_categories) + 2, num_users=num_users, users=spec.users + qualified,
+        num_items=new.num_items, num_categories=len(new.raw_categories) + 2, num_users=new.num_users,
+        users=spec.users + store.qualified(new, protocol),
         **layout_fields(protocol, spec.compression, files, bounds, [
-            dict(f, vocabulary=len(raw_fields[f["name"]]) + 2) if f["name"] in raw_fields else f
+            dict(f, vocabulary=len(new.raw_fields[f["name"]]) + 2) if f["name"] in new.raw_fields else f
             for f in spec.fields]), **time_windows(protocol, bounds)))
-    write_id_maps(data_dir, raw_items, raw_categories, raw_users, catalogue.categories, rename=append_pending)
-    write_field_maps(data_dir, raw_fields, catalogue.fields, num_items, rename=append_pending)
-    write_item_clicks(data_dir, catalogue.counts, rename=append_pending)
+    new_spec = _journal(data_dir, new_spec, new)
+    _commit(data_dir)
+    phase("commit")
+    logging.info("appended %s to %s in %.1fs: %s", input_path, data_dir, time.perf_counter() - start, new_spec.counts)
+    return new_spec
+
+
+def _journal(data_dir: str, new_spec: DatasetSpec, new: _NewRows) -> DatasetSpec:
+    """Writes the new id maps and tables beside the old ones, then the new spec.json
+    (with the tables' digests, as returned) as the journal."""
+    write_id_maps(data_dir, new.raw_items, new.raw_categories, new.raw_users, new.catalogue.categories,
+                  rename=append_pending)
+    write_field_maps(data_dir, new.raw_fields, new.catalogue.fields, new.num_items, rename=append_pending)
+    write_item_clicks(data_dir, new.catalogue.counts, rename=append_pending)
     new_spec = dataclasses.replace(new_spec, tables=table_digests(data_dir, new_spec.fields, rename=append_pending))
     journal = os.path.join(data_dir, APPEND_JOURNAL)
     with open(f"{journal}.tmp", "w") as f:
         f.write(new_spec.to_json())
     os.replace(f"{journal}.tmp", journal)  # the commit point: from here on the append is finished, not undone
-    _commit(data_dir)
-    phase("commit")
-    logging.info("appended %s to %s in %.1fs: %s", input_path, data_dir, time.perf_counter() - start, new_spec.counts)
     return new_spec
 
 

@@ -33,6 +33,7 @@ import time
 import numpy as np
 from absl import logging
 
+from dare_tf._faces import public
 from dare_tf.data.log_reader import parse_block, plan_blocks
 from dare_tf.data.logs import check_fields
 from dare_tf.data.logs import LogFormat
@@ -46,7 +47,8 @@ from dare_tf.data.fields import column_entries, spec_fields
 from dare_tf.data.logs import ACTION_FIELD
 from dare_tf.data.examples import USERS_PER_CHUNK, UserRows, chunk_examples, store_rows
 from dare_tf.data.protocol import Protocol, no_user_qualifies, preparation_id, time_windows
-from dare_tf.data.spec import SEGMENT_KIND, SPLITS, STORE_KIND, partition_of
+from dare_tf.data.spec import SPLITS
+from dare_tf.data.shards import SEGMENT_KIND, STORE_KIND, partition_of
 from dare_tf.data.string_ids import fingerprinted, from_fingerprints, named
 from dare_tf.data.times import DAY
 
@@ -282,6 +284,7 @@ def _unwrap(error: BaseException) -> BaseException:
     return error
 
 
+@public("dare_tf.data", name="prepare_beam")
 def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Protocol = Protocol(),
             skip_bad_lines: bool = False, pipeline_options=None, block_bytes: int | None = None,
             compression: str = "GZIP"):

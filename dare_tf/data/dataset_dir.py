@@ -16,7 +16,8 @@ from dare_tf._files import clean_stale, guard_output_dir, one_writer, replace_di
 from dare_tf.data.fields import field_files
 from dare_tf.data.records import file_sha256
 from dare_tf.data.spec import (APPEND_JOURNAL, APPEND_LOCK, FORMAT, LEGACY_FORMATS, SPEC_FILE, TABLE_FILES,
-                               DatasetSpec, SpecError, append_pending, is_shard_name)
+    DatasetSpec, SpecError, append_pending)
+from dare_tf.data.shards import is_shard_name
 
 
 def _own_files(directory: str) -> set[str] | None:

@@ -27,16 +27,16 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+from typing import Callable
 
 import numpy as np
 
 from dare_tf.data.examples import MAX_NEGATIVE_ROUNDS, UserRows, target_columns
 from dare_tf.data.logs import ACTION_FIELD
 from dare_tf.data.prepared import PartitionedWriter
-from dare_tf.data.spec import (EXAMPLE_COLUMNS, EXAMPLE_TIME, SEGMENT_KIND, STORE_KIND, STORE_TIMES, TIME_GAP,
-                               record_columns)
+from dare_tf.data.shards import SEGMENT_KIND, STORE_KIND
+from dare_tf.data.schema import EXAMPLE_COLUMNS, EXAMPLE_TIME, STORE_TIMES, TIME_GAP, record_columns
 from dare_tf.data.times import DAY
-
 
 
 def day_name(day: int) -> str:
@@ -129,7 +129,7 @@ class Catalogue:
 
 def example_names(fields, time_gap: bool) -> tuple[str, ...]:
     """The columns of `user_day_examples`' tables: the example records' features
-    (`dare_tf.data.spec.record_columns`) of the column `fields` (names; the
+    (`dare_tf.data.schema.record_columns`) of the column `fields` (names; the
     action's is history-only) and (`time_gap`) the time gap."""
     entries = [{"name": f, "history_only": f == ACTION_FIELD} for f in fields]
     return record_columns(entries + ([{"name": TIME_GAP}] if time_gap else []))[0]
@@ -179,22 +179,65 @@ def user_day_examples(uid: int, stored: np.ndarray, rows: UserRows, clicks: Clic
     return {int(s): table[segment == s] for s in np.unique(segment)}
 
 
-def write_days(directory: str, uid, items, categories, times, labels, prior, catalogue: Catalogue, protocol,
-               bounds, compression: str, fields: dict | None = None, clicked=None, prior_clicks=None
-               ) -> dict[str, dict]:
-    """Writes the example segments of `times`' days: the rows (dense int arrays,
-    in time order; `labels` None for a click log; `fields`: the further fields'
-    values; `clicked`, with `--action_field`: which rows, every action, are
-    clicks) grouped by day, each day's users in ascending order. `prior(uid)`
-    gives a user's history before these rows (dense items; `prior_clicks(uid)`
-    how many are clicks, default all); `catalogue` is advanced over the days.
-    Returns the shards' spec.json `files` entries."""
-    uid, items, times = np.asarray(uid, np.int64), np.asarray(items, np.int64), np.asarray(times, np.int64)
-    categories = np.asarray(categories, np.int64)
-    fields = {k: np.asarray(v, np.int64) for k, v in (fields or {}).items()}
+@dataclasses.dataclass
+class LogRows:
+    """The rows a time split writes: dense int arrays in time order. `labels`:
+    None for a click log (every row a click), else each impression's 0/1;
+    `fields`: the further fields' values; `clicked`, with `--action_field`:
+    which rows (every action is history) are clicks."""
+
+    uid: np.ndarray
+    items: np.ndarray
+    categories: np.ndarray
+    times: np.ndarray
+    labels: np.ndarray | None = None
+    fields: dict = dataclasses.field(default_factory=dict)
+    clicked: np.ndarray | None = None
+
+    def __post_init__(self):
+        for name in ("uid", "items", "categories", "times"):
+            setattr(self, name, np.asarray(getattr(self, name), np.int64))
+        self.fields = {k: np.asarray(v, np.int64) for k, v in self.fields.items()}
+
+    @property
+    def is_click(self) -> np.ndarray:
+        """The rows that are history: every row of a click log, the clicked impressions."""
+        return np.ones(len(self.uid), bool) if self.labels is None else np.asarray(self.labels) == 1
+
+    @property
+    def popular(self) -> np.ndarray:
+        """The rows that count as clicks (negatives are drawn by them; a user qualifies by them)."""
+        return self.is_click if self.clicked is None else np.asarray(self.clicked)
+
+
+def _no_history(uid: int) -> np.ndarray:
+    del uid
+    return np.zeros(0, np.int64)
+
+
+@dataclasses.dataclass
+class Past:
+    """What a dataset holds before the rows it is given: the catalogue as of its
+    last day (advanced over the new days), each user's history (`history(uid)`,
+    dense items) and how many of those are clicks (`clicks(uid)`; default all).
+    A whole log starts from an empty catalogue and no history."""
+
+    catalogue: Catalogue
+    history: Callable[[int], np.ndarray] = _no_history
+    clicks: Callable[[int], int] | None = None
+
+    def click_count(self, uid: int) -> int:
+        return len(self.history(uid)) if self.clicks is None else int(self.clicks(uid))
+
+
+def write_days(directory: str, rows: LogRows, past: Past, protocol, bounds, compression: str) -> dict[str, dict]:
+    """Writes the example segments of `rows`' days, grouped by day, each day's
+    users in ascending order, each user's history its `past` and its earlier
+    rows; `past.catalogue` is advanced over the days. Returns the shards'
+    spec.json `files` entries."""
+    uid, items, times, fields = rows.uid, rows.items, rows.times, rows.fields
     names = example_names(fields, protocol.time_gap)
-    is_click = np.ones(len(uid), bool) if labels is None else np.asarray(labels) == 1  # (the history's rows)
-    popular = is_click if clicked is None else np.asarray(clicked)  # (the rows negatives are drawn by)
+    is_click, popular = rows.is_click, rows.popular
     # Each user's history rows in time order: its past grows by them day by day.
     by_user = np.argsort(uid, kind="stable")
     user_clicks = by_user[is_click[by_user]]
@@ -207,8 +250,8 @@ def write_days(directory: str, uid, items, categories, times, labels, prior, cat
     day_starts = np.flatnonzero(np.diff(day[order], prepend=-1))
     for lo, hi in zip(day_starts, [*day_starts[1:], len(order)]):
         rows_d = order[lo:hi]
-        clicks = catalogue.advance(int(day[rows_d[0]]), items[rows_d], categories[rows_d], popular[rows_d],
-                                   {k: v[rows_d] for k, v in fields.items()})
+        clicks = past.catalogue.advance(int(day[rows_d[0]]), items[rows_d], rows.categories[rows_d],
+                                        popular[rows_d], {k: v[rows_d] for k, v in fields.items()})
         segments: dict[int, list] = {}
         user_starts = np.flatnonzero(np.diff(uid[rows_d], prepend=-1))
         for a, b in zip(user_starts, [*user_starts[1:], len(rows_d)]):
@@ -216,14 +259,14 @@ def write_days(directory: str, uid, items, categories, times, labels, prior, cat
             u = int(uid[r[0]])
             done = consumed.get(u, 0)
             start = first_click.get(u, 0)
-            stored = np.concatenate([prior(u), items[user_clicks[start: start + done]]])
-            rows = UserRows(items=items[r], categories=categories[r], times=times[r],
-                            labels=None if labels is None else np.asarray(labels)[r],
-                            fields={k: v[r] for k, v in fields.items()},
-                            clicked=None if clicked is None else popular[r])
+            stored = np.concatenate([past.history(u), items[user_clicks[start: start + done]]])
+            today = UserRows(items=items[r], categories=rows.categories[r], times=times[r],
+                             labels=None if rows.labels is None else np.asarray(rows.labels)[r],
+                             fields={k: v[r] for k, v in fields.items()},
+                             clicked=None if rows.clicked is None else popular[r])
             if u not in clicks_so_far:
-                clicks_so_far[u] = len(prior(u)) if prior_clicks is None else prior_clicks(u)
-            for tag, table in user_day_examples(u, stored, rows, clicks, protocol, bounds,
+                clicks_so_far[u] = past.click_count(u)
+            for tag, table in user_day_examples(u, stored, today, clicks, protocol, bounds,
                                                 clicks_so_far[u]).items():
                 segments.setdefault(tag, []).append(table)
             consumed[u] = done + int(is_click[r].sum())
@@ -253,27 +296,23 @@ def write_store(directory: str, uid, lengths, items, categories, protocol, compr
     return writer.close()
 
 
-def build_time_split(directory: str, user, item, category, times, labels, num_users: int, num_items: int,
-                     protocol, bounds, compression: str, fields: dict | None = None, clicked=None
-                     ) -> tuple[dict[str, dict], int, np.ndarray]:
-    """`--split=time` from a whole log (dense ids, rows in time order; `fields`:
-    the further fields' values; `clicked`: `write_days`'): the example
+def build_time_split(directory: str, rows: LogRows, num_users: int, num_items: int, protocol, bounds,
+                     compression: str) -> tuple[dict[str, dict], int, np.ndarray]:
+    """`--split=time` from a whole log (`rows`, from an empty past): the example
     segments of every day and the store of every user. Returns the files, the
     number of users that reached `min_clicks` and every item's clicks."""
-    fields = fields or {}
     catalogue = Catalogue(np.zeros(num_items, np.int64), np.zeros(num_items, np.int64),
-                          {k: np.zeros(num_items, np.int64) for k in fields})
-    files = write_days(directory, user, item, category, times, labels, lambda u: np.zeros(0, np.int64), catalogue,
-                       protocol, bounds, compression, fields, clicked)
-    is_click = np.ones(len(user), bool) if labels is None else np.asarray(labels) == 1
-    clicks = np.flatnonzero(is_click)[np.argsort(np.asarray(user)[is_click], kind="stable")]
-    lengths = np.bincount(np.asarray(user)[is_click], minlength=num_users)
-    extra = {k: np.asarray(v)[clicks] for k, v in fields.items()}
+                          {k: np.zeros(num_items, np.int64) for k in rows.fields})
+    files = write_days(directory, rows, Past(catalogue), protocol, bounds, compression)
+    is_click = rows.is_click
+    clicks = np.flatnonzero(is_click)[np.argsort(rows.uid[is_click], kind="stable")]
+    lengths = np.bincount(rows.uid[is_click], minlength=num_users)
+    extra = {k: v[clicks] for k, v in rows.fields.items()}
     if protocol.time_gap:
-        extra[STORE_TIMES] = np.asarray(times)[clicks]
-    files.update(write_store(directory, np.arange(1, num_users), lengths[1:], np.asarray(item)[clicks],
-                             np.asarray(category)[clicks], protocol, compression, int(np.max(times)), extra=extra))
-    click_counts = lengths if clicked is None else np.bincount(np.asarray(user)[clicked], minlength=num_users)
+        extra[STORE_TIMES] = rows.times[clicks]
+    files.update(write_store(directory, np.arange(1, num_users), lengths[1:], rows.items[clicks],
+                             rows.categories[clicks], protocol, compression, int(np.max(rows.times)), extra=extra))
+    click_counts = np.bincount(rows.uid[rows.popular], minlength=num_users)
     return files, int((click_counts[1:] >= protocol.min_clicks).sum()), catalogue.counts
 
 

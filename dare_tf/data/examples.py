@@ -13,7 +13,8 @@ import functools
 import numpy as np
 
 from dare_tf.data.logs import ACTION_FIELD
-from dare_tf.data.spec import EXAMPLE_TIME, SPLITS, STORE_TIMES, target_feature
+from dare_tf.data.spec import SPLITS
+from dare_tf.data.schema import EXAMPLE_TIME, STORE_TIMES, target_feature
 
 USERS_PER_CHUNK = 256
 MAX_NEGATIVE_ROUNDS = 1000
@@ -126,7 +127,7 @@ class UserRows:
     clicked: np.ndarray | None = None
 
     def stored(self, time_gap: bool) -> dict[str, np.ndarray]:
-        """The user's store lists (`dare_tf.data.spec.record_columns`) of its clicks:
+        """The user's store lists (`dare_tf.data.schema.record_columns`) of its clicks:
         every row, or the impressions labelled 1; `times` with `time_gap`."""
         lists = {"items": self.items, "categories": self.categories, **self.fields}
         if time_gap:

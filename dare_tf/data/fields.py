@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from dare_tf.data.logs import ACTION_FIELD, dense_ids
-from dare_tf.data.spec import TIME_GAP
+from dare_tf.data.schema import TIME_GAP
 
 # The time gap's last bucket edge is 2^TIME_GAP_LOG2 time units (2^40 s: 34,000 years).
 TIME_GAP_LOG2 = 40

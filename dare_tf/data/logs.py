@@ -11,6 +11,8 @@ import os
 
 import numpy as np
 
+from dare_tf._faces import public
+
 FILE_FORMATS = {"csv": ",", "tsv": "\t", "parquet": None}
 ROLES = ("user", "item", "category", "time", "action", "label")
 REQUIRED_ROLES = ("user", "item", "time")
@@ -25,6 +27,7 @@ RESERVED_FIELD_NAMES = ("item", "category", "position", "user", "uid", "items", 
                         "time", "times", "length", "action", "time_gap")
 
 
+@public("dare_tf.data")
 class BadLineError(ValueError):
     """A malformed line (or Parquet row) in a raw log: names the file, the line and the content."""
 
@@ -33,6 +36,7 @@ class LogFormatError(ValueError):
     """The log's columns do not match its format (`--columns`, header, Parquet types)."""
 
 
+@public("dare_tf.data")
 @dataclasses.dataclass(frozen=True)
 class LogFormat:
     """How a raw log's rows are read.

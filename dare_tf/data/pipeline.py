@@ -29,11 +29,13 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from dare_tf._faces import public
 from dare_tf.data.fields import time_gap_buckets_tensor
 from dare_tf.data.records import feature_spec, verify_shards
-from dare_tf.data.spec import (DEFAULT_SHUFFLE_BUFFER, EXAMPLE_TIME, HIST_CATEGORIES, HIST_ITEMS, STREAM_BLOCK,
-                               STREAM_MIX_BLOCKS, TARGET_CATEGORY, TARGET_ITEM, TIME_GAP, USER, DatasetSpec,
-                               history_feature, target_feature)
+from dare_tf.data.spec import DatasetSpec
+from dare_tf.data.shards import DEFAULT_SHUFFLE_BUFFER, STREAM_BLOCK, STREAM_MIX_BLOCKS
+from dare_tf.data.schema import (EXAMPLE_TIME, HIST_CATEGORIES, HIST_ITEMS, TARGET_CATEGORY, TARGET_ITEM, TIME_GAP,
+    USER, history_feature, target_feature)
 from dare_tf.data.store import SequenceStore, check_max_len, load_store, read_examples
 
 
@@ -85,6 +87,7 @@ def assemble_fn(store: SequenceStore, max_len: int):
     return assemble
 
 
+@public("dare_tf.data")
 class InMemorySplit:
     """A split's examples (of all partitions, or a worker's) held in memory, and the store they point into.
 
@@ -239,6 +242,7 @@ def stream(data_dir: str, split: str, batch_size: int, *, spec: DatasetSpec | No
     return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
 
 
+@public("dare_tf.data")
 def make_dataset(
     data_dir: str,
     split: str,

@@ -11,11 +11,14 @@ import os
 import numpy as np
 from absl import logging
 
+from dare_tf._faces import public
 from dare_tf.data.logs import ACTION_FIELD, FORMATS, Clicks, LogFormat
 from dare_tf.data.records import ShardWriter
 from dare_tf.data.wire import encode_examples, encode_store
-from dare_tf.data.spec import (FORMAT, ID_MAP_FILES, ITEM_CATEGORY_FILE, ITEM_CLICKS_FILE, SEGMENT_KIND, SPLITS,
-                               STORE_KIND, DatasetSpec, SpecError, features_of, partition_of, shard_name, shard_tag)
+from dare_tf.data.spec import (FORMAT, ID_MAP_FILES, ITEM_CATEGORY_FILE, ITEM_CLICKS_FILE, SPLITS, DatasetSpec,
+    SpecError)
+from dare_tf.data.shards import SEGMENT_KIND, STORE_KIND, partition_of, shard_name, shard_tag
+from dare_tf.data.schema import features_of
 from dare_tf.data.fields import field_id_file, item_field_file
 
 
@@ -99,6 +102,7 @@ def read_item_clicks(directory: str, num_items: int) -> np.ndarray:
     return np.concatenate([[0], counts, [0]])
 
 
+@public("dare_tf.data")
 def item_categories(data_dir: str, spec: DatasetSpec, observed):
     """`[spec.num_items]` int64: the dense category of every dense item as the log
     gave it (`ITEM_CATEGORY_FILE`; padding and out-of-vocabulary rows get the

@@ -13,7 +13,7 @@ drawn, and each history is the user's clicks strictly before the
 impression's time.
 
 What is written (`dare_tf.data.records` reads it), users assigned to
-`partitions` partitions by a hash of their id (`spec.partition_of`):
+`partitions` partitions by a hash of their id (`dare_tf.data.shards.partition_of`):
 
 - the store: per qualifying user, one record of its time-ordered item and
   category ids (`store-0000k-of-0000P.tfrecord.gz` holds partition k);
@@ -41,7 +41,8 @@ import time
 import numpy as np
 from absl import logging
 
-from dare_tf.data.days import build_time_split
+from dare_tf._faces import public
+from dare_tf.data.days import LogRows, build_time_split
 from dare_tf.data.examples import (MIN_IMPRESSIONS, USERS_PER_CHUNK, LogStatistics, UserRows, chunk_examples,
                                    qualifying_users, store_rows)
 from dare_tf.data.logs import Clicks, LogFormat
@@ -52,7 +53,8 @@ from dare_tf.data.prepared import (MAX_PARTITIONS, PartitionedWriter, allow_open
 from dare_tf.data.fields import DenseFields, spec_fields
 from dare_tf.data.log_reader import read_log
 from dare_tf.data.logs import dense_ids
-from dare_tf.data.spec import FORMAT, MAX_LEN, SPLITS, STORE_KIND, DatasetSpec
+from dare_tf.data.spec import FORMAT, MAX_LEN, SPLITS, DatasetSpec
+from dare_tf.data.shards import STORE_KIND
 from dare_tf.data.times import DAY
 
 MAX_NEGATIVES = 100
@@ -60,6 +62,7 @@ SPLIT_KINDS = ("user", "time")
 TIME_SPLIT_FIELDS = ("split", "val_days", "test_days", "val_from", "test_from")
 
 
+@public("dare_tf.data")
 @dataclasses.dataclass(frozen=True)
 class Protocol:
     """The sample-construction parameters (the paper's code, github.com/thuml/DARE).
@@ -282,9 +285,9 @@ def _time_split(directory, user, item, category, times, labels, raw, item_catego
     if clicks_per_user.max() < max(protocol.min_clicks, 1):
         raise no_user_qualifies(protocol, int(clicks_per_user.max()))
     allow_open_files(2 * protocol.partitions, protocol.partitions)
-    files, users, item_clicks = build_time_split(directory, user, item, category, times, labels, len(raw_users) + 1,
-                                                 len(raw_items) + 2, protocol, bounds, compression, fields.values,
-                                                 clicked)
+    rows = LogRows(user, item, category, times, labels, fields.values, clicked)
+    files, users, item_clicks = build_time_split(directory, rows, len(raw_users) + 1, len(raw_items) + 2, protocol,
+                                                 bounds, compression)
     write_id_maps(directory, raw_items, raw_categories, raw_users, item_category)
     write_field_maps(directory, fields.raw, fields.of_item, len(raw_items) + 2)
     write_item_clicks(directory, item_clicks)
@@ -301,6 +304,7 @@ def time_windows(protocol: Protocol, bounds: tuple[int, int] | None) -> dict:
     return {"windows": {"train": None, "val": int(bounds[0]), "test": int(bounds[1])}}
 
 
+@public("dare_tf.data")
 def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Protocol = Protocol(),
             skip_bad_lines: bool = False, compression: str = "GZIP") -> DatasetSpec:
     """Raw log -> sequence store, example shards, id maps and spec.json in

@@ -36,10 +36,14 @@ import sys
 import google_crc32c
 import numpy as np
 
+from dare_tf._faces import public
 from dare_tf._startup import quiet_tensorflow
-from dare_tf.data.spec import (EXAMPLE_COLUMNS, EXAMPLE_TIME, STORE_CLICK_COLUMNS, STORE_KIND, STORE_TIMES, TIME_GAP,
-                               DatasetSpec, target_feature)
+from dare_tf.data.spec import DatasetSpec
+from dare_tf.data.shards import STORE_KIND
+from dare_tf.data.schema import (EXAMPLE_COLUMNS, EXAMPLE_TIME, STORE_CLICK_COLUMNS, STORE_TIMES, TIME_GAP,
+    target_feature)
 
+@public("dare_tf.data")
 class ShardError(ValueError):
     """A shard of a prepared dataset is missing, cut short, corrupt, from another
     preparation, or holds an id outside spec.json's vocabularies."""

@@ -1,7 +1,5 @@
-"""The schema of every example, and the prepared dataset's own description
-(`DIR/spec.json` and its id-map files). The feature names, dtypes and shapes
-below are the schema's only definition: the example writer, the reader, the
-model's inputs, the serving signatures and the client all use them. The input
+"""The prepared dataset's own description: `DIR/spec.json`, its id-map files and
+its shards' names (the features' names are `dare_tf.data.schema`'s). The input
 pipeline, the trainers and the export read vocabulary sizes, sequence length
 and shard lists only from `spec.json`. Pure Python: no TensorFlow.
 """
@@ -11,8 +9,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 from typing import Any
+
+from dare_tf._faces import public, public_names
+from dare_tf.data.schema import record_columns
+from dare_tf.data.shards import COMPRESSIONS, SEGMENT_KIND, SHARD_NAME, STORE_KIND, shard_name
 
 SPEC_FILE = "spec.json"
 SPLITS = ("train", "val", "test")
@@ -37,135 +38,21 @@ def append_pending(name: str) -> str:
     """Where an append writes the dataset file `name` before its commit renames it into place."""
     return f".{name}.append"
 
-# One example as the pipeline yields it: int32 scalars and int32 [L] histories
-# (dense ids, 0 = padding, oldest first), assembled from the stored example
-# (user, cut-off position, target, label) and its user's sequence in the store.
-USER = "uid"
-TARGET_ITEM = "target_item"
-TARGET_CATEGORY = "target_category"
-HIST_ITEMS = "hist_items"
-HIST_CATEGORIES = "hist_categories"
-LABEL = "label"
-SCALAR_FEATURES = (USER, TARGET_ITEM, TARGET_CATEGORY, LABEL)
-SEQUENCE_FEATURES = (HIST_ITEMS, HIST_CATEGORIES)
-# What a model (and a serving request) takes, in this order.
-MODEL_INPUTS = (TARGET_ITEM, TARGET_CATEGORY, HIST_ITEMS, HIST_CATEGORIES)
-# User-major ranking (`DareModel.rank`, the export's `rank` signature): each user's
-# one history `[U, L]` and that user's N candidates `[U, N]`.
-CANDIDATE_ITEMS = "candidate_items"
-CANDIDATE_CATEGORIES = "candidate_categories"
-RANK_INPUTS = (HIST_ITEMS, HIST_CATEGORIES, CANDIDATE_ITEMS, CANDIDATE_CATEGORIES)
 # The marker that a directory is a dataset written by dare_tf's preparation;
 # earlier formats (per-example TFRecords, then `.npz` shards) are recognised as
 # ours (preparation may replace them) but must be prepared again to be read.
 FORMAT = "dare_tf.prepared/3"
 LEGACY_FORMATS = ("dare_tf.prepared/1", "dare_tf.prepared/2")
 
-# What is on disk: TFRecord files of `tf.train.Example`s, all features int64.
-# One record per example (the history is assembled from the store when read)...
-EXAMPLE_COLUMNS = ("uid", "position", "target_item", "target_category", "label")
-# ...and one record per stored user: its clicks in time order.
-STORE_USER_COLUMNS = ("uid",)
-STORE_CLICK_COLUMNS = ("items", "categories")
-STORE_KIND = "store"
-COMPRESSIONS = {"gzip": "GZIP", "none": ""}  # --compression -> tf.io / spec.json value
-DEFAULT_SHUFFLE_BUFFER = 100_000  # examples a training input stream shuffles over (tf.data)
-# A shuffled stream reads shards in blocks of STREAM_BLOCK records, parsed and shuffled as units, then
-# permutes the examples of every STREAM_MIX_BLOCKS blocks (dare_tf.data.pipeline.shuffled_columns).
-STREAM_BLOCK = 256
-STREAM_MIX_BLOCKS = 16
-# Further fields of every behaviour (spec.json's `fields`, `dare_tf.data.fields`): a
-# field NAME read from a column adds the store list NAME and the example feature
-# `target_NAME`; the derived time gap (`--time_gap`) adds the store list `times` and
-# the example feature `time` (the target's time), from which the reader computes
-# `hist_time_gap`.
-TIME_GAP = "time_gap"
-STORE_TIMES = "times"
-EXAMPLE_TIME = "time"
-
-
-def target_feature(name: str) -> str:
-    """The example feature (and model input) of a field's target value."""
-    return f"target_{name}"
-
-
-def history_feature(name: str) -> str:
-    """The model input of a field's history values."""
-    return f"hist_{name}"
-
-
-def record_columns(fields: list) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The example record's features and the store record's lists of a dataset
-    with spec.json's `fields`: `(EXAMPLE_COLUMNS + ..., STORE_CLICK_COLUMNS + ...)`."""
-    examples, store = list(EXAMPLE_COLUMNS), list(STORE_CLICK_COLUMNS)
-    for field in fields:
-        if field["name"] == TIME_GAP:
-            examples.append(EXAMPLE_TIME)
-            store.append(STORE_TIMES)
-        else:
-            examples += [target_feature(field["name"])] * (not field["history_only"])
-            store.append(field["name"])
-    return tuple(examples), tuple(store)
-
-
-def features_of(fields: list) -> dict:
-    """spec.json's `features` of a dataset with `fields` (none: `[]`), for
-    `tf.io.parse_example`: "[]" is a scalar (`tf.io.FixedLenFeature([], tf.int64)`),
-    "[None]" a list (`tf.io.RaggedFeature(tf.int64)`)."""
-    examples, store = record_columns(fields)
-    return {"examples": {k: {"dtype": "int64", "shape": []} for k in examples},
-            "store": {"uid": {"dtype": "int64", "shape": []}, **{k: {"dtype": "int64", "shape": [None]}
-                                                                 for k in store}}}
-
-
 # Bounds of spec.json's sizes: ids are int32 when read (embedding rows), and
 # histories longer than this are not assembled.
 MAX_ID = 2**31 - 1
 MAX_LEN = 1 << 20
-_SHARD_NAME = re.compile(r"(?P<kind>[a-z]+)(-(?P<tag>\d+))?-(?P<index>\d{5})-of-(?P<count>\d{5})\.tfrecord(\.gz)?")
-# The example shards of a `--split=time` dataset: one per partition and time
-# segment (a UTC day, cut at the windows' first times), named by the segment's
-# first time (`dare_tf.data.days`); a split lists its segments' shards.
-SEGMENT_KIND = "examples"
-
-
-def shard_name(kind: str, index: int, count: int, compression: str, tag: int | None = None) -> str:
-    """TensorFlow's shard naming: `train-00003-of-00016.tfrecord.gz`; with `tag`
-    (a time), `examples-1512259200-00003-of-00016.tfrecord.gz`."""
-    prefix = kind if tag is None else f"{kind}-{int(tag)}"
-    return f"{prefix}-{index:05d}-of-{count:05d}.tfrecord{'.gz' if compression == 'GZIP' else ''}"
-
-
-def is_shard_name(name: str) -> bool:
-    """Whether `name` is named as preparation names its shards (`shard_name`)."""
-    return _SHARD_NAME.fullmatch(name) is not None
-
-
-def shard_tag(name: str) -> int | None:
-    """The time a shard's name carries (`shard_name`'s `tag`), or None."""
-    m = _SHARD_NAME.fullmatch(name)
-    return None if m is None or m["tag"] is None else int(m["tag"])
-
-
-def partition_of(uid, partitions: int):
-    """The partition of dense user id(s) `uid`: a splitmix64 hash modulo
-    `partitions`. Store shard k and shard k of every split hold partition k's
-    users, so a worker that reads shards k reads its users' examples and
-    histories and nothing else."""
-    import numpy as np
-
-    with np.errstate(over="ignore"):
-        z = np.asarray(uid, np.uint64) + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        z = z ^ (z >> np.uint64(31))
-    return (z % np.uint64(partitions)).astype(np.int64)
-
-
 class SpecError(ValueError):
     """spec.json is missing, not valid JSON, of another format, or has a field of the wrong type or range."""
 
 
+@public("dare_tf.data")
 @dataclasses.dataclass(frozen=True)
 class DatasetSpec:
     """What `spec.json` holds.
@@ -201,7 +88,7 @@ class DatasetSpec:
             comes from another preparation.
         compression: `GZIP` or `""` (none), as `tf.data.TFRecordDataset` takes it.
         features: the feature spec of the example and store records.
-        partitions: shards per kind (users are assigned by `partition_of`).
+        partitions: shards per kind (users are assigned by `dare_tf.data.shards.partition_of`).
         fields: further fields of every behaviour, in order (`dare_tf.data.fields`):
             `name`, `vocabulary` (padding row 0 and an out-of-vocabulary row
             included), `history_only` and the `column` it was read from, or
@@ -359,7 +246,7 @@ def _validate(path: str, raw: dict) -> None:
             bad(field, f"a list of {partitions} shard names (one per partition)" + (
                 " per time segment" if segments else ""), names)
         for k, name in enumerate(names):
-            m = _SHARD_NAME.fullmatch(name) if isinstance(name, str) else None
+            m = SHARD_NAME.fullmatch(name) if isinstance(name, str) else None
             if (m is None or m["kind"] not in (kind, SEGMENT_KIND if segments else kind)
                     or int(m["index"]) != k % partitions or int(m["count"]) != partitions):
                 bad(f"{field}[{k}]", f"a shard file name like {shard_name(kind, k % partitions, partitions, 'GZIP')!r} "
@@ -379,6 +266,7 @@ def _validate(path: str, raw: dict) -> None:
             bad(f"counts.{split}", f"the number of records in the {split} shards", count)
 
 
+@public("dare_tf.data")
 def id_map_digest(data_dir: str) -> str:
     """A digest of the item and category id maps: two exports (a retrieval model
     and a ranker) agree on raw ids exactly when their digests are equal."""
@@ -392,8 +280,12 @@ def id_map_digest(data_dir: str) -> str:
     return digest.hexdigest()[:16]
 
 
+@public("dare_tf.data")
 def read_id_map(data_dir: str, kind: str) -> list[str]:
     """Raw ids in dense-id order: element k - 1 is the raw id of dense id k."""
     path = os.path.join(data_dir, ID_MAP_FILES[kind])
     with open(path) as f:
         return f.read().splitlines()
+
+
+public_names("dare_tf.data", "FORMAT", "SPLITS")

@@ -12,11 +12,14 @@ import os
 
 import numpy as np
 
+from dare_tf._faces import public
 from dare_tf.data.records import ShardError, read_shards
-from dare_tf.data.spec import (EXAMPLE_TIME, HIST_CATEGORIES, HIST_ITEMS, STORE_KIND, STORE_TIMES, TIME_GAP,
-                               DatasetSpec, history_feature)
+from dare_tf.data.spec import DatasetSpec
+from dare_tf.data.shards import STORE_KIND
+from dare_tf.data.schema import EXAMPLE_TIME, HIST_CATEGORIES, HIST_ITEMS, STORE_TIMES, TIME_GAP, history_feature
 
 
+@public("dare_tf.data")
 class SequenceStore:
     """The stored users' click sequences, once: flat int32 `items` and
     `categories` `[C]`, and per dense user id its `start` in them (int64) and
@@ -79,10 +82,22 @@ class SequenceStore:
         idx, valid = self._window(uid, position, max_len)
         return np.where(valid, self.items[idx], 0), np.where(valid, self.categories[idx], 0)
 
-    def histories(self, columns: dict, max_len: int) -> dict[str, np.ndarray]:
+    def histories(self, columns: dict, max_len: int, chunk: int = 1 << 16) -> dict[str, np.ndarray]:
         """Every history input (int32 `[N, max_len]`: items, categories, each further
         field's and the time gap's) of the examples `columns` (`uid`, `position`,
-        and `time` with the time gap), as `dare_tf.data.pipeline` assembles them."""
+        and `time` with the time gap), as `dare_tf.data.pipeline` assembles them:
+        `chunk` examples at a time, so that memory beyond the result stays bounded."""
+        n = len(columns["uid"])
+        if n <= chunk:
+            return self._histories(columns, max_len)
+        out = {}
+        for start in range(0, n, chunk):
+            part = self._histories({k: v[start: start + chunk] for k, v in columns.items()}, max_len)
+            for k, v in part.items():
+                out.setdefault(k, np.empty((n, max_len), np.int32))[start: start + len(v)] = v
+        return out
+
+    def _histories(self, columns: dict, max_len: int) -> dict[str, np.ndarray]:
         from dare_tf.data.fields import time_gap_buckets
 
         idx, valid = self._window(columns["uid"], columns["position"], max_len)
@@ -99,6 +114,7 @@ def check_max_len(max_len) -> None:
         raise ValueError(f"max_len must be a positive integer (the history length L), got {max_len!r}")
 
 
+@public("dare_tf.data")
 def read_examples(data_dir: str, split: str, spec: DatasetSpec, store: SequenceStore | None = None,
                   partitions=None) -> dict[str, np.ndarray]:
     """The split's example columns (int32 `[N]`) of `partitions` (default all),

@@ -54,7 +54,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
+from dare_tf._faces import public
 
+
+@public("dare_tf.data")
 @dataclasses.dataclass(frozen=True)
 class SyntheticConfig:
     """Parameters of the planted generator.
@@ -326,6 +329,7 @@ def _ground_truth(cfg, world, cats, lengths, flat_items, rng, max_lag=200, pairs
             "related_category": related}
 
 
+@public("dare_tf.data", name="write_synthetic")
 def write(cfg: SyntheticConfig, output: str, string_ids: bool = False) -> dict:
     """Writes the log (`string_ids`: as a log of string ids and calendar times,
     `U000001`, `SKU0000042`, `C0007`, `B012` and `2017-11-25T03:04:05Z`, read

@@ -18,7 +18,7 @@ import struct
 
 import numpy as np
 
-from dare_tf.data.spec import STORE_CLICK_COLUMNS
+from dare_tf.data.schema import STORE_CLICK_COLUMNS
 
 _TAG_LEN1 = 0x0A  # field 1, length-delimited
 _TAG_LEN2 = 0x12  # field 2, length-delimited
@@ -102,7 +102,7 @@ def encode_store(uid: np.ndarray, lengths: np.ndarray, items: np.ndarray, catego
                  extra: dict | None = None) -> list[bytes]:
     """Serialized store records: per user, `uid` and its `items` and `categories`
     (`[sum(lengths)]`, user after user), then the `extra` lists (name -> flat
-    values as `items`: a dataset's further fields, `dare_tf.data.spec.record_columns`),
+    values as `items`: a dataset's further fields, `dare_tf.data.schema.record_columns`),
     as Int64Lists."""
     lists = {}
     named = {**dict(zip(STORE_CLICK_COLUMNS, (items, categories))), **(extra or {})}

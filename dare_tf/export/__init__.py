@@ -10,6 +10,7 @@ either kind, as its run directory records it.
 
 from __future__ import annotations
 
+from dare_tf._faces import public
 from dare_tf.export.ranker import export_saved_model
 from dare_tf.export.tf_serving import MODELS_CONFIG, next_version, versions, write_server_configs
 from dare_tf.run_directory import RunDirectory
@@ -19,6 +20,7 @@ __all__ = ["MODELS_CONFIG", "export_run", "export_saved_model", "next_version", 
            "write_server_configs"]
 
 
+@public("dare_tf.serving")
 def export_run(run_dir: str, export_base: str, model_name: str, data_dir: str | None = None,
                version: int | None = None, top_n: int = 200, max_candidates: int = MAX_CANDIDATES) -> str:
     """Exports a finished run into `export_base/model_name/<version>/`: a ranking

@@ -21,7 +21,8 @@ import numpy as np
 import tensorflow as tf
 
 from dare_tf.data.fields import field_id_file, item_field_file, time_gap_buckets_tensor
-from dare_tf.data.spec import TIME_GAP, DatasetSpec, history_feature
+from dare_tf.data.spec import DatasetSpec
+from dare_tf.data.schema import TIME_GAP, history_feature
 from dare_tf.export.tf_serving import id_table
 
 # `item_fields`' answer for an item the export does not know (no raw id is this low; "" with string ids).

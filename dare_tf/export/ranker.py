@@ -70,10 +70,11 @@ import keras
 import tensorflow as tf
 from absl import logging
 
+from dare_tf._faces import public
 from dare_tf._files import clean_stale, require_space, staging_dir, variables_bytes
-from dare_tf.data.spec import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS, ID_MAP_FILES,
-                               TARGET_CATEGORY, TARGET_ITEM, TIME_GAP, DatasetSpec, history_feature, id_map_digest,
-                               read_id_map)
+from dare_tf.data.spec import ID_MAP_FILES, DatasetSpec, id_map_digest, read_id_map
+from dare_tf.data.schema import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS, TARGET_CATEGORY,
+    TARGET_ITEM, TIME_GAP, history_feature)
 from dare_tf.data.dataset_dir import verify_tables
 from dare_tf.export import rows
 from dare_tf.export.fields import ServedFields
@@ -348,6 +349,7 @@ def _signatures(graph: _ServingGraph) -> dict:
     }
 
 
+@public("dare_tf.serving")
 def export_saved_model(model: DareModel, data_dir: str, export_base: str, model_name: str,
                        version: int | None = None, max_candidates: int = MAX_CANDIDATES) -> str:
     """Writes a TF-Serving-ready version directory; returns its path. `rank` requests

@@ -10,7 +10,8 @@ import numpy as np
 
 from dare_tf.data.fields import field_id_file
 from dare_tf.data.dataset_dir import verify_tables
-from dare_tf.data.spec import TIME_GAP, DatasetSpec, read_id_map
+from dare_tf.data.spec import DatasetSpec, read_id_map
+from dare_tf.data.schema import TIME_GAP
 from dare_tf.data.store import SequenceStore
 from dare_tf.histories.base import HistoryStore, StoreError
 

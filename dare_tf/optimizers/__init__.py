@@ -11,12 +11,13 @@ embedding gradients it wants from the model (`sparse_gradients`).
 TensorFlow only: on JAX use any `keras.optimizers` optimizer.
 """
 
-from dare_tf._faces import lazy_face
+from dare_tf._faces import face_of, lazy_face, public, public_names
 
 # Name -> the class (in `dare_tf.optimizers.adam`).
 OPTIMIZERS = {"adam": "FusedAdam", "lazy_adam": "LazyAdam"}
 
 
+@public("dare_tf.training")
 def make_optimizer(name: str, learning_rate: float):
     """The optimizer named `name` (`OPTIMIZERS`) with `learning_rate`."""
     from dare_tf.optimizers import adam
@@ -26,6 +27,8 @@ def make_optimizer(name: str, learning_rate: float):
     return getattr(adam, OPTIMIZERS[name])(learning_rate=learning_rate)
 
 
-__getattr__, __dir__, __all__ = lazy_face(__name__, dict.fromkeys(("FusedAdam", "LazyAdam"),
-                                                                 "dare_tf.optimizers.adam"))
+__getattr__, __dir__, __all__ = lazy_face(__name__, face_of(__name__))
 __all__ = sorted([*__all__, "OPTIMIZERS", "make_optimizer"])
+
+
+public_names("dare_tf.training", "OPTIMIZERS")

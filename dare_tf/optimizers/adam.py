@@ -16,8 +16,10 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from dare_tf._faces import public
 
 
+@public("dare_tf.optimizers")
 @keras.saving.register_keras_serializable(package="dare_tf")
 class FusedAdam(keras.optimizers.Adam):
     """Keras Adam whose dense updates run TensorFlow's fused `ResourceApplyAdam` kernel.
@@ -61,6 +63,7 @@ class FusedAdam(keras.optimizers.Adam):
             grad=ops.cast(gradient, dtype), use_locking=False)
 
 
+@public("dare_tf.optimizers")
 @keras.saving.register_keras_serializable(package="dare_tf")
 class LazyAdam(FusedAdam):
     """Adam whose sparse (embedding) updates touch only the rows in the batch.

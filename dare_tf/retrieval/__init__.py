@@ -10,16 +10,6 @@ is not Keras 2. Keras 3 (`import keras`, every other dare_tf module) works in
 the same process.
 """
 
-from dare_tf._faces import lazy_face
+from dare_tf._faces import face_of, lazy_face
 
-# Public name -> the module that defines it (imported on first use).
-_EXPORTS = {
-    "use_keras2": "_keras2", "evaluate_cascade": "cascade", "format_cascade": "cascade", "cascade_warnings": "verdict",
-    "RetrievalConfig": "config",
-    **dict.fromkeys(("KS", "CandidateTower", "QueryTower", "TwoTowerModel", "brute_force_index",
-                     "load_retrieval_model"), "model"),
-    **dict.fromkeys(("catalogue", "popularity_recall", "positives", "train_retrieval"), "training"),
-}
-
-
-__getattr__, __dir__, __all__ = lazy_face(__name__, {k: f"dare_tf.retrieval.{m}" for k, m in _EXPORTS.items()})
+__getattr__, __dir__, __all__ = lazy_face(__name__, face_of(__name__))

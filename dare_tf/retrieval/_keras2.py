@@ -10,6 +10,8 @@ import os
 import sys
 import types
 
+from dare_tf._faces import public
+
 _FIX = ("call dare_tf.retrieval.use_keras2() before anything touches tf.keras (`import keras` alone is fine), "
         "or set TF_USE_LEGACY_KERAS=1 in the environment")
 
@@ -30,6 +32,7 @@ def _resolved_keras() -> str | None:
     return "tf_keras" if current.__name__.startswith("tf_keras") else current.__name__
 
 
+@public("dare_tf.retrieval")
 def use_keras2() -> None:
     """Makes `tf.keras` resolve to tf-keras (Keras 2) in this process: sets
     `TF_USE_LEGACY_KERAS=1`. Refuses (RuntimeError) when `tf.keras` already

@@ -22,8 +22,10 @@ from typing import Callable
 
 import numpy as np
 
+from dare_tf._faces import public
 from dare_tf._files import atomic_json
-from dare_tf.data.spec import TARGET_ITEM, DatasetSpec
+from dare_tf.data.spec import DatasetSpec
+from dare_tf.data.schema import TARGET_ITEM
 from dare_tf.run_directory import RunDirectory
 from dare_tf.metrics import CASCADE_CANDIDATES, CASCADE_K, hits_and_gains, rank_of, standard_error
 from dare_tf.retrieval.candidates import SOURCES, evaluate_sources, one_source, quota_key
@@ -34,6 +36,7 @@ from dare_tf.reranking import rerank
 CASCADE_FILE = "cascade.json"
 
 
+@public("dare_tf.retrieval")
 def evaluate_cascade(data_dir: str, retrieval_run: str, ranking_runs: dict[str, str], output_dir: str,
                      num_candidates: int = CASCADE_CANDIDATES, k: int = CASCADE_K, max_examples: int | None = None,
                      report: Callable[[str], None] = print, overwrite: bool = False) -> dict:
@@ -103,6 +106,7 @@ def _order_metrics(hits: tuple, retrieval: tuple, k: int) -> dict:
             f"hit_rate@{k}_vs_retrieval_se": standard_error(difference)}
 
 
+@public("dare_tf.retrieval")
 def format_cascade(results: dict) -> str:
     """A markdown table of `evaluate_cascade`'s results (each value +/- one standard
     error), its warnings beneath."""

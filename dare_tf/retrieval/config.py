@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from dare_tf._faces import public
 
+
+@public("dare_tf.retrieval")
 @dataclasses.dataclass(frozen=True)
 class RetrievalConfig:
     """How the two-tower retrieval model trains.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from dare_tf._faces import public, public_names
 from dare_tf.retrieval._keras2 import require_keras2
 from dare_tf.run_directory import RunDirectory
 
@@ -19,6 +20,7 @@ import tensorflow_recommenders as tfrs  # noqa: E402
 KS = (10, 50, 100, 200)
 
 
+@public("dare_tf.retrieval")
 class QueryTower(keras2.Model):
     """The user's history (item and category ids, 0 = padding, oldest first, as the
     ranker takes them) -> one vector, read with recency: the masked mean of
@@ -52,6 +54,7 @@ class QueryTower(keras2.Model):
         return self.dense(tf.concat([mean, recent, vectors[:, -1]], axis=-1))
 
 
+@public("dare_tf.retrieval")
 class CandidateTower(keras2.Model):
     """An item id and its category -> one vector."""
 
@@ -67,6 +70,7 @@ class CandidateTower(keras2.Model):
         return self.dense(tf.concat([self.items(item), self.categories(category)], axis=-1))
 
 
+@public("dare_tf.retrieval")
 class TwoTowerModel(tfrs.Model):
     """Sampled-softmax retrieval (`tfrs.tasks.Retrieval`, accidental hits removed)
     with `tfrs.metrics.FactorizedTopK` against the whole catalogue (`catalogue`:
@@ -129,6 +133,7 @@ class TwoTowerModel(tfrs.Model):
                          compute_metrics=not training)
 
 
+@public("dare_tf.retrieval")
 def brute_force_index(model: TwoTowerModel, catalogue, k: int):
     """`tfrs.layers.factorized_top_k.BruteForce` over the catalogue: history -> top-k item ids."""
     items, categories = catalogue
@@ -163,6 +168,7 @@ def fit_epochs(model: TwoTowerModel, dataset, epochs: int, initial_epoch: int, o
               callbacks=[EpochEnd(), keras2.callbacks.TensorBoard(log_dir)])
 
 
+@public("dare_tf.retrieval")
 def load_retrieval_model(run_dir: str, spec, items, categories, seed: int | None = None) -> TwoTowerModel:
     """A finished `train_retrieval` run's towers (its first seed unless `seed`)."""
     run = RunDirectory(run_dir)
@@ -176,3 +182,6 @@ def load_retrieval_model(run_dir: str, spec, items, categories, seed: int | None
     model.query.load_weights(os.path.join(run.seed_dir(seed), "query_tower")).expect_partial()
     model.candidate.load_weights(os.path.join(run.seed_dir(seed), "candidate_tower")).expect_partial()
     return model
+
+
+public_names("dare_tf.retrieval", "KS")

@@ -8,6 +8,7 @@ import os
 
 import numpy as np
 
+from dare_tf._faces import public
 from dare_tf._files import atomic_json, require_space, variables_bytes
 from dare_tf.data.pipeline import InMemorySplit
 from dare_tf.data.prepared import item_categories
@@ -22,6 +23,7 @@ from dare_tf.retrieval.verdict import cascade_warnings  # noqa: E402
 from dare_tf.run_directory import SEED_RESULT, RunDirectory, ScalarWriters
 
 
+@public("dare_tf.retrieval")
 def catalogue(data_dir: str, spec: DatasetSpec, splits: dict[str, InMemorySplit]):
     """Every item id (1 .. num_items - 2) with its category as the log gave it
     (`dare_tf.data.prepared.item_categories`; for a dataset prepared before the
@@ -42,6 +44,7 @@ def positive_columns(split: InMemorySplit) -> dict:
     return {k: v[keep] for k, v in split.columns.items()}
 
 
+@public("dare_tf.retrieval")
 def positives(split: InMemorySplit) -> dict:
     """The positive examples of a split: the histories and the items clicked next."""
     columns = positive_columns(split)  # (the positives' windows only: not every example's)
@@ -73,6 +76,7 @@ def training_batches(split: InMemorySplit, columns: dict, click_share: np.ndarra
             .map(batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True))
 
 
+@public("dare_tf.retrieval")
 def popularity_recall(train: dict, test: dict, ks=KS) -> dict:
     """The most-clicked training targets as the top-k for everybody, seen items
     included: recall on the test positives."""
@@ -125,6 +129,7 @@ def evaluate_candidates(model, merger, catalogue_, val: dict, test: dict, includ
             "quotas": quotas, "val": on_val[quota_key(quotas)]}
 
 
+@public("dare_tf.retrieval")
 def train_retrieval(data_dir: str, output_dir: str, config: RetrievalConfig = RetrievalConfig(),
                     overwrite: bool = False, flags_text: str | None = None) -> dict:
     """Trains one two-tower model per seed on the training split's positives

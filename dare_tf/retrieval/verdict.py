@@ -2,8 +2,10 @@
 says is wrong with it (`dare_tf.retrieval.cascade`, `dare_tf.retrieval.training`)."""
 
 from __future__ import annotations
+from dare_tf._faces import public
 
 
+@public("dare_tf.retrieval")
 def cascade_warnings(results: dict) -> list[str]:
     """What a cascade evaluation (or a retrieval run: `quotas` and `sources`) says is
     wrong: a ranker whose HitRate@k is not above the retrieval order's by more than

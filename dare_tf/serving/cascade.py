@@ -21,11 +21,13 @@ import grpc
 import numpy as np
 import tensorflow as tf
 
-from dare_tf.data.spec import HIST_CATEGORIES, HIST_ITEMS, TIME_GAP, history_feature
+from dare_tf._faces import public
+from dare_tf.data.schema import HIST_CATEGORIES, HIST_ITEMS, TIME_GAP, history_feature
 from dare_tf.serving.client import as_ids, explained_behaviours, rank_results, rank_tensors, row_errors
 from dare_tf.signatures import DATASET_SIGNATURE, ITEM_FIELDS, RANK, RANK_EXPLAIN, SERVING_DEFAULT, versions
 
 
+@public("dare_tf.serving")
 class LocalModel:
     """An exported SavedModel loaded in this process, with the client's
     `predict_tensors`: `path` is a version directory or a model base (its
@@ -74,6 +76,7 @@ def dataset_of(model, role: str) -> dict:
     return {"id_maps": out["id_maps"][0].decode(), "fields": fields.split(",") if fields else [], "strings": strings}
 
 
+@public("dare_tf.serving")
 class Recommender:
     """Retrieval, then ranking, for one user at a time.
 
@@ -244,6 +247,7 @@ def history_ids(hist_items, hist_categories) -> tuple[np.ndarray, np.ndarray]:
     return items, categories
 
 
+@public("dare_tf.serving")
 def format_recommendations(result: dict, hist_items, hist_categories, behaviours: int = 3) -> str:
     """A markdown table of `Recommender.recommend`'s result (with the source that
     placed each candidate, where the retrieval export reports it); with an

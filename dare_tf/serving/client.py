@@ -21,8 +21,9 @@ import tensorflow as tf
 from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2, predict_pb2,
                                      prediction_service_pb2_grpc, regression_pb2)
 
-from dare_tf.data.spec import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS, MODEL_INPUTS,
-                               TARGET_CATEGORY, TARGET_ITEM)
+from dare_tf._faces import public
+from dare_tf.data.schema import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS, MODEL_INPUTS,
+    TARGET_CATEGORY, TARGET_ITEM)
 from dare_tf.signatures import (CANDIDATE_COUNT, EXPLAIN, HIST_LENGTH, RANK, RANK_EXPLAIN, ROW_ERROR, SERVING_DEFAULT,
                                 with_width_column)
 
@@ -61,6 +62,7 @@ def _blank(rows: list, shape) -> np.ndarray:
     return np.full(shape, "", object) if strings else np.zeros(shape, np.int64)
 
 
+@public("dare_tf.serving")
 def pad_histories(histories: Sequence[Sequence[int]], name: str = HIST_ITEMS) -> np.ndarray:
     """Variable-length histories (oldest first) -> int64 `[B, T]`: each row's
     leading column minus the width T (`dare_tf.signatures`), then its ids
@@ -161,6 +163,7 @@ def rank_results(inputs: dict[str, np.ndarray], outputs: dict[str, np.ndarray]) 
             for user in range(len(inputs[CANDIDATE_COUNT]))]
 
 
+@public("dare_tf.serving")
 def make_example(target_item: int, target_category: int, hist_items: Sequence[int],
                  hist_categories: Sequence[int], fields: dict | None = None) -> tf.train.Example:
     """The tf.Example the `classify` and `regress` signatures parse (`fields`: a
@@ -204,6 +207,7 @@ def request_tensors(target_items, target_categories, hist_items, hist_categories
     return out
 
 
+@public("dare_tf.serving")
 def explained_behaviours(history_index, attention_weight, hist_items, hist_categories) -> list[dict]:
     """One target's retrieved behaviours in the request's terms, heaviest first: the
     raw `item` and `category` of each, how many clicks before the target it was
@@ -218,6 +222,7 @@ def explained_behaviours(history_index, attention_weight, hist_items, hist_categ
              "clicks_ago": int(len(hist_items) - index[k]), "weight": float(weight[k])} for k in keep]
 
 
+@public("dare_tf.serving")
 def format_explanation(behaviours: list[dict]) -> str:
     """`explained_behaviours` as a markdown table."""
     lines = ["| rank | behaviour item | category | clicks ago | weight |", "|---|---|---|---|---|"]
@@ -226,6 +231,7 @@ def format_explanation(behaviours: list[dict]) -> str:
     return "\n".join(lines)
 
 
+@public("dare_tf.serving")
 class ServingClient:
     """gRPC client of TF Serving's PredictionService for one model.
 
@@ -345,6 +351,7 @@ class ServingClient:
                                for name, d in signatures.signature_def.items()}}
 
 
+@public("dare_tf.serving")
 def rest_predict(base_url: str, model_name: str, inputs: dict, signature: str = SERVING_DEFAULT,
                  timeout: float = 5.0) -> dict:
     """TF Serving REST predict (columnar `inputs` format); returns the `outputs` dict."""

@@ -42,34 +42,9 @@ first use (`config` needs no TensorFlow, so a program's flags are defined and
 parsed before TensorFlow loads).
 """
 
-from dare_tf._faces import lazy_face
+from dare_tf._faces import face_of, lazy_face
 
-# Public name -> the module that defines it.
-_EXPORTS = {
-    "RunConfigMismatchError": "dare_tf.run_directory", "RunLockedError": "dare_tf.run_directory",
-    "read_history": "dare_tf.run_directory",
-    **dict.fromkeys(("AppendHistory", "ExactValidation", "KeepBestWeights", "NonFiniteLossError",
-                     "SaveCheckpoint", "StopAtStep", "StopOnNonFiniteLoss"), "dare_tf.training.callbacks"),
-    **dict.fromkeys(("RunProgress", "TensorBoardScalars"), "dare_tf.training.progress"),
-    "ScalarWriters": "dare_tf.run_directory",
-    **dict.fromkeys(("EVAL_BEHAVIOURS", "METRICS", "TrainConfig", "effective_model_config", "run_identity"),
-                    "dare_tf.training.config"),
-    **dict.fromkeys(("STRATEGIES", "CascadeConfig", "DataConfig", "OptimizerConfig", "RuntimeConfig",
-                     "ScheduleConfig"), "dare_tf.training.sections"),
-    "OPTIMIZERS": "dare_tf.optimizers",
-    "Cascade": "dare_tf.training.reranking",
-    **dict.fromkeys(("CascadeExamples", "rerank"), "dare_tf.reranking"),
-    **dict.fromkeys(("gather_workers", "make_strategy", "worker_index", "worker_partitions"),
-                    "dare_tf.training.distribution"),
-    **dict.fromkeys(("evaluate_outputs", "format_results", "history_length_buckets", "metrics_by_history_length",
-                     "predict_batches", "predict_split", "refresh_batch_norm_statistics", "summarize"),
-                    "dare_tf.training.evaluation"),
-    "make_optimizer": "dare_tf.optimizers",
-    "SeedRun": "dare_tf.training.loop", "train": "dare_tf.training.loop",
-    "InputPlan": "dare_tf.training.input_plan", "Evaluator": "dare_tf.training.evaluator",
-}
 _SUBMODULES = ("callbacks", "config", "distribution", "evaluation", "evaluator", "input_plan", "loop", "progress",
                "reranking", "sections")
 
-
-__getattr__, __dir__, __all__ = lazy_face(__name__, _EXPORTS, _SUBMODULES)
+__getattr__, __dir__, __all__ = lazy_face(__name__, face_of(__name__), _SUBMODULES)

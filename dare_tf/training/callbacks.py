@@ -25,15 +25,18 @@ from typing import Callable
 
 import keras
 
+from dare_tf._faces import public
 from dare_tf._files import require_space, strict_json, variables_bytes
 from dare_tf.run_directory import HISTORY, read_history
 from dare_tf.training.evaluation import evaluate_outputs
 
 
+@public("dare_tf.training")
 class NonFiniteLossError(FloatingPointError):
     """The training loss became NaN or infinite."""
 
 
+@public("dare_tf.training")
 class StopOnNonFiniteLoss(keras.callbacks.Callback):
     """Raises `NonFiniteLossError` naming the step when the training loss becomes NaN or infinite."""
 
@@ -49,6 +52,7 @@ class StopOnNonFiniteLoss(keras.callbacks.Callback):
                                      "lower --learning_rate or check the data")
 
 
+@public("dare_tf.training")
 class StopAtStep(keras.callbacks.Callback):
     """Ends `fit` after the optimizer's step `total_steps` (mid-epoch if need be)."""
 
@@ -64,7 +68,6 @@ class StopAtStep(keras.callbacks.Callback):
         # here: reading the optimizer's counter would wait for the step to finish.
         if self.first + batch + 1 >= self.total_steps:
             self.model.stop_training = True
-
 
 
 # The timing keys `ExactValidation` adds to an epoch's logs beside the `val_*` metrics.
@@ -83,6 +86,7 @@ def optimizer_step(model) -> int:
     return int(model.optimizer.iterations.numpy())
 
 
+@public("dare_tf.training")
 class ExactValidation(keras.callbacks.Callback):
     """Exact validation metrics at the end of each Keras epoch: refreshes
     BatchNorm's statistics (`refresh()`), predicts the validation split
@@ -117,6 +121,7 @@ class ExactValidation(keras.callbacks.Callback):
         self.evaluating += time.perf_counter() - started
 
 
+@public("dare_tf.training")
 class KeepBestWeights(keras.callbacks.Callback):
     """Saves the weights to `path` whenever the validation metric `metric` (the
     logs' `val_<metric>`, AUC by default; higher is better) improves on
@@ -153,6 +158,7 @@ def truncate_history(seed_dir: str, step: int) -> None:
     os.replace(path + ".tmp", path)
 
 
+@public("dare_tf.training")
 class AppendHistory(keras.callbacks.Callback):
     """Appends each validation's line to `seed_dir/history.jsonl` (step, epoch,
     training loss, the logs' `val_*` metrics, whether best (`improved`),
@@ -175,6 +181,7 @@ class AppendHistory(keras.callbacks.Callback):
             self.report(step, val, improved)
 
 
+@public("dare_tf.training")
 class SaveCheckpoint(keras.callbacks.Callback):
     """Writes a checkpoint (`tf.train.CheckpointManager`) at each validation's step."""
 

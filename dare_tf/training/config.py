@@ -8,6 +8,7 @@ import dataclasses
 import os
 from typing import Any
 
+from dare_tf._faces import public, public_names
 from dare_tf.config import ModelConfig, make_config
 from dare_tf.data.spec import DatasetSpec
 from dare_tf.optimizers import OPTIMIZERS
@@ -30,6 +31,7 @@ SECTIONS = {"data": DataConfig, "optimizer": OptimizerConfig, "schedule": Schedu
 FLAT_NAMES = {("optimizer", "name"): "optimizer", ("cascade", "candidates"): "retrieval_candidates"}
 
 
+@public("dare_tf.training")
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """What a training run does: the model, then one section per concern.
@@ -166,6 +168,7 @@ class TrainConfig:
         return max(d for d in range(1, min(self.runtime.steps_per_execution, every) + 1) if every % d == 0)
 
 
+@public("dare_tf.training")
 def effective_model_config(config: TrainConfig, spec: DatasetSpec, strategy):
     """The `ModelConfig` a run trains: `config.model` with what the dataset
     (vocabularies, L unless overridden) and the strategy (synchronised
@@ -255,6 +258,7 @@ def dataset_fields(spec: DatasetSpec, selection: str, configured=None) -> list[d
             for n in names]
 
 
+@public("dare_tf.training")
 def run_identity(config: TrainConfig, model_config, spec: DatasetSpec, continuation=None) -> dict:
     """What defines a run's results: the training and model configurations, the
     dataset and, for a continued run, the run it started from."""
@@ -270,3 +274,6 @@ def identity_check() -> dict:
     return {"defaults": {**{f"model_config.{f.name}": f.default for f in dataclasses.fields(ModelConfig)},
                          "train_config.init_from": None, "train_config.data.fields": "all",
                          **{f"train_config.cascade.{f.name}": f.default for f in dataclasses.fields(CascadeConfig)}}}
+
+
+public_names("dare_tf.training", "EVAL_BEHAVIOURS", "METRICS")

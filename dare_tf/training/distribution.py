@@ -10,10 +10,12 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from dare_tf._faces import public
 from dare_tf.data.spec import DatasetSpec
 from dare_tf.training.config import STRATEGIES
 
 
+@public("dare_tf.training")
 def make_strategy(name: str, cpu_devices: int = 0, join_timeout_s: float = 300) -> tf.distribute.Strategy:
     """The distribution strategy; call before any other TensorFlow work.
 
@@ -128,6 +130,7 @@ def is_chief(strategy) -> bool:
     return resolver.task_type == "worker" and resolver.task_id == 0
 
 
+@public("dare_tf.training")
 def worker_index(strategy) -> tuple[int, int]:
     """`(this worker's index, number of workers)` of a multi-worker cluster (chief
     first), `(0, 1)` for one process."""
@@ -139,6 +142,7 @@ def worker_index(strategy) -> tuple[int, int]:
     return tasks.index((resolver.task_type, resolver.task_id)), len(tasks)
 
 
+@public("dare_tf.training")
 def worker_partitions(spec: DatasetSpec, worker: int, workers: int) -> list[int] | None:
     """The partitions (shard indices) worker `worker` of `workers` reads: every
     `workers`-th from its own index; None (all) for one process."""
@@ -150,6 +154,7 @@ def worker_partitions(spec: DatasetSpec, worker: int, workers: int) -> list[int]
     return list(range(worker, spec.partitions, workers))
 
 
+@public("dare_tf.training")
 def gather_workers(strategy, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Each array concatenated over all workers (in worker order), on every worker:
     collective all-gathers of this worker's arrays (padded to the longest)."""

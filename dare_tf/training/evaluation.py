@@ -9,13 +9,16 @@ import numpy as np
 import tensorflow as tf
 
 from dare_tf import metrics
+from dare_tf._faces import public
 from dare_tf.data.pipeline import make_dataset
-from dare_tf.data.spec import HIST_ITEMS, TARGET_CATEGORY, USER, DatasetSpec
+from dare_tf.data.spec import DatasetSpec
+from dare_tf.data.schema import HIST_ITEMS, TARGET_CATEGORY, USER
 from dare_tf.model_inputs import input_keys
 from dare_tf.models import DareModel
 from dare_tf.training.config import METRICS
 
 
+@public("dare_tf.training")
 def history_length_buckets(max_len: int) -> list[tuple[str, int, int]]:
     """(name, lowest, highest) history-length buckets: 1-9, 10-49, 50-(L-1), and
     `full` (= L), cut where L is shorter."""
@@ -27,6 +30,7 @@ def history_length_buckets(max_len: int) -> list[tuple[str, int, int]]:
     return buckets + [("full", max_len, max_len)]
 
 
+@public("dare_tf.training")
 def metrics_by_history_length(outputs: dict[str, np.ndarray], max_len: int) -> dict[str, dict]:
     """Metrics and example count per history-length bucket (empty buckets left out)."""
     out = {}
@@ -60,6 +64,7 @@ def _compiled(model: DareModel, what: str, training: bool = False):
     return cache[(what, training)]
 
 
+@public("dare_tf.training")
 def predict_split(model: DareModel, data_dir: str, split: str, batch_size: int, spec: DatasetSpec,
                   drop_remainder: bool = False, training: bool = False, partitions=None) -> dict[str, np.ndarray]:
     """Predictions over a whole split (or its `partitions`): `labels`,
@@ -70,6 +75,7 @@ def predict_split(model: DareModel, data_dir: str, split: str, batch_size: int, 
     return predict_batches(model, ds, training, f"{data_dir}: the {split} split")
 
 
+@public("dare_tf.training")
 def predict_batches(model: DareModel, batches, training: bool = False,
                     what: str = "the data") -> dict[str, np.ndarray]:
     """`predict_split`'s arrays over `(features, label)` batches."""
@@ -87,11 +93,13 @@ def predict_batches(model: DareModel, batches, training: bool = False,
     return {k: np.concatenate(v) for k, v in parts.items()}
 
 
+@public("dare_tf.training")
 def evaluate_outputs(outputs: dict[str, np.ndarray]) -> dict[str, float]:
     return metrics.evaluate(outputs["labels"], outputs["probabilities"], outputs["users"],
                             outputs["categories"])
 
 
+@public("dare_tf.training")
 def refresh_batch_norm_statistics(model: DareModel, batches, combine=None) -> None:
     """Sets each BatchNorm layer's moving mean and variance to the average of the
     per-batch statistics of its input over `batches` (feature dicts) under the
@@ -118,6 +126,7 @@ def refresh_batch_norm_statistics(model: DareModel, batches, combine=None) -> No
         norms[name].moving_variance.assign(variance / count)
 
 
+@public("dare_tf.training")
 def summarize(per_seed: list[dict]) -> dict:
     out = {}
     for split in ("val", "test"):
@@ -137,6 +146,7 @@ def summarize(per_seed: list[dict]) -> dict:
     return out
 
 
+@public("dare_tf.training")
 def format_results(results: dict) -> str:
     """The test metrics overall and by history length, as a Markdown table, and
     the run's undertraining warnings beneath it (`dare_tf.training.diagnostics`)."""

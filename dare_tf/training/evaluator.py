@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dare_tf._faces import public
 from dare_tf.training.config import EVAL_BEHAVIOURS
 from dare_tf.training.distribution import gather_workers
 from dare_tf.training.evaluation import predict_batches, predict_split, refresh_batch_norm_statistics
@@ -12,6 +13,7 @@ from dare_tf.training.input_plan import InputPlan
 from dare_tf.training.reranking import Cascade
 
 
+@public("dare_tf.training")
 class Evaluator:
     """Evaluates `model` on the splits of `plan`'s dataset (this worker's
     partitions; with several workers, every worker's outputs in worker order)."""

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import tensorflow as tf
 
+from dare_tf._faces import public
 from dare_tf.data.pipeline import InMemorySplit, make_dataset
 from dare_tf.data.spec import DatasetSpec
 from dare_tf.model_inputs import input_keys
@@ -16,6 +17,7 @@ from dare_tf.training.distribution import worker_index, worker_partitions
 from dare_tf.training.reranking import Cascade
 
 
+@public("dare_tf.training")
 class InputPlan:
     """The steps of one seed's run and the batches each reads.
 

@@ -14,6 +14,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
+from dare_tf._faces import public
 from dare_tf.data.pipeline import InMemorySplit
 from dare_tf.data.spec import DatasetSpec
 from dare_tf.models import DareModel
@@ -36,6 +37,7 @@ from dare_tf.training.evaluator import Evaluator
 from dare_tf.training.input_plan import InputPlan
 
 
+@public("dare_tf.training")
 class SeedRun:
     """One seed's run, wired from its parts: the input plan (`InputPlan`), the
     model with its optimizer and checkpoint, the evaluator (`Evaluator`) and
@@ -164,6 +166,7 @@ class SeedRun:
         return result
 
 
+@public("dare_tf.training")
 def train(data_dir: str, output_dir: str, config: TrainConfig,
           strategy: tf.distribute.Strategy | None = None, overwrite: bool = False,
           report: Callable[[str], None] = print, flags_text: str | None = None) -> dict:

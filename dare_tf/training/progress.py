@@ -9,10 +9,12 @@ import time
 
 import keras
 
+from dare_tf._faces import public
 from dare_tf.run_directory import ScalarWriters
 from dare_tf.training.callbacks import optimizer_step, validation_metrics
 
 
+@public("dare_tf.training")
 class TensorBoardScalars(keras.callbacks.Callback):
     """TensorBoard event files a reader can use, at the optimizer's true steps:
     `train/` gets the training loss every `log_every` steps, `validation/` the
@@ -40,6 +42,7 @@ LOSS_EXPLAINED = ("loss: the training objective, click cross entropy + auxiliary
                   "the last steps; validation's logloss is the click cross entropy alone")
 
 
+@public("dare_tf.training")
 class RunProgress(keras.callbacks.Callback):
     """`--verbose=1`: a line naming the run ("dare on taobao_sample, seed 2 of 5")
     and what its `loss` is, progress over the run's optimizer steps, and each

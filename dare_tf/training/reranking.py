@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from dare_tf._faces import public
 from dare_tf.data.negatives import NegativeSampler
 from dare_tf.data.pipeline import InMemorySplit
 from dare_tf.data.store import load_store
 from dare_tf.data.prepared import item_categories
-from dare_tf.data.spec import HIST_CATEGORIES, HIST_ITEMS
+from dare_tf.data.schema import HIST_CATEGORIES, HIST_ITEMS
 from dare_tf.reranking import CascadeExamples
 
 
+@public("dare_tf.training")
 class Cascade:
     """What a ranking run needs of its cascade (`CascadeConfig`): the sampler of its
     training negatives (None: the prepared dataset's own) and the validation and

@@ -6,8 +6,9 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from dare_tf._faces import public, public_names
 from dare_tf.data.negatives import format_negatives, parse_negatives
-from dare_tf.data.spec import DEFAULT_SHUFFLE_BUFFER
+from dare_tf.data.shards import DEFAULT_SHUFFLE_BUFFER
 from dare_tf.metrics import CASCADE_CANDIDATES, CASCADE_K
 from dare_tf.optimizers import OPTIMIZERS
 
@@ -22,6 +23,7 @@ def _check(config, checks) -> None:
             raise ValueError(f"{name}={getattr(config, name)!r}: {message}")
 
 
+@public("dare_tf.training")
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
     """How a run reads its examples.
@@ -57,6 +59,7 @@ class DataConfig:
                       (self.in_memory_mb >= 0, "in_memory_mb", "must be >= 0")])
 
 
+@public("dare_tf.training")
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig:
     """The optimizer.
@@ -76,6 +79,7 @@ class OptimizerConfig:
                        "must be a finite number > 0")])
 
 
+@public("dare_tf.training")
 @dataclasses.dataclass(frozen=True)
 class ScheduleConfig:
     """How long a run trains and when it evaluates.
@@ -110,6 +114,7 @@ class ScheduleConfig:
                       (self.bn_statistics_batches >= 0, "bn_statistics_batches", "must be >= 0")])
 
 
+@public("dare_tf.training")
 @dataclasses.dataclass(frozen=True)
 class RuntimeConfig:
     """How a run executes: nothing here changes what it computes (beyond float
@@ -148,6 +153,7 @@ class RuntimeConfig:
                       (self.verbose in (0, 1, 2), "verbose", "must be 0, 1 or 2")])
 
 
+@public("dare_tf.training")
 @dataclasses.dataclass(frozen=True)
 class CascadeConfig:
     """What a ranker is trained on and selected by, for a cascade
@@ -208,3 +214,6 @@ class CascadeConfig:
         if self.select_by != "auto":
             return self.select_by
         return f"ndcg@{CASCADE_K}" if self.retrieval_run else "auc"
+
+
+public_names("dare_tf.training", "STRATEGIES")

@@ -15,6 +15,10 @@ def test_mutual_information_matches_a_brute_force_count(rng):
     # The label depends on "target's category at position 1", so some cells carry information.
     y = ((hc[:, -1] == tc) | (rng.random(n) < 0.3)).astype(float)
     counts = attention.CooccurrenceCounts.from_examples(tc, hc, y, cats)
+    # Counted in chunks of 7 examples (merged across chunks), the same counts.
+    chunked = attention.CooccurrenceCounts.from_examples(tc, hc, y, cats, chunk=7)
+    for name in ("keys", "positives", "negatives", "target_positives", "target_negatives"):
+        np.testing.assert_array_equal(getattr(chunked, name), getattr(counts, name))
     checked = 0
     for t in range(1, cats):
         rows = tc == t

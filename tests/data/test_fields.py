@@ -92,6 +92,10 @@ def _check_examples(directory, spec, rows):
     for split in SPLITS:
         data = InMemorySplit.load(directory, split, max_len=L)
         c, f = data.columns, data.features
+        chunked = data.store.histories(c, L, chunk=5)  # assembled 5 examples at a time: the same arrays
+        assert chunked.keys() == {k for k in f if k.startswith("hist_")}
+        for k, v in chunked.items():
+            np.testing.assert_array_equal(v, f[k])
         for n in range(0, len(c["uid"]), 3):
             seq = seqs[users[c["uid"][n] - 1]]
             position = int(c["position"][n])

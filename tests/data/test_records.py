@@ -13,7 +13,8 @@ import tensorflow as tf
 from dare_tf.data.pipeline import InMemorySplit, make_dataset
 from dare_tf.data.protocol import Protocol, prepare
 from dare_tf.data.records import ShardError, ShardReader, ShardWriter, read_shard, read_shards
-from dare_tf.data.spec import DatasetSpec, SpecError, partition_of
+from dare_tf.data.spec import DatasetSpec, SpecError
+from dare_tf.data.shards import partition_of
 from dare_tf.data.wire import encode_examples, encode_store
 from tests.conftest import SHARED_DATA
 

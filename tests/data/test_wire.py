@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from dare_tf.data.protocol import Protocol, prepare
-from dare_tf.data.spec import STORE_KIND, DatasetSpec
+from dare_tf.data.spec import DatasetSpec
+from dare_tf.data.shards import STORE_KIND
 from dare_tf.data.wire import decode_varints, parse_store
 from tests.conftest import REPO
 from tests.data.test_append import DAY, _day_numbers, _days

@@ -16,7 +16,8 @@ def test_batch_norm_statistics_refresh_fits_the_current_weights(planted, tmp_pat
 
     from dare_tf import training
     from dare_tf.data.pipeline import make_dataset
-    from dare_tf.data.spec import MODEL_INPUTS, DatasetSpec
+    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.data.schema import MODEL_INPUTS
 
     data_dir, _ = planted
     spec = DatasetSpec.load(data_dir)

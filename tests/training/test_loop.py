@@ -219,7 +219,8 @@ def test_keras_compile_fit_evaluate_give_the_trainers_loss_on_the_same_batch(tao
     import dare_tf
     from dare_tf import training
     from dare_tf.data.pipeline import make_dataset
-    from dare_tf.data.spec import MODEL_INPUTS, DatasetSpec
+    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.data.schema import MODEL_INPUTS
 
     spec = DatasetSpec.load(taobao)
     config = TrainConfig.create(preset="dare", **TINY)
