@@ -35,13 +35,16 @@ test: $(STAMP) browser
 
 # The inspect page's browser test (tests/serving/test_inspect.py) drives Debian's chromium:
 # installed here where make runs as root with apt-get; elsewhere the test skips, saying why.
+# Headless, it needs no GPU driver, printer tools or desktop notifications (chromium's
+# recommends), only a font.
+CHROMIUM_PACKAGES := --no-install-recommends chromium fonts-liberation
 browser:
 	@command -v chromium >/dev/null 2>&1 || test -n "$$CHROMIUM" || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing Debian's chromium for the browser test (apt-get)"; \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1 || \
-	    { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium \
-	      >/dev/null 2>&1; } || echo "could not install chromium: the browser test will skip"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(CHROMIUM_PACKAGES) >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+	      $(CHROMIUM_PACKAGES) >/dev/null 2>&1; } || echo "could not install chromium: the browser test will skip"; \
 	  else echo "no chromium (and no root apt-get to install it): the browser test will skip"; fi; }
 
 # The site (guides and the API reference generated from the docstrings) in site/;

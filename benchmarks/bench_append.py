@@ -2,7 +2,7 @@
 days again: a generated log of DAYS days, its first DAYS - 1 prepared, then
 `python -m data.prepare --append` of the last day, and `python -m data.prepare
 --split=time` of the whole log, each in its own process (seconds and peak RSS),
-in the same run. Both write the same records (tests/data/test_append.py).
+in the same run. Both write the same records (tests/data/preparation/test_append.py).
 
 What an append must read is the day's rows and the past clicks of the users
 active that day (their positions and the negatives they must not have
@@ -47,8 +47,8 @@ def split_days(log: str, work: str) -> tuple[str, str, int, int]:
 
 def _active_past_clicks(data_dir: str, day: str) -> int:
     """Stored clicks of the users who have rows in the day's log."""
-    from dare_tf.data.spec import DatasetSpec, read_id_map
-    from dare_tf.data.store import SequenceStore
+    from dare_tf.data.storage.spec import DatasetSpec, read_id_map
+    from dare_tf.data.storage.store import SequenceStore
 
     dense = {raw: k for k, raw in enumerate(read_id_map(data_dir, "user"), start=1)}
     with open(day) as f:
@@ -64,7 +64,7 @@ def main():
     parser.add_argument("--partitions", type=int, default=16)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.data.storage.spec import DatasetSpec
 
     work = tempfile.mkdtemp(prefix="bench_append_")
     try:
@@ -85,7 +85,7 @@ def main():
         read = sum(int(before.files[before.store[k]]["clicks"]) for k in rewritten)
         active = _active_past_clicks(copy, day)
         import tensorflow  # noqa: F401  (imported before the phases are timed)
-        from dare_tf.data.append import append
+        from dare_tf.data.preparation.append import append
 
         phases = {}
         append(day, copy, timings=phases)

@@ -190,7 +190,7 @@ def _percentiles(latencies) -> dict:
 
 
 def _users(data_dir: str, calls: int, rng) -> list[tuple[np.ndarray, np.ndarray]]:
-    from dare_tf.data.spec import read_id_map
+    from dare_tf.data.storage.spec import read_id_map
 
     items = np.array([int(r) for r in read_id_map(data_dir, "item")])
     cats = np.array([int(r) for r in read_id_map(data_dir, "category")])
@@ -240,8 +240,8 @@ def served_load(port: int, clients: int, users) -> tuple[list[float], float]:
 
 def bench_recommend(work: str, calls: int, rng) -> list[dict]:
     from dare_tf import build_model
-    from dare_tf.data.protocol import prepare
-    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.data.preparation.protocol import prepare
+    from dare_tf.data.storage.spec import DatasetSpec
     from dare_tf.retrieval import RetrievalConfig, train_retrieval
     from dare_tf.serving.cascade import LocalModel, Recommender
     from dare_tf.export import export_run, export_saved_model

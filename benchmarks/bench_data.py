@@ -61,7 +61,7 @@ import json, os, resource, sys, time
 sys.path.insert(0, sys.argv[1])
 repo, data_dir, run_dir, in_memory_mb, strategy, max_steps, log = sys.argv[1:8]
 from dare_tf import training
-from dare_tf.data.protocol import prepare
+from dare_tf.data.preparation.protocol import prepare
 if not os.path.exists(os.path.join(data_dir, "spec.json")):
     prepare("taobao", log, data_dir)
 make_config = getattr(training.TrainConfig, "create", training.TrainConfig)  # (a baseline commit: flat)
@@ -76,7 +76,7 @@ history = training.read_history(os.path.join(run_dir, "seed_0"))
 steps, timing = history[-1]["step"], history[-1]["timing"]
 store_bytes = 0
 try:
-    from dare_tf.data import store
+    from dare_tf.data.storage import store
     store_bytes = sum(s.nbytes for s in store._CACHE.values())
 except Exception:
     pass
@@ -92,9 +92,9 @@ LOAD_SCRIPT = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
 import tensorflow  # noqa: F401  (started before the clock)
-from dare_tf.data.pipeline import InMemorySplit
-from dare_tf.data.spec import DatasetSpec
-from dare_tf.data.store import SequenceStore
+from dare_tf.data.feeding.pipeline import InMemorySplit
+from dare_tf.data.storage.spec import DatasetSpec
+from dare_tf.data.storage.store import SequenceStore
 spec = DatasetSpec.load(sys.argv[2])
 seconds = []
 for _ in range(2):
@@ -108,8 +108,8 @@ print("RESULT", json.dumps({"first_s": seconds[0], "again_s": seconds[1]}))
 
 
 def bench_load(work: str, ref: str, rounds: int) -> list[dict]:
-    from dare_tf.data.protocol import prepare
-    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.data.preparation.protocol import prepare
+    from dare_tf.data.storage.spec import DatasetSpec
 
     sample = os.path.join(work, "taobao_sample")
     if not os.path.exists(os.path.join(sample, "spec.json")):
@@ -194,7 +194,7 @@ def _result(proc: subprocess.Popen) -> dict:
 
 def end_to_end_log(work: str) -> str:
     """The 1M-row log of `bench_train.py --parts end_to_end` (3,000 users, 50k items)."""
-    from dare_tf.data.synthetic import SyntheticConfig, write
+    from dare_tf.data.generation.synthetic import SyntheticConfig, write
 
     log = os.path.join(work, "log_end_to_end.csv")
     if not os.path.exists(log):
@@ -233,8 +233,8 @@ def bench_checks(work: str, train_rows: list[dict] | None) -> list[dict]:
     if not os.path.exists(os.path.join(data_dir, "spec.json")):
         subprocess.run([sys.executable, "-m", "data.prepare", "--dataset=taobao", f"--input={log}",
                         f"--output_dir={data_dir}"], cwd=REPO, check=True, capture_output=True, env=ENV)
-    from dare_tf.data import records
-    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.data.storage import records
+    from dare_tf.data.storage.spec import DatasetSpec
 
     spec = DatasetSpec.load(data_dir)
     names = [n for s in ("train", "val", "test") for n in spec.shards[s]] + spec.store

@@ -82,9 +82,9 @@ def request_bytes(inputs: dict) -> int:
 
 def bench_rank(args, work: str, parts: set) -> dict[str, list[dict]]:
     import dare_tf
-    from dare_tf.data.protocol import Protocol, prepare
-    from dare_tf.data.spec import DatasetSpec, read_id_map
-    from dare_tf.data.synthetic import SyntheticConfig, write
+    from dare_tf.data.preparation.protocol import Protocol, prepare
+    from dare_tf.data.storage.spec import DatasetSpec, read_id_map
+    from dare_tf.data.generation.synthetic import SyntheticConfig, write
     from dare_tf.export import export_saved_model
     from dare_tf.serving.cascade import LocalModel
     from dare_tf.serving.client import rank_tensors, request_tensors

@@ -69,7 +69,7 @@ def main():
         data_dir = os.path.join(work, "data")
         subprocess.run([sys.executable, "-m", "data.prepare", "--dataset=taobao", f"--input={SAMPLE}",
                         f"--output_dir={data_dir}"], cwd=REPO, check=True, capture_output=True)
-        from dare_tf.data.spec import DatasetSpec
+        from dare_tf.data.storage.spec import DatasetSpec
 
         examples = DatasetSpec.load(data_dir).counts["train"]
         for name, overrides in CONFIGS.items():

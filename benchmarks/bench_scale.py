@@ -44,7 +44,7 @@ BEAM_OPTIONS = "--direct_num_workers=2 --direct_running_mode=multi_processing"
 
 def small_fraction(like: str) -> float:
     """The fraction of a log like `like` that has SMALL_ROWS rows."""
-    from dare_tf.data.lifelike import LIKE
+    from dare_tf.data.generation.lifelike import LIKE
 
     return SMALL_ROWS / LIKE[like].rows
 
@@ -82,7 +82,7 @@ def _prepared(like: str, log: str, out: str, runner: list[str]) -> tuple[float, 
 def prepare(like: str, fraction: float, work: str) -> dict:
     """`data.prepare` (the in-memory driver, its default protocol) of a generated log:
     Tmall's with its sellers and brands as fields."""
-    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.data.storage.spec import DatasetSpec
 
     log = log_path(work, like, fraction)
     seconds, peak_mib = _prepared(like, log, log + ".prepared", [])
@@ -91,7 +91,7 @@ def prepare(like: str, fraction: float, work: str) -> dict:
 
 
 def _prepared_row(like: str, fraction: float, out: str, seconds: float, peak_mib: float) -> dict:
-    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.data.storage.spec import DatasetSpec
 
     spec, rows = DatasetSpec.load(out), _rows(like, fraction)
     written = sum(os.path.getsize(os.path.join(out, name)) for name in os.listdir(out))
@@ -101,7 +101,7 @@ def _prepared_row(like: str, fraction: float, out: str, seconds: float, peak_mib
 
 
 def _rows(like: str, fraction: float) -> int:
-    from dare_tf.data.lifelike import LIKE
+    from dare_tf.data.generation.lifelike import LIKE
 
     return LIKE[like].rows if fraction == 1 else LIKE[like].scaled(fraction).rows
 
@@ -110,7 +110,7 @@ def beam(like: str, fraction: float, work: str, in_memory: dict | None) -> dict:
     """`data.prepare --runner=beam` on the DirectRunner (multi-processing, both
     cores): its row, its time over the in-memory driver's, and whether every
     record is the in-memory driver's (the shards' digests in spec.json, the id maps)."""
-    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.data.storage.spec import DatasetSpec
 
     log = log_path(work, like, fraction)
     out = log + ".beam"

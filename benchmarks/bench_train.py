@@ -67,7 +67,7 @@ x = {"target_item": rng.integers(1, items, batch).astype("int32"),
      "hist_categories": rng.integers(1, cats, (batch, 200)).astype("int32")}
 y = rng.integers(0, 2, batch).astype("float32")
 if len(sys.argv) > 8:  # one batch of a prepared dataset instead of uniform random ids
-    from dare_tf.data.pipeline import make_dataset
+    from dare_tf.data.feeding.pipeline import make_dataset
     features, labels = next(iter(make_dataset(sys.argv[8], "train", batch, seed=0, deterministic=True)))
     x = {k: features[k].numpy() for k in x}
     y = labels.numpy()
@@ -110,8 +110,8 @@ import tensorflow as tf
 L, batch, aux, seconds = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], float(sys.argv[5])
 items, cats, users = 50_000, 1_000, 64
 import dare_tf
-from dare_tf.data.pipeline import InMemorySplit
-from dare_tf.data.store import SequenceStore
+from dare_tf.data.feeding.pipeline import InMemorySplit
+from dare_tf.data.storage.store import SequenceStore
 import dare_tf.training as training
 rng = np.random.default_rng(0)
 length = L + 50  # every user has L clicks before the cut-off
@@ -270,9 +270,9 @@ def bench_vocab(sizes, min_seconds):
 
 def bench_end_to_end(work_dir, quick, steps_per_execution=(1,), optimizers=("adam", "lazy_adam")):
     """trainers.train's library call on a generated 1M-row log; samples/s inside the program."""
-    from dare_tf.data.protocol import prepare
-    from dare_tf.data.spec import DatasetSpec
-    from dare_tf.data.synthetic import SyntheticConfig, write
+    from dare_tf.data.preparation.protocol import prepare
+    from dare_tf.data.storage.spec import DatasetSpec
+    from dare_tf.data.generation.synthetic import SyntheticConfig, write
     from dare_tf.training import TrainConfig, read_history, train
 
     log = os.path.join(work_dir, "log_1m.csv")

@@ -133,8 +133,8 @@ def claims(seeds: dict, paper_auc: dict) -> list[dict]:
         ratio = _per_seed(seeds, lambda a, r, m, read=read: read(a["gradients"]["by_model"][m])
                           if m in a["gradients"]["by_model"] else None)
         mean, se = mean_se(ratio.get("twin", []))
-        rows.append(_row("gradient domination (representation / attention)", statistic + "; fresh 300-step runs "
-                         "at batch 2048, learning rate 0.01 (DARE's paths reach different tables); verdict: TWIN's "
+        rows.append(_row("gradient domination (representation / attention)", statistic + "; fresh 100-step runs "
+                         "of TWIN at batch 2048, learning rate 0.01; verdict: TWIN's "
                          "within 2x of the paper's, as report.md reads it", f"about {PAPER['norm_ratio']:g}x (TWIN)",
                          ratio, decided=within(mean, se, PAPER["norm_ratio"] / 2, PAPER["norm_ratio"] * 2)))
     conflicts = [("the paper's: share of the first 100 steps (and up to 1,000 spread) with a negative mean "

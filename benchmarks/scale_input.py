@@ -1,7 +1,7 @@
 """bench_scale's `input` phase, in a process of its own (the caller pins it to one
 core with `taskset`, or not): the trainer's streamed input, a prepared
 dataset's training split read from its TFRecord shards, shuffled, parsed and
-its windows assembled (`dare_tf.data.pipeline.make_dataset`, no model), and
+its windows assembled (`dare_tf.data.feeding.pipeline.make_dataset`, no model), and
 each stage of it alone, so that the whole is read against the sum of its parts:
 
 - `read`: the shards' records (GZIP inflated), counted;
@@ -52,11 +52,11 @@ def main():
     args = parser.parse_args()
     import tensorflow as tf
 
-    from dare_tf.data.pipeline import assemble_fn, make_dataset
-    from dare_tf.data.records import feature_spec
-    from dare_tf.data.spec import DatasetSpec
-    from dare_tf.data.shards import DEFAULT_SHUFFLE_BUFFER
-    from dare_tf.data.store import load_store
+    from dare_tf.data.feeding.pipeline import assemble_fn, make_dataset
+    from dare_tf.data.storage.records import feature_spec
+    from dare_tf.data.storage.spec import DatasetSpec
+    from dare_tf.data.storage.shards import DEFAULT_SHUFFLE_BUFFER
+    from dare_tf.data.storage.store import load_store
 
     spec = DatasetSpec.load(args.data_dir)
     names = spec.shard_files("train")

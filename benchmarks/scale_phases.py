@@ -55,7 +55,7 @@ def _run_result(argv: list[str], prefix: list[str] | None = None) -> dict:
 def train(data_dir: str, work: str, size: dict) -> list[dict]:
     """DARE (d=16, batch 2048) streamed from the shards (`in_memory_mb=0`) for
     TRAIN_STEPS steps with each optimizer, its validation pass timed (`evaluate`)."""
-    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.data.storage.spec import DatasetSpec
 
     spec, rows = DatasetSpec.load(data_dir), []
     for optimizer in ("adam", "lazy_adam"):
@@ -115,9 +115,9 @@ _RAW = {}
 def random_history(data_dir: str, rng, length: int, role: str = "hist") -> tuple:
     """Random raw ids of a prepared dataset: `length` items, categories and each of its
     column fields' values (`{f"{role}_{name}": [values]}`, one row), for latency."""
-    from dare_tf.data.fields import field_id_file
-    from dare_tf.data.spec import DatasetSpec, read_id_map
-    from dare_tf.data.schema import TIME_GAP
+    from dare_tf.data.storage.fields import field_id_file
+    from dare_tf.data.storage.spec import DatasetSpec, read_id_map
+    from dare_tf.data.storage.schema import TIME_GAP
 
     if data_dir not in _RAW:
         names = [f["name"] for f in DatasetSpec.load(data_dir).fields if f["name"] != TIME_GAP]
@@ -214,7 +214,7 @@ from dare_tf.retrieval import use_keras2
 use_keras2()
 import numpy as np
 path, data_dir, calls, run_dir = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-from dare_tf.data.spec import read_id_map
+from dare_tf.data.storage.spec import read_id_map
 from dare_tf.retrieval.index import ApproximateIndex, ExactIndex, exact_top_k, recall
 from dare_tf.serving.cascade import LocalModel
 model = LocalModel(path)

@@ -48,10 +48,11 @@ TABLES = {
                                 "peak RSS (MB) and store memory (MB) per process, 200 steps on the 1M-row log"),
     ("bench_scale", "generate"): (["log", "fraction", "rows", "seconds", "rows_per_s", "rate/1M-row rate",
                                    "peak_rss_mib", "mb_written", "generator_auc", "target_s", "seconds/target"],
-                                  "`data.synthetic --like` (dare_tf.data.lifelike) on this 2-core machine, each run "
-                                  "in its own process: a 1M-row log and the real size (fraction 1), wall seconds, "
-                                  "rows per second and its ratio to the 1M-row log's, peak RSS (MiB), MB written, "
-                                  "the generator's own test AUC, and seconds against the issue's target of 300"),
+                                  "`data.synthetic --like` (dare_tf.data.generation.lifelike) on this 2-core machine, "
+                                  "each run in its own process: a 1M-row log and the real size (fraction 1), wall "
+                                  "seconds, rows per second and its ratio to the 1M-row log's, peak RSS (MiB), MB "
+                                  "written, the generator's own test AUC, and seconds against the issue's target of "
+                                  "300"),
     ("bench_scale", "prepare"): (["log", "fraction", "rows", "seconds", "rows_per_s", "rate/1M-row rate",
                                   "peak_rss_mib", "mb_written", "users", "examples", "target_s", "seconds/target"],
                                  "`data.prepare` (the in-memory driver, its default protocol; Tmall with "

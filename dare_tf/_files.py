@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import math
 import os
@@ -208,3 +209,12 @@ def guard_output_dir(output_dir: str, own, writer: str, inputs: dict[str, str] |
                          f"{', '.join(repr(e) for e in foreign[:5])}"
                          f"{f' and {len(foreign) - 5} more' if len(foreign) > 5 else ''}. "
                          "Refusing to change it: move them away or choose another directory")
+
+
+def file_sha256(path: str) -> str:
+    """The sha256 (hex) of a file, read in 4 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()

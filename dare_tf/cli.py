@@ -172,7 +172,7 @@ def run(main: Callable[..., Any], configure: Callable[[list[str]], Any] | None =
                 logging.set_verbosity(logging.WARNING)
             configuration = configure(argv) if configure else None
             # No TensorFlow C++ INFO or WARNING lines, also where a program of numpy alone reads
-            # TFRecord shards (data.prepare --append: dare_tf.data.records imports TensorFlow quietly).
+            # TFRecord shards (data.prepare --append: dare_tf.data.storage.records imports TensorFlow quietly).
             os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
             if not tensorflow:
                 return main(configuration) if configure else main(argv)

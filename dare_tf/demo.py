@@ -10,10 +10,10 @@ import numpy as np
 
 from dare_tf import retrieval
 from dare_tf.analysis.suite import AnalysisConfig, run_analyses
-from dare_tf.data.pipeline import make_dataset
-from dare_tf.data.protocol import Protocol, prepare
-from dare_tf.data.spec import DatasetSpec, read_id_map
-from dare_tf.data.synthetic import SyntheticConfig, write
+from dare_tf.data.feeding.pipeline import make_dataset
+from dare_tf.data.preparation.protocol import Protocol, prepare
+from dare_tf.data.storage.spec import DatasetSpec, read_id_map
+from dare_tf.data.generation.synthetic import SyntheticConfig, write
 from dare_tf.experiments import reproduce
 from dare_tf.serving.cascade import Recommender, format_recommendations
 from dare_tf.serving.client import ServingClient, explained_behaviours, format_explanation

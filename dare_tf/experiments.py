@@ -7,7 +7,7 @@ import math
 import os
 
 from dare_tf.config import PRESET_NOTES
-from dare_tf.data.spec import DatasetSpec
+from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.training import train
 
 LOWER_IS_BETTER = {"logloss"}

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 from keras import ops
 
-from dare_tf.data.schema import MODEL_INPUTS, RANK_INPUTS, history_feature
+from dare_tf.data.storage.schema import MODEL_INPUTS, RANK_INPUTS, history_feature
 
 
 class Ids(NamedTuple):

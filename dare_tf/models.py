@@ -12,8 +12,8 @@ from keras import ops
 
 from dare_tf._faces import public, public_names
 from dare_tf.config import ModelConfig, make_config
-from dare_tf.data.schema import MODEL_INPUTS as INPUT_KEYS  # noqa: F401 (dare_tf.INPUT_KEYS)
-from dare_tf.data.schema import RANK_INPUTS
+from dare_tf.data.storage.schema import MODEL_INPUTS as INPUT_KEYS  # noqa: F401 (dare_tf.INPUT_KEYS)
+from dare_tf.data.storage.schema import RANK_INPUTS
 from dare_tf.model_inputs import ExampleEmbeddings, Ids, example_ids, field_keys, rank_ids
 from dare_tf.layers import BehaviorEmbedding, PredictionHead, TargetAttentionPooling
 from dare_tf.layers.embedding import ROLES, ROLES_BEFORE_SEARCH

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from dare_tf._faces import public
-from dare_tf.data.schema import CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS
+from dare_tf.data.storage.schema import CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS
 from dare_tf.metrics import CASCADE_K, hits_and_gains, rank_of
 
 

@@ -35,7 +35,7 @@ import re
 
 import numpy as np
 
-from dare_tf.data.schema import CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS
+from dare_tf.data.storage.schema import CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS
 
 SERVING_DEFAULT = "serving_default"
 # Every export's signature of raw item ids -> known, id_maps (its id maps' digest).

@@ -26,7 +26,7 @@ unless --beam_options name another runner) and writes the same records.
 
 --output_dir is replaced only when it is absent, empty or a dataset this program wrote.
 --append changes a --split=time dataset in place, journaled: a killed append
-leaves it as it was, or is finished by the next (dare_tf.data.append).
+leaves it as it was, or is finished by the next (dare_tf.data.preparation.append).
 """
 
 import contextlib
@@ -35,10 +35,10 @@ import os
 from absl import app, flags
 
 import dare_tf.cli
-from dare_tf.data.logs import FILE_FORMATS, FORMATS, LogFormat, log_format_of
-from dare_tf.data.protocol import Protocol, prepare
-from dare_tf.data.spec import SPEC_FILE, DatasetSpec
-from dare_tf.data.shards import COMPRESSIONS
+from dare_tf.data.logs.formats import FILE_FORMATS, FORMATS, LogFormat, log_format_of
+from dare_tf.data.preparation.protocol import Protocol, prepare
+from dare_tf.data.storage.spec import SPEC_FILE, DatasetSpec
+from dare_tf.data.storage.shards import COMPRESSIONS
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("dataset", None, sorted(FORMATS), "A named log format (preset of --format/--columns/--click).")
@@ -84,7 +84,7 @@ def log_format_from_flags() -> LogFormat:
 
 
 def append_day() -> None:
-    from dare_tf.data.append import append
+    from dare_tf.data.preparation.append import append
 
     given = [f"--{name}" for name in (*PROTOCOL_FLAGS, "runner", "beam_options", "compression")
              if FLAGS[name].present]
@@ -143,7 +143,7 @@ def main(argv):
         try:
             from apache_beam.options.pipeline_options import PipelineOptions
 
-            from dare_tf.data import beam
+            from dare_tf.data.preparation import beam
         finally:
             root.setLevel(level)
 

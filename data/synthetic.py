@@ -10,12 +10,13 @@ Usage:
 from absl import app, flags
 
 import dare_tf.cli
-from dare_tf.data.synthetic import SyntheticConfig, write
+from dare_tf.data.generation.synthetic import SyntheticConfig, write
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output", None, "Path of the Taobao-format CSV to write.")
 flags.DEFINE_enum("like", None, ["taobao", "tmall"], "Write a log like this real one at its size "
-                  "(dare_tf.data.lifelike): its counts and format; the structure flags below keep their meaning.")
+                  "(dare_tf.data.generation.lifelike): its counts and format; the structure flags below keep their "
+                  "meaning.")
 flags.DEFINE_bool("string_ids", False, "Write string ids (U000001, SKU0000042, C0007, B012) and ISO 8601 times, "
                   "a log for data.prepare --string_ids.")
 flags.DEFINE_float("fraction", 1.0, "--like: every count times this fraction.", lower_bound=0.0, upper_bound=1.0)
@@ -38,7 +39,7 @@ def main(argv):
         if given:
             raise app.UsageError(f"--like={FLAGS.like} sets the log's counts, lengths and days itself: drop "
                                  f"{', '.join(given)}")
-        from dare_tf.data.lifelike import write_like
+        from dare_tf.data.generation.lifelike import write_like
 
         truth = write_like(FLAGS.like, FLAGS.output, FLAGS.fraction, FLAGS.seed,
                            dare_tf.cli.from_flags(SyntheticConfig))

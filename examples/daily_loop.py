@@ -23,8 +23,8 @@ import os
 import sys
 import time
 
-from dare_tf.data.protocol import Protocol, prepare
-from dare_tf.data.synthetic import SyntheticConfig, write
+from dare_tf.data.preparation.protocol import Protocol, prepare
+from dare_tf.data.generation.synthetic import SyntheticConfig, write
 from dare_tf.training import TrainConfig, train
 
 DAY = 86_400
@@ -47,7 +47,7 @@ def main(days: int = 5, work_dir: str = os.path.join("runs", "examples", "daily"
          on_day=None) -> list[dict]:
     """Runs the loop; returns a row per day. `on_day(data_dir, row)`, if given, is
     called after each day (the dataset then holds the days so far)."""
-    from dare_tf.data.append import append
+    from dare_tf.data.preparation.append import append
     from dare_tf.export import export_run
     from dare_tf.serving.client import ServingClient
     from dare_tf.testing.standin_server import serve

@@ -88,7 +88,7 @@ def _command(argv):
     """The program's configuration: the command (`recommend` or None) and its
     request, checked before TensorFlow loads (a bad command, a missing flag or a
     malformed request file answers at once)."""
-    from dare_tf.data.schema import HIST_CATEGORIES, HIST_ITEMS, MODEL_INPUTS
+    from dare_tf.data.storage.schema import HIST_CATEGORIES, HIST_ITEMS, MODEL_INPUTS
 
     commands = argv[1:]
     if commands == ["recommend"]:
@@ -99,7 +99,7 @@ def _command(argv):
                 raise app.UsageError("recommend --user_id reads the history from --histories (not --request_json)")
             now = None
             if FLAGS.now is not None:
-                from dare_tf.data.times import parse_time
+                from dare_tf.data.logs.times import parse_time
 
                 try:
                     now = parse_time(FLAGS.now)
@@ -122,7 +122,7 @@ def _command(argv):
 
 
 def recommend(request):
-    from dare_tf.data.schema import HIST_CATEGORIES, HIST_ITEMS
+    from dare_tf.data.storage.schema import HIST_CATEGORIES, HIST_ITEMS
     from dare_tf.serving.cascade import Recommender, format_recommendations
     from dare_tf.serving.client import ServingClient
 
@@ -162,7 +162,7 @@ def recommend(request):
 
 def main(configuration):
     """`configuration`: `_command`'s (command, request)."""
-    from dare_tf.data.schema import HIST_ITEMS, MODEL_INPUTS
+    from dare_tf.data.storage.schema import HIST_ITEMS, MODEL_INPUTS
     from dare_tf.serving.client import ServingClient, in_own_history, request_tensors, rest_predict
 
     command, request = configuration
@@ -184,7 +184,7 @@ def main(configuration):
 
 def _fields(request: dict) -> dict:
     """A request's further fields: its entries beyond the model's four inputs."""
-    from dare_tf.data.schema import MODEL_INPUTS
+    from dare_tf.data.storage.schema import MODEL_INPUTS
 
     return {k: v for k, v in request.items() if k not in MODEL_INPUTS}
 
@@ -192,7 +192,7 @@ def _fields(request: dict) -> dict:
 def _predictions(request: dict, out: dict) -> str:
     """Each target's P(click) and, from `explain`, its retrieved behaviours in the
     request's raw ids (how many clicks ago, weight): a table, or JSON."""
-    from dare_tf.data.schema import HIST_CATEGORIES, HIST_ITEMS, TARGET_CATEGORY, TARGET_ITEM
+    from dare_tf.data.storage.schema import HIST_CATEGORIES, HIST_ITEMS, TARGET_CATEGORY, TARGET_ITEM
     from dare_tf.serving.client import explained_behaviours, format_explanation
 
     targets, categories = list(request[TARGET_ITEM]), list(request[TARGET_CATEGORY])

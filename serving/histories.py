@@ -32,7 +32,7 @@ import tempfile
 from absl import app, flags
 
 import dare_tf.cli
-from dare_tf.data.logs import FILE_FORMATS, FORMATS, log_format_of
+from dare_tf.data.logs.formats import FILE_FORMATS, FORMATS, log_format_of
 
 FLAGS = flags.FLAGS
 COMMANDS = ("load", "append", "show")
@@ -155,7 +155,7 @@ def main(configuration):
     command, fmt = configuration
     max_clicks, fields, string_ids = FLAGS.max_clicks, None, None
     if command == "load":
-        from dare_tf.data.spec import DatasetSpec
+        from dare_tf.data.storage.spec import DatasetSpec
         from dare_tf.histories.prepared import column_fields
 
         spec = DatasetSpec.load(FLAGS.data_dir)

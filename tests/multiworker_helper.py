@@ -21,8 +21,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 from dare_tf import training  # noqa: E402
-from dare_tf.data import store  # noqa: E402
-from dare_tf.data.spec import DatasetSpec  # noqa: E402
+from dare_tf.data.storage import store  # noqa: E402
+from dare_tf.data.storage.spec import DatasetSpec  # noqa: E402
 
 
 def main(strategy_names, data_dir, output_dir, weights_out, max_steps="6", optimizers="adam", in_memory_mb="4096"):

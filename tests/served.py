@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from dare_tf.data.spec import read_id_map
+from dare_tf.data.storage.spec import read_id_map
 from tests.conftest import SHARED_DATA
 
 L = 20
@@ -20,8 +20,8 @@ def sample_model(root):
     vocabularies whose embeddings are spread (predictions differ per request):
     `(data_dir, spec, model)`."""
     from dare_tf import build_model
-    from dare_tf.data.protocol import Protocol, prepare
-    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.data.preparation.protocol import Protocol, prepare
+    from dare_tf.data.storage.spec import DatasetSpec
 
     data_dir = str(root / "data")
     prepare("taobao", os.path.join(SHARED_DATA, "taobao", "UserBehavior_sample.csv"), data_dir,

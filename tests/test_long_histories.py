@@ -1,11 +1,11 @@
 """Issue 15: lifelong histories from one sequence store (data side in
-tests/data/test_prepare.py, the retrieved-only step in tests/test_models.py)."""
+tests/data/preparation/test_prepare.py, the retrieved-only step in tests/test_models.py)."""
 
 import pytest
 
-from dare_tf.data.pipeline import InMemorySplit
-from dare_tf.data.protocol import Protocol, prepare
-from dare_tf.data.synthetic import SyntheticConfig, write
+from dare_tf.data.feeding.pipeline import InMemorySplit
+from dare_tf.data.preparation.protocol import Protocol, prepare
+from dare_tf.data.generation.synthetic import SyntheticConfig, write
 from dare_tf.training import TrainConfig, train
 
 # A lifelong log: 100 users of 2,100 clicks; 80% of clicks from position 300 on repeat

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from dare_tf.data.schema import MODEL_INPUTS
+from dare_tf.data.storage.schema import MODEL_INPUTS
 from dare_tf.layers.embedding import ATTENTION_ROLES
 
 

@@ -14,8 +14,8 @@ from dare_tf._faces import public
 from dare_tf._files import atomic_json, guard_output_dir
 from dare_tf.analysis.config import ANALYSES, AnalysisConfig
 from dare_tf.analysis import attention, convergence, dimensions, figures, gradients, representation, retrieval
-from dare_tf.data.spec import DatasetSpec, read_id_map
-from dare_tf.data.schema import MODEL_INPUTS
+from dare_tf.data.storage.spec import DatasetSpec, read_id_map
+from dare_tf.data.storage.schema import MODEL_INPUTS
 from dare_tf.run_directory import RunDirectory
 
 FORMAT = "dare_tf.analysis/1"
@@ -89,7 +89,7 @@ def _slot_scores(model, arrays: dict, batch: int = 2048, items: bool = True) -> 
 
 class _Suite:
     def __init__(self, data_dir, runs, output_dir, config: AnalysisConfig, report):
-        from dare_tf.data.pipeline import InMemorySplit
+        from dare_tf.data.feeding.pipeline import InMemorySplit
 
         self.data_dir, self.output_dir, self.config, self.say = data_dir, output_dir, config, report
         self.spec = DatasetSpec.load(data_dir)

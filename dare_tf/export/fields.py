@@ -8,7 +8,7 @@ as items and categories are.
   (unknown ids: the out-of-vocabulary row).
 - The time gap takes `hist_time_gap`: each behaviour's gap to the request's
   time, in the log's time unit (seconds for Unix times), bucketed in-graph
-  by the edges spec.json records (`dare_tf.data.fields`).
+  by the edges spec.json records (`dare_tf.data.storage.fields`).
 
 A history field's slots follow `hist_items`: where it is padding, so is the field.
 """
@@ -20,9 +20,9 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from dare_tf.data.fields import field_id_file, item_field_file, time_gap_buckets_tensor
-from dare_tf.data.spec import DatasetSpec
-from dare_tf.data.schema import TIME_GAP, history_feature
+from dare_tf.data.storage.fields import field_id_file, item_field_file, time_gap_buckets_tensor
+from dare_tf.data.storage.spec import DatasetSpec
+from dare_tf.data.storage.schema import TIME_GAP, history_feature
 from dare_tf.export.tf_serving import id_table
 
 # `item_fields`' answer for an item the export does not know (no raw id is this low; "" with string ids).

@@ -72,10 +72,10 @@ from absl import logging
 
 from dare_tf._faces import public
 from dare_tf._files import clean_stale, require_space, staging_dir, variables_bytes
-from dare_tf.data.spec import ID_MAP_FILES, DatasetSpec, id_map_digest, read_id_map
-from dare_tf.data.schema import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS, TARGET_CATEGORY,
-    TARGET_ITEM, TIME_GAP, history_feature)
-from dare_tf.data.dataset_dir import verify_tables
+from dare_tf.data.storage.spec import ID_MAP_FILES, DatasetSpec, id_map_digest, read_id_map
+from dare_tf.data.storage.schema import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS,
+    TARGET_CATEGORY, TARGET_ITEM, TIME_GAP, history_feature)
+from dare_tf.data.preparation.dataset_dir import verify_tables
 from dare_tf.export import rows
 from dare_tf.export.fields import ServedFields
 from dare_tf.export.tf_serving import (DATASET_INPUT, DATASET_SIGNATURE, STRING_DATASET_INPUT, WARMUP_FILE,

@@ -10,8 +10,8 @@ import re
 import numpy as np
 import tensorflow as tf
 
-from dare_tf.data.schema import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS, TARGET_CATEGORY,
-    TARGET_ITEM, history_feature)
+from dare_tf.data.storage.schema import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS,
+    TARGET_CATEGORY, TARGET_ITEM, history_feature)
 from dare_tf.signatures import (CANDIDATE_COUNT, DATASET_SIGNATURE, HIST_LENGTH, MAX_BATCH_SIZE,  # noqa: F401
                                 RANK, SERVING_DEFAULT, versions,  # (DATASET_SIGNATURE, versions: re-exported)
                                 with_width_column)

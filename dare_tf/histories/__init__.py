@@ -16,7 +16,7 @@ never depends on a model's id maps. Semantics, the same for both stores:
 - Each user keeps at most `max_clicks` clicks (set when the store is created,
   recorded in it); the oldest are dropped.
 - A store created with further `fields` (a brand, a seller: a prepared
-  dataset's column fields, `dare_tf.data.fields`) keeps their raw values with
+  dataset's column fields, `dare_tf.data.storage.fields`) keeps their raw values with
   every click; an append must give exactly those (one-line `StoreError`).
 - `last` never sees a half-written append (LMDB: one write transaction per
   append; Redis: one MULTI/EXEC, retried under WATCH when another writer

@@ -147,7 +147,7 @@ class HistoryStore(abc.ABC):
         of integer ids: the ids, checked."""
         if not self.string_ids:
             return as_int64(name, values)
-        from dare_tf.data.string_ids import id_problem
+        from dare_tf.data.logs.string_ids import id_problem
 
         texts = [v for v in np.asarray(values, object).reshape(-1)]
         for text in texts:

@@ -8,11 +8,11 @@ import os
 
 import numpy as np
 
-from dare_tf.data.fields import field_id_file
-from dare_tf.data.dataset_dir import verify_tables
-from dare_tf.data.spec import DatasetSpec, read_id_map
-from dare_tf.data.schema import TIME_GAP
-from dare_tf.data.store import SequenceStore
+from dare_tf.data.storage.fields import field_id_file
+from dare_tf.data.preparation.dataset_dir import verify_tables
+from dare_tf.data.storage.spec import DatasetSpec, read_id_map
+from dare_tf.data.storage.schema import TIME_GAP
+from dare_tf.data.storage.store import SequenceStore
 from dare_tf.histories.base import HistoryStore, StoreError
 
 # The store's notes of `load_prepared`: the dataset (its preparation id) a load began, and finished, filling it from.
@@ -86,13 +86,13 @@ def append_log(store: HistoryStore, path: str, fmt) -> int:
     """Appends the clicks of the log file `path` (its `LogFormat`: a preset or
     custom columns, with the store's further fields) to `store`: `append_clicks`
     of what it reads; returns the clicks appended."""
-    from dare_tf.data.log_reader import read_clicks
+    from dare_tf.data.logs.reader import read_clicks
 
     return append_clicks(store, read_clicks(path, fmt), path)
 
 
 def append_clicks(store: HistoryStore, read, source: str) -> int:
-    """Appends the rows `read` (`dare_tf.data.logs.Clicks`, raw ids, of the log
+    """Appends the rows `read` (`dare_tf.data.logs.formats.Clicks`, raw ids, of the log
     `source`: an impression log's clicked ones only) to `store`, each user's in
     their order, `USERS_PER_WRITE` users per atomic append; returns the clicks
     appended."""

@@ -24,8 +24,8 @@ import numpy as np
 
 from dare_tf._faces import public
 from dare_tf._files import atomic_json
-from dare_tf.data.spec import DatasetSpec
-from dare_tf.data.schema import TARGET_ITEM
+from dare_tf.data.storage.spec import DatasetSpec
+from dare_tf.data.storage.schema import TARGET_ITEM
 from dare_tf.run_directory import RunDirectory
 from dare_tf.metrics import CASCADE_CANDIDATES, CASCADE_K, hits_and_gains, rank_of, standard_error
 from dare_tf.retrieval.candidates import SOURCES, evaluate_sources, one_source, quota_key

@@ -10,9 +10,9 @@ import numpy as np
 
 from dare_tf._faces import public
 from dare_tf._files import atomic_json, require_space, variables_bytes
-from dare_tf.data.pipeline import InMemorySplit
-from dare_tf.data.prepared import item_categories
-from dare_tf.data.spec import SPLITS, DatasetSpec
+from dare_tf.data.feeding.pipeline import InMemorySplit
+from dare_tf.data.preparation.prepared import item_categories
+from dare_tf.data.storage.spec import SPLITS, DatasetSpec
 from dare_tf.retrieval.config import RetrievalConfig
 from dare_tf.retrieval.candidates import (SOURCES, CandidateMerger, Query, evaluate_sources, one_source, quota_grid,
                                          quota_key, score_rows)
@@ -26,7 +26,7 @@ from dare_tf.run_directory import SEED_RESULT, RunDirectory, ScalarWriters
 @public("dare_tf.retrieval")
 def catalogue(data_dir: str, spec: DatasetSpec, splits: dict[str, InMemorySplit]):
     """Every item id (1 .. num_items - 2) with its category as the log gave it
-    (`dare_tf.data.prepared.item_categories`; for a dataset prepared before the
+    (`dare_tf.data.preparation.prepared.item_categories`; for a dataset prepared before the
     item -> category map, from the examples' targets and histories)."""
     def observed():
         for f in (split.features for split in splits.values()):
@@ -57,10 +57,10 @@ def positives(split: InMemorySplit) -> dict:
 def training_batches(split: InMemorySplit, columns: dict, click_share: np.ndarray, batch_size: int, seed: int):
     """The towers' training batches: the positives `columns` in an order shuffled
     by `seed`, each batch's histories assembled from the store as the ranker's
-    input assembles them (`dare_tf.data.pipeline.assemble_fn`), with each target's
+    input assembles them (`dare_tf.data.feeding.pipeline.assemble_fn`), with each target's
     `sampling_probability` (its share of training clicks). No history is held in
     memory beyond a batch's (at 2.5M positives, 4 GB, and tf.data's copies of it)."""
-    from dare_tf.data.pipeline import assemble_fn
+    from dare_tf.data.feeding.pipeline import assemble_fn
 
     assemble = assemble_fn(split.store, split.max_len)
     tensors = {k: tf.constant(v) for k, v in columns.items()}
@@ -252,7 +252,7 @@ class RetrievalStage:
     @property
     def category_of(self) -> np.ndarray:
         """Every dense item id's category `[num_items]` (the catalogue's, as the log
-        gave it: `dare_tf.data.prepared.item_categories`), padding and out-of-vocabulary
+        gave it: `dare_tf.data.preparation.prepared.item_categories`), padding and out-of-vocabulary
         rows included."""
         oov = [self.spec.oov_category]
         return np.concatenate([oov, self.categories, oov]).astype(np.int64)

@@ -22,7 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from dare_tf._faces import public
-from dare_tf.data.schema import HIST_CATEGORIES, HIST_ITEMS, TIME_GAP, history_feature
+from dare_tf.data.storage.schema import HIST_CATEGORIES, HIST_ITEMS, TIME_GAP, history_feature
 from dare_tf.serving.client import as_ids, explained_behaviours, rank_results, rank_tensors, row_errors
 from dare_tf.signatures import DATASET_SIGNATURE, ITEM_FIELDS, RANK, RANK_EXPLAIN, SERVING_DEFAULT, versions
 

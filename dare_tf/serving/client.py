@@ -22,8 +22,8 @@ from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2,
                                      prediction_service_pb2_grpc, regression_pb2)
 
 from dare_tf._faces import public
-from dare_tf.data.schema import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS, MODEL_INPUTS,
-    TARGET_CATEGORY, TARGET_ITEM)
+from dare_tf.data.storage.schema import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS,
+    MODEL_INPUTS, TARGET_CATEGORY, TARGET_ITEM)
 from dare_tf.signatures import (CANDIDATE_COUNT, EXPLAIN, HIST_LENGTH, RANK, RANK_EXPLAIN, ROW_ERROR, SERVING_DEFAULT,
                                 with_width_column)
 

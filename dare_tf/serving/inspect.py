@@ -50,7 +50,7 @@ def _int64(user: str) -> int:
 
 def _string_id(user: str) -> str:
     """A user id typed into the page, as a store of string ids keys it."""
-    from dare_tf.data.string_ids import id_problem
+    from dare_tf.data.logs.string_ids import id_problem
 
     problem = id_problem(user)
     if problem:

@@ -10,7 +10,7 @@ from typing import Any
 
 from dare_tf._faces import public, public_names
 from dare_tf.config import ModelConfig, make_config
-from dare_tf.data.spec import DatasetSpec
+from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.optimizers import OPTIMIZERS
 from dare_tf.training.sections import (LOSSES, SELECTION, STRATEGIES, CascadeConfig, DataConfig, OptimizerConfig,
                                        RuntimeConfig, ScheduleConfig, _check)

@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from dare_tf._faces import public
-from dare_tf.data.spec import DatasetSpec
+from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.training.config import STRATEGIES
 
 

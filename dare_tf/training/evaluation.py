@@ -10,9 +10,9 @@ import tensorflow as tf
 
 from dare_tf import metrics
 from dare_tf._faces import public
-from dare_tf.data.pipeline import make_dataset
-from dare_tf.data.spec import DatasetSpec
-from dare_tf.data.schema import HIST_ITEMS, TARGET_CATEGORY, USER
+from dare_tf.data.feeding.pipeline import make_dataset
+from dare_tf.data.storage.spec import DatasetSpec
+from dare_tf.data.storage.schema import HIST_ITEMS, TARGET_CATEGORY, USER
 from dare_tf.model_inputs import input_keys
 from dare_tf.models import DareModel
 from dare_tf.training.config import METRICS

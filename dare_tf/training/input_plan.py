@@ -8,8 +8,8 @@ import numpy as np
 import tensorflow as tf
 
 from dare_tf._faces import public
-from dare_tf.data.pipeline import InMemorySplit, make_dataset
-from dare_tf.data.spec import DatasetSpec
+from dare_tf.data.feeding.pipeline import InMemorySplit, make_dataset
+from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.model_inputs import input_keys
 from dare_tf.training.config import TrainConfig
 from dare_tf.training.diagnostics import default_eval_every, schedule_warnings

@@ -15,8 +15,8 @@ import tensorflow as tf
 from absl import logging
 
 from dare_tf._faces import public
-from dare_tf.data.pipeline import InMemorySplit
-from dare_tf.data.spec import DatasetSpec
+from dare_tf.data.feeding.pipeline import InMemorySplit
+from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.models import DareModel
 from dare_tf.optimizers import make_optimizer
 from dare_tf._files import atomic_json, require_space, variables_bytes

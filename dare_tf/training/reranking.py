@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 
 from dare_tf._faces import public
-from dare_tf.data.negatives import NegativeSampler
-from dare_tf.data.pipeline import InMemorySplit
-from dare_tf.data.store import load_store
-from dare_tf.data.prepared import item_categories
-from dare_tf.data.schema import HIST_CATEGORIES, HIST_ITEMS
+from dare_tf.data.feeding.negatives import NegativeSampler
+from dare_tf.data.feeding.pipeline import InMemorySplit
+from dare_tf.data.storage.store import load_store
+from dare_tf.data.preparation.prepared import item_categories
+from dare_tf.data.storage.schema import HIST_CATEGORIES, HIST_ITEMS
 from dare_tf.reranking import CascadeExamples
 
 

@@ -7,8 +7,8 @@ import dataclasses
 import math
 
 from dare_tf._faces import public, public_names
-from dare_tf.data.negatives import format_negatives, parse_negatives
-from dare_tf.data.shards import DEFAULT_SHUFFLE_BUFFER
+from dare_tf.data.feeding.negatives import format_negatives, parse_negatives
+from dare_tf.data.storage.shards import DEFAULT_SHUFFLE_BUFFER
 from dare_tf.metrics import CASCADE_CANDIDATES, CASCADE_K
 from dare_tf.optimizers import OPTIMIZERS
 
@@ -157,7 +157,7 @@ class RuntimeConfig:
 @dataclasses.dataclass(frozen=True)
 class CascadeConfig:
     """What a ranker is trained on and selected by, for a cascade
-    (`dare_tf.data.negatives`, docs/two-stage.md).
+    (`dare_tf.data.feeding.negatives`, docs/two-stage.md).
 
     Attributes:
         negatives: the training negatives, `SOURCE:COUNT,...` of `uniform`,

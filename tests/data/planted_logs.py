@@ -3,8 +3,8 @@ rows not in time order) and a Parquet click log without a category column."""
 
 import numpy as np
 
-from dare_tf.data.logs import LogFormat
-from dare_tf.data.protocol import Protocol
+from dare_tf.data.logs.formats import LogFormat
+from dare_tf.data.preparation.protocol import Protocol
 
 
 def impression_rows(seed: int = 0, users: int = 40, per_user: int = 30):

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from dare_tf.data.pipeline import InMemorySplit
-from dare_tf.data.protocol import prepare
-from dare_tf.data.spec import read_id_map
+from dare_tf.data.feeding.pipeline import InMemorySplit
+from dare_tf.data.preparation.protocol import prepare
+from dare_tf.data.storage.spec import read_id_map
 from dare_tf.serving.client import ServingClient, make_example, rank_results, rank_tensors, request_tensors
-from tests.data.test_fields import FORMAT, PER_USER, field_rows, write_log
+from tests.data.storage.test_fields import FORMAT, PER_USER, field_rows, write_log
 
 L = 8
 pytestmark = pytest.mark.xdist_group("export_fields")  # (one worker builds the module's export)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from dare_tf.data.spec import read_id_map
+from dare_tf.data.storage.spec import read_id_map
 from dare_tf.export import ranker as export_lib
 from dare_tf.serving.client import ServingClient, rank_results, rank_tensors, request_tensors
 from dare_tf.testing.requests import ServingError

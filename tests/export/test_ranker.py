@@ -242,7 +242,7 @@ def test_an_edited_id_map_is_refused_by_the_export_and_the_history_load(setup, t
     another item. The table's sha256 is recorded at preparation and checked."""
     import shutil
 
-    from dare_tf.data.spec import SpecError
+    from dare_tf.data.storage.spec import SpecError
     from dare_tf.histories import open_store
     from dare_tf.histories.prepared import load_prepared
 

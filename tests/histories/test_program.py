@@ -8,8 +8,8 @@ import sys
 
 import numpy as np
 
-from dare_tf.data.spec import DatasetSpec, read_id_map
-from dare_tf.data.store import SequenceStore
+from dare_tf.data.storage.spec import DatasetSpec, read_id_map
+from dare_tf.data.storage.store import SequenceStore
 from tests.conftest import SHARED_DATA  # noqa: F401 (the shared data must be there)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -84,8 +84,8 @@ def test_a_dataset_with_fields_loads_them_and_live_clicks_carry_them(tmp_path):
     """`load` of a dataset with column fields and the time gap: the store keeps the
     fields' raw values and the clicks' times; `append` reads them from the log's
     field columns, and a log without them is refused in one line naming them."""
-    from dare_tf.data.protocol import prepare
-    from tests.data.test_fields import FORMAT, PER_USER, field_rows, write_log
+    from dare_tf.data.preparation.protocol import prepare
+    from tests.data.storage.test_fields import FORMAT, PER_USER, field_rows, write_log
 
     rows = field_rows()
     data = str(tmp_path / "data")

@@ -172,13 +172,13 @@ def test_a_ranker_trained_on_retrieval_negatives_reports_the_cascade_it_is_selec
     assert test["ndcg@10"] == pytest.approx(cascade["rankers"]["ranker"]["ndcg@10"], abs=1e-9)
     assert test["retrieval_hit_rate@10"] == pytest.approx(cascade["retrieval"]["hit_rate@10"], abs=1e-9)
     # the retrieval negatives of the first epoch are among each history's first 200 candidates
-    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.data.storage.spec import DatasetSpec
     from dare_tf.retrieval.training import RetrievalStage
     from dare_tf.training.reranking import Cascade
 
     spec = DatasetSpec.load(taobao)
     config = TrainConfig.create(negatives="retrieval:4", retrieval_run=two_stage["retrieval"], batch_size=250)
-    from dare_tf.data.pipeline import InMemorySplit
+    from dare_tf.data.feeding.pipeline import InMemorySplit
     memory = {"train": InMemorySplit.load(taobao, "train", spec)}
     loaded = Cascade.load(taobao, spec, config, spec.max_len, None, memory)
     sampler = loaded.sampler

@@ -13,9 +13,9 @@ import pytest
 @pytest.mark.tfrs  # tensorflow-recommenders: tf.keras as Keras 2 (its own pytest run, make test)
 def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
     from dare_tf import build_model
-    from dare_tf.data.protocol import Protocol, prepare
-    from dare_tf.data.spec import DatasetSpec, read_id_map
-    from dare_tf.data.synthetic import SyntheticConfig, write
+    from dare_tf.data.preparation.protocol import Protocol, prepare
+    from dare_tf.data.storage.spec import DatasetSpec, read_id_map
+    from dare_tf.data.generation.synthetic import SyntheticConfig, write
     from dare_tf.serving.cascade import LocalModel, Recommender, format_recommendations
     from dare_tf.serving.client import ServingClient
     from dare_tf.export import export_run, export_saved_model
@@ -36,7 +36,7 @@ def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
     export_saved_model(build_model("dare", other.num_items, other.num_categories, max_len=other.max_len, seed=0),
                        os.path.join(work, "other"), exports, "other")
     # the exported top-N equals the in-process index on real test histories (an unknown raw id included)
-    from dare_tf.data.pipeline import InMemorySplit
+    from dare_tf.data.feeding.pipeline import InMemorySplit
     from dare_tf.retrieval.model import load_retrieval_model
     from dare_tf.retrieval.training import (candidate_merger, catalogue, merged_candidates, positives,
                                             tower_scores)

@@ -10,7 +10,7 @@ import grpc
 import numpy as np
 import pytest
 
-from dare_tf.data.spec import read_id_map
+from dare_tf.data.storage.spec import read_id_map
 from dare_tf.serving.client import ServingClient, make_example, pad_histories, rest_predict
 from dare_tf.testing.standin_server import latest_version, serve
 from tests.served import L, in_process, requests

@@ -12,7 +12,7 @@ import grpc
 import numpy as np
 import pytest
 
-from dare_tf.data.spec import id_map_digest, read_id_map
+from dare_tf.data.storage.spec import id_map_digest, read_id_map
 from dare_tf.signatures import RANK_EXPLAIN
 
 SOURCES = np.array(["two_tower", "popularity", "recent_categories", "filler"] * 3)
@@ -154,7 +154,7 @@ def test_the_page_in_chromium_highlights_exactly_the_kept_behaviours(taobao, two
     if missing:
         pytest.skip(missing)
     from dare_tf import build_model
-    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.data.storage.spec import DatasetSpec
     from dare_tf.export import export_run, export_saved_model
     from dare_tf.histories import open_store
     from dare_tf.serving.cascade import Recommender

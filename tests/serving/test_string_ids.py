@@ -9,9 +9,9 @@ import os
 import numpy as np
 import pytest
 
-from dare_tf.data.protocol import prepare
-from dare_tf.data.spec import read_id_map
-from tests.data.test_string_ids import INTS, PER_USER, STRINGS, write_twins
+from dare_tf.data.preparation.protocol import prepare
+from dare_tf.data.storage.spec import read_id_map
+from tests.data.logs.test_string_ids import INTS, PER_USER, STRINGS, write_twins
 
 pytestmark = pytest.mark.xdist_group("string_ids")  # (one worker builds the module's exports)
 
@@ -26,7 +26,7 @@ def twins(tmp_path_factory):
     from dare_tf.export import export_saved_model
     from dare_tf.serving.cascade import LocalModel
     from dare_tf.training.config import dataset_fields
-    from tests.data.test_prepare import TAOBAO
+    from tests.data.preparation.test_prepare import TAOBAO
 
     root = tmp_path_factory.mktemp("string_ids")
     with open(TAOBAO) as f:
@@ -122,7 +122,7 @@ def test_a_string_id_export_answers_as_its_integer_twin(twins):
 def test_string_ids_through_the_stand_in_the_history_service_and_recommend(twins, tmp_path):
     from dare_tf.histories import open_store
     from dare_tf.histories.prepared import column_fields, load_prepared
-    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.data.storage.spec import DatasetSpec
     from dare_tf.serving.cascade import Recommender
     from dare_tf.serving.client import ServingClient, rank_results, rank_tensors, rest_predict
     from dare_tf.testing.standin_server import serve
@@ -204,8 +204,8 @@ def test_string_ids_through_the_stand_in_the_history_service_and_recommend(twins
 
 @pytest.mark.tfrs  # (the retrieval run: tensorflow-recommenders, make test's TF_USE_LEGACY_KERAS=1 run)
 def test_a_string_id_retrieval_export_is_its_run_in_strings_and_recommend_answers_in_them(twins, tmp_path):
-    from dare_tf.data.pipeline import InMemorySplit
-    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.data.feeding.pipeline import InMemorySplit
+    from dare_tf.data.storage.spec import DatasetSpec
     from dare_tf.export import export_run
     from dare_tf.histories import open_store
     from dare_tf.histories.prepared import column_fields, load_prepared

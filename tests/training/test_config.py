@@ -31,7 +31,7 @@ def test_train_config_sections_flat_names_and_identity():
 
 
 def test_a_run_configuration_the_dataset_cannot_hold_is_refused_with_the_flag(taobao):
-    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.data.storage.spec import DatasetSpec
     from dare_tf.training.config import effective_model_config
 
     spec, one_device = DatasetSpec.load(taobao), types.SimpleNamespace(num_replicas_in_sync=1)
@@ -87,7 +87,7 @@ def test_cascade_section_checks_its_flags_and_old_runs_keep_their_identity(tmp_p
 
 def test_the_config_holds_a_typed_model_config_the_dataset_completes(taobao):
     from dare_tf.config import ModelConfig, make_config
-    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.data.storage.spec import DatasetSpec
     from dare_tf.training.config import effective_model_config
 
     config = TrainConfig.create(preset="twin", model_overrides=dict(top_k=7), reference_mode=True)

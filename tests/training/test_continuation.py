@@ -12,14 +12,14 @@ import types
 import numpy as np
 import pytest
 
-from dare_tf.data.pipeline import InMemorySplit
-from dare_tf.data.protocol import Protocol, prepare
-from dare_tf.data.spec import DatasetSpec
+from dare_tf.data.feeding.pipeline import InMemorySplit
+from dare_tf.data.preparation.protocol import Protocol, prepare
+from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.training import SeedRun, TrainConfig, train
 from dare_tf.training.config import effective_model_config
 from dare_tf.training.continuation import Continuation, ContinuationError
 from tests.conftest import REPO
-from tests.data.test_prepare import TAOBAO
+from tests.data.preparation.test_prepare import TAOBAO
 
 DAY = 86_400
 BY_DAY = Protocol(split="time", min_clicks=50, partitions=2)
@@ -36,7 +36,7 @@ def days(tmp_path_factory):
     early days."""
     import shutil
 
-    from dare_tf.data.append import append
+    from dare_tf.data.preparation.append import append
 
     root = tmp_path_factory.mktemp("days")
     last_day = max(int(line.rsplit(",", 1)[1]) for line in open(TAOBAO)) // DAY * DAY

@@ -72,8 +72,8 @@ def _check_two_workers(taobao, tmp_path, in_memory_mb):
     import tensorflow as tf
 
     from dare_tf import training
-    from dare_tf.data.spec import DatasetSpec
-    from dare_tf.data.store import read_examples
+    from dare_tf.data.storage.spec import DatasetSpec
+    from dare_tf.data.storage.store import read_examples
 
     info = [json.loads((tmp_path / f"w{i}.{in_memory_mb}.json").read_text()) for i in (0, 1)]
     spec = DatasetSpec.load(taobao)

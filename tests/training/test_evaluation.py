@@ -15,9 +15,9 @@ def test_batch_norm_statistics_refresh_fits_the_current_weights(planted, tmp_pat
     import tensorflow as tf
 
     from dare_tf import training
-    from dare_tf.data.pipeline import make_dataset
-    from dare_tf.data.spec import DatasetSpec
-    from dare_tf.data.schema import MODEL_INPUTS
+    from dare_tf.data.feeding.pipeline import make_dataset
+    from dare_tf.data.storage.spec import DatasetSpec
+    from dare_tf.data.storage.schema import MODEL_INPUTS
 
     data_dir, _ = planted
     spec = DatasetSpec.load(data_dir)
@@ -67,7 +67,7 @@ def test_batch_norm_statistics_refresh_fits_the_current_weights(planted, tmp_pat
 
 
 def test_results_report_metrics_by_history_length_and_undertraining_warnings(planted, tmp_path):
-    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.data.storage.spec import DatasetSpec
     from dare_tf.run_directory import read_history
     from dare_tf.training import format_results, history_length_buckets
     from dare_tf.training.diagnostics import split_labels, undertraining_warnings
@@ -111,8 +111,8 @@ def test_small_splits_are_evaluated_in_the_batch_that_holds_them(planted, tmp_pa
     import tensorflow as tf
 
     from dare_tf import training
-    from dare_tf.data.pipeline import InMemorySplit
-    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.data.feeding.pipeline import InMemorySplit
+    from dare_tf.data.storage.spec import DatasetSpec
 
     data_dir, _ = planted
     spec = DatasetSpec.load(data_dir)

@@ -136,8 +136,8 @@ def test_training_stream_resumes_at_any_step(taobao, in_memory_mb, tmp_path):
     len(train) examples from an epoch start is a permutation of the split."""
     import tensorflow as tf
 
-    from dare_tf.data.pipeline import InMemorySplit
-    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.data.feeding.pipeline import InMemorySplit
+    from dare_tf.data.storage.spec import DatasetSpec
     from dare_tf.training import effective_model_config
 
     spec = DatasetSpec.load(taobao)
@@ -218,9 +218,9 @@ def test_keras_compile_fit_evaluate_give_the_trainers_loss_on_the_same_batch(tao
 
     import dare_tf
     from dare_tf import training
-    from dare_tf.data.pipeline import make_dataset
-    from dare_tf.data.spec import DatasetSpec
-    from dare_tf.data.schema import MODEL_INPUTS
+    from dare_tf.data.feeding.pipeline import make_dataset
+    from dare_tf.data.storage.spec import DatasetSpec
+    from dare_tf.data.storage.schema import MODEL_INPUTS
 
     spec = DatasetSpec.load(taobao)
     config = TrainConfig.create(preset="dare", **TINY)
@@ -263,8 +263,8 @@ def test_drawn_negatives_train_in_whole_groups_fresh_each_epoch(taobao, tmp_path
     trains and reports the paper's metrics; what cannot be drawn is refused."""
     import tensorflow as tf
 
-    from dare_tf.data.pipeline import InMemorySplit
-    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.data.feeding.pipeline import InMemorySplit
+    from dare_tf.data.storage.spec import DatasetSpec
     from dare_tf.training import effective_model_config
     from dare_tf.training.reranking import Cascade
 
@@ -304,8 +304,8 @@ def test_the_training_stream_builds_only_the_epochs_its_steps_reach(taobao, tmp_
     million (which took a minute and 6 GB at epochs=1,000 on a 1M-row log)."""
     import tensorflow as tf
 
-    from dare_tf.data.pipeline import InMemorySplit
-    from dare_tf.data.spec import DatasetSpec
+    from dare_tf.data.feeding.pipeline import InMemorySplit
+    from dare_tf.data.storage.spec import DatasetSpec
     from dare_tf.training import effective_model_config
     from dare_tf.training.input_plan import InputPlan
 

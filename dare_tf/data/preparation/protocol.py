@@ -1,0 +1,336 @@
+"""The paper's sample construction (as its code, github.com/thuml/DARE, builds it), vectorised,
+written as a per-user sequence store and compact examples in TFRecord files.
+
+From the rows of a click log: dense 1-based ids in order of first
+appearance, per-user click sequences, the >= min_clicks user filter, train
+targets x_{T-2-stride*j} (j < train_targets), validation target x_{T-1}, test
+target x_T, and `negatives` negatives per positive drawn by click frequency
+and rejected if the user clicked them anywhere in the log. From an impression
+log (a 0/1 label per row): each user's impressions in time order are the
+examples with their own labels (the last one is the test example, the one
+before it the validation example, the earlier ones train), no negatives are
+drawn, and each history is the user's clicks strictly before the
+impression's time.
+
+What is written (`dare_tf.data.storage.records` reads it), users assigned to
+`partitions` partitions by a hash of their id (`dare_tf.data.storage.shards.partition_of`):
+
+- the store: per qualifying user, one record of its time-ordered item and
+  category ids (`store-0000k-of-0000P.tfrecord.gz` holds partition k);
+- the examples of each split: one record (user, cut-off position, target
+  item, target category, label) per example (`SPLIT-0000k-of-0000P...`
+  holds partition k's users' examples); the history of an example is the
+  most recent L clicks of its user before the cut-off, assembled when read,
+  so L is chosen at training time.
+
+The protocol is split into what needs the whole log (`LogStatistics`: dense
+ids, item categories and frequencies, sequence lengths) and what needs one
+chunk of `USERS_PER_CHUNK` users only (`chunk_examples`, with its own
+negative-sampling stream). The in-memory driver here and the Apache Beam
+driver (`dare_tf.data.preparation.beam`) share all of it and write the same records.
+The dataset directory appears complete or not at all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+
+import numpy as np
+from absl import logging
+
+from dare_tf._faces import public
+from dare_tf.data.preparation.days import LogRows, build_time_split
+from dare_tf.data.preparation.examples import (MIN_IMPRESSIONS, USERS_PER_CHUNK, LogStatistics, UserRows,
+    chunk_examples, qualifying_users, store_rows)
+from dare_tf.data.logs.formats import Clicks, LogFormat
+from dare_tf.data.preparation.dataset_dir import guard_dataset_dir, write_prepared
+from dare_tf.data.preparation.prepared import (MAX_PARTITIONS, PartitionedWriter, allow_open_files, check_compression,
+                                   layout_fields, log_format, make_spec, source_fields, write_field_maps,
+                                   write_id_maps, write_item_clicks)
+from dare_tf.data.storage.fields import DenseFields, spec_fields
+from dare_tf.data.logs.reader import read_log
+from dare_tf.data.logs.formats import dense_ids
+from dare_tf.data.storage.spec import FORMAT, MAX_LEN, SPLITS, DatasetSpec
+from dare_tf.data.storage.shards import STORE_KIND
+from dare_tf.data.logs.times import DAY
+
+MAX_NEGATIVES = 100
+SPLIT_KINDS = ("user", "time")
+TIME_SPLIT_FIELDS = ("split", "val_days", "test_days", "val_from", "test_from")
+
+
+@public("dare_tf.data")
+@dataclasses.dataclass(frozen=True)
+class Protocol:
+    """The sample-construction parameters (the paper's code, github.com/thuml/DARE).
+
+    Attributes:
+        seed: seed of the negative sampling.
+        min_clicks: users with fewer clicks are dropped.
+        max_len: the dataset's default history length L (`spec.json`); a
+            trainer may choose any other (`--max_len`): histories are
+            assembled from the store when read.
+        train_targets: train targets per user: x_{T-2-stride*j}, j < train_targets
+            (click logs; an impression log's train examples are all of a
+            user's impressions before its last two).
+        stride: clicks between consecutive train targets (click logs).
+        negatives: negatives per positive (click logs).
+        partitions: shards of the store and of each split; users are
+            assigned to them by a hash of their id, and `multi_worker`
+            training gives each worker whole partitions (at least one each).
+        split: `user`, the paper's per-user protocol (`train_targets`, `stride`; the last click
+            of each user is its test target, the one before it validation);
+            or `time`: the log read as days, every row an example of the
+            window its time falls in (train before the validation window,
+            then validation, then test), its history the user's clicks
+            strictly before that time (each user's rows in time order), so
+            no example sees its future. Dense ids follow the first appearance
+            in time (ties in file order), so the id maps of a log's first days
+            are the beginning of the whole log's. Click logs: every click with an
+            earlier click is a target, with `negatives` negatives drawn by that
+            day's clicks, none clicked by the user up to that day; impression
+            logs: every impression. A user's examples start on the day its
+            clicks reach `min_clicks`. Every day is built from itself and the
+            days before it only, so a day can be appended to the dataset
+            (`data.prepare --append`, `dare_tf.data.preparation.days`). `train_targets`
+            and `stride` are not used.
+        val_days, test_days: `time`: the last `test_days` days of the log
+            (UTC days of the time column, read as seconds) are the test
+            window, the `val_days` days before them validation.
+        val_from, test_from: `time`: the windows' first times instead (in the
+            time column's unit; both or neither).
+        time_gap: add the derived time-gap field (`dare_tf.data.storage.fields`): the
+            store keeps every click's time, the examples their target's.
+    """
+
+    seed: int = 0
+    min_clicks: int = 210
+    max_len: int = 200
+    train_targets: int = 19
+    stride: int = 5
+    negatives: int = 2
+    partitions: int = 16
+    split: str = "user"
+    val_days: int = 1
+    test_days: int = 1
+    val_from: int | None = None
+    test_from: int | None = None
+    time_gap: bool = False
+
+    def __post_init__(self):
+        self.validate(impressions=True)  # the checks of every log; prepare adds those of a click log
+
+    def validate(self, impressions: bool = False) -> None:
+        # The earliest train target x_{T-2-stride*(n-1)} (1-based) must have a click before it.
+        earliest = max(2 + self.stride * (self.train_targets - 1), 0)
+        checks = [
+            (0 <= self.seed < 2**32, "seed", "must be in [0, 2^32)"),
+            (1 <= self.max_len <= MAX_LEN, "max_len", f"must be in [1, {MAX_LEN}]"),
+            (0 <= self.train_targets <= 10_000, "train_targets", "must be in [0, 10000]"),
+            (1 <= self.stride <= 10_000, "stride", "must be in [1, 10000]"),
+            (0 <= self.negatives <= MAX_NEGATIVES, "negatives", f"must be in [0, {MAX_NEGATIVES}]"),
+            (1 <= self.partitions <= MAX_PARTITIONS, "partitions", f"must be in [1, {MAX_PARTITIONS}]"),
+            (self.min_clicks >= 0, "min_clicks", "must be >= 0"),
+            (self.split in SPLIT_KINDS, "split", f"must be one of {SPLIT_KINDS}"),
+            (self.val_days >= 1 and self.test_days >= 1, "val_days" if self.val_days < 1 else "test_days",
+             "must be >= 1"),
+            ((self.val_from is None) == (self.test_from is None), "val_from" if self.val_from is None else "test_from",
+             "--val_from and --test_from go together (or neither: --val_days, --test_days)"),
+            (self.val_from is None or self.test_from is None or self.val_from < self.test_from, "val_from",
+             f"must be before --test_from={self.test_from}"),
+            (self.split == "time" or (self.val_from is None and (self.val_days, self.test_days) == (1, 1)), "split",
+             "--val_days, --test_days, --val_from and --test_from are for --split=time"),
+            (impressions or self.split == "time" or self.min_clicks >= earliest + 2, "min_clicks",
+             f"must be >= {earliest + 2} so that the earliest train target has a history (train_targets="
+             f"{self.train_targets} targets, one every stride={self.stride} clicks, reach {earliest} clicks back); "
+             "raise --min_clicks, or lower --train_targets or --stride"),
+        ]
+        for ok, name, message in checks:
+            if not ok:
+                raise ValueError(f"{name}={getattr(self, name)}: {message}")
+
+    def bounds(self, last_time: int) -> tuple[int, int]:
+        """`--split=time`: the first times of the validation and the test windows, for
+        a log whose latest row is at `last_time` (explicit, or whole UTC days)."""
+        if self.val_from is not None:
+            return int(self.val_from), int(self.test_from)
+        test_from = (int(last_time) // DAY - self.test_days + 1) * DAY
+        return test_from - self.val_days * DAY, test_from
+
+    def to_json(self) -> dict:
+        """The protocol as spec.json records it; the time split's fields only with
+        `--split=time` (so that a per-user dataset is recorded, and identified, as
+        it was before they existed)."""
+        fields = dataclasses.asdict(self)
+        if self.split == "user":
+            for name in TIME_SPLIT_FIELDS:
+                del fields[name]
+        if not self.time_gap:  # (recorded only when set: earlier datasets keep their identity)
+            del fields["time_gap"]
+        return fields
+
+    def target_offsets(self) -> dict[str, np.ndarray]:
+        """Per split, each target's offset from the end of its user's sequence:
+        train T-2-stride*j (1-based), val T-1, test T."""
+        return {"train": 3 + self.stride * np.arange(self.train_targets),
+                "val": np.array([2]), "test": np.array([1])}
+
+
+def preparation_id(source_sha256: str, protocol: Protocol, fmt: LogFormat, compression: str) -> str:
+    """The id of a preparation: the same for the same log, log format, protocol
+    and compression (whichever driver prepared it), different otherwise."""
+    text = json.dumps([FORMAT, fmt.to_json(), source_sha256, protocol.to_json(), compression],
+                      sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def no_user_qualifies(protocol: Protocol, longest: int, impressions: bool = False) -> ValueError:
+    extra = f" and >= {MIN_IMPRESSIONS} impressions" if impressions else ""
+    return ValueError(f"no user has >= {protocol.min_clicks} clicks{extra} (the longest history has "
+                      f"{longest} clicks); lower --min_clicks or use a larger log")
+
+
+def build_examples(clicks: Clicks, protocol: Protocol, directory: str, compression: str,
+                   fmt: LogFormat | None = None) -> dict:
+    """Writes the store, the example shards and the id maps of `clicks` into
+    `directory`; returns the spec fields that depend on the data."""
+    user, raw_users = dense_ids(clicks.user)
+    item, raw_items = dense_ids(clicks.item)
+    category, raw_categories = dense_ids(clicks.category)
+    # (`--string_ids`: the codes' strings, as the id maps hold them)
+    raw_users, raw_items, raw_categories = (clicks.raw(role, raw) for role, raw in (
+        ("user", raw_users), ("item", raw_items), ("category", raw_categories)))
+    labels, times = clicks.label, clicks.time
+    impressions = labels is not None
+    bounds = protocol.bounds(int(times.max())) if protocol.split == "time" else None
+    # Row 0 is padding and the last row is out-of-vocabulary (never trained on;
+    # serving maps unknown raw ids there).
+    num_items, num_categories = len(raw_items) + 2, len(raw_categories) + 2
+    fields = DenseFields(clicks.fields, item, num_items)
+    fields.raw = {name: clicks.raw(name, raw) for name, raw in fields.raw.items()}
+    field_entries = spec_fields(fields.entries(fmt), protocol.time_gap)
+    # `--action_field`: every action is history, the clicks among them are the targets.
+    clicked = clicks.clicked() if clicks.click_code is not None else None
+    # The raw-id columns are no longer needed: release them (peak memory).
+    clicks.user = clicks.item = clicks.category = clicks.time = clicks.label = None
+    clicks.fields = {}
+    user, item, category = user.astype(np.int32), item.astype(np.int32), category.astype(np.int32)
+    last = len(item) - 1 - np.unique(item[::-1], return_index=True)[1]
+    item_category = np.zeros(num_items, np.int32)
+    item_category[item[last]] = category[last]
+    del last
+    if bounds is not None:
+        return _time_split(directory, user, item, category, times, labels, (raw_items, raw_categories, raw_users),
+                           item_category, protocol, bounds, compression, fields, field_entries, clicked)
+    is_click = clicked if clicked is not None else np.ones(len(user), bool) if not impressions else labels == 1
+    rows_per_user = np.bincount(user, minlength=len(raw_users) + 1)
+    clicks_per_user = np.bincount(user[is_click], minlength=len(raw_users) + 1)
+    stats = LogStatistics(item_category=item_category,
+                          item_cdf=np.cumsum(np.bincount(item[is_click], minlength=num_items)),
+                          qualifying=qualifying_users(clicks_per_user, rows_per_user if impressions else None,
+                                                      protocol),
+                          num_users=len(raw_users) + 1, item_fields=fields.of_item)
+    logging.info("%d users, %d qualify (>= %d clicks); %d items, %d categories", len(raw_users),
+                 len(stats.qualifying), protocol.min_clicks, len(raw_items), len(raw_categories))
+    if len(stats.qualifying) == 0:
+        raise no_user_qualifies(protocol, int(clicks_per_user.max()), impressions)
+    # Only the qualifying users' rows, grouped by user in their order (file or time order).
+    keep = np.zeros(len(raw_users) + 1, bool)
+    keep[stats.qualifying] = True
+    keep = keep[user]
+    order = np.flatnonzero(keep)[np.argsort(user[keep], kind="stable")]
+    del keep
+    seq = {"items": item[order], "categories": category[order]}
+    if impressions or protocol.time_gap:
+        seq["times"] = times[order]
+    if impressions:
+        seq["labels"] = labels[order]
+    if clicked is not None:
+        seq["clicked"] = clicked[order]
+    seq_fields = {name: values[order] for name, values in fields.values.items()}
+    del order, user, item, category, times, labels
+    q_lengths = rows_per_user[stats.qualifying]
+    q_starts = np.concatenate([[0], np.cumsum(q_lengths)[:-1]])
+    allow_open_files(4 * protocol.partitions, protocol.partitions)
+    writers = {kind: PartitionedWriter(directory, kind, protocol.partitions, compression)
+               for kind in (*SPLITS, STORE_KIND)}
+    for chunk, users in stats.chunks():
+        lo = chunk * USERS_PER_CHUNK
+        spans = [slice(q_starts[lo + i], q_starts[lo + i] + q_lengths[lo + i]) for i in range(len(users))]
+        rows = [UserRows(**{k: v[s] for k, v in seq.items()}, fields={k: v[s] for k, v in seq_fields.items()})
+                for s in spans]
+        for split, columns in chunk_examples(chunk, users, rows, stats, protocol).items():
+            writers[split].write_examples(columns)
+        writers[STORE_KIND].write_store(*store_rows(users, [r.stored(protocol.time_gap) for r in rows]))
+        logging.info("users %d/%d", lo + len(users), len(stats.qualifying))
+    files = {}
+    for w in writers.values():
+        files.update(w.close())
+    write_id_maps(directory, raw_items, raw_categories, raw_users, stats.item_category)
+    write_field_maps(directory, fields.raw, fields.of_item, num_items)
+    return dict(num_items=num_items, num_categories=num_categories, num_users=stats.num_users,
+                users=int(len(stats.qualifying)), **layout_fields(protocol, compression, files, fields=field_entries),
+                **time_windows(protocol, bounds))
+
+
+def _time_split(directory, user, item, category, times, labels, raw, item_category, protocol, bounds,
+                compression, fields, field_entries, clicked=None) -> dict:
+    """`build_examples` of a `--split=time` log (`dare_tf.data.preparation.days`)."""
+    raw_items, raw_categories, raw_users = raw
+    is_click = clicked if clicked is not None else np.ones(len(user), bool) if labels is None else labels == 1
+    clicks_per_user = np.bincount(user[is_click], minlength=len(raw_users) + 1)
+    if clicks_per_user.max() < max(protocol.min_clicks, 1):
+        raise no_user_qualifies(protocol, int(clicks_per_user.max()))
+    allow_open_files(2 * protocol.partitions, protocol.partitions)
+    rows = LogRows(user, item, category, times, labels, fields.values, clicked)
+    files, users, item_clicks = build_time_split(directory, rows, len(raw_users) + 1, len(raw_items) + 2, protocol,
+                                                 bounds, compression)
+    write_id_maps(directory, raw_items, raw_categories, raw_users, item_category)
+    write_field_maps(directory, fields.raw, fields.of_item, len(raw_items) + 2)
+    write_item_clicks(directory, item_clicks)
+    return dict(num_items=len(raw_items) + 2, num_categories=len(raw_categories) + 2, num_users=len(raw_users) + 1,
+                users=users, **layout_fields(protocol, compression, files, bounds, field_entries),
+                **time_windows(protocol, bounds))
+
+
+def time_windows(protocol: Protocol, bounds: tuple[int, int] | None) -> dict:
+    """spec.json's `windows` of a `--split=time` dataset: each split's first time
+    (train: None, from the log's start); {} for the per-user split."""
+    if bounds is None:
+        return {}
+    return {"windows": {"train": None, "val": int(bounds[0]), "test": int(bounds[1])}}
+
+
+@public("dare_tf.data")
+def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Protocol = Protocol(),
+            skip_bad_lines: bool = False, compression: str = "GZIP") -> DatasetSpec:
+    """Raw log -> sequence store, example shards, id maps and spec.json in
+    `output_dir`, in memory on one machine (`dare_tf.data.preparation.beam.prepare` is the
+    same on an Apache Beam runner).
+
+    Args:
+        log: a preset's name (`taobao`, `tmall`) or a `LogFormat`.
+        compression: `GZIP` or `""` (uncompressed TFRecord files).
+
+    `output_dir` is replaced only when it is absent, empty, or a dataset that
+    preparation wrote (see `guard_dataset_dir`); the new one is built in a
+    staging directory beside it and renamed into place. Staging directories
+    that a killed run of this function left beside it are removed first.
+    """
+    fmt = log_format(log)
+    protocol.validate(fmt.impressions)
+    check_compression(compression)
+    guard_dataset_dir(output_dir, input_path)
+    start = time.perf_counter()
+    clicks = read_log(input_path, fmt, skip_bad_lines, chronological=protocol.split == "time")
+    source = source_fields(input_path, clicks, fmt)
+    if protocol.split == "time":  # where a day can be appended (dare_tf.data.preparation.append)
+        source["last_time"] = int(clicks.time.max())
+    preparation = preparation_id(clicks.sha256, protocol, fmt, compression)
+    spec = write_prepared(output_dir, input_path, lambda staging: make_spec(
+        fmt, protocol, source, preparation, build_examples(clicks, protocol, staging, compression, fmt)))
+    logging.info("wrote %s in %.1fs: %s", output_dir, time.perf_counter() - start, spec.counts)
+    return spec

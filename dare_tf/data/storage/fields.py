@@ -1,0 +1,118 @@
+"""A prepared dataset's further fields of every behaviour, beside its item and
+category: what preparation makes of a log's field columns (`--columns=...,
+field:brand=COL`, a preset's `--fields=seller,brand`) and of `--time_gap`.
+
+Its files are `<name>_ids.txt` and `item_<name>.txt` (`field_files`;
+`dare_tf.data.preparation.prepared` writes and reads them).
+
+- A column field gets dense 1-based ids in order of first appearance (as
+  items and categories do), an id map (`<name>_ids.txt`), a vocabulary in
+  spec.json (padding row 0 and an out-of-vocabulary row included), each
+  item's value (`item_<name>.txt`: the value of the item's last row, which a
+  negative target takes, as its category does), one int64 list per stored
+  user beside `items` and `categories`, and the example feature
+  `target_<name>`.
+- The time gap (`--time_gap`) is derived when a history is read: the bucket
+  of `target time - behaviour time` (time-column units, seconds for Unix
+  times) among spec.json's `edges` (0, 1, 2, 4, ..., 2^TIME_GAP_LOG2): bucket
+  b (1-based) holds the gaps in `[edges[b-1], edges[b])`, the last one every
+  longer gap, and a gap below 0 (a per-user log kept in file order) falls in
+  bucket 1. The store keeps every click's time (`times`), the examples
+  their target's (`time`); the field is history-only (the target has no gap).
+"""
+
+from __future__ import annotations
+
+
+import numpy as np
+
+from dare_tf.data.logs.formats import ACTION_FIELD, dense_ids
+from dare_tf.data.storage.schema import TIME_GAP
+
+# The time gap's last bucket edge is 2^TIME_GAP_LOG2 time units (2^40 s: 34,000 years).
+TIME_GAP_LOG2 = 40
+
+
+def time_gap_edges() -> list[int]:
+    """The time gap's bucket edges, as spec.json records them."""
+    return [0] + [1 << i for i in range(TIME_GAP_LOG2 + 1)]
+
+
+def time_gap_entry() -> dict:
+    """spec.json's `fields` entry of the time gap."""
+    edges = time_gap_edges()
+    return {"name": TIME_GAP, "vocabulary": len(edges) + 1, "history_only": True, "edges": edges}
+
+
+def time_gap_buckets(gaps, edges) -> np.ndarray:
+    """The buckets (1..len(edges)) of `gaps` (numpy; `time_gap_buckets_tensor` is the
+    same in TensorFlow)."""
+    return np.maximum(np.searchsorted(np.asarray(edges, np.int64), np.asarray(gaps, np.int64), side="right"), 1)
+
+
+def time_gap_buckets_tensor(gaps, edges):
+    """`time_gap_buckets` in TensorFlow: the int64 bucket of each of `gaps` (any
+    shape) among `edges` (the training pipeline's and the exports')."""
+    import tensorflow as tf
+
+    bucket = tf.searchsorted(edges, tf.reshape(gaps, [-1]), side="right", out_type=tf.int64)
+    return tf.reshape(tf.maximum(bucket, 1), tf.shape(gaps))
+
+
+def field_id_file(name: str) -> str:
+    """A field's raw-id map (line k: the raw id of dense id k), as `ID_MAP_FILES`."""
+    return f"{name}_ids.txt"
+
+
+def item_field_file(name: str) -> str:
+    """Line k: the dense value of a field of dense item k (its last row), as `ITEM_CATEGORY_FILE`."""
+    return f"item_{name}.txt"
+
+
+def field_files(fields: list) -> tuple[str, ...]:
+    """The table files of spec.json's `fields`: an id map of each column field, and
+    each item's value of those with a target (a time gap has none)."""
+    out = []
+    for field in fields:
+        if field["name"] != TIME_GAP:
+            out += [field_id_file(field["name"])] + [item_field_file(field["name"])] * (not field["history_only"])
+    return tuple(out)
+
+
+def column_entries(fmt, vocabularies: dict) -> list[dict]:
+    """spec.json's `fields` entries of a log's column fields (`vocabularies`: each
+    one's, in `--columns` order, then `--action_field`'s history-only `action`)."""
+    columns = {**fmt.field_columns, **({ACTION_FIELD: fmt.role_columns["action"]} if fmt.action_field else {})}
+    return [{"name": name, "vocabulary": vocabularies[name], "history_only": name == ACTION_FIELD,
+             "column": columns[name]} for name in columns]
+
+
+class DenseFields:
+    """The dense ids of a log's column fields (`Clicks.fields`, rows as `item`).
+
+    Attributes:
+        values: name -> int32 dense ids of the rows.
+        raw: name -> the raw id of each dense id (dense id k is `raw[k - 1]`).
+        of_item: name -> `[num_items]` each dense item's value: its last row's
+            (0 for padding and out-of-vocabulary).
+    """
+
+    def __init__(self, raw_fields: dict, item: np.ndarray, num_items: int):
+        self.values, self.raw, self.of_item = {}, {}, {}
+        last = len(item) - 1 - np.unique(item[::-1], return_index=True)[1] if len(raw_fields) else None
+        for name, raw in raw_fields.items():
+            dense, self.raw[name] = dense_ids(raw)
+            self.values[name] = dense.astype(np.int32)
+            self.of_item[name] = np.zeros(num_items, np.int32)
+            self.of_item[name][item[last]] = self.values[name][last]
+
+    def entries(self, fmt) -> list[dict]:
+        """spec.json's `fields` entries (`column_entries`)."""
+        return column_entries(fmt, {name: len(raw) + 2 for name, raw in self.raw.items()})
+
+
+def spec_fields(entries: list[dict], time_gap: bool) -> list[dict]:
+    """spec.json's `fields`: the column fields, then the time gap."""
+    return [*entries, *([time_gap_entry()] if time_gap else [])]
+
+

@@ -1,0 +1,65 @@
+"""dare_tf.data.storage.wire: store shards read without TensorFlow give the columns
+`tf.io.parse_example` gives (gzip or not, with further fields and times), and
+`data.prepare --append` runs without loading TensorFlow."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from dare_tf.data.preparation.protocol import Protocol, prepare
+from dare_tf.data.storage.spec import DatasetSpec
+from dare_tf.data.storage.shards import STORE_KIND
+from dare_tf.data.storage.wire import decode_varints, parse_store
+from tests.conftest import REPO
+from tests.data.preparation.test_append import DAY, _day_numbers, _days
+from tests.data.storage.test_fields import FORMAT, field_rows, write_log
+from tests.data.preparation.test_prepare import TAOBAO
+
+
+def test_packed_varints_decode_as_int64_including_negatives_and_large_values():
+    from dare_tf.data.storage.wire import _varints
+
+    values = np.array([0, 1, 127, 128, 300, 2**35, 2**62, 2**63 - 1, -1, -2**63, -987654321], np.int64)
+    data, used = _varints(values)
+    payload = data[np.arange(data.shape[1])[None, :] < used[:, None]].tobytes()
+    np.testing.assert_array_equal(decode_varints(payload), values)
+    assert decode_varints(b"").shape == (0,)
+
+
+@pytest.mark.parametrize("kind", ["taobao", "fields"])
+def test_store_shards_parse_as_tensorflow_parses_them(kind, tmp_path):
+    from dare_tf.data.storage.records import _parse_files
+
+    if kind == "taobao":
+        spec = prepare("taobao", TAOBAO, str(tmp_path / "d"), Protocol(min_clicks=100, partitions=3))
+    else:  # further fields, the clicks' times, uncompressed
+        spec = prepare(FORMAT, write_log(tmp_path / "log.csv", field_rows()), str(tmp_path / "d"),
+                       Protocol(min_clicks=20, train_targets=2, stride=2, time_gap=True, partitions=2),
+                       compression="")
+    spec = DatasetSpec.load(str(tmp_path / "d"))
+    paths = [str(tmp_path / "d" / name) for name in spec.store]
+    import tensorflow  # noqa: F401  (the reference: tf.io.parse_example, which records uses once it is loaded)
+
+    expected = _parse_files(paths, spec, STORE_KIND)
+    got = parse_store(paths, spec.compression, spec.record_columns[1])
+    assert sorted(got) == sorted(expected) and len(got["uid"]) == spec.users
+    for name, values in expected.items():
+        np.testing.assert_array_equal(got[name], values, err_msg=name)
+
+
+def test_an_append_runs_without_loading_tensorflow(tmp_path):
+    days = _day_numbers(TAOBAO)
+    base = _days(TAOBAO, 0, days[-2], tmp_path / "base.csv")
+    prepare("taobao", base, str(tmp_path / "d"), Protocol(split="time", min_clicks=50, partitions=3, seed=4))
+    day = _days(TAOBAO, days[-1], days[-1], tmp_path / "day.csv")
+    probe = ("import runpy, sys\nsys.argv = ['data.prepare', '--append', sys.argv[1], sys.argv[2]]\n"
+             "try:\n    runpy.run_module('data.prepare', run_name='__main__', alter_sys=True)\n"
+             "except SystemExit as e:\n    assert not e.code, e.code\n"
+             "print('loaded', 'tensorflow' in sys.modules, file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", probe, f"--input={day}", f"--output_dir={tmp_path / 'd'}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stderr.strip().splitlines()[-1] == "loaded False", done.stderr[-2000:]
+    spec = DatasetSpec.load(str(tmp_path / "d"))
+    assert len(spec.source["appended"]) == 1 and spec.source["last_time"] // DAY == days[-1]
