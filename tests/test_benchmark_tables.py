@@ -54,7 +54,7 @@ def test_the_papers_claims_are_decided_over_the_seeds_against_their_noise():
     seeds = {s: _seed(auc_gap=0.01 + 0.001 * s, ndcg={"dare": 0.5 + 0.1 * (-1) ** s, "twin": 0.5},
                       ratio=4.0 + s, share=0.3 + 0.01 * s,
                       ami={"dare": (0.02, 0.01 + 0.001 * s), "twin": (0.01, 0.01)},
-                      steps={"dare": 300 + 10 * s, "twin": 400}) for s in range(3)}
+                      steps={"dare": None if s == 1 else 300 + 10 * s, "twin": 400}) for s in range(3)}
     rows = {(r["claim"], r["statistic"][:12]): r for r in claims(seeds, {"dare": 0.93, "twin": 0.92, "din": 0.91})}
     by_claim = {}
     for (claim, _), row in rows.items():
@@ -71,5 +71,8 @@ def test_the_papers_claims_are_decided_over_the_seeds_against_their_noise():
     representation = by_claim["representation: k-means clusters explain the label"][0]
     assert representation["verdict"] == "not distinguishable"
     assert "beyond 2 SE at 1 of 2 k" in representation["statistic"]
-    convergence = by_claim["convergence"][0]  # DARE 100 steps sooner: exactly one validation interval, not beyond
-    assert convergence["dare_minus_twin"] == "-90 ± 6" and convergence["verdict"] == "not distinguishable"
+    # DARE never reaches TWIN's best in seed 1: the difference pairs seeds 0 and 2 only (-100, -80), and
+    # 90 steps sooner is within one validation interval.
+    convergence = by_claim["convergence"][0]
+    assert convergence["dare"] == "310 ± 10" and convergence["dare_minus_twin"] == "-90 ± 10"
+    assert convergence["verdict"] == "not distinguishable" and "DARE in 2 of 3 seeds" in convergence["statistic"]
