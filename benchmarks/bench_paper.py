@@ -1,8 +1,8 @@
 """The paper's analyses on a log where the paper's own NDCG population exists: a
 Taobao-like log of the real-size generator (`data.synthetic --like=taobao
 --fraction=F`, the paper's protocol), DARE, TWIN and DIN at d=16 trained with the
-paper's settings, one run per seed, the analysis suite on each seed's three runs,
-and every claim as the mean over the seeds with its standard error
+paper's settings, one run per seed, the analysis suite on each seed's three runs
+(and DARE's attention-dimension cut), and every claim as the mean over the seeds with its standard error
 (`results/bench_paper.json`; docs/analyses.md's tables, by tables.py).
 
 Usage: python benchmarks/bench_paper.py [--fraction 0.4] [--seeds 0,1,2] [--work_dir DIR]
@@ -34,6 +34,8 @@ TRAINING = ["--embedding_dim=16", "--batch_size=2048", "--learning_rate=0.01", "
 # every test example for the NDCG populations.
 ANALYSES = "attention,retrieval,gradients,representation,convergence"
 ANALYSIS = ["--batch_size=2048", "--learning_rate=0.01", "--gradient_steps=100", "--gradient_models=twin"]
+# The attention-dimension cut: DARE's attention width halved twice from the representation's 16.
+DIMENSIONS = (16, 8, 4)
 # The paper's Table 1 (../shared/docs/paper.md): test AUC on Taobao at d=16.
 PAPER_AUC = {"dare": 0.92568, "twin": 0.91688, "din": 0.90442}
 
@@ -73,6 +75,20 @@ def run_seed(work: str, data: str, seed: int, test_examples: int) -> str:
     return analysis
 
 
+def run_dimensions(work: str, data: str, seed: int) -> str:
+    """DARE of `seed` at narrower attention widths (`DIMENSIONS`; the width-16 run is the
+    seed's DARE run, the others trained as it was), timed and tested; the analysis directory."""
+    analysis = os.path.join(work, f"seed_{seed}", "dimensions")
+    if not os.path.exists(os.path.join(analysis, "analysis.json")):
+        print(f"attention widths, seed {seed}", flush=True)
+        dare = os.path.join(work, f"seed_{seed}", "dare")
+        run_program(["trainers.analyze", f"--data_dir={data}", f"--output_dir={analysis}", f"--runs=dare:{dare}",
+                     "--analyses=dimensions", f"--dimension_runs={DIMENSIONS[0]}:{dare}",
+                     "--attention_dims=" + ",".join(map(str, DIMENSIONS)), f"--seed={seed}", *ANALYSIS],
+                     analysis + ".log")
+    return analysis
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fraction", type=float, default=0.4)
@@ -89,10 +105,12 @@ def main():
         analysis = run_seed(args.work_dir, data, seed, spec["counts"]["test"])
         seeds_done[seed] = {"analysis": _load(analysis, "analysis.json"),
                             "results": {m: _load(args.work_dir, f"seed_{seed}", m, "results.json") for m in MODELS}}
-    from benchmarks.paper_claims import claims, population
+    for seed in seeds:
+        seeds_done[seed]["dimensions"] = _load(run_dimensions(args.work_dir, data, seed), "analysis.json")["dimensions"]
+    from benchmarks.paper_claims import claims, dimension_cut, population
 
     payload = {"paper_population": population(spec, args.fraction, seeds_done),
-               "paper_claims": claims(seeds_done, PAPER_AUC)}
+               "paper_claims": claims(seeds_done, PAPER_AUC), "paper_dimensions": dimension_cut(seeds_done)}
     for part, rows in payload.items():
         print(f"\n{part}")
         print_table(rows, list(rows[0]))

@@ -168,3 +168,30 @@ def population(spec: dict, fraction: float, seeds: dict) -> list[dict]:
              "frequent_target": paper["frequent_target"], "paper_population": paper["kept"],
              "max_thin": paper["max_thin"], "package_population": analysis["retrieval"]["examples"],
              "seeds": len(seeds)}]
+
+
+def dimension_cut(seeds: dict) -> list[dict]:
+    """DARE's attention-dimension cut over the seeds: per attention width, test AUC and
+    its difference from the widest (paired by seed), and the search stage's time per
+    example and its ratio to the widest's; "almost no AUC" holds where the drop is
+    within two standard errors of 0."""
+    widths = sorted({r["attention_dim"] for done in seeds.values() for r in done["dimensions"]["rows"]},
+                    reverse=True)
+    by_seed = [{r["attention_dim"]: r for r in done["dimensions"]["rows"]} for done in seeds.values()]
+    rows = []
+    for width in widths:
+        auc = [s[width]["test_auc"] for s in by_seed if width in s]
+        drop = [s[width]["test_auc"] - s[widths[0]]["test_auc"] for s in by_seed if width in s]
+        ratio = [s[width]["search_us_per_example"] / s[widths[0]]["search_us_per_example"] for s in by_seed
+                 if width in s]
+        us = [s[width]["search_us_per_example"] for s in by_seed if width in s]
+        mean, se = mean_se(drop)
+        rows.append({"attention_dim": width, "representation_dim": by_seed[0][width]["representation_dim"],
+                     "test_auc": _cell(*mean_se(auc)), f"auc_minus_width_{widths[0]}": _cell(mean, se),
+                     "search_us_per_example": _cell(*mean_se(us), 2),
+                     f"search_time_over_width_{widths[0]}": _cell(*mean_se(ratio), 2),
+                     "almost_no_auc": "" if width == widths[0] else
+                     {True: "costs AUC", False: "gains AUC", WITHIN_NOISE: "holds (within noise)", None: ""}[
+                         None if se is None else compared(-mean, 2 * se)],
+                     "seeds": len(auc)})
+    return rows

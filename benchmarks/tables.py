@@ -292,6 +292,12 @@ TABLES = {
                                       "seed; each number the mean over the seeds ± one standard error, DARE minus "
                                       "TWIN paired by seed, and the verdict against two standard errors (for steps, "
                                       "at least one validation interval)"),
+    ("bench_paper", "paper_dimensions"): (None, "DARE's attention-dimension cut on that log, per seed the DARE run "
+                                                "above (attention width 16) and the same training at narrower "
+                                                "attention widths: test AUC and its difference from width 16 (paired "
+                                                "by seed), the search stage's microseconds per example (XLA, a batch "
+                                                "of 1,024, measured in process) and its ratio to width 16's; mean ± "
+                                                "one standard error over the seeds"),
     ("bench_memory", "stages"): (MEMORY_COLUMNS,
                                  "where a small run's memory goes (benchmarks/bench_memory.py): one DARE run on the "
                                  "Taobao sample in its own process (the trainer's defaults, batch 256), measured in "

@@ -76,3 +76,22 @@ def test_the_papers_claims_are_decided_over_the_seeds_against_their_noise():
     convergence = by_claim["convergence"][0]
     assert convergence["dare"] == "310 ± 10" and convergence["dare_minus_twin"] == "-90 ± 10"
     assert convergence["verdict"] == "not distinguishable" and "DARE in 2 of 3 seeds" in convergence["statistic"]
+
+
+
+def test_the_attention_dimension_cut_is_read_over_the_seeds():
+    """Per width: test AUC, its drop from the widest paired by seed, the search time and its ratio."""
+    sys.path.insert(0, REPO)
+    from benchmarks.paper_claims import dimension_cut
+
+    def rows(seed):
+        return {"rows": [{"attention_dim": w, "representation_dim": 16, "test_auc": auc,
+                          "search_us_per_example": us} for w, auc, us in
+                         ((16, 0.94 + 0.001 * seed, 4.0), (8, 0.94 + 0.001 * seed - 0.0001 * (-1) ** seed, 2.0),
+                          (4, 0.93 + 0.001 * seed, 1.0))]}
+
+    table = {r["attention_dim"]: r for r in dimension_cut({s: {"dimensions": rows(s)} for s in range(3)})}
+    assert list(table) == [16, 8, 4] and table[16]["auc_minus_width_16"] == "0.0000 ± 0.0000"
+    assert table[8]["almost_no_auc"] == "holds (within noise)"  # -0.0001, +0.0001, -0.0001
+    assert table[4]["auc_minus_width_16"] == "-0.0100 ± 0.0000" and table[4]["almost_no_auc"] == "costs AUC"
+    assert table[8]["search_time_over_width_16"] == "0.50 ± 0.00" and table[4]["seeds"] == 3
