@@ -22,13 +22,15 @@ demo: $(STAMP)
 
 # The linter, then two pytest runs side by side: the tensorflow-recommenders tests (marker tfrs),
 # which need tf.keras to be Keras 2 from their process's start (TF_USE_LEGACY_KERAS=1), and the
-# rest on two pytest-xdist workers: the slow tests first (tests/conftest.py), one test at a time,
-# except the groups that share a module fixture (xdist_group), which stay on one worker.
+# rest on three pytest-xdist workers: the slow tests first (tests/conftest.py), one test at a time,
+# except the groups that share a module fixture (xdist_group), which stay on one worker. Three on
+# two cores: a worker waiting (a subprocess starting, a tf.data iterator torn down) leaves its core
+# to the others.
 test: $(STAMP) browser
 	$(VENV)/bin/ruff check .
 	@log=$$(mktemp); \
 	TF_USE_LEGACY_KERAS=1 $(PY) -m pytest -q -p no:cacheprovider -m tfrs tests > $$log 2>&1 & tfrs=$$!; \
-	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not tfrs" tests; main=$$?; \
+	$(PY) -m pytest -q -n 3 --dist loadgroup -m "not tfrs" tests; main=$$?; \
 	wait $$tfrs; status=$$?; \
 	echo "tensorflow-recommenders tests (TF_USE_LEGACY_KERAS=1, -m tfrs):"; cat $$log; rm -f $$log; \
 	test $$main -eq 0 && test $$status -eq 0

@@ -35,7 +35,9 @@ _HARMLESS = re.compile(
     # one-line error (dare_tf.training.distribution.ClusterError) says which task and why.
     r"|ring_alg\.cc.*Aborting Ring|base_collective_executor\.cc.*StartAbort|collective_ops_utils|"
     r"Additional GRPC error information from remote target|^:UNKNOWN:Error received from peer"
-    r"|^The error could be from a previous operation\. Restart your program to reset")
+    r"|^The error could be from a previous operation\. Restart your program to reset"
+    # gRPC's event engine on the socket the gone peer closed (some runs, not all).
+    r"|ev_epoll1_linux\.cc.*epoll_wait error: Bad file descriptor")
 
 
 _REAL_STDERR: list[int] = []  # the real stderr of each open FilteredStderr, innermost last

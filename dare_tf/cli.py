@@ -150,7 +150,7 @@ def int64_flag(name: str, value: str) -> int:
 
 
 def run(main: Callable[..., Any], configure: Callable[[list[str]], Any] | None = None,
-        tensorflow: bool = True, keras2: bool = False, models: bool = True) -> None:
+        tensorflow: bool | Callable[[Any], bool] = True, keras2: bool = False, models: bool = True) -> None:
     """`app.run(main)`, with user errors as one line on stderr and exit code 1.
 
     Once the flags are parsed, `configure(argv)` (when given) builds the
@@ -162,9 +162,9 @@ def run(main: Callable[..., Any], configure: Callable[[list[str]], Any] | None =
     `main(configuration)`, runs. A program of the retrieval stage passes
     `keras2=True` (`tf.keras` as Keras 2 for tensorflow-recommenders:
     `dare_tf.retrieval.use_keras2`); one without TensorFlow (data preparation:
-    numpy and pyarrow) passes `tensorflow=False`; one that talks to servers and
-    stores but builds no model (the client, the history service, the stand-in)
-    passes `models=False`: TensorFlow loads, Keras and the model code do not."""
+    numpy and pyarrow) passes `tensorflow=False`, or a function of the configuration
+    (the history service: only `load` reads TFRecords); one that talks to servers
+    and stores but builds no model passes `models=False`: no Keras model code."""
 
     def guarded(argv):
         try:
@@ -174,7 +174,7 @@ def run(main: Callable[..., Any], configure: Callable[[list[str]], Any] | None =
             # No TensorFlow C++ INFO or WARNING lines, also where a program of numpy alone reads
             # TFRecord shards (data.prepare --append: dare_tf.data.storage.records imports TensorFlow quietly).
             os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-            if not tensorflow:
+            if not (tensorflow(configuration) if callable(tensorflow) else tensorflow):
                 return main(configuration) if configure else main(argv)
             import dare_tf
             from dare_tf._startup import FilteredStderr

@@ -151,27 +151,12 @@ def run_demo(work_dir: str, data_root: str, taobao_sample: str, synthetic_users:
 
     tf.get_logger().setLevel("ERROR")  # (retracing notices: each trained model traces its own functions)
     strategy = make_strategy("default")
-    prepared = os.path.join(data_root, "prepared")
-    synthetic_log = os.path.join(data_root, "synthetic", "demo.csv")
     _say("dare-tf demo: prepares a generated log and the real Taobao sample, trains DARE, TWIN, DIN and an "
          "ablation briefly (one seed, one epoch), exports and serves DARE, runs the two-stage cascade with live "
          "clicks and the paper's analyses; about 10 minutes on 2 cores. Deliberately short: it shows every part "
          "working; its numbers are not the paper's (docs/training.md's Table 1 grids run those).")
     _say("== 1. data")
-    truth = write(SyntheticConfig(users=synthetic_users, seed=0), synthetic_log)
-    data_dirs = [os.path.join(prepared, "synthetic")]
-    spec = prepare("taobao", synthetic_log, data_dirs[0], SYNTHETIC_PROTOCOL)
-    _say(f"synthetic log {synthetic_log}: {truth['rows']:,} rows, {spec.users} users -> {data_dirs[0]} "
-         f"({spec.counts['train']:,} / {spec.counts['val']:,} / {spec.counts['test']:,} examples); "
-         f"the generator's own next-click probability scores test AUC {truth['generator_auc']:.3f}")
-    if os.path.exists(taobao_sample):
-        data_dirs.append(os.path.join(prepared, "taobao_sample"))
-        spec = prepare("taobao", taobao_sample, data_dirs[1], Protocol())
-        _say(f"Taobao sample {taobao_sample}: {spec.users} users -> {data_dirs[1]} "
-             f"({spec.counts['train']:,} / {spec.counts['val']:,} / {spec.counts['test']:,} examples)")
-    else:
-        _say(f"(skipping the real sample: {taobao_sample} not found)")
-
+    data_dirs, spec = _data(data_root, taobao_sample, synthetic_users)
     _say("== 2. DARE, TWIN, DIN and DARE without target-aware representation (one seed each; "
          "a validation line 5 times per run, the trainer's default schedule)")
     base = TrainConfig.create(batch_size=512, eval_batch_size=4096, epochs=1, learning_rate=0.005,
@@ -188,25 +173,61 @@ def run_demo(work_dir: str, data_root: str, taobao_sample: str, synthetic_users:
     run_dir = os.path.join(work_dir, "synthetic", "d16", "dare")
     with open(os.path.join(run_dir, "results.json")) as f:
         _say("DARE on the synthetic log, test metrics by history length:\n" + format_results(json.load(f)))
-
     _say("== 3. export and serve")
     export_base = os.path.join(work_dir, "exports")
+    _export_and_serve(run_dir, export_base, data_dirs[0])
+    _say("== 4. two-stage recommendation: a retrieval model (tensorflow-recommenders) picks 200 of the "
+         "whole catalogue, DARE ranks them")
+    user = _two_stage(work_dir, data_dirs[0], export_base, overwrite)
+    _say("== 5. the paper's analyses on the synthetic runs (python -m trainers.analyze)")
+    analysis_dir = _analyses(work_dir, data_dirs[0], cells, overwrite)
+    _say(f"outputs: tables in {work_dir}/table1.md, models in {export_base}, cascade in {work_dir}/cascade, "
+         f"analyses in {analysis_dir}")
+    _say("see why, in a browser: the history, the recommendations and what each one's search kept, DARE beside "
+         f"TWIN (docs/inspect.md):\n  python -m serving.standin_server --model_config_file={export_base}/"
+         f"{MODELS_CONFIG} --port=8500 &\n  python -m serving.inspect --server=localhost:8500 --model_name=dare "
+         f"--compare=twin --histories=lmdb:{work_dir}/histories\n  then open http://127.0.0.1:8080/?user={user}")
+
+
+def _data(data_root: str, taobao_sample: str, synthetic_users: int) -> tuple[list[str], DatasetSpec]:
+    """The demo's generated log and (where it is) the real Taobao sample, prepared:
+    their directories and the last one's spec."""
+    prepared = os.path.join(data_root, "prepared")
+    synthetic_log = os.path.join(data_root, "synthetic", "demo.csv")
+    truth = write(SyntheticConfig(users=synthetic_users, seed=0), synthetic_log)
+    data_dirs = [os.path.join(prepared, "synthetic")]
+    spec = prepare("taobao", synthetic_log, data_dirs[0], SYNTHETIC_PROTOCOL)
+    _say(f"synthetic log {synthetic_log}: {truth['rows']:,} rows, {spec.users} users -> {data_dirs[0]} "
+         f"({spec.counts['train']:,} / {spec.counts['val']:,} / {spec.counts['test']:,} examples); "
+         f"the generator's own next-click probability scores test AUC {truth['generator_auc']:.3f}")
+    if os.path.exists(taobao_sample):
+        data_dirs.append(os.path.join(prepared, "taobao_sample"))
+        spec = prepare("taobao", taobao_sample, data_dirs[1], Protocol())
+        _say(f"Taobao sample {taobao_sample}: {spec.users} users -> {data_dirs[1]} "
+             f"({spec.counts['train']:,} / {spec.counts['val']:,} / {spec.counts['test']:,} examples)")
+    else:
+        _say(f"(skipping the real sample: {taobao_sample} not found)")
+    return data_dirs, spec
+
+
+def _export_and_serve(run_dir: str, export_base: str, data_dir: str) -> None:
+    """Exports the DARE run, serves it on the stand-in and prints one test user's request's answer."""
     version_dir = export_run(run_dir, export_base, "dare")
     _say(f"exported {version_dir}; stand-in server (a test double of TF Serving) on a free port")
     server, port, _ = serve({"dare": os.path.dirname(version_dir)}, 0)
     client = ServingClient(f"localhost:{port}", "dare")
     try:
-        _print_request(client, _request_from_test_user(data_dirs[0]))
+        _print_request(client, _request_from_test_user(data_dir))
     finally:
         client.close()
         server.stop(0)
-    _say("== 4. two-stage recommendation: a retrieval model (tensorflow-recommenders) picks 200 of the "
-         "whole catalogue, DARE ranks them")
-    user = _two_stage(work_dir, data_dirs[0], export_base, overwrite)
-    _say("== 5. the paper's analyses on the synthetic runs (python -m trainers.analyze)")
+
+
+def _analyses(work_dir: str, data_dir: str, cells, overwrite: bool) -> str:
+    """The paper's analyses on the synthetic runs, summarised; returns their directory."""
     runs = {m: os.path.join(work_dir, "synthetic", "d16", m) for m in ANALYSED_MODELS}
     analysis_dir = os.path.join(work_dir, "analysis")
-    result = run_analyses(data_dirs[0], runs, analysis_dir, AnalysisConfig(attention_dims=(16, 8, 4)),
+    result = run_analyses(data_dir, runs, analysis_dir, AnalysisConfig(attention_dims=(16, 8, 4)),
                           dimension_runs={16: runs["dare"]}, report=_say, overwrite=overwrite)
     retrieval, grads = result["retrieval"], result["gradients"]
     _say("search-stage NDCG against the MI ground truth (behaviours ranked by their mutual information with the "
@@ -216,14 +237,8 @@ def run_demo(work_dir: str, data_root: str, taobao_sample: str, synthetic_users:
     _say(f"TWIN's shared embeddings: representation/attention gradient norm ratio {grads['norm_ratio']:.2f}, "
          f"conflicting in {100 * grads['conflict_share']:.0f}% of sampled steps")
     _say(f"report: {analysis_dir}/report.md ({len(result['figures'])} figures in {analysis_dir}/figures)")
-    _say(verdict(cells, DatasetSpec.load(data_dirs[0]), os.path.basename(data_dirs[0]), retrieval["ndcg"],
-                 grads))
-    _say(f"outputs: tables in {work_dir}/table1.md, models in {export_base}, cascade in {work_dir}/cascade, "
-         f"analyses in {analysis_dir}")
-    _say("see why, in a browser: the history, the recommendations and what each one's search kept, DARE beside "
-         f"TWIN (docs/inspect.md):\n  python -m serving.standin_server --model_config_file={export_base}/"
-         f"{MODELS_CONFIG} --port=8500 &\n  python -m serving.inspect --server=localhost:8500 --model_name=dare "
-         f"--compare=twin --histories=lmdb:{work_dir}/histories\n  then open http://127.0.0.1:8080/?user={user}")
+    _say(verdict(cells, DatasetSpec.load(data_dir), os.path.basename(data_dir), retrieval["ndcg"], grads))
+    return analysis_dir
 
 
 def verdict(cells: dict, spec, column: str, ndcg: dict, grads: dict) -> str:

@@ -280,14 +280,7 @@ class DareModel(TrainingMixin, keras.Model):
             # The reference's auxiliary head sees attention over every
             # non-padded slot, not only the retrieved ones.
             aux_pooled = self.pooling(v_t, values, self.search.score(search_query, keys, mask), mask)
-        features = [v_t, pooled]
-        if cfg.use_history_mean:
-            m = ops.cast(ops.expand_dims(mask, -1), values.dtype)
-            mean = ops.sum(values * m, axis=1) / (ops.sum(m, axis=1) + 1.0)
-            if candidates is not None:  # one mean per user, for each of its candidates
-                mean = ops.repeat(mean, candidates, axis=0)
-            features += [mean, v_t * mean] if cfg.target_aware else [mean]
-        features = ops.concatenate(features, axis=-1)
+        features = self._features(v_t, pooled, values, mask, candidates)
         outputs = {
             "probability": self.head(features, training=training),
             "positions": positions,
@@ -301,6 +294,19 @@ class DareModel(TrainingMixin, keras.Model):
         if training:  # the L2 term, computed with the rest (inside the compiled function)
             outputs["regularization"] = self.regularization()
         return outputs
+
+    def _features(self, v_t, pooled, values, mask, candidates=None):
+        """The head's input: the target's representation, the pooled history and (with
+        `use_history_mean`) the history's mean, each user's repeated for its `candidates`."""
+        cfg = self.model_config
+        features = [v_t, pooled]
+        if cfg.use_history_mean:
+            m = ops.cast(ops.expand_dims(mask, -1), values.dtype)
+            mean = ops.sum(values * m, axis=1) / (ops.sum(m, axis=1) + 1.0)
+            if candidates is not None:  # one mean per user, for each of its candidates
+                mean = ops.repeat(mean, candidates, axis=0)
+            features += [mean, v_t * mean] if cfg.target_aware else [mean]
+        return ops.concatenate(features, axis=-1)
 
     def slot_scores(self, emb: dict, ids) -> "keras.KerasTensor":
         """What stage 1 ranks the history slots by, `[B, L]` float32 (higher

@@ -170,7 +170,9 @@ def main(configuration):
 
 
 def run():
-    dare_tf.cli.run(main, configure=_configure, models=False)
+    # Only `load` reads TFRecords: `append` and `show` start without TensorFlow.
+    dare_tf.cli.run(main, configure=_configure, tensorflow=lambda configuration: configuration[0] == "load",
+                    models=False)
 
 
 if __name__ == "__main__":

@@ -95,7 +95,7 @@ def taobao(tmp_path_factory):
 def pytest_collection_modifyitems(config, items):
     """Tests marked `slow`, and groups that share an expensive module fixture
     (`xdist_group`: `make test` runs `--dist loadgroup`, one worker per group),
-    run first: under two xdist workers the long work starts at once and the
+    run first: under the xdist workers the long work starts at once and the
     short tests fill the gaps, instead of a long test starting last.
 
     The tests marked `tfrs` (tensorflow-recommenders) need `tf.keras` to be

@@ -233,9 +233,10 @@ def test_the_demo_ends_with_a_verdict_that_weighs_the_difference_against_its_noi
 
 
 def test_the_serving_edge_loads_tensorflow_but_no_keras_model_code(tmp_path):
-    """`serving.client` (a predict, a recommend) and `serving.histories show` talk to
-    servers and stores: TensorFlow loads (its protos; TensorFlow itself imports
-    Keras), dare_tf's model code does not (`dare_tf.cli.run(..., models=False)`)."""
+    """`serving.client` (a predict, a recommend) talks to servers and stores:
+    TensorFlow loads (its protos; TensorFlow itself imports Keras), dare_tf's
+    model code does not (`dare_tf.cli.run(..., models=False)`). The history
+    service's `show` and `append` read no TFRecord: not even TensorFlow loads."""
     import json
 
     from dare_tf.histories import open_store
@@ -249,13 +250,42 @@ def test_the_serving_edge_loads_tensorflow_but_no_keras_model_code(tmp_path):
     request = tmp_path / "request.json"
     request.write_text(json.dumps({"target_item": [1], "target_category": [1], "hist_items": [[1, 2]],
                                    "hist_categories": [[1, 2]]}))
+    clicks = tmp_path / "clicks.csv"
+    clicks.write_text("7,13,1,300\n")
     runs = {"predict": ["serving.client", "--server=localhost:1", "--model_name=dare", "--retries=0",
                         f"--request_json={request}"],
             "recommend": ["serving.client", "recommend", "--server=localhost:1", "--model_name=dare", "--retries=0",
                           "--user_id=7", f"--histories={store}"],
-            "show": ["serving.histories", "show", f"--store={store}", "--user_id=7"]}
+            "show": ["serving.histories", "show", f"--store={store}", "--user_id=7"],
+            "append": ["serving.histories", "append", f"--store={store}", f"--input={clicks}",
+                       "--columns=user=0,item=1,category=2,time=3"]}
     for name, args in runs.items():
         done = subprocess.run([sys.executable, "-c", probe, *args], cwd=REPO, env=ENV, capture_output=True,
                               text=True, timeout=120)
         last = done.stderr.strip().splitlines()[-1]
-        assert last == f"exit {None if name == 'show' else 1} loaded ['tensorflow']", (name, done.stderr[-2000:])
+        served = name in ("predict", "recommend")
+        assert last == f"exit {1 if served else None} loaded {['tensorflow'] if served else []}", (
+            name, done.stderr[-2000:])
+    with open_store(store, read_only=True) as histories:
+        assert histories.last([7]).items.tolist() == [[11, 12, 13]]
+
+
+def test_a_gone_peers_runtime_lines_are_filtered_and_real_errors_kept():
+    """CI printed gRPC's epoll line above the trainer's one-line cluster error
+    (tests/training/test_distribution.py, stop 54): the filter drops it and the
+    collectives' abort lines, and keeps every other line."""
+    from dare_tf._startup import _HARMLESS
+
+    dropped = [
+        "E1127 07:45:56.770145   13662 ev_epoll1_linux.cc:373] (event_engine) Epoll1Poller:0x558eddd9f5a0 "
+        "encountered epoll_wait error: Bad file descriptor",
+        "E1127 07:45:56.7 1 ring_alg.cc:127] Aborting RingReduce with UNAVAILABLE: ...",
+        "oneDNN custom operations are on. You may see slightly different numerical results",
+    ]
+    kept = [
+        "error: --strategy=multi_worker: task /job:worker/replica:0/task:1 went away (UnavailableError); restart "
+        "every task with the same flags: the run resumes from its last checkpoint",
+        "E1127 07:45:56.770145   13662 ev_epoll1_linux.cc:373] (event_engine) epoll_wait error: Out of memory",
+        "Traceback (most recent call last):",
+    ]
+    assert [bool(_HARMLESS.search(line)) for line in dropped + kept] == [True] * 3 + [False] * 3

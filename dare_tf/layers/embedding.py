@@ -50,6 +50,16 @@ def _take_rows(table, rows, dtype=None):
     return values if dtype is None else ops.cast(values, dtype)
 
 
+def _table_of_role(coupling: str) -> dict[str, str]:
+    """Role -> the name of the table set it reads: one set (`shared`, `projection`),
+    one per attention and representation (`decoupled`), or one per role."""
+    if coupling in ("shared", "projection"):
+        return {role: "shared" for role in ROLES}
+    if coupling == "decoupled":
+        return {role: role.split("_")[1] for role in ROLES}
+    return {role: role for role in ROLES}
+
+
 @keras.saving.register_keras_serializable(package="dare_tf")
 class BehaviorEmbedding(keras.layers.Layer):
     """Embeds a target and its behaviour history for attention and for representation.
@@ -172,13 +182,7 @@ class BehaviorEmbedding(keras.layers.Layer):
                                  f"representation, so field {name!r}'s attention width {attention} must equal its "
                                  f"representation width {representation}")
         self._history_only = {f.name for f in self.fields if f.history_only}
-        # Role -> name of the table set it reads.
-        if coupling in ("shared", "projection"):
-            self._table_of_role = {role: "shared" for role in ROLES}
-        elif coupling == "decoupled":
-            self._table_of_role = {role: role.split("_")[1] for role in ROLES}
-        else:
-            self._table_of_role = {role: role for role in ROLES}
+        self._table_of_role = _table_of_role(coupling)
 
     def _set_widths(self, table_set: str) -> tuple[int, int]:
         if table_set == "shared":

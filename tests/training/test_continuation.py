@@ -22,7 +22,7 @@ from tests.conftest import REPO
 from tests.data.preparation.test_prepare import TAOBAO
 
 DAY = 86_400
-BY_DAY = Protocol(split="time", min_clicks=50, partitions=2)
+BY_DAY = Protocol(split="time", min_clicks=50, partitions=2, max_len=50)
 RUN = dict(preset="dare", batch_size=512, eval_batch_size=4096, epochs=1, eval_every=100, verbose=0,
            jit_compile=False, model_overrides=dict(top_k=10))
 # The module's tests share the run on the early days (`days`): one xdist worker runs them all.

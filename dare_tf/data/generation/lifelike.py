@@ -324,11 +324,7 @@ def write_like(name: str, output: str, fraction: float = 1.0, seed: int = 0,
             times = _times(like, lens, chunk)
             users = np.repeat(np.arange(first, first + len(lens)), lens)
             counts = events[:, index] if events is not None else np.zeros(0, np.int64)
-            on = chunk.choice(len(items), int(counts.sum()), replace=int(counts.sum()) > len(items))
-            order = np.argsort(np.concatenate([np.arange(len(items)), on]), kind="stable")  # each after its click
-            rows = np.concatenate([np.arange(len(items)), on])[order]
-            action = np.concatenate([np.zeros(len(items), np.int64), np.repeat(np.arange(1, len(like.actions)),
-                                                                               counts)])[order]
+            rows, action = _with_actions(len(items), counts, chunk)
             table = _table(like, catalogue, users[rows], items[rows], cats[rows], times[rows], action)
             if writer is None:
                 sink = open(partial, "wb")
@@ -347,14 +343,29 @@ def write_like(name: str, output: str, fraction: float = 1.0, seed: int = 0,
         if os.path.exists(partial):
             os.remove(partial)
         raise
-    truth = {"like": name, "fraction": fraction, "seed": seed, "config": dataclasses.asdict(cfg),
-             "counts": {"rows": like.rows, "users": like.users, "items": like.items, "categories": like.categories,
-                        **({"sellers": like.sellers, "brands": like.brands} if like.sellers else {}),
-                        "actions": dict(like.actions)},
-             "lengths": {"median": like.length_median, "sigma": like.length_sigma, "max": MAX_CLICKS},
-             "generator_auc": auc, "coverage_swaps": swaps, "rows": like.rows,
-             "related_category": [0] + (catalogue.related + 1).tolist(),
-             "seconds": round(time.perf_counter() - began, 1)}
+    truth = _truth(name, fraction, seed, cfg, like, catalogue, auc, swaps, round(time.perf_counter() - began, 1))
     with open(output + ".truth.json", "w") as f:
         json.dump(truth, f, indent=1)
     return truth
+
+
+def _with_actions(clicks: int, counts: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A chunk's rows with its other actions: `counts[a - 1]` rows of action `a` on
+    clicks drawn at random, each right after its click; returns each row's click
+    index and its action (0: the click)."""
+    on = rng.choice(clicks, int(counts.sum()), replace=int(counts.sum()) > clicks)
+    order = np.argsort(np.concatenate([np.arange(clicks), on]), kind="stable")
+    rows = np.concatenate([np.arange(clicks), on])[order]
+    action = np.concatenate([np.zeros(clicks, np.int64), np.repeat(np.arange(1, len(counts) + 1), counts)])[order]
+    return rows, action
+
+
+def _truth(name, fraction, seed, cfg, like, catalogue, auc, swaps, seconds) -> dict:
+    """The generated log's truth file: what was asked, its counts, and what the generator planted."""
+    return {"like": name, "fraction": fraction, "seed": seed, "config": dataclasses.asdict(cfg),
+            "counts": {"rows": like.rows, "users": like.users, "items": like.items, "categories": like.categories,
+                       **({"sellers": like.sellers, "brands": like.brands} if like.sellers else {}),
+                       "actions": dict(like.actions)},
+            "lengths": {"median": like.length_median, "sigma": like.length_sigma, "max": MAX_CLICKS},
+            "generator_auc": auc, "coverage_swaps": swaps, "rows": like.rows,
+            "related_category": [0] + (catalogue.related + 1).tolist(), "seconds": seconds}

@@ -173,6 +173,45 @@ class _World:
         return out
 
 
+def _walk(cfg: SyntheticConfig, world: "_World", lengths: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Each user's categories, `[users, longest]`: a session stays with probability
+    `p_session`, else moves to one of the user's interests, a related category or a
+    popular one, or returns to a category `recall_lag` clicks back."""
+    n, steps = len(lengths), int(lengths.max())
+    cats = np.zeros((n, steps), np.int64)
+    session = rng.choice(world.interests.shape[1], n)
+    session = world.interests[np.arange(n), session]
+    for t in range(steps):
+        u = rng.random(n)
+        stay = u < cfg.p_session
+        v = rng.random(n)
+        new = np.where(v < cfg.p_interest,
+                       world.interests[np.arange(n), rng.integers(0, cfg.interests, n)],
+                       np.where(v < cfg.p_interest + cfg.p_related, world.related[session],
+                                rng.choice(cfg.categories, n, p=world.cat_p)))
+        if cfg.p_return > 0 and t >= cfg.recall_lag[0]:
+            lag = rng.integers(cfg.recall_lag[0], min(cfg.recall_lag[1], t) + 1, n)
+            new = np.where(rng.random(n) < cfg.p_return, cats[np.arange(n), t - lag], new)
+        session = np.where(stay, session, new)
+        cats[:, t] = session
+    return cats
+
+
+def _times(cfg: SyntheticConfig, lengths: np.ndarray, flat_users: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The clicks' Unix times: gaps of a minute, or two hours between sessions;
+    with `days`, each user's clicks spread from its start in day 1 to day `days`."""
+    clicks = len(flat_users)
+    gaps = np.where(rng.random(clicks) < 0.1, rng.exponential(7200, clicks), rng.exponential(60, clicks))
+    user_start = np.repeat(np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
+    times = np.cumsum(gaps)
+    offsets = times - times[user_start]  # each user's clicks from its first
+    if cfg.days:  # scaled onto the days: first click in day 1 (at the user's start), last in day `days`
+        span = np.maximum(np.maximum.reduceat(offsets, np.concatenate([[0], np.cumsum(lengths)[:-1]])), 1.0)
+        offsets = offsets / np.repeat(span, lengths) * (cfg.days - 1) * 86400
+    start = 1511481600 if cfg.days else 1511500000  # (with days: midnight UTC, so day 1 is the first UTC day)
+    return start + (offsets + rng.uniform(0, 86400, len(lengths))[flat_users]).astype(np.int64)
+
+
 def generate(cfg: SyntheticConfig):
     """Returns (rows as dict of arrays in Taobao column order, truth dict)."""
     rng = np.random.default_rng(cfg.seed)
@@ -183,24 +222,8 @@ def generate(cfg: SyntheticConfig):
                          f"max_length={cfg.max_length}: need 1 <= min_length <= length_median <= max_length")
     lengths = np.clip(np.round(rng.lognormal(np.log(cfg.length_median), cfg.length_sigma, n_users)),
                       cfg.min_length, cfg.max_length).astype(np.int64)
-    steps = int(lengths.max())
-    cats = np.zeros((n_users, steps), np.int64)
-    session = rng.choice(world.interests.shape[1], n_users)
-    session = world.interests[np.arange(n_users), session]
-    for t in range(steps):
-        u = rng.random(n_users)
-        stay = u < cfg.p_session
-        v = rng.random(n_users)
-        new = np.where(v < cfg.p_interest,
-                       world.interests[np.arange(n_users), rng.integers(0, cfg.interests, n_users)],
-                       np.where(v < cfg.p_interest + cfg.p_related, world.related[session],
-                                rng.choice(cfg.categories, n_users, p=world.cat_p)))
-        if cfg.p_return > 0 and t >= cfg.recall_lag[0]:
-            lag = rng.integers(cfg.recall_lag[0], min(cfg.recall_lag[1], t) + 1, n_users)
-            new = np.where(rng.random(n_users) < cfg.p_return, cats[np.arange(n_users), t - lag], new)
-        session = np.where(stay, session, new)
-        cats[:, t] = session
-    valid = np.arange(steps)[None, :] < lengths[:, None]
+    cats = _walk(cfg, world, lengths, rng)
+    valid = np.arange(cats.shape[1])[None, :] < lengths[:, None]
     flat_cats = cats[valid]
     flat_items = world.draw_items(flat_cats, rng)
     flat_users = np.repeat(np.arange(n_users), lengths)
@@ -211,16 +234,7 @@ def generate(cfg: SyntheticConfig):
     if cfg.p_recall > 0:
         flat_items, flat_cats = _recall(cfg, lengths, flat_items, world, rng)
         cats[valid] = flat_cats
-    gaps = np.where(rng.random(len(flat_cats)) < 0.1, rng.exponential(7200, len(flat_cats)),
-                    rng.exponential(60, len(flat_cats)))
-    user_start = np.repeat(np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
-    times = np.cumsum(gaps)
-    offsets = times - times[user_start]  # each user's clicks from its first
-    if cfg.days:  # scaled onto the days: first click in day 1 (at the user's start), last in day `days`
-        span = np.maximum(np.maximum.reduceat(offsets, np.concatenate([[0], np.cumsum(lengths)[:-1]])), 1.0)
-        offsets = offsets / np.repeat(span, lengths) * (cfg.days - 1) * 86400
-    start = 1511481600 if cfg.days else 1511500000  # (with days: midnight UTC, so day 1 is the first UTC day)
-    times = start + (offsets + rng.uniform(0, 86400, n_users)[flat_users]).astype(np.int64)
+    times = _times(cfg, lengths, flat_users, rng)
     behavior = np.full(len(flat_cats), "pv", dtype=object)
     # Extra non-click events on clicked items, interleaved right after the click.
     extra = rng.random(len(flat_cats)) < cfg.extra_events

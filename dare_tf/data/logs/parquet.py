@@ -68,6 +68,45 @@ def _not_ids(column) -> np.ndarray:
     return np.asarray(wrong.fill_null(False).to_numpy(zero_copy_only=False))
 
 
+def _role_values(reader, role: str, column, reasons: dict) -> tuple[np.ndarray, np.ndarray]:
+    """A role's int64 values in a row group (string ids encoded, times read) and its
+    bad rows; `reasons[role]` updated to say why they are bad."""
+    if role in reader.vocab:
+        wrong = _not_ids(column)
+        if wrong.any() and not reasons[role][0][wrong].all():
+            reasons[role] = (reasons[role][0] | wrong, "is empty or holds whitespace (not a string id)")
+        return reader.vocab[role].encode(column), wrong
+    if role == "time" and not pa.types.is_integer(column.type):  # timestamps, dates, text
+        values = time_column(column, reader.fmt.time_format)
+        if values is not None:
+            return values, np.zeros(len(column), bool)
+        # (a value that is not a time: the first is named)
+        ok = [time_column(column.slice(i, 1), reader.fmt.time_format) is not None for i in range(len(column))]
+        reasons[role] = (reasons[role][0] | ~np.array(ok), "is not a time")
+        return np.zeros(len(column), np.int64), reasons[role][0]
+    values, huge = int64_values(column)
+    wrong = (values < 0) if role != "label" else ~np.isin(values, (0, 1))
+    if wrong.any() and not reasons[role][0][wrong].all():
+        reasons[role] = (reasons[role][0] | wrong, "must be 0 or 1" if role == "label" else "is negative")
+    if huge.any():  # (an unsigned id past int64: not to be read as a negative one)
+        reasons[role] = (huge, "does not fit a 64-bit integer")
+    return values, wrong | huge
+
+
+def _field_values(reader, role: str, column, items: np.ndarray, reasons: dict) -> tuple[np.ndarray, np.ndarray]:
+    """A further field's int64 values in a row group (null or empty: the item's own
+    value, `own_values`) and its bad rows, with `reasons[role]`."""
+    if role in reader.vocab:
+        column = pc.if_else(pc.equal(pc.utf8_length(column), 0), None, column)
+        wrong = _not_ids(column) & np.asarray(column.is_valid().to_numpy(zero_copy_only=False))
+        reasons[role] = (wrong, "holds whitespace (not a string id)")
+        return own_values(reader.vocab[role].encode(column), items), wrong
+    null = np.asarray(column.is_null().to_numpy(zero_copy_only=False))
+    values, huge = int64_values(column)
+    reasons[role] = (huge, "does not fit a 64-bit integer") if huge.any() else (values < 0, "is negative")
+    return own_values(np.where(null, -1, values), items), (values < 0) | huge
+
+
 def parse_row_group(reader, group: int, first_row: int) -> None:
     """One row group of a Parquet log into `reader` (`log_reader._BlockParser`):
     its kept rows' int64 columns appended to `reader.parts`, its bad rows named or
@@ -89,44 +128,11 @@ def parse_row_group(reader, group: int, first_row: int) -> None:
         bad |= null
     ints = {}
     for role in reader.int_roles:
-        if role in reader.vocab:
-            wrong = _not_ids(columns[role])
-            if wrong.any() and not reasons[role][0][wrong].all():
-                reasons[role] = (reasons[role][0] | wrong, "is empty or holds whitespace (not a string id)")
-            bad |= wrong
-            ints[role] = reader.vocab[role].encode(columns[role])
-            continue
-        if role == "time" and not pa.types.is_integer(columns[role].type):  # timestamps, dates, text
-            values = time_column(columns[role], reader.fmt.time_format)
-            if values is None:  # (a value that is not a time: the first is named)
-                ok = [time_column(columns[role].slice(i, 1), reader.fmt.time_format) is not None
-                      for i in range(len(columns[role]))]
-                reasons[role] = (reasons[role][0] | ~np.array(ok), "is not a time")
-                values = np.zeros(len(columns[role]), np.int64)
-                bad |= reasons[role][0]
-            ints[role] = values
-            continue
-        values, huge = int64_values(columns[role])
-        wrong = (values < 0) if role != "label" else ~np.isin(values, (0, 1))
-        if wrong.any() and not reasons[role][0][wrong].all():
-            reasons[role] = (reasons[role][0] | wrong, "must be 0 or 1" if role == "label" else "is negative")
-        if huge.any():  # (an unsigned id past int64: not to be read as a negative one)
-            reasons[role] = (huge, "does not fit a 64-bit integer")
-        bad |= wrong | huge
-        ints[role] = values
+        ints[role], wrong = _role_values(reader, role, columns[role], reasons)
+        bad |= wrong
     for role in reader.field_roles:
-        if role in reader.vocab:  # (null or empty: the item's own value)
-            column = pc.if_else(pc.equal(pc.utf8_length(columns[role]), 0), None, columns[role])
-            wrong = _not_ids(column) & np.asarray(column.is_valid().to_numpy(zero_copy_only=False))
-            reasons[role] = (wrong, "holds whitespace (not a string id)")
-            bad |= wrong
-            ints[role] = own_values(reader.vocab[role].encode(column), ints["item"])
-            continue
-        null = np.asarray(columns[role].is_null().to_numpy(zero_copy_only=False))
-        values, huge = int64_values(columns[role])
-        reasons[role] = (huge, "does not fit a 64-bit integer") if huge.any() else (values < 0, "is negative")
-        bad |= (values < 0) | huge
-        ints[role] = own_values(np.where(null, -1, values), ints["item"])
+        ints[role], wrong = _field_values(reader, role, columns[role], ints["item"], reasons)
+        bad |= wrong
     keep = ~bad
     if "action" in columns:
         action = columns["action"].cast(pa.string()).to_pylist()

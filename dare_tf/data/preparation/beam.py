@@ -284,6 +284,19 @@ def _unwrap(error: BaseException) -> BaseException:
     return error
 
 
+def _check_manifest(input_path: str, fmt: LogFormat, protocol: Protocol, manifest: dict) -> None:
+    """The pipeline's counts refused as the in-memory driver refuses them: no rows,
+    an empty field, no clicks, no qualifying user."""
+    if manifest["rows"] == 0:
+        raise ValueError(f"{input_path}: input log has no data rows")
+    check_fields(input_path, fmt, manifest["empty_fields"])
+    if manifest["clicks"] == 0 and not fmt.impressions:
+        action = f" (action == {fmt.click!r})" if fmt.click is not None else ""
+        raise ValueError(f"{input_path}: no click rows{action} in {manifest['rows']} rows")
+    if manifest["users"] == 0:
+        raise no_user_qualifies(protocol, manifest["longest"], fmt.impressions and protocol.split == "user")
+
+
 @public("dare_tf.data", name="prepare_beam")
 def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Protocol = Protocol(),
             skip_bad_lines: bool = False, pipeline_options=None, block_bytes: int | None = None,
@@ -323,15 +336,7 @@ def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Pr
         with open(os.path.join(staging, MANIFEST)) as f:
             manifest = json.load(f)
         os.remove(os.path.join(staging, MANIFEST))
-        kind = "impression" if fmt.impressions else "click"
-        if manifest["rows"] == 0:
-            raise ValueError(f"{input_path}: input log has no data rows")
-        check_fields(input_path, fmt, manifest["empty_fields"])
-        if manifest["clicks"] == 0 and not fmt.impressions:
-            action = f" (action == {fmt.click!r})" if fmt.click is not None else ""
-            raise ValueError(f"{input_path}: no {kind} rows{action} in {manifest['rows']} rows")
-        if manifest["users"] == 0:
-            raise no_user_qualifies(protocol, manifest["longest"], fmt.impressions and protocol.split == "user")
+        _check_manifest(input_path, fmt, protocol, manifest)
         bounds = protocol.bounds(manifest["last_time"]) if protocol.split == "time" else None
         entries = spec_fields(column_entries(fmt, manifest["vocabularies"]), protocol.time_gap)
         fields = dict(num_items=manifest["num_items"], num_categories=manifest["num_categories"],

@@ -218,10 +218,7 @@ def build_examples(clicks: Clicks, protocol: Protocol, directory: str, compressi
     clicks.user = clicks.item = clicks.category = clicks.time = clicks.label = None
     clicks.fields = {}
     user, item, category = user.astype(np.int32), item.astype(np.int32), category.astype(np.int32)
-    last = len(item) - 1 - np.unique(item[::-1], return_index=True)[1]
-    item_category = np.zeros(num_items, np.int32)
-    item_category[item[last]] = category[last]
-    del last
+    item_category = _last_category(item, category, num_items)
     if bounds is not None:
         return _time_split(directory, user, item, category, times, labels, (raw_items, raw_categories, raw_users),
                            item_category, protocol, bounds, compression, fields, field_entries, clicked)
@@ -238,11 +235,7 @@ def build_examples(clicks: Clicks, protocol: Protocol, directory: str, compressi
     if len(stats.qualifying) == 0:
         raise no_user_qualifies(protocol, int(clicks_per_user.max()), impressions)
     # Only the qualifying users' rows, grouped by user in their order (file or time order).
-    keep = np.zeros(len(raw_users) + 1, bool)
-    keep[stats.qualifying] = True
-    keep = keep[user]
-    order = np.flatnonzero(keep)[np.argsort(user[keep], kind="stable")]
-    del keep
+    order = _rows_of(user, stats.qualifying, len(raw_users) + 1)
     seq = {"items": item[order], "categories": category[order]}
     if impressions or protocol.time_gap:
         seq["times"] = times[order]
@@ -252,14 +245,43 @@ def build_examples(clicks: Clicks, protocol: Protocol, directory: str, compressi
         seq["clicked"] = clicked[order]
     seq_fields = {name: values[order] for name, values in fields.values.items()}
     del order, user, item, category, times, labels
-    q_lengths = rows_per_user[stats.qualifying]
-    q_starts = np.concatenate([[0], np.cumsum(q_lengths)[:-1]])
+    files = _write_users(directory, seq, seq_fields, rows_per_user[stats.qualifying], stats, protocol, compression)
+    write_id_maps(directory, raw_items, raw_categories, raw_users, stats.item_category)
+    write_field_maps(directory, fields.raw, fields.of_item, num_items)
+    return dict(num_items=num_items, num_categories=num_categories, num_users=stats.num_users,
+                users=int(len(stats.qualifying)), **layout_fields(protocol, compression, files, fields=field_entries),
+                **time_windows(protocol, bounds))
+
+
+def _last_category(item: np.ndarray, category: np.ndarray, num_items: int) -> np.ndarray:
+    """Each item's category: its last row's (0 for the padding and out-of-vocabulary rows)."""
+    last = len(item) - 1 - np.unique(item[::-1], return_index=True)[1]
+    item_category = np.zeros(num_items, np.int32)
+    item_category[item[last]] = category[last]
+    return item_category
+
+
+def _rows_of(user: np.ndarray, users: np.ndarray, num_users: int) -> np.ndarray:
+    """The rows of `users`, grouped by user in ascending dense id, each user's in
+    their order in the log."""
+    keep = np.zeros(num_users, bool)
+    keep[users] = True
+    keep = keep[user]
+    return np.flatnonzero(keep)[np.argsort(user[keep], kind="stable")]
+
+
+def _write_users(directory: str, seq: dict, seq_fields: dict, lengths: np.ndarray, stats: LogStatistics,
+                 protocol: Protocol, compression: str) -> dict:
+    """Writes the qualifying users' examples and store records (`seq`, `seq_fields`:
+    their rows' columns, user after user, `lengths` rows each) by chunks of
+    users; returns the written files."""
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     allow_open_files(4 * protocol.partitions, protocol.partitions)
     writers = {kind: PartitionedWriter(directory, kind, protocol.partitions, compression)
                for kind in (*SPLITS, STORE_KIND)}
     for chunk, users in stats.chunks():
         lo = chunk * USERS_PER_CHUNK
-        spans = [slice(q_starts[lo + i], q_starts[lo + i] + q_lengths[lo + i]) for i in range(len(users))]
+        spans = [slice(starts[lo + i], starts[lo + i] + lengths[lo + i]) for i in range(len(users))]
         rows = [UserRows(**{k: v[s] for k, v in seq.items()}, fields={k: v[s] for k, v in seq_fields.items()})
                 for s in spans]
         for split, columns in chunk_examples(chunk, users, rows, stats, protocol).items():
@@ -269,11 +291,7 @@ def build_examples(clicks: Clicks, protocol: Protocol, directory: str, compressi
     files = {}
     for w in writers.values():
         files.update(w.close())
-    write_id_maps(directory, raw_items, raw_categories, raw_users, stats.item_category)
-    write_field_maps(directory, fields.raw, fields.of_item, num_items)
-    return dict(num_items=num_items, num_categories=num_categories, num_users=stats.num_users,
-                users=int(len(stats.qualifying)), **layout_fields(protocol, compression, files, fields=field_entries),
-                **time_windows(protocol, bounds))
+    return files
 
 
 def _time_split(directory, user, item, category, times, labels, raw, item_category, protocol, bounds,
