@@ -202,11 +202,11 @@ def _times(cfg: SyntheticConfig, lengths: np.ndarray, flat_users: np.ndarray, rn
     with `days`, each user's clicks spread from its start in day 1 to day `days`."""
     clicks = len(flat_users)
     gaps = np.where(rng.random(clicks) < 0.1, rng.exponential(7200, clicks), rng.exponential(60, clicks))
-    user_start = np.repeat(np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     times = np.cumsum(gaps)
-    offsets = times - times[user_start]  # each user's clicks from its first
+    offsets = times - times[np.repeat(starts, lengths)]  # each user's clicks from its first
     if cfg.days:  # scaled onto the days: first click in day 1 (at the user's start), last in day `days`
-        span = np.maximum(np.maximum.reduceat(offsets, np.concatenate([[0], np.cumsum(lengths)[:-1]])), 1.0)
+        span = np.maximum(np.maximum.reduceat(offsets, starts), 1.0)
         offsets = offsets / np.repeat(span, lengths) * (cfg.days - 1) * 86400
     start = 1511481600 if cfg.days else 1511500000  # (with days: midnight UTC, so day 1 is the first UTC day)
     return start + (offsets + rng.uniform(0, 86400, len(lengths))[flat_users]).astype(np.int64)

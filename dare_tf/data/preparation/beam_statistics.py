@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from dare_tf.data.preparation.examples import LogStatistics, qualifying_users
+from dare_tf.data.storage.fields import last_rows
 
 
 def user_summaries(sequence, ranks: dict, sort_by_time: bool, chronological: bool = False):
@@ -29,7 +30,7 @@ def user_summaries(sequence, ranks: dict, sort_by_time: bool, chronological: boo
                                                           range(fields.shape[1]))]
     for kind, ids in kinds:
         uniq, firsts = np.unique(ids, return_index=True)
-        last = len(ids) - 1 - np.unique(ids[::-1], return_index=True)[1]
+        last = last_rows(ids)
         counts = np.bincount(np.searchsorted(uniq, ids[clicked]), minlength=len(uniq))
         for i, f, lst, c in zip(uniq, firsts, last, counts):
             at_last = kind == "item"

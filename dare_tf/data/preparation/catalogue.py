@@ -13,6 +13,7 @@ import numpy as np
 
 from dare_tf.data.logs.times import DAY
 from dare_tf.data.preparation.examples import MAX_NEGATIVE_ROUNDS
+from dare_tf.data.storage.fields import last_rows
 
 
 def day_name(day: int) -> str:
@@ -82,7 +83,7 @@ class Catalogue:
         row's values."""
         items, categories = np.asarray(items, np.int64), np.asarray(categories, np.int64)
         self.counts += np.bincount(items[clicks], minlength=len(self.counts))
-        last = len(items) - 1 - np.unique(items[::-1], return_index=True)[1]
+        last = last_rows(items)
         self.categories[items[last]] = categories[last]
         for name, values in (fields or {}).items():
             self.fields[name][items[last]] = np.asarray(values)[last]

@@ -50,7 +50,7 @@ from dare_tf.data.preparation.dataset_dir import guard_dataset_dir, write_prepar
 from dare_tf.data.preparation.prepared import (MAX_PARTITIONS, PartitionedWriter, allow_open_files, check_compression,
                                    layout_fields, log_format, make_spec, source_fields, write_field_maps,
                                    write_id_maps, write_item_clicks)
-from dare_tf.data.storage.fields import DenseFields, spec_fields
+from dare_tf.data.storage.fields import DenseFields, last_rows, spec_fields
 from dare_tf.data.logs.reader import read_log
 from dare_tf.data.logs.formats import dense_ids
 from dare_tf.data.storage.spec import FORMAT, MAX_LEN, SPLITS, DatasetSpec
@@ -255,7 +255,7 @@ def build_examples(clicks: Clicks, protocol: Protocol, directory: str, compressi
 
 def _last_category(item: np.ndarray, category: np.ndarray, num_items: int) -> np.ndarray:
     """Each item's category: its last row's (0 for the padding and out-of-vocabulary rows)."""
-    last = len(item) - 1 - np.unique(item[::-1], return_index=True)[1]
+    last = last_rows(item)
     item_category = np.zeros(num_items, np.int32)
     item_category[item[last]] = category[last]
     return item_category

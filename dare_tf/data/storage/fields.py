@@ -87,6 +87,11 @@ def column_entries(fmt, vocabularies: dict) -> list[dict]:
              "column": columns[name]} for name in columns]
 
 
+def last_rows(item: np.ndarray) -> np.ndarray:
+    """The row of each item's last occurrence in `item` (a log's item column), one per distinct item."""
+    return len(item) - 1 - np.unique(item[::-1], return_index=True)[1]
+
+
 class DenseFields:
     """The dense ids of a log's column fields (`Clicks.fields`, rows as `item`).
 
@@ -99,7 +104,7 @@ class DenseFields:
 
     def __init__(self, raw_fields: dict, item: np.ndarray, num_items: int):
         self.values, self.raw, self.of_item = {}, {}, {}
-        last = len(item) - 1 - np.unique(item[::-1], return_index=True)[1] if len(raw_fields) else None
+        last = last_rows(item) if len(raw_fields) else None
         for name, raw in raw_fields.items():
             dense, self.raw[name] = dense_ids(raw)
             self.values[name] = dense.astype(np.int32)
