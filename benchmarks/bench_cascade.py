@@ -229,7 +229,7 @@ def _load(recommenders, users, by_id: bool = False) -> tuple[list[float], float]
 def served_load(port: int, clients: int, users) -> tuple[list[float], float]:
     """`_load` of `clients` recommenders over the stand-in on `port` (models `retrieval`
     and `dare`), after a warm-up of two users each (and the id-map check)."""
-    from dare_tf.serving.cascade import Recommender
+    from dare_tf.serving.recommender import Recommender
     from dare_tf.serving.client import ServingClient
 
     recommenders = [Recommender(ServingClient(f"localhost:{port}", "retrieval", timeout=60.0),
@@ -240,10 +240,10 @@ def served_load(port: int, clients: int, users) -> tuple[list[float], float]:
 
 def bench_recommend(work: str, calls: int, rng) -> list[dict]:
     from dare_tf import build_model
-    from dare_tf.data.preparation.protocol import prepare
+    from dare_tf.data.preparation.in_memory import prepare
     from dare_tf.data.storage.spec import DatasetSpec
     from dare_tf.retrieval import RetrievalConfig, train_retrieval
-    from dare_tf.serving.cascade import LocalModel, Recommender
+    from dare_tf.serving.recommender import LocalModel, Recommender
     from dare_tf.export import export_run, export_saved_model
 
     data = os.path.join(work, "taobao_sample")
@@ -283,7 +283,7 @@ def _by_user_id(work: str, data: str, port: int, server_pid: int, calls: int, rn
     memory and the store's size before and after each row."""
     from dare_tf.histories import open_store
     from dare_tf.histories.prepared import load_prepared
-    from dare_tf.serving.cascade import Recommender
+    from dare_tf.serving.recommender import Recommender
     from dare_tf.serving.client import ServingClient
 
     path = os.path.join(work, "histories")

@@ -61,7 +61,7 @@ import json, os, resource, sys, time
 sys.path.insert(0, sys.argv[1])
 repo, data_dir, run_dir, in_memory_mb, strategy, max_steps, log = sys.argv[1:8]
 from dare_tf import training
-from dare_tf.data.preparation.protocol import prepare
+from dare_tf.data.preparation.in_memory import prepare
 if not os.path.exists(os.path.join(data_dir, "spec.json")):
     prepare("taobao", log, data_dir)
 make_config = getattr(training.TrainConfig, "create", training.TrainConfig)  # (a baseline commit: flat)
@@ -108,7 +108,7 @@ print("RESULT", json.dumps({"first_s": seconds[0], "again_s": seconds[1]}))
 
 
 def bench_load(work: str, ref: str, rounds: int) -> list[dict]:
-    from dare_tf.data.preparation.protocol import prepare
+    from dare_tf.data.preparation.in_memory import prepare
     from dare_tf.data.storage.spec import DatasetSpec
 
     sample = os.path.join(work, "taobao_sample")

@@ -82,12 +82,13 @@ def request_bytes(inputs: dict) -> int:
 
 def bench_rank(args, work: str, parts: set) -> dict[str, list[dict]]:
     import dare_tf
-    from dare_tf.data.preparation.protocol import Protocol, prepare
+    from dare_tf.data.preparation.protocol import Protocol
+    from dare_tf.data.preparation.in_memory import prepare
     from dare_tf.data.storage.spec import DatasetSpec, read_id_map
     from dare_tf.data.generation.synthetic import SyntheticConfig, write
     from dare_tf.export import export_saved_model
-    from dare_tf.serving.cascade import LocalModel
-    from dare_tf.serving.client import rank_tensors, request_tensors
+    from dare_tf.serving.recommender import LocalModel
+    from dare_tf.serving.encoding import rank_tensors, request_tensors
 
     log = os.path.join(work, "log.csv")
     write(SyntheticConfig(users=60, items=20_000, categories=200, min_length=1000, max_length=1000,

@@ -270,7 +270,7 @@ def bench_vocab(sizes, min_seconds):
 
 def bench_end_to_end(work_dir, quick, steps_per_execution=(1,), optimizers=("adam", "lazy_adam")):
     """trainers.train's library call on a generated 1M-row log; samples/s inside the program."""
-    from dare_tf.data.preparation.protocol import prepare
+    from dare_tf.data.preparation.in_memory import prepare
     from dare_tf.data.storage.spec import DatasetSpec
     from dare_tf.data.generation.synthetic import SyntheticConfig, write
     from dare_tf.training import TrainConfig, read_history, train

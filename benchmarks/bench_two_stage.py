@@ -37,7 +37,8 @@ from dare_tf import retrieval  # noqa: E402
 from benchmarks.common import RESULTS_DIR, print_table, selected_parts, write_parts  # noqa: E402
 from dare_tf.demo import CASCADE_TRAINING, SYNTHETIC_PROTOCOL  # noqa: E402
 from dare_tf.data.feeding.negatives import parse_negatives  # noqa: E402
-from dare_tf.data.preparation.protocol import Protocol, prepare  # noqa: E402
+from dare_tf.data.preparation.protocol import Protocol  # noqa: E402
+from dare_tf.data.preparation.in_memory import prepare
 from dare_tf.data.generation.synthetic import SyntheticConfig, write  # noqa: E402
 from dare_tf.metrics import CASCADE_K  # noqa: E402
 from dare_tf.training import TrainConfig, train  # noqa: E402

@@ -88,11 +88,11 @@ import json, resource, sys, time
 import numpy as np
 path, data_dir, n, calls = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 start = time.perf_counter()
-from dare_tf.serving.cascade import LocalModel
+from dare_tf.serving.recommender import LocalModel
 model = LocalModel(path)
 load_s = time.perf_counter() - start
 from benchmarks.scale_phases import random_history
-from dare_tf.serving.client import rank_tensors
+from dare_tf.serving.encoding import rank_tensors
 rng = np.random.default_rng(0)
 times = []
 for call in range(calls + 3):
@@ -216,7 +216,7 @@ import numpy as np
 path, data_dir, calls, run_dir = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 from dare_tf.data.storage.spec import read_id_map
 from dare_tf.retrieval.index import ApproximateIndex, ExactIndex, exact_top_k, recall
-from dare_tf.serving.cascade import LocalModel
+from dare_tf.serving.recommender import LocalModel
 model = LocalModel(path)
 vectors = np.load(run_dir + "/candidate_vectors.npy")
 items = np.array([int(r) for r in read_id_map(data_dir, "item")])
@@ -285,26 +285,43 @@ def retrieval(data_dir: str, work: str, size: dict) -> list[dict]:
     return [row]
 
 
+# The batching files' batch_timeout_micros measured: the export's (1 ms) and a longer wait, which
+# trades single-client latency for fuller batches of the retrieval model's matrix product.
+BATCH_TIMEOUTS_MS = (1, 10)
+
+
 def recommend(data_dir: str, work: str, size: dict) -> list[dict]:
-    """`Recommender` over the stand-in serving both exports (batching on), from 1
-    and 16 client threads, CALLS recommendations of 10 from 200 candidates each."""
+    """`Recommender` over the stand-in serving both exports with the export's batching
+    file (and that file with each of BATCH_TIMEOUTS_MS), from 1 and 16 client
+    threads, CALLS recommendations of 10 from 200 candidates each."""
+    import re
+
     from benchmarks.bench_cascade import served_load
 
     exports = os.path.join(work, "exports")
     rng = np.random.default_rng(0)
     users = [random_history(data_dir, rng, 200) for _ in range(CALLS * 2)]
     users = [(items, categories, {k: v[0] for k, v in fields.items()}) for items, categories, fields in users]
-    server, port, _ = start_standin(f"--model_config_file={os.path.join(exports, 'models.config')}")
+    with open(os.path.join(exports, "batching_parameters.txt")) as f:
+        exported = f.read()
     rows = []
-    try:
-        for clients in (1, 16):
-            latencies, seconds = served_load(port, clients, users[:CALLS] if clients == 1 else users)
-            rows.append({**size, "clients": clients, "calls": len(latencies),
-                         "p50_ms": round(float(np.percentile(latencies, 50)) * 1e3, 1),
-                         "p99_ms": round(float(np.percentile(latencies, 99)) * 1e3, 1),
-                         "per_s": round(len(latencies) / seconds, 1), "server_rss_mib": round(rss_mb(server.pid))})
-            print(f"  {rows[-1]}", flush=True)
-    finally:
-        server.terminate()
-        server.wait()
+    for timeout_ms in BATCH_TIMEOUTS_MS:
+        batching = os.path.join(work, f"batching_{timeout_ms}ms.txt")
+        with open(batching, "w") as f:
+            f.write(re.sub(r"batch_timeout_micros \{ value: \d+ \}",
+                           f"batch_timeout_micros {{ value: {timeout_ms * 1000} }}", exported))
+        server, port, _ = start_standin(f"--model_config_file={os.path.join(exports, 'models.config')}",
+                                        f"--batching_parameters_file={batching}")
+        try:
+            for clients in (1, 16):
+                latencies, seconds = served_load(port, clients, users[:CALLS] if clients == 1 else users)
+                rows.append({**size, "batch_timeout_ms": timeout_ms, "clients": clients, "calls": len(latencies),
+                             "p50_ms": round(float(np.percentile(latencies, 50)) * 1e3, 1),
+                             "p99_ms": round(float(np.percentile(latencies, 99)) * 1e3, 1),
+                             "per_s": round(len(latencies) / seconds, 1),
+                             "server_rss_mib": round(rss_mb(server.pid))})
+                print(f"  {rows[-1]}", flush=True)
+        finally:
+            server.terminate()
+            server.wait()
     return rows

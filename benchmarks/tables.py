@@ -119,12 +119,13 @@ TABLES = {
                                    "file (`dare_tf.retrieval.index`, probes calibrated on 100 other queries to 0.97): "
                                    "build seconds, p50/p99 ms (target 20 ms) and its recall of the exact top-200 on "
                                    "900 held-out test queries (target 0.95)"),
-    ("bench_scale", "recommend"): (["log", "fraction", "clients", "calls", "p50_ms", "p99_ms", "per_s",
-                                    "server_rss_mib"],
+    ("bench_scale", "recommend"): (["log", "fraction", "batch_timeout_ms", "clients", "calls", "p50_ms", "p99_ms",
+                                    "per_s", "server_rss_mib"],
                                    "`Recommender` (retrieval, then `rank` of 200 candidates, top 10) through the "
-                                   "stand-in server serving both exports (batching on, its own process), from 1 and "
-                                   "16 client threads: p50/p99 ms, recommendations per second (target at full size: "
-                                   "150/s at p99 150 ms for 16 clients) and the server's RSS"),
+                                   "stand-in server serving both exports (its own process) with the export's "
+                                   "batching file, its `batch_timeout_micros` as given (the export writes 1 ms), "
+                                   "from 1 and 16 client threads: p50/p99 ms, recommendations per second (target "
+                                   "at full size: 150/s at p99 150 ms for 16 clients) and the server's RSS"),
     ("bench_layers", "presets"): (["preset", "batch", "graph", "xla", "xla/graph"],
                                   "forward+backward samples/s of every preset (L=200, K=20, d=16, 50k items): the "
                                   "step as one graph, and with the model's dense stages compiled by XLA inside it"),

@@ -11,14 +11,17 @@ import numpy as np
 from dare_tf import retrieval
 from dare_tf.analysis.suite import AnalysisConfig, run_analyses
 from dare_tf.data.feeding.pipeline import make_dataset
-from dare_tf.data.preparation.protocol import Protocol, prepare
+from dare_tf.data.preparation.protocol import Protocol
+from dare_tf.data.preparation.in_memory import prepare
 from dare_tf.data.storage.spec import DatasetSpec, read_id_map
 from dare_tf.data.generation.synthetic import SyntheticConfig, write
 from dare_tf.experiments import reproduce
-from dare_tf.serving.cascade import Recommender, format_recommendations
-from dare_tf.serving.client import ServingClient, explained_behaviours, format_explanation
+from dare_tf.serving.recommender import Recommender, format_recommendations
+from dare_tf.serving.client import ServingClient
+from dare_tf.serving.encoding import explained_behaviours, format_explanation
 from dare_tf.export import MODELS_CONFIG, export_run
-from dare_tf.testing.standin_server import read_model_config, serve
+from dare_tf.testing.model_config import read_model_config
+from dare_tf.testing.standin_server import serve
 from dare_tf.training import TrainConfig, format_results, make_strategy, train
 
 # The synthetic users have 20 to 1,000 clicks (median 120); users with 50 or more

@@ -7,9 +7,11 @@ from __future__ import annotations
 import dataclasses
 from typing import NamedTuple
 
+import numpy as np
 from keras import ops
 
-from dare_tf.data.storage.schema import MODEL_INPUTS, RANK_INPUTS, history_feature
+from dare_tf.data.storage.fields import FieldSchema
+from dare_tf.data.storage.schema import MODEL_INPUTS, RANK_INPUTS, input_role
 
 
 class Ids(NamedTuple):
@@ -33,24 +35,20 @@ class Ids(NamedTuple):
         return {"target_fields": self.target_fields, "history_fields": self.history_fields}
 
 
-def field_keys(fields, target: str = "target") -> list[str]:
-    """The input keys of `fields` (`BehaviorField`s): `hist_<name>` of each and
-    `<target>_<name>` of those with a target value (`target`: `candidate` for `rank`)."""
-    return [history_feature(f.name) for f in fields] + [f"{target}_{f.name}" for f in fields if not f.history_only]
-
-
 def input_keys(fields=()) -> list[str]:
-    """Every per-example input of a model with `fields`: `MODEL_INPUTS`, then `field_keys`."""
-    return [*MODEL_INPUTS, *field_keys(fields)]
+    """Every per-example input of a model with `fields`: `MODEL_INPUTS`, then the
+    fields' (`FieldSchema.keys`)."""
+    return [*MODEL_INPUTS, *FieldSchema.of(fields).keys()]
 
 
 def _field_ids(inputs, fields, target: str, what: str):
-    missing = [k for k in field_keys(fields, target) if k not in inputs]
+    missing = [k for k in FieldSchema.of(fields).keys(target) if k not in inputs]
     if missing:
         raise KeyError(f"{what} inputs lack {missing}: the model's fields "
                        f"({', '.join(f.name for f in fields)}) each need their ids")
-    return ({f.name: ops.cast(inputs[f"{target}_{f.name}"], "int32") for f in fields if not f.history_only},
-            {f.name: ops.cast(inputs[history_feature(f.name)], "int32") for f in fields})
+    schema = FieldSchema.of(fields)
+    return ({schema.field_of(k): ops.cast(inputs[k], "int32") for k in schema.inputs(target)},
+            {schema.field_of(k): ops.cast(inputs[k], "int32") for k in schema.inputs("hist")})
 
 
 def example_ids(inputs, max_len: int, fields=()) -> Ids:
@@ -108,3 +106,17 @@ class ExampleEmbeddings:
     def mask(self):
         """`[B, L]` bool: the real (non-padding) history slots."""
         return ops.greater(self.ids.hist_items, 0)
+
+
+def dummy_inputs(config, batch_size: int = 2) -> dict[str, np.ndarray]:
+    """Inputs of `batch_size` examples of ones for a `ModelConfig` (every field's
+    too), histories at its `max_len`: what builds a model's weights."""
+    length = config.max_len
+    return {
+        "target_item": np.ones((batch_size,), np.int32),
+        "target_category": np.ones((batch_size,), np.int32),
+        "hist_items": np.ones((batch_size, length), np.int32),
+        "hist_categories": np.ones((batch_size, length), np.int32),
+        **{key: np.ones((batch_size, length) if input_role(key) == "hist" else (batch_size,), np.int32)
+           for key in FieldSchema.of(config.fields).keys()},
+    }

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import keras
+from keras import ops
 
 
 def _tensorflow_execution():
@@ -25,7 +26,7 @@ def compiled_loss(model):
 
 class TrainingMixin:
     """The loss and training-step methods of `dare_tf.models.DareModel` (a
-    `keras.Model` with `task`, `aux_head`, `forward` and `regularization`)."""
+    `keras.Model` with `task`, `head`, `aux_head`, `forward` and `losses`)."""
 
     def loss_terms(self, labels, outputs, sample_weight=None) -> dict:
         """`click` + `aux` (if any) + `regularization` (L2) = `total`, float32:
@@ -69,3 +70,16 @@ class TrainingMixin:
         if isinstance(y_pred, dict):
             y_pred = y_pred["probability"]
         return super().compute_metrics(x, y, y_pred, sample_weight)
+
+    def regularization(self):
+        """The L2 term: the sum of the layers' regularization losses (float32)."""
+        losses = self.losses
+        if not losses:
+            return ops.zeros((), "float32")
+        return ops.sum(ops.stack([ops.cast(loss, "float32") for loss in losses]))
+
+    def batch_norm_layers(self) -> dict:
+        """Head input name (`features`, `aux_features`) -> the BatchNormalization
+        layer in front of that prediction head's MLP."""
+        heads = {"features": self.head, "aux_features": self.aux_head}
+        return {name: head.norm for name, head in heads.items() if head is not None}

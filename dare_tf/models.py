@@ -11,15 +11,15 @@ import numpy as np
 from keras import ops
 
 from dare_tf._faces import public, public_names
-from dare_tf.config import ModelConfig, make_config
+from dare_tf.config import ModelConfig
 from dare_tf.data.storage.schema import MODEL_INPUTS as INPUT_KEYS  # noqa: F401 (dare_tf.INPUT_KEYS)
-from dare_tf.data.storage.schema import RANK_INPUTS
-from dare_tf.model_inputs import ExampleEmbeddings, Ids, example_ids, field_keys, rank_ids
+from dare_tf.model_inputs import ExampleEmbeddings, Ids, dummy_inputs, example_ids
 from dare_tf.layers import BehaviorEmbedding, PredictionHead, TargetAttentionPooling
-from dare_tf.layers.embedding import ROLES, ROLES_BEFORE_SEARCH
-from dare_tf.layers.pooling import target_aware
+from dare_tf.layers.embedding_tables import ROLES, ROLES_BEFORE_SEARCH
+from dare_tf.layers.pooling import head_features, target_aware
 from dare_tf.search import build_search
 from dare_tf.search.base import SearchResult
+from dare_tf.model_serving import ServingMixin
 from dare_tf.model_training import TrainingMixin, _tensorflow_execution
 from dare_tf.tasks import ClickTask
 
@@ -29,7 +29,7 @@ LOSS_INPUTS = ("probability", "aux_probability", "regularization")
 
 @public("dare_tf")
 @keras.saving.register_keras_serializable(package="dare_tf")
-class DareModel(TrainingMixin, keras.Model):
+class DareModel(TrainingMixin, ServingMixin, keras.Model):
     """Two-stage long-sequence CTR model (DARE, TWIN and their baselines).
 
     Stage 1, the search (a `dare_tf.search.BehaviorSearch` chosen by
@@ -37,7 +37,7 @@ class DareModel(TrainingMixin, keras.Model):
     embeddings; stage 2 (`TargetAttentionPooling`) pools their representation
     embeddings into `h` and `v_t * h`; `PredictionHead` turns `[v_t, h,
     v_t * h]` into a click probability. Everything that differs between the
-    paper's models is in `ModelConfig` (see `dare_tf.config.PRESETS`).
+    paper's models is in `ModelConfig` (see `dare_tf.presets.PRESETS`).
 
     Call arguments:
         inputs: dict of int tensors `target_item`, `target_category` `[B]`,
@@ -75,6 +75,7 @@ class DareModel(TrainingMixin, keras.Model):
             update every row anyway (Adam) at small vocabularies.
 
     Examples:
+        >>> from dare_tf import build_model
         >>> model = build_model("dare", num_items=50, num_categories=5, max_len=8, top_k=3)
         >>> model.compile(optimizer="adam")
         >>> x = model.dummy_inputs(4); y = np.array([1.0, 0.0, 1.0, 0.0])
@@ -120,15 +121,8 @@ class DareModel(TrainingMixin, keras.Model):
 
     # -- inputs -----------------------------------------------------------
     def dummy_inputs(self, batch_size: int = 2) -> dict[str, np.ndarray]:
-        length = self.model_config.max_len
-        return {
-            "target_item": np.ones((batch_size,), np.int32),
-            "target_category": np.ones((batch_size,), np.int32),
-            "hist_items": np.ones((batch_size, length), np.int32),
-            "hist_categories": np.ones((batch_size, length), np.int32),
-            **{key: np.ones((batch_size, length) if key.startswith("hist_") else (batch_size,), np.int32)
-               for key in field_keys(self.model_config.fields)},
-        }
+        """Inputs of `batch_size` examples of ones (every field's too), at the model's L."""
+        return dummy_inputs(self.model_config, batch_size)
 
     def example_ids(self, inputs) -> Ids:
         """The dense `Ids` (int32) of a per-example inputs dict, checked against
@@ -207,31 +201,6 @@ class DareModel(TrainingMixin, keras.Model):
         """The roles the forward pass looks up before its search."""
         return ROLES_BEFORE_SEARCH if self.retrieved_representation_only() else ROLES
 
-    def rank_forward(self, inputs) -> dict:
-        """`forward` for N candidates per user against that user's one history:
-        `inputs` `hist_items`, `hist_categories` `[U, L]` and `candidate_items`,
-        `candidate_categories` `[U, N]` (dense ids, 0 = padding). Each history's
-        embeddings are looked up once; the search scores all N candidates of a
-        user in one product (`BehaviorSearch.search_users`); pooling and the head
-        run per candidate. The outputs of `explain`, shaped `[U, N, ...]`, equal
-        `forward` on the U * N (candidate, history) pairs. Never compiled, not
-        for training: serving's path (the export's `rank` signature)."""
-        ids, candidates = rank_ids(inputs, self.model_config.max_len, self.model_config.fields)
-        if not self.embedding.built:
-            self.embedding.build()
-        # The representation rows of the K kept slots only, where nothing reads all L.
-        roles = ROLES_BEFORE_SEARCH if self._kept_slots_suffice() else ROLES
-        emb = self.embedding.combine(self.lookup(ids, roles), roles)
-        out = self.stages_from_embeddings(emb, ids, candidates=candidates)
-        users = ops.shape(inputs[RANK_INPUTS[0]])[0]
-        return {k: ops.reshape(v, (users, candidates, *v.shape[1:]))
-                for k, v in out.items() if k in ("probability", "positions", "attention_weights",
-                                                 *self.search.explain_outputs)}
-
-    def rank(self, inputs):
-        """Click probabilities `[U, N]` of each user's N candidates (`rank_forward`)."""
-        return self.rank_forward(inputs)["probability"]
-
     def _stages(self, rows, ids, training) -> dict:
         return self.stages_from_embeddings(self.embedding.combine(rows, self._looked_up_roles()), ids, training)
 
@@ -280,7 +249,7 @@ class DareModel(TrainingMixin, keras.Model):
             # The reference's auxiliary head sees attention over every
             # non-padded slot, not only the retrieved ones.
             aux_pooled = self.pooling(v_t, values, self.search.score(search_query, keys, mask), mask)
-        features = self._features(v_t, pooled, values, mask, candidates)
+        features = head_features(v_t, pooled, values, mask, self.model_config, candidates)
         outputs = {
             "probability": self.head(features, training=training),
             "positions": positions,
@@ -295,53 +264,11 @@ class DareModel(TrainingMixin, keras.Model):
             outputs["regularization"] = self.regularization()
         return outputs
 
-    def _features(self, v_t, pooled, values, mask, candidates=None):
-        """The head's input: the target's representation, the pooled history and (with
-        `use_history_mean`) the history's mean, each user's repeated for its `candidates`."""
-        cfg = self.model_config
-        features = [v_t, pooled]
-        if cfg.use_history_mean:
-            m = ops.cast(ops.expand_dims(mask, -1), values.dtype)
-            mean = ops.sum(values * m, axis=1) / (ops.sum(m, axis=1) + 1.0)
-            if candidates is not None:  # one mean per user, for each of its candidates
-                mean = ops.repeat(mean, candidates, axis=0)
-            features += [mean, v_t * mean] if cfg.target_aware else [mean]
-        return ops.concatenate(features, axis=-1)
-
-    def slot_scores(self, emb: dict, ids) -> "keras.KerasTensor":
-        """What stage 1 ranks the history slots by, `[B, L]` float32 (higher
-        first; padding -2**32 + 1): the search's `slot_scores` (the scaled dot
-        product of attention embeddings for soft search and the attention of
-        models without search, DIN's attention MLP score, hard search's
-        priority, ...)."""
-        return self.search.slot_scores(emb["target_attention"], emb["history_attention"],
-                                       ops.greater(ids.hist_items, 0), ids.target_category, ids.hist_categories)
-
-    def regularization(self):
-        """The L2 term: the sum of the layers' regularization losses (float32)."""
-        losses = self.losses
-        if not losses:
-            return ops.zeros((), "float32")
-        return ops.sum(ops.stack([ops.cast(loss, "float32") for loss in losses]))
-
     def call(self, inputs, training=False):
         out = self.forward(inputs, training=training)
         if training:  # what `compute_loss` reads (Keras hands it `call`'s return value)
             return {k: out[k] for k in LOSS_INPUTS if k in out}
         return out["probability"]
-
-    def explain(self, inputs) -> dict:
-        """Probability with the retrieved history positions, attention weights and
-        the search's own `explain` outputs (SDIM: `hash_matches`)."""
-        out = self.forward(inputs, training=False)
-        keep = ("probability", "positions", "attention_weights", *self.search.explain_outputs)
-        return {k: out[k] for k in keep if k in out}
-
-    def batch_norm_layers(self) -> dict:
-        """Head input name (`features`, `aux_features`) -> the BatchNormalization
-        layer in front of that prediction head's MLP."""
-        heads = {"features": self.head, "aux_features": self.aux_head}
-        return {name: head.norm for name, head in heads.items() if head is not None}
 
     def build(self, input_shape=None):
         if not self.built:
@@ -361,22 +288,6 @@ class DareModel(TrainingMixin, keras.Model):
         return cls(ModelConfig.from_dict(config["config"]), seed=config.get("seed"),
                    name=config.get("name"), jit_compile_dense=config.get("jit_compile_dense", True),
                    sparse_embedding_gradients=config.get("sparse_embedding_gradients", True))
-
-
-@public("dare_tf")
-def build_model(preset: str, num_items: int, num_categories: int, max_len: int = 200,
-                seed: int | None = None, jit_compile_dense: bool = True,
-                sparse_embedding_gradients: bool = True, **overrides) -> DareModel:
-    """Builds a named preset (`dare_tf.PRESETS`) as a built `DareModel`.
-
-    `num_items` and `num_categories` are vocabulary sizes including padding
-    row 0; `overrides` are `ModelConfig` fields.
-    """
-    config = make_config(preset, num_items, num_categories, max_len=max_len, **overrides)
-    model = DareModel(config, seed=seed, name=preset, jit_compile_dense=jit_compile_dense,
-                      sparse_embedding_gradients=sparse_embedding_gradients)
-    model.build()
-    return model
 
 
 public_names("dare_tf", "INPUT_KEYS")

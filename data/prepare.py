@@ -36,7 +36,8 @@ from absl import app, flags
 
 import dare_tf.cli
 from dare_tf.data.logs.formats import FILE_FORMATS, FORMATS, LogFormat, log_format_of
-from dare_tf.data.preparation.protocol import Protocol, prepare
+from dare_tf.data.preparation.protocol import Protocol
+from dare_tf.data.preparation.in_memory import prepare
 from dare_tf.data.storage.spec import SPEC_FILE, DatasetSpec
 from dare_tf.data.storage.shards import COMPRESSIONS
 

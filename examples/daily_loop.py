@@ -23,7 +23,9 @@ import os
 import sys
 import time
 
-from dare_tf.data.preparation.protocol import Protocol, prepare
+from dare_tf.data.preparation.protocol import Protocol
+
+from dare_tf.data.preparation.in_memory import prepare
 from dare_tf.data.generation.synthetic import SyntheticConfig, write
 from dare_tf.training import TrainConfig, train
 

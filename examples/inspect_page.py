@@ -16,7 +16,8 @@ import threading
 from dare_tf.export import MODELS_CONFIG
 from dare_tf.histories import open_store
 from dare_tf.serving.inspect import Inspector, page_server
-from dare_tf.testing.standin_server import read_model_config, serve
+from dare_tf.testing.model_config import read_model_config
+from dare_tf.testing.standin_server import serve
 
 
 def longest_history(store, first: int = 200):

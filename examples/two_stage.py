@@ -19,7 +19,7 @@ import os
 import sys
 
 from dare_tf import retrieval
-from dare_tf.data.preparation.protocol import prepare
+from dare_tf.data.preparation.in_memory import prepare
 from dare_tf.demo import CASCADE_TRAINING
 from dare_tf.training import TrainConfig, train
 

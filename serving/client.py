@@ -123,7 +123,7 @@ def _command(argv):
 
 def recommend(request):
     from dare_tf.data.storage.schema import HIST_CATEGORIES, HIST_ITEMS
-    from dare_tf.serving.cascade import Recommender, format_recommendations
+    from dare_tf.serving.recommender import Recommender, format_recommendations
     from dare_tf.serving.client import ServingClient
 
     clients = [ServingClient(FLAGS.server, name, timeout=FLAGS.timeout, retries=FLAGS.retries)
@@ -163,17 +163,22 @@ def recommend(request):
 def main(configuration):
     """`configuration`: `_command`'s (command, request)."""
     from dare_tf.data.storage.schema import HIST_ITEMS, MODEL_INPUTS
-    from dare_tf.serving.client import ServingClient, in_own_history, request_tensors, rest_predict
+    from dare_tf.serving.encoding import in_own_history, request_tensors
 
     command, request = configuration
     if command == "recommend":
         return recommend(request)
-    client = ServingClient(FLAGS.server, FLAGS.model_name, timeout=FLAGS.timeout, retries=FLAGS.retries)
-    if FLAGS.metadata:
-        print(json.dumps(client.metadata(), indent=2))
-        return
+    if _over_grpc(configuration):
+        from dare_tf.serving.client import ServingClient
+
+        client = ServingClient(FLAGS.server, FLAGS.model_name, timeout=FLAGS.timeout, retries=FLAGS.retries)
+        if FLAGS.metadata:
+            print(json.dumps(client.metadata(), indent=2))
+            return
     inputs = request_tensors(*(request[k] for k in MODEL_INPUTS), _fields(request))
     if FLAGS.rest_url:
+        from dare_tf.serving.rest import rest_predict
+
         out = rest_predict(FLAGS.rest_url, FLAGS.model_name, inputs, FLAGS.signature, FLAGS.timeout)
     else:
         out = client.predict_tensors(inputs, FLAGS.signature)
@@ -193,7 +198,7 @@ def _predictions(request: dict, out: dict) -> str:
     """Each target's P(click) and, from `explain`, its retrieved behaviours in the
     request's raw ids (how many clicks ago, weight): a table, or JSON."""
     from dare_tf.data.storage.schema import HIST_CATEGORIES, HIST_ITEMS, TARGET_CATEGORY, TARGET_ITEM
-    from dare_tf.serving.client import explained_behaviours, format_explanation
+    from dare_tf.serving.encoding import explained_behaviours, format_explanation
 
     targets, categories = list(request[TARGET_ITEM]), list(request[TARGET_CATEGORY])
     histories = [(request[HIST_ITEMS][0 if len(request[HIST_ITEMS]) == 1 else i],
@@ -225,8 +230,14 @@ def _one_line_rpc_errors(configuration):
         raise ValueError(f"{FLAGS.server}: {e.code().name}: {e.details()}") from e
 
 
+def _over_grpc(configuration) -> bool:
+    """Whether the command talks gRPC (whose protos load TensorFlow): all but a
+    `--rest_url` predict."""
+    return configuration[0] == "recommend" or FLAGS.metadata or not FLAGS.rest_url
+
+
 def run():
-    dare_tf.cli.run(_one_line_rpc_errors, configure=_command, models=False)
+    dare_tf.cli.run(_one_line_rpc_errors, configure=_command, models=False, tensorflow=_over_grpc)
 
 
 if __name__ == "__main__":

@@ -156,10 +156,9 @@ def main(configuration):
     max_clicks, fields, string_ids = FLAGS.max_clicks, None, None
     if command == "load":
         from dare_tf.data.storage.spec import DatasetSpec
-        from dare_tf.histories.prepared import column_fields
 
         spec = DatasetSpec.load(FLAGS.data_dir)
-        max_clicks, fields = spec.max_len if max_clicks is None else max_clicks, column_fields(spec)
+        max_clicks, fields = spec.max_len if max_clicks is None else max_clicks, spec.field_schema.columns
         string_ids = spec.string_ids
     elif command == "append":
         fields = tuple(fmt.field_columns) + (("action",) if fmt.action_field else ())

@@ -23,8 +23,8 @@ flags.DEFINE_integer("port", 8500, "gRPC port (0 picks a free one).", lower_boun
 flags.DEFINE_integer("rest_port", None, "REST port (none: no REST).", lower_bound=0)
 flags.DEFINE_bool("batching", True, "Merge concurrent Predict requests (like --enable_batching).")
 flags.DEFINE_string("batching_parameters_file", None, "A TF Serving batching parameters file (as serving.export "
-                    "writes it): batching on, with its max_batch_size (instead of --max_batch_size) and its "
-                    "pad_variable_length_inputs.")
+                    "writes it): batching on, with its max_batch_size (instead of --max_batch_size), its "
+                    "pad_variable_length_inputs and its batch_timeout_micros (without the file: 1 ms).")
 flags.DEFINE_integer("max_batch_size", MAX_BATCH_SIZE, "Rows one request may hold, and the batcher merges (TF Serving: "
                      "max_batch_size of its batching parameters); a larger request gets INVALID_ARGUMENT.",
                      lower_bound=1)
@@ -45,7 +45,8 @@ flags.adopt_module_key_flags(dare_tf.cli)
 def main(argv):
     del argv
     from dare_tf.testing.requests import Limits
-    from dare_tf.testing.standin_server import read_batching_parameters, read_model_config, serve
+    from dare_tf.testing.model_config import read_batching_parameters, read_model_config
+    from dare_tf.testing.standin_server import serve
 
     if bool(FLAGS.model_config_file) == bool(FLAGS.model_base or FLAGS.model_name):
         raise app.UsageError("give either --model_config_file or both --model_base and --model_name")
@@ -63,6 +64,7 @@ def main(argv):
                                                                                       "request_timeout_s")
                                                  if FLAGS[name].value is not None}),
                                pad_variable_length_inputs=batch.pad_variable_length_inputs if batch else True,
+                               batch_timeout_s=batch.batch_timeout_micros / 1e6 if batch else 0.001,
                                poll_s=FLAGS.file_system_poll_wait_seconds or None)
     print(f"serving {', '.join(sorted(models))} on gRPC localhost:{port}"
           + (f" and REST localhost:{http.server_address[1]}" if http else ""), flush=True)

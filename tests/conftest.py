@@ -69,7 +69,8 @@ def planted_presence_task(rng, n, length, num_items=200, num_categories=21):
 @pytest.fixture(scope="session")
 def planted(tmp_path_factory):
     """A small planted log: 1,200 users, 60 categories, histories of 50."""
-    from dare_tf.data.preparation.protocol import Protocol, prepare
+    from dare_tf.data.preparation.protocol import Protocol
+    from dare_tf.data.preparation.in_memory import prepare
     from dare_tf.data.generation.synthetic import SyntheticConfig, write
 
     root = tmp_path_factory.mktemp("planted")
@@ -84,7 +85,7 @@ def planted(tmp_path_factory):
 @pytest.fixture(scope="session")
 def taobao(tmp_path_factory):
     """The real Taobao sample, prepared once per test session (default protocol, seed 0)."""
-    from dare_tf.data.preparation.protocol import prepare
+    from dare_tf.data.preparation.in_memory import prepare
 
     out = str(tmp_path_factory.mktemp("prepared") / "taobao_sample")
     prepare("taobao", os.path.join(SHARED_DATA, "taobao", "UserBehavior_sample.csv"), out)

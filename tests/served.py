@@ -20,7 +20,8 @@ def sample_model(root):
     vocabularies whose embeddings are spread (predictions differ per request):
     `(data_dir, spec, model)`."""
     from dare_tf import build_model
-    from dare_tf.data.preparation.protocol import Protocol, prepare
+    from dare_tf.data.preparation.protocol import Protocol
+    from dare_tf.data.preparation.in_memory import prepare
     from dare_tf.data.storage.spec import DatasetSpec
 
     data_dir = str(root / "data")

@@ -12,7 +12,8 @@ import pytest
 
 import dare_tf
 from dare_tf import build_model
-from dare_tf.config import PRESETS, ModelConfig
+from dare_tf.config import ModelConfig
+from dare_tf.presets import PRESETS
 from tests.conftest import random_batch
 from tests.test_models import expected_param_count
 

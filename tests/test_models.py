@@ -340,7 +340,7 @@ def test_retrieved_only_lookups_equal_the_full_history_path(rng, search):
     """Issue 15: DARE looking up representation (and, for gradients, attention)
     rows for the K retrieved slots only gives the full-history path's outputs
     exactly and its gradients to float rounding."""
-    from dare_tf.config import make_config
+    from dare_tf.presets import make_config
     from dare_tf.models import DareModel
 
     cfg = make_config("dare", 60, 8, max_len=40, top_k=5, search=search, aux_attention="retrieved",

@@ -1,5 +1,5 @@
 """The package's shape: no import cycle among dare_tf's modules (function-local imports
-included), no module over 400 lines, the model module free of TensorFlow, and no
+included), no module over 300 lines, the model module free of TensorFlow, and no
 search variant named outside the search family."""
 
 import ast
@@ -126,8 +126,9 @@ def test_a_planted_cycle_is_found():
 
 
 @pytest.mark.parametrize("name,path", sorted(_modules().items()))
-def test_no_module_over_400_lines(name, path):
-    assert sum(1 for _ in open(path)) <= 400, name
+def test_no_module_over_300_lines(name, path):
+    """Issue 46: a module holds one concept; none is over 300 lines."""
+    assert sum(1 for _ in open(path)) <= 300, name
 
 
 def test_the_model_module_imports_no_tensorflow():
@@ -158,7 +159,7 @@ def test_the_serving_client_and_the_stand_in_load_no_model_stack():
     import subprocess
     import sys
 
-    code = ("import sys; import dare_tf.serving.client, dare_tf.serving.cascade, dare_tf.testing.standin_server, "
+    code = ("import sys; import dare_tf.serving.client, dare_tf.serving.recommender, dare_tf.testing.standin_server, "
             "dare_tf.serving.inspect; "
             "print(sorted(m for m in sys.modules if m == 'dare_tf.models' or m.startswith('dare_tf.export')))")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
@@ -224,26 +225,33 @@ TESTED_WITH = {
     "dare_tf.analysis.dimensions": "tests/analysis/test_suite.py",
     "dare_tf.analysis.figures": "tests/analysis/test_suite.py",
     "dare_tf.analysis.report": "tests/analysis/test_suite.py",
+    "dare_tf.analysis.runs": "tests/analysis/test_suite.py",  # the runs the suite loads and computes over
     "dare_tf.cli": "tests/test_programs.py",
     "dare_tf.config": "tests/test_models.py",
     "dare_tf.data.preparation.beam": "tests/data/preparation/test_prepare.py",
     "dare_tf.data.preparation.beam_statistics": "tests/data/preparation/test_prepare.py",
+    "dare_tf.data.preparation.beam_shards": "tests/data/preparation/test_prepare.py",
     "dare_tf.data.preparation.catalogue": "tests/data/preparation/test_days.py",
     # (the directory's guard; its lock: tests/data/preparation/test_append.py)
     "dare_tf.data.preparation.dataset_dir": "tests/data/preparation/test_prepare.py",
+    "dare_tf.data.logs.blocks": "tests/data/logs/test_formats.py",  # bad lines named or skipped, per block
     "dare_tf.data.logs.reader": "tests/data/logs/test_formats.py",
     "dare_tf.data.logs.parquet": "tests/data/logs/test_formats.py",  # (Parquet logs, through the log reader)
     "dare_tf.data.feeding.pipeline": "tests/data/storage/test_records.py",
     "dare_tf.data.preparation.prepared": "tests/data/preparation/test_prepare.py",
     "dare_tf.data.preparation.protocol": "tests/data/preparation/test_prepare.py",
+    "dare_tf.data.preparation.in_memory": "tests/data/preparation/test_prepare.py",
+    "dare_tf.data.preparation.journal": "tests/data/preparation/test_append.py",  # killed appends, recovered
     "dare_tf.data.storage.schema": "tests/data/storage/test_records.py",
     "dare_tf.data.storage.shards": "tests/data/storage/test_records.py",
     "dare_tf.data.storage.spec": "tests/data/storage/test_records.py",
     "dare_tf.data.storage.store": "tests/data/preparation/test_prepare.py",
+    "dare_tf.data.generation.like_presets": "tests/data/generation/test_lifelike.py",  # the real logs' counts
     "dare_tf.data.generation.synthetic": "tests/retrieval/test_planted_candidates.py",
     "dare_tf.demo": "tests/test_programs.py",
-    "dare_tf.export.retrieval": "tests/serving/test_cascade.py",
+    "dare_tf.export.retrieval": "tests/serving/test_recommender.py",
     "dare_tf.export.rows": "tests/export/test_rank.py",  # each row's own error, alone and merged
+    "dare_tf.export.user_major": "tests/export/test_rank.py",  # the rank signature's rows
     "dare_tf.histories.base": "tests/histories/test_stores.py",
     "dare_tf.histories.lmdb_store": "tests/histories/test_stores.py",
     "dare_tf.histories.prepared": "tests/histories/test_stores.py",
@@ -252,21 +260,27 @@ TESTED_WITH = {
     "dare_tf.layers.head": "tests/test_keras_models.py",
     "dare_tf.model_inputs": "tests/test_models.py",
     "dare_tf.model_training": "tests/test_execution.py",
+    "dare_tf.model_serving": "tests/test_models.py",  # rank_forward equals forward per pair; explain
+    "dare_tf.presets": "tests/test_models.py",  # every preset built and trained
     "dare_tf.retrieval._keras2": "tests/retrieval/test_training.py",
     "dare_tf.retrieval.config": "tests/retrieval/test_training.py",
+    "dare_tf.retrieval.evaluation": "tests/retrieval/test_candidates.py",  # recall per quota, bounded batches
     "dare_tf.retrieval.verdict": "tests/retrieval/test_cascade.py",
     "dare_tf.search.base": "tests/search/test_contract.py",
     "dare_tf.search.full_history": "tests/search/test_contract.py",
     "dare_tf.search.hard": "tests/search/test_top_k.py",
     "dare_tf.search.soft": "tests/search/test_top_k.py",
+    "dare_tf.serving.rest": "tests/serving/test_client.py",  # REST through the stand-in
     "dare_tf.signatures": "tests/export/test_ranker.py",
     "dare_tf.testing.browser": "tests/serving/test_inspect.py",  # drives the inspect page in Chromium
-    "dare_tf.testing.batcher": "tests/export/test_rank.py",  # the batcher's merging and padding
+    "dare_tf.testing.loaded_model": "tests/testing/test_standin_server.py",  # versions switched, requests checked
+    "dare_tf.testing.model_config": "tests/export/test_tf_serving.py",  # the configs the export writes, read back
     "dare_tf.testing.redis_server": "tests/histories/test_stores.py",
     "dare_tf.testing.requests": "tests/testing/test_rest.py",
     "dare_tf.training.evaluator": "tests/training/test_evaluation.py",
     "dare_tf.training.input_plan": "tests/training/test_loop.py",
     "dare_tf.training.progress": "tests/training/test_callbacks.py",
+    "dare_tf.training.program_flags": "tests/test_programs.py",  # the trainers' --help and flag errors
     "dare_tf.training.reranking": "tests/retrieval/test_cascade.py",
     "dare_tf.reranking": "tests/retrieval/test_cascade.py",
     "dare_tf.training.sections": "tests/training/test_config.py",
@@ -299,7 +313,9 @@ def test_signature_names_are_spelt_only_in_the_signatures_module():
     signature through `dare_tf.signatures`, never as a string of their own."""
     from dare_tf import signatures
 
-    names = [signatures.SERVING_DEFAULT, signatures.RANK, signatures.RANK_EXPLAIN, signatures.ITEM_FIELDS]
+    names = [signatures.SERVING_DEFAULT, signatures.RANK, signatures.RANK_EXPLAIN, signatures.ITEM_FIELDS,
+             signatures.CLASSIFY, signatures.REGRESS, signatures.PREDICT_METHOD, signatures.CLASSIFY_METHOD,
+             signatures.REGRESS_METHOD]
     found = []
     for top in ("dare_tf", "serving", "trainers", "data"):
         for root, _, files in os.walk(os.path.join(REPO, top)):

@@ -83,7 +83,7 @@ def test_help_lists_the_generated_flags_and_a_real_process_exits_zero():
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     for flag in ("--learning_rate", "--max_len", "--attention_embedding_dim", "--coupling", "--top_k", "--l2",
-                 "--mlp_units", "--bn_statistics_batches", "--model", "--overwrite", "--search"):
+                 "--mlp_units", "--bn_statistics_batches", "--model", "--overwrite", "--search", "--cpu_devices"):
         assert flag in done.stdout, flag
     assert "<cluster|hard|none|sdim|simhash|soft>" in done.stdout  # --search's choices: the registry's names
 
@@ -103,7 +103,7 @@ def test_help_lists_the_generated_flags_and_a_real_process_exits_zero():
     ("trainers.train", ["--data_dir=d", "--output_dir=o", "--negatives=retrieval:8"],
      "error: --negatives='retrieval:8': the retrieval source needs --retrieval_run (see --help)"),
     ("trainers.reproduce", ["--data_dirs=d", "--output_dir=o", "--models=dare,bert"],
-     "error: --models: unknown preset(s) ['bert']; known: " + str(sorted(__import__("dare_tf.config").config.PRESETS))
+     "error: --models: unknown preset(s) ['bert']; known: " + str(sorted(__import__("dare_tf.presets").presets.PRESETS))
      + " (see --help)"),
     ("trainers.train_retrieval", ["--data_dir=d", "--output_dir=o", "--epochs=0"],
      "error: --epochs=0: must be >= 1 (see --help)"),
@@ -197,7 +197,7 @@ def _assert_candidate_limit(export, data_dir, limit):
     import tensorflow as tf
 
     from dare_tf.data.storage.spec import read_id_map
-    from dare_tf.serving.client import rank_tensors
+    from dare_tf.serving.encoding import rank_tensors
 
     items = [int(r) for r in read_id_map(data_dir, "item")][:limit + 1]
     cats = [int(r) for r in read_id_map(data_dir, "category")][:limit + 1]
@@ -234,9 +234,10 @@ def test_the_demo_ends_with_a_verdict_that_weighs_the_difference_against_its_noi
 
 def test_the_serving_edge_loads_tensorflow_but_no_keras_model_code(tmp_path):
     """`serving.client` (a predict, a recommend) talks to servers and stores:
-    TensorFlow loads (its protos; TensorFlow itself imports Keras), dare_tf's
-    model code does not (`dare_tf.cli.run(..., models=False)`). The history
-    service's `show` and `append` read no TFRecord: not even TensorFlow loads."""
+    over gRPC TensorFlow loads (its protos; TensorFlow itself imports Keras),
+    dare_tf's model code does not (`dare_tf.cli.run(..., models=False)`). A
+    REST predict (`dare_tf.serving.encoding` and `.rest`) loads no TensorFlow,
+    nor do the history service's `show` and `append`, which read no TFRecord."""
     import json
 
     from dare_tf.histories import open_store
@@ -254,6 +255,8 @@ def test_the_serving_edge_loads_tensorflow_but_no_keras_model_code(tmp_path):
     clicks.write_text("7,13,1,300\n")
     runs = {"predict": ["serving.client", "--server=localhost:1", "--model_name=dare", "--retries=0",
                         f"--request_json={request}"],
+            "rest": ["serving.client", "--rest_url=http://localhost:1", "--model_name=dare",
+                     f"--request_json={request}"],
             "recommend": ["serving.client", "recommend", "--server=localhost:1", "--model_name=dare", "--retries=0",
                           "--user_id=7", f"--histories={store}"],
             "show": ["serving.histories", "show", f"--store={store}", "--user_id=7"],
@@ -263,9 +266,10 @@ def test_the_serving_edge_loads_tensorflow_but_no_keras_model_code(tmp_path):
         done = subprocess.run([sys.executable, "-c", probe, *args], cwd=REPO, env=ENV, capture_output=True,
                               text=True, timeout=120)
         last = done.stderr.strip().splitlines()[-1]
-        served = name in ("predict", "recommend")
-        assert last == f"exit {1 if served else None} loaded {['tensorflow'] if served else []}", (
-            name, done.stderr[-2000:])
+        code, grpc = (None if name in ("show", "append") else 1), name in ("predict", "recommend")
+        assert last == f"exit {code} loaded {['tensorflow'] if grpc else []}", (name, done.stderr[-2000:])
+        if name == "rest":  # (the REST request was sent, and refused in one line)
+            assert "http://localhost:1: no REST server answers" in done.stderr, done.stderr[-2000:]
     with open_store(store, read_only=True) as histories:
         assert histories.last([7]).items.tolist() == [[11, 12, 13]]
 

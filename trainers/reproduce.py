@@ -14,25 +14,27 @@ import dataclasses
 from absl import app, flags
 
 import dare_tf.cli
-from dare_tf.config import ABLATIONS, PRESETS
+from dare_tf.training import program_flags
+from dare_tf.presets import ABLATIONS, PRESETS
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("data_dirs", None, "Prepared datasets (columns of the table).")
 flags.DEFINE_list("models", [p for p in PRESETS if p not in ABLATIONS],
-                  "Presets (rows of the table); by default every preset but the ablations (dare_tf.config.ABLATIONS).")
+                  "Presets (rows of the table); by default every preset but the ablations (dare_tf.presets.ABLATIONS).")
 flags.DEFINE_list("dims", ["16"], "Embedding dims.")
 flags.DEFINE_enum("metric", "auc", ["auc", "gauc", "category_auc", "logloss"], "Test metric in the table.")
 flags.DEFINE_string("output_dir", None, "Where runs and tables go.")
 flags.DEFINE_bool("overwrite", False, "Discard a cell's run of another configuration or dataset.")
-dare_tf.cli.define_train_flags(with_model=False)
+program_flags.define_train_flags(with_model=False)
 flags.adopt_module_key_flags(dare_tf.cli)
+flags.adopt_module_key_flags(program_flags)
 flags.mark_flags_as_required(["data_dirs", "output_dir"])
 
 
 def configure(argv):
     """The grid's base configuration and dims (refused before TensorFlow loads)."""
     del argv
-    from dare_tf.config import PRESETS
+    from dare_tf.presets import PRESETS
 
     unknown = sorted(set(FLAGS.models) - set(PRESETS))
     if unknown:
@@ -41,7 +43,7 @@ def configure(argv):
         dims = [int(d) for d in FLAGS.dims]
     except ValueError:
         raise app.UsageError(f"--dims={','.join(FLAGS.dims)}: expected comma-separated integers") from None
-    return dare_tf.cli.train_config_from_flags(preset=FLAGS.models[0]), dims
+    return program_flags.train_config_from_flags(preset=FLAGS.models[0]), dims
 
 
 def main(configuration):

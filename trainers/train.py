@@ -16,14 +16,16 @@ discards that run). The effective flags are written to OUT/flags.txt.
 from absl import flags
 
 import dare_tf.cli
+from dare_tf.training import program_flags
 from dare_tf._files import strict_json
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("data_dir", None, "Prepared dataset (python -m data.prepare).")
 flags.DEFINE_string("output_dir", None, "Run directory (checkpoints, history, results.json).")
 flags.DEFINE_bool("overwrite", False, "Discard a run of another configuration in --output_dir.")
-dare_tf.cli.define_train_flags()
+program_flags.define_train_flags()
 flags.adopt_module_key_flags(dare_tf.cli)
+flags.adopt_module_key_flags(program_flags)
 flags.mark_flags_as_required(["data_dir", "output_dir"])
 
 
@@ -46,7 +48,7 @@ def main(config):
 
 
 def run():
-    dare_tf.cli.run(main, configure=lambda argv: dare_tf.cli.train_config_from_flags())
+    dare_tf.cli.run(main, configure=lambda argv: program_flags.train_config_from_flags())
 
 
 if __name__ == "__main__":

@@ -3,12 +3,13 @@ stage with narrower attention embeddings, its cost and its accuracy."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
 
 from dare_tf.data.storage.schema import MODEL_INPUTS
-from dare_tf.layers.embedding import ATTENTION_ROLES
+from dare_tf.layers.embedding_tables import ATTENTION_ROLES
 
 
 def search_stage(model):
@@ -46,3 +47,35 @@ def time_search_stage(model, x: dict, repeats: int = 15) -> float:
         ops.convert_to_numpy(fn(x))
         times.append(time.perf_counter() - start)
     return float(np.median(times)) / len(x[MODEL_INPUTS[0]])
+
+
+def train_widths(data_dir: str, cfg, runs: dict[int, str], rep_dim: int, max_len: int, directory: str, say,
+                 overwrite: bool = False) -> dict[int, str]:
+    """`runs` (attention width -> a given DARE run) with every width of
+    `cfg.attention_dims` it lacks trained into `directory/attention_<width>`:
+    as the first given run was trained (its recorded config, the attention
+    widths changed), so that the cut compares widths, not schedules; without
+    one, `cfg`'s schedule at representation width `rep_dim`."""
+    from dare_tf.run_directory import RunDirectory
+    from dare_tf.training import TrainConfig, train
+
+    given = next(iter(runs.values()), None)
+    recorded = (RunDirectory(given).identity() or {}).get("train_config") if given else None
+    for width in cfg.attention_dims:
+        if width in runs:
+            continue
+        run_dir = os.path.join(directory, f"attention_{width}")
+        say(f"  training DARE with attention width {width} (representation {rep_dim}) in {run_dir}"
+            + (f", as {given} was trained" if recorded else ""))
+        widths = dict(attention_embedding_dim=width, attention_position_dim=width)
+        if recorded:
+            base = TrainConfig.from_identity(recorded, verbose=0)
+            config = base.replace(model_overrides={**base.model_overrides, **widths})
+        else:
+            config = TrainConfig.create(
+                preset="dare", batch_size=cfg.batch_size * 2, eval_batch_size=4096, epochs=cfg.dimension_epochs,
+                eval_every=10**9, learning_rate=cfg.learning_rate, seeds=(cfg.seed,), verbose=0,
+                model_overrides=dict(embedding_dim=rep_dim, top_k=min(20, max_len), **widths))
+        train(data_dir, run_dir, config, report=say, overwrite=overwrite)
+        runs[width] = run_dir
+    return runs

@@ -16,75 +16,10 @@ from dare_tf.analysis.config import ANALYSES, AnalysisConfig
 from dare_tf.analysis import attention, convergence, dimensions, figures, gradients, representation, retrieval
 from dare_tf.data.storage.spec import DatasetSpec, read_id_map
 from dare_tf.data.storage.schema import MODEL_INPUTS
-from dare_tf.run_directory import RunDirectory
+from dare_tf.analysis.runs import forward, load_run, slot_scores
 
 FORMAT = "dare_tf.analysis/1"
 _OWN_ENTRIES = {"analysis.json", "report.md", "figures", "dimension_runs"}
-
-
-@dataclasses.dataclass
-class Run:
-    """A trained run: its label, directory, model (first seed), model config
-    dict, results and per-seed histories."""
-
-    label: str
-    run_dir: str
-    model: object
-    results: dict
-    histories: list
-
-    @property
-    def top_k(self) -> int:
-        return self.model.search.kept(self.model.model_config.max_len)
-
-
-def load_run(label: str, run_dir: str, spec: DatasetSpec, data_dir: str) -> Run:
-    """Loads a finished `trainers.train` run, refusing one trained on another dataset."""
-    run = RunDirectory(run_dir)
-    model = run.trained_model(spec.fingerprint(), label)
-    results = run.results()
-    histories = [run.history(s) for s in results["seeds"]]
-    return Run(label, run_dir, model, results, [h for h in histories if h])
-
-
-def _batches(arrays: dict, size: int):
-    n = len(next(iter(arrays.values())))
-    for start in range(0, n, size):
-        yield {k: v[start: start + size] for k, v in arrays.items()}
-
-
-def _forward(model, arrays: dict, keys, batch: int = 2048) -> dict:
-    """`model.forward` outputs `keys` over in-memory examples, as numpy."""
-    from keras import ops
-
-    from dare_tf.model_inputs import input_keys
-
-    parts = {k: [] for k in keys}
-    for x in _batches({k: arrays[k] for k in input_keys(model.model_config.fields)}, batch):
-        out = model.forward(x, training=False)
-        for k in keys:
-            parts[k].append(ops.convert_to_numpy(out[k]))
-    return {k: np.concatenate(v) for k, v in parts.items()}
-
-
-def _slot_scores(model, arrays: dict, batch: int = 2048, items: bool = True) -> np.ndarray:
-    """The model's stage-1 score of every history slot; without `items`, the
-    category and time part of it (every item row zeroed, as the paper's NDCG
-    ranks: `attention.category_position_scores`)."""
-    from keras import ops
-
-    from dare_tf.model_inputs import input_keys
-
-    parts = []
-    for x in _batches({k: arrays[k] for k in input_keys(model.model_config.fields)}, batch):
-        embedded = model.embeddings(x)
-        roles = embedded.roles
-        if not items:
-            rows = model.embedding.lookup(*embedded.ids.lookup_args())
-            roles = model.embedding.combine({k: ops.zeros_like(v) if k.endswith("/item") else v
-                                             for k, v in rows.items()})
-        parts.append(ops.convert_to_numpy(model.slot_scores(roles, embedded.ids)))
-    return np.concatenate(parts)
 
 
 class _Suite:
@@ -150,7 +85,7 @@ class _Suite:
             raw = np.array([0] + [int(r) for r in read_id_map(self.data_dir, "category")] + [0], np.int64)
             truths["planted truth"] = retrieval.planted_gains(planted, raw[test["target_category"]],
                                                               raw[test["hist_categories"]])
-        scores = {label: _slot_scores(run.model, test) for label, run in self.runs.items()}
+        scores = {label: slot_scores(run.model, test) for label, run in self.runs.items()}
         # One K for every model: the fewest behaviours any model keeps (a model that
         # keeps the whole history, DIN, is ranked by its own attention and cut there too).
         k = min(run.top_k for run in self.runs.values())
@@ -201,7 +136,7 @@ class _Suite:
         values = {}
         for label, run in self.runs.items():
             kept = {k: v[keep] for k, v in test.items()}
-            scores = _slot_scores(run.model, kept, items=not isinstance(run.model.search, TopKSearch))
+            scores = slot_scores(run.model, kept, items=not isinstance(run.model.search, TopKSearch))
             values[label] = retrieval.ndcg_at_k(gains[keep], scores, valid[keep], retrieval.PAPER_K)
         out["ndcg_interval"] = {label: retrieval.mean_with_interval(v) for label, v in values.items()}
         out["ndcg"] = {label: r["mean"] for label, r in out["ndcg_interval"].items()}
@@ -213,7 +148,7 @@ class _Suite:
     def gradients(self) -> dict:
         import keras
 
-        from dare_tf.config import make_config
+        from dare_tf.presets import make_config
         from dare_tf.models import DareModel
         from dare_tf.optimizers import make_optimizer
 
@@ -277,7 +212,7 @@ class _Suite:
         ks = list(cfg.cluster_counts) or representation.default_cluster_counts(len(sample))
         curves = {}
         for label, run in self.runs.items():
-            features = _forward(run.model, subset, ("features",))["features"]
+            features = forward(run.model, subset, ("features",))["features"]
             curves[label] = representation.cluster_label_information(features, subset["label"], ks, cfg.seed)
         path = figures.representation_information(curves, os.path.join(self.figures_dir, "representation_mi.png"))
         self.figure("representation", path)
@@ -306,32 +241,10 @@ class _Suite:
 
     # -- 6. attention-dimension cut ------------------------------------------------------
     def dimensions(self, dimension_runs: dict[int, str] | None, overwrite: bool = False) -> dict:
-        from dare_tf.training import TrainConfig, train
-
         cfg = self.config
         rep_dim = next(iter(self.runs.values())).model.model_config.embedding_dim if self.runs else 16
-        runs = dict(dimension_runs or {})
-        # The widths trained here follow a given run's training (its recorded config, the
-        # attention widths changed), so that the cut compares widths, not schedules.
-        given = next(iter(runs.values()), None)
-        recorded = (RunDirectory(given).identity() or {}).get("train_config") if given else None
-        for width in cfg.attention_dims:
-            if width in runs:
-                continue
-            run_dir = os.path.join(self.output_dir, "dimension_runs", f"attention_{width}")
-            self.say(f"  training DARE with attention width {width} (representation {rep_dim}) in {run_dir}"
-                     + (f", as {given} was trained" if recorded else ""))
-            widths = dict(attention_embedding_dim=width, attention_position_dim=width)
-            if recorded:
-                base = TrainConfig.from_identity(recorded, verbose=0)
-                config = base.replace(model_overrides={**base.model_overrides, **widths})
-            else:
-                config = TrainConfig.create(
-                    preset="dare", batch_size=cfg.batch_size * 2, eval_batch_size=4096, epochs=cfg.dimension_epochs,
-                    eval_every=10**9, learning_rate=cfg.learning_rate, seeds=(cfg.seed,), verbose=0,
-                    model_overrides=dict(embedding_dim=rep_dim, top_k=min(20, self.spec.max_len), **widths))
-            train(self.data_dir, run_dir, config, report=self.say, overwrite=overwrite)
-            runs[width] = run_dir
+        runs = dimensions.train_widths(self.data_dir, cfg, dict(dimension_runs or {}), rep_dim, self.spec.max_len,
+                                       os.path.join(self.output_dir, "dimension_runs"), self.say, overwrite)
         x = {k: self.test[k][: cfg.timing_batch] for k in MODEL_INPUTS}
         rows = []
         for width, run_dir in sorted(runs.items()):

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dare_tf._faces import public
 from dare_tf.export.ranker import export_saved_model
-from dare_tf.export.tf_serving import MODELS_CONFIG, next_version, versions, write_server_configs
+from dare_tf.export.tf_serving import MODELS_CONFIG, next_version, write_server_configs
 from dare_tf.run_directory import RunDirectory
-from dare_tf.signatures import MAX_CANDIDATES
+from dare_tf.signatures import MAX_CANDIDATES, versions
 
 __all__ = ["MODELS_CONFIG", "export_run", "export_saved_model", "next_version", "versions",
            "write_server_configs"]

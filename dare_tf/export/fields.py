@@ -20,9 +20,8 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from dare_tf.data.storage.fields import field_id_file, item_field_file, time_gap_buckets_tensor
+from dare_tf.data.storage.fields import FieldSchema, field_id_file, item_field_file
 from dare_tf.data.storage.spec import DatasetSpec
-from dare_tf.data.storage.schema import TIME_GAP, history_feature
 from dare_tf.export.tf_serving import id_table
 
 # `item_fields`' answer for an item the export does not know (no raw id is this low; "" with string ids).
@@ -35,6 +34,7 @@ class ServedFields:
 
     def __init__(self, fields, spec: DatasetSpec, data_dir: str):
         self.fields = tuple(fields)
+        self.schema = FieldSchema.of(self.fields)
         self.tables, self.edges, self.examples, self.raw_of_item = {}, None, {}, {}
         available = {f["name"]: f for f in spec.fields}
         for field in self.fields:
@@ -43,7 +43,7 @@ class ServedFields:
                 raise ValueError(f"the model's field {field.name!r} (vocabulary {field.vocabulary}) is not one of "
                                  f"{data_dir}/spec.json's fields "
                                  f"{[(f['name'], f['vocabulary']) for f in spec.fields]}")
-            if field.name == TIME_GAP:
+            if not self.schema.is_column(field.name):  # (the time gap: bucketed, no id map)
                 self.edges = tf.constant(entry["edges"], tf.int64)
                 self.examples[field.name] = 0
             else:
@@ -60,23 +60,11 @@ class ServedFields:
                 unknown = "" if strings else UNKNOWN
                 self.raw_of_item[field.name] = tf.constant(np.concatenate([[unknown], raw[of_item - 1], [unknown]]))
 
-    def target_inputs(self, role: str = "target") -> list[str]:
-        """The inputs of the fields' target (or `candidate`) values."""
-        return [f"{role}_{f.name}" for f in self.fields if not f.history_only]
-
-    def history_inputs(self) -> list[str]:
-        return [history_feature(f.name) for f in self.fields]
-
     def dense(self, name: str, raw):
         """Raw values of field `name` (an input without its prefix) -> dense int64 ids."""
-        if name == TIME_GAP:
-            return time_gap_buckets_tensor(raw, self.edges)
+        if not self.schema.is_column(name):
+            return self.schema.buckets_tensor(raw, self.edges)
         return self.tables[name].lookup(raw)
-
-    @staticmethod
-    def name_of(key: str) -> str:
-        """`hist_brand`, `target_brand`, `candidate_brand` -> `brand`."""
-        return key.split("_", 1)[1]
 
     def trackables(self) -> list:
         return [t.table for t in self.tables.values()]

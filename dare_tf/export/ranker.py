@@ -2,60 +2,10 @@
 
 `export_saved_model(model, data_dir, export_base, model_name)` writes
 `export_base/model_name/<version>/` (built aside, then renamed, so TF Serving
-never sees a half-written version) with these signatures:
-
-- `serving_default` (Predict): int64 `target_item`, `target_category` `[B]`
-  and `hist_items`, `hist_categories` `[B, T]`: each row a leading column of
-  `-T` (the request's own width, `dare_tf.signatures`), then RAW ids, oldest
-  first; ids <= 0 after it are padding wherever they stand (the real ids, in
-  order, are the history). Raw ids are mapped in-graph through the dataset's
-  id maps; unknown ids (negative targets included) go to the
-  out-of-vocabulary row. Histories are clipped or left-padded to the model's
-  L, keeping the most recent. TF Serving's batcher pads a shorter request
-  with its leading `-T`, past the width the row states: never read. A
-  history of batch size 1 (`[1, T]`) is shared by every target of the
-  request (only without batching: TF Serving's batcher refuses unequal first
-  dimensions). Outputs: `probability` `[B]` and `error` `[B]`, the row's own
-  refusal ("" when answered; `dare_tf.export.rows`): a row without its
-  leading column, a history input narrower than `hist_items`, a negative
-  `hist_time_gap`. A malformed row never fails the others of its batch.
-- `rank` (Predict): user-major ranking, one row per user, which TF
-  Serving's batcher merges across users (`dare_tf.signatures`): int64 raw
-  `hist_items`, `hist_categories` `[U, T]` (the leading `-T`, then the ids,
-  oldest first), `hist_length` `[U]`, `candidate_items`,
-  `candidate_categories` `[U, N]` (`-N`, then the ids), `candidate_count`
-  `[U]` -> `probability` `[U, min(N - 1, max_candidates)]` and `error`
-  `[U]`. Each history is looked up once and scored against its candidates
-  in one product (`DareModel.rank`); the slots past `hist_length` and
-  `candidate_count` are never read. A row whose lengths its width cannot
-  hold, or whose `candidate_count` is over the export's `max_candidates`,
-  gets its `error` and zeros. `rank_explain` also returns `history_index`
-  `[U, N, K]` (index into the user's history) and `attention_weight`
-  `[U, N, K]`.
-- `explain` (Predict): also `history_index` `[B, K]` (index into the
-  request's history, -1 for none) and `attention_weight` `[B, K]`; for
-  SDIM (K = L, the weight is the share of hash functions that put the
-  behaviour in the target's bucket) also `hash_matches` `[B, L, m]` (0/1
-  per hash function).
-- `classify` (Classify) and `regress` (Regress): serialized `tf.Example`s
-  as `inputs` with the same four int64 features (histories as lists);
-  outputs `classes` and `scores` (`[1 - p, p]`), or `outputs` (`p`).
-- a model with further behaviour fields (`ModelConfig.fields`) takes one more
-  input per field and role in every signature: `target_<name>` `[B]`,
-  `hist_<name>` beside `hist_items` (and in `rank`, `candidate_<name>`
-  `[U, N]`); the time gap's `hist_time_gap` is each behaviour's gap to the
-  request's time (`dare_tf.export.fields`). A request without one of them, or
-  with an input the signature lacks, is refused by the server, naming it.
-- `dataset` (Predict, also in the retrieval export): int64 raw `item_ids`
-  `[B]` -> `known` `[B]` (in the id map) and `id_maps` `[B]` (the digest
-  of the export's id maps): a client checks that a retrieval model and a
-  ranker map raw ids the same way before it chains them; the ranker's also
-  `fields` `[B]`, the names of the model's further fields, comma-separated.
-- `item_fields` (Predict): int64 raw `item_ids` `[B]` -> per column field
-  `<name>` `[B]`, the raw value of the item's field in the dataset (its last
-  row's; int64 min for an unknown item): what a client sends as a
-  candidate's `candidate_<name>`.
-
+never sees a half-written version) with the signatures `dare_tf.signatures`
+describes (`serving_default`, `explain`, `rank`, `rank_explain`, `classify`,
+`regress`, `dataset`, `item_fields`): raw ids are mapped in-graph through the
+dataset's id maps (`_ServingGraph`; `rank`'s rows: `dare_tf.export.user_major`),
 plus `assets.extra/tf_serving_warmup_requests`, and beside the model
 directory `models.config` (every model exported into `export_base`) and
 `batching_parameters.txt` for the `tensorflow/serving` container.
@@ -72,21 +22,21 @@ from absl import logging
 
 from dare_tf._faces import public
 from dare_tf._files import clean_stale, require_space, staging_dir, variables_bytes
+from dare_tf.data.storage.fields import FieldSchema
 from dare_tf.data.storage.spec import ID_MAP_FILES, DatasetSpec, id_map_digest, read_id_map
 from dare_tf.data.storage.schema import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS,
-    TARGET_CATEGORY, TARGET_ITEM, TIME_GAP, history_feature)
+    HIST_TIME_GAP, TARGET_CATEGORY, TARGET_ITEM)
 from dare_tf.data.preparation.dataset_dir import verify_tables
-from dare_tf.export import rows
+from dare_tf.export import rows, user_major
 from dare_tf.export.fields import ServedFields
-from dare_tf.export.tf_serving import (DATASET_INPUT, DATASET_SIGNATURE, STRING_DATASET_INPUT, WARMUP_FILE,
+from dare_tf.export.tf_serving import (DATASET_INPUT, STRING_DATASET_INPUT, WARMUP_FILE,
                                        dataset_outputs, id_table, model_base, next_version, set_method_names,
                                        stand_ins, warmup_requests, write_server_configs)
 from dare_tf.models import DareModel
-from dare_tf.signatures import (CANDIDATE_COUNT, EXPLAIN, HIST_LENGTH, ITEM_FIELDS, MAX_CANDIDATES, RANK,
-                                RANK_EXPLAIN, RANK_REQUEST_INPUTS as RANK_SIGNATURE_INPUTS, ROW_ERROR,
-                                SERVING_DEFAULT)
+from dare_tf.signatures import (CANDIDATE_COUNT, CLASSIFY, DATASET_SIGNATURE, EXPLAIN, HIST_LENGTH, ITEM_FIELDS,
+                                MAX_CANDIDATES, RANK, RANK_EXPLAIN, RANK_REQUEST_INPUTS as RANK_SIGNATURE_INPUTS,
+                                REGRESS, ROW_ERROR, SERVING_DEFAULT)
 
-TIME_GAP_INPUT = history_feature(TIME_GAP)
 # Rank of each serving input: targets [B], histories [B, T].
 INPUT_RANKS = {TARGET_ITEM: 1, TARGET_CATEGORY: 1, HIST_ITEMS: 2, HIST_CATEGORIES: 2}
 
@@ -119,19 +69,20 @@ class _ServingGraph:
                 raise
             raise ValueError(f"{data_dir}: id maps hold non-integer raw ids ({e}); serving takes int64 ids") from e
         # Every input of the per-example signatures and of `rank`, with its rank.
-        self.input_ranks = {**INPUT_RANKS, **dict.fromkeys(self.fields.target_inputs(), 1),
-                            **dict.fromkeys(self.fields.history_inputs(), 2)}
-        self.rank_ranks = {**RANK_SIGNATURE_INPUTS, **dict.fromkeys(self.fields.history_inputs(), 2),
-                           **dict.fromkeys(self.fields.target_inputs("candidate"), 2)}
+        schema = self.fields.schema
+        self.input_ranks = {**INPUT_RANKS, **dict.fromkeys(schema.inputs("target"), 1),
+                            **dict.fromkeys(schema.inputs("hist"), 2)}
+        self.rank_ranks = {**RANK_SIGNATURE_INPUTS, **dict.fromkeys(schema.inputs("hist"), 2),
+                           **dict.fromkeys(schema.inputs("candidate"), 2)}
         # The inputs that carry ids (strings with `--string_ids`): all but lengths, counts and time gaps.
         self.id_inputs = {n for n in (*self.input_ranks, *self.rank_ranks)
-                          if n not in (HIST_LENGTH, CANDIDATE_COUNT, TIME_GAP_INPUT)}
+                          if n not in (HIST_LENGTH, CANDIDATE_COUNT, HIST_TIME_GAP)}
 
     def dtype(self, name: str):
         """An input's dtype: string for an id input of a `--string_ids` dataset, else int64."""
         return tf.string if self.strings and name in self.id_inputs else tf.int64
 
-    def _stand_in(self, name: str, values, rank: int):
+    def stand_in(self, name: str, values, rank: int):
         """A string id input (`--string_ids`) -> its int64 stand-ins (`StringIdTable`)."""
         if self.dtype(name) != tf.string:
             return values
@@ -140,7 +91,7 @@ class _ServingGraph:
         elif name in (TARGET_CATEGORY, HIST_CATEGORIES, CANDIDATE_CATEGORIES):
             table = self.categories
         else:
-            table = self.fields.tables[self.fields.name_of(name)]
+            table = self.fields.tables[FieldSchema.field_of(name)]
         return stand_ins(table, values, rank)
 
     def model_inputs(self, *values):
@@ -152,7 +103,7 @@ class _ServingGraph:
                 f"input {name} must have shape {'[batch]' if rank == 1 else '[batch, history_length]'}"))
             for name, rank in self.input_ranks.items()]
         with tf.control_dependencies(rank_checks):  # before any op that relies on the ranks
-            raw = {name: self._stand_in(name, rows.of_rank(raw[name], rank), rank)
+            raw = {name: self.stand_in(name, rows.of_rank(raw[name], rank), rank)
                    for name, rank in self.input_ranks.items()}
         hist_items, batch = raw[HIST_ITEMS], tf.shape(raw[TARGET_ITEM])[0]
         targets = [n for n, rank in self.input_ranks.items() if rank == 1 and n != TARGET_ITEM]
@@ -174,8 +125,8 @@ class _ServingGraph:
             width, row_checks = rows.width_checks(raw, HIST_ITEMS, [n for n in histories if n != HIST_ITEMS],
                                                   tf.shape(hist_items)[1])
             real = (hist_items > 0) & (column < width[:, None])
-            if TIME_GAP_INPUT in raw:
-                row_checks.append(rows.negative_gaps(raw[TIME_GAP_INPUT], real))
+            if HIST_TIME_GAP in raw:
+                row_checks.append(rows.negative_gaps(raw[HIST_TIME_GAP], real))
             error = rows.first_error(tf.shape(hist_items)[0], row_checks)
             real &= (error == "")[:, None]
             aligned = {name: rows.right_aligned(raw[name], real, self.max_len) for name in histories}
@@ -185,20 +136,20 @@ class _ServingGraph:
         shared = tf.stack([batch // tf.maximum(tf.shape(hist_items)[0], 1), 1])
         inputs = {}
         for name in histories:
-            dense = tf.where(real, self._dense(name, aligned[name]), 0)
+            dense = tf.where(real, self.dense(name, aligned[name]), 0)
             inputs[name] = tf.reshape(tf.tile(dense, shared), [-1, self.max_len])
         for name in (TARGET_ITEM, *targets):
-            inputs[name] = self._dense(name, raw[name])
+            inputs[name] = self.dense(name, raw[name])
         return (inputs, tf.reshape(tf.tile(column, shared), [-1, self.max_len]),
                 tf.reshape(tf.tile(error[:, None], shared), [-1]))
 
-    def _dense(self, name: str, raw):
+    def dense(self, name: str, raw):
         """An input's raw values -> dense ids (items, categories or a field's)."""
         if name in (TARGET_ITEM, HIST_ITEMS, CANDIDATE_ITEMS):
             return self.items.lookup(raw)
         if name in (TARGET_CATEGORY, HIST_CATEGORIES, CANDIDATE_CATEGORIES):
             return self.categories.lookup(raw)
-        return self.fields.dense(self.fields.name_of(name), raw)
+        return self.fields.dense(FieldSchema.field_of(name), raw)
 
     def dataset(self, item_ids):
         out = dataset_outputs(self.items, self.digest, item_ids)
@@ -206,7 +157,7 @@ class _ServingGraph:
         return out
 
     def item_fields(self, item_ids):
-        return self.fields.item_values(self.items.lookup(self._stand_in(TARGET_ITEM, tf.reshape(item_ids, [-1]), 1)))
+        return self.fields.item_values(self.items.lookup(self.stand_in(TARGET_ITEM, tf.reshape(item_ids, [-1]), 1)))
 
     def predict(self, *values):
         inputs, _, error = self.model_inputs(*values)
@@ -235,60 +186,8 @@ class _ServingGraph:
 
     # -- user-major ranking: one history per user, N candidates per user ---------
     def rank_inputs(self, *values):
-        """`rank`'s raw inputs (`rank_ranks`' inputs, in order) -> the model's dense
-        `rank` inputs, the history index of each of the model's L slots (`[U, L]`,
-        -1 for padding), each candidate's validity `[U, N]` and each row's `error`
-        `[U]`. Each 2-D row starts with minus its width (`rows`); only the
-        `hist_length` ids and `candidate_count` candidates after that column are
-        read (TF Serving's batcher pads what follows them), and at most the
-        export's `max_candidates`. A row whose lengths its width cannot hold is
-        answered with its error, not read."""
-        raw = dict(zip(self.rank_ranks, values))
-        rank_checks = [tf.debugging.assert_rank(raw[name], rank, message=(
-            f"input {name} must have shape {'[users]' if rank == 1 else '[users, ' + name.split('_')[0] + 's]'}"))
-            for name, rank in self.rank_ranks.items()]
-        histories = [n for n, rank in self.rank_ranks.items() if rank == 2 and n.startswith("hist_")]
-        candidates = [n for n, rank in self.rank_ranks.items() if rank == 2 and n.startswith("candidate_")]
-        with tf.control_dependencies(rank_checks):  # (static ranks once they are checked)
-            raw = {name: self._stand_in(name, rows.of_rank(raw[name], rank), rank)
-                   for name, rank in self.rank_ranks.items()}
-            users = tf.shape(raw[HIST_LENGTH])[0]
-            shape_checks = [  # (TF Serving's batcher never merges requests these fail)
-                tf.debugging.assert_equal(tf.shape(raw[name])[0], users, message=(
-                    f"{name}: its first dimension (users) differs from that of {HIST_LENGTH}; every input of a rank "
-                    "request has one row per user"))
-                for name in self.rank_ranks if name != HIST_LENGTH]
-        with tf.control_dependencies(shape_checks):
-            raw.update({name: rows.as_wide(raw[name], raw[HIST_ITEMS]) for name in histories[1:]})
-            raw.update({name: rows.as_wide(raw[name], raw[CANDIDATE_ITEMS]) for name in candidates[1:]})
-            length, count = tf.cast(raw[HIST_LENGTH], tf.int64), tf.cast(raw[CANDIDATE_COUNT], tf.int64)
-            width, checks = rows.width_checks(raw, HIST_ITEMS, histories[1:], tf.shape(raw[HIST_ITEMS])[1])
-            checks.append(((length < 0) | (length > width - 1), rows.text(
-                f"{HIST_LENGTH} ", length, " is outside [0, ", width - 1, "], the ids its history row carries")))
-            slots, candidate_checks = rows.width_checks(raw, CANDIDATE_ITEMS, candidates[1:],
-                                                        tf.shape(raw[CANDIDATE_ITEMS])[1])
-            checks += candidate_checks
-            checks.append(((count < 0) | (count > slots - 1), rows.text(
-                f"{CANDIDATE_COUNT} ", count, " is outside [0, ", slots - 1, "], the candidates its row carries")))
-            checks.append((count > self.max_candidates, rows.text(
-                f"{CANDIDATE_COUNT} ", count, " is over this export's limit of ", str(self.max_candidates),
-                " candidates per user (serving.export --max_candidates)")))
-            # The most recent min(length, L) of the row's `length` ids, right-aligned.
-            column = length[:, None] - self.max_len + tf.range(self.max_len, dtype=tf.int64)[None, :]
-            at = tf.minimum(tf.maximum(column, 0) + 1, tf.cast(tf.shape(raw[HIST_ITEMS])[1], tf.int64))
-            one_more = [[0, 0], [0, 1]]  # (a row of only its leading column still has a slot to gather from)
-            gathered = {name: tf.gather(tf.pad(raw[name], one_more), at, batch_dims=1) for name in histories}
-            if TIME_GAP_INPUT in raw:
-                checks.append(rows.negative_gaps(gathered[TIME_GAP_INPUT], column >= 0))
-            error = rows.first_error(users, checks)
-        ok = error == ""
-        real = ok[:, None] & (column >= 0) & (gathered[HIST_ITEMS] > 0)
-        # At most max_candidates after the leading column (a merged batch may be wider).
-        cut = {name: raw[name][:, 1:1 + self.max_candidates] for name in candidates}
-        valid = ok[:, None] & (tf.range(tf.shape(cut[CANDIDATE_ITEMS])[1], dtype=tf.int64)[None, :] < count[:, None])
-        inputs = {**{name: tf.where(real, self._dense(name, gathered[name]), 0) for name in histories},
-                  **{name: self._dense(name, cut[name]) for name in candidates}}
-        return inputs, tf.where(real, column, -1), valid, error
+        """`dare_tf.export.user_major.rank_inputs` of this graph."""
+        return user_major.rank_inputs(self, *values)
 
     def rank(self, *raw):  # (the inputs of `rank_ranks`, in order)
         inputs, _, candidates, error = self.rank_inputs(*raw)
@@ -342,8 +241,8 @@ def _signatures(graph: _ServingGraph) -> dict:
         EXPLAIN: (graph.explain, raw),
         RANK: (graph.rank, ranked),
         RANK_EXPLAIN: (graph.rank_explain, ranked),
-        "classify": (graph.classify, examples),
-        "regress": (graph.regress, examples),
+        CLASSIFY: (graph.classify, examples),
+        REGRESS: (graph.regress, examples),
         DATASET_SIGNATURE: (graph.dataset, [items]),
         **({ITEM_FIELDS: (graph.item_fields, [items])} if graph.fields.raw_of_item else {}),
     }

@@ -11,10 +11,10 @@ import numpy as np
 from dare_tf._files import clean_stale, replace_directory, require_space, staging_dir, variables_bytes
 from dare_tf.data.preparation.dataset_dir import verify_tables
 from dare_tf.data.storage.spec import ID_MAP_FILES, id_map_digest, read_id_map
-from dare_tf.export.tf_serving import (DATASET_INPUT, DATASET_SIGNATURE, STRING_DATASET_INPUT, dataset_outputs,
+from dare_tf.export.tf_serving import (DATASET_INPUT, STRING_DATASET_INPUT, dataset_outputs,
                                        id_table, model_base, next_version, write_server_configs)
 from dare_tf.retrieval.candidates import ORIGINS, Query
-from dare_tf.signatures import SERVING_DEFAULT
+from dare_tf.signatures import DATASET_SIGNATURE, SERVING_DEFAULT
 from dare_tf.retrieval.training import RetrievalStage
 
 import tensorflow as tf  # noqa: E402  (after dare_tf.retrieval.model: tf.keras is Keras 2 then)

@@ -12,12 +12,9 @@ import tensorflow as tf
 
 from dare_tf.data.storage.schema import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS,
     TARGET_CATEGORY, TARGET_ITEM, history_feature)
-from dare_tf.signatures import (CANDIDATE_COUNT, DATASET_SIGNATURE, HIST_LENGTH, MAX_BATCH_SIZE,  # noqa: F401
-                                RANK, SERVING_DEFAULT, versions,  # (DATASET_SIGNATURE, versions: re-exported)
-                                with_width_column)
+from dare_tf.signatures import (CANDIDATE_COUNT, CLASSIFY, CLASSIFY_METHOD, HIST_LENGTH, MAX_BATCH_SIZE, RANK,
+                                REGRESS, REGRESS_METHOD, SERVING_DEFAULT, versions, with_width_column)
 
-CLASSIFY_METHOD = "tensorflow/serving/classify"
-REGRESS_METHOD = "tensorflow/serving/regress"
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 DATASET_INPUT = tf.TensorSpec([None], tf.int64, name="item_ids")
 STRING_DATASET_INPUT = tf.TensorSpec([None], tf.string, name="item_ids")  # (`--string_ids`)
@@ -96,8 +93,8 @@ def set_method_names(export_dir: str) -> None:
     with open(path, "rb") as f:
         proto.ParseFromString(f.read())
     for meta_graph in proto.meta_graphs:
-        meta_graph.signature_def["classify"].method_name = CLASSIFY_METHOD
-        meta_graph.signature_def["regress"].method_name = REGRESS_METHOD
+        meta_graph.signature_def[CLASSIFY].method_name = CLASSIFY_METHOD
+        meta_graph.signature_def[REGRESS].method_name = REGRESS_METHOD
     with open(path, "wb") as f:
         f.write(proto.SerializeToString())
 

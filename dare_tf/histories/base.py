@@ -9,9 +9,10 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from dare_tf.ids import as_int64
+
 # Clicks kept per user when a store is created without `max_clicks`.
 DEFAULT_MAX_CLICKS = 10_000
-INT64 = np.iinfo(np.int64)
 
 
 class StoreError(ValueError):
@@ -49,21 +50,6 @@ class Histories:
                 **{name: values.tolist() for name, values in self.row_fields(user).items()}}
 
 
-def as_int64(name: str, values) -> np.ndarray:
-    """`values` as int64, refusing non-integers and values outside int64 (one line)."""
-    array = np.asarray(values, dtype=object if not isinstance(values, np.ndarray) else None).reshape(-1)
-    if array.dtype.kind in "iu":
-        if array.dtype.kind == "u" and array.size and array.max() > INT64.max:
-            raise StoreError(f"{name}: {array.max()} does not fit int64")
-        return array.astype(np.int64)
-    for value in array:
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise StoreError(f"{name}: ids and times are integers, got {value!r}")
-        if not INT64.min <= int(value) <= INT64.max:
-            raise StoreError(f"{name}: {value} does not fit int64")
-    return array.astype(np.int64) if array.size else np.zeros(0, np.int64)
-
-
 def merged(stored: bytes | None, new: np.ndarray, cap: int) -> bytes:
     """A user's stored clicks (packed records of `new`'s dtype, or None) then
     `new`, in time order, ties in arrival order, the last `cap` kept, packed again."""
@@ -95,7 +81,7 @@ def clicks(items, categories, times, fields: dict | None = None, names=()) -> np
                                    + [f"; not in the store: {', '.join(extra)}"] * bool(extra)))
     columns = {"item": items, "category": categories, "time": times, **fields}
     lists = {"item": "items", "category": "categories", "time": "times"}
-    columns = {n: as_int64(lists.get(n, n), v) for n, v in columns.items()}
+    columns = {n: as_int64(lists.get(n, n), v, StoreError).reshape(-1) for n, v in columns.items()}
     if len({len(v) for v in columns.values()}) > 1:
         raise StoreError(f"append: {len(columns['item'])} items, {len(columns['category'])} categories and "
                          f"{len(columns['time'])} times" + "".join(f", {len(columns[n])} {n}" for n in names)
@@ -146,7 +132,7 @@ class HistoryStore(abc.ABC):
         `create`, else -1), refusing what is not a string id in one line; a store
         of integer ids: the ids, checked."""
         if not self.string_ids:
-            return as_int64(name, values)
+            return as_int64(name, values, StoreError).reshape(-1)
         from dare_tf.data.logs.string_ids import id_problem
 
         texts = [v for v in np.asarray(values, object).reshape(-1)]

@@ -11,7 +11,6 @@ import numpy as np
 from dare_tf.data.storage.fields import field_id_file
 from dare_tf.data.preparation.dataset_dir import verify_tables
 from dare_tf.data.storage.spec import DatasetSpec, read_id_map
-from dare_tf.data.storage.schema import TIME_GAP
 from dare_tf.data.storage.store import SequenceStore
 from dare_tf.histories.base import HistoryStore, StoreError
 
@@ -19,12 +18,6 @@ from dare_tf.histories.base import HistoryStore, StoreError
 LOADING, LOADED = "loading", "loaded"
 # Users written per atomic append.
 USERS_PER_WRITE = 10_000
-
-
-def column_fields(spec: DatasetSpec) -> tuple[str, ...]:
-    """The further fields of a prepared dataset that a history store keeps (its
-    column fields; the time gap is computed from the clicks' times)."""
-    return tuple(f["name"] for f in spec.fields if f["name"] != TIME_GAP)
 
 
 def load_prepared(store: HistoryStore, data_dir: str) -> tuple[int, int]:
@@ -41,9 +34,9 @@ def load_prepared(store: HistoryStore, data_dir: str) -> tuple[int, int]:
     users' clicks twice."""
     spec = DatasetSpec.load(data_dir)
     verify_tables(data_dir, spec)
-    if store.fields != column_fields(spec):
+    if store.fields != spec.field_schema.columns:
         raise StoreError(f"{store.url}: its clicks have the fields {list(store.fields)}, but {data_dir} has "
-                         f"{list(column_fields(spec))}: load it into a store created with them")
+                         f"{list(spec.field_schema.columns)}: load it into a store created with them")
     _same_ids(store, spec.string_ids, data_dir)
     if store.note(LOADED) == spec.preparation:
         return 0, 0

@@ -7,57 +7,8 @@ from keras import ops
 
 import dataclasses
 
-from dare_tf.config import COUPLINGS, BehaviorField
+from dare_tf.layers.embedding_tables import ROLES, TableLayout, take_rows
 from dare_tf.layers.pooling import gather_user_slots
-
-ROLES = ("target_attention", "history_attention", "target_representation", "history_representation")
-ATTENTION_ROLES = ROLES[:2]
-# What a forward pass reads before its search when the history representation is
-# looked up for the retrieved slots only (`history_at`).
-ROLES_BEFORE_SEARCH = ROLES[:3]
-
-
-def _available_memory() -> int | None:
-    """Bytes of memory available to allocate (Linux's MemAvailable), None where unknown."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def _take_rows(table, rows, dtype=None):
-    """Rows `rows` of an embedding table, cast to `dtype`; the table's gradient is
-    sparse (the batch's rows only).
-
-    On TensorFlow the rows are read straight from the variable
-    (`ResourceGather`), outside any XLA cluster (see `DareModel`): an
-    optimizer that updates rows in place (`dare_tf.optimizers.LazyAdam`) puts
-    the variable in TensorFlow's copy-on-read mode, in which every dense read
-    copies the whole table (~25 ms for a 4M x 16 table). Other backends use
-    `ops.take`.
-    """
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
-
-        values = tf.gather(table.value if isinstance(table, keras.Variable) else table, rows)
-    else:
-        values = ops.take(table, rows, axis=0)
-    # Under a mixed policy the layer computes in a lower precision than the table holds.
-    return values if dtype is None else ops.cast(values, dtype)
-
-
-def _table_of_role(coupling: str) -> dict[str, str]:
-    """Role -> the name of the table set it reads: one set (`shared`, `projection`),
-    one per attention and representation (`decoupled`), or one per role."""
-    if coupling in ("shared", "projection"):
-        return {role: "shared" for role in ROLES}
-    if coupling == "decoupled":
-        return {role: role.split("_")[1] for role in ROLES}
-    return {role: role for role in ROLES}
 
 
 @keras.saving.register_keras_serializable(package="dare_tf")
@@ -145,8 +96,10 @@ class BehaviorEmbedding(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if coupling not in COUPLINGS:
-            raise ValueError(f"BehaviorEmbedding: coupling={coupling!r} is not one of {COUPLINGS}")
+        # (checked first: a coupling or widths the layout refuses build no layer)
+        self.layout = TableLayout(num_items, num_categories, embedding_dim, position_dim, attention_embedding_dim,
+                                  attention_position_dim, num_positions, coupling, use_position, fields)
+        self.fields = self.layout.fields
         self.num_items = num_items
         self.num_categories = num_categories
         self.embedding_dim = embedding_dim
@@ -159,74 +112,24 @@ class BehaviorEmbedding(keras.layers.Layer):
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
         self.projection_initializer = keras.initializers.get(projection_initializer)
         self.projection_regularizer = keras.regularizers.get(projection_regularizer)
-        att_dim = embedding_dim if attention_embedding_dim is None else attention_embedding_dim
-        att_pos = position_dim if attention_position_dim is None else attention_position_dim
-        if coupling in ("shared", "projection") and (att_dim, att_pos) != (embedding_dim, position_dim):
-            raise ValueError(
-                f"BehaviorEmbedding: coupling={coupling!r} shares tables between attention and "
-                f"representation, so attention dims ({att_dim}, {att_pos}) must equal the "
-                f"representation dims ({embedding_dim}, {position_dim})")
-        self._widths = {
-            "attention": (att_dim, att_pos),
-            "representation": (embedding_dim, position_dim),
-        }
-        self.fields = tuple(BehaviorField.of(f) for f in fields)
-        names = [f.name for f in self.fields]
-        if len(set(names)) != len(names):
-            raise ValueError(f"BehaviorEmbedding: a field is named twice: {names}")
-        # Field -> (attention width, representation width).
-        self._field_widths = {f.name: f.widths(att_dim, embedding_dim) for f in self.fields}
-        for name, (attention, representation) in self._field_widths.items():
-            if coupling in ("shared", "projection") and attention != representation:
-                raise ValueError(f"BehaviorEmbedding: coupling={coupling!r} shares tables between attention and "
-                                 f"representation, so field {name!r}'s attention width {attention} must equal its "
-                                 f"representation width {representation}")
-        self._history_only = {f.name for f in self.fields if f.history_only}
-        self._table_of_role = _table_of_role(coupling)
-
-    def _set_widths(self, table_set: str) -> tuple[int, int]:
-        if table_set == "shared":
-            return self._widths["representation"]
-        return self._widths["attention" if "attention" in table_set else "representation"]
-
-    def _width(self, table_set: str, field: str) -> int:
-        """The width of `field`'s table in `table_set`."""
-        dim, pos_dim = self._set_widths(table_set)
-        if field in self._field_widths:
-            return self._field_widths[field][0 if "attention" in table_set else 1]
-        return pos_dim if field == "position" else dim
 
     @property
     def attention_position_width(self) -> int:
         """The width of the position part at the end of every attention vector (0
         without positions): the `position_dim` a search over these vectors scales on
         its own (`dare_tf.search.BehaviorSearch`)."""
-        return self._widths["attention"][1] if self.use_position else 0
+        return self.layout.widths["attention"][1] if self.use_position else 0
 
     def table_bytes(self) -> int:
         """What the tables will hold, in bytes (float32 or the policy's variable dtype)."""
-        itemsize = 2 if self.variable_dtype in ("float16", "bfloat16") else 8 if self.variable_dtype == "float64" else 4
-        total = 0
-        for table_set in dict.fromkeys(self._table_of_role.values()):
-            total += sum(rows * self._width(table_set, field) for field, rows in self._vocabularies().items())
-        return total * itemsize
-
-    def _vocabularies(self) -> dict[str, int]:
-        """Rows of each field's tables, in the order the vectors concatenate them."""
-        rows = {"item": self.num_items, "category": self.num_categories, **{f.name: f.vocabulary for f in self.fields}}
-        return {**rows, "position": self.num_positions} if self.use_position else rows
+        return self.layout.table_bytes(self.variable_dtype)
 
     def build(self, *args, **kwargs):
-        needed, available = self.table_bytes(), _available_memory()
-        if available is not None and needed > available:
-            raise ValueError(
-                f"BehaviorEmbedding: the embedding tables need {needed / 2**30:,.1f} GiB ({self.num_items:,} items, "
-                f"{self.num_categories:,} categories, widths {self._widths}), more than the "
-                f"{available / 2**30:,.1f} GiB of memory available; check the vocabulary sizes (spec.json's "
-                "num_items) or shrink the widths")
+        self.layout.check_memory(self.variable_dtype)
         self.tables: dict[str, dict[str, keras.Variable]] = {}
-        for table_set in dict.fromkeys(self._table_of_role.values()):
-            sizes = {field: (rows, self._width(table_set, field)) for field, rows in self._vocabularies().items()}
+        for table_set in dict.fromkeys(self.layout.table_of_role.values()):
+            sizes = {field: (rows, self.layout.width(table_set, field))
+                     for field, rows in self.layout.vocabularies().items()}
             self.tables[table_set] = {
                 field: self.add_weight(
                     shape=shape, initializer=self.embeddings_initializer,
@@ -236,20 +139,17 @@ class BehaviorEmbedding(keras.layers.Layer):
         self.projections: dict[str, keras.Variable] = {}
         if self.coupling == "projection":
             for role in ROLES:
-                for field in self._fields():
-                    width = self._width("shared", field)
+                for field in self.layout.order():
+                    width = self.layout.width("shared", field)
                     self.projections[f"{role}_{field}"] = self.add_weight(
                         shape=(width, width), initializer=self.projection_initializer,
                         regularizer=self.projection_regularizer,
                         name=f"{role}_{field}_projection")
         self.built = True
 
-    def _fields(self) -> tuple[str, ...]:
-        return tuple(self._vocabularies())
-
     def table_names(self) -> dict[str, str]:
         """Maps each role to the name of the table set that serves it."""
-        return dict(self._table_of_role)
+        return dict(self.layout.table_of_role)
 
     def row_ids(self, target_item, target_category, history_items, history_categories, roles=ROLES,
                 history_positions=None, target_fields=None, history_fields=None) -> dict:
@@ -289,9 +189,9 @@ class BehaviorEmbedding(keras.layers.Layer):
             ids["target"]["position"] = ops.zeros_like(ops.convert_to_tensor(target_item), dtype="int32")
         out = {}
         for role in roles:
-            table_set, side = self._table_of_role[role], role.split("_")[0]
-            for field in self._fields():
-                if side == "target" and field in self._history_only:
+            table_set, side = self.layout.table_of_role[role], role.split("_")[0]
+            for field in self.layout.order():
+                if side == "target" and field in self.layout.history_only:
                     continue
                 out.setdefault(f"{table_set}/{side}/{field}", (self.tables[table_set][field], ids[side][field]))
         return out
@@ -302,7 +202,7 @@ class BehaviorEmbedding(keras.layers.Layer):
         `"{set}/{side}/{field}"` -> `[B, d]` or `[B, L, d]`. Each table is
         gathered once per side, so its gradient stays sparse (rows of the batch
         only). `history_positions`, the fields: see `row_ids`."""
-        return {key: _take_rows(table, ids, self.compute_dtype)
+        return {key: take_rows(table, ids, self.compute_dtype)
                 for key, (table, ids) in self.row_ids(target_item, target_category, history_items,
                                                       history_categories, roles, history_positions, target_fields,
                                                       history_fields).items()}
@@ -335,16 +235,16 @@ class BehaviorEmbedding(keras.layers.Layer):
         (projections applied); `gathered` needs the rows of those roles only."""
         outputs, joined = {}, {}
         for role in roles:
-            table_set, side = self._table_of_role[role], role.split("_")[0]
+            table_set, side = self.layout.table_of_role[role], role.split("_")[0]
             if not self.projections and (table_set, side) in joined:
                 # Shared tables: attention and representation are the same vectors.
                 outputs[role] = joined[(table_set, side)]
                 continue
             parts = []
-            for field in self._fields():
-                if side == "target" and field in self._history_only:  # no target value: zeros
+            for field in self.layout.order():
+                if side == "target" and field in self.layout.history_only:  # no target value: zeros
                     like = gathered[f"{table_set}/{side}/item"][..., :1]
-                    parts.append(ops.zeros_like(like) * ops.zeros((self._width(table_set, field),), like.dtype))
+                    parts.append(ops.zeros_like(like) * ops.zeros((self.layout.width(table_set, field),), like.dtype))
                     continue
                 vectors = gathered[f"{table_set}/{side}/{field}"]
                 if self.projections:
@@ -361,11 +261,7 @@ class BehaviorEmbedding(keras.layers.Layer):
     def compute_output_spec(self, target_item, target_category, history_items, history_categories,
                             target_fields=None, history_fields=None):
         b, length = history_items.shape[0], history_items.shape[1]
-        (ad, ap), (rd, rp) = self._widths["attention"], self._widths["representation"]
-        if not self.use_position:
-            ap = rp = 0
-        da = 2 * ad + ap + sum(a for a, _ in self._field_widths.values())
-        dr = 2 * rd + rp + sum(r for _, r in self._field_widths.values())
+        da, dr = self.layout.output_widths()
         spec = lambda shape: keras.KerasTensor(shape, dtype=self.compute_dtype)  # noqa: E731
         return {
             "target_attention": spec((b, da)),

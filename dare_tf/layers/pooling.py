@@ -52,6 +52,21 @@ def target_aware(target, pooled):
     return ops.concatenate([pooled, ops.cast(target, pooled.dtype) * pooled], axis=-1)
 
 
+def head_features(v_t, pooled, values, mask, config, candidates=None):
+    """The prediction head's input: the target's representation `v_t`, the pooled
+    history and (with `config.use_history_mean`) the history's mean over `mask`
+    (with `config.target_aware`, also `v_t` times it), each user's mean repeated
+    for its `candidates` (user-major ranking)."""
+    features = [v_t, pooled]
+    if config.use_history_mean:
+        m = ops.cast(ops.expand_dims(mask, -1), values.dtype)
+        mean = ops.sum(values * m, axis=1) / (ops.sum(m, axis=1) + 1.0)
+        if candidates is not None:  # one mean per user, for each of its candidates
+            mean = ops.repeat(mean, candidates, axis=0)
+        features += [mean, v_t * mean] if config.target_aware else [mean]
+    return ops.concatenate(features, axis=-1)
+
+
 @keras.saving.register_keras_serializable(package="dare_tf")
 class TargetAttentionPooling(keras.layers.Layer):
     """Attention-weighted sum of retrieved representation vectors, target-aware.

@@ -28,7 +28,8 @@ from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.data.storage.schema import TARGET_ITEM
 from dare_tf.run_directory import RunDirectory
 from dare_tf.metrics import CASCADE_CANDIDATES, CASCADE_K, hits_and_gains, rank_of, standard_error
-from dare_tf.retrieval.candidates import SOURCES, evaluate_sources, one_source, quota_key
+from dare_tf.retrieval.candidates import SOURCES, one_source, quota_key
+from dare_tf.retrieval.evaluation import evaluate_sources
 from dare_tf.retrieval.verdict import cascade_warnings
 from dare_tf.retrieval.training import RetrievalStage, positive_columns, positives, tower_scores
 from dare_tf.reranking import rerank

@@ -14,8 +14,8 @@ from dare_tf.data.feeding.pipeline import InMemorySplit
 from dare_tf.data.preparation.prepared import item_categories
 from dare_tf.data.storage.spec import SPLITS, DatasetSpec
 from dare_tf.retrieval.config import RetrievalConfig
-from dare_tf.retrieval.candidates import (SOURCES, CandidateMerger, Query, evaluate_sources, one_source, quota_grid,
-                                         quota_key, score_rows)
+from dare_tf.retrieval.candidates import SOURCES, CandidateMerger, Query, one_source, quota_grid, quota_key
+from dare_tf.retrieval.evaluation import evaluate_sources, score_rows
 from dare_tf.retrieval.model import KS, TwoTowerModel, compiled_two_tower, fit_epochs, load_retrieval_model
 
 import tensorflow as tf  # noqa: E402  (after dare_tf.retrieval.model: tf.keras is Keras 2 then)

@@ -6,7 +6,7 @@ DARE, `hard`: TWIN-hard, `simhash`: ETA, `cluster`: TWIN-V2, `sdim`: SDIM,
 it.
 
 A new variant is its module here with a `@register_search("name")` subclass,
-its test, and a preset line in `dare_tf.config.PRESETS`: nothing else. This
+its test, and a preset line in `dare_tf.presets.PRESETS`: nothing else. This
 package's face is read from its modules (`dare_tf._faces.scan_modules`): the
 registered names make `VARIANTS`, and each module's `__all__` (or its public
 classes and functions) the public names.
@@ -31,7 +31,7 @@ def import_variants() -> dict:
     """Imports every variant's module; returns the registry (name -> class)."""
     for module in VARIANTS.values():
         importlib.import_module(f"dare_tf.search.{module}")
-    return importlib.import_module("dare_tf.search.base").SEARCHES
+    return importlib.import_module("dare_tf.search.registry").SEARCHES
 
 
 _face_getattr, __dir__, __all__ = lazy_face(__name__, _EXPORTS)

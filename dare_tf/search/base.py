@@ -1,4 +1,5 @@
-"""BehaviorSearch: the abstract search stage (stage 1) and the registry of its variants.
+"""BehaviorSearch: the abstract search stage (stage 1) of the variants that
+`dare_tf.search.registry` registers.
 
 A search stage reads the attention embeddings of the target and of the L
 history behaviours and decides what the modelling stage attends over: K of the
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import importlib
 from typing import Any
 
 import keras
@@ -21,55 +21,10 @@ from keras import ops
 
 from dare_tf.layers.pooling import gather_slots, gather_user_slots, user_major
 
-__all__ = ["PADDING_SCORE", "BehaviorSearch", "SearchResult", "TopKSearch", "build_search", "register_search",
-           "scaled_dot_scores", "search_class"]
+__all__ = ["PADDING_SCORE", "BehaviorSearch", "SearchResult", "TopKSearch", "scaled_dot_scores"]
 
 # The reference fills padded scores with -2**32 + 1 (reference.md, "Search").
 PADDING_SCORE = -(2.0**32) + 1.0
-
-SEARCHES: dict[str, type["BehaviorSearch"]] = {}
-
-
-def register_search(name: str):
-    """Class decorator: registers a `BehaviorSearch` subclass under `name`
-    (the value of `ModelConfig.search`) and as a serializable Keras layer."""
-
-    def register(cls):
-        if name in SEARCHES:
-            raise ValueError(f"register_search: {name!r} is already registered by {SEARCHES[name].__name__}")
-        cls.search_name = name
-        SEARCHES[name] = keras.saving.register_keras_serializable(package="dare_tf")(cls)
-        return cls
-
-    return register
-
-
-def search_class(name: str) -> type["BehaviorSearch"]:
-    """The registered search stage called `name` (its module imported on first use)."""
-    from dare_tf.search import VARIANTS
-
-    if name not in VARIANTS:
-        raise ValueError(f"unknown search {name!r}; known searches: {sorted(VARIANTS)}")
-    if name not in SEARCHES:
-        importlib.import_module(f"dare_tf.search.{VARIANTS[name]}")
-    return SEARCHES[name]
-
-
-def build_search(config, seed: int | None = None) -> "BehaviorSearch":
-    """The search stage a `ModelConfig` names, with the fields it reads.
-    Refuses a `scorer` other than the dot product (the DIN activation unit)
-    for a search that keeps a top K by its own scores."""
-    kind = search_class(config.search)
-    if config.scorer != "dot" and kind.keeps_top_k:
-        raise ValueError(f"scorer={config.scorer!r}: the DIN activation unit scores a whole history; "
-                         f"search={config.search!r} ranks by its own scores (use search='none')")
-    return kind.from_model_config(config, seed)
-
-
-def offset_seed(seed: int | None, offset: int) -> int | None:
-    """A sub-layer's seed derived from the model's (`None` stays `None`)."""
-    return None if seed is None else seed + offset
-
 
 def scaled_dot_scores(query, keys, position_dim: int = 0):
     """Attention scores `[B, L]` of keys `[B, L, D]` for a query `[B, D]`, in float32;

@@ -5,7 +5,7 @@ from __future__ import annotations
 from keras import ops
 
 from dare_tf.layers.clustering import BehaviorClustering
-from dare_tf.search.base import register_search
+from dare_tf.search.registry import register_search
 from dare_tf.search.soft import SoftTopKSearch
 
 

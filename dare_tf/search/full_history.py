@@ -6,8 +6,8 @@ from keras import ops
 
 from dare_tf.search import SCORERS
 from dare_tf.layers.din_attention import DINAttention
-from dare_tf.search.base import (PADDING_SCORE, BehaviorSearch, every_slot, offset_seed, register_search,
-                                 scaled_dot_scores)
+from dare_tf.search.base import PADDING_SCORE, BehaviorSearch, every_slot, scaled_dot_scores
+from dare_tf.search.registry import offset_seed, register_search
 
 
 @register_search("none")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from keras import ops
 
-from dare_tf.search.base import TopKSearch, register_search
+from dare_tf.search.base import TopKSearch
+
+from dare_tf.search.registry import register_search
 
 
 def hard_search_priority(mask, target_category, history_categories):

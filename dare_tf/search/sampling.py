@@ -5,7 +5,8 @@ from __future__ import annotations
 from keras import ops
 
 from dare_tf.layers.hashing import add_projection, bucket_codes, simhash_bits
-from dare_tf.search.base import PADDING_SCORE, BehaviorSearch, every_slot, offset_seed, register_search
+from dare_tf.search.base import PADDING_SCORE, BehaviorSearch, every_slot
+from dare_tf.search.registry import offset_seed, register_search
 
 
 def _mean_of_normalized(sums):

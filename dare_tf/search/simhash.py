@@ -5,7 +5,8 @@ from __future__ import annotations
 from keras import ops
 
 from dare_tf.layers.hashing import add_projection, hamming_distance, pack_bits, simhash_bits
-from dare_tf.search.base import TopKSearch, offset_seed, register_search, slot_axis
+from dare_tf.search.base import TopKSearch, slot_axis
+from dare_tf.search.registry import offset_seed, register_search
 
 
 def hamming_priority(query_signature, key_signatures, mask, bits: int):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dare_tf.search.base import TopKSearch, register_search
+from dare_tf.search.base import TopKSearch
+
+from dare_tf.search.registry import register_search
 
 
 @register_search("soft")

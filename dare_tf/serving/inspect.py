@@ -82,7 +82,7 @@ class Inspector:
     """
 
     def __init__(self, retrieval, rankers: list, histories, target: str = ""):
-        from dare_tf.serving.cascade import Recommender
+        from dare_tf.serving.recommender import Recommender
 
         if not 1 <= len(rankers) <= 2:
             raise ValueError(f"one ranker, or two to compare; got {len(rankers)}")

@@ -36,7 +36,7 @@ class _BadRequest(Exception):
 
 
 class RestHandler(BaseHTTPRequestHandler):
-    models: dict  # name -> dare_tf.testing.standin_server.LoadedModel
+    models: dict  # name -> dare_tf.testing.loaded_model.LoadedModel
     limits: Limits = Limits()
     workers: threading.BoundedSemaphore  # Limits.rest_workers, set by `serve`
     protocol_version = "HTTP/1.1"  # keep-alive, as TF Serving's REST server

@@ -34,8 +34,8 @@ the run's identity), `sections` (TrainConfig's sections), `distribution`
 `evaluation` (predictions and metrics), `reranking` (a ranker inside its
 cascade: drawn negatives and the cascade's metrics), `input_plan` (which
 batches each step of a seed reads), `evaluator` (a seed's predictions over
-whole splits), `callbacks`, `progress`, and `loop` (one seed's run wired from
-those parts, `train`).
+whole splits), `callbacks`, `progress`, `program_flags` (the trainers' flags),
+and `loop` (one seed's run wired from those parts, `train`).
 
 Importing this package costs nothing: each name is imported from its module on
 first use (`config` needs no TensorFlow, so a program's flags are defined and
@@ -45,6 +45,6 @@ parsed before TensorFlow loads).
 from dare_tf._faces import face_of, lazy_face
 
 _SUBMODULES = ("callbacks", "config", "distribution", "evaluation", "evaluator", "input_plan", "loop", "progress",
-               "reranking", "sections")
+               "program_flags", "reranking", "sections")
 
 __getattr__, __dir__, __all__ = lazy_face(__name__, face_of(__name__), _SUBMODULES)

@@ -9,7 +9,8 @@ import os
 from typing import Any
 
 from dare_tf._faces import public, public_names
-from dare_tf.config import ModelConfig, make_config
+from dare_tf.config import ModelConfig
+from dare_tf.presets import make_config
 from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.optimizers import OPTIMIZERS
 from dare_tf.training.sections import (LOSSES, SELECTION, STRATEGIES, CascadeConfig, DataConfig, OptimizerConfig,
@@ -181,7 +182,7 @@ def effective_model_config(config: TrainConfig, spec: DatasetSpec, strategy):
     model_config = config._model_config(spec.max_len, spec.num_items, spec.num_categories,
                                         **({"fields": fields} if fields else {}),
                                         **({"synchronized_batch_norm": True} if distributed else {}))
-    from dare_tf.search.base import search_class  # (Keras: only once a run is configured)
+    from dare_tf.search.registry import search_class  # (Keras: only once a run is configured)
 
     if search_class(model_config.search).keeps_top_k and model_config.top_k > model_config.max_len:
         raise ValueError(f"top_k={model_config.top_k} is larger than the history length "

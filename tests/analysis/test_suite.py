@@ -15,7 +15,8 @@ from tests.conftest import ENV, REPO
 def analysed(tmp_path_factory):
     """Two short runs on a small planted log, and the whole suite on them."""
     from dare_tf.analysis.suite import AnalysisConfig, run_analyses
-    from dare_tf.data.preparation.protocol import Protocol, prepare
+    from dare_tf.data.preparation.protocol import Protocol
+    from dare_tf.data.preparation.in_memory import prepare
     from dare_tf.data.generation.synthetic import SyntheticConfig, write
     from dare_tf.training import TrainConfig, train
 

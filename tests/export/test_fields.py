@@ -10,9 +10,10 @@ import pytest
 import tensorflow as tf
 
 from dare_tf.data.feeding.pipeline import InMemorySplit
-from dare_tf.data.preparation.protocol import prepare
+from dare_tf.data.preparation.in_memory import prepare
 from dare_tf.data.storage.spec import read_id_map
-from dare_tf.serving.client import ServingClient, make_example, rank_results, rank_tensors, request_tensors
+from dare_tf.serving.client import ServingClient, make_example
+from dare_tf.serving.encoding import rank_results, rank_tensors, request_tensors
 from tests.data.storage.test_fields import FORMAT, PER_USER, field_rows, write_log
 
 L = 8
@@ -160,8 +161,8 @@ def test_recommend_reads_the_fields_from_the_history_service(exported, tmp_path)
     dataset), the candidates' fields from the ranker's `item_fields`; the answer
     is the ranker's `rank` of those values, built here from the dataset's files."""
     from dare_tf.histories import open_store
-    from dare_tf.histories.prepared import column_fields, load_prepared
-    from dare_tf.serving.cascade import LocalModel, Recommender
+    from dare_tf.histories.prepared import load_prepared
+    from dare_tf.serving.recommender import LocalModel, Recommender
 
     data_dir, spec, raw = exported["data_dir"], exported["spec"], exported["raw"]
     ranker = LocalModel(exported["path"], "dare")
@@ -179,7 +180,7 @@ def test_recommend_reads_the_fields_from_the_history_service(exported, tmp_path)
                 return {"known": np.ones(1, bool), "id_maps": digest["id_maps"]}
             return {"items": candidates[None], "categories": categories[None], "scores": np.zeros((1, 12))}
 
-    with open_store(f"lmdb:{tmp_path / 'histories'}", fields=column_fields(spec)) as store:
+    with open_store(f"lmdb:{tmp_path / 'histories'}", fields=spec.field_schema.columns) as store:
         load_prepared(store, data_dir)
         user = next(iter(store.users()))
         history = store.last([user])
@@ -217,5 +218,6 @@ def test_a_history_only_action_field_is_served_by_its_raw_codes(exported, tmp_pa
     spec = dataclasses.replace(exported["spec"], fields=[{"name": "action", "vocabulary": 5, "history_only": True,
                                                            "column": "3"}])
     served = ServedFields([BehaviorField("action", 5, history_only=True)], spec, str(tmp_path))
-    assert served.history_inputs() == ["hist_action"] and served.target_inputs() == [] and not served.raw_of_item
+    assert served.schema.inputs("hist") == ["hist_action"] and served.schema.inputs("target") == [] \
+        and not served.raw_of_item
     assert served.dense("action", tf.constant([[1, 2, 3, 4]], tf.int64)).numpy().tolist() == [[1, 3, 2, 4]]

@@ -13,10 +13,12 @@ import tensorflow as tf
 
 from dare_tf.data.storage.spec import read_id_map
 from dare_tf.export import ranker as export_lib
-from dare_tf.serving.client import ServingClient, rank_results, rank_tensors, request_tensors
+from dare_tf.serving.client import ServingClient
+from dare_tf.serving.encoding import rank_results, rank_tensors, request_tensors
 from dare_tf.testing.requests import ServingError
 from dare_tf.testing.batcher import Batcher
-from dare_tf.testing.standin_server import LoadedModel, serve
+from dare_tf.testing.loaded_model import LoadedModel
+from dare_tf.testing.standin_server import serve
 
 from tests.served import L, sample_model
 

@@ -13,7 +13,8 @@ import tensorflow as tf
 
 from dare_tf import build_model
 from dare_tf.export import ranker as export_lib
-from dare_tf.serving.client import ServingClient, make_example, pad_histories
+from dare_tf.serving.client import ServingClient, make_example
+from dare_tf.serving.encoding import pad_histories
 from tests.served import L, in_process, requests
 
 
@@ -60,7 +61,7 @@ def test_bad_inputs_give_defined_results_or_invalid_argument(setup):
     assert np.all(np.isfinite(client.predict_tensors(neg)["probability"]))
     # One history ([1, T]) is shared by every target: the same as repeating it (the export, in
     # process); a batching server refuses it, as TF Serving's batching session does.
-    from dare_tf.serving.cascade import LocalModel
+    from dare_tf.serving.recommender import LocalModel
 
     shared = dict(good, hist_items=good["hist_items"][1:], hist_categories=good["hist_categories"][1:])
     repeated = dict(good, hist_items=good["hist_items"][[1, 1]], hist_categories=good["hist_categories"][[1, 1]])
@@ -162,11 +163,11 @@ def test_non_integer_and_out_of_range_ids_are_refused(setup):
     import urllib.request
 
     client = ServingClient(f"localhost:{setup['port']}", "dare", retries=0)
-    with pytest.raises(ValueError, match=r"target_item: ids must be integers, got 1.5"):
+    with pytest.raises(ValueError, match=r"target_item: expected integers, got 1.5"):
         client.predict([1.5], [1], [[3]], [[1]])
-    with pytest.raises(ValueError, match=r"hist_items\[0\]: ids must be integers"):
+    with pytest.raises(ValueError, match=r"hist_items\[0\]: expected integers, got 2.5"):
         client.predict([1], [1], [[3, 2.5]], [[1, 1]])
-    with pytest.raises(ValueError, match="ids must be integers"):
+    with pytest.raises(ValueError, match=r"hist_items: expected integers, got True"):
         make_example(1, 2, [True], [1])
 
     def rest(inputs):

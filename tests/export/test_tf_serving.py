@@ -11,7 +11,7 @@ import pytest
 
 def test_model_config_lists_every_export_and_the_stand_in_reads_it(tmp_path):
     from dare_tf.export import write_server_configs
-    from dare_tf.testing.standin_server import read_model_config
+    from dare_tf.testing.model_config import read_model_config
 
     from dare_tf.export.tf_serving import model_base
 
@@ -42,7 +42,7 @@ def test_model_config_lists_every_export_and_the_stand_in_reads_it(tmp_path):
 def test_export_names_stay_inside_the_export_base_and_a_users_models_config_is_merged(tmp_path):
     from dare_tf.export import write_server_configs
     from dare_tf.export.tf_serving import model_base
-    from dare_tf.testing.standin_server import read_model_config
+    from dare_tf.testing.model_config import read_model_config
 
     base = tmp_path / "exports"
     for bad in ("../escaped", "a'b", "", ".", "..", "a/b", ".hidden", "dare\n"):
@@ -75,14 +75,14 @@ def test_export_names_stay_inside_the_export_base_and_a_users_models_config_is_m
     assert "specific { versions: 7 }" in merged
     assert (base / "batching_parameters.txt").read_text() == "max_batch_size { value: 32 }\n"  # hand-written: kept
     from dare_tf.signatures import MAX_BATCH_SIZE
-    from dare_tf.testing.standin_server import BatchingParameters, read_batching_parameters
+    from dare_tf.testing.model_config import BatchingParameters, read_batching_parameters
 
     # the stand-in's limit from it; TF Serving's default for a field left out: no padding
-    assert read_batching_parameters(str(base / "batching_parameters.txt")) == BatchingParameters(32, False)
+    assert read_batching_parameters(str(base / "batching_parameters.txt")) == BatchingParameters(32, False, 0)
     os.makedirs(tmp_path / "fresh")
     write_server_configs(str(tmp_path / "fresh"))
     assert read_batching_parameters(str(tmp_path / "fresh" / "batching_parameters.txt")) == BatchingParameters(
-        MAX_BATCH_SIZE, True)  # ours: the stand-in's defaults
+        MAX_BATCH_SIZE, True, 1000)  # ours: the stand-in's defaults
     write_server_configs(str(base))  # again: nothing to add, nothing changes
     assert (base / "models.config").read_text() == merged
     (base / "models.config").write_text("nonsense {")
@@ -95,7 +95,7 @@ def test_a_models_config_in_angle_brackets_is_merged_into(tmp_path):
     models.config was refused as holding no model_config_list."""
     from dare_tf.export import write_server_configs
     from dare_tf.export.tf_serving import model_base
-    from dare_tf.testing.standin_server import read_model_config
+    from dare_tf.testing.model_config import read_model_config
 
     base = tmp_path / "exports"
     os.makedirs(base)

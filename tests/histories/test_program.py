@@ -84,7 +84,7 @@ def test_a_dataset_with_fields_loads_them_and_live_clicks_carry_them(tmp_path):
     """`load` of a dataset with column fields and the time gap: the store keeps the
     fields' raw values and the clicks' times; `append` reads them from the log's
     field columns, and a log without them is refused in one line naming them."""
-    from dare_tf.data.preparation.protocol import prepare
+    from dare_tf.data.preparation.in_memory import prepare
     from tests.data.storage.test_fields import FORMAT, PER_USER, field_rows, write_log
 
     rows = field_rows()

@@ -93,7 +93,7 @@ def test_equal_times_keep_their_arrival_order(store_url):
 def test_refusals_are_one_line(store_url, redis_url, tmp_path):
     with open_store(store_url) as store:
         for bad, message in [((2**63, [1], [1], [1]), "user_id: 9223372036854775808 does not fit int64"),
-                             ((1, [1.5], [1], [1]), "items: ids and times are integers, got 1.5"),
+                             ((1, [1.5], [1], [1]), "items: expected integers, got 1.5"),
                              ((1, [1, 2], [1], [1, 2]), "append: 2 items, 1 categories and 2 times")]:
             with pytest.raises(StoreError, match="^" + __import__("re").escape(message)):
                 store.append(*bad)

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 
 from dare_tf.retrieval.candidates import (BLOCKED_FROM, ORIGINS, SOURCES, CandidateMerger, PopularitySource, Query,
-                                         RecentCategorySource, TwoTowerSource, blocked_top_k, evaluate_sources,
-                                         one_source, quota_grid, quota_key, score_rows)
+                                         RecentCategorySource, TwoTowerSource, blocked_top_k, one_source, quota_grid,
+                                         quota_key)
+from dare_tf.retrieval.evaluation import evaluate_sources, score_rows
 
 
 def _reference(scores, hist_items, hist_categories, item_category, clicks, quotas, n, depth, recent, include_seen):
@@ -130,10 +131,10 @@ def test_recall_of_each_source_and_the_grid(rng, monkeypatch):
     assert out[quota_key(one_source("two_tower"))] == {"recall@1": 0.5, "recall@2": 0.5}  # slot 39 scores highest
     # At millions of items a batch of scores is capped (256 rows of 4.16M would be 4 GB): the same recall.
     assert score_rows(4_162_024, 256) == 32 and score_rows(50_000, 256) == 256 and score_rows(10**9, 256) == 1
-    import dare_tf.retrieval.candidates as candidates
+    import dare_tf.retrieval.evaluation as evaluation
 
     shapes = []
     capped = lambda items, cats: shapes.append(len(items)) or scores(items, cats)  # noqa: E731
-    monkeypatch.setattr(candidates, "SCORES_PER_BATCH", size)  # one history per batch
+    monkeypatch.setattr(evaluation, "SCORES_PER_BATCH", size)  # one history per batch
     assert evaluate_sources(merger, capped, examples, [one_source("popularity"), one_source("two_tower")],
                             [1, 2]) == {k: v for k, v in out.items()} and shapes == [1, 1]

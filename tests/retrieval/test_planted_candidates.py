@@ -12,7 +12,8 @@ def test_merged_candidates_beat_each_source_on_planted_logs(tmp_path, kind):
     steps back (of a 50-slot history). On both, merged recall@200 is at least the
     tower's and popularity's, and the tower beats popularity."""
     from dare_tf.retrieval import RetrievalConfig, train_retrieval
-    from dare_tf.data.preparation.protocol import Protocol, prepare
+    from dare_tf.data.preparation.protocol import Protocol
+    from dare_tf.data.preparation.in_memory import prepare
     from dare_tf.data.generation.synthetic import SyntheticConfig, write
 
     extra = {"sessions": {}, "far_back": dict(p_return=0.7, recall_lag=(25, 45), p_interest=0.1)}[kind]

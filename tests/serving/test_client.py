@@ -11,8 +11,11 @@ import numpy as np
 import pytest
 
 from dare_tf.data.storage.spec import read_id_map
-from dare_tf.serving.client import ServingClient, make_example, pad_histories, rest_predict
-from dare_tf.testing.standin_server import latest_version, serve
+from dare_tf.serving.client import ServingClient, make_example
+from dare_tf.serving.encoding import pad_histories
+from dare_tf.serving.rest import rest_predict
+from dare_tf.testing.loaded_model import latest_version
+from dare_tf.testing.standin_server import serve
 from tests.served import L, in_process, requests
 
 

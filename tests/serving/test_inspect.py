@@ -46,7 +46,8 @@ class _Refused(grpc.RpcError):
 @pytest.mark.xdist_group("serving_setup")
 def test_the_page_data_is_rank_explain_on_the_stored_history_and_errors_have_statuses(setup, tmp_path):
     from dare_tf.histories import open_store
-    from dare_tf.serving.client import ServingClient, rank_results, rank_tensors
+    from dare_tf.serving.client import ServingClient
+    from dare_tf.serving.encoding import rank_results, rank_tensors
     from dare_tf.serving.inspect import Inspector, create_app
 
     data_dir, target = setup["data_dir"], f"localhost:{setup['port']}"
@@ -157,9 +158,10 @@ def test_the_page_in_chromium_highlights_exactly_the_kept_behaviours(taobao, two
     from dare_tf.data.storage.spec import DatasetSpec
     from dare_tf.export import export_run, export_saved_model
     from dare_tf.histories import open_store
-    from dare_tf.serving.cascade import Recommender
+    from dare_tf.serving.recommender import Recommender
     from dare_tf.serving.client import ServingClient
-    from dare_tf.testing.standin_server import read_model_config, serve
+    from dare_tf.testing.model_config import read_model_config
+    from dare_tf.testing.standin_server import serve
 
     exports = str(tmp_path / "exports")
     export_run(two_stage["retrieval"], exports, "retrieval", top_n=50)

@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from dare_tf.data.preparation.protocol import prepare
+from dare_tf.data.preparation.in_memory import prepare
 from dare_tf.data.storage.spec import read_id_map
 from tests.data.logs.test_string_ids import INTS, PER_USER, STRINGS, write_twins
 
@@ -24,7 +24,7 @@ def twins(tmp_path_factory):
 
     from dare_tf import build_model
     from dare_tf.export import export_saved_model
-    from dare_tf.serving.cascade import LocalModel
+    from dare_tf.serving.recommender import LocalModel
     from dare_tf.training.config import dataset_fields
     from tests.data.preparation.test_prepare import TAOBAO
 
@@ -70,7 +70,8 @@ def _requests(ids, unknown):
 
 
 def _answers(model, r):
-    from dare_tf.serving.client import make_example, rank_results, rank_tensors, request_tensors
+    from dare_tf.serving.client import make_example
+    from dare_tf.serving.encoding import rank_results, rank_tensors, request_tensors
 
     histories = [r["history"], r["history"][:7], []]
     fields = {"target_brand": r["target_brands"],
@@ -92,7 +93,7 @@ def _answers(model, r):
 def test_a_string_id_export_answers_as_its_integer_twin(twins):
     import tensorflow as tf
 
-    from dare_tf.serving.cascade import dataset_of
+    from dare_tf.serving.recommender import dataset_of
 
     ints, strings = twins["ints"], twins["strings"]
     requests = {kind: _requests(twins[kind]["ids"], unknown)
@@ -121,10 +122,12 @@ def test_a_string_id_export_answers_as_its_integer_twin(twins):
 
 def test_string_ids_through_the_stand_in_the_history_service_and_recommend(twins, tmp_path):
     from dare_tf.histories import open_store
-    from dare_tf.histories.prepared import column_fields, load_prepared
+    from dare_tf.histories.prepared import load_prepared
     from dare_tf.data.storage.spec import DatasetSpec
-    from dare_tf.serving.cascade import Recommender
-    from dare_tf.serving.client import ServingClient, rank_results, rank_tensors, rest_predict
+    from dare_tf.serving.recommender import Recommender
+    from dare_tf.serving.client import ServingClient
+    from dare_tf.serving.encoding import rank_results, rank_tensors
+    from dare_tf.serving.rest import rest_predict
     from dare_tf.testing.standin_server import serve
 
     server, port, http = serve({"dare": os.path.dirname(twins["strings"]["version"])}, 0, rest_port=0)
@@ -152,7 +155,7 @@ def test_string_ids_through_the_stand_in_the_history_service_and_recommend(twins
         stores = {}
         for kind in ("ints", "strings"):
             spec = DatasetSpec.load(twins[kind]["data_dir"])
-            stores[kind] = open_store(f"lmdb:{tmp_path / kind}", fields=column_fields(spec),
+            stores[kind] = open_store(f"lmdb:{tmp_path / kind}", fields=spec.field_schema.columns,
                                       string_ids=spec.string_ids)
             load_prepared(stores[kind], twins[kind]["data_dir"])
         user = twins["ints"]["ids"]["user"][5]
@@ -208,12 +211,12 @@ def test_a_string_id_retrieval_export_is_its_run_in_strings_and_recommend_answer
     from dare_tf.data.storage.spec import DatasetSpec
     from dare_tf.export import export_run
     from dare_tf.histories import open_store
-    from dare_tf.histories.prepared import column_fields, load_prepared
+    from dare_tf.histories.prepared import load_prepared
     from dare_tf.retrieval import RetrievalConfig, train_retrieval
     from dare_tf.retrieval.model import load_retrieval_model
     from dare_tf.retrieval.training import candidate_merger, catalogue, merged_candidates, positives
     from dare_tf.run_directory import RunDirectory
-    from dare_tf.serving.cascade import LocalModel, Recommender
+    from dare_tf.serving.recommender import LocalModel, Recommender
 
     data_dir = twins["strings"]["data_dir"]
     run = str(tmp_path / "retrieval")
@@ -232,7 +235,7 @@ def test_a_string_id_retrieval_export_is_its_run_in_strings_and_recommend_answer
                               {"hist_items": test["hist_items"], "hist_categories": test["hist_categories"]},
                               RunDirectory(run).results()["quotas"], 30, False)
     assert [[i.decode() for i in row] for row in answer["items"]] == items[dense].tolist()
-    with open_store(f"lmdb:{tmp_path / 'histories'}", fields=column_fields(spec), string_ids=True) as store:
+    with open_store(f"lmdb:{tmp_path / 'histories'}", fields=spec.field_schema.columns, string_ids=True) as store:
         load_prepared(store, data_dir)
         user = next(iter(store.users()))
         result, history = Recommender(exported, twins["strings"]["local"], store).recommend_user(user, n=30, top=5)

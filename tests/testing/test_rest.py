@@ -69,7 +69,8 @@ def test_rest_never_reads_a_body_as_the_next_request_and_bounds_its_workers(setu
 
     from dare_tf.testing.requests import Limits
     from dare_tf.testing.rest import RestHandler
-    from dare_tf.testing.standin_server import LoadedModel, _HTTPServer
+    from dare_tf.testing.loaded_model import LoadedModel
+    from dare_tf.testing.standin_server import _HTTPServer
 
     port = int(setup["rest"].rsplit(":", 1)[1])
     good = json.dumps({"inputs": {"target_item": [1], "target_category": [1], "hist_items": [[-2, 3]],

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from dare_tf.data.feeding.pipeline import InMemorySplit
-from dare_tf.data.preparation.protocol import Protocol, prepare
+from dare_tf.data.preparation.protocol import Protocol
+from dare_tf.data.preparation.in_memory import prepare
 from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.training import SeedRun, TrainConfig, train
 from dare_tf.training.config import effective_model_config

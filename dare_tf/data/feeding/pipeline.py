@@ -34,8 +34,8 @@ from dare_tf.data.storage.fields import time_gap_buckets_tensor
 from dare_tf.data.storage.records import feature_spec, verify_shards
 from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.data.storage.shards import DEFAULT_SHUFFLE_BUFFER, STREAM_BLOCK, STREAM_MIX_BLOCKS
-from dare_tf.data.storage.schema import (EXAMPLE_TIME, HIST_CATEGORIES, HIST_ITEMS, TARGET_CATEGORY, TARGET_ITEM,
-    TIME_GAP, USER, history_feature, target_feature)
+from dare_tf.data.storage.schema import (EXAMPLE_TIME, HIST_CATEGORIES, HIST_ITEMS, HIST_TIME_GAP, TARGET_CATEGORY,
+    TARGET_ITEM, USER, history_feature, target_feature)
 from dare_tf.data.storage.store import SequenceStore, check_max_len, load_store, read_examples
 
 
@@ -82,7 +82,7 @@ def assemble_fn(store: SequenceStore, max_len: int):
         if store.times is not None:
             gaps = tf.cast(c[EXAMPLE_TIME], tf.int64)[:, None] - tf.gather(tensors["times"], idx)
             buckets = time_gap_buckets_tensor(gaps, tensors["edges"])
-            features[history_feature(TIME_GAP)] = tf.where(valid, tf.cast(buckets, tf.int32), 0)
+            features[HIST_TIME_GAP] = tf.where(valid, tf.cast(buckets, tf.int32), 0)
         return features, tf.cast(c["label"], tf.float32)
     return assemble
 

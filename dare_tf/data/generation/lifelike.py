@@ -38,67 +38,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
+from dare_tf.data.generation.like_presets import LIKE, Like
 from dare_tf.data.generation.synthetic import SyntheticConfig, _zipf_probs
+from dare_tf.data.generation.truth import last_click_auc
 from dare_tf.data.logs.times import DAY
 
 # Users generated (and written) at once: the peak memory (1.5 GB at Taobao's size, 2.3 GB at Tmall's).
 CHUNK_USERS = 1 << 16
 MAX_CLICKS = 20_000
-
-
-@dataclasses.dataclass(frozen=True)
-class Like:
-    """A real log's counts and format.
-
-    Attributes:
-        name: the `data.prepare` preset that reads it.
-        users, items, categories: distinct ids in the log.
-        actions: (value, rows) per action, the click first.
-        sellers, brands: Tmall's further columns (0: none).
-        length_median, length_sigma: the log-normal of clicks per user.
-        first_day: Unix time of the first day's midnight (UTC).
-        days: days the log spans.
-    """
-
-    name: str
-    users: int
-    items: int
-    categories: int
-    actions: tuple[tuple[str, int], ...]
-    length_median: float
-    length_sigma: float
-    first_day: int
-    days: int
-    sellers: int = 0
-    brands: int = 0
-
-    @property
-    def rows(self) -> int:
-        return sum(n for _, n in self.actions)
-
-    def scaled(self, fraction: float) -> "Like":
-        """Every count times `fraction` (at least one of each; a click per user)."""
-        if not 0 < fraction <= 1:
-            raise ValueError(f"fraction={fraction}: must be in (0, 1]")
-        n = lambda x: max(1, round(x * fraction))  # noqa: E731
-        actions = tuple((a, n(c)) for a, c in self.actions)
-        users = min(n(self.users), actions[0][1])
-        return dataclasses.replace(self, users=users, items=min(n(self.items), actions[0][1]),
-                                   categories=min(n(self.categories), n(self.items)), actions=actions,
-                                   sellers=self.sellers and min(n(self.sellers), n(self.items)),
-                                   brands=self.brands and min(n(self.brands), n(self.items)))
-
-
-LIKE = {
-    # UserBehavior.csv (Tianchi 649): 2017-11-25 to 2017-12-03.
-    "taobao": Like("taobao", users=987_994, items=4_162_024, categories=9_439,
-                   actions=(("pv", 89_716_264), ("buy", 2_015_839), ("cart", 5_530_446), ("fav", 2_888_258)),
-                   length_median=60, length_sigma=1.0, first_day=1_511_568_000, days=9),
-    # user_log_format1.csv (Tianchi 42): 2015-05-11 to 2015-11-11; 0 click, 1 cart, 2 purchase, 3 favourite.
-    "tmall": Like("tmall", users=424_170, items=1_090_390, categories=1_658, sellers=4_995, brands=8_444,
-                  actions=(("0", 48_550_713), ("1", 76_750), ("2", 3_292_144), ("3", 3_005_723)),
-                  length_median=60, length_sigma=1.1, first_day=1_431_302_400, days=185),
-}
 
 
 class _Catalogue:
@@ -256,43 +203,6 @@ def _table(like: Like, catalogue: _Catalogue, users, items, cats, times, action)
                      "time_stamp": _mmdd(times, like), "action_type": actions})
 
 
-def _auc(catalogue: _Catalogue, cfg: SyntheticConfig, lengths, cats, items, interests, rng, users=20_000) -> float:
-    """The generator's own probability of each sampled user's last click against two
-    negatives drawn by popularity that the user never clicked: its test AUC."""
-    from sklearn.metrics import roc_auc_score
-
-    start = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    chosen = np.flatnonzero(lengths >= 2)
-    chosen = rng.choice(chosen, min(users, len(chosen)), replace=False)
-    last = start[chosen] + lengths[chosen] - 1
-    session, positive = cats[last - 1], items[last]
-    clicked = np.unique(np.repeat(np.arange(len(lengths)), lengths) * len(catalogue.item_cat) + items)
-    popularity = np.cumsum(np.bincount(items, minlength=len(catalogue.item_cat)) / len(items))
-    negatives = np.full((len(chosen), 2), -1)
-    while (negatives < 0).any():
-        rows = np.flatnonzero((negatives < 0).any(axis=1))
-        draw = np.minimum(np.searchsorted(popularity, rng.random((len(rows), 4))), len(popularity) - 1)
-        key = chosen[rows, None] * len(catalogue.item_cat) + draw
-        at = np.minimum(np.searchsorted(clicked, key), len(clicked) - 1)
-        draw[clicked[at] == key] = -1
-        for column in range(4):  # (fill each row's empty slots, left to right)
-            slot = np.argmax(negatives[rows] < 0, axis=1)
-            fill = (negatives[rows, slot] < 0) & (draw[:, column] >= 0)
-            negatives[rows[fill], slot[fill]] = draw[fill, column]
-
-    def score(item, user_rows):
-        c = catalogue.item_cat[item]
-        p = (1 - cfg.p_session) * (1 - cfg.p_interest - cfg.p_related) * catalogue.cat_p[c]
-        p += (1 - cfg.p_session) * cfg.p_interest / cfg.interests * (interests[user_rows] == c[:, None]).sum(1)
-        p += (1 - cfg.p_session) * cfg.p_related * (catalogue.related[session] == c)
-        p += cfg.p_session * (session == c)
-        return p * catalogue.item_p[item]
-
-    scores = np.concatenate([score(positive, chosen), score(negatives[:, 0], chosen), score(negatives[:, 1], chosen)])
-    labels = np.repeat([1, 0, 0], len(chosen))
-    return float(roc_auc_score(labels, scores))
-
-
 def write_like(name: str, output: str, fraction: float = 1.0, seed: int = 0,
                cfg: SyntheticConfig = SyntheticConfig()) -> dict:
     """Writes the log like `LIKE[name]` (times `fraction`) to `output` (renamed into
@@ -320,7 +230,7 @@ def write_like(name: str, output: str, fraction: float = 1.0, seed: int = 0,
             items = catalogue.draw_items(cats, chunk)
             swaps += _cover(items, cats, np.flatnonzero(owner == index), seen, catalogue, chunk)
             if auc is None:
-                auc = _auc(catalogue, cfg, lens, cats, items, interests, chunk)
+                auc = last_click_auc(catalogue, cfg, lens, cats, items, interests, chunk)
             times = _times(like, lens, chunk)
             users = np.repeat(np.arange(first, first + len(lens)), lens)
             counts = events[:, index] if events is not None else np.zeros(0, np.int64)

@@ -30,18 +30,7 @@ Planted structure (all users simulated together, one step at a time):
   sixth column, the brand (`data.prepare --format=csv --columns=user=0,
   item=1,category=2,action=3,time=4,field:brand=5 --click=pv`).
 About 10% extra rows are buy/cart/fav events, which preparation drops.
-
-`<output>.truth.json` holds the generator's parameters; per history lag, the
-probability that the behaviour's category equals (or is related to) the
-next click's category and the mutual information between the two
-categories; `related_category` (raw category id -> its related raw id; the
-planted truth of which behaviours drive a click, used by
-`dare_tf.analysis`); and `generator_auc`, the test AUC that the generator's own
-probability of the last click reaches against negatives drawn as the
-protocol draws them (by popularity, never an item the user clicked). It is
-a reference point, not a ceiling: that rejection makes "the item is already
-in the history" a signal the generator's probability does not use, and
-trained models do use it.
+`<output>.truth.json` holds the planted truth (`dare_tf.data.generation.truth`).
 """
 
 from __future__ import annotations
@@ -55,6 +44,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from dare_tf._faces import public
+from dare_tf.data.generation.truth import ground_truth
 
 
 @public("dare_tf.data")
@@ -248,7 +238,7 @@ def generate(cfg: SyntheticConfig):
     }
     if cfg.brands:
         rows["brand"] = item_brand[rows["item"] - 1] + 1
-    truth = _ground_truth(cfg, world, cats, lengths, flat_items, rng)
+    truth = ground_truth(cfg, world, cats, lengths, flat_items, rng)
     return rows, truth
 
 
@@ -284,63 +274,6 @@ def _recall(cfg: SyntheticConfig, lengths, flat_items, world, rng):
         items[recall, t] = items[rows[recall], t - lag[recall]]
     flat = items[valid]
     return flat, world.item_cat[flat]
-
-
-def _mutual_information(a, b, n):
-    """Plug-in MI (nats) of two category arrays, with the Miller-Madow bias correction."""
-    joint = np.bincount(a * n + b, minlength=n * n).reshape(n, n).astype(float)
-    total = joint.sum()
-    joint /= total
-    pa_, pb_ = joint.sum(1, keepdims=True), joint.sum(0, keepdims=True)
-    nz = joint > 0
-    mi = float((joint[nz] * np.log(joint[nz] / (pa_ @ pb_)[nz])).sum())
-    bias = (nz.sum() - (pa_ > 0).sum() - (pb_ > 0).sum() + 1) / (2 * total)
-    return max(mi - bias, 0.0)
-
-
-def _ground_truth(cfg, world, cats, lengths, flat_items, rng, max_lag=200, pairs=100_000):
-    n_users = cats.shape[0]
-    last = lengths - 1
-    per_lag = []
-    for lag in range(1, min(max_lag, cfg.max_length - 1) + 1):
-        # (user, position) pairs whose behaviour `lag` steps back exists.
-        users = rng.integers(0, n_users, pairs)
-        users = users[lengths[users] > lag]
-        if len(users) == 0:
-            continue
-        t = lag + (rng.random(len(users)) * (lengths[users] - lag)).astype(np.int64)
-        target, behaviour = cats[users, t], cats[users, t - lag]
-        per_lag.append({
-            "lag": lag,
-            "p_same_category": float((behaviour == target).mean()),
-            "p_related_category": float((world.related[behaviour] == target).mean()),
-            "mutual_information": _mutual_information(behaviour, target, cfg.categories),
-        })
-    # The generator's own P(next item | session state, user) for the last click
-    # against 2 negatives per user drawn as data.prepare draws them.
-    item_freq = np.bincount(flat_items, minlength=len(world.item_cat)).astype(float)
-    neg_cdf = np.cumsum(item_freq / item_freq.sum())
-    scores, labels = [], []
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    for u in range(n_users):
-        p_cat = world.next_category_probs(cats[u, last[u] - 1], u)
-        pos = flat_items[starts[u] + last[u]]
-        clicked = set(flat_items[starts[u]: starts[u] + lengths[u]].tolist())
-        negs = []
-        while len(negs) < 2:
-            n = int(min(np.searchsorted(neg_cdf, rng.random()), len(neg_cdf) - 1))
-            if n not in clicked:
-                negs.append(n)
-        for item, label in [(pos, 1)] + [(n, 0) for n in negs]:
-            scores.append(p_cat[world.item_cat[item]] * world.item_p_in_cat[item])
-            labels.append(label)
-    scores, labels = np.array(scores), np.array(labels)
-    pos_s, neg_s = scores[labels == 1], scores[labels == 0]
-    auc = ((pos_s[:, None] > neg_s[None]).mean() + 0.5 * (pos_s[:, None] == neg_s[None]).mean())
-    # Raw category id (the log's, 1-based; 0 unused) -> raw id of its related category.
-    related = [0] + (world.related + 1).tolist()
-    return {"config": dataclasses.asdict(cfg), "generator_auc": float(auc), "per_lag": per_lag,
-            "related_category": related}
 
 
 @public("dare_tf.data", name="write_synthetic")

@@ -8,7 +8,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dare_tf.data.logs.formats import FIELD_ROLE, LogFormat, LogFormatError, own_values, resolved_columns
+from dare_tf.data.logs.formats import FIELD_ROLE, LogFormat, LogFormatError, resolved_columns
+
+from dare_tf.data.logs.clicks import own_values
 from dare_tf._files import file_sha256
 from dare_tf.data.logs.times import time_column
 
@@ -108,7 +110,7 @@ def _field_values(reader, role: str, column, items: np.ndarray, reasons: dict) -
 
 
 def parse_row_group(reader, group: int, first_row: int) -> None:
-    """One row group of a Parquet log into `reader` (`log_reader._BlockParser`):
+    """One row group of a Parquet log into `reader` (`dare_tf.data.logs.blocks.BlockParser`):
     its kept rows' int64 columns appended to `reader.parts`, its bad rows named or
     counted as a CSV block's bad lines are."""
     import pyarrow.parquet as pq

@@ -10,21 +10,16 @@ the dataset that preparing all the days at once writes, record for record.
 What the append costs is the new day's rows, the id maps and the store
 shards it rewrites; the old days' examples are not read.
 
-The commit is journaled: new shards are written under new names, the new id
-maps beside the old ones (`.NAME.append`) and the new spec.json as the
-journal (`APPEND_JOURNAL`), then the id maps
-and spec.json are renamed into place, spec.json last, and the shards spec.json
-no longer lists are removed. A killed append leaves the dataset as it was
-(its new files are removed by the next append); one killed during the renames
-is finished by the next append, and until then the dataset is refused when
-read (`DatasetSpec.load`).
+The commit is journaled (`dare_tf.data.preparation.journal`): a killed append
+leaves the dataset as it was (its new files are removed by the next append);
+one killed during the renames is finished by the next append, and until then
+the dataset is refused when read (`DatasetSpec.load`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import os
 import time
 
@@ -34,61 +29,20 @@ from absl import logging
 from dare_tf._files import one_writer
 from dare_tf.data.preparation.catalogue import Catalogue, day_name
 from dare_tf.data.preparation.days import LogRows, Past, write_days, write_store
-from dare_tf.data.storage.fields import field_files, field_id_file
+from dare_tf.data.storage.fields import field_id_file
 from dare_tf.data.logs.reader import read_log
-from dare_tf.data.logs.formats import ACTION_FIELD, LogFormat, dense_ids
-from dare_tf.data.preparation.dataset_dir import table_digests, verify_tables
+from dare_tf.data.logs.formats import ACTION_FIELD, LogFormat
+from dare_tf.data.logs.clicks import dense_ids
+from dare_tf.data.preparation import journal
+from dare_tf.data.preparation.dataset_dir import verify_tables
 from dare_tf.data.preparation.prepared import (item_categories, layout_fields, make_spec, read_item_clicks,
-    read_item_field, write_field_maps, write_id_maps, write_item_clicks)
+    read_item_field)
 from dare_tf.data.preparation.protocol import Protocol, time_windows
 from dare_tf.data.storage.records import read_shards
-from dare_tf.data.storage.spec import APPEND_JOURNAL, SPEC_FILE, TABLE_FILES, DatasetSpec, append_pending, read_id_map
-from dare_tf.data.storage.shards import STORE_KIND, is_shard_name, partition_of
-from dare_tf.data.storage.schema import STORE_TIMES, TIME_GAP
+from dare_tf.data.storage.spec import APPEND_JOURNAL, SPEC_FILE, DatasetSpec, read_id_map
+from dare_tf.data.storage.shards import STORE_KIND, partition_of
+from dare_tf.data.storage.schema import STORE_TIMES
 from dare_tf.data.logs.times import DAY
-
-
-def _listed(spec_path: str) -> set[str]:
-    with open(spec_path) as f:
-        raw = json.load(f)
-    return set(raw["files"])
-
-
-def _remove_unlisted_shards(data_dir: str, listed: set[str]) -> None:
-    for entry in sorted(os.listdir(data_dir)):
-        if is_shard_name(entry) and entry not in listed:
-            os.remove(os.path.join(data_dir, entry))
-            logging.info("removed %s: a shard spec.json does not list (an interrupted append's)", entry)
-
-
-def _tables(spec_path: str) -> tuple[str, ...]:
-    """The table files of the dataset whose spec.json (or journal) is `spec_path`."""
-    with open(spec_path) as f:
-        return (*TABLE_FILES, *field_files(json.load(f).get("fields", [])))
-
-
-def _commit(data_dir: str) -> None:
-    """Renames the journaled files into place (spec.json last) and removes the shards it no longer lists."""
-    for name in _tables(os.path.join(data_dir, APPEND_JOURNAL)):
-        if os.path.exists(os.path.join(data_dir, append_pending(name))):
-            os.replace(os.path.join(data_dir, append_pending(name)), os.path.join(data_dir, name))
-    os.replace(os.path.join(data_dir, APPEND_JOURNAL), os.path.join(data_dir, SPEC_FILE))
-    _remove_unlisted_shards(data_dir, _listed(os.path.join(data_dir, SPEC_FILE)))
-
-
-def recover(data_dir: str) -> None:
-    """Finishes an append that was killed during its commit, or removes what a
-    killed append wrote before it."""
-    if os.path.exists(os.path.join(data_dir, APPEND_JOURNAL)):
-        logging.warning("%s: finishing the append that was stopped while it committed", data_dir)
-        _commit(data_dir)
-        return
-    for path in [os.path.join(data_dir, append_pending(name)) for name in _tables(
-            os.path.join(data_dir, SPEC_FILE))] + [
-            os.path.join(data_dir, f"{APPEND_JOURNAL}.tmp")]:
-        if os.path.exists(path):
-            os.remove(path)
-    _remove_unlisted_shards(data_dir, _listed(os.path.join(data_dir, SPEC_FILE)))
 
 
 def _extend_ids(raw: np.ndarray, known: list[str], strings: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -182,7 +136,7 @@ def _new_rows(data_dir: str, spec: DatasetSpec, fmt: LogFormat, clicks, keep: np
     item, raw_items = _extend_ids(raw["item"], read_id_map(data_dir, "item"), strings)
     category, raw_categories = _extend_ids(raw["category"], read_id_map(data_dir, "category"),
                                            strings and "category" in fmt.role_columns)
-    names = [f["name"] for f in spec.fields if f["name"] != TIME_GAP]  # (the column fields)
+    names = spec.field_schema.columns
     fields, raw_fields = {}, {}
     for name in names:
         with open(os.path.join(data_dir, field_id_file(name))) as f:
@@ -282,7 +236,7 @@ def _append(input_path: str, data_dir: str, fmt: LogFormat | None, allow_late: b
         timings[name] = timings.get(name, 0.0) + now - mark[0]
         mark[0] = now
 
-    recover(data_dir)
+    journal.recover(data_dir)
     spec = DatasetSpec.load(data_dir)
     verify_tables(data_dir, spec)  # (the new days are mapped through them)
     fmt = _check(spec, data_dir, fmt, input_path)
@@ -316,25 +270,10 @@ def _append(input_path: str, data_dir: str, fmt: LogFormat | None, allow_late: b
         **layout_fields(protocol, spec.compression, files, bounds, [
             dict(f, vocabulary=len(new.raw_fields[f["name"]]) + 2) if f["name"] in new.raw_fields else f
             for f in spec.fields]), **time_windows(protocol, bounds)))
-    new_spec = _journal(data_dir, new_spec, new)
-    _commit(data_dir)
+    new_spec = journal.write_journal(data_dir, new_spec, new)
+    journal.commit(data_dir)
     phase("commit")
     logging.info("appended %s to %s in %.1fs: %s", input_path, data_dir, time.perf_counter() - start, new_spec.counts)
-    return new_spec
-
-
-def _journal(data_dir: str, new_spec: DatasetSpec, new: _NewRows) -> DatasetSpec:
-    """Writes the new id maps and tables beside the old ones, then the new spec.json
-    (with the tables' digests, as returned) as the journal."""
-    write_id_maps(data_dir, new.raw_items, new.raw_categories, new.raw_users, new.catalogue.categories,
-                  rename=append_pending)
-    write_field_maps(data_dir, new.raw_fields, new.catalogue.fields, new.num_items, rename=append_pending)
-    write_item_clicks(data_dir, new.catalogue.counts, rename=append_pending)
-    new_spec = dataclasses.replace(new_spec, tables=table_digests(data_dir, new_spec.fields, rename=append_pending))
-    journal = os.path.join(data_dir, APPEND_JOURNAL)
-    with open(f"{journal}.tmp", "w") as f:
-        f.write(new_spec.to_json())
-    os.replace(f"{journal}.tmp", journal)  # the commit point: from here on the append is finished, not undone
     return new_spec
 
 

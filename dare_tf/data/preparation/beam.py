@@ -1,6 +1,6 @@
 """The preparation protocol as an Apache Beam pipeline, for logs larger than
 one machine: `prepare(...)` writes the same store, examples, id maps and
-spec.json as `dare_tf.data.preparation.protocol.prepare` (tested record for record),
+spec.json as `dare_tf.data.preparation.in_memory.prepare` (tested record for record),
 with the DirectRunner locally or any Beam runner (`pipeline_options`).
 
 Program: `python -m data.prepare --runner=beam [--beam_options=...]`.
@@ -19,6 +19,7 @@ The driver reads the file once (its sha256 and its blocks cut at line ends,
    (`dare_tf.data.preparation.days`, seeded per user and day), against every day's
    item counts (a side input);
 5. each shard (one partition's users, in order) is written by one worker
+   (steps 4 and 5: `dare_tf.data.preparation.beam_shards`)
    (TensorFlow's TFRecord writer: any file system TensorFlow reaches).
 Step 3's rankings hold one entry per distinct user, item and category on
 one worker (the id maps), not one per click.
@@ -38,19 +39,14 @@ from dare_tf.data.logs.reader import parse_block, plan_blocks
 from dare_tf.data.logs.formats import check_fields
 from dare_tf.data.logs.formats import LogFormat
 from dare_tf.data.preparation.dataset_dir import guard_dataset_dir, write_prepared
-from dare_tf.data.preparation.prepared import (PartitionedWriter, check_compression, layout_fields, log_format,
+from dare_tf.data.preparation.prepared import (check_compression, layout_fields, log_format,
     make_spec, write_field_maps, write_id_maps, write_item_clicks)
+from dare_tf.data.preparation.beam_shards import time_split_shards, user_split_shards
 from dare_tf.data.preparation.beam_statistics import merge_summaries, statistics, user_ranks, user_summaries
-from dare_tf.data.preparation.catalogue import clicks_by_day, day_item_summaries, merge_day_items
-from dare_tf.data.preparation.days import example_names, table_columns, user_examples
 from dare_tf.data.storage.fields import column_entries, spec_fields
 from dare_tf.data.logs.formats import ACTION_FIELD
-from dare_tf.data.preparation.examples import USERS_PER_CHUNK, UserRows, chunk_examples, store_rows
 from dare_tf.data.preparation.protocol import Protocol, no_user_qualifies, preparation_id, time_windows
-from dare_tf.data.storage.spec import SPLITS
-from dare_tf.data.storage.shards import SEGMENT_KIND, STORE_KIND, partition_of
 from dare_tf.data.logs.string_ids import fingerprinted, from_fingerprints, named
-from dare_tf.data.logs.times import DAY
 
 MANIFEST = ".beam-manifest.json"  # written by the pipeline into the staging directory, read and removed
 
@@ -79,35 +75,6 @@ def _user_sequence(element, sort_by_time: bool, chronological: bool = False):
     order = np.lexsort((keys, times)) if sort_by_time or chronological else np.argsort(keys)
     first = (int(times[order[0]]), int(keys[order[0]])) if chronological else int(keys.min())
     return user, first, items[order], categories[order], keys[order], times[order], labels[order], fields[order]
-
-
-def _chunk_outputs(element, side: dict, protocol: Protocol, impressions: bool):
-    """Examples and store rows of one chunk, keyed by the shard (kind, partition) they belong to."""
-    chunk, members = element
-    members = sorted(members, key=lambda m: m[0])  # (qualifying index, dense uid, UserRows)
-    users = np.array([m[1] for m in members], np.int64)
-    rows = [m[2] for m in members]
-    for split, columns in chunk_examples(chunk, users, rows, side["stats"], protocol).items():
-        parts = partition_of(columns["uid"], protocol.partitions)
-        for k in np.unique(parts).tolist():
-            yield (split, k), (chunk, {c: v[parts == k] for c, v in columns.items()})
-    stored = [r.stored(protocol.time_gap) for r in rows]
-    parts = partition_of(users, protocol.partitions)
-    for k in np.unique(parts).tolist():
-        sel = np.flatnonzero(parts == k)
-        yield (STORE_KIND, k), (chunk, store_rows(users[sel], [stored[i] for i in sel]))
-
-
-def _write_shard(element, directory: str, protocol: Protocol, compression: str):
-    """Writes one shard from its chunks' rows, in chunk order; returns its spec.json entries."""
-    (kind, k), parts = element
-    writer = PartitionedWriter(directory, kind, protocol.partitions, compression, indices=[k])
-    for _, rows in sorted((p for p in parts if p is not None), key=lambda p: p[0]):
-        if kind == STORE_KIND:
-            writer.write_store(*rows)
-        else:
-            writer.write_examples(rows)
-    return writer.close()
 
 
 def _write_manifest(files, side: dict, directory: str, source: dict, last_time: int, chronological: bool,
@@ -170,103 +137,15 @@ def build_pipeline(pipeline, path: str, fmt: LogFormat, plan, protocol: Protocol
         users | "Statistics" >> beam.Map(lambda u, r, s: statistics(u, r, s, protocol, impressions, field_names),
                                          ranks, beam.pvalue.AsSingleton(merged)))
 
-    files = (_time_split_shards(pipeline, sequences, side, last_time, protocol, directory, compression, impressions,
+    files = (time_split_shards(pipeline, sequences, side, last_time, protocol, directory, compression, impressions,
                                 field_names)
-             if chronological else _user_split_shards(pipeline, sequences, side, protocol, directory, compression,
+             if chronological else user_split_shards(pipeline, sequences, side, protocol, directory, compression,
                                                       impressions))
     _ = (files | "Manifest" >> beam.Map(
         lambda f, side_, c, t, n: _write_manifest(f, side_, directory, {"rows": c[0], "bad_lines": c[1],
                                                                         "clicks": c[2]}, t, chronological, n),
         side, beam.pvalue.AsSingleton(counts), last_time,
         names if names is not None else beam.pvalue.AsSingleton(pipeline | "NoNames" >> beam.Create([None]))))
-
-
-def _rows(side: dict, seq, dtype, times: bool, impressions: bool) -> UserRows:
-    """A user's sequence (`_user_sequence`) as dense ids (the statistics' maps):
-    `times` kept where asked for, `labels` in an impression log, and with
-    `--action_field` which rows are clicks (the labels `_block_users` set)."""
-    _, _, items, categories, _, row_times, labels, fields = seq
-    return UserRows(items=np.array([side["item_dense"][int(i)] for i in items], dtype),
-                    categories=np.array([side["category_dense"][int(c)] for c in categories], dtype),
-                    times=np.asarray(row_times, np.int64) if times else None, labels=labels if impressions else None,
-                    fields={n: np.array([side["field_dense"][j][int(v)] for v in fields[:, j]], dtype)
-                            for j, n in enumerate(side["field_names"])},
-                    clicked=labels == 1 if ACTION_FIELD in side["field_names"] else None)
-
-
-def _user_split_shards(pipeline, sequences, side, protocol: Protocol, directory: str, compression: str,
-                       impressions: bool):
-    """The per-user protocol: the qualifying users grouped into the protocol's
-    chunks, whose examples and negatives `chunk_examples` draws; returns the
-    shard list."""
-    import apache_beam as beam
-
-    def to_chunks(seq, side_):
-        uid = side_["user_dense"][seq[0]]
-        index = side_["index"].get(uid)
-        if index is None:
-            return
-        yield index // USERS_PER_CHUNK, (index, uid, _rows(side_, seq, np.int32, impressions or protocol.time_gap,
-                                                           impressions))
-
-    outputs = (sequences
-               | "ToChunks" >> beam.FlatMap(to_chunks, side)
-               | "GroupChunks" >> beam.GroupByKey()
-               | "Chunks" >> beam.FlatMap(_chunk_outputs, side, protocol, impressions))
-    # Every shard exists, also a partition's that holds no user.
-    empty = pipeline | "AllShards" >> beam.Create(
-        [((kind, k), None) for kind in (*SPLITS, STORE_KIND) for k in range(protocol.partitions)])
-    return ((outputs, empty) | "WithEmpty" >> beam.Flatten()
-            | "GroupShards" >> beam.GroupByKey()
-            | "WriteShards" >> beam.Map(_write_shard, directory, protocol, compression)
-            | "ShardList" >> beam.combiners.ToList())
-
-
-def _time_split_shards(pipeline, sequences, side, last_time, protocol: Protocol, directory: str, compression: str,
-                       impressions: bool, fields=()):
-    """`--split=time` (`dare_tf.data.preparation.days`): each user's examples over its days,
-    its negatives drawn by the clicks up to its day (a side input of every
-    day's `ClicksToDate`: a vocabulary's counts per day, which bounds the
-    days and items this driver takes), and every user's store record; returns
-    the shard list."""
-    import apache_beam as beam
-
-    names = example_names(fields, protocol.time_gap)
-    summaries = (sequences
-                 | "DaySummaries" >> beam.FlatMap(lambda s: day_item_summaries(s[2], s[3], s[5], s[4], s[6], s[7]))
-                 | "MergeDays" >> beam.CombinePerKey(merge_day_items)
-                 | "AllDays" >> beam.combiners.ToList())
-    to_date = beam.pvalue.AsSingleton(summaries | "ClicksByDay" >> beam.Map(clicks_by_day, side))
-
-    def user_outputs(seq, side_, clicks, last):
-        uid = side_["user_dense"][seq[0]]
-        rows = _rows(side_, seq, np.int64, True, impressions)
-        k = int(partition_of(uid, protocol.partitions))
-        for tag, table in user_examples(uid, rows, clicks, protocol, protocol.bounds(last)):
-            yield (SEGMENT_KIND, tag, k), (uid, table)
-        yield (STORE_KIND, None, k), (uid, rows.stored(protocol.time_gap))
-
-    outputs = sequences | "Users" >> beam.FlatMap(user_outputs, side, to_date, last_time)
-    tags = (outputs | "Tags" >> beam.Map(lambda o: o[0][1]) | "DistinctTags" >> beam.Distinct())
-    empty = (tags | "EveryPartition" >> beam.FlatMap(lambda t: [
-        ((STORE_KIND if t is None else SEGMENT_KIND, t, k), None) for k in range(protocol.partitions)]))
-
-    def write(element, last):
-        (kind, tag, k), parts = element
-        rows = sorted((p for p in parts if p is not None), key=lambda p: p[0])
-        writer = PartitionedWriter(directory, kind, protocol.partitions, compression, indices=[k],
-                                   tag=int(last) // DAY * DAY if tag is None else tag)
-        if kind == STORE_KIND:
-            writer.write_store(*store_rows([u for u, _ in rows], [s for _, s in rows]))
-        else:
-            table = np.concatenate([t for _, t in rows] or [np.zeros((0, len(names)), np.int64)])
-            writer.write_examples(table_columns(table, names))
-        return writer.close()
-
-    return ((outputs, empty) | "WithEmptyShards" >> beam.Flatten()
-            | "GroupShards" >> beam.GroupByKey()
-            | "WriteShards" >> beam.Map(write, last_time)
-            | "ShardList" >> beam.combiners.ToList())
 
 
 def _unwrap(error: BaseException) -> BaseException:
@@ -301,7 +180,7 @@ def _check_manifest(input_path: str, fmt: LogFormat, protocol: Protocol, manifes
 def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Protocol = Protocol(),
             skip_bad_lines: bool = False, pipeline_options=None, block_bytes: int | None = None,
             compression: str = "GZIP"):
-    """`dare_tf.data.preparation.protocol.prepare` on Apache Beam (see the module docstring).
+    """`dare_tf.data.preparation.in_memory.prepare` on Apache Beam (see the module docstring).
 
     Args:
         pipeline_options: a `beam.options.pipeline_options.PipelineOptions`

@@ -13,7 +13,7 @@ import shutil
 from absl import logging
 
 from dare_tf._files import clean_stale, guard_output_dir, one_writer, replace_directory, staging_dir
-from dare_tf.data.storage.fields import field_files
+from dare_tf.data.storage.fields import FieldSchema
 from dare_tf._files import file_sha256
 from dare_tf.data.storage.spec import (APPEND_JOURNAL, APPEND_LOCK, FORMAT, LEGACY_FORMATS, SPEC_FILE, TABLE_FILES,
     DatasetSpec, SpecError, append_pending)
@@ -34,7 +34,8 @@ def _own_files(directory: str) -> set[str] | None:
     if not (raw.get("format") in (FORMAT, *LEGACY_FORMATS) or legacy):
         return None
     fields = raw.get("fields") if isinstance(raw.get("fields"), list) else []
-    tables = (*TABLE_FILES, *field_files([f for f in fields if isinstance(f, dict) and isinstance(f.get("name"), str)]))
+    named = [f for f in fields if isinstance(f, dict) and isinstance(f.get("name"), str)]
+    tables = (*TABLE_FILES, *FieldSchema.of(named).files())
     names = {SPEC_FILE, *tables, *raw.get("store", []), APPEND_JOURNAL, f"{APPEND_JOURNAL}.tmp", APPEND_LOCK,
              *map(append_pending, tables)}
     for shard_names in raw.get("shards", {}).values():
@@ -61,7 +62,8 @@ def guard_dataset_dir(output_dir: str, input_path: str) -> None:
 def table_digests(directory: str, fields: list, rename=lambda name: name) -> dict[str, str]:
     """spec.json's `tables`: the sha256 of each table file of a dataset with
     `fields` that it holds (`rename`: where a file lies before its commit)."""
-    return {name: file_sha256(os.path.join(directory, rename(name))) for name in (*TABLE_FILES, *field_files(fields))
+    names = (*TABLE_FILES, *FieldSchema.of(fields).files())
+    return {name: file_sha256(os.path.join(directory, rename(name))) for name in names
             if os.path.exists(os.path.join(directory, rename(name)))}
 
 

@@ -12,7 +12,8 @@ import numpy as np
 from absl import logging
 
 from dare_tf._faces import public
-from dare_tf.data.logs.formats import ACTION_FIELD, FORMATS, Clicks, LogFormat
+from dare_tf.data.logs.formats import ACTION_FIELD, FORMATS, LogFormat
+from dare_tf.data.logs.clicks import Clicks
 from dare_tf.data.storage.records import ShardWriter
 from dare_tf.data.storage.wire import encode_examples, encode_store
 from dare_tf.data.storage.spec import (FORMAT, ID_MAP_FILES, ITEM_CATEGORY_FILE, ITEM_CLICKS_FILE, SPLITS, DatasetSpec,

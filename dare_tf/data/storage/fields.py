@@ -2,7 +2,7 @@
 category: what preparation makes of a log's field columns (`--columns=...,
 field:brand=COL`, a preset's `--fields=seller,brand`) and of `--time_gap`.
 
-Its files are `<name>_ids.txt` and `item_<name>.txt` (`field_files`;
+Its files are `<name>_ids.txt` and `item_<name>.txt` (`FieldSchema.files`;
 `dare_tf.data.preparation.prepared` writes and reads them).
 
 - A column field gets dense 1-based ids in order of first appearance (as
@@ -23,11 +23,13 @@ Its files are `<name>_ids.txt` and `item_<name>.txt` (`field_files`;
 
 from __future__ import annotations
 
+import dataclasses
 
 import numpy as np
 
-from dare_tf.data.logs.formats import ACTION_FIELD, dense_ids
-from dare_tf.data.storage.schema import TIME_GAP
+from dare_tf.data.logs.clicks import dense_ids
+from dare_tf.data.logs.formats import ACTION_FIELD
+from dare_tf.data.storage.schema import INPUT_ROLES, TIME_GAP, history_feature, input_role
 
 # The time gap's last bucket edge is 2^TIME_GAP_LOG2 time units (2^40 s: 34,000 years).
 TIME_GAP_LOG2 = 40
@@ -67,16 +69,6 @@ def field_id_file(name: str) -> str:
 def item_field_file(name: str) -> str:
     """Line k: the dense value of a field of dense item k (its last row), as `ITEM_CATEGORY_FILE`."""
     return f"item_{name}.txt"
-
-
-def field_files(fields: list) -> tuple[str, ...]:
-    """The table files of spec.json's `fields`: an id map of each column field, and
-    each item's value of those with a target (a time gap has none)."""
-    out = []
-    for field in fields:
-        if field["name"] != TIME_GAP:
-            out += [field_id_file(field["name"])] + [item_field_file(field["name"])] * (not field["history_only"])
-    return tuple(out)
 
 
 def column_entries(fmt, vocabularies: dict) -> list[dict]:
@@ -121,3 +113,87 @@ def spec_fields(entries: list[dict], time_gap: bool) -> list[dict]:
     return [*entries, *([time_gap_entry()] if time_gap else [])]
 
 
+@dataclasses.dataclass(frozen=True)
+class FieldSchema:
+    """The behaviour fields beside item and category of a dataset (spec.json's
+    `fields`) or a model (`ModelConfig.fields`, whose `BehaviorField`s are views
+    of these entries with their widths), in order: which are column fields (read
+    from a log, stored per click, mapped through id maps) and which is derived
+    (the time gap, computed from the clicks' times and bucketed by `edges`), the
+    input name of each field in each role (`hist_`, `target_`, `candidate_`),
+    the dataset's table files, and the time gap's one bucketing per backend.
+
+    `FieldSchema.of(spec.fields)` (or `DatasetSpec.field_schema`),
+    `FieldSchema.of(model_config.fields)`; `to_spec()` gives the entries back."""
+
+    entries: tuple[dict, ...] = ()
+
+    @classmethod
+    def of(cls, fields) -> "FieldSchema":
+        """From spec.json's entries (dicts), `BehaviorField`s or a `FieldSchema`."""
+        if isinstance(fields, cls):
+            return fields
+        return cls(tuple(dict(f) if isinstance(f, dict) else
+                         {"name": f.name, "vocabulary": f.vocabulary, "history_only": f.history_only}
+                         for f in fields))
+
+    def to_spec(self) -> list[dict]:
+        """spec.json's `fields`."""
+        return [dict(f) for f in self.entries]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(f["name"] for f in self.entries)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The column fields (all but the time gap): what a store keeps per click."""
+        return tuple(name for name in self.names if name != TIME_GAP)
+
+    @property
+    def time_gap(self) -> bool:
+        return TIME_GAP in self.names
+
+    @property
+    def edges(self) -> list[int] | None:
+        """The time gap's bucket edges, as spec.json records them (None without one)."""
+        return next((f.get("edges") for f in self.entries if f["name"] == TIME_GAP), None)
+
+    def is_column(self, name: str) -> bool:
+        return name != TIME_GAP
+
+    def inputs(self, role: str) -> list[str]:
+        """The inputs of the fields in `role`: `hist`, every field's `hist_<name>`;
+        `target` or `candidate`, `<role>_<name>` of those with a target value."""
+        if role not in INPUT_ROLES:
+            raise ValueError(f"role {role!r}: one of {INPUT_ROLES}")
+        if role == "hist":
+            return [history_feature(f["name"]) for f in self.entries]
+        return [f"{role}_{f['name']}" for f in self.entries if not f.get("history_only")]
+
+    def keys(self, target: str = "target") -> list[str]:
+        """A model's field inputs: `inputs("hist")`, then `inputs(target)`."""
+        return self.inputs("hist") + self.inputs(target)
+
+    @staticmethod
+    def field_of(key: str) -> str:
+        """`hist_brand`, `target_brand`, `candidate_brand` -> `brand`."""
+        input_role(key)
+        return key.split("_", 1)[1]
+
+    def files(self) -> tuple[str, ...]:
+        """The dataset's table files of its fields: an id map of each column field, and
+        each item's value of those with a target."""
+        out = []
+        for field in self.entries:
+            if self.is_column(field["name"]):
+                out += [field_id_file(field["name"])] + [item_field_file(field["name"])] * (not field["history_only"])
+        return tuple(out)
+
+    def buckets(self, gaps) -> np.ndarray:
+        """The time gap's buckets of `gaps` (numpy; `buckets_tensor` in TensorFlow)."""
+        return time_gap_buckets(gaps, self.edges)
+
+    def buckets_tensor(self, gaps, edges=None):
+        """`buckets` in TensorFlow (`edges`: a tensor of `self.edges`, made once)."""
+        return time_gap_buckets_tensor(gaps, self.edges if edges is None else edges)

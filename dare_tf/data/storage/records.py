@@ -40,7 +40,7 @@ from dare_tf._faces import public
 from dare_tf._startup import quiet_tensorflow
 from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.data.storage.shards import STORE_KIND
-from dare_tf.data.storage.schema import (EXAMPLE_COLUMNS, EXAMPLE_TIME, STORE_CLICK_COLUMNS, STORE_TIMES, TIME_GAP,
+from dare_tf.data.storage.schema import (EXAMPLE_COLUMNS, EXAMPLE_TIME, STORE_CLICK_COLUMNS, STORE_TIMES,
     target_feature)
 
 @public("dare_tf.data")
@@ -131,7 +131,7 @@ def _ranges(spec: DatasetSpec) -> dict[str, tuple[int, int, str]]:
     fields = {}
     for field in spec.fields:
         name = field["name"]
-        if name == TIME_GAP:
+        if not spec.field_schema.is_column(name):
             fields.update(dict.fromkeys((EXAMPLE_TIME, STORE_TIMES), (0, np.iinfo(np.int64).max, "a time >= 0")))
         else:
             fields[name] = fields[target_feature(name)] = vocab(field["vocabulary"], name)

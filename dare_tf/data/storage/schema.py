@@ -55,6 +55,28 @@ def history_feature(name: str) -> str:
     return f"hist_{name}"
 
 
+# The model input of the time gap: each behaviour's gap to the target's time.
+HIST_TIME_GAP = history_feature(TIME_GAP)
+
+
+def candidate_feature(name: str) -> str:
+    """The `rank` input of a field's candidate values."""
+    return f"candidate_{name}"
+
+
+INPUT_ROLES = ("hist", "target", "candidate")
+
+
+def input_role(name: str) -> str:
+    """`hist`, `target` or `candidate`: the role of a field's input name (the
+    inverse of `history_feature`, `target_feature` and `candidate_feature`)."""
+    role = name.split("_", 1)[0]
+    if role not in INPUT_ROLES or "_" not in name:
+        raise ValueError(f"fields: {name!r} is not a field input (hist_<field>, target_<field> or "
+                         "candidate_<field>)")
+    return role
+
+
 def record_columns(fields: list) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The example record's features and the store record's lists of a dataset
     with spec.json's `fields`: `(EXAMPLE_COLUMNS + ..., STORE_CLICK_COLUMNS + ...)`."""

@@ -133,6 +133,13 @@ class DatasetSpec:
     def to_json(self) -> str:
         return json.dumps(self._dict(), indent=2, sort_keys=True)
 
+    @property
+    def field_schema(self):
+        """Its `fields` as a `dare_tf.data.storage.fields.FieldSchema`."""
+        from dare_tf.data.storage.fields import FieldSchema
+
+        return FieldSchema.of(self.fields)
+
     def field(self, name: str) -> dict:
         """The `fields` entry named `name`; `KeyError` naming the dataset's fields."""
         for field in self.fields:

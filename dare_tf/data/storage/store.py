@@ -16,7 +16,7 @@ from dare_tf._faces import public
 from dare_tf.data.storage.records import ShardError, read_shards
 from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.data.storage.shards import STORE_KIND
-from dare_tf.data.storage.schema import (EXAMPLE_TIME, HIST_CATEGORIES, HIST_ITEMS, STORE_TIMES, TIME_GAP,
+from dare_tf.data.storage.schema import (EXAMPLE_TIME, HIST_CATEGORIES, HIST_ITEMS, HIST_TIME_GAP, STORE_TIMES,
     history_feature)
 
 
@@ -62,10 +62,10 @@ class SequenceStore:
         length = np.zeros(spec.num_users, np.int32)
         start[uid] = np.concatenate([[0], np.cumsum(lengths)[:-1]])
         length[uid] = lengths
-        names = [f["name"] for f in spec.fields if f["name"] != TIME_GAP]
-        gap = [f for f in spec.fields if f["name"] == TIME_GAP]
+        schema = spec.field_schema
+        names = schema.columns
         return cls(items, categories, start, length, {n: np.concatenate([p[n] for p in parts]) for n in names},
-                   np.concatenate([p[STORE_TIMES] for p in parts]) if gap else None, gap[0]["edges"] if gap else None,
+                   np.concatenate([p[STORE_TIMES] for p in parts]) if schema.time_gap else None, schema.edges,
                    [n for n in names if not spec.field(n)["history_only"]])
 
     def _window(self, uid, position, max_len: int) -> tuple[np.ndarray, np.ndarray]:
@@ -106,7 +106,7 @@ class SequenceStore:
                **{history_feature(n): v[idx] for n, v in self.fields.items()}}
         if self.times is not None:
             gaps = np.asarray(columns[EXAMPLE_TIME], np.int64)[:, None] - self.times[idx]
-            out[history_feature(TIME_GAP)] = time_gap_buckets(gaps, self.edges)
+            out[HIST_TIME_GAP] = time_gap_buckets(gaps, self.edges)
         return {k: np.where(valid, v, 0).astype(np.int32) for k, v in out.items()}
 
 

@@ -11,7 +11,8 @@ import pytest
 
 from dare_tf.data.logs.formats import BadLineError, LogFormat, LogFormatError
 from dare_tf.data.feeding.pipeline import InMemorySplit
-from dare_tf.data.preparation.protocol import Protocol, prepare
+from dare_tf.data.preparation.protocol import Protocol
+from dare_tf.data.preparation.in_memory import prepare
 from dare_tf.data.storage.spec import DatasetSpec, read_id_map
 from tests.conftest import REPO, SHARED_DATA
 from tests.data.planted_logs import impression_log, impression_rows, parquet_clicks

@@ -14,9 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from dare_tf.data.preparation.append import append
-from dare_tf.data.storage.fields import field_files
+from dare_tf.data.storage.fields import FieldSchema
 from dare_tf.data.logs.formats import BadLineError, LogFormat, LogFormatError
-from dare_tf.data.preparation.protocol import Protocol, prepare
+from dare_tf.data.preparation.protocol import Protocol
+from dare_tf.data.preparation.in_memory import prepare
 from dare_tf.data.storage.spec import ID_MAP_FILES, DatasetSpec
 from tests.data.preparation.test_append import DAY, assert_same_data
 from tests.data.preparation.test_prepare import TAOBAO
@@ -84,7 +85,7 @@ def assert_twins(ints_dir, strings_dir):
     def brand_id(line):  # an integer dataset's own value is -1 - item; a string one's ~ITEM
         return f"B{line}" if int(line) >= 0 else "~" + sku(-1 - int(line))
 
-    ids, of_item = field_files([f for f in spec_i.fields if f["name"] == "brand"])
+    ids, of_item = FieldSchema.of([f for f in spec_i.fields if f["name"] == "brand"]).files()
     assert open(os.path.join(strings_dir, ids)).read().splitlines() == renamed(ints_dir, ids, brand_id)
     assert open(os.path.join(strings_dir, of_item)).read() == open(os.path.join(ints_dir, of_item)).read()
 

@@ -13,12 +13,14 @@ import numpy as np
 import pytest
 
 from dare_tf.data.preparation import append as append_module
+from dare_tf.data.preparation import journal as journal_module
 from dare_tf.data.preparation.append import append
-from dare_tf.data.preparation.protocol import Protocol, prepare
+from dare_tf.data.preparation.protocol import Protocol
+from dare_tf.data.preparation.in_memory import prepare
 from dare_tf.data.storage.spec import (APPEND_JOURNAL, ID_MAP_FILES, ITEM_CATEGORY_FILE, ITEM_CLICKS_FILE,
                                SPLITS, DatasetSpec, SpecError)
 from dare_tf.data.storage.store import SequenceStore, read_examples
-from dare_tf.data.storage.fields import field_files
+from dare_tf.data.storage.fields import FieldSchema
 from tests.conftest import LOUD_ENV, REPO, noise
 from tests.data.planted_logs import impression_log, impression_rows
 from tests.data.preparation.test_prepare import TAOBAO
@@ -46,7 +48,7 @@ def _day_numbers(path):
 def assert_same_data(a, b):
     """Id maps, item categories, the store and every split's examples (in order) equal."""
     spec_a, spec_b = DatasetSpec.load(a), DatasetSpec.load(b)
-    for name in (*ID_MAP_FILES.values(), ITEM_CATEGORY_FILE, ITEM_CLICKS_FILE, *field_files(spec_a.fields)):
+    for name in (*ID_MAP_FILES.values(), ITEM_CATEGORY_FILE, ITEM_CLICKS_FILE, *FieldSchema.of(spec_a.fields).files()):
         assert open(os.path.join(a, name)).read() == open(os.path.join(b, name)).read(), name
     store_a, store_b = SequenceStore.load(a, spec_a), SequenceStore.load(b, spec_b)
     for field in ("items", "categories", "start", "length"):
@@ -224,7 +226,7 @@ def test_a_killed_append_leaves_the_dataset_as_it_was_or_is_finished_by_the_next
     def killed_at_commit(data_dir):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(append_module, "_commit", killed_at_commit)
+    monkeypatch.setattr(journal_module, "commit", killed_at_commit)
     with pytest.raises(KeyboardInterrupt):
         append(day, killed)
     monkeypatch.undo()

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from dare_tf.data.feeding.pipeline import InMemorySplit
-from dare_tf.data.preparation.protocol import Protocol, prepare
+from dare_tf.data.preparation.protocol import Protocol
+from dare_tf.data.preparation.in_memory import prepare
 from dare_tf.data.storage.spec import SPLITS, read_id_map
 from tests.conftest import REPO
 from tests.data.planted_logs import impression_log

@@ -10,7 +10,8 @@ from dare_tf.data.feeding.pipeline import InMemorySplit, make_dataset
 from dare_tf.data.preparation.prepared import item_categories
 from dare_tf.data.storage.spec import DatasetSpec, SpecError, read_id_map
 from dare_tf.data.logs.formats import BadLineError
-from dare_tf.data.preparation.protocol import Protocol, prepare
+from dare_tf.data.preparation.protocol import Protocol
+from dare_tf.data.preparation.in_memory import prepare
 
 from tests.conftest import REPO, SHARED_DATA
 from tests.data.planted_logs import impression_log, parquet_clicks
@@ -293,11 +294,11 @@ def test_rewrite_replaces_old_shards_and_failure_keeps_old(tmp_path, monkeypatch
         ["spec.json", "item_ids.txt", "category_ids.txt", "user_ids.txt", "item_categories.txt",
          "store-00000-of-00001.tfrecord.gz",
          "train-00000-of-00001.tfrecord.gz", "val-00000-of-00001.tfrecord.gz", "test-00000-of-00001.tfrecord.gz"])
-    import dare_tf.data.preparation.protocol as protocol
+    import dare_tf.data.preparation.in_memory as in_memory
 
     def boom(*args, **kwargs):
         raise RuntimeError("killed midway")
-    monkeypatch.setattr(protocol.PartitionedWriter, "write_examples", boom)
+    monkeypatch.setattr(in_memory.PartitionedWriter, "write_examples", boom)
     with pytest.raises(RuntimeError, match="killed midway"):
         prepare("taobao", path, out, Protocol(min_clicks=20, train_targets=2, seed=9))
     assert DatasetSpec.load(out) == spec
@@ -576,7 +577,8 @@ def test_preparation_loads_neither_tensorflow_nor_keras(tmp_path):
     """A whole preparation (the TFRecord files included) runs on numpy, pyarrow and
     google-crc32c: TensorFlow's runtime alone is ~0.6 GB."""
     code = ("import sys, data.prepare, dare_tf.data.preparation.beam; "
-            "from dare_tf.data.preparation.protocol import Protocol, prepare; "
+            "from dare_tf.data.preparation.protocol import Protocol; "
+            "from dare_tf.data.preparation.in_memory import prepare; "
             f"prepare('taobao', {TAOBAO!r}, {str(tmp_path / 'out')!r}, Protocol(partitions=2)); "
             "print(sorted(m for m in ('tensorflow', 'keras', 'jax') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
@@ -588,7 +590,8 @@ def test_preparation_loads_neither_tensorflow_nor_keras(tmp_path):
 def test_many_partitions_under_a_low_open_file_limit(tmp_path):
     """4 x 100 shard files open at once with a soft limit of 128: the limit is
     raised within the hard one; a hard limit too low is named with the flag."""
-    code = ("import resource, sys; from dare_tf.data.preparation.protocol import Protocol, prepare; "
+    code = ("import resource, sys; from dare_tf.data.preparation.protocol import Protocol; "
+            "from dare_tf.data.preparation.in_memory import prepare; "
             "resource.setrlimit(resource.RLIMIT_NOFILE, (128, int(sys.argv[1]))); "
             f"s = prepare('taobao', {TAOBAO!r}, sys.argv[2], Protocol(partitions=100)); "
             "print(len(s.store), sum(s.records(n) for n in s.store))")

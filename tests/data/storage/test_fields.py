@@ -15,7 +15,8 @@ from dare_tf.data.storage.fields import time_gap_buckets, time_gap_edges
 from dare_tf.data.logs.reader import read_clicks
 from dare_tf.data.logs.formats import LogFormat, LogFormatError, log_format_of
 from dare_tf.data.feeding.pipeline import InMemorySplit, make_dataset
-from dare_tf.data.preparation.protocol import Protocol, prepare
+from dare_tf.data.preparation.protocol import Protocol
+from dare_tf.data.preparation.in_memory import prepare
 from dare_tf.data.storage.spec import SPLITS, DatasetSpec, read_id_map
 from tests.conftest import REPO
 from tests.data.preparation.test_prepare import TMALL, assert_same_datasets
@@ -357,3 +358,31 @@ def test_the_action_field_in_both_drivers_both_splits_and_appended(tmp_path):
     with pytest.raises(LogFormatError, match=r"^--action_field keeps every action as a field: it needs an action "
                                              r"column and its values, a preset's \(--dataset=taobao\|tmall\)$"):
         dataclasses.replace(log_format_of(None, "csv", "user=0,item=1,time=4"), action_field=True)
+
+
+def test_the_field_schema_owns_names_roles_files_and_buckets():
+    """Issue 46: one object answers for a dataset's fields (spec.json's entries) and a
+    model's (its BehaviorFields, views of the same entries)."""
+    from dare_tf.config import BehaviorField
+    from dare_tf.data.storage.fields import FieldSchema, time_gap_entry
+
+    entries = [{"name": "brand", "vocabulary": 9, "history_only": False, "column": "5"},
+               {"name": "action", "vocabulary": 6, "history_only": True, "column": "3"}, time_gap_entry()]
+    schema = FieldSchema.of(entries)
+    assert FieldSchema.of(schema.to_spec()) == schema and schema.to_spec() == entries
+    assert schema.names == ("brand", "action", "time_gap") and schema.columns == ("brand", "action")
+    assert schema.time_gap and schema.edges == time_gap_edges()
+    assert schema.inputs("hist") == ["hist_brand", "hist_action", "hist_time_gap"]
+    assert schema.inputs("target") == ["target_brand"] and schema.inputs("candidate") == ["candidate_brand"]
+    assert schema.keys("candidate") == ["hist_brand", "hist_action", "hist_time_gap", "candidate_brand"]
+    assert [FieldSchema.field_of(k) for k in schema.keys()] == ["brand", "action", "time_gap", "brand"]
+    assert schema.files() == ("brand_ids.txt", "item_brand.txt", "action_ids.txt")
+    gaps = np.array([-5, 0, 1, 3, 1 << 20])
+    assert schema.buckets(gaps).tolist() == time_gap_buckets(gaps, time_gap_edges()).tolist()
+    model = FieldSchema.of([BehaviorField(e["name"], e["vocabulary"], history_only=e["history_only"]) for e in entries])
+    assert model.keys() == schema.keys() and model.columns == schema.columns
+    with pytest.raises(ValueError, match=r"^fields: 'brand' is not a field input \(hist_<field>, target_<field> or "):
+        FieldSchema.field_of("brand")
+    with pytest.raises(ValueError, match=r"^role 'history': one of \('hist', 'target', 'candidate'\)$"):
+        schema.inputs("history")
+    assert not FieldSchema().time_gap and FieldSchema().edges is None and FieldSchema().keys() == []

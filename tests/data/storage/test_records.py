@@ -11,7 +11,8 @@ import pytest
 import tensorflow as tf
 
 from dare_tf.data.feeding.pipeline import InMemorySplit, make_dataset
-from dare_tf.data.preparation.protocol import Protocol, prepare
+from dare_tf.data.preparation.protocol import Protocol
+from dare_tf.data.preparation.in_memory import prepare
 from dare_tf.data.storage.records import ShardError, ShardReader, ShardWriter, read_shard, read_shards
 from dare_tf.data.storage.spec import DatasetSpec, SpecError
 from dare_tf.data.storage.shards import partition_of

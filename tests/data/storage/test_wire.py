@@ -8,7 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from dare_tf.data.preparation.protocol import Protocol, prepare
+from dare_tf.data.preparation.protocol import Protocol
+
+from dare_tf.data.preparation.in_memory import prepare
 from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.data.storage.shards import STORE_KIND
 from dare_tf.data.storage.wire import decode_varints, parse_store

@@ -22,8 +22,11 @@ import numpy as np
 import tensorflow as tf
 
 from dare_tf._faces import public
-from dare_tf.data.storage.schema import HIST_CATEGORIES, HIST_ITEMS, TIME_GAP, history_feature
-from dare_tf.serving.client import as_ids, explained_behaviours, rank_results, rank_tensors, row_errors
+from dare_tf.data.storage.fields import FieldSchema
+from dare_tf.data.storage.schema import (HIST_CATEGORIES, HIST_ITEMS, HIST_TIME_GAP, candidate_feature,
+    history_feature)
+from dare_tf.ids import as_ids
+from dare_tf.serving.encoding import explained_behaviours, rank_results, rank_tensors, row_errors
 from dare_tf.signatures import DATASET_SIGNATURE, ITEM_FIELDS, RANK, RANK_EXPLAIN, SERVING_DEFAULT, versions
 
 
@@ -101,11 +104,13 @@ class Recommender:
     def __init__(self, retrieval, ranker, histories=None):
         self.retrieval, self.ranker, self.histories = retrieval, ranker, histories
         self.checked, self.fields, self.strings = False, [], False
+        self.schema = FieldSchema()  # (the ranker's fields, by name: `check_same_dataset`)
 
     def check_same_dataset(self) -> None:
         mine = dataset_of(self.retrieval, "retrieval")["id_maps"]
         ranker = dataset_of(self.ranker, "ranking")
         theirs, self.fields, self.strings = ranker["id_maps"], ranker["fields"], ranker["strings"]
+        self.schema = FieldSchema(tuple({"name": name} for name in self.fields))
         if mine != theirs:
             raise ValueError(
                 f"the retrieval model {self.retrieval.model_name!r} and the ranker {self.ranker.model_name!r} "
@@ -181,17 +186,17 @@ class Recommender:
     def _rank_fields(self, given: dict, candidates) -> dict:
         """`rank`'s field inputs: the history's (`given`, checked against the ranker's
         fields in one line) and the candidates' (the ranker's `item_fields`)."""
-        wanted = {history_feature(name) for name in self.fields}
+        wanted = set(self.schema.inputs("hist"))
         if set(given) != wanted:
             missing, extra = sorted(wanted - set(given)), sorted(set(given) - wanted)
             raise ValueError(f"the ranker {self.ranker.model_name!r} reads the fields {self.fields or 'none'}: "
                              + "; ".join([f"give {', '.join(missing)}"] * bool(missing)
                                          + [f"it has no {', '.join(extra)}"] * bool(extra)))
         out = {k: [as_ids(k, v).reshape(-1)] for k, v in given.items()}
-        if any(name != TIME_GAP for name in self.fields):
+        if self.schema.columns:
             values = self.ranker.predict_tensors({"item_ids": np.asarray(candidates, object if self.strings
                                                                          else np.int64)}, ITEM_FIELDS)
-            out.update({f"candidate_{name}": [_decoded(values[name])] for name in self.fields if name in values})
+            out.update({candidate_feature(name): [_decoded(values[name])] for name in self.fields if name in values})
         return out
 
     def recommend_user(self, user_id, n: int = 200, top: int = 10, explain: bool = False, max_len: int | None = None,
@@ -217,15 +222,15 @@ class Recommender:
             self.check_same_dataset()
         items, categories = history.row(0)
         stored = history.row_fields(0)
-        missing = [name for name in self.fields if name != TIME_GAP and name not in stored]
+        missing = [name for name in self.schema.columns if name not in stored]
         if missing:
             raise ValueError(f"the ranker {self.ranker.model_name!r} reads the fields {self.fields}, but the history "
                              f"store {getattr(self.histories, 'url', '')} keeps {list(stored) or 'none'}: it lacks "
                              f"{', '.join(missing)}")
-        fields = {history_feature(name): stored[name] for name in self.fields if name != TIME_GAP}
-        if TIME_GAP in self.fields:
+        fields = {history_feature(name): stored[name] for name in self.schema.columns}
+        if self.schema.time_gap:
             now = int(time.time()) if now is None else int(now)
-            fields[history_feature(TIME_GAP)] = now - history.times[0, :history.lengths[0]]
+            fields[HIST_TIME_GAP] = now - history.times[0, :history.lengths[0]]
         return items, categories, fields
 
 

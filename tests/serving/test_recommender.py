@@ -13,13 +13,15 @@ import pytest
 @pytest.mark.tfrs  # tensorflow-recommenders: tf.keras as Keras 2 (its own pytest run, make test)
 def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
     from dare_tf import build_model
-    from dare_tf.data.preparation.protocol import Protocol, prepare
+    from dare_tf.data.preparation.protocol import Protocol
+    from dare_tf.data.preparation.in_memory import prepare
     from dare_tf.data.storage.spec import DatasetSpec, read_id_map
     from dare_tf.data.generation.synthetic import SyntheticConfig, write
-    from dare_tf.serving.cascade import LocalModel, Recommender, format_recommendations
+    from dare_tf.serving.recommender import LocalModel, Recommender, format_recommendations
     from dare_tf.serving.client import ServingClient
     from dare_tf.export import export_run, export_saved_model
-    from dare_tf.testing.standin_server import read_model_config, serve
+    from dare_tf.testing.model_config import read_model_config
+    from dare_tf.testing.standin_server import serve
 
     data, work = taobao, str(tmp_path)
     exports = os.path.join(work, "exports")

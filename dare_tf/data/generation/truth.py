@@ -1,0 +1,121 @@
+"""The planted truth of a generated log, which analyses and the generators' own
+checks read: per history lag, how the behaviour's category relates to the
+clicked one (probabilities and mutual information), and the test AUC that the
+generator's own probability of each user's last click reaches.
+
+`<output>.truth.json` holds the generator's parameters; per history lag, the
+probability that the behaviour's category equals (or is related to) the
+next click's category and the mutual information between the two
+categories; `related_category` (raw category id -> its related raw id; the
+planted truth of which behaviours drive a click, used by
+`dare_tf.analysis`); and `generator_auc`, the test AUC that the generator's own
+probability of the last click reaches against negatives drawn as the
+protocol draws them (by popularity, never an item the user clicked). It is
+a reference point, not a ceiling: that rejection makes "the item is already
+in the history" a signal the generator's probability does not use, and
+trained models do use it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+
+def mutual_information(a, b, n):
+    """Plug-in MI (nats) of two category arrays, with the Miller-Madow bias correction."""
+    joint = np.bincount(a * n + b, minlength=n * n).reshape(n, n).astype(float)
+    total = joint.sum()
+    joint /= total
+    pa_, pb_ = joint.sum(1, keepdims=True), joint.sum(0, keepdims=True)
+    nz = joint > 0
+    mi = float((joint[nz] * np.log(joint[nz] / (pa_ @ pb_)[nz])).sum())
+    bias = (nz.sum() - (pa_ > 0).sum() - (pb_ > 0).sum() + 1) / (2 * total)
+    return max(mi - bias, 0.0)
+
+
+def ground_truth(cfg, world, cats, lengths, flat_items, rng, max_lag=200, pairs=100_000) -> dict:
+    """The truth file of `dare_tf.data.generation.synthetic` (see its docstring): per lag
+    up to `max_lag` (over `pairs` sampled behaviours), how a behaviour's category
+    relates to the click's; the generator's own AUC of each user's last click;
+    the related categories."""
+    n_users = cats.shape[0]
+    last = lengths - 1
+    per_lag = []
+    for lag in range(1, min(max_lag, cfg.max_length - 1) + 1):
+        # (user, position) pairs whose behaviour `lag` steps back exists.
+        users = rng.integers(0, n_users, pairs)
+        users = users[lengths[users] > lag]
+        if len(users) == 0:
+            continue
+        t = lag + (rng.random(len(users)) * (lengths[users] - lag)).astype(np.int64)
+        target, behaviour = cats[users, t], cats[users, t - lag]
+        per_lag.append({
+            "lag": lag,
+            "p_same_category": float((behaviour == target).mean()),
+            "p_related_category": float((world.related[behaviour] == target).mean()),
+            "mutual_information": mutual_information(behaviour, target, cfg.categories),
+        })
+    # The generator's own P(next item | session state, user) for the last click
+    # against 2 negatives per user drawn as data.prepare draws them.
+    item_freq = np.bincount(flat_items, minlength=len(world.item_cat)).astype(float)
+    neg_cdf = np.cumsum(item_freq / item_freq.sum())
+    scores, labels = [], []
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    for u in range(n_users):
+        p_cat = world.next_category_probs(cats[u, last[u] - 1], u)
+        pos = flat_items[starts[u] + last[u]]
+        clicked = set(flat_items[starts[u]: starts[u] + lengths[u]].tolist())
+        negs = []
+        while len(negs) < 2:
+            n = int(min(np.searchsorted(neg_cdf, rng.random()), len(neg_cdf) - 1))
+            if n not in clicked:
+                negs.append(n)
+        for item, label in [(pos, 1)] + [(n, 0) for n in negs]:
+            scores.append(p_cat[world.item_cat[item]] * world.item_p_in_cat[item])
+            labels.append(label)
+    scores, labels = np.array(scores), np.array(labels)
+    pos_s, neg_s = scores[labels == 1], scores[labels == 0]
+    auc = ((pos_s[:, None] > neg_s[None]).mean() + 0.5 * (pos_s[:, None] == neg_s[None]).mean())
+    # Raw category id (the log's, 1-based; 0 unused) -> raw id of its related category.
+    related = [0] + (world.related + 1).tolist()
+    return {"config": dataclasses.asdict(cfg), "generator_auc": float(auc), "per_lag": per_lag,
+            "related_category": related}
+
+
+def last_click_auc(catalogue, cfg, lengths, cats, items, interests, rng, users=20_000) -> float:
+    """The generator's own probability of each sampled user's last click against two
+    negatives drawn by popularity that the user never clicked: its test AUC."""
+    from sklearn.metrics import roc_auc_score
+
+    start = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    chosen = np.flatnonzero(lengths >= 2)
+    chosen = rng.choice(chosen, min(users, len(chosen)), replace=False)
+    last = start[chosen] + lengths[chosen] - 1
+    session, positive = cats[last - 1], items[last]
+    clicked = np.unique(np.repeat(np.arange(len(lengths)), lengths) * len(catalogue.item_cat) + items)
+    popularity = np.cumsum(np.bincount(items, minlength=len(catalogue.item_cat)) / len(items))
+    negatives = np.full((len(chosen), 2), -1)
+    while (negatives < 0).any():
+        rows = np.flatnonzero((negatives < 0).any(axis=1))
+        draw = np.minimum(np.searchsorted(popularity, rng.random((len(rows), 4))), len(popularity) - 1)
+        key = chosen[rows, None] * len(catalogue.item_cat) + draw
+        at = np.minimum(np.searchsorted(clicked, key), len(clicked) - 1)
+        draw[clicked[at] == key] = -1
+        for column in range(4):  # (fill each row's empty slots, left to right)
+            slot = np.argmax(negatives[rows] < 0, axis=1)
+            fill = (negatives[rows, slot] < 0) & (draw[:, column] >= 0)
+            negatives[rows[fill], slot[fill]] = draw[fill, column]
+
+    def score(item, user_rows):
+        c = catalogue.item_cat[item]
+        p = (1 - cfg.p_session) * (1 - cfg.p_interest - cfg.p_related) * catalogue.cat_p[c]
+        p += (1 - cfg.p_session) * cfg.p_interest / cfg.interests * (interests[user_rows] == c[:, None]).sum(1)
+        p += (1 - cfg.p_session) * cfg.p_related * (catalogue.related[session] == c)
+        p += cfg.p_session * (session == c)
+        return p * catalogue.item_p[item]
+
+    scores = np.concatenate([score(positive, chosen), score(negatives[:, 0], chosen), score(negatives[:, 1], chosen)])
+    labels = np.repeat([1, 0, 0], len(chosen))
+    return float(roc_auc_score(labels, scores))

@@ -1,0 +1,171 @@
+"""Serving requests and answers as numpy arrays, whatever carries them: the
+signatures' input tensors of a batch of users (`request_tensors`, `rank_tensors`:
+histories of any length, the leading width column of `dare_tf.signatures`), and
+their answers read back (`rank_results`, `row_errors`, `in_own_history`,
+`explained_behaviours`). Pure numpy: the transports (`dare_tf.serving.client`
+over gRPC, `dare_tf.serving.rest` over HTTP) only carry these tensors.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from dare_tf._faces import public
+from dare_tf.data.storage.schema import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS,
+    TARGET_CATEGORY, TARGET_ITEM, input_role)
+from dare_tf.ids import as_ids
+from dare_tf.signatures import CANDIDATE_COUNT, HIST_LENGTH, RANK, ROW_ERROR, with_width_column
+
+
+def _blank(rows: list, shape) -> np.ndarray:
+    """Padding for `rows` of ids: 0, or "" for string ids."""
+    strings = any(r.dtype == object for r in rows)
+    return np.full(shape, "", object) if strings else np.zeros(shape, np.int64)
+
+
+@public("dare_tf.serving")
+def pad_histories(histories: Sequence[Sequence[int]], name: str = HIST_ITEMS) -> np.ndarray:
+    """Variable-length histories (oldest first) -> int64 `[B, T]`: each row's
+    leading column minus the width T (`dare_tf.signatures`), then its ids
+    right-aligned behind 0s (padding): TF Serving's batcher pads a request
+    merged with a longer one with that leading `-T`, which `serving_default`
+    reads as the row's own width."""
+    rows = [as_ids(f"{name}[{i}]", h).reshape(-1) for i, h in enumerate(histories)]
+    out = _blank(rows, (len(rows), max((len(h) for h in rows), default=0)))
+    for row, history in enumerate(rows):
+        if len(history):
+            out[row, out.shape[1] - len(history):] = history
+    return with_width_column(out)
+
+
+def left_aligned(rows: Sequence[Sequence[int]], name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Variable-length rows -> int64 `[U, 1 + longest]`, each row's leading column
+    minus the width, then its ids (padding 0 after them), and each row's length
+    `[U]`: the `rank` signature's layout (`dare_tf.signatures`)."""
+    rows = [as_ids(f"{name}[{i}]", r).reshape(-1) for i, r in enumerate(rows)]
+    lengths = np.array([len(r) for r in rows], np.int64)
+    out = _blank(rows, (len(rows), int(lengths.max(initial=0))))
+    for i, r in enumerate(rows):
+        out[i, :len(r)] = r
+    return with_width_column(out), lengths
+
+
+def row_errors(signature: str, outputs: dict) -> dict:
+    """`outputs` of a ranker's signature without its per-row `error`; raises
+    ValueError naming the first row the server refused and why."""
+    if ROW_ERROR not in outputs:
+        return outputs
+    errors = np.asarray(outputs[ROW_ERROR]).reshape(-1)
+    for row, error in enumerate(errors):
+        if len(error):
+            message = error.decode("utf-8", "replace") if isinstance(error, bytes) else str(error)
+            raise ValueError(f"{signature}: row {row} of the request was refused: {message}")
+    return {k: v for k, v in outputs.items() if k != ROW_ERROR}
+
+
+def in_own_history(out: dict, inputs: dict, hist_items) -> dict:
+    """An `explain` answer to a `request_tensors` request with its `history_index` made
+    an index into each user's own history list (the request left-pads them)."""
+    shift = inputs[HIST_ITEMS].shape[1] - np.array([len(h) for h in hist_items])[:, None]
+    index = out["history_index"]
+    return dict(out, history_index=np.where(index >= 0, index - shift, -1))
+
+
+@public("dare_tf.serving")
+def rank_tensors(hist_items, hist_categories, candidate_items, candidate_categories,
+                 fields: dict | None = None) -> dict[str, np.ndarray]:
+    """The `rank` signature's inputs for U users: per user a history (raw ids,
+    oldest first) and a candidate list, each of any length; `fields`: a model's
+    further fields by input name (`hist_<field>`: per user, one value per
+    history id; `candidate_<field>`: one per candidate)."""
+    if not len(hist_items) == len(hist_categories) == len(candidate_items) == len(candidate_categories):
+        raise ValueError(f"rank: one history and one candidate list per user; got {len(hist_items)} hist_items, "
+                         f"{len(hist_categories)} hist_categories, {len(candidate_items)} candidate_items and "
+                         f"{len(candidate_categories)} candidate_categories")
+    out = {}
+    values = {HIST_ITEMS: hist_items, HIST_CATEGORIES: hist_categories, CANDIDATE_ITEMS: candidate_items,
+              CANDIDATE_CATEGORIES: candidate_categories}
+    for ids, categories, length in ((HIST_ITEMS, HIST_CATEGORIES, HIST_LENGTH),
+                                    (CANDIDATE_ITEMS, CANDIDATE_CATEGORIES, CANDIDATE_COUNT)):
+        out[ids], lengths = left_aligned(values[ids], ids)
+        out[categories], other = left_aligned(values[categories], categories)
+        if (lengths != other).any():
+            user = int(np.flatnonzero(lengths != other)[0])
+            raise ValueError(f"rank: user {user} has {lengths[user]} {ids} but {other[user]} {categories}")
+        out[length] = lengths
+    for name, rows in (fields or {}).items():
+        role = input_role(name)
+        if role == "target" or len(rows) != len(hist_items):
+            raise ValueError(f"rank: fields[{name!r}]: expected hist_<field> or candidate_<field> with one row per "
+                             f"user ({len(hist_items)})")
+        out[name], lengths = left_aligned(rows, name)
+        count = out[HIST_LENGTH if role == "hist" else CANDIDATE_COUNT]
+        if (lengths != count).any():
+            user = int(np.flatnonzero(lengths != count)[0])
+            ids = HIST_ITEMS if role == "hist" else CANDIDATE_ITEMS
+            raise ValueError(f"rank: user {user} has {count[user]} {ids} but {lengths[user]} {name}")
+    return out
+
+
+@public("dare_tf.serving")
+def rank_results(inputs: dict[str, np.ndarray], outputs: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
+    """A `rank` (or `rank_explain`) answer per user, cut to that user's candidates
+    (TF Serving returns a merged batch's padded width); raises ValueError for a
+    row the server refused (`row_errors`)."""
+    outputs = row_errors(RANK, outputs)
+    return [{name: value[user, :inputs[CANDIDATE_COUNT][user]] for name, value in outputs.items()}
+            for user in range(len(inputs[CANDIDATE_COUNT]))]
+
+
+@public("dare_tf.serving")
+def request_tensors(target_items, target_categories, hist_items, hist_categories,
+                    fields: dict | None = None) -> dict[str, np.ndarray]:
+    """The serving signature's input arrays for a batch of users (histories of any
+    lengths); `fields`: a model's further fields by input name (`target_<field>`
+    one value per target, `hist_<field>` one list per history, as long as it)."""
+    out = {TARGET_ITEM: as_ids(TARGET_ITEM, target_items).reshape(-1),
+           TARGET_CATEGORY: as_ids(TARGET_CATEGORY, target_categories).reshape(-1),
+           HIST_ITEMS: pad_histories(hist_items, HIST_ITEMS),
+           HIST_CATEGORIES: pad_histories(hist_categories, HIST_CATEGORIES)}
+    for name, values in (fields or {}).items():
+        if input_role(name) == "target":
+            out[name] = as_ids(name, values).reshape(-1)
+        elif input_role(name) == "hist":
+            lengths = [len(h) for h in hist_items]
+            other = [len(v) for v in values]
+            if other != lengths:
+                row = next((i for i, (a, b) in enumerate(zip(lengths, other)) if a != b), min(len(lengths),
+                                                                                            len(other)))
+                raise ValueError(f"fields[{name!r}]: one list per history, as long as it (row {row}: "
+                                 f"{other[row] if row < len(other) else 'none'} values for "
+                                 f"{lengths[row] if row < len(lengths) else 'no'} hist_items)")
+            out[name] = pad_histories(values, name)
+        else:
+            raise ValueError(f"fields[{name!r}]: candidate_<field> inputs are rank's; predict takes target_<field>")
+    return out
+
+
+@public("dare_tf.serving")
+def explained_behaviours(history_index, attention_weight, hist_items, hist_categories) -> list[dict]:
+    """One target's retrieved behaviours in the request's terms, heaviest first: the
+    raw `item` and `category` of each, how many clicks before the target it was
+    (`clicks_ago`, 1 = the most recent) and its attention `weight`.
+    `history_index`, `attention_weight`: the `explain` signature's row for the
+    target; the histories: the ones the request sent (oldest first)."""
+    hist_items, hist_categories = np.asarray(hist_items).reshape(-1), np.asarray(hist_categories).reshape(-1)
+    index, weight = np.asarray(history_index), np.asarray(attention_weight)
+    keep = np.flatnonzero(index >= 0)
+    keep = keep[np.argsort(-weight[keep], kind="stable")]
+    return [{"item": int(hist_items[index[k]]), "category": int(hist_categories[index[k]]),
+             "clicks_ago": int(len(hist_items) - index[k]), "weight": float(weight[k])} for k in keep]
+
+
+@public("dare_tf.serving")
+def format_explanation(behaviours: list[dict]) -> str:
+    """`explained_behaviours` as a markdown table."""
+    lines = ["| rank | behaviour item | category | clicks ago | weight |", "|---|---|---|---|---|"]
+    lines += [f"| {rank} | {b['item']} | {b['category']} | {b['clicks_ago']} | {b['weight']:.4f} |"
+              for rank, b in enumerate(behaviours, start=1)]
+    return "\n".join(lines)
