@@ -81,6 +81,7 @@ FACES = {
         "export_saved_model": "dare_tf.export.ranker",
         "format_explanation": "dare_tf.serving.encoding",
         "format_recommendations": "dare_tf.serving.recommender",
+        "history_tensors": "dare_tf.serving.encoding",
         "make_example": "dare_tf.serving.client",
         "pad_histories": "dare_tf.serving.encoding",
         "rank_results": "dare_tf.serving.encoding",

@@ -84,28 +84,60 @@ def rank_tensors(hist_items, hist_categories, candidate_items, candidate_categor
         raise ValueError(f"rank: one history and one candidate list per user; got {len(hist_items)} hist_items, "
                          f"{len(hist_categories)} hist_categories, {len(candidate_items)} candidate_items and "
                          f"{len(candidate_categories)} candidate_categories")
-    out = {}
-    values = {HIST_ITEMS: hist_items, HIST_CATEGORIES: hist_categories, CANDIDATE_ITEMS: candidate_items,
-              CANDIDATE_CATEGORIES: candidate_categories}
-    for ids, categories, length in ((HIST_ITEMS, HIST_CATEGORIES, HIST_LENGTH),
-                                    (CANDIDATE_ITEMS, CANDIDATE_CATEGORIES, CANDIDATE_COUNT)):
-        out[ids], lengths = left_aligned(values[ids], ids)
-        out[categories], other = left_aligned(values[categories], categories)
-        if (lengths != other).any():
-            user = int(np.flatnonzero(lengths != other)[0])
-            raise ValueError(f"rank: user {user} has {lengths[user]} {ids} but {other[user]} {categories}")
-        out[length] = lengths
     for name, rows in (fields or {}).items():
-        role = input_role(name)
-        if role == "target" or len(rows) != len(hist_items):
+        if input_role(name) == "target" or len(rows) != len(hist_items):
             raise ValueError(f"rank: fields[{name!r}]: expected hist_<field> or candidate_<field> with one row per "
                              f"user ({len(hist_items)})")
-        out[name], lengths = left_aligned(rows, name)
-        count = out[HIST_LENGTH if role == "hist" else CANDIDATE_COUNT]
-        if (lengths != count).any():
-            user = int(np.flatnonzero(lengths != count)[0])
-            ids = HIST_ITEMS if role == "hist" else CANDIDATE_ITEMS
-            raise ValueError(f"rank: user {user} has {count[user]} {ids} but {lengths[user]} {name}")
+    roles = {role: {k: v for k, v in (fields or {}).items() if input_role(k) == role} for role in ("hist", "candidate")}
+    return {**_rows_of((HIST_ITEMS, HIST_CATEGORIES, HIST_LENGTH), hist_items, hist_categories, roles["hist"]),
+            **candidate_tensors(candidate_items, candidate_categories, roles["candidate"])}
+
+
+def candidate_tensors(candidate_items, candidate_categories, fields: dict | None = None) -> dict[str, np.ndarray]:
+    """`rank`'s candidate inputs for U users: per user a candidate list (raw ids) of
+    any length; `fields`: `candidate_<field>`, one value per candidate."""
+    return _rows_of((CANDIDATE_ITEMS, CANDIDATE_CATEGORIES, CANDIDATE_COUNT), candidate_items, candidate_categories,
+                    fields or {})
+
+
+def _rows_of(names: tuple[str, str, str], id_rows, category_rows, fields: dict) -> dict[str, np.ndarray]:
+    """One side of `rank` (names: its ids, categories and length inputs) from per-user lists."""
+    ids, categories, length = names
+    out = {}
+    out[ids], lengths = left_aligned(id_rows, ids)
+    out[categories], other = left_aligned(category_rows, categories)
+    if (lengths != other).any():
+        user = int(np.flatnonzero(lengths != other)[0])
+        raise ValueError(f"rank: user {user} has {lengths[user]} {ids} but {other[user]} {categories}")
+    out[length] = lengths
+    for name, rows in fields.items():
+        out[name], given = left_aligned(rows, name)
+        if (given != lengths).any():
+            user = int(np.flatnonzero(given != lengths)[0])
+            raise ValueError(f"rank: user {user} has {lengths[user]} {ids} but {given[user]} {name}")
+    return out
+
+
+@public("dare_tf.serving")
+def history_tensors(items, categories, lengths, fields: dict | None = None) -> dict[str, np.ndarray]:
+    """`rank`'s history inputs for U users whose histories are laid out as it takes
+    them, as the history service's `Histories` holds them: `[U, T]` ids, each
+    row's first `lengths[u]` its history (oldest first), padding after;
+    `fields`: `hist_<field>` `[U, T]` the same way. Only the leading width column
+    is added (`rank_tensors` lays out histories given as lists)."""
+    items, categories = as_ids(HIST_ITEMS, items), as_ids(HIST_CATEGORIES, categories)
+    lengths = np.asarray(lengths, np.int64).reshape(-1)
+    if items.ndim != 2 or categories.shape != items.shape or lengths.shape != items.shape[:1] \
+            or ((lengths < 0) | (lengths > items.shape[1])).any():
+        raise ValueError(f"rank: hist_items {items.shape}, hist_categories {categories.shape} and {len(lengths)} "
+                         "lengths are not [U, T] rows with each row's length (0..T)")
+    out = {HIST_ITEMS: with_width_column(items), HIST_CATEGORIES: with_width_column(categories), HIST_LENGTH: lengths}
+    for name, values in (fields or {}).items():
+        values = as_ids(name, values)
+        if input_role(name) != "hist" or values.shape != items.shape:
+            raise ValueError(f"rank: fields[{name!r}]: expected a hist_<field> {items.shape} beside hist_items, "
+                             f"got {values.shape}")
+        out[name] = with_width_column(values)
     return out
 
 

@@ -26,7 +26,8 @@ from dare_tf.data.storage.fields import FieldSchema
 from dare_tf.data.storage.schema import (HIST_CATEGORIES, HIST_ITEMS, HIST_TIME_GAP, candidate_feature,
     history_feature)
 from dare_tf.ids import as_ids
-from dare_tf.serving.encoding import explained_behaviours, rank_results, rank_tensors, row_errors
+from dare_tf.serving.encoding import (candidate_tensors, explained_behaviours, history_tensors, rank_results,
+                                      rank_tensors, row_errors)
 from dare_tf.signatures import DATASET_SIGNATURE, ITEM_FIELDS, RANK, RANK_EXPLAIN, SERVING_DEFAULT, versions
 
 
@@ -132,11 +133,16 @@ class Recommender:
         valid (both models see only padding). `fields`: the history's values of
         the ranker's further fields, `hist_<name>` (the time gap's: each click's
         age), exactly those the ranker reads."""
+        return self._recommend(hist_items, hist_categories, n, top, explain, fields)
+
+    def _recommend(self, hist_items, hist_categories, n, top, explain, fields, history=None) -> dict:
+        """`recommend`; with `history` (the user's `Histories`, `fields` laid out as it
+        is), the ranker gets that layout as it is (`rank`)."""
         if n < 1 or top < 1:
             raise ValueError(f"n={n}, top={top}: both must be >= 1")
         items, categories = history_ids(hist_items, hist_categories)
         retrieved = self.retrieve(items, categories, n)
-        ranked = self.rank(items, categories, retrieved, fields, explain)
+        ranked = self.rank(items, categories, retrieved, fields, explain, history)
         order = np.argsort(-ranked["probability"], kind="stable")[:top]
         result = {"items": retrieved["items"][order], "categories": retrieved["categories"][order],
                   "probability": ranked["probability"][order], "retrieval_rank": order + 1,
@@ -169,35 +175,45 @@ class Recommender:
         return out
 
     def rank(self, hist_items, hist_categories, retrieved: dict, fields: dict | None = None,
-             explain: bool = False) -> dict:
+             explain: bool = False, history=None) -> dict:
         """The ranker's answer for all of `retrieved`'s candidates (`retrieve`'s
         output) in one `rank` (or `rank_explain`) request: `probability` `[n]`
         in the candidates' order; with `explain`, `history_index` and
-        `attention_weight` `[n, K]`. `fields` as for `recommend`."""
+        `attention_weight` `[n, K]`. `fields` as for `recommend`; with `history`
+        (a `Histories` of this one user, as the history service returned it, and
+        `fields` `[1, T]` beside it) its layout is `rank`'s as it is."""
         if not self.checked:
             self.check_same_dataset()
         candidates = retrieved["items"]
+        self._check_fields(fields or {})
+        candidate_fields = self._candidate_fields(candidates)
+        if history is not None:
+            inputs = {**history_tensors(history.items[:1], history.categories[:1], history.lengths[:1], fields),
+                      **candidate_tensors([candidates], [retrieved["categories"]], candidate_fields)}
+            return rank_results(inputs, self.ranker.predict_tensors(inputs, RANK_EXPLAIN if explain else RANK))[0]
         if self.strings and not len(hist_items):  # (an empty history of string ids)
             hist_items = hist_categories = np.zeros(0, object)
+        given = {k: [as_ids(k, v).reshape(-1)] for k, v in (fields or {}).items()}
         inputs = rank_tensors([hist_items], [hist_categories], [candidates], [retrieved["categories"]],
-                              self._rank_fields(fields or {}, candidates))
+                              {**given, **candidate_fields})
         return rank_results(inputs, self.ranker.predict_tensors(inputs, RANK_EXPLAIN if explain else RANK))[0]
 
-    def _rank_fields(self, given: dict, candidates) -> dict:
-        """`rank`'s field inputs: the history's (`given`, checked against the ranker's
-        fields in one line) and the candidates' (the ranker's `item_fields`)."""
+    def _check_fields(self, given: dict) -> None:
+        """The history's field inputs (`given`) against the ranker's fields, in one line."""
         wanted = set(self.schema.inputs("hist"))
         if set(given) != wanted:
             missing, extra = sorted(wanted - set(given)), sorted(set(given) - wanted)
             raise ValueError(f"the ranker {self.ranker.model_name!r} reads the fields {self.fields or 'none'}: "
                              + "; ".join([f"give {', '.join(missing)}"] * bool(missing)
                                          + [f"it has no {', '.join(extra)}"] * bool(extra)))
-        out = {k: [as_ids(k, v).reshape(-1)] for k, v in given.items()}
-        if self.schema.columns:
-            values = self.ranker.predict_tensors({"item_ids": np.asarray(candidates, object if self.strings
-                                                                         else np.int64)}, ITEM_FIELDS)
-            out.update({candidate_feature(name): [_decoded(values[name])] for name in self.fields if name in values})
-        return out
+
+    def _candidate_fields(self, candidates) -> dict:
+        """The candidates' field inputs (`candidate_<name>`, one list), from the ranker's `item_fields`."""
+        if not self.schema.columns:
+            return {}
+        values = self.ranker.predict_tensors({"item_ids": np.asarray(candidates, object if self.strings
+                                                                     else np.int64)}, ITEM_FIELDS)
+        return {candidate_feature(name): [_decoded(values[name])] for name in self.fields if name in values}
 
     def recommend_user(self, user_id, n: int = 200, top: int = 10, explain: bool = False, max_len: int | None = None,
                        now: int | None = None):
@@ -209,9 +225,9 @@ class Recommender:
         `recommend`'s result and the `Histories` it read."""
         if self.histories is None:
             raise ValueError("recommend_user needs a history service (Recommender(..., histories=open_store(...)))")
-        history = self.histories.last([user_id], max_len)
-        items, categories, fields = self.history_inputs(history, now)
-        return self.recommend(items, categories, n, top, explain, fields), history
+        history, now = self.histories.last([user_id], max_len), int(time.time()) if now is None else int(now)
+        items, categories, _ = self.history_inputs(history, now)  # (checks the store's fields)
+        return self._recommend(items, categories, n, top, explain, self.history_fields(history, now), history), history
 
     def history_inputs(self, history, now: int | None = None) -> tuple:
         """`(hist_items, hist_categories, fields)` of the first user of `history`
@@ -227,11 +243,18 @@ class Recommender:
             raise ValueError(f"the ranker {self.ranker.model_name!r} reads the fields {self.fields}, but the history "
                              f"store {getattr(self.histories, 'url', '')} keeps {list(stored) or 'none'}: it lacks "
                              f"{', '.join(missing)}")
-        fields = {history_feature(name): stored[name] for name in self.schema.columns}
+        n = history.lengths[0]
+        return items, categories, {name: values[0, :n] for name, values in self.history_fields(history, now).items()}
+
+    def history_fields(self, history, now: int | None = None) -> dict:
+        """The ranker's field inputs of the first user of `history`, `[1, T]` as the
+        history service laid them out: the store's fields, and the time gap as each
+        click's age at `now` (default: the current Unix time)."""
+        fields = {history_feature(name): history.fields[name][:1] for name in self.schema.columns}
         if self.schema.time_gap:
             now = int(time.time()) if now is None else int(now)
-            fields[HIST_TIME_GAP] = now - history.times[0, :history.lengths[0]]
-        return items, categories, fields
+            fields[HIST_TIME_GAP] = now - history.times[:1]
+        return fields
 
 
 def _decoded(values: np.ndarray) -> np.ndarray:

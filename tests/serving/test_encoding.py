@@ -65,3 +65,28 @@ def test_explanations_index_each_users_own_history():
     assert behaviours == [{"item": 7, "category": 70, "clicks_ago": 2, "weight": 0.7},
                           {"item": 8, "category": 80, "clicks_ago": 1, "weight": 0.2}]
     assert format_explanation(behaviours).splitlines()[2] == "| 1 | 7 | 70 | 2 | 0.7000 |"
+
+
+def test_histories_in_ranks_layout_give_the_same_inputs_as_their_lists():
+    """The history service's `Histories` ([U, T], each row's clicks first) reach `rank`
+    as they are laid out: the inputs equal `rank_tensors`' of the same lists."""
+    from dare_tf.serving.encoding import candidate_tensors, history_tensors
+
+    items = np.array([[5, 6, 7], [8, 0, 0]])
+    categories = np.array([[1, 1, 2], [3, 0, 0]])
+    brand = np.array([[4, 4, 9], [2, 0, 0]])
+    lengths = np.array([3, 1])
+    lists = rank_tensors([[5, 6, 7], [8]], [[1, 1, 2], [3]], [[11], [12, 13]], [[1], [2, 2]],
+                         {"hist_brand": [[4, 4, 9], [2]], "candidate_brand": [[7], [7, 8]]})
+    laid = {**history_tensors(items, categories, lengths, {"hist_brand": brand}),
+            **candidate_tensors([[11], [12, 13]], [[1], [2, 2]], {"candidate_brand": [[7], [7, 8]]})}
+    assert sorted(laid) == sorted(lists)
+    assert all(laid[k].tolist() == lists[k].tolist() for k in lists)
+    empty = history_tensors(np.array([[""]], object), np.array([[""]], object), [0])  # (a string-id store's)
+    assert empty["hist_items"].tolist() == [["-2", ""]] and empty["hist_length"].tolist() == [0]
+    with pytest.raises(ValueError, match=r"^rank: hist_items \(2, 3\), hist_categories \(2, 3\) and 2 lengths are "
+                                         r"not \[U, T\] rows with each row's length \(0\.\.T\)$"):
+        history_tensors(items, categories, [4, 1])
+    with pytest.raises(ValueError, match=r"^rank: fields\['hist_brand'\]: expected a hist_<field> \(2, 3\) beside "
+                                         r"hist_items, got \(2, 2\)$"):
+        history_tensors(items, categories, lengths, {"hist_brand": brand[:, :2]})
