@@ -308,8 +308,11 @@ def recommend(data_dir: str, work: str, size: dict) -> list[dict]:
     for timeout_ms in BATCH_TIMEOUTS_MS:
         batching = os.path.join(work, f"batching_{timeout_ms}ms.txt")
         with open(batching, "w") as f:
-            f.write(re.sub(r"batch_timeout_micros \{ value: \d+ \}",
-                           f"batch_timeout_micros {{ value: {timeout_ms * 1000} }}", exported))
+            text, found = re.subn(r"batch_timeout_micros \{ value: \d+ \}",
+                                  f"batch_timeout_micros {{ value: {timeout_ms * 1000} }}", exported)
+            if found != 1:
+                sys.exit(f"{exports}/batching_parameters.txt: no batch_timeout_micros line to set")
+            f.write(text)
         server, port, _ = start_standin(f"--model_config_file={os.path.join(exports, 'models.config')}",
                                         f"--batching_parameters_file={batching}")
         try:

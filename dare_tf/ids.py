@@ -44,4 +44,4 @@ def as_ids(name: str, values, error: type[Exception] = ValueError) -> np.ndarray
     array = np.asarray(values, object) if not isinstance(values, np.ndarray) else values
     if array.size == 0:  # (an empty list: int64; an empty object array stays string ids)
         return array if array.dtype == object and isinstance(values, np.ndarray) else np.zeros(array.shape, np.int64)
-    return as_int64(name, values, error)
+    return as_int64(name, array, error)

@@ -42,11 +42,11 @@ def input_keys(fields=()) -> list[str]:
 
 
 def _field_ids(inputs, fields, target: str, what: str):
-    missing = [k for k in FieldSchema.of(fields).keys(target) if k not in inputs]
+    schema = FieldSchema.of(fields)
+    missing = [k for k in schema.keys(target) if k not in inputs]
     if missing:
         raise KeyError(f"{what} inputs lack {missing}: the model's fields "
-                       f"({', '.join(f.name for f in fields)}) each need their ids")
-    schema = FieldSchema.of(fields)
+                       f"({', '.join(schema.names)}) each need their ids")
     return ({schema.field_of(k): ops.cast(inputs[k], "int32") for k in schema.inputs(target)},
             {schema.field_of(k): ops.cast(inputs[k], "int32") for k in schema.inputs("hist")})
 

@@ -136,8 +136,7 @@ class Recommender:
         return self._recommend(hist_items, hist_categories, n, top, explain, fields)
 
     def _recommend(self, hist_items, hist_categories, n, top, explain, fields, history=None) -> dict:
-        """`recommend`; with `history` (the user's `Histories`, `fields` laid out as it
-        is), the ranker gets that layout as it is (`rank`)."""
+        """`recommend`; with `history` (a `Histories`, `fields` beside it), `rank` reads its layout."""
         if n < 1 or top < 1:
             raise ValueError(f"n={n}, top={top}: both must be >= 1")
         items, categories = history_ids(hist_items, hist_categories)
@@ -225,31 +224,32 @@ class Recommender:
         `recommend`'s result and the `Histories` it read."""
         if self.histories is None:
             raise ValueError("recommend_user needs a history service (Recommender(..., histories=open_store(...)))")
-        history, now = self.histories.last([user_id], max_len), int(time.time()) if now is None else int(now)
-        items, categories, _ = self.history_inputs(history, now)  # (checks the store's fields)
-        return self._recommend(items, categories, n, top, explain, self.history_fields(history, now), history), history
+        history = self.histories.last([user_id], max_len)
+        fields = self.history_fields(history, now)
+        items, categories = history.row(0)
+        return self._recommend(items, categories, n, top, explain, fields, history), history
 
     def history_inputs(self, history, now: int | None = None) -> tuple:
         """`(hist_items, hist_categories, fields)` of the first user of `history`
         (a `Histories` the history service returned) for this ranker: its
         further fields from the store, the time gap as each click's age at
         `now` (default: the current Unix time)."""
-        if not self.checked:
-            self.check_same_dataset()
         items, categories = history.row(0)
-        stored = history.row_fields(0)
-        missing = [name for name in self.schema.columns if name not in stored]
-        if missing:
-            raise ValueError(f"the ranker {self.ranker.model_name!r} reads the fields {self.fields}, but the history "
-                             f"store {getattr(self.histories, 'url', '')} keeps {list(stored) or 'none'}: it lacks "
-                             f"{', '.join(missing)}")
         n = history.lengths[0]
         return items, categories, {name: values[0, :n] for name, values in self.history_fields(history, now).items()}
 
     def history_fields(self, history, now: int | None = None) -> dict:
         """The ranker's field inputs of the first user of `history`, `[1, T]` as the
         history service laid them out: the store's fields, and the time gap as each
-        click's age at `now` (default: the current Unix time)."""
+        click's age at `now` (default: the current Unix time); refuses a store
+        without the ranker's fields in one line."""
+        if not self.checked:
+            self.check_same_dataset()
+        missing = [name for name in self.schema.columns if name not in history.fields]
+        if missing:
+            raise ValueError(f"the ranker {self.ranker.model_name!r} reads the fields {self.fields}, but the history "
+                             f"store {getattr(self.histories, 'url', '')} keeps {list(history.fields) or 'none'}: it "
+                             f"lacks {', '.join(missing)}")
         fields = {history_feature(name): history.fields[name][:1] for name in self.schema.columns}
         if self.schema.time_gap:
             now = int(time.time()) if now is None else int(now)

@@ -29,7 +29,11 @@ import numpy as np
 
 from dare_tf.data.logs.clicks import dense_ids
 from dare_tf.data.logs.formats import ACTION_FIELD
-from dare_tf.data.storage.schema import INPUT_ROLES, TIME_GAP, history_feature, input_role
+from dare_tf.data.storage.schema import (INPUT_ROLES, TIME_GAP, candidate_feature, history_feature, input_role,
+    target_feature)
+
+# Each role's input name of a field (`dare_tf.data.storage.schema` spells them).
+_INPUT_NAME = {"hist": history_feature, "target": target_feature, "candidate": candidate_feature}
 
 # The time gap's last bucket edge is 2^TIME_GAP_LOG2 time units (2^40 s: 34,000 years).
 TIME_GAP_LOG2 = 40
@@ -148,7 +152,7 @@ class FieldSchema:
     @property
     def columns(self) -> tuple[str, ...]:
         """The column fields (all but the time gap): what a store keeps per click."""
-        return tuple(name for name in self.names if name != TIME_GAP)
+        return tuple(name for name in self.names if self.is_column(name))
 
     @property
     def time_gap(self) -> bool:
@@ -167,9 +171,7 @@ class FieldSchema:
         `target` or `candidate`, `<role>_<name>` of those with a target value."""
         if role not in INPUT_ROLES:
             raise ValueError(f"role {role!r}: one of {INPUT_ROLES}")
-        if role == "hist":
-            return [history_feature(f["name"]) for f in self.entries]
-        return [f"{role}_{f['name']}" for f in self.entries if not f.get("history_only")]
+        return [_INPUT_NAME[role](f["name"]) for f in self.entries if role == "hist" or not f.get("history_only")]
 
     def keys(self, target: str = "target") -> list[str]:
         """A model's field inputs: `inputs("hist")`, then `inputs(target)`."""
@@ -190,10 +192,7 @@ class FieldSchema:
                 out += [field_id_file(field["name"])] + [item_field_file(field["name"])] * (not field["history_only"])
         return tuple(out)
 
-    def buckets(self, gaps) -> np.ndarray:
-        """The time gap's buckets of `gaps` (numpy; `buckets_tensor` in TensorFlow)."""
-        return time_gap_buckets(gaps, self.edges)
-
     def buckets_tensor(self, gaps, edges=None):
-        """`buckets` in TensorFlow (`edges`: a tensor of `self.edges`, made once)."""
+        """The time gap's buckets of `gaps` in TensorFlow (`time_gap_buckets_tensor`;
+        `edges`: a tensor of `self.edges`, made once)."""
         return time_gap_buckets_tensor(gaps, self.edges if edges is None else edges)

@@ -129,9 +129,10 @@ def check_file(data_dir: str, name: str, spec: DatasetSpec) -> str:
 def _ranges(spec: DatasetSpec) -> dict[str, tuple[int, int, str]]:
     vocab = lambda n, what: (1, n - 1, f"spec.json's {what} ids 1..{n - 1}")  # noqa: E731
     fields = {}
+    schema = spec.field_schema
     for field in spec.fields:
         name = field["name"]
-        if not spec.field_schema.is_column(name):
+        if not schema.is_column(name):
             fields.update(dict.fromkeys((EXAMPLE_TIME, STORE_TIMES), (0, np.iinfo(np.int64).max, "a time >= 0")))
         else:
             fields[name] = fields[target_feature(name)] = vocab(field["vocabulary"], name)

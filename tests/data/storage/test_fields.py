@@ -378,7 +378,7 @@ def test_the_field_schema_owns_names_roles_files_and_buckets():
     assert [FieldSchema.field_of(k) for k in schema.keys()] == ["brand", "action", "time_gap", "brand"]
     assert schema.files() == ("brand_ids.txt", "item_brand.txt", "action_ids.txt")
     gaps = np.array([-5, 0, 1, 3, 1 << 20])
-    assert schema.buckets(gaps).tolist() == time_gap_buckets(gaps, time_gap_edges()).tolist()
+    assert schema.buckets_tensor(gaps).numpy().tolist() == [_bucket(g) for g in gaps.tolist()]
     model = FieldSchema.of([BehaviorField(e["name"], e["vocabulary"], history_only=e["history_only"]) for e in entries])
     assert model.keys() == schema.keys() and model.columns == schema.columns
     with pytest.raises(ValueError, match=r"^fields: 'brand' is not a field input \(hist_<field>, target_<field> or "):
