@@ -30,11 +30,12 @@ sys.path.insert(0, REPO)
 
 from benchmarks.common import print_table, write_json  # noqa: E402
 
-# Runs a command and prints its own peak RSS (KiB) as the last line.
+# Runs a command and prints its own peak RSS (KiB) and its largest child process's as the last line.
 PEAK = ("import resource, runpy, sys; sys.argv = sys.argv[1:]; "
         "exec('try:\\n runpy.run_module(sys.argv[0], run_name=\"__main__\") if not sys.argv[0].endswith(\".py\") '"
         "'else runpy.run_path(sys.argv[0], run_name=\"__main__\")\\nexcept SystemExit: pass'); "
-        "print('PEAK_KIB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+        "print('PEAK_KIB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "
+        "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
 
 
 def measure(argv: list[str]) -> tuple[float, float]:
@@ -43,14 +44,20 @@ def measure(argv: list[str]) -> tuple[float, float]:
 
 def measure_in(root: str, argv: list[str]) -> tuple[float, float]:
     """Seconds and peak RSS (MiB) of `argv` run with `root` as the repository."""
+    seconds, peak, _ = measure_with_children(root, argv)
+    return seconds, peak
+
+
+def measure_with_children(root: str, argv: list[str]) -> tuple[float, float, float]:
+    """`measure_in`, and the peak RSS (MiB) of the largest process `argv` started and waited for."""
     start = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", PEAK, *argv], cwd=root, capture_output=True, text=True,
                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=root))
     seconds = time.perf_counter() - start
     if out.returncode != 0:
         raise RuntimeError(f"{argv} failed:\n{out.stderr[-3000:]}")
-    peak = [line for line in out.stdout.splitlines() if line.startswith("PEAK_KIB")][-1]
-    return seconds, int(peak.split()[1]) / 1024
+    peak = [line for line in out.stdout.splitlines() if line.startswith("PEAK_KIB")][-1].split()
+    return seconds, int(peak[1]) / 1024, int(peak[2]) / 1024
 
 
 def size_mb(directory: str) -> float:

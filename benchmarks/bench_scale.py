@@ -30,7 +30,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from benchmarks import scale_phases  # noqa: E402
-from benchmarks.bench_prepare import measure  # noqa: E402
+from benchmarks.bench_prepare import measure, measure_with_children  # noqa: E402
 from benchmarks.common import print_table, selected_parts, write_parts  # noqa: E402
 
 SMALL_ROWS = 1_000_000
@@ -39,7 +39,9 @@ PARTS = ("generate", "prepare", "beam", "train", "input", "export", "histories",
 # and the full Taobao log prepared (at no more than 12 GB peak); Beam at most twice the in-memory time.
 GENERATE_TARGET_S, PREPARE_TARGET_S, BEAM_OVER_IN_MEMORY = 300, 1200, 2.0
 HISTORIES_TARGET_S = {"lmdb": 600, "redis": 900}  # every user of the full log into the history service
-BEAM_OPTIONS = "--direct_num_workers=2 --direct_running_mode=multi_processing"
+BEAM_WORKERS = 2
+BEAM_OPTIONS = f"--direct_num_workers={BEAM_WORKERS} --direct_running_mode=multi_processing"
+MEMORY_TARGET_MIB = 12 * 1024  # the full Taobao log prepared, by either driver
 
 
 def small_fraction(like: str) -> float:
@@ -73,10 +75,10 @@ def generate(like: str, fraction: float, work: str) -> dict:
             "mb_written": round(os.path.getsize(out) / 1e6), "generator_auc": round(auc, 4)}
 
 
-def _prepared(like: str, log: str, out: str, runner: list[str]) -> tuple[float, float]:
+def _prepared(like: str, log: str, out: str) -> tuple[float, float]:
     shutil.rmtree(out, ignore_errors=True)  # (this program's own output of an earlier run)
     return measure(["data.prepare", f"--dataset={like}", f"--input={log}", f"--output_dir={out}",
-                    *prepare_flags(like), *runner])
+                    *prepare_flags(like)])
 
 
 def prepare(like: str, fraction: float, work: str) -> dict:
@@ -85,7 +87,7 @@ def prepare(like: str, fraction: float, work: str) -> dict:
     from dare_tf.data.storage.spec import DatasetSpec
 
     log = log_path(work, like, fraction)
-    seconds, peak_mib = _prepared(like, log, log + ".prepared", [])
+    seconds, peak_mib = _prepared(like, log, log + ".prepared")
     return _prepared_row(like, fraction, log + ".prepared", seconds, peak_mib) | {
         "users": DatasetSpec.load(log + ".prepared").users}
 
@@ -108,20 +110,29 @@ def _rows(like: str, fraction: float) -> int:
 
 def beam(like: str, fraction: float, work: str, in_memory: dict | None) -> dict:
     """`data.prepare --runner=beam` on the DirectRunner (multi-processing, both
-    cores): its row, its time over the in-memory driver's, and whether every
-    record is the in-memory driver's (the shards' digests in spec.json, the id maps)."""
+    cores): its row, its time over the in-memory driver's, its memory (the
+    driver's peak, the largest worker's, and their bound: the driver and every
+    worker at its peak at once), and whether every record is the in-memory
+    driver's (the shards' digests in spec.json, the id maps)."""
     from dare_tf.data.storage.spec import DatasetSpec
 
     log = log_path(work, like, fraction)
     out = log + ".beam"
-    seconds, peak_mib = _prepared(like, log, out, ["--runner=beam", f"--beam_options={BEAM_OPTIONS}"])
+    shutil.rmtree(out, ignore_errors=True)  # (this program's own output of an earlier run)
+    seconds, peak_mib, worker_mib = measure_with_children(REPO, [
+        "data.prepare", f"--dataset={like}", f"--input={log}", f"--output_dir={out}", *prepare_flags(like),
+        "--runner=beam", f"--beam_options={BEAM_OPTIONS}"])
     row = _prepared_row(like, fraction, out, seconds, peak_mib)
     ours, theirs = DatasetSpec.load(out), DatasetSpec.load(ensure_prepared(like, fraction, work))
     same = {name: entry["sha256"] for name, entry in ours.files.items()} == {
         name: entry["sha256"] for name, entry in theirs.files.items()} and ours.counts == theirs.counts
     shutil.rmtree(out)
-    return row | {"records_identical": same,
-                  "over_in_memory": round(seconds / in_memory["seconds"], 2) if in_memory else None}
+    bound = peak_mib + BEAM_WORKERS * worker_mib
+    return row | {"worker_peak_rss_mib": round(worker_mib), "memory_bound_mib": round(bound),
+                  "memory/target": round(bound / MEMORY_TARGET_MIB, 2), "records_identical": same,
+                  "in_memory_s": in_memory["seconds"] if in_memory else None,
+                  "over_in_memory": round(seconds / in_memory["seconds"], 2) if in_memory else None,
+                  "target_over_in_memory": BEAM_OVER_IN_MEMORY}
 
 
 def ensure_log(like: str, fraction: float, work: str) -> str:

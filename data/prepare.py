@@ -64,6 +64,8 @@ flags.DEFINE_bool("skip_bad_lines", False, "Skip and count malformed lines inste
 flags.DEFINE_enum("runner", "in_memory", ["in_memory", "beam"],
                   "in_memory: one process; beam: an Apache Beam pipeline (same output).")
 flags.DEFINE_string("beam_options", "", "Beam pipeline options, space-separated (--runner=beam only).")
+flags.DEFINE_integer("beam_buckets", None, "--runner=beam: how many parts the users are cut into, each sorted by one "
+                     "worker (default: one per 64 MB of log); the output does not depend on it.", lower_bound=1)
 flags.DEFINE_bool("append", False, "Append the day(s) of --input to the --split=time dataset in --output_dir "
                   "(its log format and protocol; new days only).")
 flags.DEFINE_string("histories", None, "--append: also append the day's clicks to this history service "
@@ -87,7 +89,7 @@ def log_format_from_flags() -> LogFormat:
 def append_day() -> None:
     from dare_tf.data.preparation.append import append
 
-    given = [f"--{name}" for name in (*PROTOCOL_FLAGS, "runner", "beam_options", "compression")
+    given = [f"--{name}" for name in (*PROTOCOL_FLAGS, "runner", "beam_options", "beam_buckets", "compression")
              if FLAGS[name].present]
     if given:
         raise app.UsageError(f"--append takes the dataset's protocol and files: drop {', '.join(given)}")
@@ -125,6 +127,8 @@ def main(argv):
     for name in ("allow_late", "histories"):
         if FLAGS[name].present:
             raise app.UsageError(f"--{name} is for --append")
+    if FLAGS.beam_buckets is not None and FLAGS.runner != "beam":
+        raise app.UsageError("--beam_buckets is for --runner=beam")
     fmt = log_format_from_flags()
     protocol = dare_tf.cli.from_flags(Protocol)
     try:
@@ -150,7 +154,7 @@ def main(argv):
 
         options = PipelineOptions(FLAGS.beam_options.split() or ["--runner=DirectRunner"])
         spec = beam.prepare(fmt, FLAGS.input, FLAGS.output_dir, protocol, FLAGS.skip_bad_lines, options,
-                            compression=compression)
+                            compression=compression, buckets=FLAGS.beam_buckets)
     else:
         spec = prepare(fmt, FLAGS.input, FLAGS.output_dir, protocol, FLAGS.skip_bad_lines, compression)
     fields = "".join(f", {f['name']} ({len(f['edges'])} buckets)" if "edges" in f else

@@ -229,7 +229,6 @@ TESTED_WITH = {
     "dare_tf.cli": "tests/test_programs.py",
     "dare_tf.config": "tests/test_models.py",
     "dare_tf.data.preparation.beam": "tests/data/preparation/test_prepare.py",
-    "dare_tf.data.preparation.beam_statistics": "tests/data/preparation/test_prepare.py",
     "dare_tf.data.preparation.beam_shards": "tests/data/preparation/test_prepare.py",
     "dare_tf.data.preparation.catalogue": "tests/data/preparation/test_days.py",
     # (the directory's guard; its lock: tests/data/preparation/test_append.py)

@@ -6,145 +6,186 @@ with the DirectRunner locally or any Beam runner (`pipeline_options`).
 Program: `python -m data.prepare --runner=beam [--beam_options=...]`.
 
 The driver reads the file once (its sha256 and its blocks cut at line ends,
-`dare_tf.data.logs.reader.plan_blocks`); everything else runs on the workers:
+`dare_tf.data.logs.reader.plan_blocks`); everything else runs on the workers,
+which hand each other the rows through files of the work directory
+(`dare_tf.data.preparation.beam_exchange`), so that the runner's shuffle and
+side inputs carry file names and per-id summaries, never a row:
 
-1. each block is parsed (`parse_block`) and its clicks are grouped by user;
-2. each user's clicks are put in protocol order (file order; Tmall: by time);
-3. the global statistics (`LogStatistics`: dense ids in order of first
-   appearance, each item's last category, click counts, the qualifying
-   users) are combined from per-user summaries into one side input;
-4. users are grouped into the protocol's chunks, whose examples and
-   negatives `chunk_examples` draws (seeded per chunk, as in memory);
-   with `--split=time` each user's days are built on their own instead
-   (`dare_tf.data.preparation.days`, seeded per user and day), against every day's
-   item counts (a side input);
+1. each block is parsed (`parse_block`) and its rows are cut into user
+   buckets (`buckets`, by default one per 64 MB of log);
+2. each bucket's rows from every block are sorted by user and into protocol
+   order (file order; Tmall: by time);
+3. the global statistics (`dare_tf.data.preparation.beam_statistics`: dense ids in
+   order of first appearance, each item's last category, click counts, the
+   qualifying users) are merged from per-bucket summaries, cut by id so that
+   each cut is merged by one worker, into one file;
+4. the qualifying users are regrouped by the protocol's chunks, whose
+   examples and negatives `chunk_examples` draws (seeded per chunk, as in
+   memory); with `--split=time` each user's days are built on their own
+   instead (`dare_tf.data.preparation.days`, seeded per user and day), against
+   every day's item counts;
 5. each shard (one partition's users, in order) is written by one worker
-   (steps 4 and 5: `dare_tf.data.preparation.beam_shards`)
-   (TensorFlow's TFRecord writer: any file system TensorFlow reaches).
-Step 3's rankings hold one entry per distinct user, item and category on
-one worker (the id maps), not one per click.
+   (steps 4 and 5: `dare_tf.data.preparation.beam_shards`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 
 import numpy as np
 from absl import logging
 
 from dare_tf._faces import public
+from dare_tf.data.logs.formats import ACTION_FIELD, LogFormat, check_fields
 from dare_tf.data.logs.reader import parse_block, plan_blocks
-from dare_tf.data.logs.formats import check_fields
-from dare_tf.data.logs.formats import LogFormat
-from dare_tf.data.preparation.dataset_dir import guard_dataset_dir, write_prepared
-from dare_tf.data.preparation.prepared import (check_compression, layout_fields, log_format,
-    make_spec, write_field_maps, write_id_maps, write_item_clicks)
-from dare_tf.data.preparation.beam_shards import time_split_shards, user_split_shards
-from dare_tf.data.preparation.beam_statistics import merge_summaries, statistics, user_ranks, user_summaries
-from dare_tf.data.storage.fields import column_entries, spec_fields
-from dare_tf.data.logs.formats import ACTION_FIELD
-from dare_tf.data.preparation.protocol import Protocol, no_user_qualifies, preparation_id, time_windows
 from dare_tf.data.logs.string_ids import fingerprinted, from_fingerprints, named
+from dare_tf.data.preparation.beam_exchange import (WORK_DIR, block_rows, by_bucket, get, get_bucket, get_rows,
+                                                    put, put_rows, shared, sorted_bucket, work_dir)
+from dare_tf.data.preparation.beam_shards import TimeSplit, UserSplit
+from dare_tf.data.preparation.beam_statistics import (cut, day_summaries, merge, protocol_keys, row_summaries,
+                                                      statistics, user_summary, user_table)
+from dare_tf.data.preparation.catalogue import clicks_by_day
+from dare_tf.data.preparation.dataset_dir import guard_dataset_dir, write_prepared
+from dare_tf.data.preparation.prepared import (check_compression, layout_fields, log_format, make_spec,
+                                               write_field_maps, write_id_maps, write_item_clicks)
+from dare_tf.data.preparation.protocol import Protocol, no_user_qualifies, preparation_id, time_windows
+from dare_tf.data.storage.fields import column_entries, spec_fields
 
 MANIFEST = ".beam-manifest.json"  # written by the pipeline into the staging directory, read and removed
 
 
-def _block_users(block_index: int, clicks):
-    """`(raw user, (file keys, items, categories, times, labels, fields))` of one
-    parsed block (`fields`: `[rows, F]` the further fields' raw ids, in order)."""
-    keys = (np.int64(block_index) << 32) + np.arange(len(clicks.user), dtype=np.int64)
-    labels = clicks.label if clicks.label is not None else clicks.clicked().astype(np.int64)  # (1: a click)
-    fields = np.stack([clicks.fields[n] for n in clicks.fields], 1) if clicks.fields else np.zeros(
-        (len(clicks.user), 0), np.int64)
-    order = np.argsort(clicks.user, kind="stable")
-    users, starts = np.unique(clicks.user[order], return_index=True)
-    for u, rows in zip(users, np.split(order, starts[1:])):
-        yield int(u), (keys[rows], clicks.item[rows], clicks.category[rows], clicks.time[rows], labels[rows],
-                       fields[rows])
+class Steps:
+    """The pipeline's steps before the statistics, each reading and writing the
+    work directory's files (`beam_exchange`)."""
+
+    def __init__(self, path: str, fmt: LogFormat, plan, work: str, buckets: int, skip_bad_lines: bool,
+                 chronological: bool):
+        self.path, self.fmt, self.plan, self.work, self.buckets = path, fmt, plan, work, buckets
+        self.skip_bad_lines, self.chronological = skip_bad_lines, chronological
+
+    def parse(self, element) -> dict:
+        """Parses one block and writes its rows by user bucket; returns its counts,
+        its last time, the bucket files and (`--string_ids`) its strings."""
+        b, block = element
+        clicks = parse_block(self.path, self.fmt, self.plan.names, block, self.skip_bad_lines)
+        names = []
+        if self.fmt.string_ids:  # (codes -> fingerprints, the same on every worker: `dare_tf.data.logs.string_ids`)
+            clicks, names = fingerprinted(clicks)
+        files = {j: put_rows(os.path.join(self.work, f"block-{b}-bucket-{j}"), rows)
+                 for j, rows in by_bucket(block_rows(b, clicks), self.buckets)}
+        return {"counts": (clicks.rows, clicks.bad_lines, int(clicks.clicked().sum())),
+                "last_time": int(clicks.time.max()) if len(clicks.time) else None, "files": files, "names": names}
+
+    def sort_bucket(self, element):
+        """`(bucket, file, per-user summary)`: one bucket's rows from every block,
+        sorted by user and into protocol order (`sorted_bucket`)."""
+        j, paths = element
+        rows, starts = sorted_bucket([get_rows(p) for p in sorted(paths)], self.fmt.sort_by_time or self.chronological)
+        path = put_rows(os.path.join(self.work, f"bucket-{j}"), {**rows, "starts": starts})
+        return j, path, user_summary(rows, starts, self.chronological)
+
+    def summaries(self, element, users_path: str) -> dict:
+        _, path, _ = element
+        rows, starts = get_bucket(path)
+        keys = protocol_keys(rows, starts, shared(users_path), self.fmt.sort_by_time, self.chronological)
+        return row_summaries(rows, keys)
+
+    def day_summaries(self, element) -> dict:
+        return day_summaries(get_bucket(element[1])[0])
+
+    def merged(self, sequences, name: str, summarize, *side):
+        """`summarize` (`Steps.summaries`, `Steps.day_summaries`) of every sorted
+        bucket, cut by id (`cut`) into one file per bucket and cut, each cut merged
+        over the buckets by one worker; the merged cuts as one file list."""
+        import apache_beam as beam
+
+        def cut_files(element, *args):
+            for k, part in enumerate(cut(summarize(element, *args), self.buckets)):
+                yield k, put(os.path.join(self.work, f"{name}-{k}-of-bucket-{element[0]}"), part)
+
+        return (sequences | f"{name}" >> beam.FlatMap(cut_files, *side)
+                | f"Group{name}" >> beam.GroupByKey()
+                | f"Merge{name}" >> beam.Map(lambda e: put(os.path.join(self.work, f"{name}-{e[0]}"),
+                                                           merge(get(p) for p in sorted(e[1]))))
+                | f"All{name}" >> beam.combiners.ToList())
 
 
-def _user_sequence(element, sort_by_time: bool, chronological: bool = False):
-    """A user's rows in protocol order (file order, or stably by time):
-    `(raw user, first key, items, categories, file keys, times, labels, fields)`.
-    The first key orders the users: the first file key, or `chronological` (a
-    `--split=time` log, read in time order) the first (time, file key)."""
-    user, parts = element
-    keys, items, categories, times, labels, fields = (np.concatenate([p[i] for p in parts]) for i in range(6))
-    order = np.lexsort((keys, times)) if sort_by_time or chronological else np.argsort(keys)
-    first = (int(times[order[0]]), int(keys[order[0]])) if chronological else int(keys.min())
-    return user, first, items[order], categories[order], keys[order], times[order], labels[order], fields[order]
-
-
-def _write_manifest(files, side: dict, directory: str, source: dict, last_time: int, chronological: bool,
+def _write_manifest(files, stats_path: str, directory: str, source: dict, last_time: int, chronological: bool,
                     names: dict | None = None) -> None:
-    if len(side["stats"].qualifying):
-        raw = {role: side[f"raw_{kind}"] for role, kind in (("item", "items"), ("category", "categories"),
-                                                              ("user", "users"))}
-        fields = dict(side["raw_fields"])
+    side = shared(stats_path)
+    stats = side["stats"]
+    raw_fields = {n: side["fields"][j]["order"] for j, n in enumerate(side["field_names"])}
+    if len(stats.qualifying):
+        raw = {"item": side["items"]["order"], "category": side["categories"]["order"],
+               "user": side["users"]["order"]}
+        fields = dict(raw_fields)
         if names is not None:  # (`--string_ids`: the fingerprints' strings)
             raw = {role: from_fingerprints(role, v, names) if role in names else v for role, v in raw.items()}
             fields = {n: from_fingerprints(n, v, names) for n, v in fields.items()}
-        write_id_maps(directory, raw["item"], raw["category"], raw["user"], side["stats"].item_category)
-        write_field_maps(directory, fields, side["stats"].item_fields, side["stats"].num_items)
+        write_id_maps(directory, raw["item"], raw["category"], raw["user"], stats.item_category)
+        write_field_maps(directory, fields, stats.item_fields, stats.num_items)
         if chronological:
-            write_item_clicks(directory, np.diff(side["stats"].item_cdf, prepend=0))
+            write_item_clicks(directory, np.diff(stats.item_cdf, prepend=0))
     with open(os.path.join(directory, MANIFEST), "w") as f:
         json.dump({"files": {name: entry for shard in files for name, entry in shard.items()},
-                   "num_items": side["stats"].num_items,
-                   "num_categories": len(side["raw_categories"]) + 2, "num_users": side["stats"].num_users,
-                   "users": int(len(side["stats"].qualifying)), "longest": side["longest"], "last_time": last_time,
-                   "vocabularies": {n: len(v) + 2 for n, v in side["raw_fields"].items()},
-                   "empty_fields": [n for n, v in side["raw_fields"].items() if v and max(v) < 0], **source}, f)
+                   "num_items": stats.num_items, "num_categories": len(side["categories"]["order"]) + 2,
+                   "num_users": stats.num_users, "users": int(len(stats.qualifying)), "longest": side["longest"],
+                   "last_time": last_time, "vocabularies": {n: len(v) + 2 for n, v in raw_fields.items()},
+                   "empty_fields": [n for n, v in raw_fields.items() if len(v) and v.max() < 0], **source}, f)
 
 
 def build_pipeline(pipeline, path: str, fmt: LogFormat, plan, protocol: Protocol, directory: str,
-                   skip_bad_lines: bool, compression: str):
-    """Adds the preparation to a `beam.Pipeline`."""
+                   skip_bad_lines: bool, compression: str, buckets: int = 1):
+    """Adds the preparation to a `beam.Pipeline`; `buckets`: how many parts the
+    users are cut into (each part's rows are sorted by one worker)."""
     import apache_beam as beam
 
     impressions, chronological = fmt.impressions, protocol.split == "time"
-    blocks = pipeline | "Blocks" >> beam.Create(list(enumerate(plan.blocks)))
-    parsed = blocks | "Parse" >> beam.Map(
-        lambda b: (b[0], parse_block(path, fmt, plan.names, b[1], skip_bad_lines)))
+    work = work_dir(directory)
+    steps = Steps(path, fmt, plan, work, buckets, skip_bad_lines, chronological)
+    parsed = (pipeline | "Blocks" >> beam.Create(list(enumerate(plan.blocks)))
+              | "Parse" >> beam.Map(steps.parse))
     names = None
-    if fmt.string_ids:  # (each block's codes -> fingerprints, the same on every worker: `dare_tf.data.logs.string_ids`)
-        printed = parsed | "Fingerprint" >> beam.Map(lambda p: (p[0], *fingerprinted(p[1])))
-        parsed = printed | "Fingerprinted" >> beam.Map(lambda p: (p[0], p[1]))
-        names = beam.pvalue.AsSingleton(printed | "Names" >> beam.FlatMap(lambda p: p[2])
+    if fmt.string_ids:
+        names = beam.pvalue.AsSingleton(parsed | "Names" >> beam.FlatMap(lambda p: p["names"])
                                         | "DistinctNames" >> beam.Distinct()
                                         | "AllNames" >> beam.combiners.ToList() | "NameMaps" >> beam.Map(named))
-    counts = (parsed | "BlockCounts" >> beam.Map(lambda p: (p[1].rows, p[1].bad_lines, int(p[1].clicked().sum())))
+    counts = (parsed | "BlockCounts" >> beam.Map(lambda p: p["counts"])
               | "SumCounts" >> beam.CombineGlobally(
                   lambda vs: tuple(int(sum(x)) for x in zip(*vs)) if vs else (0, 0, 0)))
     last_time = beam.pvalue.AsSingleton(
-        parsed | "BlockLastTime" >> beam.Map(lambda p: int(p[1].time.max()) if len(p[1].time) else None)
+        parsed | "BlockLastTime" >> beam.Map(lambda p: p["last_time"])
         | "LastTime" >> beam.CombineGlobally(lambda ts: max((t for t in ts if t is not None), default=0)))
     sequences = (parsed
-                 | "ByUser" >> beam.FlatMap(lambda p: _block_users(p[0], p[1]))
-                 | "GroupUsers" >> beam.GroupByKey()
-                 | "Order" >> beam.Map(_user_sequence, sort_by_time=fmt.sort_by_time, chronological=chronological))
-    # Raw user -> (first file key, clicks, rows); dense user ids follow the first keys.
-    users = (sequences | "UserFirst" >> beam.Map(lambda s: (s[0], (s[1], int((s[6] == 1).sum()), len(s[2]))))
-             | "UserMap" >> beam.combiners.ToDict())
-    ranks = beam.pvalue.AsSingleton(users | "Ranks" >> beam.Map(user_ranks))
-    merged = (sequences | "Summaries" >> beam.FlatMap(user_summaries, ranks, fmt.sort_by_time, chronological)
-              | "MergeSummaries" >> beam.CombinePerKey(merge_summaries)
-              | "AllSummaries" >> beam.combiners.ToList())
+                 | "BucketFiles" >> beam.FlatMap(lambda p: p["files"].items())
+                 | "GroupBuckets" >> beam.GroupByKey()
+                 | "SortBuckets" >> beam.Map(steps.sort_bucket))
+    # Dense user ids follow the users' first keys.
+    users = beam.pvalue.AsSingleton(
+        sequences | "UserSummaries" >> beam.Map(lambda s: s[2]) | "AllUsers" >> beam.combiners.ToList()
+        | "UserTable" >> beam.Map(lambda s: put(os.path.join(work, "users"), user_table(s))))
     field_names = tuple(fmt.field_columns) + ((ACTION_FIELD,) if fmt.action_field else ())
-    side = beam.pvalue.AsSingleton(
-        users | "Statistics" >> beam.Map(lambda u, r, s: statistics(u, r, s, protocol, impressions, field_names),
-                                         ranks, beam.pvalue.AsSingleton(merged)))
-
-    files = (time_split_shards(pipeline, sequences, side, last_time, protocol, directory, compression, impressions,
-                                field_names)
-             if chronological else user_split_shards(pipeline, sequences, side, protocol, directory, compression,
-                                                      impressions))
+    summaries = steps.merged(sequences, "Summaries", steps.summaries, users)
+    stats = beam.pvalue.AsSingleton(summaries | "Statistics" >> beam.Map(
+        lambda m, u: put(os.path.join(work, "statistics"),
+                         statistics(merge(get(p) for p in m), get(u), protocol, impressions, field_names)), users))
+    if chronological:
+        days = steps.merged(sequences, "DaySummaries", steps.day_summaries)
+        to_date = beam.pvalue.AsSingleton(days | "ClicksByDay" >> beam.Map(
+            lambda d, s: put(os.path.join(work, "clicks-by-day"), clicks_by_day(merge(get(p) for p in d), shared(s))),
+            stats))
+        files = TimeSplit(protocol, impressions, work, field_names).shards(
+            pipeline, sequences, stats, to_date, last_time, directory, compression)
+    else:
+        files = UserSplit(protocol, impressions, work, buckets).shards(pipeline, sequences, stats, directory,
+                                                                       compression)
     _ = (files | "Manifest" >> beam.Map(
-        lambda f, side_, c, t, n: _write_manifest(f, side_, directory, {"rows": c[0], "bad_lines": c[1],
-                                                                        "clicks": c[2]}, t, chronological, n),
-        side, beam.pvalue.AsSingleton(counts), last_time,
+        lambda f, s, c, t, n: _write_manifest(f, s, directory, {"rows": c[0], "bad_lines": c[1], "clicks": c[2]},
+                                              t, chronological, n),
+        stats, beam.pvalue.AsSingleton(counts), last_time,
         names if names is not None else beam.pvalue.AsSingleton(pipeline | "NoNames" >> beam.Create([None]))))
 
 
@@ -176,19 +217,47 @@ def _check_manifest(input_path: str, fmt: LogFormat, protocol: Protocol, manifes
         raise no_user_qualifies(protocol, manifest["longest"], fmt.impressions and protocol.split == "user")
 
 
+def default_buckets(input_path: str, plan) -> int:
+    """One user bucket per `BLOCK_BYTES` of log, at most one per block."""
+    from dare_tf.data.logs.reader import BLOCK_BYTES
+
+    return max(1, min(len(plan.blocks), -(-os.path.getsize(input_path) // BLOCK_BYTES)))
+
+
+def _run(options, staging: str, **pipeline_args) -> dict:
+    """Runs the pipeline into `staging`; returns its manifest (the work files removed)."""
+    import apache_beam as beam
+
+    try:
+        with beam.Pipeline(options=options) as pipeline:
+            build_pipeline(pipeline, directory=staging, **pipeline_args)
+    except Exception as e:  # noqa: BLE001 - re-raised as the worker's own error where there is one
+        error = _unwrap(e)
+        if error is e:
+            raise
+        raise error from None
+    shutil.rmtree(os.path.join(staging, WORK_DIR))
+    with open(os.path.join(staging, MANIFEST)) as f:
+        manifest = json.load(f)
+    os.remove(os.path.join(staging, MANIFEST))
+    return manifest
+
+
 @public("dare_tf.data", name="prepare_beam")
 def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Protocol = Protocol(),
             skip_bad_lines: bool = False, pipeline_options=None, block_bytes: int | None = None,
-            compression: str = "GZIP"):
+            compression: str = "GZIP", buckets: int | None = None):
     """`dare_tf.data.preparation.in_memory.prepare` on Apache Beam (see the module docstring).
 
     Args:
         pipeline_options: a `beam.options.pipeline_options.PipelineOptions`
             (runner, project, ...); default: the DirectRunner. Workers must
-            reach `input_path` and `output_dir` by the same paths.
+            reach `input_path` and `output_dir` by the same paths (the work
+            files go inside the staging directory beside `output_dir`).
         block_bytes: bytes per parsed block (default: `log_reader.BLOCK_BYTES`).
+        buckets: how many parts the users are cut into, each sorted by one
+            worker (default: `default_buckets`); the output does not depend on it.
     """
-    import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from dare_tf.data.logs.reader import BLOCK_BYTES
@@ -197,24 +266,17 @@ def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Pr
     protocol.validate(fmt.impressions)
     check_compression(compression)
     guard_dataset_dir(output_dir, input_path)
+    if buckets is not None and buckets < 1:
+        raise ValueError(f"buckets: expected a positive number, got {buckets}")
     start = time.perf_counter()
     plan = plan_blocks(input_path, fmt, block_bytes or BLOCK_BYTES)
     preparation = preparation_id(plan.sha256, protocol, fmt, compression)
 
     def build(staging):
-        options = pipeline_options or PipelineOptions(runner="DirectRunner")
-        try:
-            with beam.Pipeline(options=options) as pipeline:
-                build_pipeline(pipeline, os.path.abspath(input_path), fmt, plan, protocol, staging,
-                               skip_bad_lines, compression)
-        except Exception as e:  # noqa: BLE001 - re-raised as the worker's own error where there is one
-            error = _unwrap(e)
-            if error is e:
-                raise
-            raise error from None
-        with open(os.path.join(staging, MANIFEST)) as f:
-            manifest = json.load(f)
-        os.remove(os.path.join(staging, MANIFEST))
+        manifest = _run(pipeline_options or PipelineOptions(runner="DirectRunner"), staging,
+                        path=os.path.abspath(input_path), fmt=fmt, plan=plan, protocol=protocol,
+                        skip_bad_lines=skip_bad_lines, compression=compression,
+                        buckets=buckets or default_buckets(input_path, plan))
         _check_manifest(input_path, fmt, protocol, manifest)
         bounds = protocol.bounds(manifest["last_time"]) if protocol.split == "time" else None
         entries = spec_fields(column_entries(fmt, manifest["vocabularies"]), protocol.time_gap)

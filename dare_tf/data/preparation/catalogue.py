@@ -1,8 +1,8 @@
 """The catalogue as of a day, for the time split (`dare_tf.data.preparation.days`):
 every item's click count, category and further fields' values up to the end of a
 day (`Catalogue`), and what a day's negatives are drawn from (`ClicksToDate`);
-the Beam driver's per-day reductions of it (`day_item_summaries`,
-`merge_day_items`, `clicks_by_day`)."""
+and every day's `ClicksToDate` from the Beam driver's per-day summaries
+(`clicks_by_day`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import datetime
 
 import numpy as np
 
-from dare_tf.data.logs.times import DAY
 from dare_tf.data.preparation.examples import MAX_NEGATIVE_ROUNDS
 from dare_tf.data.storage.fields import last_rows
 
@@ -89,13 +88,13 @@ class Catalogue:
             self.fields[name][items[last]] = np.asarray(values)[last]
         return self.to_date(day)
 
-    def advance_by(self, day: int, entries) -> ClicksToDate:
-        """`advance` from a day's `(item, clicks, last category, last fields' values)` entries."""
-        for item, count, category, values in entries:
-            self.counts[item] += count
-            self.categories[item] = category
-            for name, value in zip(self.fields, values):
-                self.fields[name][item] = value
+    def advance_by(self, day: int, items, counts, categories, fields: dict | None = None) -> ClicksToDate:
+        """`advance` from a day's distinct dense `items`: their click counts that day,
+        and their category and fields' values at their last row that day."""
+        self.counts[items] += counts
+        self.categories[items] = categories
+        for name, values in (fields or {}).items():
+            self.fields[name][items] = values
         return self.to_date(day)
 
     def to_date(self, day: int) -> ClicksToDate:
@@ -104,37 +103,24 @@ class Catalogue:
                             {k: v[items].copy() for k, v in self.fields.items()})
 
 
-def day_item_summaries(items, categories, times, keys, labels, fields):
-    """`((day, item), (clicks, last (time, key), category and further fields'
-    values (`fields`, `[rows, F]`) at the last row))` of one user's rows (raw
-    ids), merged over users by `merge_day_items` and stepped through by
-    `clicks_by_day`."""
-    by = {}
-    for i in range(len(items)):
-        k = (int(times[i]) // DAY, int(items[i]))
-        count, last, category, values = by.get(k, (0, None, None, None))
-        at = (int(times[i]), int(keys[i]))
-        count += int(labels[i] == 1)
-        by[k] = ((count, at, int(categories[i]), tuple(fields[i].tolist())) if last is None or at >= last
-                 else (count, last, category, values))
-    return list(by.items())
+def clicks_by_day(merged: dict, side: dict) -> dict[int, ClicksToDate]:
+    """`{day: ClicksToDate}` of every day of the Beam driver's merged day summaries
+    (`beam_statistics.day_summaries`, `{}` for a log without rows: raw ids;
+    `side`: its statistics, whose tables give the dense ids)."""
+    from dare_tf.data.preparation.beam_statistics import dense_of
 
-
-def merge_day_items(values):
-    values = list(values)
-    last = max(values, key=lambda v: v[1])
-    return sum(v[0] for v in values), last[1], last[2], last[3]
-
-
-def clicks_by_day(summaries, side: dict) -> dict[int, ClicksToDate]:
-    """`{day: ClicksToDate}` of every day of the merged summaries (raw ids; `side`:
-    the Beam driver's statistics, whose maps give the dense ids)."""
-    days: dict[int, list] = {}
-    dense = side["field_dense"]
-    for (day, raw_item), (count, _, raw_category, raw_values) in summaries:
-        days.setdefault(day, []).append((side["item_dense"][raw_item], count, side["category_dense"][raw_category],
-                                         tuple(dense[j][v] for j, v in enumerate(raw_values))))
+    if not merged:
+        return {}
+    days = merged["days"]
+    day, raw_item = days["ids"][:, 0], days["ids"][:, 1]
+    items, categories = dense_of(side["items"], raw_item), dense_of(side["categories"], days["carry"][:, 0])
+    fields = {name: dense_of(side["fields"][j], days["carry"][:, 1 + j]) for j, name in enumerate(side["field_names"])}
     num_items = side["stats"].num_items
     catalogue = Catalogue(np.zeros(num_items, np.int64), np.zeros(num_items, np.int64),
                           {n: np.zeros(num_items, np.int64) for n in side["field_names"]})
-    return {day: catalogue.advance_by(day, days[day]) for day in sorted(days)}
+    out = {}
+    for d in np.unique(day).tolist():  # (the summary is sorted by day, then item)
+        at = slice(np.searchsorted(day, d), np.searchsorted(day, d, "right"))
+        out[d] = catalogue.advance_by(d, items[at], days["count"][at], categories[at],
+                                      {name: values[at] for name, values in fields.items()})
+    return out

@@ -162,7 +162,7 @@ def test_the_beam_driver_prepares_string_ids_as_the_in_memory_one(rows, tmp_path
     time_split = Protocol(split="time", min_clicks=20, max_len=20, partitions=3, train_targets=2, stride=2)
     for name, protocol in (("user", PER_USER), ("time", time_split)):
         prepare(STRINGS, strings, str(tmp_path / f"{name}-memory"), protocol)
-        beam.prepare(STRINGS, strings, str(tmp_path / f"{name}-beam"), protocol, block_bytes=64 << 10)
+        beam.prepare(STRINGS, strings, str(tmp_path / f"{name}-beam"), protocol, block_bytes=64 << 10, buckets=3)
         assert_same_datasets(str(tmp_path / f"{name}-memory"), str(tmp_path / f"{name}-beam"))
         assert (open(tmp_path / f"{name}-beam" / "brand_ids.txt").read()
                 == open(tmp_path / f"{name}-memory" / "brand_ids.txt").read())

@@ -141,13 +141,13 @@ def test_both_drivers_write_the_same_time_split(tmp_path):
         part.write_text("".join(line for _, line in zip(range(30_000), f)))
     prepare("taobao", str(part), str(tmp_path / "memory"), dataclasses.replace(TIME, min_clicks=20))
     beam_driver.prepare("taobao", str(part), str(tmp_path / "beam"), dataclasses.replace(TIME, min_clicks=20),
-                        block_bytes=1 << 18)
+                        block_bytes=1 << 18, buckets=3)
     assert_same_datasets(str(tmp_path / "memory"), str(tmp_path / "beam"))
     # An impression log with explicit window starts: every impression an example of its window.
     fmt, log, protocol = impression_log(tmp_path)
     protocol = dataclasses.replace(protocol, split="time", val_from=1_700_006_000, test_from=1_700_008_000)
     memory = prepare(fmt, log, str(tmp_path / "imp-memory"), protocol)
-    beam_driver.prepare(fmt, log, str(tmp_path / "imp-beam"), protocol, block_bytes=4096)
+    beam_driver.prepare(fmt, log, str(tmp_path / "imp-beam"), protocol, block_bytes=4096, buckets=2)
     assert_same_datasets(str(tmp_path / "imp-memory"), str(tmp_path / "imp-beam"))
     assert memory.counts["train"] + memory.counts["val"] + memory.counts["test"] == 40 * 30
     times = {"train": (None, 1_700_006_000), "val": (1_700_006_000, 1_700_008_000), "test": (1_700_008_000, None)}

@@ -544,14 +544,14 @@ def test_beam_pipeline_writes_what_the_in_memory_path_writes(taobao, tmp_path):
     out = str(tmp_path / "beam")
     result = subprocess.run(
         [sys.executable, "-m", "data.prepare", "--dataset=taobao", f"--input={TAOBAO}", f"--output_dir={out}",
-         "--runner=beam", "--seed=1", "--partitions=4"], cwd=REPO, capture_output=True, text=True)
+         "--runner=beam", "--seed=1", "--partitions=4", "--beam_buckets=3"], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
     assert_same_datasets(str(tmp_path / "memory"), out)
     assert len(DatasetSpec.load(out).shards["train"]) == 4
     impressions, clicks = impression_log(tmp_path, "tsv"), parquet_clicks(tmp_path)
     for name, (fmt, log, proto) in {"imp": impressions, "parquet": clicks}.items():
         prepare(fmt, log, str(tmp_path / f"{name}-memory"), proto)
-        beam_driver.prepare(fmt, log, str(tmp_path / f"{name}-beam"), proto, block_bytes=4096)
+        beam_driver.prepare(fmt, log, str(tmp_path / f"{name}-beam"), proto, block_bytes=4096, buckets=2)
         assert_same_datasets(str(tmp_path / f"{name}-memory"), str(tmp_path / f"{name}-beam"))
     bad = write(tmp_path, "bad.csv", GOOD + "7,8,9,pv\n")
     with pytest.raises(BadLineError, match=r"bad.csv:62: expected 5 comma-separated fields, got 4"):

@@ -154,9 +154,9 @@ def test_time_split_fields_and_both_drivers(field_log, tmp_path):
     spec = prepare(FORMAT, field_log[1], memory, TIME)
     assert spec.fields[0]["column"] == "brand"
     _check_examples(memory, spec, field_log[0])
-    beam.prepare(FORMAT, field_log[1], str(tmp_path / "beam"), TIME, block_bytes=20_000)
+    beam.prepare(FORMAT, field_log[1], str(tmp_path / "beam"), TIME, block_bytes=20_000, buckets=2)
     assert_same_datasets(memory, str(tmp_path / "beam"))
-    beam.prepare(FORMAT, field_log[1], str(tmp_path / "beam_user"), PER_USER, block_bytes=20_000)
+    beam.prepare(FORMAT, field_log[1], str(tmp_path / "beam_user"), PER_USER, block_bytes=20_000, buckets=3)
     prepare(FORMAT, field_log[1], str(tmp_path / "memory_user"), PER_USER)
     assert_same_datasets(str(tmp_path / "memory_user"), str(tmp_path / "beam_user"))
 
@@ -348,7 +348,7 @@ def test_the_action_field_in_both_drivers_both_splits_and_appended(tmp_path):
     by_time = Protocol(split="time", min_clicks=8, partitions=3, seed=1, time_gap=True)
     for name, protocol in (("user", per_user), ("time", by_time)):
         prepare(fmt, log, str(tmp_path / f"memory_{name}"), protocol)
-        beam.prepare(fmt, log, str(tmp_path / f"beam_{name}"), protocol, block_bytes=30_000)
+        beam.prepare(fmt, log, str(tmp_path / f"beam_{name}"), protocol, block_bytes=30_000, buckets=2)
         assert_same_datasets(str(tmp_path / f"memory_{name}"), str(tmp_path / f"beam_{name}"))
     days = sorted({int(line.rsplit(",", 1)[1]) // DAY for line in open(log)})
     prepare(fmt, _days(log, 0, days[-3], tmp_path / "base.csv"), str(tmp_path / "grown"), by_time)
