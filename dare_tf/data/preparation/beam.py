@@ -42,8 +42,8 @@ from dare_tf._faces import public
 from dare_tf.data.logs.formats import ACTION_FIELD, LogFormat, check_fields
 from dare_tf.data.logs.reader import parse_block, plan_blocks
 from dare_tf.data.logs.string_ids import fingerprinted, from_fingerprints, named
-from dare_tf.data.preparation.beam_exchange import (WORK_DIR, block_rows, by_bucket, get, get_bucket, get_rows,
-                                                    put, put_rows, shared, sorted_bucket, work_dir)
+from dare_tf.data.preparation.beam_exchange import (WORK_DIR, block_rows, by_bucket, forget_shared, get, get_bucket,
+                                                    get_rows, put, put_rows, shared, sorted_bucket, work_dir)
 from dare_tf.data.preparation.beam_shards import TimeSplit, UserSplit
 from dare_tf.data.preparation.beam_statistics import (cut, day_summaries, merge, protocol_keys, row_summaries,
                                                       statistics, user_summary, user_table)
@@ -236,6 +236,8 @@ def _run(options, staging: str, **pipeline_args) -> dict:
         if error is e:
             raise
         raise error from None
+    finally:
+        forget_shared()
     shutil.rmtree(os.path.join(staging, WORK_DIR))
     with open(os.path.join(staging, MANIFEST)) as f:
         manifest = json.load(f)

@@ -83,6 +83,12 @@ def shared(path: str):
     return _shared(path, stat.st_mtime_ns, stat.st_size)
 
 
+def forget_shared() -> None:
+    """Drops what `shared` holds (a runner whose workers are threads of this
+    process would otherwise keep the last pipeline's statistics)."""
+    _shared.cache_clear()
+
+
 @functools.lru_cache(maxsize=4)
 def _shared(path: str, _mtime: int, _size: int):
     return get(path)

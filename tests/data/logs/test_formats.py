@@ -225,7 +225,8 @@ def test_command_line_custom_logs_and_one_line_errors(tmp_path):
         (["--dataset=taobao", "--seed=-1"], 2, "--seed=-1: must be in [0, 2^32)"),
         (["--dataset=taobao", "--partitions=0"], 2, "--partitions=0: must be in [1, 1024]"),
         (["--dataset=taobao", "--beam_buckets=4"], 2, "--beam_buckets is for --runner=beam"),
-        (["--dataset=taobao", "--runner=beam", "--beam_buckets=0"], 2, "flag --beam_buckets=0: 0 is not a positive integer"),
+        (["--dataset=taobao", "--runner=beam", "--beam_buckets=0"], 2,
+         "flag --beam_buckets=0: 0 is not a positive integer"),
     ]
     for args, code, message in cases:
         log = TAOBAO if "--dataset=taobao" in args else path

@@ -1,5 +1,6 @@
 """The Beam driver's work files (`dare_tf.data.preparation.beam_exchange`): user
-buckets, protocol order within a bucket, narrowed columns, whole-or-nothing writes."""
+buckets, protocol order within a bucket, narrowed columns, whole-or-nothing writes,
+statistics read once per process."""
 
 import os
 import pickle
@@ -7,8 +8,8 @@ import pickle
 import numpy as np
 import pytest
 
-from dare_tf.data.preparation.beam_exchange import (by_bucket, compact, get, get_bucket, put, put_rows, sorted_bucket,
-                                                    hash_buckets, widen)
+from dare_tf.data.preparation.beam_exchange import (by_bucket, compact, forget_shared, get, get_bucket, hash_buckets,
+                                                    put, put_rows, shared, sorted_bucket, widen)
 
 
 def _rows(n=2000, seed=0):
@@ -70,3 +71,19 @@ def test_a_failed_write_leaves_neither_the_file_nor_a_partial_one(tmp_path):
         put(path, {"x": lambda: 2})  # (a lambda cannot be pickled)
     assert get(path) == {"x": 1}
     assert os.listdir(tmp_path) == ["stats"]
+
+
+def test_shared_reads_a_file_once_until_it_changes_or_is_forgotten(tmp_path, monkeypatch):
+    from dare_tf.data.preparation import beam_exchange
+
+    forget_shared()
+    path = put(str(tmp_path / "stats"), {"x": 1})
+    calls = []
+    real = beam_exchange.get
+    monkeypatch.setattr(beam_exchange, "get", lambda p: calls.append(p) or real(p))
+    assert shared(path) == {"x": 1} and shared(path) == {"x": 1} and len(calls) == 1
+    put(path, {"x": 22})
+    os.utime(path, ns=(1, 1))  # (another stamp, whatever the clock's resolution)
+    assert shared(path) == {"x": 22} and len(calls) == 2
+    forget_shared()
+    assert shared(path) == {"x": 22} and len(calls) == 3
