@@ -246,7 +246,6 @@ TESTED_WITH = {
     "dare_tf.data.storage.spec": "tests/data/storage/test_records.py",
     "dare_tf.data.storage.store": "tests/data/preparation/test_prepare.py",
     "dare_tf.data.generation.like_presets": "tests/data/generation/test_lifelike.py",  # the real logs' counts
-    "dare_tf.data.generation.synthetic": "tests/retrieval/test_planted_candidates.py",
     "dare_tf.demo": "tests/test_programs.py",
     "dare_tf.export.retrieval": "tests/serving/test_recommender.py",
     "dare_tf.export.rows": "tests/export/test_rank.py",  # each row's own error, alone and merged

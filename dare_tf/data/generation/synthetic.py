@@ -11,12 +11,10 @@ Planted structure (all users simulated together, one step at a time):
   partner of the previous session's category with `p_related`, one of the
   user's interests with `p_interest`, else a popular category.
 - lifelong re-consumption (`p_recall`, off by default): each click from
-  position `recall_lag[0]` on is, with probability `p_recall`, a repeat of
-  the user's own click `lag` steps back, `lag` uniform in `recall_lag`: the
-  behaviour that explains such a click lies far back in the history
-  (beyond a 200-slot window at the default lags). With long users
-  (`min_length` = `length_median` = `max_length` in the thousands) this is
-  the "lifelong" log of `README.md`, "Long histories".
+  position `recall_lag[0]` on is, with probability `p_recall`, the user's
+  own click `lag` steps back (`lag` uniform in `recall_lag`; beyond a
+  200-slot window at the defaults). With long users this is the
+  "lifelong" log of docs/long-histories.md.
 - long-range returns (`p_return`, off by default): a new session returns,
   with probability `p_return`, to the category of the user's own click
   `lag` steps back (`lag` uniform in `recall_lag`): the next click's
@@ -154,12 +152,14 @@ class _World:
         return p
 
     def draw_items(self, cats, rng):
+        """An item of each row's category, by its popularity within it (rows grouped by category once)."""
         out = np.empty(len(cats), np.int64)
         u = rng.random(len(cats))
-        for c in np.unique(cats):
-            sel = cats == c
-            idx = np.minimum(np.searchsorted(self.cat_cdfs[c], u[sel]), len(self.cat_items[c]) - 1)
-            out[sel] = self.cat_items[c][idx]
+        order = np.argsort(cats, kind="stable")
+        present, starts = np.unique(cats[order], return_index=True)
+        for c, rows in zip(present.tolist(), np.split(order, starts[1:])):
+            idx = np.minimum(np.searchsorted(self.cat_cdfs[c], u[rows]), len(self.cat_items[c]) - 1)
+            out[rows] = self.cat_items[c][idx]
         return out
 
 

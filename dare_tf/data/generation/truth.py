@@ -24,14 +24,17 @@ import numpy as np
 
 
 def mutual_information(a, b, n):
-    """Plug-in MI (nats) of two category arrays, with the Miller-Madow bias correction."""
-    joint = np.bincount(a * n + b, minlength=n * n).reshape(n, n).astype(float)
-    total = joint.sum()
-    joint /= total
-    pa_, pb_ = joint.sum(1, keepdims=True), joint.sum(0, keepdims=True)
-    nz = joint > 0
-    mi = float((joint[nz] * np.log(joint[nz] / (pa_ @ pb_)[nz])).sum())
-    bias = (nz.sum() - (pa_ > 0).sum() - (pb_ > 0).sum() + 1) / (2 * total)
+    """Plug-in MI (nats) of two category arrays (ids below `n`), with the
+    Miller-Madow bias correction; over the pairs that occur, so its cost grows
+    with the arrays, not with `n` squared (9,439 categories: 89M cells)."""
+    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+    pairs, joint = np.unique(a * n + b, return_counts=True)
+    count_a, count_b = np.bincount(a, minlength=n), np.bincount(b, minlength=n)
+    total = float(len(a))
+    joint = joint.astype(float)
+    expected = count_a[pairs // n].astype(float) * count_b[pairs % n] / total
+    mi = float((joint / total * np.log(joint / expected)).sum())
+    bias = (len(pairs) - np.count_nonzero(count_a) - np.count_nonzero(count_b) + 1) / (2 * total)
     return max(mi - bias, 0.0)
 
 
