@@ -38,6 +38,16 @@ def mutual_information(a, b, n):
     return max(mi - bias, 0.0)
 
 
+def pairwise_auc(positive: np.ndarray, negative: np.ndarray) -> float:
+    """P(a positive scores above a negative) + P(tie) / 2 over every pair, by
+    counting (not a positives x negatives matrix)."""
+    ordered = np.sort(negative)
+    below = np.searchsorted(ordered, positive, "left")
+    ties = np.searchsorted(ordered, positive, "right") - below
+    size = len(positive) * len(negative)
+    return float(below.sum() / size + 0.5 * (ties.sum() / size))
+
+
 def ground_truth(cfg, world, cats, lengths, flat_items, rng, max_lag=200, pairs=100_000) -> dict:
     """The truth file of `dare_tf.data.generation.synthetic` (see its docstring): per lag
     up to `max_lag` (over `pairs` sampled behaviours), how a behaviour's category
@@ -64,23 +74,22 @@ def ground_truth(cfg, world, cats, lengths, flat_items, rng, max_lag=200, pairs=
     # against 2 negatives per user drawn as data.prepare draws them.
     item_freq = np.bincount(flat_items, minlength=len(world.item_cat)).astype(float)
     neg_cdf = np.cumsum(item_freq / item_freq.sum())
-    scores, labels = [], []
+    items, labels = [], []
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     for u in range(n_users):
-        p_cat = world.next_category_probs(cats[u, last[u] - 1], u)
-        pos = flat_items[starts[u] + last[u]]
         clicked = set(flat_items[starts[u]: starts[u] + lengths[u]].tolist())
         negs = []
         while len(negs) < 2:
             n = int(min(np.searchsorted(neg_cdf, rng.random()), len(neg_cdf) - 1))
             if n not in clicked:
                 negs.append(n)
-        for item, label in [(pos, 1)] + [(n, 0) for n in negs]:
-            scores.append(p_cat[world.item_cat[item]] * world.item_p_in_cat[item])
-            labels.append(label)
-    scores, labels = np.array(scores), np.array(labels)
-    pos_s, neg_s = scores[labels == 1], scores[labels == 0]
-    auc = ((pos_s[:, None] > neg_s[None]).mean() + 0.5 * (pos_s[:, None] == neg_s[None]).mean())
+        items += [flat_items[starts[u] + last[u]], *negs]
+        labels += [1, 0, 0]
+    items, labels = np.array(items, np.int64), np.array(labels)
+    users = np.repeat(np.arange(n_users), 3)
+    scores = world.category_probs(cats[users, last[users] - 1], users, world.item_cat[items]) * world.item_p_in_cat[
+        items]
+    auc = pairwise_auc(scores[labels == 1], scores[labels == 0])
     # Raw category id (the log's, 1-based; 0 unused) -> raw id of its related category.
     related = [0] + (world.related + 1).tolist()
     return {"config": dataclasses.asdict(cfg), "generator_auc": float(auc), "per_lag": per_lag,

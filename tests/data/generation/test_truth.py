@@ -30,3 +30,13 @@ def test_mutual_information_against_brute_force():
     wide = rng.integers(0, 50_000, 400)
     near = np.where(rng.random(400) < 0.5, wide, rng.integers(0, 50_000, 400))
     assert math.isclose(mutual_information(wide, near, 50_000), _brute_force(wide, near, 50_000), rel_tol=1e-9)
+
+
+def test_pairwise_auc_counts_every_pair_as_the_matrix_does():
+    from dare_tf.data.generation.truth import pairwise_auc
+
+    rng = np.random.default_rng(1)
+    pos, neg = rng.integers(0, 30, 400) / 7, rng.integers(0, 30, 900) / 7  # (many ties)
+    matrix = (pos[:, None] > neg[None]).mean() + 0.5 * (pos[:, None] == neg[None]).mean()
+    assert pairwise_auc(pos, neg) == matrix
+    assert pairwise_auc(np.array([2.0]), np.array([1.0, 2.0, 3.0])) == 0.5
