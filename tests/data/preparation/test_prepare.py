@@ -573,6 +573,23 @@ def test_beam_pipeline_writes_what_the_in_memory_path_writes(taobao, tmp_path):
     assert not os.path.exists(tmp_path / "bad")
 
 
+def test_beam_regroups_users_from_several_buckets_into_several_chunk_groups(tmp_path):
+    """More qualifying users than one chunk (256) and several buckets: each chunk
+    group is gathered from every bucket's files, and the chunks draw the
+    in-memory driver's negatives, record for record."""
+    from dare_tf.data.generation.synthetic import SyntheticConfig, write as write_log
+    from dare_tf.data.preparation import beam as beam_driver
+
+    log = str(tmp_path / "log.csv")
+    write_log(SyntheticConfig(users=700, items=400, categories=20, min_length=25, max_length=40, length_median=30,
+                              seed=3), log)
+    protocol = Protocol(min_clicks=20, train_targets=2, stride=2, partitions=3, seed=2)
+    memory = prepare("taobao", log, str(tmp_path / "memory"), protocol)
+    assert memory.users > 2 * 256
+    beam_driver.prepare("taobao", log, str(tmp_path / "beam"), protocol, block_bytes=100_000, buckets=3)
+    assert_same_datasets(str(tmp_path / "memory"), str(tmp_path / "beam"))
+
+
 def test_preparation_loads_neither_tensorflow_nor_keras(tmp_path):
     """A whole preparation (the TFRecord files included) runs on numpy, pyarrow and
     google-crc32c: TensorFlow's runtime alone is ~0.6 GB."""
