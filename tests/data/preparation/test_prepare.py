@@ -581,7 +581,7 @@ def test_beam_regroups_users_from_several_buckets_into_several_chunk_groups(tmp_
     from dare_tf.data.preparation import beam as beam_driver
 
     log = str(tmp_path / "log.csv")
-    write_log(SyntheticConfig(users=700, items=400, categories=20, min_length=25, max_length=40, length_median=30,
+    write_log(SyntheticConfig(users=560, items=400, categories=20, min_length=22, max_length=30, length_median=25,
                               seed=3), log)
     protocol = Protocol(min_clicks=20, train_targets=2, stride=2, partitions=3, seed=2)
     memory = prepare("taobao", log, str(tmp_path / "memory"), protocol)
