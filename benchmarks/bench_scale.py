@@ -75,10 +75,11 @@ def generate(like: str, fraction: float, work: str) -> dict:
             "mb_written": round(os.path.getsize(out) / 1e6), "generator_auc": round(auc, 4)}
 
 
-def _prepared(like: str, log: str, out: str) -> tuple[float, float]:
+def _prepared(like: str, log: str, out: str, runner: tuple = ()) -> tuple[float, float, float]:
+    """Seconds, peak RSS (MiB) and the largest child process's peak RSS of `data.prepare` into `out`."""
     shutil.rmtree(out, ignore_errors=True)  # (this program's own output of an earlier run)
-    return measure(["data.prepare", f"--dataset={like}", f"--input={log}", f"--output_dir={out}",
-                    *prepare_flags(like)])
+    return measure_with_children(REPO, ["data.prepare", f"--dataset={like}", f"--input={log}", f"--output_dir={out}",
+                                        *prepare_flags(like), *runner])
 
 
 def prepare(like: str, fraction: float, work: str) -> dict:
@@ -87,7 +88,7 @@ def prepare(like: str, fraction: float, work: str) -> dict:
     from dare_tf.data.storage.spec import DatasetSpec
 
     log = log_path(work, like, fraction)
-    seconds, peak_mib = _prepared(like, log, log + ".prepared")
+    seconds, peak_mib, _ = _prepared(like, log, log + ".prepared")
     return _prepared_row(like, fraction, log + ".prepared", seconds, peak_mib) | {
         "users": DatasetSpec.load(log + ".prepared").users}
 
@@ -118,10 +119,7 @@ def beam(like: str, fraction: float, work: str, in_memory: dict | None) -> dict:
 
     log = log_path(work, like, fraction)
     out = log + ".beam"
-    shutil.rmtree(out, ignore_errors=True)  # (this program's own output of an earlier run)
-    seconds, peak_mib, worker_mib = measure_with_children(REPO, [
-        "data.prepare", f"--dataset={like}", f"--input={log}", f"--output_dir={out}", *prepare_flags(like),
-        "--runner=beam", f"--beam_options={BEAM_OPTIONS}"])
+    seconds, peak_mib, worker_mib = _prepared(like, log, out, ("--runner=beam", f"--beam_options={BEAM_OPTIONS}"))
     row = _prepared_row(like, fraction, out, seconds, peak_mib)
     ours, theirs = DatasetSpec.load(out), DatasetSpec.load(ensure_prepared(like, fraction, work))
     same = {name: entry["sha256"] for name, entry in ours.files.items()} == {

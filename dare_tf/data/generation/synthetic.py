@@ -142,15 +142,6 @@ class _World:
         self.interests = np.stack([rng.choice(c, cfg.interests, replace=False, p=self.cat_p)
                                    for _ in range(cfg.users)])
 
-    def category_probs(self, session_cats, users, cats):
-        """P(next category = `cats`) of `users` in sessions of `session_cats` (one per row)."""
-        cfg = self.cfg
-        p = (1 - cfg.p_session) * (1 - cfg.p_interest - cfg.p_related) * self.cat_p[cats]
-        p = p + np.where((self.interests[users] == cats[:, None]).any(1),
-                         (1 - cfg.p_session) * cfg.p_interest / cfg.interests, 0.0)
-        p = p + np.where(self.related[session_cats] == cats, (1 - cfg.p_session) * cfg.p_related, 0.0)
-        return p + np.where(session_cats == cats, cfg.p_session, 0.0)
-
     def draw_items(self, cats, rng):
         """An item of each row's category, by its popularity within it (rows grouped by category once)."""
         out = np.empty(len(cats), np.int64)

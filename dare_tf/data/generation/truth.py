@@ -22,6 +22,8 @@ import dataclasses
 
 import numpy as np
 
+from dare_tf.metrics import auc
+
 
 def mutual_information(a, b, n):
     """Plug-in MI (nats) of two category arrays (ids below `n`), with the
@@ -38,14 +40,14 @@ def mutual_information(a, b, n):
     return max(mi - bias, 0.0)
 
 
-def pairwise_auc(positive: np.ndarray, negative: np.ndarray) -> float:
-    """P(a positive scores above a negative) + P(tie) / 2 over every pair, by
-    counting (not a positives x negatives matrix)."""
-    ordered = np.sort(negative)
-    below = np.searchsorted(ordered, positive, "left")
-    ties = np.searchsorted(ordered, positive, "right") - below
-    size = len(positive) * len(negative)
-    return float(below.sum() / size + 0.5 * (ties.sum() / size))
+def next_category_probability(cfg, cat_p, related, interests, session, cats) -> np.ndarray:
+    """The generator's P(next category = `cats`), row by row, of users with
+    `interests` (`[rows, interests]`) in sessions of category `session`: the
+    popular, interest, related and session shares of its walk."""
+    p = (1 - cfg.p_session) * (1 - cfg.p_interest - cfg.p_related) * cat_p[cats]
+    p = p + np.where((interests == cats[:, None]).any(1), (1 - cfg.p_session) * cfg.p_interest / cfg.interests, 0.0)
+    p = p + np.where(related[session] == cats, (1 - cfg.p_session) * cfg.p_related, 0.0)
+    return p + np.where(session == cats, cfg.p_session, 0.0)
 
 
 def ground_truth(cfg, world, cats, lengths, flat_items, rng, max_lag=200, pairs=100_000) -> dict:
@@ -87,20 +89,17 @@ def ground_truth(cfg, world, cats, lengths, flat_items, rng, max_lag=200, pairs=
         labels += [1, 0, 0]
     items, labels = np.array(items, np.int64), np.array(labels)
     users = np.repeat(np.arange(n_users), 3)
-    scores = world.category_probs(cats[users, last[users] - 1], users, world.item_cat[items]) * world.item_p_in_cat[
-        items]
-    auc = pairwise_auc(scores[labels == 1], scores[labels == 0])
+    scores = next_category_probability(cfg, world.cat_p, world.related, world.interests[users],
+                                       cats[users, last[users] - 1], world.item_cat[items]) * world.item_p_in_cat[items]
     # Raw category id (the log's, 1-based; 0 unused) -> raw id of its related category.
     related = [0] + (world.related + 1).tolist()
-    return {"config": dataclasses.asdict(cfg), "generator_auc": float(auc), "per_lag": per_lag,
+    return {"config": dataclasses.asdict(cfg), "generator_auc": auc(labels, scores), "per_lag": per_lag,
             "related_category": related}
 
 
 def last_click_auc(catalogue, cfg, lengths, cats, items, interests, rng, users=20_000) -> float:
     """The generator's own probability of each sampled user's last click against two
     negatives drawn by popularity that the user never clicked: its test AUC."""
-    from sklearn.metrics import roc_auc_score
-
     start = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     chosen = np.flatnonzero(lengths >= 2)
     chosen = rng.choice(chosen, min(users, len(chosen)), replace=False)
@@ -120,14 +119,9 @@ def last_click_auc(catalogue, cfg, lengths, cats, items, interests, rng, users=2
             fill = (negatives[rows, slot] < 0) & (draw[:, column] >= 0)
             negatives[rows[fill], slot[fill]] = draw[fill, column]
 
-    def score(item, user_rows):
-        c = catalogue.item_cat[item]
-        p = (1 - cfg.p_session) * (1 - cfg.p_interest - cfg.p_related) * catalogue.cat_p[c]
-        p += (1 - cfg.p_session) * cfg.p_interest / cfg.interests * (interests[user_rows] == c[:, None]).sum(1)
-        p += (1 - cfg.p_session) * cfg.p_related * (catalogue.related[session] == c)
-        p += cfg.p_session * (session == c)
-        return p * catalogue.item_p[item]
+    def score(item):
+        return next_category_probability(cfg, catalogue.cat_p, catalogue.related, interests[chosen], session,
+                                         catalogue.item_cat[item]) * catalogue.item_p[item]
 
-    scores = np.concatenate([score(positive, chosen), score(negatives[:, 0], chosen), score(negatives[:, 1], chosen)])
-    labels = np.repeat([1, 0, 0], len(chosen))
-    return float(roc_auc_score(labels, scores))
+    scores = np.concatenate([score(positive), score(negatives[:, 0]), score(negatives[:, 1])])
+    return auc(np.repeat([1, 0, 0], len(chosen)), scores)

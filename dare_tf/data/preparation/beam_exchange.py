@@ -32,9 +32,6 @@ import pickle
 import numpy as np
 
 WORK_DIR = ".beam-work"
-# A row's columns (raw ids): its file key (block << 32 | row in block), user, item,
-# category, time and label (an impression's label; 1 where a click log's row is a click).
-COLUMNS = ("key", "user", "item", "category", "time", "label")
 
 
 def work_dir(staging: str) -> str:
@@ -95,8 +92,10 @@ def _shared(path: str, _mtime: int, _size: int):
 
 
 def block_rows(block_index: int, clicks) -> dict[str, np.ndarray]:
-    """A parsed block's rows as `COLUMNS` (int64) and `fields`: `[rows, F]` the
-    further fields' raw ids, in the order of `clicks.fields`."""
+    """A parsed block's rows (raw ids): `key` (block << 32 | row in block), `user`,
+    `item`, `category`, `time`, `label` (an impression's label; 1 where a click
+    log's row is a click) and `fields`: `[rows, F]` the further fields' raw ids,
+    in the order of `clicks.fields`."""
     n = len(clicks.user)
     labels = clicks.label if clicks.label is not None else clicks.clicked().astype(np.int64)
     fields = (np.stack([clicks.fields[name] for name in clicks.fields], 1) if clicks.fields
@@ -113,13 +112,18 @@ def hash_buckets(ids: np.ndarray, buckets: int) -> np.ndarray:
     return ((mixed >> np.uint64(33)) % np.uint64(buckets)).astype(np.int64)
 
 
+def split_by(which: np.ndarray, parts: int) -> list[np.ndarray]:
+    """The indices of `which` (values below `parts`) with each value, in order:
+    one sort, not a pass per part."""
+    order = np.argsort(which, kind="stable")
+    return np.split(order, np.searchsorted(which[order], np.arange(1, parts)))
+
+
 def by_bucket(rows: dict[str, np.ndarray], buckets: int):
     """`(bucket, its rows)` of each bucket that has rows, in bucket order."""
-    which = hash_buckets(rows["user"], buckets)
-    order = np.argsort(which, kind="stable")
-    present, starts = np.unique(which[order], return_index=True)
-    for j, part in zip(present.tolist(), np.split(order, starts[1:])):
-        yield j, {name: column[part] for name, column in rows.items()}
+    for j, part in enumerate(split_by(hash_buckets(rows["user"], buckets), buckets)):
+        if len(part):
+            yield j, {name: column[part] for name, column in rows.items()}
 
 
 def sorted_bucket(parts: list[dict], by_time: bool) -> tuple[dict, np.ndarray]:

@@ -15,7 +15,8 @@ import numpy as np
 
 from dare_tf.data.logs.formats import ACTION_FIELD
 from dare_tf.data.logs.times import DAY
-from dare_tf.data.preparation.beam_exchange import get, get_bucket, get_rows, lengths, put, put_rows, shared
+from dare_tf.data.preparation.beam_exchange import (get, get_bucket, get_rows, group_starts, lengths, put, put_rows,
+                                                    shared)
 from dare_tf.data.preparation.beam_statistics import dense_of
 from dare_tf.data.preparation.days import example_names, table_columns, user_examples
 from dare_tf.data.preparation.examples import USERS_PER_CHUNK, UserRows, chunk_examples, store_rows
@@ -101,7 +102,7 @@ class UserSplit:
         dense = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
         order = np.argsort(dense["index"], kind="stable")  # (a user's rows all come from one bucket)
         dense = {k: v[order] for k, v in dense.items()}
-        firsts = np.flatnonzero(np.concatenate([[True], dense["index"][1:] != dense["index"][:-1]]))
+        firsts = group_starts(dense["index"])
         spans, users = _spans(firsts, len(order)), side["stats"].qualifying[dense["index"][firsts]]
         times = self.impressions or self.protocol.time_gap
         out = defaultdict(list)

@@ -5,9 +5,9 @@ summaries in numpy:
 - the users (`user_summary` of each bucket, `user_table` of all): dense ids
   in order of each user's first row, its clicks and rows;
 - every distinct item, category and further field value (`row_summaries` of
-  each bucket, `cut` by id, each cut's `merge` over the buckets): the first and last row that holds it in
-  protocol order, its clicks, and an item's category and fields' values at
-  its last row;
+  each bucket, `cut` by id, each cut's `merge` over the buckets): the first
+  and last row that holds it in protocol order, its clicks, and an item's
+  category and fields' values at its last row;
 - `statistics`: `LogStatistics`, the id maps and every raw id's dense id.
 
 A summary (`Summary`: `ids [n, c]` sorted, `first` and `last` keys `[n, 2]`,
@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from dare_tf.data.logs.times import DAY
-from dare_tf.data.preparation.beam_exchange import hash_buckets, lengths
+from dare_tf.data.preparation.beam_exchange import hash_buckets, lengths, split_by
 from dare_tf.data.preparation.examples import LogStatistics, qualifying_users
 
 
@@ -60,8 +60,8 @@ def merge(summaries) -> dict:
 def cut(summaries: dict, parts: int) -> list[dict]:
     """`{kind: Summary}` cut into `parts` by id (the last id column's hash), so that
     each part can be merged over every bucket on its own; parts hold distinct ids."""
-    which = {kind: hash_buckets(s["ids"][:, -1], parts) for kind, s in summaries.items()}
-    return [{kind: {part: values[which[kind] == k] for part, values in s.items()} for kind, s in summaries.items()}
+    rows = {kind: split_by(hash_buckets(s["ids"][:, -1], parts), parts) for kind, s in summaries.items()}
+    return [{kind: {part: values[rows[kind][k]] for part, values in s.items()} for kind, s in summaries.items()}
             for k in range(parts)]
 
 
@@ -88,10 +88,8 @@ def user_table(summaries: list[dict]) -> dict:
     user = np.concatenate([s["user"] for s in summaries] or [np.zeros(0, np.int64)])
     first = np.concatenate([s["first"] for s in summaries] or [np.zeros((0, 2), np.int64)])
     clicks, rows = (np.concatenate([s[k] for s in summaries] or [np.zeros(0, np.int64)]) for k in ("clicks", "rows"))
-    order = np.lexsort((first[:, 1], first[:, 0]))
+    dense, order = _by_first(first)
     by_raw = np.argsort(user)
-    dense = np.empty(len(user), np.int64)
-    dense[order] = np.arange(1, len(user) + 1)
     return {"raw": user[by_raw], "dense": dense[by_raw], "order": user[order],
             "clicks": np.concatenate([[0], clicks[order]]), "rows": np.concatenate([[0], rows[order]])}
 
@@ -125,11 +123,17 @@ def row_summaries(rows: dict, keys: np.ndarray) -> dict:
     return {kind: reduce_summary(s) for kind, s in kinds.items()}
 
 
-def _table(s: dict) -> dict:
-    """A summary's dense ids, in order of first keys (`dense_of`'s table)."""
-    order = np.lexsort((s["first"][:, 1], s["first"][:, 0]))
+def _by_first(first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Dense ids (1-based) in order of first keys (`[n, 2]`), and that order."""
+    order = np.lexsort((first[:, 1], first[:, 0]))
     dense = np.empty(len(order), np.int64)
     dense[order] = np.arange(1, len(order) + 1)
+    return dense, order
+
+
+def _table(s: dict) -> dict:
+    """A summary's dense ids, in order of first keys (`dense_of`'s table)."""
+    dense, order = _by_first(s["first"])
     return {"raw": s["ids"][:, 0], "dense": dense, "order": s["ids"][order, 0]}
 
 

@@ -18,21 +18,3 @@ def test_items_are_drawn_by_popularity_within_each_rows_category():
                 for c, x in zip(cats.tolist(), u.tolist())]
     assert drawn.tolist() == expected
     assert (world.item_cat[drawn] == cats).all()
-
-
-def test_next_category_probabilities_as_the_dense_distribution():
-    """The generator's P(next category) of a user in a session, row by row, equals
-    the whole distribution built category by category (brute force)."""
-    cfg = SyntheticConfig(users=6, items=300, categories=20)
-    world = _World(cfg, np.random.default_rng(0))
-    rng = np.random.default_rng(3)
-    users, sessions, cats = rng.integers(0, 6, 500), rng.integers(0, 20, 500), rng.integers(0, 20, 500)
-    got = world.category_probs(sessions, users, cats)
-    for u, s, c, p in zip(users.tolist(), sessions.tolist(), cats.tolist(), got.tolist()):
-        dense = (1 - cfg.p_session) * (1 - cfg.p_interest - cfg.p_related) * world.cat_p
-        np.add.at(dense, world.interests[u], (1 - cfg.p_session) * cfg.p_interest / cfg.interests)
-        dense[world.related[s]] += (1 - cfg.p_session) * cfg.p_related
-        dense[s] += cfg.p_session
-        assert p == dense[c]
-    whole = world.category_probs(np.full(20, 3), np.full(20, 1), np.arange(20))
-    assert abs(whole.sum() - 1) < 1e-12

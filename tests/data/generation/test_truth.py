@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 
-from dare_tf.data.generation.truth import mutual_information
+from dare_tf.data.generation.truth import mutual_information, next_category_probability
 
 
 def _brute_force(a, b, n):
@@ -32,11 +32,22 @@ def test_mutual_information_against_brute_force():
     assert math.isclose(mutual_information(wide, near, 50_000), _brute_force(wide, near, 50_000), rel_tol=1e-9)
 
 
-def test_pairwise_auc_counts_every_pair_as_the_matrix_does():
-    from dare_tf.data.generation.truth import pairwise_auc
+def test_next_category_probabilities_as_the_dense_distribution():
+    """The generator's P(next category) of a user in a session, row by row, equals
+    the whole distribution built category by category (brute force)."""
+    from dare_tf.data.generation.synthetic import SyntheticConfig, _World
 
-    rng = np.random.default_rng(1)
-    pos, neg = rng.integers(0, 30, 400) / 7, rng.integers(0, 30, 900) / 7  # (many ties)
-    matrix = (pos[:, None] > neg[None]).mean() + 0.5 * (pos[:, None] == neg[None]).mean()
-    assert pairwise_auc(pos, neg) == matrix
-    assert pairwise_auc(np.array([2.0]), np.array([1.0, 2.0, 3.0])) == 0.5
+    cfg = SyntheticConfig(users=6, items=300, categories=20)
+    world = _World(cfg, np.random.default_rng(0))
+    rng = np.random.default_rng(3)
+    users, sessions, cats = rng.integers(0, 6, 500), rng.integers(0, 20, 500), rng.integers(0, 20, 500)
+    got = next_category_probability(cfg, world.cat_p, world.related, world.interests[users], sessions, cats)
+    for u, s, c, p in zip(users.tolist(), sessions.tolist(), cats.tolist(), got.tolist()):
+        dense = (1 - cfg.p_session) * (1 - cfg.p_interest - cfg.p_related) * world.cat_p
+        np.add.at(dense, world.interests[u], (1 - cfg.p_session) * cfg.p_interest / cfg.interests)
+        dense[world.related[s]] += (1 - cfg.p_session) * cfg.p_related
+        dense[s] += cfg.p_session
+        assert p == dense[c]
+    whole = next_category_probability(cfg, world.cat_p, world.related, world.interests[np.full(20, 1)], np.full(20, 3),
+                                      np.arange(20))
+    assert abs(whole.sum() - 1) < 1e-12
