@@ -47,7 +47,8 @@ def split_days(log: str, work: str) -> tuple[str, str, int, int]:
 
 def _active_past_clicks(data_dir: str, day: str) -> int:
     """Stored clicks of the users who have rows in the day's log."""
-    from dare_tf.data.storage.spec import DatasetSpec, read_id_map
+    from dare_tf.data.storage.spec import DatasetSpec
+    from dare_tf.data.storage.id_maps import read_id_map
     from dare_tf.data.storage.store import SequenceStore
 
     dense = {raw: k for k, raw in enumerate(read_id_map(data_dir, "user"), start=1)}

@@ -190,7 +190,7 @@ def _percentiles(latencies) -> dict:
 
 
 def _users(data_dir: str, calls: int, rng) -> list[tuple[np.ndarray, np.ndarray]]:
-    from dare_tf.data.storage.spec import read_id_map
+    from dare_tf.data.storage.id_maps import read_id_map
 
     items = np.array([int(r) for r in read_id_map(data_dir, "item")])
     cats = np.array([int(r) for r in read_id_map(data_dir, "category")])

@@ -84,7 +84,8 @@ def bench_rank(args, work: str, parts: set) -> dict[str, list[dict]]:
     import dare_tf
     from dare_tf.data.preparation.protocol import Protocol
     from dare_tf.data.preparation.in_memory import prepare
-    from dare_tf.data.storage.spec import DatasetSpec, read_id_map
+    from dare_tf.data.storage.spec import DatasetSpec
+    from dare_tf.data.storage.id_maps import read_id_map
     from dare_tf.data.generation.synthetic import SyntheticConfig, write
     from dare_tf.export import export_saved_model
     from dare_tf.serving.recommender import LocalModel

@@ -38,7 +38,7 @@ import tensorflow as tf  # noqa: E402
 
 from benchmarks.common import print_table, rss_mb, selected_parts, start_standin, write_parts  # noqa: E402
 from dare_tf.data.preparation.in_memory import prepare  # noqa: E402
-from dare_tf.data.storage.spec import read_id_map  # noqa: E402
+from dare_tf.data.storage.id_maps import read_id_map  # noqa: E402
 from dare_tf.export import export_run  # noqa: E402
 from dare_tf.serving.client import ServingClient  # noqa: E402
 from dare_tf.training import TrainConfig, train  # noqa: E402

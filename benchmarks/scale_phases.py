@@ -116,7 +116,8 @@ def random_history(data_dir: str, rng, length: int, role: str = "hist") -> tuple
     """Random raw ids of a prepared dataset: `length` items, categories and each of its
     column fields' values (`{f"{role}_{name}": [values]}`, one row), for latency."""
     from dare_tf.data.storage.fields import field_id_file
-    from dare_tf.data.storage.spec import DatasetSpec, read_id_map
+    from dare_tf.data.storage.spec import DatasetSpec
+    from dare_tf.data.storage.id_maps import read_id_map
     from dare_tf.data.storage.schema import TIME_GAP
 
     if data_dir not in _RAW:
@@ -214,7 +215,7 @@ from dare_tf.retrieval import use_keras2
 use_keras2()
 import numpy as np
 path, data_dir, calls, run_dir = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-from dare_tf.data.storage.spec import read_id_map
+from dare_tf.data.storage.id_maps import read_id_map
 from dare_tf.retrieval.index import ApproximateIndex, ExactIndex, exact_top_k, recall
 from dare_tf.serving.recommender import LocalModel
 model = LocalModel(path)

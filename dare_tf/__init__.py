@@ -50,7 +50,26 @@ def load() -> None:
         from dare_tf.optimizers import adam  # noqa: F401
 
 
+_QUIET = []  # the open `FilteredStderr` of `quiet`
+
+
+def quiet() -> None:
+    """Loads TensorFlow (on its backend) with its C++ notices filtered out for the
+    rest of the process (oneDNN, no CUDA driver on a CPU machine, ...: stderr then
+    goes through a pipe, as in the programs); call it first in a script that would
+    rather not see them. Every other line, errors too, still shows; `import
+    dare_tf` alone loads nothing, prints nothing and touches no file descriptor."""
+    import atexit
+
+    from dare_tf._startup import FilteredStderr, import_tensorflow_quietly
+
+    if not _QUIET:
+        _QUIET.append(FilteredStderr().__enter__())
+        atexit.register(_QUIET[0].__exit__, None, None, None)
+    import_tensorflow_quietly()
+
+
 __getattr__, __dir__, __all__ = _lazy_face(__name__, _face_of(__name__), _SUBMODULES)
-__all__ = [*__all__, "load"]
+__all__ = [*__all__, "load", "quiet"]
 
 __version__ = "0.3.0"

@@ -26,6 +26,16 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def lock_holder(recorded: str) -> str:
+    """A lock's holder as a refusal names it: what the holder recorded (`pid N`, or
+    `pid N: what`), or `pid unknown` where a process that records nothing holds it
+    (another program's `flock`)."""
+    recorded = recorded.strip()
+    if not recorded:
+        return "pid unknown"
+    return recorded if recorded.startswith("pid ") else f"pid {recorded}"
+
+
 def staging_dir(parent: str, name: str) -> str:
     """Creates and returns `parent/.NAME.tmp-PID-RANDOM`: a directory this process
     builds before renaming it into place. Its name records the owner's pid, so a
@@ -55,7 +65,7 @@ def one_writer(target: str, what: str):
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             lock.seek(0)
-            holder = lock.read().strip() or "?"
+            holder = lock_holder(lock.read())
             lock.close()
             raise ValueError(f"{what}: another writer is changing {target} ({holder}); one writer at a time: wait "
                              "for it to end") from None

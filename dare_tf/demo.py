@@ -13,10 +13,12 @@ from dare_tf.analysis.suite import AnalysisConfig, run_analyses
 from dare_tf.data.feeding.pipeline import make_dataset
 from dare_tf.data.preparation.protocol import Protocol
 from dare_tf.data.preparation.in_memory import prepare
-from dare_tf.data.storage.spec import DatasetSpec, read_id_map
+from dare_tf.data.storage.spec import DatasetSpec
+from dare_tf.data.storage.id_maps import read_id_map
 from dare_tf.data.generation.synthetic import SyntheticConfig, write
 from dare_tf.experiments import reproduce
-from dare_tf.serving.recommender import Recommender, format_recommendations
+from dare_tf.serving.encoding import format_recommendations
+from dare_tf.serving.recommender import Recommender
 from dare_tf.serving.client import ServingClient
 from dare_tf.serving.encoding import explained_behaviours, format_explanation
 from dare_tf.export import MODELS_CONFIG, export_run

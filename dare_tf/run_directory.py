@@ -32,7 +32,7 @@ import shutil
 from absl import logging
 
 from dare_tf._faces import public
-from dare_tf._files import atomic_json, describe_entries
+from dare_tf._files import atomic_json, describe_entries, lock_holder
 
 RUN_CONFIG = "run_config.json"
 RESULTS = "results.json"
@@ -127,9 +127,9 @@ class RunDirectory:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            holder = lock_holder(os.pread(fd, 32, 0).decode(errors="replace"))
             os.close(fd)
-            raise RunLockedError(f"{self.path} is in use by another trainer (pid {holder}); wait for it to "
+            raise RunLockedError(f"{self.path} is in use by another trainer ({holder}); wait for it to "
                                  "finish or choose another --output_dir") from None
         try:
             os.ftruncate(fd, 0)

@@ -37,7 +37,9 @@ from absl import app, flags
 import dare_tf.cli
 from dare_tf.data.logs.formats import FILE_FORMATS, FORMATS, LogFormat, log_format_of
 from dare_tf.data.preparation.protocol import Protocol
+from dare_tf.data.logs.reader import MAX_BAD_SHARE
 from dare_tf.data.preparation.in_memory import prepare
+from dare_tf.data.preparation.prepared import MAX_BUCKETS
 from dare_tf.data.storage.spec import SPEC_FILE, DatasetSpec
 from dare_tf.data.storage.shards import COMPRESSIONS
 
@@ -60,12 +62,17 @@ flags.DEFINE_bool("string_ids", False, "Custom log: user, item, category and fie
 flags.DEFINE_string("input", None, "Raw log file.")
 flags.DEFINE_string("output_dir", None, "Directory to write (see above).")
 flags.DEFINE_enum("compression", "gzip", sorted(COMPRESSIONS), "Compression of the TFRecord files.")
-flags.DEFINE_bool("skip_bad_lines", False, "Skip and count malformed lines instead of stopping.")
+flags.DEFINE_bool("skip_bad_lines", False, "Skip and count malformed lines instead of stopping (at most "
+                  "--max_bad_share of the log's lines: more is refused, naming the most common problem).")
+flags.DEFINE_float("max_bad_share", MAX_BAD_SHARE, "--skip_bad_lines: the largest share of the log's lines it may skip "
+                   "(more is a wrong column, not a few bad lines).", lower_bound=0.0, upper_bound=1.0)
 flags.DEFINE_enum("runner", "in_memory", ["in_memory", "beam"],
                   "in_memory: one process; beam: an Apache Beam pipeline (same output).")
 flags.DEFINE_string("beam_options", "", "Beam pipeline options, space-separated (--runner=beam only).")
 flags.DEFINE_integer("beam_buckets", None, "--runner=beam: how many parts the users are cut into, each sorted by one "
-                     "worker (default: one per 64 MB of log); the output does not depend on it.", lower_bound=1)
+                     f"worker (default: one per 64 MB of log; at most {MAX_BUCKETS:,}, and at most one per 16 KiB of "
+                     "log: more are capped, saying so); the output does not depend on it.", lower_bound=1,
+                     upper_bound=MAX_BUCKETS)
 flags.DEFINE_bool("append", False, "Append the day(s) of --input to the --split=time dataset in --output_dir "
                   "(its log format and protocol; new days only).")
 flags.DEFINE_string("histories", None, "--append: also append the day's clicks to this history service "
@@ -105,7 +112,7 @@ def append_day() -> None:
             store = stack.enter_context(open_store(FLAGS.histories))
         read = {}  # (the day's rows, parsed once for the dataset and the history service)
         spec = append(FLAGS.input, FLAGS.output_dir, log_format_from_flags() if named else None, FLAGS.allow_late,
-                      FLAGS.skip_bad_lines, read=read)
+                      FLAGS.skip_bad_lines, read=read, max_bad_share=FLAGS.max_bad_share)
         print(f"{FLAGS.output_dir}: {spec.users} users, {spec.num_items - 2} items, "
               f"{spec.num_categories - 2} categories, examples {spec.counts}, days appended "
               f"{len(spec.source.get('appended', []))}")
@@ -122,6 +129,8 @@ def append_day() -> None:
 
 def main(argv):
     del argv
+    if FLAGS["max_bad_share"].present and not FLAGS.skip_bad_lines:
+        raise app.UsageError("--max_bad_share is for --skip_bad_lines")
     if FLAGS.append:
         return append_day()
     for name in ("allow_late", "histories"):
@@ -154,9 +163,10 @@ def main(argv):
 
         options = PipelineOptions(FLAGS.beam_options.split() or ["--runner=DirectRunner"])
         spec = beam.prepare(fmt, FLAGS.input, FLAGS.output_dir, protocol, FLAGS.skip_bad_lines, options,
-                            compression=compression, buckets=FLAGS.beam_buckets)
+                            compression=compression, buckets=FLAGS.beam_buckets, max_bad_share=FLAGS.max_bad_share)
     else:
-        spec = prepare(fmt, FLAGS.input, FLAGS.output_dir, protocol, FLAGS.skip_bad_lines, compression)
+        spec = prepare(fmt, FLAGS.input, FLAGS.output_dir, protocol, FLAGS.skip_bad_lines, compression,
+                       FLAGS.max_bad_share)
     fields = "".join(f", {f['name']} ({len(f['edges'])} buckets)" if "edges" in f else
                      f", {f['name']} ({f['vocabulary'] - 2} values)" for f in spec.fields)
     print(f"{FLAGS.output_dir}: {spec.users} users, {spec.num_items - 2} items, "

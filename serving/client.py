@@ -123,7 +123,8 @@ def _command(argv):
 
 def recommend(request):
     from dare_tf.data.storage.schema import HIST_CATEGORIES, HIST_ITEMS
-    from dare_tf.serving.recommender import Recommender, format_recommendations
+    from dare_tf.serving.encoding import format_recommendations, history_line
+    from dare_tf.serving.recommender import Recommender
     from dare_tf.serving.client import ServingClient
 
     clients = [ServingClient(FLAGS.server, name, timeout=FLAGS.timeout, retries=FLAGS.retries)
@@ -138,7 +139,8 @@ def recommend(request):
             result, history = Recommender(*clients, histories=store).recommend_user(
                 user, FLAGS.num_candidates, FLAGS.top, FLAGS.explain, FLAGS.max_len, request["now"])
             request = dict(zip((HIST_ITEMS, HIST_CATEGORIES), history.row(0)))
-            user = {"user_id": FLAGS.user_id, "history_clicks": int(history.lengths[0])}
+            user = {"user_id": FLAGS.user_id, "history_clicks": int(history.lengths[0]),
+                    "line": history_line(FLAGS.user_id, history, FLAGS.histories)}
         else:
             result = Recommender(*clients).recommend(request[HIST_ITEMS], request[HIST_CATEGORIES],
                                                      FLAGS.num_candidates, FLAGS.top, FLAGS.explain,
@@ -150,13 +152,11 @@ def recommend(request):
         if store is not None:
             store.close()
     if FLAGS.format == "json":
-        print(json.dumps({**(user or {}), **{k: v.tolist() for k, v in result.items()}}, indent=2))
+        user = {k: v for k, v in (user or {}).items() if k != "line"}
+        print(json.dumps({**user, **{k: v.tolist() for k, v in result.items()}}, indent=2))
         return
     if user is not None:
-        print(f"user {FLAGS.user_id}: " + (f"the last {user['history_clicks']} clicks in {FLAGS.histories}"
-                                           if user["history_clicks"] else
-                                           f"no clicks in {FLAGS.histories} (an unknown user, or none yet): "
-                                           "ranked for an empty history"))
+        print(user["line"])
     print(format_recommendations(result, request[HIST_ITEMS], request[HIST_CATEGORIES]))
 
 

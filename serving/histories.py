@@ -126,13 +126,14 @@ def append(store, fmt):
     if FLAGS.input != "-":
         print(f"{store.url}: appended {append_file(FLAGS.input)} clicks from {FLAGS.input}")
         return
-    header = sys.stdin.readline() if fmt.header else ""
+    stdin = sys.stdin.buffer  # (bytes as sent: the log reader refuses those that are not UTF-8, naming the line)
+    header = stdin.readline() if fmt.header else b""
     total, line = 0, 1 + bool(header)
     with tempfile.TemporaryDirectory() as scratch:
         path = os.path.join(scratch, "batch")
-        for batch in _lines(sys.stdin, FLAGS.batch_lines):
-            with open(path, "w") as f:  # (one parser for files and streams: the log reader's)
-                f.write(header + "".join(batch))
+        for batch in _lines(stdin, FLAGS.batch_lines):
+            with open(path, "wb") as f:  # (one parser for files and streams: the log reader's)
+                f.write(header + b"".join(batch))
             try:
                 total += append_file(path)
             except ValueError as e:  # named as the user sees it: lines of standard input

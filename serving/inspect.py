@@ -13,12 +13,15 @@ on the same history and candidates. It needs what `serving.client recommend
 --user_id` needs: a served ranker and retrieval model (--retrieval_model) and
 the history store, which the page only reads (every load reads it again). The
 page's data is also JSON at /api/users/<id> (HTTP 400, 404, 502 or 503 with
-{"error": ...} when it cannot answer).
+{"error": ...} when it cannot answer). It serves --workers connections at once
+and drops one whose request is not read within --request_timeout_s of its
+acceptance.
 """
 
 from absl import app, flags
 
 import dare_tf.cli
+from dare_tf.serving.inspect import PAGE_REQUEST_TIMEOUT_S, PAGE_WORKERS
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("server", "localhost:8500", "The model server, gRPC host:port.")
@@ -29,6 +32,11 @@ flags.DEFINE_string("histories", None, "The history store, lmdb:DIR or redis://H
 flags.DEFINE_string("host", "127.0.0.1", "The address the page listens on.")
 flags.DEFINE_integer("port", 8080, "The page's port (0 picks a free one).", lower_bound=0)
 flags.DEFINE_float("timeout", 5.0, "Seconds per call to the model server.", lower_bound=0.001)
+flags.DEFINE_integer("workers", PAGE_WORKERS, "Connections the page serves at once (a fixed pool of threads; "
+                     "the others wait in a queue).", lower_bound=1)
+flags.DEFINE_float("request_timeout_s", PAGE_REQUEST_TIMEOUT_S, "Seconds from a connection's acceptance until its "
+                   "request is read: a connection not read by then (a silent client, or one queued behind busy "
+                   "workers) is dropped.", lower_bound=0.001)
 flags.adopt_module_key_flags(dare_tf.cli)
 flags.mark_flags_as_required(["model_name", "histories"])
 
@@ -43,7 +51,7 @@ def main(argv):
     store = open_store(FLAGS.histories, read_only=True)
     inspector = Inspector.connect(FLAGS.server, FLAGS.model_name, store, FLAGS.retrieval_model, FLAGS.compare,
                                   FLAGS.timeout)
-    server = page_server(inspector, FLAGS.host, FLAGS.port)
+    server = page_server(inspector, FLAGS.host, FLAGS.port, FLAGS.workers, FLAGS.request_timeout_s)
     print(f"inspect: open http://{FLAGS.host}:{server.server_port}/ (ranker {FLAGS.model_name}"
           + (f" beside {FLAGS.compare}" if FLAGS.compare else "") + f", models at {FLAGS.server}, histories "
           f"{FLAGS.histories}); Ctrl-C stops it", flush=True)

@@ -12,7 +12,51 @@ import pytest  # noqa: E402
 pytest_plugins = ["tests.served"]  # the serving tests' shared export (`setup`)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
+# The small real samples (../shared/data's README), where a checkout finds them: $DARE_TF_SAMPLES,
+# else ../shared/data beside the checkout (as CI has it). No test needs them: the tests read
+# generated logs in the same raw formats (TAOBAO_LOG, TMALL_LOG), and the checks on the real
+# files (tests/test_real_samples.py) skip where they are absent.
+SAMPLES_DIR = os.environ.get("DARE_TF_SAMPLES") or os.path.join(os.path.dirname(REPO), "shared", "data")
+SAMPLE_FILES = {"taobao": os.path.join("taobao", "UserBehavior_sample.csv"),
+                "tmall": os.path.join("tmall", "user_log_format1_sample.csv")}
+
+
+def real_sample(name: str) -> str:
+    """The real sample's path, or skips the test in one line saying where to put it."""
+    path = os.path.join(SAMPLES_DIR, SAMPLE_FILES[name])
+    if not os.path.exists(path):
+        pytest.skip(f"the real {name} sample is not here: put ../shared/data beside the checkout, or set "
+                    f"DARE_TF_SAMPLES to a folder holding {SAMPLE_FILES[name]}")
+    return path
+
+
+def _generated_samples() -> dict[str, str]:
+    """Logs like the real samples (`data.synthetic --like=NAME --sample`, seed 0): the same
+    raw formats and counts, written once per machine and generator version (under a lock:
+    the xdist workers and the tfrs run import this module at once)."""
+    import fcntl
+    import hashlib
+    import tempfile
+
+    from dare_tf.data.generation import lifelike, like_presets, synthetic
+
+    digest = hashlib.sha256()
+    for module in (lifelike, like_presets, synthetic):
+        with open(module.__file__, "rb") as f:
+            digest.update(f.read())
+    root = os.path.join(tempfile.gettempdir(), f"dare-tf-test-logs-{os.getuid()}-{digest.hexdigest()[:12]}")
+    os.makedirs(root, exist_ok=True)
+    paths = {name: os.path.join(root, os.path.basename(file)) for name, file in SAMPLE_FILES.items()}
+    with open(os.path.join(root, ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for name, path in paths.items():
+            if not os.path.exists(path):
+                lifelike.write_like(name, path, seed=0, sample=True)
+    return paths
+
+
+_SAMPLES = _generated_samples()
+TAOBAO_LOG, TMALL_LOG = _SAMPLES["taobao"], _SAMPLES["tmall"]
 # The environment of the programs a test runs (python -m trainers.train, ...).
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
 # ... and a user's: no TF_CPP_MIN_LOG_LEVEL, so a test sees what the program prints by itself.
@@ -84,11 +128,24 @@ def planted(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def taobao(tmp_path_factory):
-    """The real Taobao sample, prepared once per test session (default protocol, seed 0)."""
+    """The generated Taobao-sample-like log (TAOBAO_LOG), prepared once per test session
+    (default protocol, seed 0)."""
     from dare_tf.data.preparation.in_memory import prepare
 
     out = str(tmp_path_factory.mktemp("prepared") / "taobao_sample")
-    prepare("taobao", os.path.join(SHARED_DATA, "taobao", "UserBehavior_sample.csv"), out)
+    prepare("taobao", TAOBAO_LOG, out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def real_taobao(tmp_path_factory):
+    """The real Taobao sample prepared as `taobao` prepares the generated one; skips in one
+    line where the sample is absent."""
+    from dare_tf.data.preparation.in_memory import prepare
+
+    path = real_sample("taobao")
+    out = str(tmp_path_factory.mktemp("prepared") / "real_taobao_sample")
+    prepare("taobao", path, out)
     return out
 
 

@@ -4,13 +4,12 @@ served by the stand-in (gRPC and REST) once per test session (its tests share th
 Keras model's answers to compare against. A plugin of tests/conftest.py
 (`pytest_plugins`), so every test module can ask for `setup`."""
 
-import os
 
 import numpy as np
 import pytest
 
-from dare_tf.data.storage.spec import read_id_map
-from tests.conftest import SHARED_DATA
+from dare_tf.data.storage.id_maps import read_id_map
+from tests.conftest import TAOBAO_LOG
 
 L = 20
 
@@ -25,7 +24,7 @@ def sample_model(root):
     from dare_tf.data.storage.spec import DatasetSpec
 
     data_dir = str(root / "data")
-    prepare("taobao", os.path.join(SHARED_DATA, "taobao", "UserBehavior_sample.csv"), data_dir,
+    prepare("taobao", TAOBAO_LOG, data_dir,
             Protocol(max_len=L))
     spec = DatasetSpec.load(data_dir)
     model = build_model("dare", spec.num_items, spec.num_categories, max_len=L, top_k=5,

@@ -52,3 +52,23 @@ def test_models_train_on_jax_without_importing_tensorflow():
     # the trainer refuses another backend in one line, before anything cryptic
     assert lines[-1].startswith("the trainer runs on Keras's TensorFlow backend (tf.data input, TensorFlow "
                                 "checkpoints and distribution); KERAS_BACKEND is 'jax'"), done.stdout
+
+
+def test_quiet_loads_tensorflow_without_its_start_up_notices():
+    """First-day issue (7): `import dare_tf` in a user's script then a model printed TensorFlow's C++
+    start-up lines (oneDNN, no CUDA driver) that the programs filter; `dare_tf.quiet()` first (the
+    README's snippet) filters them too, and leaves other output alone."""
+    import subprocess
+    import sys
+
+    from tests.conftest import LOUD_ENV, REPO
+
+    script = ("import dare_tf; dare_tf.quiet()\nimport keras, sys\n"
+              "dare_tf.build_model('dare', num_items=100, num_categories=10, max_len=20)\n"
+              "print('to stderr', file=sys.stderr)\n")
+    loud = subprocess.run([sys.executable, "-c", script.replace("dare_tf.quiet()", "pass")], cwd=REPO,
+                          env=dict(LOUD_ENV, KERAS_BACKEND="tensorflow"), capture_output=True, text=True, timeout=300)
+    assert "oneDNN custom operations are on" in loud.stderr  # (what it hides, on this machine)
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=dict(LOUD_ENV, KERAS_BACKEND="tensorflow"),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stderr.splitlines() == ["to stderr"], done.stderr

@@ -147,7 +147,7 @@ def test_each_programs_smallest_job_is_quiet(tmp_path):
     tests/retrieval/test_cascade.py; the demo runs these programs' library calls.)"""
     import json
 
-    from dare_tf.data.storage.spec import read_id_map
+    from dare_tf.data.storage.id_maps import read_id_map
     from tests.conftest import LOUD_ENV, noise
 
     def program(*args, check=True):
@@ -196,7 +196,7 @@ def _assert_candidate_limit(export, data_dir, limit):
     the export's rank candidates: a row with one more is answered with its error."""
     import tensorflow as tf
 
-    from dare_tf.data.storage.spec import read_id_map
+    from dare_tf.data.storage.id_maps import read_id_map
     from dare_tf.serving.encoding import rank_tensors
 
     items = [int(r) for r in read_id_map(data_dir, "item")][:limit + 1]

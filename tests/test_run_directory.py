@@ -84,6 +84,14 @@ def test_one_trainer_per_run_directory_and_a_killed_holders_lock_is_taken_over(t
     assert (out / LOCK).read_text().strip() != str(os.getpid())  # the killed process's pid
     with RunDirectory(str(out)).lock():
         assert (out / LOCK).read_text().strip() == str(os.getpid())
+    # Issue 59 (11): another program's flock, which records nothing, is `pid unknown`, as data.prepare says.
+    import fcntl
+
+    with open(out / LOCK, "w") as foreign:
+        fcntl.flock(foreign, fcntl.LOCK_EX)
+        with pytest.raises(RunLockedError, match=f"^{out} is in use by another trainer \\(pid unknown\\); wait"):
+            with RunDirectory(str(out)).lock():
+                pass
 
 
 def test_kind_is_recorded_and_inferred_for_older_runs_and_required(tmp_path):

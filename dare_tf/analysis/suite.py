@@ -14,7 +14,8 @@ from dare_tf._faces import public
 from dare_tf._files import atomic_json, guard_output_dir
 from dare_tf.analysis.config import ANALYSES, AnalysisConfig
 from dare_tf.analysis import attention, convergence, dimensions, figures, gradients, representation, retrieval
-from dare_tf.data.storage.spec import DatasetSpec, read_id_map
+from dare_tf.data.storage.spec import DatasetSpec
+from dare_tf.data.storage.id_maps import read_id_map
 from dare_tf.data.storage.schema import MODEL_INPUTS
 from dare_tf.analysis.runs import forward, load_run, slot_scores
 

@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from dare_tf.data.storage.fields import FieldSchema, field_id_file, item_field_file
 from dare_tf.data.storage.spec import DatasetSpec
+from dare_tf.data.storage.id_maps import read_id_file
 from dare_tf.export.tf_serving import id_table
 
 # `item_fields`' answer for an item the export does not know (no raw id is this low; "" with string ids).
@@ -50,8 +51,7 @@ class ServedFields:
                 path = os.path.join(data_dir, field_id_file(field.name))
                 strings = spec.string_ids and not field.history_only  # (`--string_ids`: an action is a code)
                 self.tables[field.name] = id_table(path, field.vocabulary - 1, strings)
-                with open(path) as f:
-                    raw = np.array(f.read().split(), object if strings else np.int64)
+                raw = np.array(read_id_file(path), object if strings else np.int64)
                 self.examples[field.name] = raw[0] if strings else int(raw[0])
                 if field.history_only:  # (an action: no item value)
                     continue

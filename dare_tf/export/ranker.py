@@ -23,7 +23,8 @@ from absl import logging
 from dare_tf._faces import public
 from dare_tf._files import clean_stale, require_space, staging_dir, variables_bytes
 from dare_tf.data.storage.fields import FieldSchema
-from dare_tf.data.storage.spec import ID_MAP_FILES, DatasetSpec, id_map_digest, read_id_map
+from dare_tf.data.storage.spec import ID_MAP_FILES, DatasetSpec
+from dare_tf.data.storage.id_maps import id_map_digest, read_id_map
 from dare_tf.data.storage.schema import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS,
     HIST_TIME_GAP, TARGET_CATEGORY, TARGET_ITEM)
 from dare_tf.data.preparation.dataset_dir import verify_tables

@@ -10,7 +10,8 @@ import numpy as np
 
 from dare_tf._files import clean_stale, replace_directory, require_space, staging_dir, variables_bytes
 from dare_tf.data.preparation.dataset_dir import verify_tables
-from dare_tf.data.storage.spec import ID_MAP_FILES, id_map_digest, read_id_map
+from dare_tf.data.storage.spec import ID_MAP_FILES
+from dare_tf.data.storage.id_maps import id_map_digest, read_id_map
 from dare_tf.export.tf_serving import (DATASET_INPUT, STRING_DATASET_INPUT, dataset_outputs,
                                        id_table, model_base, next_version, write_server_configs)
 from dare_tf.retrieval.candidates import ORIGINS, Query

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from dare_tf.data.storage.schema import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS,
     TARGET_CATEGORY, TARGET_ITEM, history_feature)
+from dare_tf.data.storage.id_maps import read_id_file
 from dare_tf.signatures import (CANDIDATE_COUNT, CLASSIFY, CLASSIFY_METHOD, HIST_LENGTH, MAX_BATCH_SIZE, RANK,
                                 REGRESS, REGRESS_METHOD, SERVING_DEFAULT, versions, with_width_column)
 
@@ -47,8 +48,7 @@ class StringIdTable(IdTable):
 
     def __init__(self, path: str, oov: int):
         super().__init__(path, oov, tf.string)
-        with open(path) as f:
-            self.size = len(f.read().splitlines())
+        self.size = len(read_id_file(path))
 
     def stand_in(self, text):
         line = self.table.lookup(text)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import json
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -137,7 +138,7 @@ class HistoryStore(abc.ABC):
 
         texts = [v for v in np.asarray(values, object).reshape(-1)]
         for text in texts:
-            problem = "is not a string" if not isinstance(text, str) else id_problem(text)
+            problem = "is not a string" if not isinstance(text, str) else id_problem(text, own=name in self.fields)
             if problem:
                 raise StoreError(f"{name}: {text!r} {problem} (the store {self.url} keeps string ids)")
         if create:
@@ -227,7 +228,12 @@ class HistoryStore(abc.ABC):
         """Takes `max_clicks`, `fields` and `string_ids` from the store's recorded
         config; refuses other `fields` or ids asked of an existing store (None:
         whatever it holds)."""
-        self.max_clicks = int(config["max_clicks"])
+        try:
+            self.max_clicks = int(config["max_clicks"])
+        except (KeyError, TypeError, ValueError):
+            raise StoreError(f"{self.url}: the store is damaged: its recorded config {json.dumps(config)} has no "
+                             "max_clicks; restore it from a copy, or load it anew with serving.histories "
+                             "load") from None
         self.fields = tuple(config.get("fields", ()))
         self.string_ids = bool(config.get("string_ids", False))
         if string_ids is not None and string_ids != self.string_ids:

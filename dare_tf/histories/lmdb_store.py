@@ -58,6 +58,19 @@ def _check_size(url: str, data: str) -> None:
                          "serving.histories load")
 
 
+# LMDB refuses a key over 511 bytes (MDB_BAD_VALSIZE): a longer string id is keyed by its
+# digest behind a NUL byte, which no string id holds (`dare_tf.data.logs.string_ids`).
+_MAX_KEY_BYTES = 511
+
+
+def _id_key(text: str) -> bytes:
+    """The `ids` database's key of a string id: its UTF-8 bytes, or a digest of a long one."""
+    import hashlib
+
+    key = text.encode()
+    return key if len(key) <= _MAX_KEY_BYTES else b"\x00" + hashlib.blake2b(key, digest_size=32).digest()
+
+
 def _damaged(url: str, error: Exception) -> StoreError:
     return StoreError(f"{url}: the store is damaged ({type(error).__name__}: {error}); restore it from a copy, or "
                       "load it anew with serving.histories load")
@@ -82,12 +95,14 @@ class LmdbStore(HistoryStore):
                                  create=not read_only, lock=True)
         except lmdb.Error as e:
             raise StoreError(f"{self.url}: cannot open the store ({e})") from e
-        try:
-            self.meta = self.env.open_db(_META, create=not read_only)
-            self.clicks = self.env.open_db(b"clicks", create=not read_only)
+        try:  # (an existing store's databases are opened, never created: a damaged one is not written to)
+            self.meta = self.env.open_db(_META, create=not exists)
+            self.clicks = self.env.open_db(b"clicks", create=not exists)
         except lmdb.Error as e:
             self.env.close()
-            raise StoreError(f"{self.url}: not a history store written by dare_tf ({e})") from e
+            raise StoreError(f"{self.url}: the store is damaged, or not a history store written by dare_tf "
+                             f"({type(e).__name__}: {e}); restore it from a copy, or load it anew with "
+                             "serving.histories load") from e
         try:
             with self.env.begin(db=self.meta, write=not read_only) as txn:
                 stored = txn.get(b"config")
@@ -121,10 +136,11 @@ class LmdbStore(HistoryStore):
         with self.env.begin(write=create) as txn:
             fresh = txn.stat(self.names)["entries"] + 1
             for i, text in enumerate(texts):
-                code = txn.get(text.encode(), db=self.ids)
+                key = _id_key(text)
+                code = txn.get(key, db=self.ids)
                 if code is None and create:
                     code = _key(fresh)
-                    txn.put(text.encode(), code, db=self.ids)
+                    txn.put(key, code, db=self.ids)
                     txn.put(code, text.encode(), db=self.names)
                     fresh += 1
                 out[i] = -1 if code is None else struct.unpack(">q", code)[0]

@@ -10,7 +10,8 @@ import numpy as np
 
 from dare_tf.data.storage.fields import field_id_file
 from dare_tf.data.preparation.dataset_dir import verify_tables
-from dare_tf.data.storage.spec import DatasetSpec, read_id_map
+from dare_tf.data.storage.spec import DatasetSpec
+from dare_tf.data.storage.id_maps import read_id_file, read_id_map
 from dare_tf.data.storage.store import SequenceStore
 from dare_tf.histories.base import HistoryStore, StoreError
 
@@ -53,10 +54,9 @@ def load_prepared(store: HistoryStore, data_dir: str) -> tuple[int, int]:
                                                   [int(r) for r in read_id_map(data_dir, kind)])])
            for kind in ("item", "category", "user")}
     for name in store.fields:
-        with open(os.path.join(data_dir, field_id_file(name))) as f:
-            values = f.read().split()
-            raw[name] = np.concatenate([[0], store.codes(name, values if spec.string_ids else
-                                                         [int(r) for r in values])])
+        values = read_id_file(os.path.join(data_dir, field_id_file(name)))
+        raw[name] = np.concatenate([[0], store.codes(name, values if spec.string_ids else
+                                                     [int(r) for r in values])])
     users = np.flatnonzero(sequences.length)
     for first in range(0, len(users), USERS_PER_WRITE):
         batch = {}

@@ -2,8 +2,9 @@
 signatures' input tensors of a batch of users (`request_tensors`, `rank_tensors`:
 histories of any length, the leading width column of `dare_tf.signatures`), and
 their answers read back (`rank_results`, `row_errors`, `in_own_history`,
-`explained_behaviours`). Pure numpy: the transports (`dare_tf.serving.client`
-over gRPC, `dare_tf.serving.rest` over HTTP) only carry these tensors.
+`explained_behaviours`) and printed (`history_line`, `format_recommendations`).
+Pure numpy: the transports (`dare_tf.serving.client` over gRPC,
+`dare_tf.serving.rest` over HTTP) only carry these tensors.
 """
 
 from __future__ import annotations
@@ -17,6 +18,11 @@ from dare_tf.data.storage.schema import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, 
     TARGET_CATEGORY, TARGET_ITEM, input_role)
 from dare_tf.ids import as_ids
 from dare_tf.signatures import CANDIDATE_COUNT, HIST_LENGTH, RANK, ROW_ERROR, with_width_column
+
+
+class TooManyCandidates(ValueError):
+    """A request for more candidates than the retrieval model returns: the caller's
+    mistake (the inspect page's 400), not the server's."""
 
 
 def _blank(rows: list, shape) -> np.ndarray:
@@ -200,4 +206,43 @@ def format_explanation(behaviours: list[dict]) -> str:
     lines = ["| rank | behaviour item | category | clicks ago | weight |", "|---|---|---|---|---|"]
     lines += [f"| {rank} | {b['item']} | {b['category']} | {b['clicks_ago']} | {b['weight']:.4f} |"
               for rank, b in enumerate(behaviours, start=1)]
+    return "\n".join(lines)
+
+
+def history_line(user_id, history, url: str) -> str:
+    """`recommend --user_id`'s first line: what it read of the user, the history's
+    size and its newest click (item, category, time; a click loaded from a dataset
+    prepared without times has none: `time unknown`), so that a live click shows."""
+    from dare_tf.data.logs.times import utc_time
+
+    n = int(history.lengths[0])
+    if not n:
+        return f"user {user_id}: no clicks in {url} (an unknown user, or none yet): ranked for an empty history"
+    at = int(history.times[0, n - 1]) if history.times is not None else 0
+    return (f"user {user_id}: {n} clicks in {url}; the newest: item {history.items[0, n - 1]}, category "
+            f"{history.categories[0, n - 1]}, {utc_time(at) if at > 0 else 'time unknown'}")
+
+
+@public("dare_tf.serving")
+def format_recommendations(result: dict, hist_items, hist_categories, behaviours: int = 3) -> str:
+    """A markdown table of `Recommender.recommend`'s result (with the source that
+    placed each candidate, where the retrieval export reports it); with an
+    explanation, each row names the ranker's `behaviours` heaviest retrieved
+    behaviours."""
+    hist_items, hist_categories = np.asarray(hist_items).reshape(-1), np.asarray(hist_categories).reshape(-1)
+    explained, sourced = "history_index" in result, "source" in result
+    lines = ["| rank | item | category | P(click) | retrieval rank |" + " source |" * sourced
+             + " heaviest behaviours (item/category (clicks ago): weight) |" * explained,
+             "|---|---|---|---|---|" + "---|" * (sourced + explained)]
+    for row in range(len(result["items"])):
+        line = (f"| {row + 1} | {result['items'][row]} | {result['categories'][row]} | "
+                f"{result['probability'][row]:.4f} | {result['retrieval_rank'][row]} |")
+        if sourced:
+            line += f" {result['source'][row]} |"
+        if explained:
+            heaviest = explained_behaviours(result["history_index"][row], result["attention_weight"][row],
+                                            hist_items, hist_categories)[:behaviours]
+            line += " " + ", ".join(f"{b['item']}/{b['category']} ({b['clicks_ago']} ago): {b['weight']:.3f}"
+                                    for b in heaviest) + " |"
+        lines.append(line)
     return "\n".join(lines)

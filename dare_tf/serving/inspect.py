@@ -31,6 +31,7 @@ import time
 import grpc
 import numpy as np
 
+from dare_tf.serving.encoding import TooManyCandidates
 from dare_tf.signatures import RANK_EXPLAIN
 
 # How many candidates the page lists (the rankers score all the retrieval model returns).
@@ -130,6 +131,8 @@ class Inspector:
             answers = self._rank(history, n, now)
         except grpc.RpcError as e:
             raise self._serving_error(e) from e
+        except TooManyCandidates as e:  # (the caller's n)
+            raise PageError(400, str(e)) from e
         except ValueError as e:  # (a model not served, exported from another dataset, or a refused row)
             raise PageError(502, str(e)) from e
         return self._view(user_id, history, answers, top)
@@ -207,7 +210,13 @@ def create_app(inspector: Inspector):
     def favicon():
         return "", 204
 
-    @app.get("/api/users/<user>")
+    @app.errorhandler(404)
+    def not_found(error):  # (JSON under /api/, as the page's script reads it; werkzeug's HTML elsewhere)
+        if request.path.startswith("/api/"):
+            return jsonify({"error": f"no such address: {request.path} (the page's data is at /api/users/<id>)"}), 404
+        return error
+
+    @app.get("/api/users/<path:user>")  # (any id: `dept/123` arrives as dept%2F123, decoded with its slash)
     def user_data(user):
         try:
             n = request.args.get("n", None, type=int)
@@ -221,12 +230,61 @@ def create_app(inspector: Inspector):
     return app
 
 
-def page_server(inspector: Inspector, host: str = "127.0.0.1", port: int = 0):
-    """A threaded WSGI server of the page (werkzeug's; `serve_forever()` runs it,
-    `server_port` is its port), without werkzeug's line per request."""
+# The page's own server: a fixed pool of worker threads, each connection's request read
+# within a timeout from its acceptance, one request per connection (HTTP/1.0: an idle browser connection holds
+# no worker). werkzeug's threaded server took a thread per open connection and never timed
+# one out (300 half-sent requests: 311 threads).
+PAGE_WORKERS, PAGE_REQUEST_TIMEOUT_S = 8, 10.0
+
+
+def page_server(inspector: Inspector, host: str = "127.0.0.1", port: int = 0, workers: int = PAGE_WORKERS,
+                request_timeout_s: float = PAGE_REQUEST_TIMEOUT_S):
+    """The page's WSGI server (werkzeug's; `serve_forever()` runs it, `server_port`
+    is its port, `server_close()` stops its workers), without werkzeug's line per
+    request: at most `workers` connections are served at once (the others wait
+    in a queue, holding no thread), and a connection whose request has not been
+    read `request_timeout_s` seconds after it was accepted is dropped."""
+    return pooled_server(create_app(inspector), host, port, workers, request_timeout_s)
+
+
+def pooled_server(app, host: str, port: int, workers: int, request_timeout_s: float):
+    """A werkzeug WSGI server of `app` on a pool of `workers` threads (see `page_server`)."""
     import logging
+    from concurrent.futures import ThreadPoolExecutor
 
-    from werkzeug.serving import make_server
+    from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler
 
+    if workers < 1 or request_timeout_s <= 0:
+        raise ValueError(f"workers={workers}, request_timeout_s={request_timeout_s}: both must be positive")
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    return make_server(host, port, create_app(inspector), threaded=True)
+    # (the socket's timeout is set per connection, from its acceptance: see `_serve`)
+    handler = type("PageRequestHandler", (WSGIRequestHandler,), {"timeout": None, "protocol_version": "HTTP/1.0"})
+
+    class PooledServer(BaseWSGIServer):
+        multithread = True
+
+        def __init__(self):
+            super().__init__(host, port, app, handler=handler)
+            self.pool = ThreadPoolExecutor(workers, thread_name_prefix="inspect-page")
+
+        def process_request(self, request, client_address):
+            self.pool.submit(self._serve, request, client_address, time.monotonic() + request_timeout_s)
+
+        def _serve(self, request, client_address, deadline: float):
+            """Serves one connection; one that waited past its deadline in the queue
+            is closed unread, and a read waits at most until the deadline."""
+            try:
+                left = deadline - time.monotonic()
+                if left > 0:
+                    request.settimeout(left)
+                    self.finish_request(request, client_address)
+            except Exception:  # noqa: BLE001 - socketserver's own report, as its threads make
+                self.handle_error(request, client_address)
+            finally:
+                self.shutdown_request(request)
+
+        def server_close(self):
+            super().server_close()
+            self.pool.shutdown(wait=False, cancel_futures=True)
+
+    return PooledServer()

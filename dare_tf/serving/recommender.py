@@ -26,8 +26,8 @@ from dare_tf.data.storage.fields import FieldSchema
 from dare_tf.data.storage.schema import (HIST_CATEGORIES, HIST_ITEMS, HIST_TIME_GAP, candidate_feature,
     history_feature)
 from dare_tf.ids import as_ids
-from dare_tf.serving.encoding import (candidate_tensors, explained_behaviours, history_tensors, rank_results,
-                                      rank_tensors, row_errors)
+from dare_tf.serving.encoding import (TooManyCandidates, candidate_tensors, history_tensors,
+                                      rank_results, rank_tensors, row_errors)
 from dare_tf.signatures import DATASET_SIGNATURE, ITEM_FIELDS, RANK, RANK_EXPLAIN, SERVING_DEFAULT, versions
 
 
@@ -166,7 +166,7 @@ class Recommender:
         available = retrieved["items"].shape[1]
         n = available if n is None else n
         if n > available:
-            raise ValueError(f"n={n}: the retrieval model {self.retrieval.model_name!r} returns {available} "
+            raise TooManyCandidates(f"n={n}: the retrieval model {self.retrieval.model_name!r} returns {available} "
                              "candidates (its export's --top_n, at most the catalogue); ask for at most that")
         out = {k: _decoded(retrieved[k][0, :n]) for k in ("items", "categories", "scores")}
         if "sources" in retrieved:
@@ -273,28 +273,3 @@ def history_ids(hist_items, hist_categories) -> tuple[np.ndarray, np.ndarray]:
     if items.shape != categories.shape:
         raise ValueError(f"hist_items has {len(items)} ids but hist_categories {len(categories)}")
     return items, categories
-
-
-@public("dare_tf.serving")
-def format_recommendations(result: dict, hist_items, hist_categories, behaviours: int = 3) -> str:
-    """A markdown table of `Recommender.recommend`'s result (with the source that
-    placed each candidate, where the retrieval export reports it); with an
-    explanation, each row names the ranker's `behaviours` heaviest retrieved
-    behaviours."""
-    hist_items, hist_categories = np.asarray(hist_items).reshape(-1), np.asarray(hist_categories).reshape(-1)
-    explained, sourced = "history_index" in result, "source" in result
-    lines = ["| rank | item | category | P(click) | retrieval rank |" + " source |" * sourced
-             + " heaviest behaviours (item/category (clicks ago): weight) |" * explained,
-             "|---|---|---|---|---|" + "---|" * (sourced + explained)]
-    for row in range(len(result["items"])):
-        line = (f"| {row + 1} | {result['items'][row]} | {result['categories'][row]} | "
-                f"{result['probability'][row]:.4f} | {result['retrieval_rank'][row]} |")
-        if sourced:
-            line += f" {result['source'][row]} |"
-        if explained:
-            heaviest = explained_behaviours(result["history_index"][row], result["attention_weight"][row],
-                                            hist_items, hist_categories)[:behaviours]
-            line += " " + ", ".join(f"{b['item']}/{b['category']} ({b['clicks_ago']} ago): {b['weight']:.3f}"
-                                    for b in heaviest) + " |"
-        lines.append(line)
-    return "\n".join(lines)

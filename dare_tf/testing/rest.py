@@ -195,11 +195,18 @@ def _json_value(name: str, array: np.ndarray):
 
 def rest_array(name: str, value, dtype: tf.DType) -> np.ndarray:
     """A JSON value as an array of the signature's dtype; integer inputs take only
-    JSON integers in the int64 range (1.5, true or 2**70 are refused, not truncated)."""
+    JSON integers in the int64 range (1.5, true or 2**70 are refused, not truncated),
+    string inputs only JSON strings (a number or null to a model of string ids is the
+    caller's 400, as TF Serving refuses it, not a failure of the server)."""
+    flat = value if isinstance(value, list) else [value]
+    while flat and isinstance(flat[0], list):
+        flat = [x for row in flat for x in (row if isinstance(row, list) else [row])]
+    if dtype == tf.string:
+        for x in flat:
+            if not isinstance(x, str):
+                raise ServingError(grpc.StatusCode.INVALID_ARGUMENT,
+                                   f"input {name}: {json.dumps(x)} is not a string id (this model takes string ids)")
     if dtype.is_integer:
-        flat = value if isinstance(value, list) else [value]
-        while flat and isinstance(flat[0], list):
-            flat = [x for row in flat for x in (row if isinstance(row, list) else [row])]
         low, high = dtype.min, dtype.max  # (read once: each read costs microseconds)
         for x in flat:
             if isinstance(x, bool) or not isinstance(x, int):

@@ -204,9 +204,13 @@ def step_bytes(model_config: ModelConfig, batch_size: int) -> int:
     return batch_size * model_config.max_len * (STEP_BYTES_PER_FLOAT * floats + STEP_BYTES_PER_SLOT)
 
 
-def memory_bytes() -> int:
-    """This process's memory: the machine's, or its control group's limit where lower."""
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+def memory_limit() -> tuple[int, str]:
+    """This process's memory and what sets it: the smallest of the machine's memory,
+    its control group's limit (cgroup v2 `memory.max`, v1 `memory.limit_in_bytes`)
+    and the process's address-space limit (`RLIMIT_AS`, `ulimit -v`)."""
+    import resource
+
+    limits = [(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine's memory")]
     for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
         try:
             with open(path) as f:
@@ -214,19 +218,28 @@ def memory_bytes() -> int:
         except OSError:
             continue
         if limit.isdigit():
-            total = min(total, int(limit))
-    return total
+            limits.append((int(limit), f"the control group's limit ({path})"))
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        limits.append((soft, "this process's address-space limit (RLIMIT_AS, ulimit -v)"))
+    return min(limits, key=lambda limit: limit[0])
+
+
+def memory_bytes() -> int:
+    """This process's memory: the smallest of `memory_limit`'s."""
+    return memory_limit()[0]
 
 
 def check_step_memory(model_config: ModelConfig, batch_size: int, available: int | None = None) -> None:
     """Refuses, before anything is built, a history length and batch whose training
-    step cannot fit in this machine's memory (it ended in an internal reshape error,
-    or was killed, or aborted in the allocator)."""
-    need, available = step_bytes(model_config, batch_size), memory_bytes() if available is None else available
+    step cannot fit in this process's memory (`memory_limit`: it ended in an
+    internal reshape error, or was killed, or aborted in the allocator)."""
+    need = step_bytes(model_config, batch_size)
+    available, what = memory_limit() if available is None else (available, "this machine's memory")
     if need > available:
         raise ValueError(f"max_len={model_config.max_len} at batch_size={batch_size}: one training step holds about "
                          f"{need / 2**30:.1f} GiB for its histories ({batch_size} x {model_config.max_len:,} slots of "
-                         f"{need // (batch_size * model_config.max_len):,} bytes), more than this machine's "
+                         f"{need // (batch_size * model_config.max_len):,} bytes), more than {what}, "
                          f"{available / 2**30:.1f} GiB; lower --max_len or --batch_size")
 
 

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from dare_tf.data.feeding.pipeline import InMemorySplit
 from dare_tf.data.preparation.in_memory import prepare
-from dare_tf.data.storage.spec import read_id_map
+from dare_tf.data.storage.id_maps import read_id_map
 from dare_tf.serving.client import ServingClient, make_example
 from dare_tf.serving.encoding import rank_results, rank_tensors, request_tensors
 from tests.data.storage.test_fields import FORMAT, PER_USER, field_rows, write_log

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from dare_tf.data.storage.spec import read_id_map
+from dare_tf.data.storage.id_maps import read_id_map
 from dare_tf.export import ranker as export_lib
 from dare_tf.serving.client import ServingClient
 from dare_tf.serving.encoding import rank_results, rank_tensors, request_tensors
@@ -194,7 +194,12 @@ def _bad_rank_requests(export, rng):
     over_n = rank_tensors(*_users(export, rng, [5], [2]))
     over_n["candidate_count"] = np.array([9], np.int64)
     over_limit = rank_tensors(*_users(export, rng, [5], [MAX_CANDIDATES + 1]))
+    # Issue 59 (8): a T=3 row stating -9 was refused alone but read the batcher's padding when merged.
+    wide = rank_tensors(*_users(export, rng, [3], [2]))
+    wide["hist_items"][:, 0] = wide["hist_categories"][:, 0] = -9
     return {
+        "hist_items must start with a column of minus its width (-T for a [rows, T] input, as serving.client writes "
+        "it); this row starts with -9": wide,
         "hist_length 40 is outside [0, 3], the ids its history row carries": over_t,
         "candidate_count 9 is outside [0, 2], the candidates its row carries": over_n,
         f"candidate_count {MAX_CANDIDATES + 1} is over this export's limit of {MAX_CANDIDATES} candidates per user "
@@ -240,13 +245,17 @@ def test_malformed_serving_default_rows_are_refused_whatever_they_merge_with(exp
     unled["hist_items"], unled["hist_categories"] = unled["hist_items"][:, 1:], unled["hist_categories"][:, 1:]
     narrow = request_tensors(*t, *c)
     narrow["hist_categories"] = np.concatenate([[[-4]], narrow["hist_categories"][:, -3:]], axis=1)
+    wide = request_tensors(*t, *_users(export, rng, [3], [1])[:2])  # (issue 59 (8): states 9, sent 4)
+    wide["hist_items"][:, 0] = wide["hist_categories"][:, 0] = -9
     expected = {
+        "wide": "hist_items must start with a column of minus its width (-T for a [rows, T] input, as "
+                "serving.client writes it); this row starts with -9",
         "unled": f"hist_items must start with a column of minus its width (-T for a [rows, T] input, as "
                  f"serving.client writes it); this row starts with {c[0][0][0]}",
         "narrow": "hist_categories is not as wide as hist_items (its leading column states 4, against 7)",
     }
     want = loaded.run("serving_default", definition, good)
-    for name, bad in (("unled", unled), ("narrow", narrow)):
+    for name, bad in (("unled", unled), ("narrow", narrow), ("wide", wide)):
         got, answer = _merged_answers(loaded, "serving_default", [good, bad])
         np.testing.assert_allclose(got["probability"], want["probability"], rtol=0, atol=ULPS)
         assert list(got["error"]) == [b"", b""]

@@ -8,9 +8,9 @@ import sys
 
 import numpy as np
 
-from dare_tf.data.storage.spec import DatasetSpec, read_id_map
+from dare_tf.data.storage.spec import DatasetSpec
+from dare_tf.data.storage.id_maps import read_id_map
 from dare_tf.data.storage.store import SequenceStore
-from tests.conftest import SHARED_DATA  # noqa: F401 (the shared data must be there)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -71,7 +71,8 @@ def test_a_store_of_string_ids_keeps_and_answers_the_strings(store_url):
                                            "categories": ["shoes", "shoes"], "times": [300, 400],
                                            "brand": ["b", "acme"]}
         assert sorted(store.users()) == ["007", "7", "u-1"] and store.size("7") == 2 and store.size("8") == 0
-        for bad, message in ((["SKU 1"], "items: 'SKU 1' holds whitespace"), ([7], "items: 7 is not a string"),
+        for bad, message in ((["SKU\t1"], "items: 'SKU\\t1' holds a control character"),
+                             ([7], "items: 7 is not a string"),
                              ([""], "items: '' is empty")):
             with pytest.raises(StoreError, match=re.escape(message)):
                 store.append("u-1", bad, ["c"], [1], {"brand": ["b"]})
@@ -273,3 +274,46 @@ def test_redis_going_down_during_an_append_is_one_line_with_what_was_appended(tm
     assert len(lines) == 1 and lines[0].startswith(f"error: {url}: the Redis server stopped answering ("), err
     assert lines[0].endswith("; 0 of the 1 clicks of standard input (the batch from line 4) were appended before it, "
                              "each user's whole or not at all; 3 clicks of standard input were appended in all"), err
+
+
+def test_a_damaged_lmdb_store_gets_one_message_from_show_and_append(tmp_path):
+    """Issue 59 (7): a flipped byte in a database's name gave `show` "not a history store written by
+    dare_tf (MDB_NOTFOUND)" and `append` "the store is damaged (UnicodeDecodeError)"; both now say
+    the same line, and `append` opens the store's databases without creating any (it wrote a new
+    config into the damaged file). A flipped byte in the config's `max_clicks` key is damage too."""
+    path = tmp_path / "histories"
+    with open_store(f"lmdb:{path}") as store:
+        for user in range(200):
+            store.append(user, list(range(1, 41)), [3] * 40, list(range(40)))
+    data = path / "data.mdb"
+    whole = data.read_bytes()
+    log = tmp_path / "one.csv"
+    log.write_text("3,5,3,100\n")
+
+    def both():
+        out = []
+        for args in (["show", "--user_id=3"],
+                     ["append", f"--input={log}", "--columns=user=0,item=1,category=2,time=3"]):
+            done = subprocess.run([sys.executable, "-m", "serving.histories", *args, f"--store=lmdb:{path}"],
+                                  cwd=REPO, capture_output=True, text=True, timeout=120)
+            out.append((done.returncode, done.stderr.strip().splitlines()))
+        return out
+
+    names = [m.start() for m in re.finditer(b"clicks", whole)]
+    for at in names:  # (copy-on-write leaves older copies of the main database's page: find the live one)
+        data.write_bytes(whole[:at] + b"x" + whole[at + 1:])
+        show, append = both()
+        if show[0]:
+            break
+    expected = (1, [f"error: lmdb:{path}: the store is damaged, or not a history store written by dare_tf "
+                    "(NotFoundError: mdb_dbi_open: MDB_NOTFOUND: No matching key/data pair found); restore it from a "
+                    "copy, or load it anew with serving.histories load"])
+    assert show == append == expected
+    assert data.read_bytes() == whole[:at] + b"x" + whole[at + 1:]  # (append wrote nothing)
+    at = whole.rfind(b"max_clicks")
+    data.write_bytes(whole[:at] + b"x" + whole[at + 1:])
+    show, append = both()
+    assert show == append and show[0] == 1 and len(show[1]) == 1, show
+    assert show[1][0].startswith(f"error: lmdb:{path}: the store is damaged: its recorded config ")
+    assert show[1][0].endswith(" has no max_clicks; restore it from a copy, or load it anew with serving.histories "
+                               "load")

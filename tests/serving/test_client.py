@@ -10,7 +10,7 @@ import grpc
 import numpy as np
 import pytest
 
-from dare_tf.data.storage.spec import read_id_map
+from dare_tf.data.storage.id_maps import read_id_map
 from dare_tf.serving.client import ServingClient, make_example
 from dare_tf.serving.encoding import pad_histories
 from dare_tf.serving.rest import rest_predict

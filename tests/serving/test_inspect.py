@@ -12,7 +12,7 @@ import grpc
 import numpy as np
 import pytest
 
-from dare_tf.data.storage.spec import id_map_digest, read_id_map
+from dare_tf.data.storage.id_maps import id_map_digest, read_id_map
 from dare_tf.signatures import RANK_EXPLAIN
 
 SOURCES = np.array(["two_tower", "popularity", "recent_categories", "filler"] * 3)
@@ -91,7 +91,14 @@ def test_the_page_data_is_rank_explain_on_the_stored_history_and_errors_have_sta
     for path, status, message in [
             ("/api/users/abc", 400, "user id 'abc' is not an integer id (the history store's ids are int64)"),
             ("/api/users/99", 404, f"the history store {url} holds no clicks of user 99"),
-            ("/api/users/7?top=0", 400, "n=None, top=0: both must be >= 1")]:
+            ("/api/users/7?top=0", 400, "n=None, top=0: both must be >= 1"),
+            # Issue 59 (9): an id holding `/` reaches the store's check (werkzeug's HTML 404 before), and any
+            # other /api/ address answers JSON; (10) n past the retrieval model's --top_n is the caller's 400.
+            ("/api/users/dept%2F123", 400, "user id 'dept/123' is not an integer id (the history store's ids are "
+                                           "int64)"),
+            ("/api/nothing/here", 404, "no such address: /api/nothing/here (the page's data is at /api/users/<id>)"),
+            ("/api/users/7?n=13", 400, "n=13: the retrieval model 'retrieval' returns 12 candidates (its export's "
+                                       "--top_n, at most the catalogue); ask for at most that")]:
         got = page.get(path)
         assert (got.status_code, got.get_json()) == (status, {"error": message})
     down = Inspector.connect("localhost:1", "dare", store, timeout=2)
@@ -214,6 +221,19 @@ def test_the_page_in_chromium_highlights_exactly_the_kept_behaviours(taobao, two
             page.reload()
             page.wait_for_function("document.body.dataset.status === '200'")
             assert _read(page, "document.getElementById('timeline').data[0].x.length") == 31
+            # First-day issue (4): clicks loaded without times (0) and one live click: the timeline keeps the
+            # clicks' places (it stretched from 1970 to the live click's day), the hover says "time unknown".
+            with open_store(store_url) as writer:
+                writer.append(43, raw_items[:30], raw_cats[np.arange(30) % 6], [0] * 30)
+                writer.append(43, [raw_items[500]], [raw_cats[1]], [1_700_000_000])
+            page.fill("#user-id", "43")
+            page.click("button[type=submit]")
+            page.wait_for_function("document.body.dataset.status === '200' && view.history.items.length === 31")
+            assert _read(page, "document.getElementById('timeline').data[0].x") == list(range(31))
+            assert _read(page, "document.getElementById('timeline').layout.xaxis.title.text") == (
+                "click, oldest first (30 of the clicks have no time in the store)")
+            assert _read(page, "document.getElementById('timeline').data[0].text[0]").endswith(", time unknown")
+            assert _read(page, "axisName('Garden furniture and outdoor living')") == "Garden furniture and ou\u2026"
             for user, status, message in [
                     ("4242", "404", f"the history store {store_url} holds no clicks of user 4242"),
                     ("abc", "400", "user id 'abc' is not an integer id (the history store's ids are int64)")]:
@@ -233,3 +253,49 @@ def test_the_page_in_chromium_highlights_exactly_the_kept_behaviours(taobao, two
         process.kill()
         process.wait()
         server.stop(0)
+
+
+def test_the_page_server_holds_a_fixed_pool_and_drops_a_silent_client():
+    """Issue 59 (5): 300 connections that each sent half a request header took werkzeug's threaded
+    server from 10 to 311 threads until the clients closed. The page's pool holds its `workers`
+    threads whatever the connections, drops a client silent for `request_timeout_s`, and still
+    answers a whole request once the silent ones are dropped (1 s from their acceptance)."""
+    import socket
+    import threading
+    import time
+
+    from flask import Flask
+
+    from dare_tf.serving.inspect import pooled_server
+
+    app = Flask(__name__)
+    app.get("/ping")(lambda: "pong")
+    server = pooled_server(app, "127.0.0.1", 0, workers=4, request_timeout_s=1.0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    before = threading.active_count()
+    clients = []
+    try:
+        for _ in range(300):
+            client = socket.create_connection(("127.0.0.1", server.server_port), timeout=30)
+            client.sendall(b"GET /ping HTTP/1.1\r\nHost: loc")  # half a header, then silence
+            clients.append(client)
+        time.sleep(0.5)
+        assert threading.active_count() <= before + 4
+        started = time.monotonic()
+        with socket.create_connection(("127.0.0.1", server.server_port), timeout=60) as whole:
+            whole.sendall(b"GET /ping HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            answer = b""
+            while chunk := whole.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.0 200") and answer.endswith(b"pong")
+        # (the 300 silent clients before it are dropped 1 s after their acceptance, all at once)
+        assert time.monotonic() - started < 10
+        for client in clients:
+            assert client.recv(1024) == b""  # closed by the server, unanswered
+        assert threading.active_count() <= before + 4
+    finally:
+        for client in clients:
+            client.close()
+        server.shutdown()
+        server.server_close()

@@ -15,9 +15,11 @@ def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
     from dare_tf import build_model
     from dare_tf.data.preparation.protocol import Protocol
     from dare_tf.data.preparation.in_memory import prepare
-    from dare_tf.data.storage.spec import DatasetSpec, read_id_map
+    from dare_tf.data.storage.spec import DatasetSpec
+    from dare_tf.data.storage.id_maps import read_id_map
     from dare_tf.data.generation.synthetic import SyntheticConfig, write
-    from dare_tf.serving.recommender import LocalModel, Recommender, format_recommendations
+    from dare_tf.serving.encoding import format_recommendations
+    from dare_tf.serving.recommender import LocalModel, Recommender
     from dare_tf.serving.client import ServingClient
     from dare_tf.export import export_run, export_saved_model
     from dare_tf.testing.model_config import read_model_config
@@ -194,3 +196,23 @@ def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
     assert code == 0, stderr
     assert "| rank | item | category | P(click) |" in stdout and len(stdout.strip().splitlines()) == 7
     assert f"| 1 | {out['items'][0]} |" in stdout
+
+
+def test_the_first_line_names_the_history_and_its_newest_click():
+    """First-day issue (5): `recommend --user_id` printed the same first line before and after a live
+    click; it names the history's size and its newest click, whose time a click loaded from a
+    dataset prepared without times does not have (`time unknown`, not 1970)."""
+    from dare_tf.histories.base import Histories
+    from dare_tf.serving.encoding import history_line
+
+    history = Histories(items=np.array([["SKU 1", "Lamp", ""]], object),
+                        categories=np.array([["Toys", "Home & Garden", ""]], object),
+                        times=np.array([[0, 1512381600, 0]]), lengths=np.array([2]))
+    assert history_line("cust-ed2192", history, "lmdb:h") == (
+        "user cust-ed2192: 2 clicks in lmdb:h; the newest: item Lamp, category Home & Garden, 2017-12-04 10:00:00 UTC "
+        "(1512381600)")
+    history.times[0, 1] = 0
+    assert history_line(7, history, "lmdb:h").endswith("category Home & Garden, time unknown")
+    history.lengths[0] = 0
+    assert history_line(7, history, "lmdb:h") == (
+        "user 7: no clicks in lmdb:h (an unknown user, or none yet): ranked for an empty history")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dare_tf.data.preparation.in_memory import prepare
-from dare_tf.data.storage.spec import read_id_map
+from dare_tf.data.storage.id_maps import read_id_file, read_id_map
 from tests.data.logs.test_string_ids import INTS, PER_USER, STRINGS, write_twins
 
 pytestmark = pytest.mark.xdist_group("string_ids")  # (one worker builds the module's exports)
@@ -43,7 +43,7 @@ def twins(tmp_path_factory):
             table.assign(rng.normal(0, 0.5, table.shape))
         version = export_saved_model(model, data_dir, str(root / f"exports_{kind}"), "dare")
         maps = {k: read_id_map(data_dir, k) for k in ("item", "category", "user")}
-        maps["brand"] = open(os.path.join(data_dir, "brand_ids.txt")).read().split()
+        maps["brand"] = read_id_file(os.path.join(data_dir, "brand_ids.txt"))
         typed = (lambda v: v) if kind == "strings" else int
         out[kind] = dict(data_dir=data_dir, version=version, local=LocalModel(version), exports=str(root /
                          f"exports_{kind}"), ids={k: [typed(v) for v in m] for k, m in maps.items()})
@@ -111,11 +111,13 @@ def test_a_string_id_export_answers_as_its_integer_twin(twins):
         out = module.signatures["classify"](inputs=tf.constant([got[kind]["example"].SerializeToString()]))
         got[kind]["classify"] = out["scores"].numpy()
     np.testing.assert_allclose(got["strings"]["classify"], got["ints"]["classify"], atol=1e-6)
-    # item_fields: the brand of each item, as the log wrote it (an item without one: ~ITEM)
+    # item_fields: the brand of each item, as the log wrote it (an item without one: OWN_PREFIX + ITEM)
     items = strings["ids"]["item"][:30]
     brands = strings["local"].predict_tensors({"item_ids": np.array(items + ["NOPE"], object)}, "item_fields")
     twin = ints["local"].predict_tensors({"item_ids": np.array(ints["ids"]["item"][:30], np.int64)}, "item_fields")
-    renamed = [f"B{b}" if b >= 0 else f"~SKU{-1 - b:09d}" for b in twin["brand"].tolist()]
+    from dare_tf.data.logs.string_ids import OWN_PREFIX
+
+    renamed = [f"B{b}" if b >= 0 else f"{OWN_PREFIX}SKU{-1 - b:09d}" for b in twin["brand"].tolist()]
     assert [b.decode() for b in brands["brand"]] == renamed + [""]
     assert dataset_of(strings["local"], "ranking")["strings"] and not dataset_of(ints["local"], "ranking")["strings"]
 
@@ -146,6 +148,14 @@ def test_string_ids_through_the_stand_in_the_history_service_and_recommend(twins
         for a, b, c in zip(served, local, rest):
             np.testing.assert_allclose(a["probability"], b["probability"], atol=1e-6)
             np.testing.assert_allclose(c["probability"], b["probability"], atol=1e-6)
+        # First-day issue (2): JSON numbers or null to the string model are the caller's 400, naming the input
+        # (were 500 "Failed to convert a NumPy array to a Tensor").
+        for value, shown in ((1, "1"), (None, "null")):
+            wrong = dict(ranked, hist_items=ranked["hist_items"].copy())
+            wrong["hist_items"][0, 1] = value
+            with pytest.raises(ValueError, match=f"REST predict failed \\(HTTP 400\\): .*input hist_items: {shown} "
+                                                 "is not a string id \\(this model takes string ids\\)"):
+                rest_predict(f"http://localhost:{http.server_address[1]}", "dare", wrong, "rank")
         bad = dict(ranked, hist_items=ranked["hist_items"].copy())
         bad["hist_items"][0, 0] = "wide"
         with pytest.raises(ValueError, match="row 0 of the request was refused: hist_items must start with a column "
@@ -185,8 +195,8 @@ def test_string_ids_through_the_stand_in_the_history_service_and_recommend(twins
         unknown, history = Recommender(Fixed(), twins["strings"]["local"], stores["strings"]).recommend_user(
             "nobody", n=12, top=3)
         assert history.lengths.tolist() == [0] and len(unknown["items"]) == 3
-        with pytest.raises(ValueError, match=r"user_id: 'u 1' holds whitespace"):
-            stores["strings"].last(["u 1"])
+        with pytest.raises(ValueError, match=r"user_id: 'u\\t1' holds a control character"):
+            stores["strings"].last(["u\t1"])
         # the inspect page takes the string user id and shows the strings
         from dare_tf.serving.inspect import Inspector, PageError
 
@@ -194,7 +204,7 @@ def test_string_ids_through_the_stand_in_the_history_service_and_recommend(twins
         view = page.user_view(f"u-{user:x}", top=5)
         assert [r["item"] for r in view["recommendations"]] == results["strings"]["items"].tolist()
         assert view["history"]["items"] == string_history.items[0, :n].tolist()
-        for typed, status in (("nobody", 404), ("u 1", 400)):
+        for typed, status in (("nobody", 404), ("u 1", 404), ("u\t1", 400)):  # (a space is an id's, a tab not)
             with pytest.raises(PageError) as e:
                 page.user_view(typed)
             assert e.value.status == status, e.value.message

@@ -1,11 +1,8 @@
 """Constants and helpers the training tests share."""
 
-import os
 import sys
 
-from tests.conftest import SHARED_DATA
 
-TAOBAO = os.path.join(SHARED_DATA, "taobao", "UserBehavior_sample.csv")
 
 # XLA is tested in tests/test_models.py; graph mode keeps these runs short.
 FAST = dict(batch_size=256, eval_batch_size=512, epochs=1, eval_every=40, learning_rate=0.005,

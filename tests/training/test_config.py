@@ -49,7 +49,7 @@ def test_a_run_configuration_the_dataset_cannot_hold_is_refused_with_the_flag(ta
     assert memory_bytes() < 208 * 2**30  # (this machine's: the effective config below is refused)
     with pytest.raises(ValueError, match=r"^max_len=1048576 at batch_size=256: one training step holds about 208.0 GiB "
                                          r"for its histories \(256 x 1,048,576 slots of 832 bytes\), more than this "
-                                         r"machine's 8.0 GiB; lower --max_len or --batch_size$"):
+                                         r"machine's memory, 8.0 GiB; lower --max_len or --batch_size$"):
         check_step_memory(huge, 256, available=8 * 2**30)
     with pytest.raises(ValueError, match=r"^max_len=1048576 at batch_size=256: one training step holds about 208.0 "):
         effective_model_config(TrainConfig.create(model_overrides=dict(max_len=2**20), batch_size=256), spec,
@@ -102,3 +102,33 @@ def test_the_config_holds_a_typed_model_config_the_dataset_completes(taobao):
                                     max_len=spec.max_len, synchronized_batch_norm=True)
     long = TrainConfig.create(model_overrides=dict(max_len=2500)).model
     assert (long.max_len, long.num_positions) == (2500, 2501)  # position ids run up to L
+
+
+def test_the_memory_check_compares_with_the_process_address_space_limit(taobao, tmp_path):
+    """Issue 59 (1): under `ulimit -v 8000000` a step of 12.2 GiB was compared with the machine's
+    memory and aborted in the allocator (rc 134, 86 lines); it is refused in one line, naming the
+    limit the process has."""
+    import resource
+    import subprocess
+    import sys
+
+    from tests.conftest import ENV, REPO
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_AS, (8_000_000 * 1024, resource.RLIM_INFINITY))
+
+    check = subprocess.run([sys.executable, "-c", "from dare_tf.training.config import memory_limit; "
+                            "print(memory_limit())"], capture_output=True, text=True, preexec_fn=limited, cwd=REPO,
+                           env=ENV, check=True)
+    assert check.stdout.strip() == str((8_192_000_000, "this process's address-space limit (RLIMIT_AS, ulimit -v)"))
+    result = subprocess.run([sys.executable, "-m", "trainers.train", "--model=dare", f"--data_dir={taobao}",
+                             f"--output_dir={tmp_path / 'rx'}", "--max_len=100000", "--epochs=1", "--batch_size=256",
+                             "--max_steps=5", "--embedding_dim=8", "--attention_embedding_dim=4",
+                             "--bn_statistics_batches=2", "--verbose=0"],
+                            capture_output=True, text=True, preexec_fn=limited, cwd=REPO, env=ENV, timeout=300)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: --max_len=100000 at batch_size=256: one training step holds about 12.2 GiB for its histories (256 x "
+        "100,000 slots of 512 bytes), more than this process's address-space limit (RLIMIT_AS, ulimit -v), 7.6 GiB; "
+        "lower --max_len or --batch_size")
+    assert not os.path.exists(tmp_path / "rx")

@@ -2,7 +2,12 @@
 user_log_format1.csv, generated vectorised (numpy, no per-row Python), a chunk
 of users at a time, so memory stays bounded whatever the size.
 
-Program: `python -m data.synthetic --like=taobao|tmall [--fraction=F]`.
+Program: `python -m data.synthetic --like=taobao|tmall [--fraction=F] [--sample]`.
+
+With `sample`, the counts are those of the small real sample of that log
+(`SAMPLES`, ../shared/data), quirks included: Tmall's rows of a user out of
+time order and its empty brands. The tests use these logs where the samples
+are absent.
 
 At `fraction` 1 a log has exactly its preset's rows, users, items and
 categories (Tmall: also sellers and brands) and each action's rows, in the
@@ -38,9 +43,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from dare_tf.data.generation.like_presets import LIKE, Like
+from dare_tf.data.generation.like_presets import LIKE, SAMPLES, Like
 from dare_tf.data.generation.synthetic import SyntheticConfig, _zipf_probs
-from dare_tf.data.generation.truth import last_click_auc
+from dare_tf.data.generation.truth import claim_output, last_click_auc, truth_path
 from dare_tf.data.logs.times import DAY
 
 # Users generated (and written) at once: the peak memory (1.5 GB at Taobao's size, 2.3 GB at Tmall's).
@@ -192,24 +197,30 @@ def _mmdd(times, like: Like) -> pa.Array:
     return pc.utf8_lpad(pc.cast(pa.array(mmdd), pa.string()), 4, "0")
 
 
-def _table(like: Like, catalogue: _Catalogue, users, items, cats, times, action) -> pa.Table:
+def _table(like: Like, catalogue: _Catalogue, users, items, cats, times, action, empty: int, rng) -> pa.Table:
+    """A chunk's rows in the real file's columns; `empty` of its brand cells empty (at random rows)."""
     values = pa.array([a for a, _ in like.actions])
     actions = values.take(pa.array(action))
     if like.name == "taobao":
         return pa.table({"user": users + 1, "item": items + 1, "category": cats + 1, "behavior": actions,
                          "timestamp": times})
+    no_brand = np.zeros(len(items), bool)
+    no_brand[rng.choice(len(items), min(empty, len(items)), replace=False)] = True
     return pa.table({"user_id": users + 1, "item_id": items + 1, "cat_id": cats + 1,
-                     "seller_id": catalogue.seller[items] + 1, "brand_id": catalogue.brand[items] + 1,
+                     "seller_id": catalogue.seller[items] + 1,
+                     "brand_id": pa.array(catalogue.brand[items] + 1, mask=no_brand),
                      "time_stamp": _mmdd(times, like), "action_type": actions})
 
 
 def write_like(name: str, output: str, fraction: float = 1.0, seed: int = 0,
-               cfg: SyntheticConfig = SyntheticConfig()) -> dict:
-    """Writes the log like `LIKE[name]` (times `fraction`) to `output` (renamed into
-    place when whole) and its truth beside it; returns the truth."""
-    if name not in LIKE:
-        raise ValueError(f"like={name!r}: expected one of {sorted(LIKE)}")
-    like = LIKE[name] if fraction == 1 else LIKE[name].scaled(fraction)
+               cfg: SyntheticConfig = SyntheticConfig(), sample: bool = False) -> dict:
+    """Writes the log like `LIKE[name]` (`SAMPLES[name]` with `sample`; times
+    `fraction`) to `output` (renamed into place when whole) and its truth beside
+    it; returns the truth."""
+    presets = SAMPLES if sample else LIKE
+    if name not in presets:
+        raise ValueError(f"like={name!r}: expected one of {sorted(presets)}")
+    like = presets[name] if fraction == 1 else presets[name].scaled(fraction)
     began = time.perf_counter()
     rng = np.random.default_rng([seed, 0])
     catalogue = _Catalogue(like, cfg, rng)
@@ -217,9 +228,10 @@ def write_like(name: str, output: str, fraction: float = 1.0, seed: int = 0,
     firsts = np.arange(0, like.users, CHUNK_USERS)
     chunk_clicks = np.add.reduceat(lengths, firsts).astype(float)
     events = np.stack([_share(n, chunk_clicks) for _, n in like.actions[1:]]) if len(like.actions) > 1 else None
+    empties = _share(like.empty_brands, chunk_clicks)
     owner = rng.integers(0, len(firsts), like.items)  # the chunk that puts each never-drawn item on a click
     seen = np.zeros(like.items, bool)
-    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    claim_output(output)
     partial, writer, swaps, auc = output + ".tmp", None, 0, None
     try:
         for index, first in enumerate(firsts):
@@ -235,7 +247,11 @@ def write_like(name: str, output: str, fraction: float = 1.0, seed: int = 0,
             users = np.repeat(np.arange(first, first + len(lens)), lens)
             counts = events[:, index] if events is not None else np.zeros(0, np.int64)
             rows, action = _with_actions(len(items), counts, chunk)
-            table = _table(like, catalogue, users[rows], items[rows], cats[rows], times[rows], action)
+            if like.shuffled:  # each user's rows in a random order, users still grouped
+                order = np.lexsort((chunk.random(len(rows)), users[rows]))
+                rows, action = rows[order], action[order]
+            table = _table(like, catalogue, users[rows], items[rows], cats[rows], times[rows], action,
+                           int(empties[index]), chunk)
             if writer is None:
                 sink = open(partial, "wb")
                 if like.name == "tmall":  # (the real file's header, unquoted)
@@ -253,8 +269,9 @@ def write_like(name: str, output: str, fraction: float = 1.0, seed: int = 0,
         if os.path.exists(partial):
             os.remove(partial)
         raise
-    truth = _truth(name, fraction, seed, cfg, like, catalogue, auc, swaps, round(time.perf_counter() - began, 1))
-    with open(output + ".truth.json", "w") as f:
+    truth = _truth(name + ("_sample" if sample else ""), fraction, seed, cfg, like, catalogue, auc, swaps,
+                   round(time.perf_counter() - began, 1))
+    with open(truth_path(output), "w") as f:
         json.dump(truth, f, indent=1)
     return truth
 

@@ -1,6 +1,8 @@
 """The real logs that `data.synthetic --like=taobao|tmall` reproduces: each one's
 counts (users, items, categories, each action's rows; Tmall's sellers and
-brands), its click-length distribution and its days (`LIKE`)."""
+brands), its click-length distribution and its days (`LIKE`), and the small
+real samples a checkout may find beside it (`SAMPLES`): the same formats at the
+samples' counts, with their quirks."""
 
 from __future__ import annotations
 
@@ -19,6 +21,9 @@ class Like:
         length_median, length_sigma: the log-normal of clicks per user.
         first_day: Unix time of the first day's midnight (UTC).
         days: days the log spans.
+        shuffled: each user's rows are written in a random order (Tmall's
+            file: a user's rows are grouped but not in time order).
+        empty_brands: rows whose `brand_id` cell is empty (Tmall's file).
     """
 
     name: str
@@ -32,6 +37,8 @@ class Like:
     days: int
     sellers: int = 0
     brands: int = 0
+    shuffled: bool = False
+    empty_brands: int = 0
 
     @property
     def rows(self) -> int:
@@ -44,10 +51,12 @@ class Like:
         n = lambda x: max(1, round(x * fraction))  # noqa: E731
         actions = tuple((a, n(c)) for a, c in self.actions)
         users = min(n(self.users), actions[0][1])
+        empty = self.empty_brands and n(self.empty_brands)
         return dataclasses.replace(self, users=users, items=min(n(self.items), actions[0][1]),
                                    categories=min(n(self.categories), n(self.items)), actions=actions,
                                    sellers=self.sellers and min(n(self.sellers), n(self.items)),
-                                   brands=self.brands and min(n(self.brands), n(self.items)))
+                                   brands=self.brands and min(n(self.brands), n(self.items)),
+                                   empty_brands=empty)
 
 
 LIKE = {
@@ -59,4 +68,21 @@ LIKE = {
     "tmall": Like("tmall", users=424_170, items=1_090_390, categories=1_658, sellers=4_995, brands=8_444,
                   actions=(("0", 48_550_713), ("1", 76_750), ("2", 3_292_144), ("3", 3_005_723)),
                   length_median=60, length_sigma=1.1, first_day=1_431_302_400, days=185),
+}
+
+# The real samples in ../shared/data (its README), which the tests stand in for with
+# generated logs (`data.synthetic --like=taobao|tmall --sample`): their counts, click
+# lengths, days and quirks, so a test sees the same shape of log whether the samples
+# are there or not. (Each sigma gives seed 0 the sample's users with at least 210 clicks.)
+SAMPLES = {
+    # taobao/UserBehavior_sample.csv: 94,225 rows, 927 users (86 with at least 210 clicks).
+    "taobao": Like("taobao", users=927, items=61_168, categories=3_067,
+                   actions=(("pv", 84_681), ("buy", 1_955), ("cart", 5_026), ("fav", 2_563)),
+                   length_median=68, length_sigma=1.09, first_day=1_511_568_000, days=9),
+    # tmall/user_log_format1_sample.csv: 99,806 rows, 709 users (120 with at least 210 clicks),
+    # a user's rows out of time order, 115 empty brands.
+    "tmall": Like("tmall", users=709, items=45_439, categories=885, sellers=4_114, brands=4_179,
+                  actions=(("0", 87_839), ("1", 70), ("2", 6_928), ("3", 4_969)),
+                  length_median=76, length_sigma=0.91, first_day=1_431_302_400, days=185, shuffled=True,
+                  empty_brands=115),
 }

@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from dare_tf._faces import public
-from dare_tf.data.generation.truth import ground_truth
+from dare_tf.data.generation.truth import claim_output, ground_truth, truth_path
 
 
 @public("dare_tf.data")
@@ -273,19 +273,19 @@ def write(cfg: SyntheticConfig, output: str, string_ids: bool = False) -> dict:
     `U000001`, `SKU0000042`, `C0007`, `B012` and `2017-11-25T03:04:05Z`, read
     with `data.prepare --string_ids`; its truth file then holds no planted
     `related_category`, whose ids are the integer log's) and `<output>.truth.json`."""
+    claim_output(output)
     rows, truth = generate(cfg)
     if string_ids:
         from dare_tf.data.logs.string_ids import as_string_log
 
         rows = as_string_log(rows)
         truth = {k: v for k, v in truth.items() if k != "related_category"}
-    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     table = pa.table({k: pa.array(v.tolist() if v.dtype == object else v) for k, v in rows.items()})
     tmp = output + ".tmp"
     pacsv.write_csv(table, tmp, pacsv.WriteOptions(include_header=False, quoting_style="none"))
     os.replace(tmp, output)
     truth["rows"] = int(table.num_rows)
-    with open(output + ".truth.json", "w") as f:
+    with open(truth_path(output), "w") as f:
         json.dump(truth, f, indent=1)
     return truth
 

@@ -25,6 +25,34 @@ import numpy as np
 from dare_tf.metrics import auc
 
 
+def truth_path(output: str) -> str:
+    """The truth file beside a generated log."""
+    return output + ".truth.json"
+
+
+def claim_output(output: str) -> None:
+    """Refuses, in one line, an `output` the generators would replace without having
+    written it (a file without its `truth_path` beside it, or anything but a
+    file), or one that cannot be a file (a parent that is a file); creates its
+    directory."""
+    import os
+
+    parent = os.path.dirname(os.path.abspath(output))
+    above = parent
+    while not os.path.exists(above):
+        above = os.path.dirname(above)
+    if not os.path.isdir(above):
+        raise ValueError(f"--output={output}: {above} is a file, not a directory")
+    if os.path.lexists(output):
+        if not os.path.isfile(output) or os.path.islink(output):
+            raise ValueError(f"--output={output}: exists and is not a regular file; give a new path")
+        if not os.path.exists(truth_path(output)):
+            raise ValueError(f"--output={output}: exists and was not written by the generator (no "
+                             f"{os.path.basename(truth_path(output))} beside it); give a new path, or remove it "
+                             "yourself")
+    os.makedirs(parent, exist_ok=True)
+
+
 def mutual_information(a, b, n):
     """Plug-in MI (nats) of two category arrays (ids below `n`), with the
     Miller-Madow bias correction; over the pairs that occur, so its cost grows

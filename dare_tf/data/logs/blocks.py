@@ -17,10 +17,21 @@ from dare_tf.data.logs.clicks import Clicks, own_values
 from dare_tf.data.logs.formats import (ACTION_FIELD, FIELD_ROLE, FILE_FORMATS, INT64_MAX, INT_ROLES, BadLineError,
                                       LogFormat, resolved_columns)
 from dare_tf.data.logs.parquet import parse_row_group
-from dare_tf.data.logs.string_ids import IdVocabulary, bad_ids, id_problem
+from dare_tf.data.logs.string_ids import IdVocabulary, bad_ids, id_problem, not_ids
 from dare_tf.data.logs.times import parse_time, time_column
 
-ID_ROLES = ("user", "item", "category")  # (with the fields: string ids under --string_ids)
+ID_ROLES = ("user", "item", "category")
+# A bad line whose problem at least 90% of the next lines share (at least this many of them)
+# is the column's: its message names the fix, not --skip_bad_lines.
+SHARED_PROBLEM_LINES = 10
+
+
+def bad_kind(problem: str) -> str:
+    """A bad line's problem without the values it quotes: the lines of one kind of
+    problem share it (`item (column '1') is not an integer ...: 'x8'` and `...: 'y9'`)."""
+    import re
+
+    return re.sub(r"(: )?'[^']*'$|: '[^']*'(?=[ :])", "", problem)  # (with the fields: string ids under --string_ids)
 
 
 class BlockParser:
@@ -34,6 +45,7 @@ class BlockParser:
         self.roles = resolved_columns(fmt, path, names)
         self.delimiter = FILE_FORMATS[fmt.file_format]
         self.bad_lines = 0
+        self.bad_reasons: dict[str, list] = {}  # (`skip`: what the skipped lines had, `Clicks.bad_reasons`)
         self.rows = 0
         self.parts: list[dict[str, np.ndarray]] = []
         self.int_roles = [r for r in INT_ROLES if r in self.roles]
@@ -105,7 +117,7 @@ class BlockParser:
             column = table.column(self.roles[role])
             if role in self.vocab:  # (an empty cell: the item's own value)
                 column = pc.if_else(pc.equal(pc.utf8_length(column), 0), None, column)
-                if pc.any(pc.match_substring_regex(column, r"\s")).as_py():
+                if pc.any(not_ids(column)).as_py():
                     return None
                 ints[role] = own_values(self.vocab[role].encode(column), ints["item"])
                 continue
@@ -134,6 +146,12 @@ class BlockParser:
             got = len(fields) if fields else "an empty line"
             return f"expected {len(self.names)} {sep}-separated fields, got {got}", {}
         values = dict(zip(self.names, fields))
+        for role, column in self.roles.items():  # (never decoded with replacement: distinct ids would merge)
+            try:
+                values[column].encode("utf-8")
+            except UnicodeEncodeError:
+                return (f"{role} (column {column!r}) is not valid UTF-8: "
+                        f"{values[column].encode('utf-8', errors='surrogateescape')!r}"), {}
         ints = {}
         for role in self.int_roles:
             column = self.roles[role]
@@ -189,10 +207,40 @@ class BlockParser:
         """The int64 columns a block yields, in order."""
         return (*self.int_roles, *self.field_roles, *([self.action_role] if self.action_role else []))
 
-    def _bad(self, where: str, problem: str, text: str) -> None:
+    def _bad(self, where: str, problem: str, text: str, following=()) -> None:
+        """Raises `BadLineError` for the bad line `text` (or with `skip`, counts it).
+        Where most of the `following` lines (raw) share its problem, the message
+        names the column's fix, not `--skip_bad_lines`, which would skip the log."""
         if not self.skip:
-            raise BadLineError(f"{where}: {problem}: {text!r} (use --skip_bad_lines to skip and count such lines)")
-        self.bad_lines += 1
+            try:
+                shown = repr(text.encode("utf-8").decode())
+            except UnicodeEncodeError:  # (bytes that are not UTF-8: shown as bytes)
+                shown = repr(text.encode("utf-8", errors="surrogateescape"))
+            kind = bad_kind(problem)
+            same = sum(1 for raw in following if (other := self._line(raw)[0]) is not None and bad_kind(other) == kind)
+            hint = "use --skip_bad_lines to skip and count such lines"
+            if len(following) >= SHARED_PROBLEM_LINES and same >= 0.9 * len(following):
+                hint = (f"so are {same} of the next {len(following)} lines: the column is read wrong, not a few "
+                        "lines bad; fix --columns, --string_ids or --time_format")
+            raise BadLineError(f"{where}: {problem}: {shown} ({hint})")
+        self.count_bad(where, problem, 1)
+
+    def count_bad(self, where: str, problem: str, lines: int) -> None:
+        """Counts `lines` skipped lines of `problem` (the first at `where`)."""
+        self.bad_lines += lines
+        entry = self.bad_reasons.setdefault(bad_kind(problem), [0, f"{where}: {problem}"])
+        entry[0] += lines
+
+    def _line(self, raw: bytes) -> tuple[str | None, dict, str]:
+        """One line's problem (None: none), its values by role, and its text."""
+        # (bytes that are not UTF-8 kept as surrogates: `_problem` names the field that holds them)
+        text = raw.decode("utf-8", errors="surrogateescape").rstrip("\r")
+        if "\r" in text:  # (the csv module raises on it)
+            return "a carriage return inside the line (a file with \\r line ends?)", {}, text
+        if text.count('"') % 2:  # (the csv module would read the line up to it as a row)
+            return ("a quoted field that does not end on its line (a line break inside quotes: one row is one line "
+                    "here; remove the line breaks from quoted fields)"), {}, text
+        return (*self._problem(next(csv.reader([text], delimiter=self.delimiter), [])), text)
 
     def _slow(self, block: bytes, first_line: int):
         rows = []
@@ -200,16 +248,10 @@ class BlockParser:
         if block.endswith(b"\n"):
             lines.pop()
         for offset, raw in enumerate(lines):
-            text = raw.decode("utf-8", errors="replace").rstrip("\r")
-            if "\r" in text:  # (the csv module raises on it)
-                problem, ints = "a carriage return inside the line (a file with \\r line ends?)", {}
-            elif text.count('"') % 2:  # (the csv module would read the line up to it as a row)
-                problem, ints = ("a quoted field that does not end on its line (a line break inside quotes: one row "
-                                 "is one line here; remove the line breaks from quoted fields)"), {}
-            else:
-                problem, ints = self._problem(next(csv.reader([text], delimiter=self.delimiter), []))
+            problem, ints, text = self._line(raw)
             if problem is not None:
-                self._bad(f"{self.path}:{first_line + offset}", problem, text)
+                self._bad(f"{self.path}:{first_line + offset}", problem, text,
+                          lines[offset + 1: offset + 1 + SHARED_PROBLEM_LINES * 10])
             elif ints.pop("action", self.fmt.click) == self.fmt.click or self.action_role is not None:
                 rows.append([ints[r] for r in self._names])
         names = self._names
@@ -229,6 +271,7 @@ class BlockParser:
         return Clicks(user=user, item=column("item"),
                       category=column("category") if "category" in self.roles else np.zeros(len(user), np.int64),
                       time=column("time"), rows=self.rows, bad_lines=self.bad_lines, sha256=sha256,
+                      bad_reasons=self.bad_reasons,
                       label=column("label") if "label" in self.roles else None,
                       fields={r[len(FIELD_ROLE):]: column(r) for r in self._names if r.startswith(FIELD_ROLE)},
                       click_code=self.fmt.click_code if self.action_role else None,

@@ -29,10 +29,13 @@ class Clicks:
     # `--string_ids`: the ids above are codes; the strings of each role's (`user`, `item`, `category`, a field's
     # name) codes (`dare_tf.data.logs.string_ids`).
     names: dict[str, np.ndarray] | None = None
+    # `skip_bad_lines`: the problems of the skipped lines, `{kind: [lines, the first one's "where: problem"]}`
+    # (`dare_tf.data.logs.reader.bad_kind`).
+    bad_reasons: dict[str, list] = dataclasses.field(default_factory=dict)
 
     def raw(self, role: str, codes) -> np.ndarray:
         """A role's raw ids as the id maps write them: the codes' strings with
-        `--string_ids` (a field's own values as `~ITEM`), else the ids."""
+        `--string_ids` (a field's own values as `own_value`s), else the ids."""
         if self.names is None or role not in self.names:
             return np.asarray(codes)
         from dare_tf.data.logs.string_ids import as_strings

@@ -65,10 +65,10 @@ class LogFormat:
             None: integers (Unix seconds) or ISO 8601 calendar times, as
             `dare_tf.data.logs.times.parse_time` reads them.
         string_ids: user, item, category and field ids are strings (SKUs,
-            UUIDs, `N12345`; `--string_ids`): any text without whitespace,
-            `007` and `7` two ids; an empty field cell is the item's own value,
-            `~` and the item's id. The id maps then hold these strings and
-            the exports take them (`dare_tf.data.logs.string_ids`).
+            UUIDs, `N12345`, `Pet Supplies`; `--string_ids`): any non-empty
+            text without control characters, `007` and `7` two ids; an empty
+            field cell is the item's own value. The id maps then hold these
+            strings and the exports take them (`dare_tf.data.logs.string_ids`).
     """
 
     name: str

@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 from dare_tf.data.logs.formats import FIELD_ROLE, LogFormat, LogFormatError, resolved_columns
 
 from dare_tf.data.logs.clicks import own_values
+from dare_tf.data.logs.string_ids import NOT_AN_ID, not_ids
 from dare_tf._files import file_sha256
 from dare_tf.data.logs.times import time_column
 
@@ -65,9 +66,8 @@ def parquet_plan(path: str, fmt: LogFormat) -> tuple[str, list[tuple[int, int, i
 
 
 def _not_ids(column) -> np.ndarray:
-    """Where a string column's values are empty or hold whitespace (nulls: False)."""
-    wrong = pc.or_(pc.equal(pc.utf8_length(column), 0), pc.match_substring_regex(column, r"\s"))
-    return np.asarray(wrong.fill_null(False).to_numpy(zero_copy_only=False))
+    """Where a string column's values are not string ids (`not_ids`; nulls: False)."""
+    return np.asarray(not_ids(column).fill_null(False).to_numpy(zero_copy_only=False))
 
 
 def _role_values(reader, role: str, column, reasons: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -76,7 +76,7 @@ def _role_values(reader, role: str, column, reasons: dict) -> tuple[np.ndarray, 
     if role in reader.vocab:
         wrong = _not_ids(column)
         if wrong.any() and not reasons[role][0][wrong].all():
-            reasons[role] = (reasons[role][0] | wrong, "is empty or holds whitespace (not a string id)")
+            reasons[role] = (reasons[role][0] | wrong, f"is empty or {NOT_AN_ID}")
         return reader.vocab[role].encode(column), wrong
     if role == "time" and not pa.types.is_integer(column.type):  # timestamps, dates, text
         values = time_column(column, reader.fmt.time_format)
@@ -101,7 +101,7 @@ def _field_values(reader, role: str, column, items: np.ndarray, reasons: dict) -
     if role in reader.vocab:
         column = pc.if_else(pc.equal(pc.utf8_length(column), 0), None, column)
         wrong = _not_ids(column) & np.asarray(column.is_valid().to_numpy(zero_copy_only=False))
-        reasons[role] = (wrong, "holds whitespace (not a string id)")
+        reasons[role] = (wrong, NOT_AN_ID)
         return own_values(reader.vocab[role].encode(column), items), wrong
     null = np.asarray(column.is_null().to_numpy(zero_copy_only=False))
     values, huge = int64_values(column)
@@ -147,7 +147,8 @@ def parse_row_group(reader, group: int, first_row: int) -> None:
         row = int(np.flatnonzero(bad)[0])
         role = next(r for r, (mask, _) in reasons.items() if mask[row])
         value = columns[role][row].as_py()
-        reader._bad(f"{reader.path}: row {first_row + row}",
-                    f"{role} (column {reader.roles[role]!r}) {reasons[role][1]}", str(value))
-        reader.bad_lines += int(bad.sum()) - 1
+        where = f"{reader.path}: row {first_row + row}"
+        problem = f"{role} (column {reader.roles[role]!r}) {reasons[role][1]}"
+        reader._bad(where, problem, str(value))
+        reader.count_bad(where, problem, int(bad.sum()) - 1)
     reader.parts.append({r: v[keep] for r, v in ints.items()})

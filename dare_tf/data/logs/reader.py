@@ -146,14 +146,44 @@ def read_clicks(path: str, fmt: LogFormat, skip_bad_lines: bool = False,
     return clicks
 
 
-def read_log(input_path: str, fmt: LogFormat, skip_bad_lines: bool = False, chronological: bool = False) -> Clicks:
+# `--max_bad_share`: the share of a log's lines `--skip_bad_lines` may skip before it refuses the log.
+MAX_BAD_SHARE = 0.01
+
+
+def merge_bad_reasons(parts) -> dict[str, list]:
+    """`Clicks.bad_reasons` of several blocks as one (counts added, the first example kept)."""
+    out: dict[str, list] = {}
+    for part in parts:
+        for kind, (lines, example) in (part or {}).items():
+            out.setdefault(kind, [0, example])[0] += lines
+    return out
+
+
+def check_bad_share(path: str, rows: int, bad_lines: int, reasons: dict, max_bad_share: float = MAX_BAD_SHARE) -> None:
+    """Refuses, in one line, a log of which `--skip_bad_lines` skipped more than
+    `max_bad_share` of the lines (a wrong column, not a few bad lines), naming the
+    count, the share and the most common problem; else warns how many it skipped."""
+    if not bad_lines:
+        return
+    share = bad_lines / max(rows, 1)
+    lines, example = max(reasons.values(), key=lambda r: r[0]) if reasons else (bad_lines, "?")
+    if share > max_bad_share:
+        raise ValueError(f"{path}: --skip_bad_lines skipped {bad_lines:,} of {rows:,} lines ({100 * share:.1f}%), "
+                         f"more than --max_bad_share={max_bad_share:g}; the most common problem ({lines:,} lines) "
+                         f"is {example}: fix that column (--columns, --string_ids, --time_format) rather than skip it")
+    logging.warning("%s: skipped %d bad line(s) (%.2f%%; the most common: %d lines, %s)", path, bad_lines,
+                    100 * share, lines, example)
+
+
+def read_log(input_path: str, fmt: LogFormat, skip_bad_lines: bool = False, chronological: bool = False,
+             max_bad_share: float = MAX_BAD_SHARE) -> Clicks:
     """The kept rows of a raw log in the protocol's order (sorted by time per user
-    unless the format keeps the file order), or all rows in time order."""
+    unless the format keeps the file order), or all rows in time order;
+    `check_bad_share` of what `skip_bad_lines` skipped."""
     start = time.perf_counter()
     clicks = read_clicks(input_path, fmt, skip_bad_lines=skip_bad_lines)
     check_fields(input_path, fmt, [n for n, v in clicks.fields.items() if len(v) and v.max() < 0])
-    if clicks.bad_lines:
-        logging.warning("%s: skipped %d bad line(s)", input_path, clicks.bad_lines)
+    check_bad_share(input_path, clicks.rows, clicks.bad_lines, clicks.bad_reasons, max_bad_share)
     if len(clicks.user) == 0:
         raise ValueError(f"{input_path}: no {'impression' if fmt.impressions else 'click'} rows"
                          f"{f' (action == {fmt.click!r})' if fmt.click is not None else ''} in {clicks.rows} rows")

@@ -5,9 +5,16 @@ While a log is read, each role's strings get int64 codes in order of first
 appearance (`IdVocabulary`), so that preparation computes on integers as it
 does for integer ids; the dataset's id maps then hold the strings themselves
 (dense id k's string on line k), and an export maps strings through them.
-An id is any text without whitespace (line k of an id map is one id); `007`
-and `7` are two ids. An empty field cell is the item's own value: `~` and the
-item's id (`own_value`).
+
+The one rule for every place an id goes (the log's cells, the id maps, the
+exports, the client, the history stores, `recommend`, the inspect page): an
+id is any non-empty text a cell holds, spaces, `&`, quotes, commas and
+non-ASCII letters included (`Pet Supplies`, `Home & Garden`, `Acme Co.`),
+without control characters (a tab, a line break: line k of an id map is one
+id). `007` and `7` are two ids, and so are ` a` and `a`; only an empty cell is
+missing. Bytes that are not UTF-8 are refused, never replaced. An empty field
+cell is the item's own value: `OWN_PREFIX` (a control character, which no id
+holds) and the item's id (`own_value`).
 """
 
 from __future__ import annotations
@@ -18,26 +25,39 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-# A field's value for an item without one (an empty cell): this prefix and the item's id.
-OWN_PREFIX = "~"
-_SPACE = re.compile(r"\s")
+# A field's value for an item without one (an empty cell): this prefix and the item's id. A
+# control character, so that no cell can type it (`~` could: `~SKU42` collided with it), and
+# not one that Python counts as whitespace (`str.split` and `strip` pass it by; U+001F is).
+OWN_PREFIX = "\x01"
+# What no string id holds: control characters (RE2 and Python `re` syntax alike).
+CONTROL = r"[\x00-\x1f\x7f]"
+_CONTROL = re.compile(CONTROL)
+NOT_AN_ID = "holds a control character (a string id is any text without tabs, line breaks or other control characters)"
 
 
-def id_problem(text: str) -> str | None:
-    """Why `text` is not a string id (None: it is one)."""
+def id_problem(text: str, own: bool = False) -> str | None:
+    """Why `text` is not a string id (None: it is one); `own`: a field's value, which
+    may also be an item's own value (`own_value`)."""
+    if own and text.startswith(OWN_PREFIX):
+        text = text[len(OWN_PREFIX):]
     if not text:
         return "is empty"
-    if _SPACE.search(text):
-        return "holds whitespace (a string id is text without spaces, tabs or line breaks)"
+    if _CONTROL.search(text):
+        return NOT_AN_ID
     return None
+
+
+def not_ids(column):
+    """Where a pyarrow string column's values are not string ids: empty, or holding a
+    control character (a pyarrow boolean array; nulls stay null)."""
+    return pc.or_(pc.equal(pc.utf8_length(column), 0), pc.match_substring_regex(column, CONTROL))
 
 
 def bad_ids(column) -> bool:
     """Whether any value of a pyarrow string column is not a string id (or is null)."""
     if column.null_count:
         return True
-    return bool(pc.any(pc.or_(pc.equal(pc.utf8_length(column), 0),
-                              pc.match_substring_regex(column, r"\s"))).as_py() or False)
+    return bool(pc.any(not_ids(column)).as_py() or False)
 
 
 class IdVocabulary:
@@ -126,7 +146,7 @@ def named(triples) -> dict:
 
 
 def from_fingerprints(role: str, raw, names: dict) -> np.ndarray:
-    """Fingerprints back to the strings (a field's own values as `~ITEM`)."""
+    """Fingerprints back to the strings (a field's own values as `own_value`s)."""
     return np.array([names[role][int(v)] if v >= 0 else own_value(names["item"][-1 - int(v)]) for v in raw],
                     object)
 

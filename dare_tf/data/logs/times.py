@@ -35,6 +35,15 @@ def parse_time(text: str, time_format: str | None = None) -> int:
     return int(moment.timestamp())
 
 
+def utc_time(seconds: int) -> str:
+    """Unix seconds as a message shows them: `2038-01-19 00:00:00 UTC (2147385600)`."""
+    try:
+        moment = datetime.datetime.fromtimestamp(int(seconds), datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, OSError, ValueError):  # (past year 9999)
+        return str(int(seconds))
+    return f"{moment} UTC ({int(seconds)})"
+
+
 def time_column(array, time_format: str | None = None):
     """A column of times (a pyarrow array of text, timestamps or dates) as int64
     Unix seconds (numpy), or None when a value is not a time (the caller names
@@ -69,9 +78,9 @@ def time_column(array, time_format: str | None = None):
     unique = pc.unique(text)  # a mix of forms (or fractions of a second): one by one
     try:
         seconds = np.array([parse_time(v) for v in unique.to_pylist()], np.int64)
-    except ValueError:
+    except (ValueError, OverflowError):  # (a value past int64: the caller names its line)
         return None
     return seconds[np.asarray(pc.index_in(text, value_set=unique).to_numpy(zero_copy_only=False), np.int64)]
 
 
-__all__ = ["DAY", "EXPECTED", "parse_time", "time_column"]
+__all__ = ["DAY", "EXPECTED", "parse_time", "time_column", "utc_time"]

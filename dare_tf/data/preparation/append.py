@@ -30,7 +30,7 @@ from dare_tf._files import one_writer
 from dare_tf.data.preparation.catalogue import Catalogue, day_name
 from dare_tf.data.preparation.days import LogRows, Past, write_days, write_store
 from dare_tf.data.storage.fields import field_id_file
-from dare_tf.data.logs.reader import read_log
+from dare_tf.data.logs.reader import MAX_BAD_SHARE, read_log
 from dare_tf.data.logs.formats import ACTION_FIELD, LogFormat
 from dare_tf.data.logs.clicks import dense_ids
 from dare_tf.data.preparation import journal
@@ -39,7 +39,8 @@ from dare_tf.data.preparation.prepared import (item_categories, layout_fields, m
     read_item_field)
 from dare_tf.data.preparation.protocol import Protocol, time_windows
 from dare_tf.data.storage.records import read_shards
-from dare_tf.data.storage.spec import APPEND_JOURNAL, SPEC_FILE, DatasetSpec, read_id_map
+from dare_tf.data.storage.spec import APPEND_JOURNAL, SPEC_FILE, DatasetSpec
+from dare_tf.data.storage.id_maps import read_id_file, read_id_map
 from dare_tf.data.storage.shards import STORE_KIND, partition_of
 from dare_tf.data.storage.schema import STORE_TIMES
 from dare_tf.data.logs.times import DAY
@@ -77,7 +78,8 @@ def _check(spec: DatasetSpec, data_dir: str, fmt: LogFormat | None, input_path: 
 
 
 def append(input_path: str, data_dir: str, fmt: LogFormat | None = None, allow_late: bool = False,
-           skip_bad_lines: bool = False, timings: dict | None = None, read: dict | None = None) -> DatasetSpec:
+           skip_bad_lines: bool = False, timings: dict | None = None, read: dict | None = None,
+           max_bad_share: float = MAX_BAD_SHARE) -> DatasetSpec:
     """Appends the day(s) of `input_path` to the `--split=time` dataset in
     `data_dir` (see the module docstring); returns the new spec.
 
@@ -102,8 +104,8 @@ def append(input_path: str, data_dir: str, fmt: LogFormat | None = None, allow_l
         raise FileNotFoundError(f"--append: {os.path.join(data_dir, SPEC_FILE)} not found: --output_dir must be a "
                                 "dataset prepared with --split=time")
     with one_writer(data_dir, "data.prepare --append"):
-        return _append(input_path, data_dir, fmt, allow_late, skip_bad_lines, {} if timings is None else timings,
-                       {} if read is None else read)
+        return _append(input_path, data_dir, fmt, allow_late, (skip_bad_lines, max_bad_share),
+                       {} if timings is None else timings, {} if read is None else read)
 
 
 @dataclasses.dataclass
@@ -139,9 +141,9 @@ def _new_rows(data_dir: str, spec: DatasetSpec, fmt: LogFormat, clicks, keep: np
     names = spec.field_schema.columns
     fields, raw_fields = {}, {}
     for name in names:
-        with open(os.path.join(data_dir, field_id_file(name))) as f:
-            fields[name], raw_fields[name] = _extend_ids(clicks.raw(name, clicks.fields[name][keep]),
-                                                         f.read().split(), strings and name != ACTION_FIELD)
+        fields[name], raw_fields[name] = _extend_ids(clicks.raw(name, clicks.fields[name][keep]),
+                                                     read_id_file(os.path.join(data_dir, field_id_file(name))),
+                                                     strings and name != ACTION_FIELD)
     grown = np.zeros(len(raw_items) + 2, np.int64)  # the catalogue as of the dataset's last day, grown by new ids
     catalogue = Catalogue(grown, grown, dict.fromkeys(names, grown))
     old = spec.num_items - 1
@@ -226,7 +228,7 @@ def _late(spec: DatasetSpec, clicks, input_path: str, allow_late: bool) -> np.nd
     return late
 
 
-def _append(input_path: str, data_dir: str, fmt: LogFormat | None, allow_late: bool, skip_bad_lines: bool,
+def _append(input_path: str, data_dir: str, fmt: LogFormat | None, allow_late: bool, skipping: tuple[bool, float],
             timings: dict, read: dict) -> DatasetSpec:
     start = time.perf_counter()
     mark = [start]
@@ -241,7 +243,7 @@ def _append(input_path: str, data_dir: str, fmt: LogFormat | None, allow_late: b
     verify_tables(data_dir, spec)  # (the new days are mapped through them)
     fmt = _check(spec, data_dir, fmt, input_path)
     protocol = Protocol(**{k: v for k, v in spec.protocol.items() if k != "windows"})
-    clicks = read_log(input_path, fmt, skip_bad_lines, chronological=True)
+    clicks = read_log(input_path, fmt, skipping[0], chronological=True, max_bad_share=skipping[1])
     read["clicks"] = clicks
     phase("read_log")
     appended = spec.source.get("appended", [])
@@ -254,22 +256,29 @@ def _append(input_path: str, data_dir: str, fmt: LogFormat | None, allow_late: b
     bounds = protocol.bounds(int(new.rows.times.max()))
     store = _OldStore.read(data_dir, spec, fmt, new, protocol)
     phase("read_store")
-    files = {n: e for n, e in spec.files.items() if n not in {spec.store[k] for k in store.partitions}}
-    files.update(write_days(data_dir, new.rows, Past(new.catalogue, store.history, store.clicks), protocol, bounds,
-                            spec.compression))
-    phase("examples")
-    files.update(store.write_grown(data_dir, spec, new, protocol))
-    phase("write_store")
-    entry = dict(path=os.path.abspath(input_path), sha256=clicks.sha256, rows=clicks.rows,
-                 clicks=int(new.rows.popular.sum()), bad_lines=clicks.bad_lines, late_rows=int(late.sum()))
-    new_source = {**spec.source, "appended": [*appended, entry], "last_time": int(new.rows.times.max())}
-    preparation = hashlib.sha256(f"{spec.preparation}+{clicks.sha256}+{allow_late}".encode()).hexdigest()[:16]
-    new_spec = make_spec(fmt, protocol, new_source, preparation, dict(
-        num_items=new.num_items, num_categories=len(new.raw_categories) + 2, num_users=new.num_users,
-        users=spec.users + store.qualified(new, protocol),
-        **layout_fields(protocol, spec.compression, files, bounds, [
-            dict(f, vocabulary=len(new.raw_fields[f["name"]]) + 2) if f["name"] in new.raw_fields else f
-            for f in spec.fields]), **time_windows(protocol, bounds)))
+    before = set(os.listdir(data_dir))
+    try:
+        files = {n: e for n, e in spec.files.items() if n not in {spec.store[k] for k in store.partitions}}
+        files.update(write_days(data_dir, new.rows, Past(new.catalogue, store.history, store.clicks), protocol, bounds,
+                                spec.compression))
+        phase("examples")
+        files.update(store.write_grown(data_dir, spec, new, protocol))
+        phase("write_store")
+        entry = dict(path=os.path.abspath(input_path), sha256=clicks.sha256, rows=clicks.rows,
+                     clicks=int(new.rows.popular.sum()), bad_lines=clicks.bad_lines, late_rows=int(late.sum()))
+        new_source = {**spec.source, "appended": [*appended, entry], "last_time": int(new.rows.times.max())}
+        preparation = hashlib.sha256(f"{spec.preparation}+{clicks.sha256}+{allow_late}".encode()).hexdigest()[:16]
+        new_spec = make_spec(fmt, protocol, new_source, preparation, dict(
+            num_items=new.num_items, num_categories=len(new.raw_categories) + 2, num_users=new.num_users,
+            users=spec.users + store.qualified(new, protocol),
+            **layout_fields(protocol, spec.compression, files, bounds, [
+                dict(f, vocabulary=len(new.raw_fields[f["name"]]) + 2) if f["name"] in new.raw_fields else f
+                for f in spec.fields]), **time_windows(protocol, bounds)))
+    except BaseException:  # (refused or killed before the journal: the new shards this append wrote go)
+        for name in set(os.listdir(data_dir)) - before:
+            if name.endswith(".tfrecord.gz") or name.endswith(".tfrecord"):
+                os.remove(os.path.join(data_dir, name))
+        raise
     new_spec = journal.write_journal(data_dir, new_spec, new)
     journal.commit(data_dir)
     phase("commit")

@@ -40,10 +40,11 @@ from absl import logging
 
 from dare_tf._faces import public
 from dare_tf.data.logs.formats import ACTION_FIELD, LogFormat, check_fields
-from dare_tf.data.logs.reader import parse_block, plan_blocks
+from dare_tf.data.logs.reader import MAX_BAD_SHARE, check_bad_share, merge_bad_reasons, parse_block, plan_blocks
 from dare_tf.data.logs.string_ids import fingerprinted, from_fingerprints, named
-from dare_tf.data.preparation.beam_exchange import (WORK_DIR, block_rows, by_bucket, forget_shared, get, get_bucket,
-                                                    get_rows, put, put_rows, shared, sorted_bucket, work_dir)
+from dare_tf.data.preparation.beam_exchange import (WORK_DIR, block_rows, bucket_count, by_bucket, forget_shared, get,
+                                                    get_bucket, get_rows, put, put_rows, shared, sorted_bucket,
+                                                    work_dir)
 from dare_tf.data.preparation.beam_shards import TimeSplit, UserSplit
 from dare_tf.data.preparation.beam_statistics import (cut, day_summaries, merge, protocol_keys, row_summaries,
                                                       statistics, user_summary, user_table)
@@ -76,7 +77,7 @@ class Steps:
             clicks, names = fingerprinted(clicks)
         files = {j: put_rows(os.path.join(self.work, f"block-{b}-bucket-{j}"), rows)
                  for j, rows in by_bucket(block_rows(b, clicks), self.buckets)}
-        return {"counts": (clicks.rows, clicks.bad_lines, int(clicks.clicked().sum())),
+        return {"counts": (clicks.rows, clicks.bad_lines, int(clicks.clicked().sum())), "bad": clicks.bad_reasons,
                 "last_time": int(clicks.time.max()) if len(clicks.time) else None, "files": files, "names": names}
 
     def sort_bucket(self, element):
@@ -156,6 +157,8 @@ def build_pipeline(pipeline, path: str, fmt: LogFormat, plan, protocol: Protocol
     counts = (parsed | "BlockCounts" >> beam.Map(lambda p: p["counts"])
               | "SumCounts" >> beam.CombineGlobally(
                   lambda vs: tuple(int(sum(x)) for x in zip(*vs)) if vs else (0, 0, 0)))
+    bad = beam.pvalue.AsSingleton(parsed | "BadReasons" >> beam.Map(lambda p: p["bad"])
+                                  | "AllBadReasons" >> beam.CombineGlobally(merge_bad_reasons))
     last_time = beam.pvalue.AsSingleton(
         parsed | "BlockLastTime" >> beam.Map(lambda p: p["last_time"])
         | "LastTime" >> beam.CombineGlobally(lambda ts: max((t for t in ts if t is not None), default=0)))
@@ -183,10 +186,10 @@ def build_pipeline(pipeline, path: str, fmt: LogFormat, plan, protocol: Protocol
         files = UserSplit(protocol, impressions, work, buckets).shards(pipeline, sequences, stats, directory,
                                                                        compression)
     _ = (files | "Manifest" >> beam.Map(
-        lambda f, s, c, t, n: _write_manifest(f, s, directory, {"rows": c[0], "bad_lines": c[1], "clicks": c[2]},
-                                              t, chronological, n),
+        lambda f, s, c, t, n, r: _write_manifest(f, s, directory, {"rows": c[0], "bad_lines": c[1], "clicks": c[2],
+                                                                   "bad_reasons": r}, t, chronological, n),
         stats, beam.pvalue.AsSingleton(counts), last_time,
-        names if names is not None else beam.pvalue.AsSingleton(pipeline | "NoNames" >> beam.Create([None]))))
+        names if names is not None else beam.pvalue.AsSingleton(pipeline | "NoNames" >> beam.Create([None])), bad))
 
 
 def _unwrap(error: BaseException) -> BaseException:
@@ -217,13 +220,6 @@ def _check_manifest(input_path: str, fmt: LogFormat, protocol: Protocol, manifes
         raise no_user_qualifies(protocol, manifest["longest"], fmt.impressions and protocol.split == "user")
 
 
-def default_buckets(input_path: str, plan) -> int:
-    """One user bucket per `BLOCK_BYTES` of log, at most one per block."""
-    from dare_tf.data.logs.reader import BLOCK_BYTES
-
-    return max(1, min(len(plan.blocks), -(-os.path.getsize(input_path) // BLOCK_BYTES)))
-
-
 def _run(options, staging: str, **pipeline_args) -> dict:
     """Runs the pipeline into `staging`; returns its manifest (the work files removed)."""
     import apache_beam as beam
@@ -248,7 +244,7 @@ def _run(options, staging: str, **pipeline_args) -> dict:
 @public("dare_tf.data", name="prepare_beam")
 def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Protocol = Protocol(),
             skip_bad_lines: bool = False, pipeline_options=None, block_bytes: int | None = None,
-            compression: str = "GZIP", buckets: int | None = None):
+            compression: str = "GZIP", buckets: int | None = None, max_bad_share: float = MAX_BAD_SHARE):
     """`dare_tf.data.preparation.in_memory.prepare` on Apache Beam (see the module docstring).
 
     Args:
@@ -258,7 +254,7 @@ def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Pr
             files go inside the staging directory beside `output_dir`).
         block_bytes: bytes per parsed block (default: `log_reader.BLOCK_BYTES`).
         buckets: how many parts the users are cut into, each sorted by one
-            worker (default: `default_buckets`); the output does not depend on it.
+            worker (default: `beam_exchange.default_buckets`); the output does not depend on it.
     """
     from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -268,17 +264,17 @@ def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Pr
     protocol.validate(fmt.impressions)
     check_compression(compression)
     guard_dataset_dir(output_dir, input_path)
-    if buckets is not None and buckets < 1:
-        raise ValueError(f"buckets: expected a positive number, got {buckets}")
     start = time.perf_counter()
     plan = plan_blocks(input_path, fmt, block_bytes or BLOCK_BYTES)
+    buckets = bucket_count(input_path, plan, buckets)  # (refuses more than MAX_BUCKETS)
     preparation = preparation_id(plan.sha256, protocol, fmt, compression)
 
     def build(staging):
         manifest = _run(pipeline_options or PipelineOptions(runner="DirectRunner"), staging,
                         path=os.path.abspath(input_path), fmt=fmt, plan=plan, protocol=protocol,
                         skip_bad_lines=skip_bad_lines, compression=compression,
-                        buckets=buckets or default_buckets(input_path, plan))
+                        buckets=buckets)
+        check_bad_share(input_path, manifest["rows"], manifest["bad_lines"], manifest["bad_reasons"], max_bad_share)
         _check_manifest(input_path, fmt, protocol, manifest)
         bounds = protocol.bounds(manifest["last_time"]) if protocol.split == "time" else None
         entries = spec_fields(column_entries(fmt, manifest["vocabularies"]), protocol.time_gap)
@@ -289,8 +285,6 @@ def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Pr
         source = dict(path=os.path.abspath(input_path), sha256=plan.sha256, rows=manifest["rows"],
                       clicks=manifest["clicks"], bad_lines=manifest["bad_lines"], log=fmt.to_json(),
                       **({"last_time": manifest["last_time"]} if bounds is not None else {}))
-        if source["bad_lines"]:
-            logging.warning("%s: skipped %d bad line(s)", input_path, source["bad_lines"])
         return make_spec(fmt, protocol, source, preparation, fields)
 
     spec = write_prepared(output_dir, input_path, build)

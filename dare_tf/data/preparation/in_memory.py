@@ -20,7 +20,7 @@ from dare_tf.data.preparation.prepared import (PartitionedWriter, allow_open_fil
                                    layout_fields, log_format, make_spec, source_fields, write_field_maps,
                                    write_id_maps, write_item_clicks)
 from dare_tf.data.storage.fields import DenseFields, last_rows, spec_fields
-from dare_tf.data.logs.reader import read_log
+from dare_tf.data.logs.reader import MAX_BAD_SHARE, read_log
 from dare_tf.data.storage.spec import SPLITS, DatasetSpec
 from dare_tf.data.storage.shards import STORE_KIND
 
@@ -150,7 +150,8 @@ def _time_split(directory, user, item, category, times, labels, raw, item_catego
 
 @public("dare_tf.data")
 def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Protocol = Protocol(),
-            skip_bad_lines: bool = False, compression: str = "GZIP") -> DatasetSpec:
+            skip_bad_lines: bool = False, compression: str = "GZIP",
+            max_bad_share: float = MAX_BAD_SHARE) -> DatasetSpec:
     """Raw log -> sequence store, example shards, id maps and spec.json in
     `output_dir`, in memory on one machine (`dare_tf.data.preparation.beam.prepare` is the
     same on an Apache Beam runner).
@@ -158,6 +159,9 @@ def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Pr
     Args:
         log: a preset's name (`taobao`, `tmall`) or a `LogFormat`.
         compression: `GZIP` or `""` (uncompressed TFRecord files).
+        skip_bad_lines: skip and count malformed lines instead of raising;
+            more than `max_bad_share` of the log's lines is refused
+            (`dare_tf.data.logs.reader.check_bad_share`).
 
     `output_dir` is replaced only when it is absent, empty, or a dataset that
     preparation wrote (see `guard_dataset_dir`); the new one is built in a
@@ -169,7 +173,8 @@ def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Pr
     check_compression(compression)
     guard_dataset_dir(output_dir, input_path)
     start = time.perf_counter()
-    clicks = read_log(input_path, fmt, skip_bad_lines, chronological=protocol.split == "time")
+    clicks = read_log(input_path, fmt, skip_bad_lines, chronological=protocol.split == "time",
+                      max_bad_share=max_bad_share)
     source = source_fields(input_path, clicks, fmt)
     if protocol.split == "time":  # where a day can be appended (dare_tf.data.preparation.append)
         source["last_time"] = int(clicks.time.max())

@@ -12,18 +12,22 @@ import numpy as np
 from absl import logging
 
 from dare_tf._faces import public
+from dare_tf.data.logs.times import utc_time
 from dare_tf.data.logs.formats import ACTION_FIELD, FORMATS, LogFormat
 from dare_tf.data.logs.clicks import Clicks
 from dare_tf.data.storage.records import ShardWriter
 from dare_tf.data.storage.wire import encode_examples, encode_store
 from dare_tf.data.storage.spec import (FORMAT, ID_MAP_FILES, ITEM_CATEGORY_FILE, ITEM_CLICKS_FILE, SPLITS, DatasetSpec,
-    SpecError)
+                                       SpecError)
+from dare_tf.data.storage.id_maps import read_id_file
 from dare_tf.data.storage.shards import SEGMENT_KIND, STORE_KIND, partition_of, shard_name, shard_tag
 from dare_tf.data.storage.schema import features_of
 from dare_tf.data.storage.fields import field_id_file, item_field_file
 
 
 MAX_PARTITIONS = 1024
+# `--beam_buckets` (dare_tf.data.preparation.beam.bucket_count): at most as many as partitions.
+MAX_BUCKETS = 1024
 
 
 class PartitionedWriter:
@@ -67,7 +71,7 @@ class PartitionedWriter:
 
 def write_lines(path: str, values: np.ndarray) -> None:
     """`values`, one per line (the dataset's tables)."""
-    with open(path, "w") as f:
+    with open(path, "w", encoding="utf-8", newline="") as f:  # (read back by `read_id_file`)
         f.write("\n".join(map(str, np.asarray(values).tolist())))
         f.write("\n")
 
@@ -126,8 +130,7 @@ def item_categories(data_dir: str, spec: DatasetSpec, observed):
                             "get the out-of-vocabulary one; prepare the dataset again", data_dir,
                             ITEM_CATEGORY_FILE, missing, spec.num_items - 2)
         return category
-    with open(path) as f:
-        lines = f.read().splitlines()
+    lines = read_id_file(path)
     if len(lines) != spec.num_items - 2:
         raise SpecError(f"{path}: {len(lines)} lines, expected one per item ({spec.num_items - 2}, spec.json's "
                         "num_items - 2)")
@@ -226,11 +229,11 @@ def make_spec(fmt: LogFormat, protocol, source: dict, preparation: str, fields: 
     recorded = {**protocol.to_json(), **({"windows": fields.pop("windows")} if "windows" in fields else {})}
     empty = [split for split in SPLITS if "windows" in recorded and not fields["counts"][split]]
     if empty:
-        windows = recorded["windows"]
+        val, test = (utc_time(recorded["windows"][split]) for split in ("val", "test"))
         raise ValueError(f"--split=time: the {empty[0]} window holds no example of the users with >= "
-                         f"{protocol.min_clicks} clicks (train before {windows['val']}, val from {windows['val']}, "
-                         f"test from {windows['test']}); move --val_days/--test_days (or --val_from/--test_from) "
-                         "or lower --min_clicks")
+                         f"{protocol.min_clicks} clicks (train before {val}, val from {val}, test from {test}; the "
+                         f"log's last row at {utc_time(source['last_time'])}); "
+                         "move --val_days/--test_days (or --val_from/--test_from) or lower --min_clicks")
     return DatasetSpec(dataset=fmt.name, format=FORMAT, max_len=protocol.max_len,
                        protocol=recorded, source=source, preparation=preparation, **fields)
 

@@ -273,26 +273,4 @@ def _validate(path: str, raw: dict) -> None:
             bad(f"counts.{split}", f"the number of records in the {split} shards", count)
 
 
-@public("dare_tf.data")
-def id_map_digest(data_dir: str) -> str:
-    """A digest of the item and category id maps: two exports (a retrieval model
-    and a ranker) agree on raw ids exactly when their digests are equal."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    for kind in ("item", "category"):
-        with open(os.path.join(data_dir, ID_MAP_FILES[kind]), "rb") as f:
-            digest.update(f.read())
-        digest.update(b"\0")
-    return digest.hexdigest()[:16]
-
-
-@public("dare_tf.data")
-def read_id_map(data_dir: str, kind: str) -> list[str]:
-    """Raw ids in dense-id order: element k - 1 is the raw id of dense id k."""
-    path = os.path.join(data_dir, ID_MAP_FILES[kind])
-    with open(path) as f:
-        return f.read().splitlines()
-
-
 public_names("dare_tf.data", "FORMAT", "SPLITS")

@@ -21,18 +21,23 @@ function cell(row, text, header) {
 
 function when(seconds) { return new Date(seconds * 1000).toISOString().replace(".000Z", "Z"); }
 
-// The timeline's x of behaviour i: its time, or its place where the store holds no
-// times (a dataset prepared without --time_gap keeps none: every time is 0).
+// The timeline's x of behaviour i: its time, or its place where a click's time is
+// unknown (0: a click loaded from a dataset prepared without --time_gap), so that a
+// live click among such clicks does not stretch the axis back to 1970.
 function timed() {
   const t = view.history.times;
-  return t.length > 0 && t.some(x => x !== t[0]);
+  return t.length > 0 && t.every(x => x > 0);
 }
+
+// A category's name on the axis, cut to fit beside the chart (the whole name in the hover).
+const AXIS_NAME = 24;
+function axisName(c) { return c.length > AXIS_NAME ? c.slice(0, AXIS_NAME - 1) + "\u2026" : c; }
 
 function xOf(i) { return timed() ? when(view.history.times[i]) : i; }
 
 function behaviour(i) {
   const h = view.history;
-  return `#${i} item ${h.items[i]}, category ${h.categories[i]}` + (timed() ? `, ${when(h.times[i])}` : "");
+  return `#${i} item ${h.items[i]}, category ${h.categories[i]}, ` + (h.times[i] > 0 ? when(h.times[i]) : "time unknown");
 }
 
 function clear() {
@@ -64,10 +69,14 @@ function timelineTraces(row) {
 }
 
 function drawTimeline(row) {
+  const names = [...new Set(view.history.categories.map(String))];
+  const unknown = view.history.times.filter(x => !(x > 0)).length;
   Plotly.react(element("timeline"), timelineTraces(row), {
     margin: {t: 10, r: 10, b: 40, l: 60},
-    xaxis: {title: {text: timed() ? "time" : "click, oldest first (the store holds no click times)"}},
-    yaxis: {title: {text: "category"}, type: "category"}, legend: {orientation: "h"}, hovermode: "closest",
+    xaxis: {title: {text: timed() ? "time" : `click, oldest first (${unknown} of the clicks have no time in the store)`}},
+    yaxis: {title: {text: "category"}, type: "category", automargin: true, tickmode: "array", tickvals: names,
+            ticktext: names.map(axisName)},
+    legend: {orientation: "h"}, hovermode: "closest",
   }, {responsive: true, displaylogo: false});
 }
 

@@ -98,7 +98,45 @@ def test_the_program_and_its_refusals(tmp_path):
             (("--like=taobao", "--users=5"), "--like=taobao sets the log's counts, lengths and days itself: drop "
                                              "--users"),
             (("--fraction=0.5",), "--fraction is for --like"),
+            (("--sample",), "--sample is for --like"),
             (("--like=amazon",), "--like=amazon: value should be one of <taobao|tmall>")]:
         failed = synthetic(*args, f"--output={tmp_path / 'x.csv'}")
         assert failed.returncode != 0 and message in failed.stderr and len(failed.stderr.strip().splitlines()) == 1, (
             failed.stderr)
+    # The same log again replaces the generator's own (its truth file beside it)
+    again = synthetic("--like=tmall", "--fraction=0.001", f"--output={tmp_path / 'log.csv'}")
+    assert again.returncode == 0 and again.stdout.split(" in ")[0] == done.stdout.split(" in ")[0], again.stderr
+    # Issue 59 (6): a file the generator did not write is never replaced; (12) a parent that is a file is named.
+    (tmp_path / "mine.csv").write_text("precious user data\n")
+    (tmp_path / "afile").write_text("")
+    for output, message in [
+            (tmp_path / "mine.csv", f"error: --output={tmp_path / 'mine.csv'}: exists and was not written by the "
+                                    "generator (no mine.csv.truth.json beside it); give a new path, or remove it "
+                                    "yourself"),
+            (tmp_path / "afile" / "x.csv", f"error: --output={tmp_path / 'afile' / 'x.csv'}: {tmp_path / 'afile'} "
+                                           "is a file, not a directory")]:
+        for args in (("--like=taobao", "--fraction=0.0001"), ("--users=10",)):
+            failed = synthetic(*args, f"--output={output}")
+            assert failed.returncode == 1 and failed.stderr.strip().splitlines() == [message], failed.stderr
+    assert (tmp_path / "mine.csv").read_text() == "precious user data\n"
+
+
+@pytest.mark.parametrize("name", ["taobao", "tmall"])
+def test_a_sample_like_log_has_the_real_samples_counts_and_quirks(tmp_path, name):
+    """`--sample`: the counts of the real sample in ../shared/data (tests/test_real_samples.py
+    compares the two where the samples are found), Tmall's quirks included."""
+    from dare_tf.data.generation.like_presets import SAMPLES
+
+    path = str(tmp_path / "log.csv")
+    truth = write_like(name, path, seed=0, sample=True)
+    like, fmt = SAMPLES[name], FORMATS[name]
+    rows = _rows(path, fmt)
+    assert len(rows) == like.rows and truth["like"] == f"{name}_sample"
+    assert len({r[0] for r in rows}) == like.users
+    if name == "tmall":
+        assert sum(r[4] == "" for r in rows) == like.empty_brands == 115
+        times = [(r[0], r[5]) for r in rows]
+        assert any(a[0] == b[0] and a[1] > b[1] for a, b in zip(times, times[1:]))  # a user's rows out of order
+        assert [r[0] for r in rows] == sorted((r[0] for r in rows), key=int)  # users still grouped, in order
+    clicks = read_clicks(path, fmt)
+    assert clicks.rows == like.rows and clicks.bad_lines == 0

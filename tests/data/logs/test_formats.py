@@ -13,12 +13,11 @@ from dare_tf.data.logs.formats import BadLineError, LogFormat, LogFormatError
 from dare_tf.data.feeding.pipeline import InMemorySplit
 from dare_tf.data.preparation.protocol import Protocol
 from dare_tf.data.preparation.in_memory import prepare
-from dare_tf.data.storage.spec import DatasetSpec, read_id_map
-from tests.conftest import REPO, SHARED_DATA
+from dare_tf.data.storage.spec import DatasetSpec
+from dare_tf.data.storage.id_maps import read_id_map
+from tests.conftest import ENV, REPO, TAOBAO_LOG as TAOBAO, TMALL_LOG as TMALL
 from tests.data.planted_logs import impression_log, impression_rows, parquet_clicks
 
-TAOBAO = os.path.join(SHARED_DATA, "taobao", "UserBehavior_sample.csv")
-TMALL = os.path.join(SHARED_DATA, "tmall", "user_log_format1_sample.csv")
 
 
 def prepare_cli(*args):
@@ -130,7 +129,7 @@ def test_bad_custom_logs_are_named(tmp_path):
     label = _csv(tmp_path, "label.csv", HEADER + BODY + "4,5,1,200,2\n")
     with pytest.raises(BadLineError, match="label.csv:32: label \\(column 'clicked'\\) must be 0 or 1, got '2'"):
         prepare(IMPRESSIONS, label, str(tmp_path / "o"), SMALL)
-    spec = prepare(IMPRESSIONS, label, str(tmp_path / "o"), SMALL, skip_bad_lines=True)
+    spec = prepare(IMPRESSIONS, label, str(tmp_path / "o"), SMALL, skip_bad_lines=True, max_bad_share=0.1)
     assert spec.source["bad_lines"] == 1
     word = _csv(tmp_path, "word.tsv", HEADER.replace(",", "\t") + BODY.replace(",", "\t") + "4\tx9\t1\t200\t1\n")
     tsv = LogFormat(name="tsv", file_format="tsv", header=True, columns=IMPRESSIONS.columns)
@@ -145,7 +144,7 @@ def test_bad_custom_logs_are_named(tmp_path):
     twice = _csv(tmp_path, "twice.csv", HEADER.replace("cat", "item") + BODY)
     with pytest.raises(LogFormatError, match="^--columns: item=item: .*twice.csv has 2 columns named 'item' "
                                              "\\(fields 1, 2, 0-based\\); rename them"):
-        prepare(IMPRESSIONS, twice, str(tmp_path / "o"), SMALL, skip_bad_lines=True)
+        prepare(IMPRESSIONS, twice, str(tmp_path / "o"), SMALL, skip_bad_lines=True, max_bad_share=0.1)
     assert sorted(os.listdir(tmp_path)) == sorted(["good.csv", "label.csv", "word.tsv", "empty.csv", "header.csv",
                                                    "twice.csv", "out", "o"])
 
@@ -167,11 +166,13 @@ def test_binary_files_and_carriage_returns_are_named_in_one_line(tmp_path):
                                             "--format=parquet"),
                           ("mac.csv", ":1: a carriage return (\\r) inside the first line")]:
         with pytest.raises(LogFormatError, match=re.escape(f"{tmp_path / name}") + f".*{re.escape(message)}"):
-            prepare(IMPRESSIONS, str(tmp_path / name), str(tmp_path / "o"), SMALL, skip_bad_lines=True)
+            prepare(IMPRESSIONS, str(tmp_path / name), str(tmp_path / "o"), SMALL, skip_bad_lines=True,
+                    max_bad_share=0.1)
     with pytest.raises(BadLineError, match=re.escape(f"{tmp_path / 'stray.csv'}:15: a carriage return inside the "
                                                      "line")):
         prepare(IMPRESSIONS, str(tmp_path / "stray.csv"), str(tmp_path / "o"), SMALL)
-    spec = prepare(IMPRESSIONS, str(tmp_path / "stray.csv"), str(tmp_path / "o"), SMALL, skip_bad_lines=True)
+    spec = prepare(IMPRESSIONS, str(tmp_path / "stray.csv"), str(tmp_path / "o"), SMALL, skip_bad_lines=True,
+                   max_bad_share=0.1)
     assert spec.source["bad_lines"] == 1
 
 
@@ -226,7 +227,10 @@ def test_command_line_custom_logs_and_one_line_errors(tmp_path):
         (["--dataset=taobao", "--partitions=0"], 2, "--partitions=0: must be in [1, 1024]"),
         (["--dataset=taobao", "--beam_buckets=4"], 2, "--beam_buckets is for --runner=beam"),
         (["--dataset=taobao", "--runner=beam", "--beam_buckets=0"], 2,
-         "flag --beam_buckets=0: 0 is not a positive integer"),
+         "flag --beam_buckets=0: 0 is not an integer in the range [1, 1024]"),
+        # Issue 59 (4): 20,000 buckets of a 447 KB log wrote 715,535 work files and ran past 240 s.
+        (["--dataset=taobao", "--runner=beam", "--beam_buckets=20000"], 2,
+         "flag --beam_buckets=20000: 20000 is not an integer in the range [1, 1024]"),
     ]
     for args, code, message in cases:
         log = TAOBAO if "--dataset=taobao" in args else path
@@ -384,3 +388,80 @@ def test_calendar_times_prepare_as_their_unix_seconds(tmp_path):
         f"error: {iso}:7: time (column '4'): '2017-11-31T08:00:00Z' is not a time: expected Unix seconds (an integer) "
         "or an ISO 8601 time such as 2026-11-01T00:31:27Z (or name its format: --time_format=...): "
         f"{lines[6]!r} (use --skip_bad_lines to skip and count such lines)"), done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("runner", ["in_memory", "beam"])
+def test_a_time_past_int64_is_refused_in_one_line(tmp_path, runner):
+    """Issue 59 (2): a time column mixing ISO 8601 and integers (read value by value) ended in
+    `OverflowError: Python int too large to convert to C long` at a time past int64; it is refused
+    like an id, naming the line."""
+    log = tmp_path / "log.csv"
+    log.write_text("u1,i1,c1,pv,2017-11-25T00:00:00Z\nu1,i2,c1,pv,99999999999999999999\n")
+    result = subprocess.run([sys.executable, "-m", "data.prepare", "--format=csv", "--string_ids",
+                             "--columns=user=0,item=1,category=2,action=3,time=4", "--click=pv", f"--input={log}",
+                             f"--output_dir={tmp_path / 'out'}", f"--runner={runner}"], cwd=REPO, env=ENV,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"error: {log}:2: time (column '4') = 99999999999999999999 does not fit a 64-bit integer: "
+        "'u1,i2,c1,pv,99999999999999999999' (use --skip_bad_lines to skip and count such lines)"
+        + (" [while running 'Parse']" if runner == "beam" else "")]
+
+
+def test_beam_buckets_past_the_logs_size_are_capped_saying_so(tmp_path, caplog):
+    """Issue 59 (4): a bucket count far past the log's size is cut to one bucket per 16 KiB of log,
+    in one warning line; the records are those of the in-memory driver."""
+    from dare_tf.data.preparation.beam import prepare as prepare_beam
+    from tests.data.preparation.test_prepare import assert_same_datasets
+
+    log = _csv(tmp_path, "log.csv", "".join(f"{u},{i},{i % 3},pv,{1511500000 + i}\n" for u in range(1, 9)
+                                            for i in range(10 * u, 10 * u + 40)))
+    size = os.path.getsize(log)
+    protocol = Protocol(min_clicks=20, train_targets=2)
+    with caplog.at_level("WARNING"):
+        prepare_beam("taobao", log, str(tmp_path / "beam"), protocol, buckets=1000)
+    assert f"--beam_buckets=1000: capped at 1, one bucket per 16 KiB of the log ({log}: {size} bytes)" in caplog.text
+    prepare("taobao", log, str(tmp_path / "memory"), protocol)
+    assert_same_datasets(str(tmp_path / "beam"), str(tmp_path / "memory"))
+    with pytest.raises(ValueError, match="^buckets=1025: expected 1 to 1024$"):
+        prepare_beam("taobao", log, str(tmp_path / "no"), protocol, buckets=1025)
+
+
+@pytest.mark.parametrize("runner", ["in_memory", "beam"])
+def test_skipping_never_hides_a_disaster(tmp_path, runner):
+    """First-day issue (3): `--skip_bad_lines` on a log whose every line failed on one column exited 0
+    after skipping 44,307 of 48,802 lines. More than `--max_bad_share` (default 1%) of the lines is
+    refused with the count, the share and the most common problem; a few are skipped with a warning
+    that names them; an error that every line shares names the column's fix, not --skip_bad_lines."""
+    good = "".join(f"{u},{i},{i % 3},pv,{1511500000 + i}\n" for u in (1, 2, 3) for i in range(10 * u, 10 * u + 40))
+    bad = "".join(f"u{u},{i},{i % 3},pv,{1511500000 + i}\n" for u in (7, 8) for i in range(40))
+    columns = "--columns=user=0,item=1,category=2,action=3,time=4"
+
+    def run(log, *args):
+        return subprocess.run([sys.executable, "-m", "data.prepare", "--format=csv", columns, "--click=pv",
+                               f"--input={log}", f"--output_dir={tmp_path / 'out'}", "--min_clicks=20",
+                               "--train_targets=2", f"--runner={runner}", *args], cwd=REPO, env=ENV,
+                              capture_output=True, text=True, timeout=300)
+
+    mostly_bad = _csv(tmp_path, "bad.csv", good[:good.index("\n") + 1] + bad)
+    refused = run(mostly_bad, "--skip_bad_lines")
+    assert refused.returncode == 1 and refused.stderr.strip().splitlines() == [
+        f"error: {mostly_bad}: --skip_bad_lines skipped 80 of 81 lines (98.8%), more than --max_bad_share=0.01; the "
+        f"most common problem (80 lines) is {mostly_bad}:2: user (column '0') is not an integer (string ids: "
+        "--string_ids): 'u7': fix that column (--columns, --string_ids, --time_format) rather than skip it"]
+    stopped = run(mostly_bad)
+    assert stopped.returncode == 1 and stopped.stderr.strip().splitlines() == [
+        f"error: {mostly_bad}:2: user (column '0') is not an integer (string ids: --string_ids): 'u7': "
+        "'u7,0,0,pv,1511500000' (so are 79 of the next 79 lines: the column is read wrong, not a few lines bad; fix "
+        "--columns, --string_ids or --time_format)" + (" [while running 'Parse']" if runner == "beam" else "")]
+    assert not os.path.exists(tmp_path / "out")
+    one_bad = _csv(tmp_path, "one.csv", good + "x,1,1,pv,1511500000\n")
+    assert run(one_bad, "--skip_bad_lines", "--max_bad_share=0.001").stderr.strip().splitlines()[-1].startswith(
+        f"error: {one_bad}: --skip_bad_lines skipped 1 of 121 lines (0.8%), more than --max_bad_share=0.001;")
+    done = run(one_bad, "--skip_bad_lines")
+    assert done.returncode == 0, done.stderr
+    assert (f"{one_bad}: skipped 1 bad line(s) (0.83%; the most common: 1 lines, {one_bad}:121: user (column '0') "
+            "is not an integer (string ids: --string_ids): 'x')") in done.stderr
+    assert DatasetSpec.load(str(tmp_path / "out")).source["bad_lines"] == 1
+    assert run(one_bad, "--max_bad_share=0.5").stderr.strip().splitlines() == [
+        "error: --max_bad_share is for --skip_bad_lines (see --help)"]

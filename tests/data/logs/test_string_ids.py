@@ -13,6 +13,8 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
+from dare_tf.data.logs.string_ids import OWN_PREFIX
+
 from dare_tf.data.preparation.append import append
 from dare_tf.data.storage.fields import FieldSchema
 from dare_tf.data.logs.formats import BadLineError, LogFormat, LogFormatError
@@ -82,8 +84,8 @@ def assert_twins(ints_dir, strings_dir):
         got = open(os.path.join(strings_dir, ID_MAP_FILES[kind])).read().splitlines()
         assert got == renamed(ints_dir, ID_MAP_FILES[kind], rename), kind
 
-    def brand_id(line):  # an integer dataset's own value is -1 - item; a string one's ~ITEM
-        return f"B{line}" if int(line) >= 0 else "~" + sku(-1 - int(line))
+    def brand_id(line):  # an integer dataset's own value is -1 - item; a string one's OWN_PREFIX + ITEM
+        return f"B{line}" if int(line) >= 0 else OWN_PREFIX + sku(-1 - int(line))
 
     ids, of_item = FieldSchema.of([f for f in spec_i.fields if f["name"] == "brand"]).files()
     assert open(os.path.join(strings_dir, ids)).read().splitlines() == renamed(ints_dir, ids, brand_id)
@@ -133,14 +135,15 @@ def test_a_day_of_string_ids_appends_what_its_integer_twin_appends(rows, tmp_pat
 
 
 @pytest.mark.parametrize("line, message", [
-    ("u-1,SKU 1,c_1,pv,2017-11-25T00:00:00Z,", "item (column 'product') holds whitespace (a string id is text "
-                                               "without spaces, tabs or line breaks)"),
+    ("u-1,SKU\t1,c_1,pv,2017-11-25T00:00:00Z,", "item (column 'product') holds a control character (a string id "
+                                                "is any text without tabs, line breaks or other control characters)"),
     ("u-1,,c_1,pv,2017-11-25T00:00:00Z,", "item (column 'product') is empty"),
     ("u-1,SKU1,c_1,pv,25/11/2017,", "time (column 'ts'): '25/11/2017' is not a time: expected Unix seconds (an "
                                     "integer) or an ISO 8601 time such as 2026-11-01T00:31:27Z (or name its format: "
                                     "--time_format=...)"),
-    ("u-1,SKU1,c_1,pv,2017-11-25T00:00:00Z,B 2", "field:brand (column 'brand') holds whitespace (a string id is "
-                                                  "text without spaces, tabs or line breaks)"),
+    ("u-1,SKU1,c_1,pv,2017-11-25T00:00:00Z,B\x7f2", "field:brand (column 'brand') holds a control character (a "
+                                                     "string id is any text without tabs, line breaks or other "
+                                                     "control characters)"),
 ])
 def test_a_bad_string_id_is_named_by_line(tmp_path, line, message):
     path = tmp_path / "log.csv"
@@ -149,6 +152,46 @@ def test_a_bad_string_id_is_named_by_line(tmp_path, line, message):
     with pytest.raises(BadLineError) as e:
         prepare(STRINGS, str(path), str(tmp_path / "out"), PER_USER)
     assert str(e.value) == f"{path}:5: {message}: {line!r} (use --skip_bad_lines to skip and count such lines)"
+
+
+SHOP = ["u1", "cust-ed2192", "Ärger & Co"]
+SHOP_ITEMS = ["SKU 1", "Nordic Living Lamp", "\"Quoted\" Mug", "Cup, large", "Café crème", "~SKU 1", "  padded  "]
+SHOP_CATEGORIES = ["Pet Supplies", "Home & Garden", "Küche"]
+
+
+@pytest.mark.parametrize("runner", ["in_memory", "beam"])
+def test_a_shops_ids_are_taken_as_they_come(tmp_path, runner):
+    """First-day issue (2): a shop's category names (`Pet Supplies`, `Home & Garden`), SKUs with
+    spaces, quotes, commas in quoted cells and non-ASCII letters are string ids as written, through
+    both drivers, and the id maps hold each distinct cell once; a brand typed `~SKU 1` and the item
+    `SKU 1`'s own brand (an empty cell) stay two values (they were one, `~SKU 1`)."""
+    from dare_tf.data.preparation import beam
+    from dare_tf.data.storage.id_maps import read_id_map
+
+    lines, k, items = [], 0, set()
+    for u, user in enumerate(SHOP):
+        for j in range(30):
+            item = SHOP_ITEMS[(u + j) % len(SHOP_ITEMS)] if j < 10 else f"Plain item {u}-{j}"
+            items.add(item)
+            brand = "" if item == "SKU 1" else ("~SKU 1" if j % 3 == 0 else "Acme Co.")
+            cells = [user, item, SHOP_CATEGORIES[j % 3], "pv", f"2017-11-25T00:{k // 60 % 60:02d}:{k % 60:02d}+01:00",
+                     brand]
+            lines.append(",".join(f'"{c.replace(chr(34), chr(34) * 2)}"' if ("," in c or '"' in c) else c
+                                  for c in cells))
+            k += 1
+    path = tmp_path / "shop.csv"
+    path.write_text("uid,product,cat,action,ts,brand\n" + "\n".join(lines) + "\n", encoding="utf-8")
+    out = str(tmp_path / "out")
+    protocol = Protocol(min_clicks=20, train_targets=2, negatives=1)
+    if runner == "beam":
+        beam.prepare(STRINGS, str(path), out, protocol, buckets=2)
+    else:
+        prepare(STRINGS, str(path), out, protocol)
+    assert sorted(read_id_map(out, "user")) == sorted(SHOP)
+    assert sorted(read_id_map(out, "item")) == sorted(items)
+    assert sorted(read_id_map(out, "category")) == sorted(SHOP_CATEGORIES)
+    brands = open(os.path.join(out, "brand_ids.txt"), encoding="utf-8").read().splitlines()
+    assert sorted(brands) == sorted(["Acme Co.", "~SKU 1", OWN_PREFIX + "SKU 1"])
 
 
 @pytest.mark.slow
@@ -176,7 +219,7 @@ def test_string_ids_are_text_and_parquet_columns_must_be_strings(tmp_path):
         f"u{u},{item},c,pv,{1_511_000_000 + k},\n" for k, (u, item) in enumerate([(1, "007"), (1, "7"), (2, "07")])))
     clicks = read_clicks(str(path), STRINGS)
     assert clicks.raw("item", clicks.item).tolist() == ["007", "7", "07"]  # three ids, not one
-    assert clicks.raw("brand", clicks.fields["brand"]).tolist() == ["~007", "~7", "~07"]
+    assert clicks.raw("brand", clicks.fields["brand"]).tolist() == [OWN_PREFIX + i for i in ("007", "7", "07")]
     with pytest.raises(BadLineError, match=r"item \(column 'product'\) is not an integer \(string ids: --string_ids\): "
                                            "'SKU1'"):
         (tmp_path / "ints.csv").write_text("uid,product,cat,action,ts,brand\n1,SKU1,1,pv,1511000000,\n")

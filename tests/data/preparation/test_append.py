@@ -307,6 +307,12 @@ def test_what_cannot_be_appended_is_refused_in_one_line(taobao_days, tmp_path, t
                                              f"{os.path.realpath(base)} \\(pid 4242: data.prepare --append\\); one "
                                              "writer at a time: wait for it to end$"):
             append(day, base)
+        # Issue 59 (11): another program's flock, which records nothing: the trainer's words, `pid unknown`.
+        held.truncate(0)
+        held.flush()
+        with pytest.raises(ValueError, match=f"^data.prepare --append: another writer is changing "
+                                             f"{os.path.realpath(base)} \\(pid unknown\\); one writer at a time"):
+            append(day, base)
     # --allow_late drops them and counts them: the same as appending the new day alone.
     grown, alone = _copy(base, tmp_path / "late"), _copy(base, tmp_path / "alone")
     spec = append(late, grown, allow_late=True)
@@ -376,3 +382,32 @@ def test_a_whole_preparation_into_a_dataset_being_appended_to_is_refused(taobao_
         release.set()
         writer.join()
     assert_same_data(again, whole)  # the preparation's dataset, whole
+
+
+def test_a_refused_append_leaves_no_shard_behind(taobao_days, tmp_path):
+    """Issue 59 (3): a day whose rows all sit at 2^31 - 1 s (mawk's `%d` clamps there) empties the
+    validation window: the append is refused naming the windows as dates, and the 32 store shards it
+    had written are gone (the dataset's files are as they were)."""
+    _, days, _, base = taobao_days
+    grown = _copy(base, tmp_path / "grown")
+    before = {name: os.path.getmtime(os.path.join(grown, name)) for name in os.listdir(grown)}
+    day = tmp_path / "day2038.csv"
+    with open(_days(TAOBAO, days[-2], days[-2], tmp_path / "day.csv")) as f:
+        day.write_text("".join(line.rsplit(",", 1)[0] + ",2147483647\n" for line in f))
+    with pytest.raises(ValueError, match=r"^--split=time: the val window holds no example of the users with >= 50 "
+                       r"clicks \(train before 2038-01-18 00:00:00 UTC \(2147385600\), val from 2038-01-18 00:00:00 "
+                       r"UTC \(2147385600\), test from 2038-01-19 00:00:00 UTC \(2147472000\); the log's last row at "
+                       r"2038-01-19 03:14:07 UTC \(2147483647\)\); move --val_days"):
+        append(str(day), grown)
+    assert {name: os.path.getmtime(os.path.join(grown, name)) for name in os.listdir(grown)} == before
+
+
+def test_a_log_past_2038_prepares_by_time(tmp_path):
+    """Issue 59 (3): times past 2^31 s are windowed as any other (the repro's refusal came from
+    mawk's `%d`, which wrote 2147483647 on every row)."""
+    shifted = tmp_path / "future.csv"
+    with open(TAOBAO) as f:
+        shifted.write_text("".join(f"{line.rsplit(',', 1)[0]},{int(line.rsplit(',', 1)[1]) + 10**9}\n" for line in f))
+    spec = prepare("taobao", str(shifted), str(tmp_path / "future"), TIME)
+    last = max(int(line.rsplit(",", 1)[1]) for line in open(shifted))
+    assert spec.protocol["windows"]["test"] == (last // DAY) * DAY > 2**31 and min(spec.counts.values()) > 0

@@ -15,7 +15,8 @@ import pytest
 from dare_tf.data.feeding.pipeline import InMemorySplit
 from dare_tf.data.preparation.protocol import Protocol
 from dare_tf.data.preparation.in_memory import prepare
-from dare_tf.data.storage.spec import SPLITS, read_id_map
+from dare_tf.data.storage.spec import SPLITS
+from dare_tf.data.storage.id_maps import read_id_map
 from tests.conftest import REPO
 from tests.data.planted_logs import impression_log
 from tests.data.preparation.test_prepare import TAOBAO, assert_same_datasets
@@ -166,8 +167,10 @@ def test_time_split_refusals_are_one_line(tmp_path):
         with pytest.raises(ValueError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
             Protocol(**fields)
     with pytest.raises(ValueError, match=r"^--split=time: the val window holds no example of the users with >= 50 "
-                                         r"clicks \(train before 1999999998, val from 1999999998, test from "
-                                         r"1999999999\); move --val_days/--test_days"):
+                                         r"clicks \(train before 2033-05-18 03:33:18 UTC \(1999999998\), val from "
+                                         r"2033-05-18 03:33:18 UTC \(1999999998\), test from 2033-05-18 03:33:19 UTC "
+                                         r"\(1999999999\); the log's last row at 2017-12-0\d \d\d:\d\d:\d\d UTC "
+                                         r"\(\d+\)\); move --val_days/--test_days"):
         prepare("taobao", TAOBAO, str(tmp_path / "late"), dataclasses.replace(
             TIME, val_from=1_999_999_998, test_from=1_999_999_999))
     done = subprocess.run([sys.executable, "-m", "data.prepare", "--dataset=taobao", f"--input={TAOBAO}",

@@ -17,7 +17,8 @@ from dare_tf.data.logs.formats import LogFormat, LogFormatError, log_format_of
 from dare_tf.data.feeding.pipeline import InMemorySplit, make_dataset
 from dare_tf.data.preparation.protocol import Protocol
 from dare_tf.data.preparation.in_memory import prepare
-from dare_tf.data.storage.spec import SPLITS, DatasetSpec, read_id_map
+from dare_tf.data.storage.spec import SPLITS, DatasetSpec
+from dare_tf.data.storage.id_maps import read_id_map
 from tests.conftest import REPO
 from tests.data.preparation.test_prepare import TMALL, assert_same_datasets
 

@@ -17,9 +17,8 @@ from dare_tf.data.storage.records import ShardError, ShardReader, ShardWriter, r
 from dare_tf.data.storage.spec import DatasetSpec, SpecError
 from dare_tf.data.storage.shards import partition_of
 from dare_tf.data.storage.wire import encode_examples, encode_store
-from tests.conftest import SHARED_DATA
+from tests.conftest import TAOBAO_LOG as TAOBAO
 
-TAOBAO = os.path.join(SHARED_DATA, "taobao", "UserBehavior_sample.csv")
 
 
 @pytest.fixture(scope="module")
