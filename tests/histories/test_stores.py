@@ -219,16 +219,20 @@ def test_a_store_with_fields_keeps_their_values(store_url):
         assert plain.fields == ("brand", "shop")
 
 
-def test_a_truncated_or_damaged_lmdb_store_is_refused_in_one_line(tmp_path):
-    """Issue 45 (5): a truncated data.mdb (`truncate -s 8192`) killed `histories show`
-    and `recommend` with SIGBUS; a flipped byte in the config ended in a UTF-8
-    decoding error. Both are refused in one line that says the store is damaged."""
+def _filled_lmdb(tmp_path):
+    """An LMDB store of 200 users of 40 clicks: its directory, its data.mdb and that file's bytes."""
     path = tmp_path / "histories"
     with open_store(f"lmdb:{path}") as store:
         for user in range(200):
             store.append(user, list(range(1, 41)), [3] * 40, list(range(40)))
-    data = path / "data.mdb"
-    whole = data.read_bytes()
+    return path, path / "data.mdb", (path / "data.mdb").read_bytes()
+
+
+def test_a_truncated_or_damaged_lmdb_store_is_refused_in_one_line(tmp_path):
+    """Issue 45 (5): a truncated data.mdb (`truncate -s 8192`) killed `histories show`
+    and `recommend` with SIGBUS; a flipped byte in the config ended in a UTF-8
+    decoding error. Both are refused in one line that says the store is damaged."""
+    path, data, whole = _filled_lmdb(tmp_path)
     os.truncate(data, 8192)
     with pytest.raises(StoreError, match=f"^lmdb:{path}: the store is damaged: {data} holds 8,192 bytes but its meta "
                                          "page records ([0-9,]+) \\(a truncated copy\\?\\); restore it from a copy, "
@@ -281,12 +285,7 @@ def test_a_damaged_lmdb_store_gets_one_message_from_show_and_append(tmp_path):
     dare_tf (MDB_NOTFOUND)" and `append` "the store is damaged (UnicodeDecodeError)"; both now say
     the same line, and `append` opens the store's databases without creating any (it wrote a new
     config into the damaged file). A flipped byte in the config's `max_clicks` key is damage too."""
-    path = tmp_path / "histories"
-    with open_store(f"lmdb:{path}") as store:
-        for user in range(200):
-            store.append(user, list(range(1, 41)), [3] * 40, list(range(40)))
-    data = path / "data.mdb"
-    whole = data.read_bytes()
+    path, data, whole = _filled_lmdb(tmp_path)
     log = tmp_path / "one.csv"
     log.write_text("3,5,3,100\n")
 
