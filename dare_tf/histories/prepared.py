@@ -24,9 +24,10 @@ USERS_PER_WRITE = 10_000
 def load_prepared(store: HistoryStore, data_dir: str) -> tuple[int, int]:
     """Fills the empty `store` with every stored user's clicks of the prepared
     dataset `data_dir` (dense ids mapped back to raw through its id maps, and its
-    column fields' values, which `store` must hold); returns (users, clicks). A
-    dataset prepared with `--time_gap` keeps its clicks' times; any other keeps
-    none: they are 0, before any live click.
+    column fields' values, which `store` must hold); returns (users, clicks), with
+    every click's time from the log (a dataset prepared before its store kept
+    them, without `--time_gap`, has none: 0, which `recommend` and the inspect
+    page read as "time unknown").
 
     Idempotent: the store records the dataset it was filled from (its
     preparation id), and loading that dataset again does nothing and returns
@@ -48,7 +49,7 @@ def load_prepared(store: HistoryStore, data_dir: str) -> tuple[int, int]:
         raise StoreError(f"{store.url}: holds {len(store):,} users already ({why}); a load fills an empty store, "
                          "since loading into this one would add clicks twice: give a new store")
     store.note(LOADING, f"{spec.preparation} {os.path.abspath(data_dir)}")
-    sequences = SequenceStore.load(data_dir, spec)
+    sequences = SequenceStore.load(data_dir, spec, click_times=True)
     # Raw ids by dense id (a store of string ids: its codes of them)
     raw = {kind: np.concatenate([[0], store.codes(kind, read_id_map(data_dir, kind) if spec.string_ids else
                                                   [int(r) for r in read_id_map(data_dir, kind)])])
@@ -67,8 +68,8 @@ def load_prepared(store: HistoryStore, data_dir: str) -> tuple[int, int]:
             rows["category"] = raw["category"][sequences.categories[start:start + length]]
             for name in store.fields:
                 rows[name] = raw[name][sequences.fields[name][start:start + length]]
-            if sequences.times is not None:
-                rows["time"] = sequences.times[start:start + length]
+            if sequences.click_times is not None:
+                rows["time"] = sequences.click_times[start:start + length]
             batch[int(raw["user"][dense_user])] = rows
         store.append_many(batch)
     store.note(LOADED, spec.preparation)

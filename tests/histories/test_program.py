@@ -25,7 +25,7 @@ def test_load_append_show(taobao, tmp_path):
     loaded = histories("load", f"--data_dir={taobao}", f"--store={store}")
     assert loaded.returncode == 0, loaded.stderr
     spec = DatasetSpec.load(taobao)
-    sequences = SequenceStore.load(taobao, spec)
+    sequences = SequenceStore.load(taobao, spec, click_times=True)
     users = np.flatnonzero(sequences.length)
     assert loaded.stdout.strip().endswith(f"loaded {len(users)} users from {taobao} ({len(sequences.items)} clicks)")
     # Issue 45 (6): loaded again (a kill whose outcome is unknown): nothing added (it doubled short histories).
@@ -37,7 +37,9 @@ def test_load_append_show(taobao, tmp_path):
     raw_items = np.array([0] + [int(r) for r in read_id_map(taobao, "item")])
     start, length = sequences.start[dense], sequences.length[dense]
     shown = json.loads(histories("show", f"--store={store}", f"--user_id={raw_user}", "--max_len=5").stdout)
-    assert shown["user_id"] == raw_user and shown["times"] == [0] * min(5, length)
+    # First-day issue (4): every click keeps its time from the log (were 0 without --time_gap)
+    times = sequences.click_times[start:start + length][-5:]
+    assert shown["user_id"] == raw_user and shown["times"] == times.tolist() and times.min() > 1_500_000_000
     assert shown["items"] == raw_items[sequences.items[start:start + length]][-5:].tolist()
     log = tmp_path / "live.csv"
     log.write_text(f"{raw_user},555,777,pv,1600000000\n{raw_user},556,778,buy,1600000001\n")
@@ -133,3 +135,29 @@ def test_load_refuses_a_store_holding_other_clicks_or_a_killed_load(taobao, tmp_
         refused.stderr), refused
     with open_store(store, read_only=True) as opened:
         assert len(opened) == 1 and opened.size(7) == 1
+
+
+def test_a_dataset_prepared_before_the_store_kept_times_loads_them_as_unknown(taobao, tmp_path):
+    """First-day issue (4): a dataset prepared before its store kept every click's time (spec.json's
+    store features without `times`) still reads, and its clicks load with time 0, which `recommend`
+    and the inspect page read as "time unknown"."""
+    import shutil
+
+    from dare_tf.histories import open_store
+    from dare_tf.histories.prepared import load_prepared
+
+    old = str(tmp_path / "old")
+    shutil.copytree(taobao, old)
+    with open(os.path.join(old, "spec.json")) as f:
+        raw = json.load(f)
+    del raw["features"]["store"]["times"]
+    with open(os.path.join(old, "spec.json"), "w") as f:
+        json.dump(raw, f)
+    spec = DatasetSpec.load(old)
+    assert not spec.store_times and DatasetSpec.load(taobao).store_times
+    sequences = SequenceStore.load(old, spec, click_times=True)
+    assert sequences.click_times is None and sequences.times is None
+    with open_store(f"lmdb:{tmp_path / 'h'}") as store:
+        users, clicks = load_prepared(store, old)
+        some = next(iter(store.users()))
+        assert clicks == len(sequences.items) and (store.last([some]).times == 0).all()

@@ -273,7 +273,7 @@ def _append(input_path: str, data_dir: str, fmt: LogFormat | None, allow_late: b
             users=spec.users + store.qualified(new, protocol),
             **layout_fields(protocol, spec.compression, files, bounds, [
                 dict(f, vocabulary=len(new.raw_fields[f["name"]]) + 2) if f["name"] in new.raw_fields else f
-                for f in spec.fields]), **time_windows(protocol, bounds)))
+                for f in spec.fields], spec.store_times), **time_windows(protocol, bounds)))
     except BaseException:  # (refused or killed before the journal: the new shards this append wrote go)
         for name in set(os.listdir(data_dir)) - before:
             if name.endswith(".tfrecord.gz") or name.endswith(".tfrecord"):

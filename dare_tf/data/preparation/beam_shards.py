@@ -104,17 +104,16 @@ class UserSplit:
         dense = {k: v[order] for k, v in dense.items()}
         firsts = group_starts(dense["index"])
         spans, users = _spans(firsts, len(order)), side["stats"].qualifying[dense["index"][firsts]]
-        times = self.impressions or self.protocol.time_gap
         out = defaultdict(list)
         chunk_of = dense["index"][firsts] // USERS_PER_CHUNK
         for chunk in np.unique(chunk_of).tolist():
             members = np.flatnonzero(chunk_of == chunk)
-            rows = [user_rows(dense, spans[m], side, np.int32, times, self.impressions) for m in members]
+            rows = [user_rows(dense, spans[m], side, np.int32, True, self.impressions) for m in members]
             for split, columns in chunk_examples(chunk, users[members], rows, side["stats"], self.protocol).items():
                 parts_of = partition_of(columns["uid"], self.protocol.partitions)
                 for k in np.unique(parts_of).tolist():
                     out[(split, k)].append({c: v[parts_of == k] for c, v in columns.items()})
-            stored = [r.stored(self.protocol.time_gap) for r in rows]
+            stored = [r.stored() for r in rows]
             parts_of = partition_of(users[members], self.protocol.partitions)
             for k in np.unique(parts_of).tolist():
                 sel = np.flatnonzero(parts_of == k)
@@ -161,7 +160,7 @@ class TimeSplit:
             k = int(partition_of(uid, self.protocol.partitions))
             for tag, table in user_examples(uid, user, to_date, self.protocol, self.protocol.bounds(last)):
                 out[(SEGMENT_KIND, tag, k)].append((uid, table))
-            out[(STORE_KIND, None, k)].append((uid, user.stored(self.protocol.time_gap)))
+            out[(STORE_KIND, None, k)].append((uid, user.stored()))
         for (kind, tag, k), entries in out.items():
             yield (kind, tag, k), put(os.path.join(self.work, f"{kind}-{tag}-{k}-of-bucket-{j}"), entries)
 

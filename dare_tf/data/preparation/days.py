@@ -220,8 +220,7 @@ def build_time_split(directory: str, rows: LogRows, num_users: int, num_items: i
     clicks = np.flatnonzero(is_click)[np.argsort(rows.uid[is_click], kind="stable")]
     lengths = np.bincount(rows.uid[is_click], minlength=num_users)
     extra = {k: v[clicks] for k, v in rows.fields.items()}
-    if protocol.time_gap:
-        extra[STORE_TIMES] = rows.times[clicks]
+    extra[STORE_TIMES] = rows.times[clicks]  # (every click's time: the history service's timeline and live clicks)
     files.update(write_store(directory, np.arange(1, num_users), lengths[1:], rows.items[clicks],
                              rows.categories[clicks], protocol, compression, int(np.max(rows.times)), extra=extra))
     click_counts = np.bincount(rows.uid[rows.popular], minlength=num_users)

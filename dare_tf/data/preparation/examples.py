@@ -126,12 +126,10 @@ class UserRows:
     fields: dict = dataclasses.field(default_factory=dict)
     clicked: np.ndarray | None = None
 
-    def stored(self, time_gap: bool) -> dict[str, np.ndarray]:
+    def stored(self) -> dict[str, np.ndarray]:
         """The user's store lists (`dare_tf.data.storage.schema.record_columns`) of its clicks:
-        every row, or the impressions labelled 1; `times` with `time_gap`."""
-        lists = {"items": self.items, "categories": self.categories, **self.fields}
-        if time_gap:
-            lists[STORE_TIMES] = self.times
+        every row, or the impressions labelled 1; every click's time last."""
+        lists = {"items": self.items, "categories": self.categories, **self.fields, STORE_TIMES: self.times}
         if self.labels is None:
             return lists
         clicked = self.labels == 1

@@ -70,9 +70,7 @@ def build_examples(clicks: Clicks, protocol: Protocol, directory: str, compressi
         raise no_user_qualifies(protocol, int(clicks_per_user.max()), impressions)
     # Only the qualifying users' rows, grouped by user in their order (file or time order).
     order = _rows_of(user, stats.qualifying, len(raw_users) + 1)
-    seq = {"items": item[order], "categories": category[order]}
-    if impressions or protocol.time_gap:
-        seq["times"] = times[order]
+    seq = {"items": item[order], "categories": category[order], "times": times[order]}  # (the store keeps times)
     if impressions:
         seq["labels"] = labels[order]
     if clicked is not None:
@@ -120,7 +118,7 @@ def _write_users(directory: str, seq: dict, seq_fields: dict, lengths: np.ndarra
                 for s in spans]
         for split, columns in chunk_examples(chunk, users, rows, stats, protocol).items():
             writers[split].write_examples(columns)
-        writers[STORE_KIND].write_store(*store_rows(users, [r.stored(protocol.time_gap) for r in rows]))
+        writers[STORE_KIND].write_store(*store_rows(users, [r.stored() for r in rows]))
         logging.info("users %d/%d", lo + len(users), len(stats.qualifying))
     files = {}
     for w in writers.values():

@@ -187,11 +187,13 @@ def allow_open_files(count: int, partitions: int) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
 
 
-def layout_fields(protocol, compression: str, files: dict[str, dict], bounds=None, fields=()) -> dict:
+def layout_fields(protocol, compression: str, files: dict[str, dict], bounds=None, fields=(),
+                  store_times: bool = True) -> dict:
     """spec.json's fields that describe the files (names, counts, feature spec,
     the further `fields`, `dare_tf.data.storage.fields`); with `bounds` (`--split=time`)
     each split lists the shards of the time segments (`dare_tf.data.preparation.days`) whose
-    first time falls in its window."""
+    first time falls in its window; `store_times`: the store keeps every click's
+    time (False: an append to a dataset prepared before it did)."""
     partitions = protocol.partitions
     if bounds is None:
         shards = {s: [shard_name(s, k, partitions, compression) for k in range(partitions)] for s in SPLITS}
@@ -203,7 +205,7 @@ def layout_fields(protocol, compression: str, files: dict[str, dict], bounds=Non
     store = sorted((n for n in files if n.startswith(STORE_KIND + "-")), key=lambda n: n.split("-of-")[0][-5:])
     return dict(counts={s: sum(files[n]["records"] for n in names) for s, names in shards.items()},
                 shards=shards, store=store, clicks_stored=sum(files[n]["clicks"] for n in store),
-                files=files, compression=compression, features=features_of(list(fields)),
+                files=files, compression=compression, features=features_of(list(fields), store_times),
                 partitions=protocol.partitions, **({"fields": list(fields)} if fields else {}))
 
 

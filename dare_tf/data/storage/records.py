@@ -128,7 +128,7 @@ def check_file(data_dir: str, name: str, spec: DatasetSpec) -> str:
 
 def _ranges(spec: DatasetSpec) -> dict[str, tuple[int, int, str]]:
     vocab = lambda n, what: (1, n - 1, f"spec.json's {what} ids 1..{n - 1}")  # noqa: E731
-    fields = {}
+    fields = {STORE_TIMES: (0, np.iinfo(np.int64).max, "a time >= 0")}  # (checked where the store keeps them)
     schema = spec.field_schema
     for field in spec.fields:
         name = field["name"]

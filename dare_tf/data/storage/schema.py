@@ -77,9 +77,12 @@ def input_role(name: str) -> str:
     return role
 
 
-def record_columns(fields: list) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def record_columns(fields: list, store_times: bool = True) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The example record's features and the store record's lists of a dataset
-    with spec.json's `fields`: `(EXAMPLE_COLUMNS + ..., STORE_CLICK_COLUMNS + ...)`."""
+    with spec.json's `fields`: `(EXAMPLE_COLUMNS + ..., STORE_CLICK_COLUMNS + ...)`.
+    The store keeps every click's time (`STORE_TIMES`, last unless the time gap
+    places it) unless `store_times` is False: a dataset prepared before it did
+    kept them only with the time gap."""
     examples, store = list(EXAMPLE_COLUMNS), list(STORE_CLICK_COLUMNS)
     for field in fields:
         if field["name"] == TIME_GAP:
@@ -88,14 +91,17 @@ def record_columns(fields: list) -> tuple[tuple[str, ...], tuple[str, ...]]:
         else:
             examples += [target_feature(field["name"])] * (not field["history_only"])
             store.append(field["name"])
+    if store_times and STORE_TIMES not in store:
+        store.append(STORE_TIMES)
     return tuple(examples), tuple(store)
 
 
-def features_of(fields: list) -> dict:
+def features_of(fields: list, store_times: bool = True) -> dict:
     """spec.json's `features` of a dataset with `fields` (none: `[]`), for
     `tf.io.parse_example`: "[]" is a scalar (`tf.io.FixedLenFeature([], tf.int64)`),
-    "[None]" a list (`tf.io.RaggedFeature(tf.int64)`)."""
-    examples, store = record_columns(fields)
+    "[None]" a list (`tf.io.RaggedFeature(tf.int64)`); `store_times` as
+    `record_columns`."""
+    examples, store = record_columns(fields, store_times)
     return {"examples": {k: {"dtype": "int64", "shape": []} for k in examples},
             "store": {"uid": {"dtype": "int64", "shape": []}, **{k: {"dtype": "int64", "shape": [None]}
                                                                  for k in store}}}

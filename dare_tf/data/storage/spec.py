@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from dare_tf._faces import public, public_names
-from dare_tf.data.storage.schema import record_columns
+from dare_tf.data.storage.schema import STORE_TIMES, record_columns
 from dare_tf.data.storage.shards import COMPRESSIONS, SEGMENT_KIND, SHARD_NAME, STORE_KIND, shard_name
 
 SPEC_FILE = "spec.json"
@@ -149,8 +149,15 @@ class DatasetSpec:
 
     @property
     def record_columns(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """Its example features and store lists (`record_columns`)."""
-        return record_columns(self.fields)
+        """Its example features and store lists (`record_columns`; a dataset
+        prepared before the store kept every click's time has them where its
+        `features` say)."""
+        return record_columns(self.fields, self.store_times)
+
+    @property
+    def store_times(self) -> bool:
+        """Whether the store keeps every click's time (`STORE_TIMES`)."""
+        return STORE_TIMES in self.features.get("store", {})
 
     def fingerprint(self) -> str:
         """A digest of everything that defines the examples (source log, protocol,

@@ -35,6 +35,7 @@ class SequenceStore:
                  fields: dict | None = None, times: np.ndarray | None = None, edges=None, targets=None):
         self.items, self.categories, self.start, self.length = items, categories, start, length
         self.fields, self.times = dict(fields or {}), times
+        self.click_times = times  # (every click's time, where `load` was asked for them)
         self.targets = tuple(self.fields if targets is None else targets)
         self.edges = None if edges is None else np.asarray(edges, np.int64)
         self._tensors = None  # TensorFlow copies, made once by dare_tf.data.feeding.pipeline
@@ -46,8 +47,11 @@ class SequenceStore:
         return sum(a.nbytes for a in arrays)
 
     @classmethod
-    def load(cls, data_dir: str, spec: DatasetSpec, partitions=None) -> "SequenceStore":
-        """The store shards of `partitions` (indices; default all)."""
+    def load(cls, data_dir: str, spec: DatasetSpec, partitions=None, click_times: bool = False) -> "SequenceStore":
+        """The store shards of `partitions` (indices; default all); `click_times`:
+        also every click's time (`click_times`, int64 `[C]`; None where the dataset
+        was prepared before the store kept them), which training without the time
+        gap does not hold."""
         names = spec.shard_files(STORE_KIND, partitions)
         parts = read_shards(data_dir, names, spec, STORE_KIND)
         uid = np.concatenate([p["uid"] for p in parts]).astype(np.int64)
@@ -64,9 +68,13 @@ class SequenceStore:
         length[uid] = lengths
         schema = spec.field_schema
         names = schema.columns
-        return cls(items, categories, start, length, {n: np.concatenate([p[n] for p in parts]) for n in names},
-                   np.concatenate([p[STORE_TIMES] for p in parts]) if schema.time_gap else None, schema.edges,
-                   [n for n in names if not spec.field(n)["history_only"]])
+        times = np.concatenate([p[STORE_TIMES] for p in parts]) if (schema.time_gap or click_times) and \
+            spec.store_times else None
+        store = cls(items, categories, start, length, {n: np.concatenate([p[n] for p in parts]) for n in names},
+                    times if schema.time_gap else None, schema.edges,
+                    [n for n in names if not spec.field(n)["history_only"]])
+        store.click_times = times
+        return store
 
     def _window(self, uid, position, max_len: int) -> tuple[np.ndarray, np.ndarray]:
         """`[N, max_len]` indices into the flat arrays of the most recent `max_len`
