@@ -25,6 +25,7 @@ from dare_tf.export import MODELS_CONFIG, export_run
 from dare_tf.testing.model_config import read_model_config
 from dare_tf.testing.standin_server import serve
 from dare_tf.training import TrainConfig, format_results, make_strategy, train
+from dare_tf.training.progress import Parts
 
 # The synthetic users have 20 to 1,000 clicks (median 120); users with 50 or more
 # get 10 train targets 5 clicks apart, so training sees histories from 2 clicks
@@ -156,13 +157,14 @@ def run_demo(work_dir: str, data_root: str, taobao_sample: str, synthetic_users:
 
     tf.get_logger().setLevel("ERROR")  # (retracing notices: each trained model traces its own functions)
     strategy = make_strategy("default")
+    parts = Parts(_say)
     _say("dare-tf demo: prepares a generated log and the real Taobao sample, trains DARE, TWIN, DIN and an "
          "ablation briefly (one seed, one epoch), exports and serves DARE, runs the two-stage cascade with live "
          "clicks and the paper's analyses; about 10 minutes on 2 cores. Deliberately short: it shows every part "
          "working; its numbers are not the paper's (docs/training.md's Table 1 grids run those).")
-    _say("== 1. data")
+    parts.next("1. data")
     data_dirs, spec = _data(data_root, taobao_sample, synthetic_users)
-    _say("== 2. DARE, TWIN, DIN and DARE without target-aware representation (one seed each; "
+    parts.next("2. DARE, TWIN, DIN and DARE without target-aware representation (one seed each; "
          "a validation line 5 times per run, the trainer's default schedule)")
     base = TrainConfig.create(batch_size=512, eval_batch_size=4096, epochs=1, learning_rate=0.005,
                               model_overrides=dict(top_k=20), verbose=2)
@@ -178,14 +180,15 @@ def run_demo(work_dir: str, data_root: str, taobao_sample: str, synthetic_users:
     run_dir = os.path.join(work_dir, "synthetic", "d16", "dare")
     with open(os.path.join(run_dir, "results.json")) as f:
         _say("DARE on the synthetic log, test metrics by history length:\n" + format_results(json.load(f)))
-    _say("== 3. export and serve")
+    parts.next("3. export and serve")
     export_base = os.path.join(work_dir, "exports")
     _export_and_serve(run_dir, export_base, data_dirs[0])
-    _say("== 4. two-stage recommendation: a retrieval model (tensorflow-recommenders) picks 200 of the "
+    parts.next("4. two-stage recommendation: a retrieval model (tensorflow-recommenders) picks 200 of the "
          "whole catalogue, DARE ranks them")
     user = _two_stage(work_dir, data_dirs[0], export_base, overwrite)
-    _say("== 5. the paper's analyses on the synthetic runs (python -m trainers.analyze)")
+    parts.next("5. the paper's analyses on the synthetic runs (python -m trainers.analyze)")
     analysis_dir = _analyses(work_dir, data_dirs[0], cells, overwrite)
+    parts.end()
     _say(f"outputs: tables in {work_dir}/table1.md, models in {export_base}, cascade in {work_dir}/cascade, "
          f"analyses in {analysis_dir}")
     _say("see why, in a browser: the history, the recommendations and what each one's search kept, DARE beside "

@@ -43,25 +43,11 @@ def first_error(rows, checks) -> tf.Tensor:
 
 def width_checks(raw: dict, ids: str, companions, merged_width) -> tuple[tf.Tensor, list]:
     """The width `raw[ids]`' rows state, and the checks of it: a stated width in
-    [1, the merged width] that covers no padding of TF Serving's batcher, and
-    each companion input stating the same.
-
-    The batcher pads a request's tensor with its first value, its first row's
-    leading column, so a row that states more than its request sent reads that
-    padding inside its stated width when merged with wider requests: negative
-    ids (item ids never are), or, with string ids, its own leading text. Such a
-    row is refused as it is alone, so that whether a row is answered never
-    depends on what other clients sent. (With string ids, a row stating more
-    than the other rows of its own request, which state the real width, is seen
-    alone but not merged: its padding is their leading text.)"""
-    values = raw[ids]
-    width = leading_width(values)
-    column = tf.range(tf.shape(values)[1], dtype=tf.int64)[None, :]
-    inside = (column >= 1) & (column < width[:, None])
-    padding = tf.equal(values, values[:, :1]) if values.dtype == tf.string else tf.cast(values, tf.int64) < 0
-    checks = [((width < 1) | (width > tf.cast(merged_width, tf.int64)) | tf.reduce_any(padding & inside, axis=1),
-               text(f"{ids} must start with a column of minus its width (-T for a [rows, T] input, as serving.client "
-                    "writes it); this row starts with ", -width))]
+    [1, the merged width], and each companion input stating the same."""
+    width = leading_width(raw[ids])
+    checks = [((width < 1) | (width > tf.cast(merged_width, tf.int64)), text(
+        f"{ids} must start with a column of minus its width (-T for a [rows, T] input, as serving.client "
+        "writes it); this row starts with ", -width))]
     for name in companions:
         other = leading_width(raw[name])
         checks.append((other != width, text(f"{name} is not as wide as {ids} (its leading column states ", other,

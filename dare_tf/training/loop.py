@@ -81,9 +81,12 @@ class SeedRun:
         self.started = time.perf_counter()
 
     def report(self, step: int, val: dict, improved: bool) -> None:
-        self._print(f"{self.config.preset} on {self.spec.dataset} {os.path.basename(self.data_dir)} seed "
+        # (the dataset by its directory: a generated log read with the taobao preset is not Taobao's;
+        # "best" by the criterion that keeps the weights, AUC or a cascade metric)
+        self._print(f"{self.config.preset} on {os.path.basename(self.data_dir)} seed "
                     f"{self.seed}, step {step}/{self.plan.total_steps}: validation "
-                    + " ".join(f"{k} {v:.4f}" for k, v in val.items()) + (" (best)" if improved else ""))
+                    + " ".join(f"{k} {v:.4f}" for k, v in val.items())
+                    + (f" (best {self.config.cascade.selection} so far)" if improved else ""))
 
     def callbacks(self) -> list:
         """The callbacks of this seed's `fit` (see `dare_tf.training.callbacks`)."""

@@ -1,6 +1,7 @@
 """What a run shows while it trains: TensorBoard event files (`TensorBoardScalars`,
 through `dare_tf.run_directory.ScalarWriters`) and the `--verbose=1` progress bar (`RunProgress`), each
-a Keras callback that reads the epoch's logs (`dare_tf.training.callbacks`)."""
+a Keras callback that reads the epoch's logs (`dare_tf.training.callbacks`), and a long
+program's parts with their times (`Parts`, `make demo`'s)."""
 
 from __future__ import annotations
 
@@ -90,3 +91,41 @@ class RunProgress(keras.callbacks.Callback):
         self.write(("\n" if self.bar is not None else "")
                    + f"  validation at step {optimizer_step(self.model)}: "
                    + " ".join(f"{k} {v:.4f}" for k, v in validation_metrics(logs).items()))
+
+
+# Seconds between the lines that say a long part is still running.
+HEARTBEAT_S = 30
+
+
+class Parts:
+    """A long program's parts (`make demo`'s), through `say`: each one's title, a line
+    every `HEARTBEAT_S` seconds while it runs (a cascade evaluation or a gradient
+    analysis prints nothing for minutes), and its elapsed time when the next
+    begins; the whole program's at the end (`end`, which stops the heartbeat)."""
+
+    def __init__(self, say, heartbeat_s: float = HEARTBEAT_S):
+        import threading
+
+        self.say, self.heartbeat_s = say, heartbeat_s
+        self.began = self.mark = time.perf_counter()
+        self.title = None
+        self.stop = threading.Event()
+        threading.Thread(target=self._beat, daemon=True).start()
+
+    def _beat(self) -> None:
+        while not self.stop.wait(self.heartbeat_s):
+            if self.title is not None:
+                self.say(f"(part {self.title.split('.')[0]} still running: {time.perf_counter() - self.mark:.0f} s)")
+
+    def next(self, title: str | None) -> None:
+        now = time.perf_counter()
+        if self.title is not None:
+            self.say(f"(part {self.title.split('.')[0]} took {now - self.mark:.0f} s)")
+        self.title, self.mark = title, now
+        if title is not None:
+            self.say(f"== {title}")
+
+    def end(self) -> None:
+        self.next(None)
+        self.stop.set()
+        self.say(f"done in {(time.perf_counter() - self.began) / 60:.1f} minutes")

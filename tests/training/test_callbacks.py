@@ -95,3 +95,24 @@ def test_callbacks_read_each_other_through_the_logs_only(tmp_path):
     events = tf.io.gfile.glob(str(tmp_path / "tb" / "validation" / "events*"))
     tags = {(v.tag, e.step) for f in events for e in tf.compat.v1.train.summary_iterator(f) for v in e.summary.value}
     assert tags == {(tag, step) for tag in ("auc", "logloss") for step in (2, 4, 6)}
+
+
+def test_a_long_programs_parts_say_their_times_and_that_they_still_run():
+    """First-day issue (6): the demo was silent for 4 to 6 minutes at a time and printed no time per
+    part; `Parts` names each part, says every heartbeat that it still runs, and its time at the end."""
+    import time
+
+    from dare_tf.training.progress import Parts
+
+    lines = []
+    parts = Parts(lines.append, heartbeat_s=0.05)
+    parts.next("1. data")
+    time.sleep(0.18)
+    parts.next("2. train")
+    parts.end()
+    time.sleep(0.12)  # (no heartbeat after the end)
+    assert lines[0] == "== 1. data" and lines[-1].startswith("done in ") and lines[-1].endswith(" minutes")
+    beats = [line for line in lines if line.startswith("(part 1 still running: ")]
+    assert len(beats) >= 2 and "(part 1 took 0 s)" in lines and "== 2. train" in lines and "(part 2 took 0 s)" in lines
+    assert lines.index("(part 1 took 0 s)") < lines.index("== 2. train") < lines.index("(part 2 took 0 s)")
+    assert not any("still running" in line for line in lines[lines.index("(part 2 took 0 s)"):])
