@@ -15,7 +15,7 @@ LOWER_IS_BETTER = {"logloss"}
 
 def reproduce(data_dirs, models, dims, output_dir, config_for, strategy, metric="auc", overwrite=False,
               report=print):
-    """Trains every (dataset, dim, model) cell with `config_for(model, dim)`; writes
+    """Trains every (dataset, dim, model) cell with `config_for(model, dim, data_dir)`; writes
     table1.md and table1.csv of the test `metric` (mean, std and number of seeds;
     the best of each column and the cells tied with it marked) and prints the
     table with every run's undertraining warnings beneath it.
@@ -39,7 +39,8 @@ def reproduce(data_dirs, models, dims, output_dir, config_for, strategy, metric=
             columns.append(column)
             for model in models:
                 out = os.path.join(output_dir, name, f"d{dim}", model)
-                results = train(data_dir, out, config_for(model, dim), strategy, overwrite=overwrite, report=once)
+                results = train(data_dir, out, config_for(model, dim, data_dir), strategy, overwrite=overwrite,
+                                report=once)
                 cells[(model, column)] = (results["test"][metric], results["test_std"][metric],
                                           len(results["seeds"]))
                 warnings += [(model, column, w) for w in results.get("warnings", [])]

@@ -16,7 +16,7 @@ from tests.conftest import ENV, REPO
 
 @pytest.mark.slow
 def test_reproduce_writes_the_table_with_seeds_ties_and_warnings(taobao, tmp_path):
-    def config_for(model, dim):
+    def config_for(model, dim, data_dir):
         # two seeds for DARE (mean and std over seeds), one for DIN (std n/a)
         return TrainConfig.create(preset=model, batch_size=256, eval_batch_size=512, epochs=1, eval_every=4,
                            max_steps=4, seeds=(0, 1) if model == "dare" else (0,),

@@ -53,7 +53,7 @@ def main(configuration):
     base, dims = configuration
     strategy = make_strategy(base.runtime.strategy, FLAGS.cpu_devices, base.runtime.join_timeout_s)
 
-    def config_for(model, dim):
+    def config_for(model, dim, data_dir):
         return dataclasses.replace(base, preset=model,
                                    model_overrides=dict(base.model_overrides, embedding_dim=dim))
 

@@ -30,7 +30,7 @@ from dare_tf.run_directory import RunDirectory
 from dare_tf.metrics import CASCADE_CANDIDATES, CASCADE_K, hits_and_gains, rank_of, standard_error
 from dare_tf.retrieval.candidates import SOURCES, one_source, quota_key
 from dare_tf.retrieval.evaluation import evaluate_sources
-from dare_tf.retrieval.verdict import cascade_warnings
+from dare_tf.retrieval.verdict import cascade_notes, cascade_warnings
 from dare_tf.retrieval.training import RetrievalStage, positive_columns, positives, tower_scores
 from dare_tf.reranking import rerank
 
@@ -40,13 +40,15 @@ CASCADE_FILE = "cascade.json"
 @public("dare_tf.retrieval")
 def evaluate_cascade(data_dir: str, retrieval_run: str, ranking_runs: dict[str, str], output_dir: str,
                      num_candidates: int = CASCADE_CANDIDATES, k: int = CASCADE_K, max_examples: int | None = None,
-                     report: Callable[[str], None] = print, overwrite: bool = False) -> dict:
+                     report: Callable[[str], None] = print, overwrite: bool = False, baselines=()) -> dict:
     """Writes and returns `output_dir/cascade.json`: `retrieval` (`hit_rate@k`,
     `ndcg@k`, `recall@N`) and `rankers` (per name, `hit_rate@k` and `ndcg@k` of
     retrieval's top-N reordered by that ranker), over the test positives (the
     first `max_examples` if given). Runs trained on another dataset are refused;
     an existing cascade.json of another configuration is replaced only with
-    `overwrite` (it is this function's own file)."""
+    `overwrite` (it is this function's own file). `baselines`: names of
+    `ranking_runs` shown for comparison, whose rows get a note saying what they
+    show, not a warning (`dare_tf.retrieval.verdict`)."""
     if num_candidates < 1 or k < 1 or k > num_candidates:
         raise ValueError(f"num_candidates={num_candidates}, k={k}: need 1 <= k <= num_candidates")
     spec = DatasetSpec.load(data_dir)
@@ -89,7 +91,8 @@ def evaluate_cascade(data_dir: str, retrieval_run: str, ranking_runs: dict[str, 
     for name, model in rankers.items():
         reordered = rerank(model, examples, candidates, stage.category_of)
         results["rankers"][name] = _order_metrics(hits_and_gains(rank_of(reordered, target), k), retrieval_hits, k)
-    results["warnings"] = cascade_warnings(results)
+    results["warnings"] = cascade_warnings(results, baselines)
+    results["notes"] = cascade_notes(results, baselines)
     os.makedirs(output_dir, exist_ok=True)
     atomic_json(path, results)
     report(format_cascade(results))
@@ -125,5 +128,5 @@ def format_cascade(results: dict) -> str:
              f"| order of the top-{n} | HitRate@{k} | NDCG@{k} | HitRate@{k} - retrieval's |", "|---|---|---|---|",
              row("retrieval", results["retrieval"]), row("popularity", results["popularity_order"])]
     lines += [row(f"{name} (reranked)", values) for name, values in results["rankers"].items()]
-    lines += [f"warning: {w}" for w in results.get("warnings", [])]
+    lines += [f"note: {n}" for n in results.get("notes", [])] + [f"warning: {w}" for w in results.get("warnings", [])]
     return "\n".join(lines)

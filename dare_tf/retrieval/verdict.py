@@ -6,16 +6,18 @@ from dare_tf._faces import public
 
 
 @public("dare_tf.retrieval")
-def cascade_warnings(results: dict) -> list[str]:
+def cascade_warnings(results: dict, baselines=()) -> list[str]:
     """What a cascade evaluation (or a retrieval run: `quotas` and `sources`) says is
     wrong: a ranker whose HitRate@k is not above the retrieval order's by more than
     two standard errors of their paired difference, a source with a quota of 0, and
-    a two-tower whose recall is below a heuristic source's."""
+    a two-tower whose recall is below a heuristic source's. The rankers named in
+    `baselines` are shown for comparison: their rows are `cascade_notes`, not
+    warnings."""
     warnings = []
     k = results.get("config", {}).get("k")
     for name, row in results.get("rankers", {}).items():
         gain, se = row[f"hit_rate@{k}_vs_retrieval"], row[f"hit_rate@{k}_vs_retrieval_se"]
-        if not gain > 2 * se:
+        if not gain > 2 * se and name not in baselines:
             below = gain < -2 * se
             warnings.append(f"{name} {'ranks below' if below else 'does not beat'} the retrieval order beyond noise: "
                             f"HitRate@{k} {row[f'hit_rate@{k}']:.4f} vs {results['retrieval'][f'hit_rate@{k}']:.4f} "
@@ -35,3 +37,21 @@ def cascade_warnings(results: dict) -> list[str]:
         warnings.append(f"the two-tower's {metric} ({recall['two_tower']:.4f}) is below the {best} source's "
                         f"({heuristics[best]:.4f}): the learned retrieval adds less than a heuristic")
     return warnings
+
+
+def cascade_notes(results: dict, baselines) -> list[str]:
+    """One line per ranker of `baselines` (shown for comparison, trained for another
+    task: the paper's random negatives): what its row shows, beside the retrieval
+    order, in the words of `cascade_warnings` without its advice."""
+    k = results.get("config", {}).get("k")
+    notes = []
+    for name in baselines:
+        row = results.get("rankers", {}).get(name)
+        if row is None:
+            continue
+        gain, se = row[f"hit_rate@{k}_vs_retrieval"], row[f"hit_rate@{k}_vs_retrieval_se"]
+        where = "above" if gain > 2 * se else "below" if gain < -2 * se else "level with"
+        notes.append(f"{name} (for comparison: not trained on the candidates it reorders) ranks {where} the retrieval "
+                     f"order: HitRate@{k} {row[f'hit_rate@{k}']:.4f} vs {results['retrieval'][f'hit_rate@{k}']:.4f} "
+                     f"(difference {gain:+.4f} +/- {se:.4f}, one standard error)")
+    return notes

@@ -142,6 +142,20 @@ def test_the_cascade_verdict_names_what_does_not_pay_off():
     assert table[1] == "| order of the top-200 | HitRate@10 | NDCG@10 | HitRate@10 - retrieval's |"
     assert table[7] == "| better (reranked) | 0.2000 +/- 0.0100 | 0.1000 +/- 0.0100 | +0.0600 +/- 0.0080 |"
     assert table[-4:] == [f"warning: {w}" for w in warnings]
+    # First-day issue (6): rankers shown for comparison (the demo's paper-trained runs) get a note saying
+    # what their row shows, in the same line, instead of a warning to act on.
+    from dare_tf.retrieval.verdict import cascade_notes
+
+    assert cascade_warnings(results, baselines=("below", "noise")) == warnings[2:]
+    notes = cascade_notes(results, ("below", "noise", "better"))
+    assert notes == [
+        "below (for comparison: not trained on the candidates it reorders) ranks below the retrieval order: HitRate@10 "
+        "0.0700 vs 0.1400 (difference -0.0700 +/- 0.0080, one standard error)",
+        "noise (for comparison: not trained on the candidates it reorders) ranks level with the retrieval order: "
+        "HitRate@10 0.1500 vs 0.1400 (difference +0.0100 +/- 0.0080, one standard error)",
+        "better (for comparison: not trained on the candidates it reorders) ranks above the retrieval order: "
+        "HitRate@10 0.2000 vs 0.1400 (difference +0.0600 +/- 0.0080, one standard error)"]
+    assert format_cascade(dict(results, warnings=[], notes=notes)).splitlines()[-3:] == [f"note: {n}" for n in notes]
     # a retrieval run alone (train_retrieval): its quotas and sources only
     assert cascade_warnings({"quotas": {"two_tower": 0.4, "popularity": 0.6},
                              "sources": {"two_tower": {"recall@200": 0.4}, "popularity": {"recall@200": 0.2}}}) == []
