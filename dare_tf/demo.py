@@ -37,7 +37,7 @@ ANALYSED_MODELS = ("dare", "twin", "din", "dare_no_tr")
 DEMO_BATCH, DEMO_EPOCHS = 512, 4
 SAMPLE_BATCH, SAMPLE_EPOCHS = 64, 8
 # The banner's estimate: `time make demo` measured 7.6 minutes on a quiet 2-core machine with the
-# real sample beside the checkout (its four parts: 2 s, 136 s, 5 s, 173 s, 133 s), rounded up.
+# real sample beside the checkout (its five parts: 2 s, 136 s, 5 s, 173 s, 133 s), rounded up.
 DEMO_MINUTES = 8
 SYNTHETIC_PROTOCOL = Protocol(min_clicks=50, max_len=100, train_targets=10, stride=5)
 # The cascade's ranker (docs/two-stage.md): each training click against 8 catalogue items drawn
