@@ -9,7 +9,8 @@ validation NDCG@10 of the reordered candidates.
 
     python examples/two_stage.py [LOG] [WORK_DIR]
 
-LOG defaults to the Taobao sample in ../shared/data; everything is written under
+LOG defaults to the Taobao sample in ../shared/data (where it is absent: a log like it,
+generated in its format, `data.synthetic --like=taobao --sample`); everything is written under
 WORK_DIR (default runs/examples/two_stage). The programs behind the same steps
 are `data.prepare`, `trainers.train_retrieval`, `trainers.train` and
 `trainers.evaluate_cascade` (docs/two-stage.md).
@@ -30,6 +31,13 @@ SAMPLE = os.path.join(HERE, "..", "..", "shared", "data", "taobao", "UserBehavio
 
 def main(log: str = SAMPLE, work_dir: str = os.path.join("runs", "examples", "two_stage")) -> dict:
     retrieval.use_keras2()  # tensorflow-recommenders needs tf.keras to be Keras 2 (Keras 3 is unaffected)
+    if log == SAMPLE and not os.path.exists(SAMPLE):
+        from dare_tf.data.generation.lifelike import write_like
+
+        log = os.path.join(work_dir, "UserBehavior_sample_like.csv")
+        if not os.path.exists(log):
+            write_like("taobao", log, sample=True)
+        print(f"(no Taobao sample in ../shared/data: a log like it, generated, {log})")
     data_dir = os.path.join(work_dir, "data")
     prepare("taobao", log, data_dir)
     retrieval_run = os.path.join(work_dir, "retrieval")
