@@ -14,6 +14,7 @@ from dare_tf.data.feeding.pipeline import InMemorySplit, make_dataset
 from dare_tf.data.preparation.protocol import Protocol
 from dare_tf.data.preparation.in_memory import prepare
 from dare_tf.data.storage.records import ShardError, ShardReader, ShardWriter, read_shard, read_shards
+from dare_tf.data.storage.schema import EXAMPLE_TIME, STORE_TIMES
 from dare_tf.data.storage.spec import DatasetSpec, SpecError
 from dare_tf.data.storage.shards import partition_of
 from dare_tf.data.storage.wire import encode_examples, encode_store
@@ -207,7 +208,7 @@ def test_shards_read_as_one_pipeline_equal_shards_read_one_by_one(prepared, tmp_
             for a, b in zip(together, alone):
                 assert a.keys() == b.keys()
                 for k in a:
-                    assert a[k].dtype == b[k].dtype == np.int32
+                    assert a[k].dtype == b[k].dtype == (np.int64 if k in (STORE_TIMES, EXAMPLE_TIME) else np.int32), k
                     np.testing.assert_array_equal(a[k], b[k])
     tiny_spec = DatasetSpec.load(tiny)
     assert min(tiny_spec.records(n) for n in tiny_spec.shards["train"]) == 0  # an empty shard was read
