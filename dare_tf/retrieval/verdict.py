@@ -20,11 +20,9 @@ def cascade_warnings(results: dict, baselines=()) -> list[str]:
         if not gain > 2 * se and name not in baselines:
             below = gain < -2 * se
             warnings.append(f"{name} {'ranks below' if below else 'does not beat'} the retrieval order beyond noise: "
-                            f"HitRate@{k} {row[f'hit_rate@{k}']:.4f} vs {results['retrieval'][f'hit_rate@{k}']:.4f} "
-                            f"(difference {gain:+.4f} +/- {se:.4f}, one standard error): reranking makes these "
-                            f"recommendations {'worse' if below else 'no better'}; train the ranker on the candidates "
-                            "it ranks (trainers.train --negatives=uniform:8,retrieval:8 --retrieval_run=RUN, "
-                            "docs/two-stage.md)")
+                            f"{_against_retrieval(results, row, k)}: reranking makes these recommendations "
+                            f"{'worse' if below else 'no better'}; train the ranker on the candidates it ranks "
+                            "(trainers.train --negatives=uniform:8,retrieval:8 --retrieval_run=RUN, docs/two-stage.md)")
     for source, quota in results.get("quotas", {}).items():
         if quota == 0:
             warnings.append(f"the quotas give the {source} source no candidates (quota 0, chosen on validation): the "
@@ -52,6 +50,12 @@ def cascade_notes(results: dict, baselines) -> list[str]:
         gain, se = row[f"hit_rate@{k}_vs_retrieval"], row[f"hit_rate@{k}_vs_retrieval_se"]
         where = "above" if gain > 2 * se else "below" if gain < -2 * se else "level with"
         notes.append(f"{name} (for comparison: not trained on the candidates it reorders) ranks {where} the retrieval "
-                     f"order: HitRate@{k} {row[f'hit_rate@{k}']:.4f} vs {results['retrieval'][f'hit_rate@{k}']:.4f} "
-                     f"(difference {gain:+.4f} +/- {se:.4f}, one standard error)")
+                     f"order: {_against_retrieval(results, row, k)}")
     return notes
+
+
+def _against_retrieval(results: dict, row: dict, k: int) -> str:
+    """A ranker's HitRate@k beside the retrieval order's, with their paired difference."""
+    gain, se = row[f"hit_rate@{k}_vs_retrieval"], row[f"hit_rate@{k}_vs_retrieval_se"]
+    return (f"HitRate@{k} {row[f'hit_rate@{k}']:.4f} vs {results['retrieval'][f'hit_rate@{k}']:.4f} "
+            f"(difference {gain:+.4f} +/- {se:.4f}, one standard error)")

@@ -198,9 +198,10 @@ def rest_array(name: str, value, dtype: tf.DType) -> np.ndarray:
     JSON integers in the int64 range (1.5, true or 2**70 are refused, not truncated),
     string inputs only JSON strings (a number or null to a model of string ids is the
     caller's 400, as TF Serving refuses it, not a failure of the server)."""
-    flat = value if isinstance(value, list) else [value]
-    while flat and isinstance(flat[0], list):
-        flat = [x for row in flat for x in (row if isinstance(row, list) else [row])]
+    if dtype == tf.string or dtype.is_integer:
+        flat = value if isinstance(value, list) else [value]
+        while flat and isinstance(flat[0], list):
+            flat = [x for row in flat for x in (row if isinstance(row, list) else [row])]
     if dtype == tf.string:
         for x in flat:
             if not isinstance(x, str):

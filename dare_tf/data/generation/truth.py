@@ -19,6 +19,7 @@ trained models do use it.
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 
@@ -35,8 +36,6 @@ def claim_output(output: str) -> None:
     written it (a file without its `truth_path` beside it, or anything but a
     file), or one that cannot be a file (a parent that is a file); creates its
     directory."""
-    import os
-
     parent = os.path.dirname(os.path.abspath(output))
     above = parent
     while not os.path.exists(above):

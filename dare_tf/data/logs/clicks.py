@@ -30,7 +30,7 @@ class Clicks:
     # name) codes (`dare_tf.data.logs.string_ids`).
     names: dict[str, np.ndarray] | None = None
     # `skip_bad_lines`: the problems of the skipped lines, `{kind: [lines, the first one's "where: problem"]}`
-    # (`dare_tf.data.logs.reader.bad_kind`).
+    # (`dare_tf.data.logs.blocks.bad_kind`; `dare_tf.data.logs.reader.check_bad_share` reads them).
     bad_reasons: dict[str, list] = dataclasses.field(default_factory=dict)
 
     def raw(self, role: str, codes) -> np.ndarray:

@@ -104,7 +104,7 @@ def append(input_path: str, data_dir: str, fmt: LogFormat | None = None, allow_l
         raise FileNotFoundError(f"--append: {os.path.join(data_dir, SPEC_FILE)} not found: --output_dir must be a "
                                 "dataset prepared with --split=time")
     with one_writer(data_dir, "data.prepare --append"):
-        return _append(input_path, data_dir, fmt, allow_late, (skip_bad_lines, max_bad_share),
+        return _append(input_path, data_dir, fmt, allow_late, skip_bad_lines, max_bad_share,
                        {} if timings is None else timings, {} if read is None else read)
 
 
@@ -228,8 +228,8 @@ def _late(spec: DatasetSpec, clicks, input_path: str, allow_late: bool) -> np.nd
     return late
 
 
-def _append(input_path: str, data_dir: str, fmt: LogFormat | None, allow_late: bool, skipping: tuple[bool, float],
-            timings: dict, read: dict) -> DatasetSpec:
+def _append(input_path: str, data_dir: str, fmt: LogFormat | None, allow_late: bool, skip_bad_lines: bool,
+            max_bad_share: float, timings: dict, read: dict) -> DatasetSpec:
     start = time.perf_counter()
     mark = [start]
 
@@ -243,7 +243,7 @@ def _append(input_path: str, data_dir: str, fmt: LogFormat | None, allow_late: b
     verify_tables(data_dir, spec)  # (the new days are mapped through them)
     fmt = _check(spec, data_dir, fmt, input_path)
     protocol = Protocol(**{k: v for k, v in spec.protocol.items() if k != "windows"})
-    clicks = read_log(input_path, fmt, skipping[0], chronological=True, max_bad_share=skipping[1])
+    clicks = read_log(input_path, fmt, skip_bad_lines, chronological=True, max_bad_share=max_bad_share)
     read["clicks"] = clicks
     phase("read_log")
     appended = spec.source.get("appended", [])

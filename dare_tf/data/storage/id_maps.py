@@ -30,8 +30,8 @@ def read_id_file(path: str) -> list[str]:
     value a line, split at line feeds alone (a string id holds spaces and any
     character but a control character: `dare_tf.data.logs.string_ids`)."""
     with open(path, encoding="utf-8", newline="") as f:
-        text = f.read()
-    return text.split("\n")[:-1] if text.endswith("\n") else text.split("\n") if text else []
+        lines = f.read().split("\n")
+    return lines[:-1] if lines[-1] == "" else lines  # (the last line's line feed; an empty file: none)
 
 
 @public("dare_tf.data")
