@@ -8,6 +8,7 @@ Usage:
 Vocabulary sizes come from the dataset's spec.json, and so does the history
 length unless --max_len chooses another (histories are assembled from the
 dataset's sequence store at any length; README, "Long histories").
+With KERAS_BACKEND=jax it trains on JAX, with no TensorFlow (docs/gpu.md).
 Started again with the same flags, a killed run resumes from its last
 checkpoint; other flags on a finished or started run are refused (--overwrite
 discards that run). The effective flags are written to OUT/flags.txt.
@@ -30,16 +31,24 @@ flags.mark_flags_as_required(["data_dir", "output_dir"])
 
 
 def main(config):
+    import keras
+
     from dare_tf import training
 
-    if config.cascade.retrieval_run:  # its candidates come from the retrieval stage (tensorflow-recommenders)
-        from dare_tf.retrieval import use_keras2
+    if keras.backend.backend() == "jax":  # docs/gpu.md: no TensorFlow is imported
+        results = training.train(FLAGS.data_dir, FLAGS.output_dir, config, overwrite=FLAGS.overwrite,
+                                 flags_text=dare_tf.cli.program_flags_text())
+        chief = training.jax_loop.jax.process_index() == 0
+    else:
+        if config.cascade.retrieval_run:  # its candidates come from the retrieval stage (tensorflow-recommenders)
+            from dare_tf.retrieval import use_keras2
 
-        use_keras2()
-    strategy = training.make_strategy(config.runtime.strategy, FLAGS.cpu_devices, config.runtime.join_timeout_s)
-    results = training.train(FLAGS.data_dir, FLAGS.output_dir, config, strategy, overwrite=FLAGS.overwrite,
-                             flags_text=dare_tf.cli.program_flags_text())
-    if training.distribution.is_chief(strategy):
+            use_keras2()
+        strategy = training.make_strategy(config.runtime.strategy, FLAGS.cpu_devices, config.runtime.join_timeout_s)
+        results = training.train(FLAGS.data_dir, FLAGS.output_dir, config, strategy, overwrite=FLAGS.overwrite,
+                                 flags_text=dare_tf.cli.program_flags_text())
+        chief = training.distribution.is_chief(strategy)
+    if chief:
         from dare_tf.analysis.figures import write_curves
 
         write_curves(FLAGS.output_dir)

@@ -25,7 +25,7 @@ _OWN_ENTRIES = {"analysis.json", "report.md", "figures", "dimension_runs"}
 
 class _Suite:
     def __init__(self, data_dir, runs, output_dir, config: AnalysisConfig, report):
-        from dare_tf.data.feeding.pipeline import InMemorySplit
+        from dare_tf.data.feeding.memory import InMemorySplit
 
         self.data_dir, self.output_dir, self.config, self.say = data_dir, output_dir, config, report
         self.spec = DatasetSpec.load(data_dir)

@@ -10,7 +10,7 @@ import numpy as np
 
 from dare_tf._faces import public
 from dare_tf._files import atomic_json, require_space, variables_bytes
-from dare_tf.data.feeding.pipeline import InMemorySplit
+from dare_tf.data.feeding.memory import InMemorySplit
 from dare_tf.data.preparation.prepared import item_categories
 from dare_tf.data.storage.spec import SPLITS, DatasetSpec
 from dare_tf.retrieval.config import RetrievalConfig

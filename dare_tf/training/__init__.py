@@ -44,7 +44,8 @@ parsed before TensorFlow loads).
 
 from dare_tf._faces import face_of, lazy_face
 
-_SUBMODULES = ("callbacks", "config", "distribution", "evaluation", "evaluator", "input_plan", "loop", "progress",
-               "program_flags", "reranking", "sections")
+_SUBMODULES = ("callbacks", "config", "device_input", "distribution", "evaluation", "evaluator", "input_plan",
+               "jax_distribution", "jax_loop", "jax_state", "loop", "progress", "program_flags", "reranking", "seeds",
+               "sections", "workers")
 
 __getattr__, __dir__, __all__ = lazy_face(__name__, face_of(__name__), _SUBMODULES)

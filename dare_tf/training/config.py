@@ -13,12 +13,13 @@ from dare_tf.config import ModelConfig
 from dare_tf.presets import make_config
 from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.optimizers import OPTIMIZERS
-from dare_tf.training.sections import (LOSSES, SELECTION, STRATEGIES, CascadeConfig, DataConfig, OptimizerConfig,
-                                       RuntimeConfig, ScheduleConfig, _check)
+from dare_tf.training.sections import (JAX_DISTRIBUTED, LOSSES, SELECTION, STRATEGIES, TF_DISTRIBUTED, CascadeConfig,
+                                       DataConfig, OptimizerConfig, RuntimeConfig, ScheduleConfig, _check)
 
-__all__ = ["EVAL_BEHAVIOURS", "FLAT_NAMES", "LOSSES", "METRICS", "OPTIMIZERS", "SECTIONS", "SELECTION", "STRATEGIES",
-           "CascadeConfig", "DataConfig", "OptimizerConfig", "RuntimeConfig", "ScheduleConfig", "TrainConfig",
-           "effective_model_config", "identity_check", "run_identity"]
+__all__ = ["EVAL_BEHAVIOURS", "FLAT_NAMES", "JAX_DISTRIBUTED", "LOSSES", "METRICS", "OPTIMIZERS", "SECTIONS",
+           "SELECTION", "STRATEGIES", "TF_DISTRIBUTED", "CascadeConfig", "DataConfig", "OptimizerConfig",
+           "RuntimeConfig", "ScheduleConfig", "TrainConfig", "effective_model_config", "identity_check",
+           "run_identity"]
 # Vocabulary sizes of `TrainConfig.model` before a dataset gives them (`effective_model_config`).
 UNSET_VOCABULARY = 2
 METRICS = ("auc", "gauc", "category_auc", "logloss")
@@ -173,8 +174,10 @@ class TrainConfig:
 def effective_model_config(config: TrainConfig, spec: DatasetSpec, strategy):
     """The `ModelConfig` a run trains: `config.model` with what the dataset
     (vocabularies, L unless overridden) and the strategy (synchronised
-    BatchNorm) imply."""
-    distributed = strategy.num_replicas_in_sync > 1 or config.runtime.strategy != "default"
+    BatchNorm under `tf.distribute`; `strategy` None: JAX, whose distributed
+    arrays are global, so BatchNorm sees the whole batch) imply."""
+    distributed = strategy is not None and (strategy.num_replicas_in_sync > 1
+                                            or config.runtime.strategy in TF_DISTRIBUTED)
     fields = dataset_fields(spec, config.data.fields, config.model_overrides.get("fields"))
     if fields and config.cascade.negatives:
         raise ValueError(f"negatives={config.cascade.negatives!r}: drawn negatives have no values of the dataset's "

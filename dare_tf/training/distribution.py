@@ -11,8 +11,8 @@ import numpy as np
 import tensorflow as tf
 
 from dare_tf._faces import public
-from dare_tf.data.storage.spec import DatasetSpec
-from dare_tf.training.config import STRATEGIES
+from dare_tf.training.config import JAX_DISTRIBUTED, STRATEGIES
+from dare_tf.training.workers import is_chief, task_id, worker_index, worker_partitions  # noqa: F401 (re-exported)
 
 
 @public("dare_tf.training")
@@ -23,6 +23,9 @@ def make_strategy(name: str, cpu_devices: int = 0, join_timeout_s: float = 300) 
     `mirrored` has replicas on a CPU-only machine). `multi_worker` waits at
     most `join_timeout_s` for every task of TF_CONFIG's cluster (`join_cluster`).
     """
+    if name in JAX_DISTRIBUTED:
+        raise ValueError(f"strategy={name} is keras.distribution's, on JAX (KERAS_BACKEND=jax, docs/gpu.md); "
+                         "on TensorFlow use --strategy=mirrored or multi_worker")
     if cpu_devices > 1:
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(
@@ -112,46 +115,6 @@ class ClusterError(ConnectionError):
         return cls(f"strategy=multi_worker: {'task ' + peer if peer else 'a task of the cluster'} went away "
                    f"({type(error).__name__}); restart every task with the same flags: the run resumes from its last "
                    "checkpoint")
-
-
-def task_id(strategy) -> int:
-    resolver = getattr(strategy, "cluster_resolver", None)
-    return int(getattr(resolver, "task_id", 0) or 0)
-
-
-def is_chief(strategy) -> bool:
-    """The task that writes results: the only one, the `chief`, or worker 0 of a chief-less cluster."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    cluster = resolver.cluster_spec().as_dict() if resolver is not None else {}
-    if not cluster:
-        return True
-    if "chief" in cluster:
-        return resolver.task_type == "chief"
-    return resolver.task_type == "worker" and resolver.task_id == 0
-
-
-@public("dare_tf.training")
-def worker_index(strategy) -> tuple[int, int]:
-    """`(this worker's index, number of workers)` of a multi-worker cluster (chief
-    first), `(0, 1)` for one process."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    cluster = resolver.cluster_spec().as_dict() if resolver is not None else {}
-    tasks = [(kind, i) for kind in ("chief", "worker") for i in range(len(cluster.get(kind, [])))]
-    if len(tasks) <= 1:
-        return 0, 1
-    return tasks.index((resolver.task_type, resolver.task_id)), len(tasks)
-
-
-@public("dare_tf.training")
-def worker_partitions(spec: DatasetSpec, worker: int, workers: int) -> list[int] | None:
-    """The partitions (shard indices) worker `worker` of `workers` reads: every
-    `workers`-th from its own index; None (all) for one process."""
-    if workers == 1:
-        return None
-    if spec.partitions < workers:
-        raise ValueError(f"the dataset has {spec.partitions} partitions but {workers} workers need at least one "
-                         "each: prepare it again with --partitions >= the number of workers")
-    return list(range(worker, spec.partitions, workers))
 
 
 @public("dare_tf.training")

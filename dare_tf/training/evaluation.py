@@ -1,16 +1,16 @@
 """Evaluation: predictions over a split, exact metrics overall and by history length,
-BatchNorm statistics refreshed for the current weights, multi-seed summaries."""
+BatchNorm statistics refreshed for the current weights, multi-seed summaries.
+The metrics need no TensorFlow (the trainer on JAX uses them); the predictions
+and the refresh on TensorFlow import it when first called."""
 
 from __future__ import annotations
 
 import weakref
 
 import numpy as np
-import tensorflow as tf
 
 from dare_tf import metrics
 from dare_tf._faces import public
-from dare_tf.data.feeding.pipeline import make_dataset
 from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.data.storage.schema import HIST_ITEMS, TARGET_CATEGORY, USER
 from dare_tf.model_inputs import input_keys
@@ -51,6 +51,8 @@ _FUNCTIONS: "weakref.WeakKeyDictionary[DareModel, dict]" = weakref.WeakKeyDictio
 def _compiled(model: DareModel, what: str, training: bool = False):
     """The model's graph function for `predict` (probabilities of a feature dict) or
     `features` (the inputs of its BatchNorm layers), traced once per model."""
+    import tensorflow as tf
+
     cache = _FUNCTIONS.setdefault(model, {})
     if (what, training) not in cache:
         if what == "predict":
@@ -70,6 +72,8 @@ def predict_split(model: DareModel, data_dir: str, split: str, batch_size: int, 
     """Predictions over a whole split (or its `partitions`): `labels`,
     `probabilities`, `users`, `categories` and `history_length` arrays, in the
     split's file order."""
+    from dare_tf.data.feeding.pipeline import make_dataset
+
     ds = make_dataset(data_dir, split, batch_size, shuffle=False, drop_remainder=drop_remainder,
                       deterministic=True, spec=spec, max_len=model.model_config.max_len, partitions=partitions)
     return predict_batches(model, ds, training, f"{data_dir}: the {split} split")
@@ -105,6 +109,8 @@ def refresh_batch_norm_statistics(model: DareModel, batches, combine=None) -> No
     per-batch statistics of its input over `batches` (feature dicts) under the
     current weights ("precise BatchNorm"); no weight changes. `combine`
     (`gather_workers`) averages over the batches of every worker."""
+    import tensorflow as tf
+
     norms = model.batch_norm_layers()
     features = _compiled(model, "features")
     sums: dict[str, list] = {}

@@ -7,10 +7,23 @@ import numpy as np
 
 from dare_tf._faces import public
 from dare_tf.training.config import EVAL_BEHAVIOURS
-from dare_tf.training.distribution import gather_workers
 from dare_tf.training.evaluation import predict_batches, predict_split, refresh_batch_norm_statistics
 from dare_tf.training.input_plan import InputPlan
 from dare_tf.training.reranking import Cascade
+
+
+def evaluation_batch(config, max_len: int, counts=None) -> int:
+    """The evaluation batch: `eval_batch_size`, capped so that a batch holds at
+    most `EVAL_BEHAVIOURS` behaviours (at least the training batch); for splits
+    held in memory (`counts`, their sizes) and small, the power of two that holds
+    the largest of them (padding 258 validation examples to a batch of 8192 took
+    1.6 GB of activations at L=200: benchmarks/bench_memory.py); in reference
+    mode never smaller, as the reference's per-batch statistics need."""
+    cap = max(config.schedule.batch_size, EVAL_BEHAVIOURS // max_len)
+    size = min(config.data.eval_batch_size, cap)
+    if config.reference_mode or not counts:
+        return size
+    return min(size, 1 << (max(counts) - 1).bit_length())
 
 
 @public("dare_tf.training")
@@ -23,26 +36,20 @@ class Evaluator:
         self.config = plan.config
 
     def _combine(self):
+        from dare_tf.training.distribution import gather_workers
+
         return (lambda arrays: gather_workers(self.plan.strategy, arrays)) if self.plan.workers > 1 else None
 
     @property
     def batch_size(self) -> int:
-        """The evaluation batch: `eval_batch_size`, capped so that a batch holds at
-        most `EVAL_BEHAVIOURS` behaviours (at least the training batch)."""
-        cap = max(self.config.schedule.batch_size, EVAL_BEHAVIOURS // self.plan.max_len)
-        return min(self.config.data.eval_batch_size, cap)
+        """The evaluation batch of streamed splits (`evaluation_batch`)."""
+        return evaluation_batch(self.config, self.plan.max_len)
 
     @property
     def memory_batch_size(self) -> int:
-        """The batch of the splits evaluated from memory: `batch_size`, or for
-        small splits the power of two that holds the largest of them (padding 258
-        validation examples to a batch of 8192 took 1.6 GB of activations at L=200:
-        benchmarks/bench_memory.py); in reference mode always `batch_size`, as the
-        reference's per-batch statistics need."""
+        """The batch of the splits evaluated from memory (`evaluation_batch`)."""
         counts = [len(self.plan.memory[s]) for s in ("val", "test") if s in self.plan.memory]
-        if self.config.reference_mode or not counts:
-            return self.batch_size
-        return min(self.batch_size, 1 << (max(counts) - 1).bit_length())
+        return evaluation_batch(self.config, self.plan.max_len, counts)
 
     def predict(self, split: str) -> dict[str, np.ndarray]:
         """Predictions over the whole split: this worker's partitions, gathered
@@ -61,7 +68,7 @@ class Evaluator:
         else:
             outputs = predict_split(self.model, plan.data_dir, split, self.batch_size, plan.spec,
                                     drop_remainder=reference, training=reference, partitions=plan.partitions)
-        return gather_workers(plan.strategy, outputs) if plan.workers > 1 else outputs
+        return self._combine()(outputs) if plan.workers > 1 else outputs
 
     def refresh_batch_norm_statistics(self) -> None:
         """BatchNorm's moving statistics from `bn_statistics_batches` training batches

@@ -5,15 +5,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import tensorflow as tf
 
 from dare_tf._faces import public
-from dare_tf.data.feeding.pipeline import InMemorySplit, make_dataset
+from dare_tf.data.feeding.memory import InMemorySplit
 from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.model_inputs import input_keys
-from dare_tf.training.config import TrainConfig
+from dare_tf.training.config import TF_DISTRIBUTED, TrainConfig
 from dare_tf.training.diagnostics import default_eval_every, schedule_warnings
-from dare_tf.training.distribution import worker_index, worker_partitions
+from dare_tf.training.workers import worker_index, worker_partitions
 from dare_tf.training.reranking import Cascade
 
 
@@ -44,7 +43,7 @@ class InputPlan:
         self.memory = dict(memory or {})
         if cascade is not None and cascade.sampler is not None:  # this seed's drawn negatives, every epoch
             self.memory["train"] = cascade.train_split(seed, config.schedule.epochs, max_len)
-        self.distributed = strategy.num_replicas_in_sync > 1 or config.runtime.strategy != "default"
+        self.distributed = strategy.num_replicas_in_sync > 1 or config.runtime.strategy in TF_DISTRIBUTED
         batch = config.schedule.batch_size
         if self.distributed and batch % strategy.num_replicas_in_sync:
             raise ValueError(f"batch_size={batch} must be divisible by the {strategy.num_replicas_in_sync} replicas")
@@ -89,6 +88,8 @@ class InputPlan:
         if "train" in self.memory:
             order = self._permutation(epoch)[: self.steps_per_epoch * self.local_batch if self.workers > 1 else None]
             return self.memory["train"].batches(order, self.local_batch)
+        from dare_tf.data.feeding.pipeline import make_dataset
+
         return make_dataset(self.data_dir, "train", self.local_batch, shuffle=True,
                             shuffle_buffer=shuffle_buffer or self.config.data.shuffle_buffer, deterministic=True,
                             seed=self.seed * 1000 + epoch, spec=self.spec, partitions=self.partitions,
@@ -112,6 +113,8 @@ class InputPlan:
             for epoch in range(first + 1, min(epochs, -(-self.total_steps // self.steps_per_epoch))):
                 ds = ds.concatenate(self.epoch_batches(epoch))
             ds = ds.take(self.total_steps - skip)
+        import tensorflow as tf
+
         ds = ds.map(lambda x, y: ({k: x[k] for k in self.input_keys}, y))
         if not self.distributed:
             return ds.prefetch(tf.data.AUTOTUNE)

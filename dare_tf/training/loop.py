@@ -4,7 +4,6 @@ evaluator and callbacks), and `train` over a config's seeds."""
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import time
@@ -15,7 +14,7 @@ import tensorflow as tf
 from absl import logging
 
 from dare_tf._faces import public
-from dare_tf.data.feeding.pipeline import InMemorySplit
+from dare_tf.data.feeding.memory import InMemorySplit
 from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.models import DareModel
 from dare_tf.optimizers import make_optimizer
@@ -25,14 +24,13 @@ from dare_tf.training.callbacks import (AppendHistory, ExactValidation, KeepBest
                                         StopAtStep, StopOnNonFiniteLoss, truncate_history)
 from dare_tf.run_directory import ScalarWriters
 from dare_tf.training.progress import RunProgress, TensorBoardScalars
-from dare_tf.training.config import TrainConfig, effective_model_config, identity_check, run_identity
+from dare_tf.training.config import TrainConfig, effective_model_config
+from dare_tf.training.seeds import run_seeds, seed_result, trainable_spec
 from dare_tf.training.continuation import Continuation
-from dare_tf.training.diagnostics import run_warnings, seed_warnings
 from dare_tf.training.distribution import (ClusterError, fit_distributed, is_chief, task_id, make_strategy,
                                            worker_index, worker_partitions)
 from dare_tf.tasks import ClickTask
 from dare_tf.training.reranking import Cascade
-from dare_tf.training.evaluation import evaluate_outputs, metrics_by_history_length, summarize
 from dare_tf.training.evaluator import Evaluator
 from dare_tf.training.input_plan import InputPlan
 
@@ -143,21 +141,11 @@ class SeedRun:
         if os.path.exists(best):
             self.model.load_weights(best)  # (the optimizer's state of that step too)
             kept_step = int(self.best_step)
-        history = read_history(self.run_dir)
-        best_entry = next((h for h in history if h["step"] == int(self.best_step)), None)
         evaluator = self.evaluator
-        test = evaluator.predict("test")
-        result = {
-            "seed": self.seed,
-            "steps": steps,
-            "best_step": int(self.best_step),
-            "val": best_entry["val"] if best_entry else evaluate_outputs(evaluator.predict("val")),
-            "test": evaluate_outputs(test),
-            **({"test_cascade": evaluator.cascade_metrics("test")} if self.cascade and self.cascade.examples else {}),
-            "test_by_history_length": metrics_by_history_length(test, self.model_config.max_len),
-            "model_config": self.model_config.to_dict(),
-            "warnings": self.plan.warnings + seed_warnings(history, self.plan.total_steps, self.spec),
-        }
+        result = seed_result(self.seed, steps, int(self.best_step), read_history(self.run_dir),
+                             lambda: evaluator.predict("val"), evaluator.predict("test"), self.model_config,
+                             self.plan.warnings, self.plan.total_steps, self.spec,
+                             evaluator.cascade_metrics("test") if self.cascade and self.cascade.examples else None)
         if self.chief:
             writers = ScalarWriters(os.path.join(self.run_dir, "tensorboard"))
             writers.write("test", result["test"], kept_step)  # (stamped at the kept weights' step)
@@ -169,26 +157,11 @@ class SeedRun:
         return result
 
 
-@public("dare_tf.training")
-def train(data_dir: str, output_dir: str, config: TrainConfig,
-          strategy: tf.distribute.Strategy | None = None, overwrite: bool = False,
-          report: Callable[[str], None] = print, flags_text: str | None = None) -> dict:
-    """Trains every seed of `config` (resuming or reusing finished ones) and
-    writes `output_dir/results.json`; returns its content.
-
-    `report` receives the progress lines (`verbose` 1 and 2); `flags_text`, the
-    program's effective flags, is written to `output_dir/flags.txt` (a flagfile
-    that reproduces the run)."""
-    if keras.backend.backend() != "tensorflow":
-        raise ValueError(f"the trainer runs on Keras's TensorFlow backend (tf.data input, TensorFlow checkpoints "
-                         f"and distribution); KERAS_BACKEND is {keras.backend.backend()!r}: unset it, or train "
-                         "with DareModel's own compile/fit on that backend (docs/library.md)")
-    spec = DatasetSpec.load(data_dir)
-    impressions = any(role == "label" for role, _ in spec.source.get("log", {}).get("columns", []))
-    if spec.protocol.get("negatives") == 0 and not impressions:
-        raise ValueError(f"{data_dir} was prepared with --negatives=0 from a click log: every example is a "
-                         "click, so a ranker has nothing to tell apart and AUC is undefined; prepare it with "
-                         "--negatives >= 1 (that dataset suits retrieval: trainers.train_retrieval)")
+def train_on_tensorflow(data_dir: str, output_dir: str, config: TrainConfig,
+                        strategy: tf.distribute.Strategy | None = None, overwrite: bool = False,
+                        report: Callable[[str], None] = print, flags_text: str | None = None) -> dict:
+    """`dare_tf.training.train` on Keras's TensorFlow backend, under `strategy`."""
+    spec = trainable_spec(data_dir)
     strategy = strategy or make_strategy(config.runtime.strategy,
                                          join_timeout_s=config.runtime.join_timeout_s)
     chief = is_chief(strategy)
@@ -207,32 +180,19 @@ def _train(data_dir, output_dir, config, spec, strategy, chief, overwrite, repor
     model_config = effective_model_config(config, spec, strategy)
     continuation = (Continuation.load(config.init_from, config.preset, model_config, data_dir)
                     if config.init_from else None)
-    identity = run_identity(config, model_config, spec, continuation)
-    run_directory = RunDirectory(output_dir)
-    if chief:
-        run_directory.check("ranking", identity, overwrite, **identity_check())
-        run_directory.start("ranking", identity, flags_text)
-    memory, cascade = None, None
-    per_seed = []
-    for seed in config.seeds:
-        run_dir = os.path.join(output_dir, f"seed_{seed}")
-        done = os.path.join(run_dir, SEED_RESULT)
-        if os.path.exists(done):
-            with open(done) as f:
-                per_seed.append(json.load(f))
-            logging.info("seed %d: already finished, reusing %s", seed, done)
-            continue
-        if memory is None:  # loaded once, for the first seed that trains: this worker's partitions
+    loaded = {}
+
+    def train_seed(seed: int, run_dir: str) -> dict:
+        if not loaded:  # loaded once, for the first seed that trains: this worker's partitions
             partitions = worker_partitions(spec, *worker_index(strategy))
-            memory = {split: InMemorySplit.load(data_dir, split, spec, model_config.max_len, partitions)
-                      for split in ("train", "val")
-                      if InMemorySplit.estimated_bytes(spec, split, partitions) <= config.data.in_memory_mb * 2**20}
-            cascade = Cascade.load(data_dir, spec, config, model_config.max_len, partitions, memory)
-        per_seed.append(SeedRun(data_dir, run_dir, config, seed, spec, strategy, chief, model_config,
-                                 report, memory, cascade, continuation).run())
-    results = {"data_dir": os.path.abspath(data_dir), "dataset": spec.dataset, "config": identity["train_config"],
-               "seeds": list(config.seeds), **summarize(per_seed), "per_seed": per_seed,
-               "warnings": run_warnings(per_seed)}
-    if chief:
-        run_directory.write_results(results)
-    return results
+            loaded["memory"] = {
+                split: InMemorySplit.load(data_dir, split, spec, model_config.max_len, partitions)
+                for split in ("train", "val")
+                if InMemorySplit.estimated_bytes(spec, split, partitions) <= config.data.in_memory_mb * 2**20}
+            loaded["cascade"] = Cascade.load(data_dir, spec, config, model_config.max_len, partitions,
+                                             loaded["memory"])
+        return SeedRun(data_dir, run_dir, config, seed, spec, strategy, chief, model_config, report,
+                       loaded["memory"], loaded["cascade"], continuation).run()
+
+    return run_seeds(data_dir, output_dir, config, spec, model_config, chief, overwrite, flags_text, continuation,
+                     train_seed)

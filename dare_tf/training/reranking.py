@@ -9,7 +9,7 @@ import numpy as np
 
 from dare_tf._faces import public
 from dare_tf.data.feeding.negatives import NegativeSampler
-from dare_tf.data.feeding.pipeline import InMemorySplit
+from dare_tf.data.feeding.memory import InMemorySplit
 from dare_tf.data.storage.store import load_store
 from dare_tf.data.preparation.prepared import item_categories
 from dare_tf.data.storage.schema import HIST_CATEGORIES, HIST_ITEMS

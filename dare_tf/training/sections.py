@@ -12,7 +12,9 @@ from dare_tf.data.storage.shards import DEFAULT_SHUFFLE_BUFFER
 from dare_tf.metrics import CASCADE_CANDIDATES, CASCADE_K
 from dare_tf.optimizers import OPTIMIZERS
 
-STRATEGIES = ("default", "mirrored", "multi_worker")
+STRATEGIES = ("default", "mirrored", "multi_worker", "data_parallel", "model_parallel")
+# The strategies of each backend: tf.distribute's (TensorFlow) and keras.distribution's (JAX).
+TF_DISTRIBUTED, JAX_DISTRIBUTED = ("mirrored", "multi_worker"), ("data_parallel", "model_parallel")
 LOSSES = ("pointwise", "softmax")  # dare_tf.tasks.ClickTask
 SELECTION = ("auto", "auc", f"ndcg@{CASCADE_K}", f"hit_rate@{CASCADE_K}")
 
@@ -121,9 +123,16 @@ class RuntimeConfig:
     rounding), so a finished run is reused whatever these are.
 
     Attributes:
-        strategy: `default`, `mirrored` (local devices) or `multi_worker`
-            (`tf.distribute.MultiWorkerMirroredStrategy` from TF_CONFIG).
-        jit_compile: compile everything after the embedding lookups with XLA.
+        strategy: `default` (one device); on TensorFlow `mirrored` (local
+            devices) or `multi_worker` (`tf.distribute.MultiWorkerMirroredStrategy`
+            from TF_CONFIG); on JAX `data_parallel` (`keras.distribution.DataParallel`
+            over every device) or `model_parallel` (`keras.distribution.ModelParallel`:
+            the batch split over the mesh's `batch` axis, the item and category
+            tables along the vocabulary over its `model` axis; docs/gpu.md).
+        model_shards: `model_parallel`: devices along the mesh's `model` axis
+            (0: all of them); the rest of the mesh splits the batch.
+        jit_compile (TensorFlow): compile everything after the embedding
+            lookups with XLA; on JAX every step is one XLA function.
         steps_per_execution: at most this many training steps per call of the
             compiled train function (Keras `steps_per_execution`): the trainer
             uses the largest divisor of `eval_every` up to it, so validations
@@ -139,6 +148,7 @@ class RuntimeConfig:
     """
 
     strategy: str = "default"
+    model_shards: int = 0
     jit_compile: bool = True
     steps_per_execution: int = 1
     log_every: int = 50
@@ -149,6 +159,7 @@ class RuntimeConfig:
         _check(self, [(self.strategy in STRATEGIES, "strategy", f"must be one of {STRATEGIES}"),
                       (self.join_timeout_s >= 1, "join_timeout_s", "must be >= 1"),
                       (self.steps_per_execution >= 1, "steps_per_execution", "must be >= 1"),
+                      (self.model_shards >= 0, "model_shards", "must be >= 0"),
                       (self.log_every >= 1, "log_every", "must be >= 1"),
                       (self.verbose in (0, 1, 2), "verbose", "must be 0, 1 or 2")])
 

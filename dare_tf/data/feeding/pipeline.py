@@ -10,9 +10,9 @@ Two ways to read a split, the same examples and the same batches' content:
   interleaved over files and shuffled through a buffer, then example by
   example within groups of blocks (`shuffled_columns`); no split has to fit
   in memory;
-- cached (`InMemorySplit`): a split's example columns (20 bytes per
-  example) are read once into memory; an epoch is then a uniform
-  permutation, and skipping to a step costs nothing.
+- cached (`dare_tf.data.feeding.memory.InMemorySplit`, `memory_batches`): a
+  split's example columns (20 bytes per example) are read once into memory; an
+  epoch is then a uniform permutation, and skipping to a step costs nothing.
 Either way, a batch then gathers, per example, the last L clicks of its
 user before the cut-off position from the store (the users' sequences,
 held in memory once: all partitions, or a worker's own): `[B, L]` reads,
@@ -30,13 +30,14 @@ import numpy as np
 import tensorflow as tf
 
 from dare_tf._faces import public
+from dare_tf.data.feeding.memory import InMemorySplit
 from dare_tf.data.storage.fields import time_gap_buckets_tensor
 from dare_tf.data.storage.records import feature_spec, verify_shards
 from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.data.storage.shards import DEFAULT_SHUFFLE_BUFFER, STREAM_BLOCK, STREAM_MIX_BLOCKS
-from dare_tf.data.storage.schema import (EXAMPLE_TIME, HIST_CATEGORIES, HIST_ITEMS, HIST_TIME_GAP, TARGET_CATEGORY,
-    TARGET_ITEM, USER, history_feature, target_feature)
-from dare_tf.data.storage.store import SequenceStore, check_max_len, load_store, read_examples
+from dare_tf.data.storage.schema import (EXAMPLE_TIME, HIST_TIME_GAP, TARGET_CATEGORY,
+    TARGET_ITEM, USER, target_feature)
+from dare_tf.data.storage.store import SequenceStore, check_max_len, load_store
 
 
 def _store_tensors(store: SequenceStore) -> dict[str, tf.Tensor]:
@@ -46,11 +47,7 @@ def _store_tensors(store: SequenceStore) -> dict[str, tf.Tensor]:
     and a last row of zeros (a padded position's), so that a window is one
     gather; `start`; with the time gap, `times` (`[C + 1]`) and `edges`."""
     if getattr(store, "_tensors", None) is None:
-        names = [HIST_ITEMS, HIST_CATEGORIES, *map(history_feature, store.fields)]
-        columns = [store.items, store.categories, *store.fields.values()]
-        clicks = np.zeros((len(store.items) + 1, len(columns)), np.int32)
-        for j, column in enumerate(columns):
-            clicks[:-1, j] = column
+        names, clicks = store.click_rows()
         tensors = {"clicks": tf.constant(clicks), "names": names, "start": tf.constant(store.start)}
         del clicks
         if store.times is not None:
@@ -87,91 +84,16 @@ def assemble_fn(store: SequenceStore, max_len: int):
     return assemble
 
 
-@public("dare_tf.data")
-class InMemorySplit:
-    """A split's examples (of all partitions, or a worker's) held in memory, and the store they point into.
-
-    `batches(order, batch_size)` yields `(features, label)` batches of the
-    examples `order` (indices): a shuffled epoch is a permutation of
-    `range(N)` (a uniform shuffle, no buffer to fill) and skipping to a step
-    costs nothing. Features are int32 `uid`, `target_item`, `target_category`
-    `[B]` and `hist_items`, `hist_categories` `[B, max_len]`; the label is
-    float32 `[B]`. `features` holds every example's features as numpy arrays
-    (materialised on first use: `N x max_len` per history feature, for
-    analyses at moderate L).
-
-    `drawn_epochs`: the columns hold that many epochs' examples back to back,
-    each already in its training order (`dare_tf.data.feeding.negatives` draws them);
-    0: one set of examples, each epoch a permutation of it.
-    """
-
-    def __init__(self, columns: dict[str, np.ndarray], store: SequenceStore, max_len: int, drawn_epochs: int = 0):
-        check_max_len(max_len)
-        self.columns, self.store, self.max_len = columns, store, int(max_len)
-        self.labels = columns["label"].astype(np.float32)
-        self.drawn_epochs = int(drawn_epochs)
-        self._features = None
-        self._tensors = None
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    @property
-    def per_epoch(self) -> int:
-        """Examples of one epoch."""
-        return len(self) // max(self.drawn_epochs, 1)
-
-    def epoch_order(self, seed: int, epoch: int) -> np.ndarray:
-        """The indices of epoch `epoch`'s examples in training order: a permutation
-        fixed by `(seed, epoch)`; with drawn epochs, that epoch's rows as drawn
-        (past the last drawn epoch, a permutation of the rows of `epoch` modulo them)."""
-        rng = np.random.default_rng([seed, epoch])
-        if not self.drawn_epochs:
-            return rng.permutation(len(self))
-        first = (epoch % self.drawn_epochs) * self.per_epoch
-        rows = np.arange(first, first + self.per_epoch)
-        return rows if epoch < self.drawn_epochs else rng.permutation(rows)
-
-    @staticmethod
-    def estimated_bytes(spec: DatasetSpec, split: str, partitions=None) -> int:
-        """Memory of the split's columns (the store is shared by all splits)."""
-        columns = len(spec.record_columns[0]) + (EXAMPLE_TIME in spec.record_columns[0])  # (times: 8 bytes)
-        return sum(spec.records(n) for n in spec.shard_files(split, partitions)) * 4 * columns
-
-    @classmethod
-    def load(cls, data_dir: str, split: str, spec: DatasetSpec | None = None,
-             max_len: int | None = None, partitions=None) -> "InMemorySplit":
-        spec = spec or DatasetSpec.load(data_dir)
-        store = load_store(data_dir, spec, partitions)
-        columns = read_examples(data_dir, split, spec, store, partitions)
-        if not len(columns["uid"]):
-            raise ValueError(f"{data_dir}: the {split} split has no examples"
-                             + ("" if partitions is None else f" in partitions {list(partitions)}"))
-        return cls(columns, store, spec.max_len if max_len is None else max_len)
-
-    @property
-    def features(self) -> dict[str, np.ndarray]:
-        if self._features is None:
-            c = self.columns
-            self._features = {USER: c["uid"], TARGET_ITEM: c["target_item"], TARGET_CATEGORY: c["target_category"],
-                              **{target_feature(n): c[target_feature(n)] for n in self.store.targets},
-                              **self.store.histories(c, self.max_len)}
-        return self._features
-
-    def _assemble(self):
-        """`indices [B] -> (features, label)` in TensorFlow."""
-        if self._tensors is None:
-            self._tensors = {k: tf.constant(v) for k, v in self.columns.items()}
-        columns, assemble = self._tensors, assemble_fn(self.store, self.max_len)
-        return lambda i: assemble({k: tf.gather(v, i) for k, v in columns.items()})
-
-    def batches(self, order: np.ndarray, batch_size: int) -> tf.data.Dataset:
-        """`(features, label)` batches of the examples `order` (indices), in that
-        order; when `len(order)` is a multiple of `batch_size`, the batch
-        dimension is static."""
-        ds = tf.data.Dataset.from_tensor_slices(np.asarray(order, np.int64))
-        ds = ds.batch(batch_size, drop_remainder=len(order) % batch_size == 0)
-        return ds.map(self._assemble(), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+def memory_batches(split: InMemorySplit, order: np.ndarray, batch_size: int) -> tf.data.Dataset:
+    """`InMemorySplit.batches` in tf.data: the split's columns as tensors (made once
+    per split), gathered by `order`'s batches and assembled (`assemble_fn`)."""
+    if split._tensors is None:
+        split._tensors = {k: tf.constant(v) for k, v in split.columns.items()}
+    columns, assemble = split._tensors, assemble_fn(split.store, split.max_len)
+    ds = tf.data.Dataset.from_tensor_slices(np.asarray(order, np.int64))
+    ds = ds.batch(batch_size, drop_remainder=len(order) % batch_size == 0)
+    return ds.map(lambda i: assemble({k: tf.gather(v, i) for k, v in columns.items()}),
+                  num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
 def shuffled_columns(files: tf.data.Dataset, read, parse, shuffle_buffer: int, seed: int, repeat: bool,

@@ -157,12 +157,14 @@ def check_ids(path: str, columns: dict[str, np.ndarray], spec: DatasetSpec) -> N
 
 def _parse_files(paths: list[str], spec: DatasetSpec, kind: str) -> dict[str, np.ndarray]:
     """The records of `paths`, in order, parsed eagerly (no function to trace) into
-    int64 columns (store records without TensorFlow where a program has not loaded
-    it: `dare_tf.data.storage.wire`)."""
-    if kind == STORE_KIND and "tensorflow" not in sys.modules:
-        from dare_tf.data.storage.wire import parse_store
+    int64 columns (without TensorFlow where a program has not loaded it:
+    `dare_tf.data.storage.wire`)."""
+    if "tensorflow" not in sys.modules:
+        from dare_tf.data.storage.wire import parse_examples, parse_store
 
-        return parse_store(paths, spec.compression, spec.record_columns[1])
+        if kind == STORE_KIND:
+            return parse_store(paths, spec.compression, spec.record_columns[1])
+        return parse_examples(paths, spec.compression, spec.record_columns[0])
     tf = quiet_tensorflow()
 
     features = feature_spec(kind, spec)

@@ -76,6 +76,17 @@ class SequenceStore:
         store.click_times = times
         return store
 
+    def click_rows(self) -> tuple[list[str], np.ndarray]:
+        """Every history feature's name and, int32 `[C + 1, F]`, each click's values
+        side by side with a last row of zeros (a padded slot's): a window is one
+        gather of rows (`dare_tf.data.feeding.pipeline`, `dare_tf.training.device_input`)."""
+        names = [HIST_ITEMS, HIST_CATEGORIES, *map(history_feature, self.fields)]
+        columns = [self.items, self.categories, *self.fields.values()]
+        clicks = np.zeros((len(self.items) + 1, len(columns)), np.int32)
+        for j, column in enumerate(columns):
+            clicks[:-1, j] = column
+        return names, clicks
+
     def _window(self, uid, position, max_len: int) -> tuple[np.ndarray, np.ndarray]:
         """`[N, max_len]` indices into the flat arrays of the most recent `max_len`
         clicks of user `uid[n]` before its click `position[n]`, and where they exist."""

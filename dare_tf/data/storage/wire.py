@@ -1,12 +1,12 @@
 """The records' wire format, both ways, with numpy and no TensorFlow: example and
 store records encoded as `tf.train.Example`s (`encode_examples`, `encode_store`:
 what `dare_tf.data.storage.records.ShardWriter` writes), and store shards (TFRecord files,
-gzip or not) decoded again (`parse_store`) for the programs that run without
-TensorFlow's start-up (`data.prepare --append`); `dare_tf.data.storage.records` reads with
-it where TensorFlow is not loaded, and its columns are the ones
+gzip or not) decoded again (`parse_store`, `parse_examples`) for the programs that run
+without TensorFlow (`data.prepare --append`, the trainer on JAX); `dare_tf.data.storage.records`
+reads with it where TensorFlow is not loaded, and its columns are the ones
 `tf.io.parse_example` gives (tested against it).
 
-Only this package's own store records are decoded: each shard's size and sha256 are
+Only this package's own records are decoded: each shard's size and sha256 are
 checked against spec.json first (`records.check_file`), so the framing's CRCs are
 not checked again.
 """
@@ -14,6 +14,7 @@ not checked again.
 from __future__ import annotations
 
 import gzip
+import re
 import struct
 
 import numpy as np
@@ -187,24 +188,72 @@ def parse_store(paths: list[str], compression: str, lists: tuple[str, ...]) -> d
     keys = {name.encode(): name for name in lists}
     for path in paths:
         for record in tfrecords(path, compression):
-            for _, start, end in _fields(record, 0, len(record)):  # Example.features
-                for _, e_start, e_end in _fields(record, start, end):  # one map entry
-                    key = value = None
-                    for number, f_start, f_end in _fields(record, e_start, e_end):
-                        if number == 1:
-                            key = record[f_start:f_end]
-                        else:  # Feature -> int64_list (3) -> packed value (1)
-                            for _, l_start, l_end in _fields(record, f_start, f_end):
-                                for _, v_start, v_end in _fields(record, l_start, l_end):
-                                    value = record[v_start:v_end]
-                    value = value or b""
-                    if key == b"uid":
-                        uids.append(value)
-                    elif key in keys:
-                        payloads[keys[key]].append(value)
+            for key, value in _entries(record):
+                if key == b"uid":
+                    uids.append(value)
+                elif key in keys:
+                    payloads[keys[key]].append(value)
     columns = {name: decode_varints(b"".join(parts)) for name, parts in payloads.items()}
     # each user's clicks: the varints (bytes < 0x80 end one) of its first list
     ends = np.cumsum([len(p) for p in payloads[lists[0]]], dtype=np.int64)
     done = np.concatenate([[0], np.cumsum(np.frombuffer(b"".join(payloads[lists[0]]), np.uint8) < 0x80)])
     return {"uid": decode_varints(b"".join(uids)), "length": np.diff(done[np.concatenate([[0], ends])]),
             **columns}
+
+
+def _varints_at(buffer: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """The int64 varints that start at byte offsets `at` of `buffer` (uint8, with 10
+    bytes of padding past its end)."""
+    window = buffer[at[:, None] + np.arange(10)[None, :]]
+    ends = (window < 0x80).argmax(1)
+    used = np.arange(10)[None, :] <= ends[:, None]
+    groups = (window & 0x7F).astype(np.uint64) << (np.arange(10, dtype=np.uint64) * np.uint64(7))[None, :]
+    return np.bitwise_or.reduce(np.where(used, groups, np.uint64(0)), axis=1).view(np.int64)
+
+
+def parse_examples(paths: list[str], compression: str, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """The int64 scalar features `names` of the example records of `paths`, in order
+    (`encode_examples`' records): each record's one entry per name is found by its
+    key's bytes and its value decoded where it starts, all records at once; where a
+    name's entries are not one per record (a key's bytes inside a value), record by
+    record."""
+    records = [r for path in paths for r in tfrecords(path, compression)]
+    joined = b"".join(records)
+    buffer = np.frombuffer(joined + bytes(10), np.uint8)
+    out = {}
+    for name in names:
+        key = name.encode()
+        # entry{key, Feature{Int64List{packed: one varint}}}: each length one byte
+        pattern = re.compile(re.escape(bytes([_TAG_LEN1, len(key)]) + key + bytes([_TAG_LEN2]))
+                             + b"[\\x00-\\x7f]" + re.escape(bytes([_TAG_LEN3])) + b"[\\x00-\\x7f]"
+                             + re.escape(bytes([_TAG_LEN1])) + b"[\\x00-\\x7f]", re.S)
+        at = np.fromiter((m.end() for m in pattern.finditer(joined)), np.int64)
+        if len(at) != len(records):
+            return _parse_examples_slowly(records, names)
+        out[name] = _varints_at(buffer, at)
+    return out
+
+
+def _parse_examples_slowly(records: list[bytes], names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    values = {name: np.zeros(len(records), np.int64) for name in names}
+    keys = {name.encode(): name for name in names}
+    for row, record in enumerate(records):
+        for key, value in _entries(record):
+            if key in keys:
+                values[keys[key]][row] = decode_varints(value)[0]
+    return values
+
+
+def _entries(record: bytes):
+    """`(key, packed int64 payload)` of each entry of one Example record."""
+    for _, start, end in _fields(record, 0, len(record)):  # Example.features
+        for _, e_start, e_end in _fields(record, start, end):  # one map entry
+            key = value = None
+            for number, f_start, f_end in _fields(record, e_start, e_end):
+                if number == 1:
+                    key = record[f_start:f_end]
+                else:  # Feature -> int64_list (3) -> packed value (1)
+                    for _, l_start, l_end in _fields(record, f_start, f_end):
+                        for _, v_start, v_end in _fields(record, l_start, l_end):
+                            value = record[v_start:v_end]
+            yield key, value or b""

@@ -1,0 +1,132 @@
+"""Where the JAX trainer's arrays live: one device, or `keras.distribution`'s
+data parallelism over every device (`DataParallel`) or a mesh whose `model`
+axis shards the item and category tables along their vocabulary
+(`ModelParallel` with a `LayoutMap`), across processes where
+`keras.distribution.initialize` joined several (docs/gpu.md); and which of the
+trainer's options are TensorFlow's alone (`refusal`). No TensorFlow."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+
+import jax
+import keras
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+
+from dare_tf._faces import public
+from dare_tf.training.sections import TF_DISTRIBUTED
+
+# The variables `model_parallel` shards along their first axis (the vocabulary): every
+# vocabulary table of a behaviour (items, categories, a field's values), not positions.
+TABLES = r"^(?!.*position_embedding$).*_embedding$"
+
+
+@public("dare_tf.training")
+def refusal(config) -> str | None:
+    """The one-line refusal of a configuration the trainer on JAX does not run, naming the alternative."""
+    if config.optimizer.name == "lazy_adam":
+        return ("--optimizer=lazy_adam updates only the rows in the batch through TensorFlow's sparse gradients; "
+                "on JAX use --optimizer=adam, or train on TensorFlow (unset KERAS_BACKEND)")
+    if config.runtime.strategy in TF_DISTRIBUTED:
+        return (f"--strategy={config.runtime.strategy} is tf.distribute's; on JAX use --strategy=data_parallel or "
+                "--strategy=model_parallel (keras.distribution, docs/gpu.md)")
+    if config.cascade.negatives or config.cascade.retrieval_run or config.cascade.loss != "pointwise":
+        return ("a ranker trained inside its cascade (--negatives, --retrieval_run, --loss) trains on TensorFlow "
+                "only (its retrieval stage is tensorflow-recommenders): unset KERAS_BACKEND")
+    return None
+
+
+def distribution_for(runtime):
+    """The `keras.distribution` of `runtime.strategy` (None for `default`); joins
+    the processes `keras.distribution.initialize` names in its environment
+    variables first (several hosts)."""
+    if int(os.environ.get("KERAS_DISTRIBUTION_NUM_PROCESSES", "1")) > 1 and not jax.distributed.is_initialized():
+        keras.distribution.initialize()
+    devices = jax.devices()
+    if runtime.strategy == "data_parallel":
+        return keras.distribution.DataParallel(devices=devices)
+    if runtime.strategy == "model_parallel":
+        shards = runtime.model_shards or len(devices)
+        if len(devices) % shards:
+            raise ValueError(f"--model_shards={shards} must divide the {len(devices)} devices")
+        mesh = keras.distribution.DeviceMesh((len(devices) // shards, shards), ["batch", "model"], devices)
+        layout = keras.distribution.LayoutMap(mesh)
+        layout[TABLES] = ("model", None)
+        return keras.distribution.ModelParallel(layout_map=layout, batch_dim_name="batch")
+    return None
+
+
+@public("dare_tf.training")
+class Placement:
+    """Puts the trainer's arrays where `distribution` (None: the first device)
+    wants them: the store and columns replicated on every device, the steps'
+    example indices split along the mesh's batch axis; the jitted training
+    function keeps the variables' layouts (`jit_shardings`)."""
+
+    def __init__(self, distribution=None):
+        self.distribution = distribution
+        self.mesh = None if distribution is None else distribution.device_mesh.backend_mesh
+        axis = None if distribution is None else distribution.batch_dim_name
+        self.batch_axis = axis
+        self.batch_shards = 1 if self.mesh is None else self.mesh.shape[axis]
+        self.model_shards = 1 if self.mesh is None or "model" not in self.mesh.shape else self.mesh.shape["model"]
+
+    def describe(self) -> str:
+        if self.mesh is None:
+            return f"one device, {jax.devices()[0].platform}"
+        name = type(self.distribution).__name__
+        return f"{name} over {self.mesh.size} {jax.devices()[0].platform} devices, mesh {dict(self.mesh.shape)}"
+
+    def scope(self):
+        return contextlib.nullcontext() if self.distribution is None else self.distribution.scope()
+
+    def _sharding(self, *spec):
+        return NamedSharding(self.mesh, PartitionSpec(*spec))
+
+    def _put(self, array: np.ndarray, sharding):
+        if sharding is None:
+            return jax.device_put(array)
+        return jax.make_array_from_callback(array.shape, sharding, lambda index: array[index])
+
+    def replicate(self, array: np.ndarray):
+        return self._put(array, None if self.mesh is None else self._sharding())
+
+    def rows(self, rows: np.ndarray):
+        """`[S, B]` example indices: each step's batch split over the batch axis."""
+        return self._put(rows, None if self.mesh is None else self._sharding(None, self.batch_axis))
+
+    def batch(self, rows: np.ndarray):
+        return self._put(rows, None if self.mesh is None else self._sharding(self.batch_axis))
+
+    def jit_shardings(self, state) -> dict:
+        """`jax.jit`'s arguments that keep `state`'s layouts across the training function."""
+        if self.mesh is None:
+            return {}
+        return {"out_shardings": (jax.tree.map(lambda a: a.sharding, state), self._sharding())}
+
+    def vocabulary(self, size: int) -> int:
+        """A table's rows: `size` rounded up to a multiple of the model axis (a
+        sharded axis divides evenly; the rows past `size` are never looked up)."""
+        return -(-size // self.model_shards) * self.model_shards
+
+    def fit_model_config(self, model_config):
+        """`model_config` with its item and category vocabularies `vocabulary`'s."""
+        if self.model_shards == 1:
+            return model_config
+        return dataclasses.replace(model_config, num_items=self.vocabulary(model_config.num_items),
+                                   num_categories=self.vocabulary(model_config.num_categories))
+
+
+def bytes_per_device(variables) -> dict[str, int]:
+    """Bytes of `variables` each device holds (its shards), by device."""
+    out: dict[str, int] = {}
+    for variable in variables:
+        for shard in variable.value.addressable_shards:
+            out[str(shard.device)] = out.get(str(shard.device), 0) + shard.data.nbytes
+    return out
+
+
+__all__ = ["Placement", "bytes_per_device", "distribution_for", "refusal"]

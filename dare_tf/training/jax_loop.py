@@ -1,0 +1,259 @@
+"""The trainer on Keras's JAX backend (`KERAS_BACKEND=jax`), with no TensorFlow.
+
+The same run as on TensorFlow (`dare_tf.training.loop`): the same flags, run
+directory, `results.json`, `history.jsonl`, best-weights selection, warnings,
+curves, seeds and resume after a kill; the same examples in the same order
+(the train split's permutations, `InMemorySplit.epoch_order`). What differs:
+
+- input: the shards are read by the package's own decoder
+  (`dare_tf.data.storage.wire`), the splits held in the devices' memory and
+  each window gathered inside the jitted step (`device_input.DeviceSplit`);
+  the example columns must fit `--in_memory_mb` (TensorFlow streams larger
+  splits);
+- steps: `steps_per_execution` steps per call of one jitted function (a
+  `lax.scan` over the steps' example indices) that runs Keras's own
+  `compute_loss_and_updates` and the optimizer's `stateless_apply`, its state
+  donated; the losses are read at each validation, where a non-finite one
+  stops the run naming its step;
+- checkpoints: `checkpoints/ckpt-<step>.npz` (`JaxCheckpoints`), every model and
+  optimizer variable with the best metric and its step; the last two kept;
+- distribution: `keras.distribution` (`jax_distribution.distribution_for`)
+  instead of `tf.distribute`; no TensorBoard event files (`history.jsonl` and
+  `curves.png` hold the same numbers).
+
+TensorFlow-only parts are refused in one line naming the alternative
+(`jax_distribution.refusal`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import time
+from typing import Callable
+
+import jax
+import keras
+import numpy as np
+
+from dare_tf._faces import public
+from dare_tf._files import atomic_json, require_space, variables_bytes
+from dare_tf.data.feeding.memory import InMemorySplit
+from dare_tf.data.storage.spec import DatasetSpec
+from dare_tf.models import DareModel
+from dare_tf.run_directory import BEST_WEIGHTS, MODEL, SEED_RESULT, read_history
+from dare_tf.tasks import ClickTask
+from dare_tf.training.callbacks import (AppendHistory, ExactValidation, KeepBestWeights, NonFiniteLossError,
+                                        truncate_history)
+from dare_tf.training.config import TrainConfig, effective_model_config
+from dare_tf.training.continuation import Continuation
+from dare_tf.training.device_input import DeviceSplit
+from dare_tf.training.diagnostics import default_eval_every, schedule_warnings
+from dare_tf.training.evaluator import evaluation_batch
+from dare_tf.training.jax_distribution import Placement, distribution_for, refusal
+from dare_tf.training.jax_state import JaxCheckpoints, Scalar, StepFunctions
+from dare_tf.training.progress import RunProgress
+from dare_tf.training.seeds import run_seeds, seed_result
+
+
+@public("dare_tf.training")
+class JaxSeedRun:
+    """One seed's run on JAX: its schedule, model, device input, jitted step and
+    evaluation functions (`jax_state.StepFunctions`), and the callbacks it
+    shares with TensorFlow's run; `run()` trains (resuming from the latest
+    checkpoint) and returns the seed's result."""
+
+    def __init__(self, data_dir: str, run_dir: str, config: TrainConfig, seed: int, spec: DatasetSpec,
+                 model_config, memory: dict[str, InMemorySplit], placement: Placement, chief: bool,
+                 report: Callable[[str], None], continuation: Continuation | None = None):
+        self.data_dir, self.run_dir, self.config, self.seed, self.spec = data_dir, run_dir, config, seed, spec
+        self.model_config, self.memory, self.placement, self.chief, self._print = (model_config, memory, placement,
+                                                                                   chief, report)
+        self.continuation = continuation
+        self.work_dir = run_dir if chief else os.path.join(run_dir, f".process-{jax.process_index()}")
+        os.makedirs(self.work_dir, exist_ok=True)
+        batch, train = config.schedule.batch_size, memory["train"]
+        if batch % placement.batch_shards:
+            raise ValueError(f"batch_size={batch} must be divisible by the {placement.batch_shards} devices "
+                             "the batch is split over")
+        self.steps_per_epoch = train.per_epoch // batch
+        if self.steps_per_epoch == 0:
+            raise ValueError(f"{data_dir}: the train split has fewer examples ({train.per_epoch}) than one batch "
+                             f"({batch} per step)")
+        self.total_steps = config.schedule.epochs * train.per_epoch // batch
+        self.warnings = [] if config.schedule.max_steps is not None else schedule_warnings(
+            self.total_steps, train.per_epoch, batch, config.schedule.epochs)
+        if config.schedule.max_steps is not None:
+            self.total_steps = min(self.total_steps, config.schedule.max_steps)
+        self.eval_every = config.schedule.eval_every or default_eval_every(self.total_steps)
+        keras.utils.set_random_seed(seed)
+        self.model = DareModel(model_config, seed=seed, name=config.preset)
+        self.model.task = ClickTask()
+        self.model.build()
+        self.model.compile(optimizer=keras.optimizers.Adam(config.optimizer.learning_rate))
+        self.model.optimizer.build(self.model.trainable_variables)
+        self.splits = {name: DeviceSplit(split, placement.replicate) for name, split in memory.items()}
+        self.functions = StepFunctions(self.model, self.splits["train"], placement)
+        self.best_auc, self.best_step = Scalar(-1.0), Scalar(-1)
+        self.checkpoints = JaxCheckpoints(os.path.join(self.work_dir, "checkpoints"))
+        self.started = time.perf_counter()
+
+    # -- evaluation ----------------------------------------------------------------------
+    def predict(self, split: str) -> dict[str, np.ndarray]:
+        """`predict_split`'s arrays (labels, probabilities, users, categories,
+        history lengths) over the whole split, with the current state."""
+        counts = [self.splits[s].count for s in ("val", "test") if s in self.splits]
+        size = evaluation_batch(self.config, self.model_config.max_len, counts)
+        return self.functions.predict(self.splits[split], size, self.config.reference_mode)
+
+    def refresh_batch_norm_statistics(self) -> None:
+        """BatchNorm's moving statistics from `bn_statistics_batches` training batches
+        (as on TensorFlow: the rows of the permutation of epoch 999)."""
+        cfg = self.config
+        if cfg.reference_mode or not cfg.schedule.bn_statistics_batches:
+            return
+        batch = cfg.schedule.batch_size
+        order = self.memory["train"].epoch_order(self.seed, 999)[: cfg.schedule.bn_statistics_batches * batch]
+        self.functions.refresh_batch_norm(order[: len(order) // batch * batch].reshape(-1, batch))
+
+    def callbacks(self) -> list:
+        validation = ExactValidation(lambda: (self.functions.sync(), self.refresh_batch_norm_statistics()),
+                                     lambda: self.predict("val"))
+        callbacks = [validation, KeepBestWeights(os.path.join(self.work_dir, BEST_WEIGHTS), self.best_auc,
+                                                 self.best_step, self.config.cascade.selection)]
+        if self.chief:
+            cfg = self.config
+            callbacks.append(AppendHistory(self.run_dir, self.steps_per_epoch, self.started,
+                                           self.report if cfg.runtime.verbose == 2 else None))
+            if cfg.runtime.verbose == 1:
+                callbacks.append(RunProgress(
+                    f"{cfg.preset} on {os.path.basename(os.path.normpath(self.data_dir))} (JAX, "
+                    f"{self.placement.describe()}), seed {cfg.seeds.index(self.seed) + 1} of {len(cfg.seeds)} "
+                    f"(seed {self.seed})", self.total_steps, self._print))
+        for callback in callbacks:
+            callback.set_model(self.model)
+        return callbacks
+
+    def report(self, step: int, val: dict, improved: bool) -> None:
+        self._print(f"{self.config.preset} on {os.path.basename(self.data_dir)} seed {self.seed}, step "
+                    f"{step}/{self.total_steps}: validation " + " ".join(f"{k} {v:.4f}" for k, v in val.items())
+                    + (f" (best {self.config.cascade.selection} so far)" if improved else ""))
+
+    # -- the run -------------------------------------------------------------------------
+    def training_order(self, skip: int) -> np.ndarray:
+        """The example indices of steps `skip` to `total_steps`, `[steps, batch]`:
+        the epochs' permutations back to back (`InputPlan.train_stream`'s)."""
+        batch, train = self.config.schedule.batch_size, self.memory["train"]
+        first, last = skip * batch // train.per_epoch, min(self.config.schedule.epochs,
+                                                          -(-self.total_steps * batch // train.per_epoch))
+        order = np.concatenate([train.epoch_order(self.seed, e)[: train.per_epoch] for e in range(first, last)])
+        start = skip * batch - first * train.per_epoch
+        return order[start: start + (self.total_steps - skip) * batch].reshape(-1, batch)
+
+    def run(self) -> dict:
+        functions = self.functions
+        latest = self.checkpoints.latest()
+        if latest is not None:
+            extra = self.checkpoints.restore(latest, functions.variables())
+            self.best_auc.assign(extra["best_auc"])
+            self.best_step.assign(extra["best_step"])
+        elif self.continuation is not None:
+            self.continuation.grow_into(self.model)
+        step = int(self.model.optimizer.iterations.numpy())
+        if self.chief:
+            truncate_history(self.run_dir, step)
+        if step < self.total_steps:
+            if self.chief and self.seed == self.config.seeds[0]:
+                for warning in self.warnings:
+                    self._print(f"warning: {warning}")
+            self._train(step)
+        return self._finish()
+
+    def _train(self, step: int) -> None:
+        callbacks, functions = self.callbacks(), self.functions
+        functions.load()
+        for callback in callbacks:
+            callback.on_train_begin()
+        order = self.training_order(step)
+        chunk = self.config.execution_steps(self.eval_every)
+        losses, done = [], step
+        while done < self.total_steps:
+            calls = min(self.eval_every - done % self.eval_every, self.total_steps - done)
+            for first in range(0, calls, chunk):
+                steps = min(chunk, calls - first)
+                losses.append(functions.train(order[done - step + first: done - step + first + steps]))
+            done += calls
+            self.model.optimizer.iterations.assign(done)  # (what the callbacks read; the state holds it too)
+            for callback in callbacks:
+                callback.on_train_batch_end(done % self.eval_every or self.eval_every)
+            values = np.concatenate([np.asarray(x) for x in losses])
+            bad = np.flatnonzero(~np.isfinite(values))
+            if len(bad):
+                at = done - len(values) + int(bad[0]) + 1
+                raise NonFiniteLossError(f"training loss became {values[bad[0]]} at step {at} (epoch "
+                                         f"{(at - 1) // self.steps_per_epoch}, seed {self.seed} of "
+                                         f"{self.config.preset}); lower --learning_rate or check the data")
+            logs = {"loss": float(values.mean())}
+            losses = []
+            for callback in callbacks:
+                callback.on_epoch_end(done // self.eval_every - 1, logs)
+            require_space(self.checkpoints.directory, 2 * variables_bytes(functions.variables()), "a checkpoint")
+            self.checkpoints.save(done, functions.variables(), best_auc=float(self.best_auc),
+                                  best_step=int(self.best_step))
+            functions.load()
+
+    def _finish(self) -> dict:
+        self.checkpoints.wait()
+        steps = int(self.model.optimizer.iterations.numpy())
+        best = os.path.join(self.work_dir, BEST_WEIGHTS)
+        if os.path.exists(best):
+            self.model.load_weights(best)
+        self.functions.load()
+        result = seed_result(self.seed, steps, int(self.best_step), read_history(self.run_dir),
+                             lambda: self.predict("val"), self.predict("test"), self.model_config, self.warnings,
+                             self.total_steps, self.spec)
+        if self.chief:
+            require_space(self.run_dir, variables_bytes(self.model.weights), f"the trained model ({MODEL})")
+            self.model.save(os.path.join(self.run_dir, MODEL))
+            atomic_json(os.path.join(self.run_dir, SEED_RESULT), result)
+        return result
+
+
+@public("dare_tf.training")
+def train_on_jax(data_dir: str, output_dir: str, config: TrainConfig, overwrite: bool = False,
+                 report: Callable[[str], None] = print, flags_text: str | None = None) -> dict:
+    """`dare_tf.training.train` on Keras's JAX backend: every seed of `config`,
+    `output_dir/results.json` written and returned."""
+    from dare_tf.run_directory import RunDirectory
+    from dare_tf.training.seeds import trainable_spec
+
+    problem = refusal(config)
+    if problem:
+        raise ValueError(problem)
+    spec = trainable_spec(data_dir)
+    placement = Placement(distribution_for(config.runtime))
+    model_config = placement.fit_model_config(effective_model_config(config, spec, None))
+    continuation = (Continuation.load(config.init_from, config.preset, model_config, data_dir)
+                    if config.init_from else None)
+    chief = jax.process_index() == 0
+    loaded: dict = {}
+
+    def train_seed(seed: int, run_dir: str) -> dict:
+        if not loaded:  # once, for the first seed that trains
+            for split in ("train", "val", "test"):
+                need = InMemorySplit.estimated_bytes(spec, split)
+                if need > config.data.in_memory_mb * 2**20:
+                    raise ValueError(f"{data_dir}: the {split} split's examples take {math.ceil(need / 2**20)} MiB, "
+                                     f"more than --in_memory_mb={config.data.in_memory_mb}; the trainer on JAX holds "
+                                     "every split in memory: raise --in_memory_mb, or train on TensorFlow, which "
+                                     "streams the shards")
+                loaded[split] = InMemorySplit.load(data_dir, split, spec, model_config.max_len)
+        with placement.scope():
+            return JaxSeedRun(data_dir, run_dir, config, seed, spec, model_config, loaded, placement, chief,
+                              report, continuation).run()
+
+    with RunDirectory(output_dir).lock() if chief else contextlib.nullcontext():
+        return run_seeds(data_dir, output_dir, config, spec, model_config, chief, overwrite, flags_text,
+                         continuation, train_seed, backend="jax")
+

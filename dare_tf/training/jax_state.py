@@ -1,0 +1,223 @@
+"""The JAX trainer's state: its jitted functions over explicit variable values
+(`StepFunctions`: the training steps, predictions and BatchNorm's statistics,
+Keras's stateless API), its checkpoints (`JaxCheckpoints`) and the scalars
+`KeepBestWeights` keeps (`Scalar`). No TensorFlow."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import threading
+import time
+
+import jax
+import jax.numpy as jnp
+import keras
+import numpy as np
+
+from dare_tf._faces import public
+from dare_tf.data.storage.schema import HIST_ITEMS, TARGET_CATEGORY, USER
+
+
+class Scalar:
+    """A number with `assign`, read with `float` / `int` (the best metric and its
+    step; a float32 variable would round the metric it is compared with)."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def assign(self, value) -> None:
+        self.value = value
+
+    def __float__(self) -> float:
+        return float(self.value)
+
+    def __int__(self) -> int:
+        return int(self.value)
+
+
+@public("dare_tf.training")
+class JaxCheckpoints:
+    """`directory/ckpt-<step>.npz`: the values of a run's variables (model and
+    optimizer, in order, each named by its path and checked by shape on restore)
+    and a few scalars; written atomically (a temporary file renamed), in the
+    background, the newest `keep` kept."""
+
+    PATTERN = re.compile(r"ckpt-(\d+)\.npz$")
+
+    def __init__(self, directory: str, keep: int = 2):
+        self.directory, self.keep = directory, keep
+        self._writer: threading.Thread | None = None
+        os.makedirs(directory, exist_ok=True)
+
+    def _steps(self) -> list[int]:
+        found = (self.PATTERN.search(p) for p in glob.glob(os.path.join(self.directory, "ckpt-*.npz")))
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def latest(self) -> str | None:
+        steps = self._steps()
+        return os.path.join(self.directory, f"ckpt-{steps[-1]}.npz") if steps else None
+
+    def save(self, step: int, variables: list, **scalars) -> str:
+        """Copies the values to the host and writes them in a thread of its own
+        (training goes on meanwhile; the next `save` or `wait` waits for it)."""
+        self.wait()
+        path = os.path.join(self.directory, f"ckpt-{step}.npz")
+        arrays = {f"v{i}": np.asarray(v.numpy()) for i, v in enumerate(variables)}
+        arrays["names"] = np.array([v.path for v in variables])
+        arrays.update({f"s_{k}": np.asarray(v, np.float64) for k, v in scalars.items()})
+        self._writer = threading.Thread(target=self._write, args=(path, arrays), daemon=False)
+        self._writer.start()
+        return path
+
+    def _write(self, path: str, arrays: dict) -> None:
+        tmp = f"{path}.tmp-{os.getpid()}.npz"
+        np.savez(tmp, **arrays)
+        os.replace(tmp, path)
+        for old in self._steps()[: -self.keep]:
+            os.remove(os.path.join(self.directory, f"ckpt-{old}.npz"))
+
+    def wait(self) -> None:
+        """Until the last checkpoint is on disk."""
+        if self._writer is not None:
+            self._writer.join()
+            self._writer = None
+
+    def restore(self, path: str, variables: list) -> dict:
+        """Assigns the checkpoint's values to `variables`; returns its scalars."""
+        with np.load(path) as data:
+            names = list(data["names"])
+            if len(names) != len(variables):
+                raise ValueError(f"{path}: holds {len(names)} variables; the run's model and optimizer have "
+                                 f"{len(variables)}: it is another model's checkpoint")
+            for i, variable in enumerate(variables):
+                value = data[f"v{i}"]
+                if tuple(value.shape) != tuple(variable.shape):
+                    raise ValueError(f"{path}: variable {names[i]} has shape {value.shape}; the run's "
+                                     f"{variable.path} has {tuple(variable.shape)}")
+                variable.assign(value)
+            return {k[2:]: data[k].item() for k in data.files if k.startswith("s_")}
+
+
+@public("dare_tf.training")
+class StepFunctions:
+    """A model's jitted functions on JAX over one explicit state (`state`: the
+    trainable, non-trainable and optimizer variables' values), each batch
+    assembled on the devices from a `DeviceSplit`:
+
+    - `train(rows)`: `len(rows)` training steps (a `lax.scan`; rows `[S, B]`
+      example indices of the train split), Keras's `compute_loss_and_updates`
+      and the optimizer's `stateless_apply`, the state donated; returns the
+      steps' losses (on the devices, not waited for);
+    - `predict(split, batch, training)`: the split's outputs, every batch full
+      (the last padded with example 0, its outputs dropped);
+    - `refresh_batch_norm(rows)`: each BatchNorm layer's moving statistics set
+      to the mean of its input's per-batch moments over the batches `rows`.
+
+    `load()` takes the state from the model's variables, `sync()` writes it back
+    (before anything reads the variables: callbacks, saving)."""
+
+    def __init__(self, model, train_split, placement):
+        self.model, self.train_split, self.placement = model, train_split, placement
+        self._jitted: dict = {}
+        self.state = None
+        self.compile_seconds: dict[str, float] = {}  # each function's first call, compiling included
+
+    def variables(self) -> list:
+        model = self.model
+        return [*model.trainable_variables, *model.non_trainable_variables, *model.optimizer.variables]
+
+    def load(self) -> None:
+        m = self.model
+        self.state = ([v.value for v in m.trainable_variables], [v.value for v in m.non_trainable_variables],
+                      [v.value for v in m.optimizer.variables])
+
+    def sync(self) -> None:
+        for variable, value in zip(self.variables(), [x for part in self.state for x in part], strict=True):
+            variable.assign(value)
+
+    def _train_function(self):
+        model, split = self.model, self.train_split
+        metrics = [v.value for v in model.metrics_variables]
+
+        def steps(state, arrays, rows):
+            def step(state, rows):
+                trainable, non_trainable, optimizer = state
+                features, labels = split.assemble(arrays, rows)
+                grad = jax.value_and_grad(model.compute_loss_and_updates, has_aux=True)
+                (_, (loss, _, non_trainable, _)), grads = grad(trainable, non_trainable, metrics, features, labels,
+                                                               None, training=True, optimizer_variables=optimizer)
+                trainable, optimizer = model.optimizer.stateless_apply(optimizer, grads, trainable)
+                return (trainable, non_trainable, optimizer), loss
+
+            return jax.lax.scan(step, state, rows)
+
+        return jax.jit(steps, donate_argnums=0, **self.placement.jit_shardings(self.state))
+
+    def _call(self, name: str, *args):
+        """The jitted function `name` on `args`; its first call is timed, to its end."""
+        if name in self.compile_seconds:
+            return self._jitted[name](*args)
+        started = time.perf_counter()
+        out = jax.block_until_ready(self._jitted[name](*args))
+        self.compile_seconds[name] = time.perf_counter() - started
+        return out
+
+    def train(self, rows: np.ndarray):
+        rows = np.asarray(rows, np.int32)
+        name = f"train/{len(rows)}"
+        if name not in self._jitted:
+            self._jitted[name] = self._train_function()
+        self.state, losses = self._call(name, self.state, self.train_split.arrays, self.placement.rows(rows))
+        return losses
+
+    def _forward(self, state, features, training: bool):
+        model = self.model
+        trainable, non_trainable, _ = state
+        mapping = [*zip(model.trainable_variables, trainable), *zip(model.non_trainable_variables, non_trainable)]
+        with keras.StatelessScope(state_mapping=mapping):
+            return model.forward(features, training=training)
+
+    def predict(self, split, batch: int, training: bool = False) -> dict[str, np.ndarray]:
+        key = f"predict/{id(split)}/{training}"
+        if key not in self._jitted:
+            def outputs(state, arrays, rows):
+                features, labels = split.assemble(arrays, rows)
+                return {"probabilities": self._forward(state, features, training)["probability"], "labels": labels,
+                        "users": features[USER], "categories": features[TARGET_CATEGORY],
+                        "history_length": jnp.sum(features[HIST_ITEMS] > 0, axis=1)}
+            self._jitted[key] = jax.jit(outputs)
+        count = split.count // batch * batch if training else split.count
+        if count == 0:
+            raise ValueError(f"the split has {split.count} examples, no complete batch of {batch}")
+        order = np.zeros(-(-count // batch) * batch, np.int32)
+        order[:count] = np.arange(count)
+        parts = [self._call(key, self.state, split.arrays, self.placement.batch(rows))
+                 for rows in order.reshape(-1, batch)]
+        return {k: np.concatenate([np.asarray(p[k]) for p in parts])[:count] for k in parts[0]}
+
+    def refresh_batch_norm(self, rows: np.ndarray) -> None:
+        model, split = self.model, self.train_split
+        norms = model.batch_norm_layers()
+        if "moments" not in self._jitted:
+            def moments(state, arrays, rows):
+                features, _ = split.assemble(arrays, rows)
+                out = self._forward(state, features, False)
+                return {k: (jnp.mean(out[k].astype("float32"), 0), jnp.var(out[k].astype("float32"), 0))
+                        for k in norms}
+            self._jitted["moments"] = jax.jit(moments)
+        sums = None
+        for batch in rows:
+            got = jax.device_get(self._call("moments", self.state, split.arrays, self.placement.batch(batch)))
+            sums = got if sums is None else jax.tree.map(np.add, sums, got)
+        if sums is None:
+            return
+        self.sync()
+        for name, (mean, variance) in sums.items():
+            norms[name].moving_mean.assign(mean / len(rows))
+            norms[name].moving_variance.assign(variance / len(rows))
+        self.load()
+
+
+__all__ = ["JaxCheckpoints", "Scalar", "StepFunctions"]

@@ -1,0 +1,147 @@
+"""dare_tf.training.jax_loop: `trainers.train` on Keras's JAX backend end to end,
+in processes where TensorFlow cannot be imported: the run directory a
+TensorFlow run writes, the same result for the same seed, a run killed with -9
+resumed to the same result, another backend's run refused, and the trained
+model exported by `serving.export` (on TensorFlow) answering what the JAX model
+predicts."""
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO
+
+pytest.importorskip("jax")
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("jax_trainer")]
+
+# Two epochs of the generated sample at batch 128 (76 steps), a validation and a checkpoint every 10.
+FLAGS = ["--model=dare", "--batch_size=128", "--epochs=2", "--eval_every=10", "--seeds=0", "--verbose=0",
+         "--bn_statistics_batches=4", "--eval_batch_size=1024"]
+ENV = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=REPO)
+PREDICT = """
+import sys, numpy as np, keras
+import dare_tf.models  # (registers DareModel)
+from dare_tf.data.feeding.memory import InMemorySplit
+model = keras.saving.load_model(sys.argv[1] + "/seed_0/model.keras")
+split = InMemorySplit.load(sys.argv[2], "val", max_len=model.model_config.max_len)
+x, _ = next(split.host_batches(np.arange(32), 32))
+np.savez(sys.argv[3], probability=np.asarray(model.predict(x, verbose=0)), **x)
+print("tensorflow" in sys.modules)
+"""
+
+
+def train_on_jax(data_dir, out, *flags, wait=True):
+    args = [sys.executable, "tests/no_tensorflow.py", "trainers.train", f"--data_dir={data_dir}",
+            f"--output_dir={out}", *FLAGS, *flags]
+    if not wait:
+        return subprocess.Popen(args, cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.run(args, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=600)
+
+
+def per_seed(out):
+    with open(os.path.join(out, "results.json")) as f:
+        return json.load(f)["per_seed"][0]
+
+
+@pytest.fixture(scope="module")
+def jax_run(taobao, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("jax_run") / "dare")
+    done = train_on_jax(taobao, out)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return out
+
+
+def test_the_trainer_on_jax_writes_a_tensorflow_runs_directory_without_tensorflow(jax_run):
+    """Issue 60 (1): the run directory, results, history, best weights and checkpoints, with no TensorFlow."""
+    seed = os.path.join(jax_run, "seed_0")
+    for name in ("results.json", "run_config.json", "flags.txt", "curves.png", "seed_0/history.jsonl",
+                 "seed_0/result.json", "seed_0/model.keras", "seed_0/best.weights.h5"):
+        assert os.path.exists(os.path.join(jax_run, name)), name
+    assert sorted(os.path.basename(p) for p in glob.glob(f"{seed}/checkpoints/*.npz")) == ["ckpt-70.npz",
+                                                                                         "ckpt-76.npz"]
+    history = [json.loads(line) for line in open(f"{seed}/history.jsonl")]
+    assert [h["step"] for h in history] == [10, 20, 30, 40, 50, 60, 70, 76]
+    result = per_seed(jax_run)
+    assert result["steps"] == 76 and result["best_step"] in [h["step"] for h in history if h["best"]]
+    assert result["val"] == next(h["val"] for h in history if h["step"] == result["best_step"])
+    assert 0.5 < result["test"]["auc"] < 1  # (the TensorFlow trainer: 0.60 with these flags)
+    with open(os.path.join(jax_run, "run_config.json")) as f:
+        assert json.load(f)["backend"] == "jax"
+
+
+def test_the_same_seed_gives_the_same_result_on_cpu(jax_run, taobao, tmp_path):
+    done = train_on_jax(taobao, str(tmp_path / "again"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert per_seed(str(tmp_path / "again"))["test"] == per_seed(jax_run)["test"]
+
+
+def test_a_run_killed_with_minus_9_resumes_to_the_same_result(jax_run, taobao, tmp_path):
+    out = str(tmp_path / "killed")
+    process = train_on_jax(taobao, out, wait=False)
+    deadline = time.time() + 300
+    while not glob.glob(f"{out}/seed_0/checkpoints/ckpt-*.npz") and process.poll() is None:
+        assert time.time() < deadline
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not os.path.exists(f"{out}/results.json"), "the run finished before it was killed"
+    done = train_on_jax(taobao, out)
+    assert done.returncode == 0, done.stderr[-3000:]
+    history = [json.loads(line)["step"] for line in open(f"{out}/seed_0/history.jsonl")]
+    assert history == [10, 20, 30, 40, 50, 60, 70, 76]  # no line twice
+    assert per_seed(out)["test"] == pytest.approx(per_seed(jax_run)["test"], abs=1e-6)
+
+
+def test_a_tensorflow_run_is_not_resumed_on_jax(taobao, tmp_path):
+    out = str(tmp_path / "tf")
+    os.makedirs(out)
+    from dare_tf.run_directory import RunDirectory
+    from dare_tf.training import TrainConfig, effective_model_config, run_identity
+    from dare_tf.data.storage.spec import DatasetSpec
+
+    spec = DatasetSpec.load(taobao)
+    config = TrainConfig.create(preset="dare", batch_size=128, epochs=2, eval_every=10, seeds=(0,),
+                                bn_statistics_batches=4, eval_batch_size=1024, verbose=0)
+    identity = run_identity(config, effective_model_config(config, spec, None), spec)
+    RunDirectory(out).start("ranking", identity, None)
+    done = train_on_jax(taobao, out)
+    assert done.returncode == 1
+    assert "backend" in done.stderr.strip().splitlines()[-1], done.stderr[-2000:]
+
+
+@pytest.mark.xdist_group("jax_trainer")
+def test_a_run_trained_on_jax_exports_and_answers_what_the_jax_model_predicts(jax_run, taobao, tmp_path):
+    """Issue 60 (3): `serving.export` (TensorFlow) of the JAX run; its SavedModel on raw ids
+    equals the JAX model's probabilities within 1e-5."""
+    import tensorflow as tf
+
+    from dare_tf.data.storage.id_maps import read_id_map
+    from dare_tf.serving.encoding import pad_histories
+
+    npz = str(tmp_path / "jax.npz")
+    done = subprocess.run([sys.executable, "-c", PREDICT, jax_run, taobao, npz], cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.split()[-1] == "False", done.stderr[-3000:]
+    jax_out = np.load(npz)
+    done = subprocess.run([sys.executable, "-m", "serving.export", f"--run_dir={jax_run}",
+                           f"--export_base={tmp_path / 'exports'}", "--model_name=dare"], cwd=REPO,
+                          capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=REPO))
+    assert done.returncode == 0, done.stderr[-3000:]
+    items = np.array([0] + [int(r) for r in read_id_map(taobao, "item")])
+    cats = np.array([0] + [int(r) for r in read_id_map(taobao, "category")])
+    hist_items = [list(items[row[row > 0]]) for row in jax_out["hist_items"]]
+    hist_cats = [list(cats[row[row > 0]]) for row in jax_out["hist_categories"]]
+    loaded = tf.saved_model.load(glob.glob(str(tmp_path / "exports" / "dare" / "*"))[0])
+    got = loaded.signatures["serving_default"](
+        target_item=tf.constant(items[jax_out["target_item"]], tf.int64),
+        target_category=tf.constant(cats[jax_out["target_category"]], tf.int64),
+        hist_items=tf.constant(pad_histories(hist_items)), hist_categories=tf.constant(pad_histories(hist_cats)))
+    assert jax_out["probability"].std() > 1e-3
+    np.testing.assert_allclose(got["probability"].numpy(), jax_out["probability"].reshape(-1), atol=1e-5)
