@@ -92,7 +92,7 @@ LOAD_SCRIPT = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
 import tensorflow  # noqa: F401  (started before the clock)
-from dare_tf.data.feeding.pipeline import InMemorySplit
+from dare_tf.data.feeding.memory import InMemorySplit
 from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.data.storage.store import SequenceStore
 spec = DatasetSpec.load(sys.argv[2])

@@ -110,7 +110,7 @@ import tensorflow as tf
 L, batch, aux, seconds = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], float(sys.argv[5])
 items, cats, users = 50_000, 1_000, 64
 import dare_tf
-from dare_tf.data.feeding.pipeline import InMemorySplit
+from dare_tf.data.feeding.memory import InMemorySplit
 from dare_tf.data.storage.store import SequenceStore
 import dare_tf.training as training
 rng = np.random.default_rng(0)

@@ -194,6 +194,24 @@ TABLES = {
         "samples/s of every preset's Keras train step (Adam) and prediction on Keras's JAX backend, measured in "
         "process on the lent GPU (the `device` column), all in the same run (L=200, K=20, d=16, 50k items, "
         "in-memory batches)"),
+    ("bench_gpu", "rows"): (
+        ["model", "batch", "harness_examples_per_s", "trainer_steps_examples_per_s", "share_of_harness",
+         "compile_s", "epoch_s", "full_epoch_projected_s", "step_bytes", "bound_examples_per_s", "measured_over_bound",
+         "peak_memory_bytes"],
+        "the trainer on JAX (`trainers.train`'s jitted steps, windows gathered on the device, 50 steps a call) "
+        "against the same model's `model.fit` on in-memory numpy batches (the harness), measured in process on the "
+        "lent GPU (the JSON's `device`: an NVIDIA H200) in the same run, d=16, L=200, on a Taobao-like log generated and prepared on that machine at "
+        "0.2 of its size (1,016,367 training examples): examples/s of the training steps, their share of the "
+        "harness, the compile seconds of the run's functions, one epoch's wall seconds (its validations every 150 "
+        "steps, BatchNorm refreshes, checkpoints, test predictions and saved model included), the full split's "
+        "5.1M examples projected at the steps' rate, XLA's bytes accessed per step and the rate those bytes allow "
+        "at the card's memory bandwidth (4.8 TB/s), and the process's peak device memory so far"),
+    ("bench_backends", "rows"): (
+        ["dataset", "model", "tensorflow_auc", "jax_auc", "difference", "two_se", "within_noise", "tensorflow_s",
+         "jax_s"],
+        "test AUC (mean of 3 seeds) of `trainers.train` on Keras's TensorFlow and JAX backends with the same flags "
+        "(batch 128, 3 epochs), the difference against two standard errors of the difference, and each 3-seed "
+        "run's wall seconds on this machine's CPUs"),
     ("bench_fields_jax", "step"): (
         None, "the step cost of behaviour fields on the lent NVIDIA H200, Keras on JAX (`bench_fields.py`: DARE and "
               "TWIN, L=200, K=20, d=16, 50k items, 0 to 4 extra fields of width 16, batch 2048), measured in process "

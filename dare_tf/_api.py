@@ -138,7 +138,7 @@ FACES = {
         "rerank": "dare_tf.reranking",
         "run_identity": "dare_tf.training.config",
         "summarize": "dare_tf.training.evaluation",
-        "train": "dare_tf.training.seeds",
+        "train": "dare_tf.training.trainer",
         "train_on_jax": "dare_tf.training.jax_loop",
         "worker_index": "dare_tf.training.workers",
         "worker_partitions": "dare_tf.training.workers",

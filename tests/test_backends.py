@@ -43,15 +43,16 @@ def test_models_train_on_jax_without_importing_tensorflow():
               "print(np.isfinite(loss), 'tensorflow' in sys.modules, tuple(ranked.shape))\n"
               "from dare_tf.training import TrainConfig, train\n"
               "try:\n    train('nowhere', 'nowhere', TrainConfig.create(preset='dare'))\n"
-              "except ValueError as e:\n    print(e)\n")
+              "except FileNotFoundError as e:\n    print(e)\n"
+              "print('tensorflow' in sys.modules)\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()
-    assert lines[-2] == "True False (2, 3)", done.stdout
-    # the trainer refuses another backend in one line, before anything cryptic
-    assert lines[-1].startswith("the trainer runs on Keras's TensorFlow backend (tf.data input, TensorFlow "
-                                "checkpoints and distribution); KERAS_BACKEND is 'jax'"), done.stdout
+    assert lines[-3] == "True False (2, 3)", done.stdout
+    # the trainer runs on JAX (tests/training/test_jax_loop.py): it reaches the dataset, still without TensorFlow
+    assert lines[-2] == "nowhere/spec.json not found: is 'nowhere' a prepared dataset (python -m data.prepare ...)?"
+    assert lines[-1] == "False", done.stdout
 
 
 def test_quiet_loads_tensorflow_without_its_start_up_notices():

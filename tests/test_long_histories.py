@@ -3,7 +3,7 @@ tests/data/preparation/test_prepare.py, the retrieved-only step in tests/test_mo
 
 import pytest
 
-from dare_tf.data.feeding.pipeline import InMemorySplit
+from dare_tf.data.feeding.memory import InMemorySplit
 from dare_tf.data.preparation.protocol import Protocol
 from dare_tf.data.preparation.in_memory import prepare
 from dare_tf.data.generation.synthetic import SyntheticConfig, write

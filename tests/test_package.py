@@ -217,6 +217,10 @@ def test_imports_set_no_environment_variable_and_touch_no_file_descriptor():
 # (module -> that file). Every other module of dare_tf with code of its own has its mirror:
 # dare_tf/a/b.py -> tests/a/test_b.py (a leading underscore dropped).
 TESTED_WITH = {
+    "dare_tf.training.jax_state": "tests/training/test_jax_loop.py",  # checkpoints and resume, through the trainer
+    "dare_tf.training.seeds": "tests/training/test_loop.py",  # the run over seeds, on both backends' trainers
+    "dare_tf.training.workers": "tests/training/test_distribution.py",
+    "dare_tf.training.trainer": "tests/training/test_jax_loop.py",  # (and every TensorFlow training test)
     "dare_tf._startup": "tests/test_programs.py",  # the programs' quieted start-up
     "dare_tf._api": "tests/test_faces.py",  # the generated faces, against their declarations
     "dare_tf._api_gen": "tests/test_faces.py",

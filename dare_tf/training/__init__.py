@@ -46,6 +46,6 @@ from dare_tf._faces import face_of, lazy_face
 
 _SUBMODULES = ("callbacks", "config", "device_input", "distribution", "evaluation", "evaluator", "input_plan",
                "jax_distribution", "jax_loop", "jax_state", "loop", "progress", "program_flags", "reranking", "seeds",
-               "sections", "workers")
+               "sections", "trainer", "workers")
 
 __getattr__, __dir__, __all__ = lazy_face(__name__, face_of(__name__), _SUBMODULES)

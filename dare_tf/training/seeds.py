@@ -1,8 +1,7 @@
-"""A run over its seeds, on any backend: `train`, the trainer's entry, which
-hands the run to `dare_tf.training.loop` on TensorFlow or
-`dare_tf.training.jax_loop` on JAX; the run directory's check and start, each
-seed trained (as the backend's loop says) or its finished result reused, a
-seed's result, and the run's `results.json`. No TensorFlow."""
+"""A run over its seeds, on any backend: the run directory's check and start,
+each seed trained (as the backend's loop, `dare_tf.training.loop` or
+`dare_tf.training.jax_loop`, says) or its finished result reused, a seed's
+result, and the run's `results.json`. No TensorFlow."""
 
 from __future__ import annotations
 
@@ -12,43 +11,11 @@ from typing import Callable
 
 from absl import logging
 
-from dare_tf._faces import public
 from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.run_directory import SEED_RESULT, RunDirectory
 from dare_tf.training.config import TrainConfig, identity_check, run_identity
 from dare_tf.training.diagnostics import run_warnings, seed_warnings
 from dare_tf.training.evaluation import evaluate_outputs, metrics_by_history_length, summarize
-
-
-@public("dare_tf.training")
-def train(data_dir: str, output_dir: str, config: TrainConfig, strategy=None, overwrite: bool = False,
-          report: Callable[[str], None] = print, flags_text: str | None = None) -> dict:
-    """Trains every seed of `config` (resuming or reusing finished ones) and
-    writes `output_dir/results.json`; returns its content. On Keras's TensorFlow
-    backend under `strategy` (a `tf.distribute` strategy; default: the
-    configuration's, `dare_tf.training.loop`); on JAX with no TensorFlow, the
-    configuration's `keras.distribution` (`dare_tf.training.jax_loop`).
-
-    `report` receives the progress lines (`verbose` 1 and 2); `flags_text`, the
-    program's effective flags, is written to `output_dir/flags.txt` (a flagfile
-    that reproduces the run)."""
-    import keras
-
-    backend = keras.backend.backend()
-    if backend == "jax":
-        if strategy is not None:
-            raise ValueError("a tf.distribute strategy was given to the trainer on JAX: pass none, and set "
-                             "--strategy=data_parallel or model_parallel (keras.distribution)")
-        from dare_tf.training.jax_loop import train_on_jax
-
-        return train_on_jax(data_dir, output_dir, config, overwrite, report, flags_text)
-    if backend != "tensorflow":
-        raise ValueError(f"the trainer runs on Keras's TensorFlow or JAX backend; KERAS_BACKEND is {backend!r}: "
-                         "set it to jax or unset it, or train with DareModel's own compile/fit on that backend "
-                         "(docs/library.md)")
-    from dare_tf.training.loop import train_on_tensorflow
-
-    return train_on_tensorflow(data_dir, output_dir, config, strategy, overwrite, report, flags_text)
 
 
 def run_seeds(data_dir: str, output_dir: str, config: TrainConfig, spec: DatasetSpec, model_config, chief: bool,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from dare_tf.data.feeding.pipeline import InMemorySplit
+from dare_tf.data.feeding.memory import InMemorySplit
 from dare_tf.data.preparation.in_memory import prepare
 from dare_tf.data.storage.id_maps import read_id_map
 from dare_tf.serving.client import ServingClient, make_example

@@ -192,7 +192,7 @@ def test_a_ranker_trained_on_retrieval_negatives_reports_the_cascade_it_is_selec
 
     spec = DatasetSpec.load(taobao)
     config = TrainConfig.create(negatives="retrieval:4", retrieval_run=two_stage["retrieval"], batch_size=250)
-    from dare_tf.data.feeding.pipeline import InMemorySplit
+    from dare_tf.data.feeding.memory import InMemorySplit
     memory = {"train": InMemorySplit.load(taobao, "train", spec)}
     loaded = Cascade.load(taobao, spec, config, spec.max_len, None, memory)
     sampler = loaded.sampler

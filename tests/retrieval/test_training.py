@@ -64,7 +64,7 @@ def test_train_retrieval_program_writes_recall_and_the_popularity_baseline(taoba
 @pytest.mark.tfrs
 def test_positives_assemble_the_windows_of_the_positive_examples_only(taobao):
     """At 5M training examples every example's window is 8 GB; the positives' are what is used."""
-    from dare_tf.data.feeding.pipeline import InMemorySplit
+    from dare_tf.data.feeding.memory import InMemorySplit
     from dare_tf.retrieval.training import positives
 
     split = InMemorySplit.load(taobao, "train")
@@ -99,7 +99,7 @@ def test_training_batches_are_the_positives_shuffled_with_their_windows_assemble
     gave when every history was held in memory, batch for batch."""
     import tensorflow as tf
 
-    from dare_tf.data.feeding.pipeline import InMemorySplit
+    from dare_tf.data.feeding.memory import InMemorySplit
     from dare_tf.retrieval.training import positive_columns, positives, training_batches
 
     split = InMemorySplit.load(taobao, "train")

@@ -40,7 +40,7 @@ def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
     export_saved_model(build_model("dare", other.num_items, other.num_categories, max_len=other.max_len, seed=0),
                        os.path.join(work, "other"), exports, "other")
     # the exported top-N equals the in-process index on real test histories (an unknown raw id included)
-    from dare_tf.data.feeding.pipeline import InMemorySplit
+    from dare_tf.data.feeding.memory import InMemorySplit
     from dare_tf.retrieval.model import load_retrieval_model
     from dare_tf.retrieval.training import (candidate_merger, catalogue, merged_candidates, positives,
                                             tower_scores)

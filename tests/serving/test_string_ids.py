@@ -217,7 +217,7 @@ def test_string_ids_through_the_stand_in_the_history_service_and_recommend(twins
 
 @pytest.mark.tfrs  # (the retrieval run: tensorflow-recommenders, make test's TF_USE_LEGACY_KERAS=1 run)
 def test_a_string_id_retrieval_export_is_its_run_in_strings_and_recommend_answers_in_them(twins, tmp_path):
-    from dare_tf.data.feeding.pipeline import InMemorySplit
+    from dare_tf.data.feeding.memory import InMemorySplit
     from dare_tf.data.storage.spec import DatasetSpec
     from dare_tf.export import export_run
     from dare_tf.histories import open_store

@@ -111,7 +111,7 @@ def test_small_splits_are_evaluated_in_the_batch_that_holds_them(planted, tmp_pa
     import tensorflow as tf
 
     from dare_tf import training
-    from dare_tf.data.feeding.pipeline import InMemorySplit
+    from dare_tf.data.feeding.memory import InMemorySplit
     from dare_tf.data.storage.spec import DatasetSpec
 
     data_dir, _ = planted

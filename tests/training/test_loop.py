@@ -136,7 +136,7 @@ def test_training_stream_resumes_at_any_step(taobao, in_memory_mb, tmp_path):
     len(train) examples from an epoch start is a permutation of the split."""
     import tensorflow as tf
 
-    from dare_tf.data.feeding.pipeline import InMemorySplit
+    from dare_tf.data.feeding.memory import InMemorySplit
     from dare_tf.data.storage.spec import DatasetSpec
     from dare_tf.training import effective_model_config
 
@@ -263,7 +263,7 @@ def test_drawn_negatives_train_in_whole_groups_fresh_each_epoch(taobao, tmp_path
     trains and reports the paper's metrics; what cannot be drawn is refused."""
     import tensorflow as tf
 
-    from dare_tf.data.feeding.pipeline import InMemorySplit
+    from dare_tf.data.feeding.memory import InMemorySplit
     from dare_tf.data.storage.spec import DatasetSpec
     from dare_tf.training import effective_model_config
     from dare_tf.training.reranking import Cascade
@@ -304,7 +304,7 @@ def test_the_training_stream_builds_only_the_epochs_its_steps_reach(taobao, tmp_
     million (which took a minute and 6 GB at epochs=1,000 on a 1M-row log)."""
     import tensorflow as tf
 
-    from dare_tf.data.feeding.pipeline import InMemorySplit
+    from dare_tf.data.feeding.memory import InMemorySplit
     from dare_tf.data.storage.spec import DatasetSpec
     from dare_tf.training import effective_model_config
     from dare_tf.training.input_plan import InputPlan

@@ -30,7 +30,6 @@ import numpy as np
 import tensorflow as tf
 
 from dare_tf._faces import public
-from dare_tf.data.feeding.memory import InMemorySplit
 from dare_tf.data.storage.fields import time_gap_buckets_tensor
 from dare_tf.data.storage.records import feature_spec, verify_shards
 from dare_tf.data.storage.spec import DatasetSpec
@@ -84,9 +83,10 @@ def assemble_fn(store: SequenceStore, max_len: int):
     return assemble
 
 
-def memory_batches(split: InMemorySplit, order: np.ndarray, batch_size: int) -> tf.data.Dataset:
-    """`InMemorySplit.batches` in tf.data: the split's columns as tensors (made once
-    per split), gathered by `order`'s batches and assembled (`assemble_fn`)."""
+def memory_batches(split, order: np.ndarray, batch_size: int) -> tf.data.Dataset:
+    """`InMemorySplit.batches` in tf.data (`split`, a `dare_tf.data.feeding.memory.InMemorySplit`):
+    the split's columns as tensors (made once per split), gathered by `order`'s
+    batches and assembled (`assemble_fn`)."""
     if split._tensors is None:
         split._tensors = {k: tf.constant(v) for k, v in split.columns.items()}
     columns, assemble = split._tensors, assemble_fn(split.store, split.max_len)

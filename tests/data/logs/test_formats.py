@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dare_tf.data.logs.formats import BadLineError, LogFormat, LogFormatError
-from dare_tf.data.feeding.pipeline import InMemorySplit
+from dare_tf.data.feeding.memory import InMemorySplit
 from dare_tf.data.preparation.protocol import Protocol
 from dare_tf.data.preparation.in_memory import prepare
 from dare_tf.data.storage.spec import DatasetSpec

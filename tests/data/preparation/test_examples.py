@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from dare_tf.data.feeding.pipeline import InMemorySplit
+from dare_tf.data.feeding.memory import InMemorySplit
 from dare_tf.data.preparation.protocol import Protocol
 from dare_tf.data.preparation.in_memory import prepare
 from dare_tf.data.storage.spec import SPLITS

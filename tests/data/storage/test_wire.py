@@ -1,6 +1,7 @@
-"""dare_tf.data.storage.wire: store shards read without TensorFlow give the columns
-`tf.io.parse_example` gives (gzip or not, with further fields and times), and
-`data.prepare --append` runs without loading TensorFlow."""
+"""dare_tf.data.storage.wire: store and example shards read without TensorFlow give
+the columns `tf.io.parse_example` gives (gzip or not, with further fields and
+times; example records with a key's bytes inside a value read record by record),
+and `data.prepare --append` runs without loading TensorFlow."""
 
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from dare_tf.data.preparation.protocol import Protocol
 from dare_tf.data.preparation.in_memory import prepare
 from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.data.storage.shards import STORE_KIND
-from dare_tf.data.storage.wire import decode_varints, parse_store
+from dare_tf.data.storage.wire import decode_varints, encode_examples, parse_examples, parse_store
 from tests.conftest import REPO
 from tests.data.preparation.test_append import DAY, _day_numbers, _days
 from tests.data.storage.test_fields import FORMAT, field_rows, write_log
@@ -49,6 +50,48 @@ def test_store_shards_parse_as_tensorflow_parses_them(kind, tmp_path):
     assert sorted(got) == sorted(expected) and len(got["uid"]) == spec.users
     for name, values in expected.items():
         np.testing.assert_array_equal(got[name], values, err_msg=name)
+
+
+@pytest.mark.parametrize("kind", ["taobao", "fields"])
+def test_example_shards_parse_as_tensorflow_parses_them(kind, tmp_path):
+    """Issue 60 (2): the trainer on JAX reads the example shards with the package's own decoder."""
+    from dare_tf.data.storage.records import _parse_files
+
+    if kind == "taobao":
+        prepare("taobao", TAOBAO, str(tmp_path / "d"), Protocol(min_clicks=100, partitions=3))
+    else:  # further fields' targets and the examples' times, uncompressed
+        prepare(FORMAT, write_log(tmp_path / "log.csv", field_rows()), str(tmp_path / "d"),
+                Protocol(min_clicks=20, train_targets=2, stride=2, time_gap=True, partitions=2), compression="")
+    spec = DatasetSpec.load(str(tmp_path / "d"))
+    import tensorflow  # noqa: F401
+
+    for split in ("train", "val", "test"):
+        paths = [str(tmp_path / "d" / name) for name in spec.shard_files(split)]
+        expected = _parse_files(paths, spec, split)
+        got = parse_examples(paths, spec.compression, spec.record_columns[0])
+        assert sorted(got) == sorted(expected) and len(got["uid"]) == spec.counts[split]
+        for name, values in expected.items():
+            np.testing.assert_array_equal(got[name], values, err_msg=f"{split} {name}")
+
+
+def test_a_record_holding_a_key_twice_is_read_record_by_record(tmp_path):
+    """Two serialized Examples back to back are one Example (protobuf merges them; a key
+    given twice keeps its last value): the all-at-once search finds one entry too many,
+    so the records are read one by one, as TensorFlow reads them."""
+    import tensorflow as tf
+
+    merged = encode_examples({"uid": np.array([5]), "label": np.array([1])})[0] + \
+        encode_examples({"label": np.array([0])})[0]
+    records = [merged, *encode_examples({"uid": np.array([2**40]), "label": np.array([1])})]
+    path = str(tmp_path / "x.tfrecord")
+    with tf.io.TFRecordWriter(path) as writer:
+        for record in records:
+            writer.write(record)
+    got = parse_examples([path], "", ("uid", "label"))
+    expected = tf.io.parse_example(records, {k: tf.io.FixedLenFeature([], tf.int64) for k in ("uid", "label")})
+    for name in ("uid", "label"):
+        np.testing.assert_array_equal(got[name], expected[name].numpy(), err_msg=name)
+    np.testing.assert_array_equal(got["label"], [0, 1])
 
 
 def test_an_append_runs_without_loading_tensorflow(tmp_path):
