@@ -201,11 +201,13 @@ TABLES = {
         "the trainer on JAX (`trainers.train`'s jitted steps, windows gathered on the device, 50 steps a call) "
         "against the same model's `model.fit` on in-memory numpy batches (the harness), measured in process on "
         "the lent GPU (the JSON's `device`: an NVIDIA H200) in the same run, d=16, L=200, on a Taobao-like log "
-        "generated and prepared on that machine at 0.2 of its size (1,016,367 training examples): examples/s of "
+        "generated and prepared on that machine at a fraction of its size (the JSON's `fraction`, "
+        "`train_examples`): examples/s of "
         "the training steps, their share of the harness, the compile seconds of the run's functions, one epoch's "
         "wall seconds (its validations every 150 steps, BatchNorm refreshes, checkpoints, test predictions and "
         "saved model included), the full split's 5.1M examples projected at the steps' rate, XLA's bytes "
-        "accessed per step and the rate those bytes allow at the card's memory bandwidth (4.8 TB/s), and the "
+        "accessed per step and the rate those bytes allow at the card's memory bandwidth (the JSON's "
+        "`device.bandwidth`), and the "
         "process's peak device memory so far"),
     ("bench_backends", "rows"): (
         ["dataset", "model", "tensorflow_auc", "jax_auc", "difference", "two_se", "within_noise", "tensorflow_s",
