@@ -215,6 +215,17 @@ TABLES = {
         "test AUC (mean of 3 seeds) of `trainers.train` on Keras's TensorFlow and JAX backends with the same flags "
         "(batch 128, 3 epochs), the difference against two standard errors of the difference, and each 3-seed "
         "run's wall seconds on this machine's CPUs"),
+    ("bench_fleet", "load"): (
+        ["store", "model_servers", "per_s", "p50_ms", "p99_ms", "failures"],
+        "16 clients of `recommend` by user id (the history read from the store, 200 retrieval candidates, the "
+        "ranker's `rank`), measured through the stand-in server (one or two replicas, round robin) on this "
+        "machine, in the same run: recommendations/s, p50 and p99 latency (ms) and failed requests, per store"),
+    ("bench_fleet", "faults"): (
+        ["fault", "recommendations", "failed", "appended", "acknowledged_lost", "duplicated",
+         "recommend_recovery_s", "append_recovery_s", "cluster_errors_retried"],
+        "each fault under the load above (the cluster, two stand-ins) with an appender acknowledging each click on "
+        "its master and one replica: recommendations served and failed, clicks acknowledged, lost and held twice, "
+        "and the seconds from the kill until recommendations and appends answer within twice their p99 before it"),
     ("bench_fields_jax", "step"): (
         None, "the step cost of behaviour fields on the lent NVIDIA H200, Keras on JAX (`bench_fields.py`: DARE and "
               "TWIN, L=200, K=20, d=16, 50k items, 0 to 4 extra fields of width 16, batch 2048), measured in process "

@@ -76,6 +76,7 @@ FACES = {
         "LocalModel": "dare_tf.serving.recommender",
         "Recommender": "dare_tf.serving.recommender",
         "ServingClient": "dare_tf.serving.client",
+        "channel_target": "dare_tf.serving.client",
         "explained_behaviours": "dare_tf.serving.encoding",
         "export_run": "dare_tf.export",
         "export_saved_model": "dare_tf.export.ranker",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 
 import numpy as np
 
@@ -47,6 +48,12 @@ SYNTHETIC_PROTOCOL = Protocol(min_clicks=50, max_len=100, train_targets=10, stri
 CASCADE_TRAINING = dict(negatives="uniform:8,retrieval:8", batch_size=1152, eval_batch_size=4096, epochs=3,
                         learning_rate=0.002, model_overrides=dict(top_k=20, embedding_dim=16))
 
+
+
+def _verbose() -> int:
+    """The demo's trainings: a progress bar over each run's steps where a terminal is
+    attached (`RunProgress`), else a line per validation (a log, a pipe)."""
+    return 1 if sys.stdout.isatty() else 2
 
 def _say(text: str) -> None:
     print(text, flush=True)
@@ -101,7 +108,7 @@ def _two_stage(work_dir: str, data_dir: str, export_base: str, overwrite: bool =
     ranker_run = os.path.join(work_dir, "cascade_ranker")
     _say("the cascade's ranker: DARE trained against uniform items and each training history's own retrieved "
          f"candidates (trainers.train --negatives={CASCADE_TRAINING['negatives']} --retrieval_run=...)")
-    train(data_dir, ranker_run, TrainConfig.create(preset="dare", retrieval_run=retrieval_run, verbose=2,
+    train(data_dir, ranker_run, TrainConfig.create(preset="dare", retrieval_run=retrieval_run, verbose=_verbose(),
                                                    **CASCADE_TRAINING), overwrite=overwrite, report=_say)
     paper = {f"{m}, paper's training": os.path.join(work_dir, "synthetic", "d16", m) for m in ("dare", "twin", "din")}
     retrieval.evaluate_cascade(data_dir, retrieval_run, {"dare, cascade negatives": ranker_run, **paper},
@@ -173,7 +180,7 @@ def run_demo(work_dir: str, data_root: str, taobao_sample: str, synthetic_users:
     parts.next("2. DARE, TWIN, DIN and DARE without target-aware representation (one seed each; "
          "a validation line 5 times per run, the trainer's default schedule)")
     base = TrainConfig.create(batch_size=DEMO_BATCH, eval_batch_size=4096, epochs=DEMO_EPOCHS, learning_rate=0.005,
-                              model_overrides=dict(top_k=20), verbose=2)
+                              model_overrides=dict(top_k=20), verbose=_verbose())
 
     def config_for(model, dim, data_dir):  # (the small real sample at a smaller batch: enough steps to train)
         small = DatasetSpec.load(data_dir).counts["train"] < DEMO_BATCH * 50

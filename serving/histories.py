@@ -36,7 +36,13 @@ from dare_tf.data.logs.formats import FILE_FORMATS, FORMATS, log_format_of
 
 FLAGS = flags.FLAGS
 COMMANDS = ("load", "append", "show")
-flags.DEFINE_string("store", None, "The history store: lmdb:DIR or redis://HOST:PORT[/DB].")
+flags.DEFINE_string("store", None, "The history store: lmdb:DIR, redis://HOST:PORT[/DB] or "
+                    "redis-cluster://HOST:PORT[,HOST:PORT...] (a Redis Cluster).")
+flags.DEFINE_integer("wait_replicas", 0, "load/append to a Redis Cluster: an append is acknowledged once each "
+                     "user's clicks are on its master and on this many of its replicas (Redis WAIT); 0: on the "
+                     "master (replicated asynchronously).", lower_bound=0)
+flags.DEFINE_float("retry_s", 30.0, "load/append to a Redis Cluster: seconds an append rides through a failover "
+                   "(MOVED, ASK, CLUSTERDOWN, lost connections retried) before it ends in one line.", lower_bound=0)
 flags.DEFINE_string("data_dir", None, "load: a prepared dataset (data.prepare) whose store to load.")
 flags.DEFINE_integer("max_clicks", None, "load/append to a new store: clicks kept per user (default: the "
                      "dataset's max_len for load, else the library's DEFAULT_MAX_CLICKS).", lower_bound=1)
@@ -164,9 +170,12 @@ def main(configuration):
     elif command == "append":
         fields = tuple(fmt.field_columns) + (("action",) if fmt.action_field else ())
         string_ids = fmt.string_ids
+    cluster = {"wait_replicas": FLAGS.wait_replicas, "retry_s": FLAGS.retry_s}
     with open_store(FLAGS.store, read_only=command == "show", max_clicks=max_clicks, fields=fields,
-                    string_ids=string_ids) as store:
+                    string_ids=string_ids, cluster=cluster) as store:
         {"load": lambda: load(store), "append": lambda: append(store, fmt), "show": lambda: show(store)}[command]()
+        if command != "show" and hasattr(store, "acknowledgement"):  # (a cluster: what the counts above mean)
+            print(f"acknowledged: {store.acknowledgement()}; {store.retried} transient cluster errors retried")
 
 
 def run():

@@ -278,6 +278,7 @@ TESTED_WITH = {
     "dare_tf.testing.loaded_model": "tests/testing/test_standin_server.py",  # versions switched, requests checked
     "dare_tf.testing.model_config": "tests/export/test_tf_serving.py",  # the configs the export writes, read back
     "dare_tf.testing.redis_server": "tests/histories/test_stores.py",
+    "dare_tf.testing.redis_cluster": "tests/histories/test_cluster_store.py",
     "dare_tf.testing.requests": "tests/testing/test_rest.py",
     "dare_tf.training.evaluator": "tests/training/test_evaluation.py",
     "dare_tf.training.input_plan": "tests/training/test_loop.py",

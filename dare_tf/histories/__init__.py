@@ -33,21 +33,28 @@ from dare_tf.histories.base import (CLICK, DEFAULT_MAX_CLICKS, Histories, Histor
 
 
 def open_store(url: str, read_only: bool = False, max_clicks: int | None = None, fields=None,
-               string_ids: bool | None = None) -> HistoryStore:
-    """The store at `url`: `lmdb:DIR` (created when missing, unless `read_only`) or
-    `redis://HOST:PORT[/DB]`. `max_clicks`, `fields` (names of further fields)
-    and `string_ids` (string ids, `--string_ids`) apply to a store created now
+               string_ids: bool | None = None, cluster: dict | None = None) -> HistoryStore:
+    """The store at `url`: `lmdb:DIR` (created when missing, unless `read_only`),
+    `redis://HOST:PORT[/DB]` or `redis-cluster://HOST:PORT[,HOST:PORT...]` (a
+    Redis Cluster; `cluster`: `ClusterStore`'s `wait_replicas` and `retry_s`).
+    `max_clicks`, `fields` (names of further fields) and `string_ids` (string
+    ids, `--string_ids`) apply to a store created now
     (default `DEFAULT_MAX_CLICKS`, none, integer ids); an existing store keeps
     those it was created with (other `fields` or ids are refused; None: any)."""
     if url.startswith("lmdb:"):
         from dare_tf.histories.lmdb_store import LmdbStore
 
         return LmdbStore(url[len("lmdb:"):], read_only, max_clicks, fields, string_ids)
+    if url.startswith("redis-cluster://"):
+        from dare_tf.histories.cluster_store import ClusterStore
+
+        return ClusterStore(url, read_only, max_clicks, fields=fields, string_ids=string_ids, **(cluster or {}))
     if url.startswith("redis://"):
         from dare_tf.histories.redis_store import RedisStore
 
         return RedisStore(url, read_only, max_clicks, fields=fields, string_ids=string_ids)
-    raise StoreError(f"--store={url!r}: a history store is lmdb:DIR or redis://HOST:PORT")
+    raise StoreError(f"--store={url!r}: a history store is lmdb:DIR, redis://HOST:PORT or "
+                     "redis-cluster://HOST:PORT[,HOST:PORT...]")
 
 
 __all__ = ["CLICK", "DEFAULT_MAX_CLICKS", "Histories", "HistoryStore", "StoreError", "click_dtype", "clicks",

@@ -33,24 +33,32 @@ class RedisStore(HistoryStore):
                  prefix: str = "dare:histories:", timeout: float = 5.0, fields=None, string_ids: bool | None = None):
         self.url, self.read_only, self.prefix = url, read_only, prefix
         try:
-            self.client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
-            stored = self.client.get(prefix + "config")
+            self.client = self._connect(url, timeout)
+            stored = self.client.get(self._meta("config"))
             if stored is None and not read_only:
                 config = {"format": _FORMAT, "max_clicks": max_clicks or DEFAULT_MAX_CLICKS,
                           **({"fields": list(fields)} if fields else {}),
                           **({"string_ids": True} if string_ids else {})}
-                self.client.set(prefix + "config", json.dumps(config), nx=True)  # (a concurrent creator wins)
-                stored = self.client.get(prefix + "config")
+                self.client.set(self._meta("config"), json.dumps(config), nx=True)  # (a concurrent creator wins)
+                stored = self.client.get(self._meta("config"))
         except _DOWN as e:
             raise StoreError(f"{url}: no Redis server answers ({e})") from e
         except ValueError as e:  # a malformed URL
             raise StoreError(f"--store={url!r}: not a Redis URL ({e}); expected redis://HOST:PORT[/DB]") from e
         if stored is None:
-            raise StoreError(f"{url}: holds no history store (no {prefix}config key); nothing to read")
+            raise StoreError(f"{url}: holds no history store (no {self._meta('config')} key); nothing to read")
         config = json.loads(stored)
         if config.get("format") != _FORMAT:
-            raise StoreError(f"{url}: {prefix}config is of format {config.get('format')!r}, expected {_FORMAT}")
+            raise StoreError(f"{url}: {self._meta('config')} is of format {config.get('format')!r}, expected {_FORMAT}")
         self._configured(config, fields, string_ids)
+
+    @staticmethod
+    def _connect(url: str, timeout: float):
+        return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+
+    def _meta(self, name: str) -> str:
+        """The key of the store's own `name` (config, ids, names, next_id, users, note:...)."""
+        return self.prefix + name
 
     @contextlib.contextmanager
     def _answering(self):
@@ -65,19 +73,19 @@ class RedisStore(HistoryStore):
         new string takes the next `next_id`, its name written before its code, and
         of two writers numbering one string at once, the first code kept."""
         with self._answering():
-            found = self.client.hmget(self.prefix + "ids", texts)
+            found = self.client.hmget(self._meta("ids"), texts)
             for i, (text, code) in enumerate(zip(texts, found)):
                 if code is None and create:
-                    fresh = self.client.incr(self.prefix + "next_id")
-                    self.client.hset(self.prefix + "names", fresh, text)
-                    if not self.client.hsetnx(self.prefix + "ids", text, fresh):
-                        code = self.client.hget(self.prefix + "ids", text)
+                    fresh = self.client.incr(self._meta("next_id"))
+                    self.client.hset(self._meta("names"), fresh, text)
+                    if not self.client.hsetnx(self._meta("ids"), text, fresh):
+                        code = self.client.hget(self._meta("ids"), text)
                     found[i] = fresh if code is None else code
             return np.array([-1 if c is None else int(c) for c in found], np.int64)
 
     def _texts(self, codes) -> list[str]:
         with self._answering():
-            return [t.decode() for t in self.client.hmget(self.prefix + "names", [int(c) for c in codes])]
+            return [t.decode() for t in self.client.hmget(self._meta("names"), [int(c) for c in codes])]
 
     def _key(self, user: int) -> str:
         return f"{self.prefix}u:{user}"
@@ -96,7 +104,7 @@ class RedisStore(HistoryStore):
                                   for new, old in zip(by_user.values(), pipe.mget(keys))]
                         pipe.multi()
                         pipe.mset(dict(zip(keys, packed)))
-                        pipe.sadd(self.prefix + "users", *by_user)
+                        pipe.sadd(self._meta("users"), *by_user)
                         pipe.execute()
                         return {user: len(p) // self.dtype.itemsize for user, p in zip(by_user, packed)}
                     except redis.WatchError:  # another writer changed one of these users: again
@@ -104,17 +112,20 @@ class RedisStore(HistoryStore):
 
     def _read(self, users: list[int], max_len: int | None) -> list[np.ndarray]:
         with self._answering():
-            with self.client.pipeline(transaction=False) as pipe:
-                for user in users:  # only the last max_len clicks travel
-                    pipe.getrange(self._key(user), -self.dtype.itemsize * max_len if max_len else 0, -1)
-                return [np.frombuffer(value, self.dtype) for value in pipe.execute()]
+            return self._read_pipelined(users, max_len)
+
+    def _read_pipelined(self, users: list[int], max_len: int | None) -> list[np.ndarray]:
+        with self.client.pipeline(transaction=False) as pipe:
+            for user in users:  # only the last max_len clicks travel
+                pipe.getrange(self._key(user), -self.dtype.itemsize * max_len if max_len else 0, -1)
+            return [np.frombuffer(value, self.dtype) for value in pipe.execute()]
 
     def note(self, name: str, value: str | None = None) -> str | None:
         with self._answering():
             if value is not None:
                 self._writable()
-                self.client.set(f"{self.prefix}note:{name}", value)
-            stored = self.client.get(f"{self.prefix}note:{name}")
+                self.client.set(self._meta(f"note:{name}"), value)
+            stored = self.client.get(self._meta(f"note:{name}"))
             return None if stored is None else stored.decode()
 
     def size(self, user) -> int:
@@ -122,12 +133,12 @@ class RedisStore(HistoryStore):
             return int(self.client.strlen(self._key(self._user(user)))) // self.dtype.itemsize
 
     def _users(self) -> Iterator[int]:
-        for user in self.client.sscan_iter(self.prefix + "users"):
+        for user in self.client.sscan_iter(self._meta("users")):
             yield int(user)
 
     def __len__(self) -> int:
         with self._answering():
-            return int(self.client.scard(self.prefix + "users"))
+            return int(self.client.scard(self._meta("users")))
 
     def close(self) -> None:
         self.client.close()

@@ -28,7 +28,44 @@ from dare_tf.ids import as_ids
 from dare_tf.serving.encoding import in_own_history, rank_results, rank_tensors, request_tensors, row_errors
 from dare_tf.signatures import CLASSIFY, EXPLAIN, RANK, RANK_EXPLAIN, REGRESS, SERVING_DEFAULT
 
+# Retried: every call of this client is a read (Predict, Classify, Regress, GetModelMetadata), so a
+# call that failed UNAVAILABLE (no server reached, or the one reached died) cannot answer twice if
+# sent again; any other status (DEADLINE_EXCEEDED included: the server may still be working) is not.
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE,)
+# Between connection attempts to a server that went away (gRPC's default starts at 1 s and grows to
+# 120 s): a restarted replica takes traffic again within a second.
+RECONNECT_MS = {"grpc.initial_reconnect_backoff_ms": 100, "grpc.min_reconnect_backoff_ms": 100,
+                "grpc.max_reconnect_backoff_ms": 1000}
+
+
+@public("dare_tf.serving")
+def channel_target(servers: str) -> tuple[str, list[tuple[str, object]]]:
+    """The gRPC target and channel options of `servers`: `HOST:PORT`, or several
+    `HOST:PORT,HOST:PORT,...` (replicas of one model server), each host resolved
+    once to its address, balanced by gRPC's `round_robin` policy (a server that
+    stops answering is left out until it answers again)."""
+    import socket
+
+    entries = [entry.strip() for entry in servers.split(",")]
+    options = [("grpc.max_receive_message_length", 64 << 20), *RECONNECT_MS.items()]
+    if len(entries) == 1:
+        return entries[0], options
+    addresses = []
+    for entry in entries:
+        host, _, port = entry.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"--server={servers!r}: {entry!r} is not HOST:PORT")
+        try:
+            family, *_, address = socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)[0]
+        except socket.gaierror as e:
+            raise ValueError(f"--server={servers!r}: {host!r} does not resolve ({e})") from None
+        addresses.append((family, address))
+    if len({family for family, _ in addresses}) > 1:
+        raise ValueError(f"--server={servers!r}: mixes IPv4 and IPv6 addresses; give one kind")
+    v6 = addresses[0][0] == socket.AF_INET6
+    target = ("ipv6:" if v6 else "ipv4:") + ",".join(f"[{a[0]}]:{a[1]}" if v6 else f"{a[0]}:{a[1]}"
+                                                      for _, a in addresses)
+    return target, [*options, ("grpc.lb_policy_name", "round_robin")]
 
 
 @public("dare_tf.serving")
@@ -53,10 +90,12 @@ class ServingClient:
     """gRPC client of TF Serving's PredictionService for one model.
 
     Args:
-        target: `host:port` of the gRPC endpoint.
+        target: `host:port` of the gRPC endpoint, or several (`h1:p1,h2:p2`:
+            replicas, balanced round robin; `channel_target`).
         model_name: the served model's name.
         timeout: seconds per call.
-        retries: extra attempts after UNAVAILABLE, with exponential backoff.
+        retries: extra attempts after UNAVAILABLE (`RETRYABLE`), with exponential
+            backoff; with several servers the next attempt goes to another.
         backoff: seconds before the first retry.
         version: a model version to pin (None: the latest).
     """
@@ -65,7 +104,8 @@ class ServingClient:
                  backoff: float = 0.1, version: int | None = None):
         self.model_name, self.timeout, self.retries, self.backoff, self.version = (
             model_name, timeout, retries, backoff, version)
-        self.channel = grpc.insecure_channel(target, options=[("grpc.max_receive_message_length", 64 << 20)])
+        target, options = channel_target(target)
+        self.channel = grpc.insecure_channel(target, options=options)
         self.stub = prediction_service_pb2_grpc.PredictionServiceStub(self.channel)
 
     def close(self) -> None:

@@ -223,6 +223,22 @@ def history_line(user_id, history, url: str) -> str:
             f"{history.categories[0, n - 1]}, {utc_time(at) if at > 0 else 'time unknown'}")
 
 
+def candidates_line(counts: dict) -> str:
+    """`recommend`'s second line: what the candidates hold (`candidate_counts`), so
+    that a live click shows in them even where the ranker's top does not move."""
+    from dare_tf.retrieval.candidates import SOURCES
+
+    sources = counts.get("sources")
+    line = f"the {counts['n']} candidates"
+    if sources is not None:
+        named = [*SOURCES, *sorted(set(sources) - set(SOURCES))]
+        line += ": " + ", ".join(f"{sources.get(name, 0)} {name}" for name in named)
+    if "newest_category" in counts:
+        line += (f"{';' if sources is not None else ':'} {counts['in_newest_category']} of the newest click's "
+                 f"category {counts['newest_category']}")
+    return line
+
+
 @public("dare_tf.serving")
 def format_recommendations(result: dict, hist_items, hist_categories, behaviours: int = 3) -> str:
     """A markdown table of `Recommender.recommend`'s result (with the source that

@@ -148,6 +148,7 @@ class Recommender:
                   "retrieval_score": retrieved["scores"][order]}
         if "sources" in retrieved:
             result["source"] = retrieved["sources"][order]
+        result["candidates"] = candidate_counts(retrieved, categories)
         if explain:
             result["history_index"] = ranked["history_index"][order]
             result["attention_weight"] = ranked["attention_weight"][order]
@@ -255,6 +256,23 @@ class Recommender:
             now = int(time.time()) if now is None else int(now)
             fields[HIST_TIME_GAP] = now - history.times[:1]
         return fields
+
+
+def candidate_counts(retrieved: dict, hist_categories) -> dict:
+    """What the retrieval model's candidates hold: `n`, the count each source placed
+    (where the export reports sources), and `newest_category`, the category of the
+    history's newest click with `in_newest_category`, the candidates of it (a click
+    of a new category brings such candidates through `recent_categories`, where the
+    retrieval run's quotas give it a share)."""
+    out = {"n": len(retrieved["items"])}
+    if "sources" in retrieved:
+        names, counts = np.unique(retrieved["sources"], return_counts=True)
+        out["sources"] = {str(k): int(v) for k, v in zip(names, counts)}
+    if len(hist_categories):
+        newest = hist_categories[-1]
+        out["newest_category"] = newest.item() if hasattr(newest, "item") else newest
+        out["in_newest_category"] = int(np.sum(retrieved["categories"] == newest))
+    return out
 
 
 def _decoded(values: np.ndarray) -> np.ndarray:

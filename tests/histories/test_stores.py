@@ -1,7 +1,7 @@
-"""The history service's two stores against one contract: time order, the cap,
+"""The history service's stores against one contract: time order, the cap,
 unknown users, read-only refusals, atomic appends under concurrent readers, a
-killed writer, and one-line errors; Redis on a real redis-server started on a
-free localhost port."""
+killed writer, and one-line errors; LMDB, Redis on a real redis-server started on a
+free localhost port, and a Redis Cluster of 3 masters and a replica each."""
 
 import os
 import re
@@ -25,12 +25,26 @@ def redis_url(tmp_path_factory):
         yield url
 
 
-@pytest.fixture(params=["lmdb", "redis"])
+@pytest.fixture(scope="module")
+def cluster_url(tmp_path_factory):
+    from dare_tf.testing.redis_cluster import RedisCluster
+
+    with RedisCluster(str(tmp_path_factory.mktemp("cluster"))) as url:
+        yield url
+
+
+@pytest.fixture(params=["lmdb", "redis", "cluster"])
 def store_url(request, tmp_path, redis_url):
-    if request.param == "lmdb":
-        return f"lmdb:{tmp_path / 'histories'}"
     import redis
 
+    if request.param == "lmdb":
+        return f"lmdb:{tmp_path / 'histories'}"
+    if request.param == "cluster":
+        url = request.getfixturevalue("cluster_url")
+        from dare_tf.histories.cluster_store import startup_nodes
+
+        redis.RedisCluster(startup_nodes=startup_nodes(url)).flushall(target_nodes=redis.RedisCluster.PRIMARIES)
+        return url
     redis.Redis.from_url(redis_url).flushall()
     return redis_url
 
@@ -110,7 +124,8 @@ def test_refusals_are_one_line(store_url, redis_url, tmp_path):
     assert (tmp_path / "docs" / "notes.txt").read_text() == "mine"  # nothing written there
     with pytest.raises(StoreError, match=r"^redis://127.0.0.1:1: no Redis server answers \(.*refused"):
         open_store("redis://127.0.0.1:1")
-    with pytest.raises(StoreError, match=r"^--store='mysql://x': a history store is lmdb:DIR or redis://HOST:PORT$"):
+    with pytest.raises(StoreError, match=r"^--store='mysql://x': a history store is lmdb:DIR, redis://HOST:PORT or "
+                                         r"redis-cluster://HOST:PORT\[,HOST:PORT...\]$"):
         open_store("mysql://x")
 
 

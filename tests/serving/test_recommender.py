@@ -166,6 +166,7 @@ def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
     assert code == 0, stderr
     assert stdout.splitlines()[0] == (f"user 4242: no clicks in {store_url} (an unknown user, or none yet): ranked "
                                       "for an empty history")
+    assert stdout.splitlines()[1].startswith("the 50 candidates: "), stdout
     assert live["bad_store"][0] == 1 and len(live["bad_store"][1]) == 1, live["bad_store"]
     assert "redis://127.0.0.1:1: no Redis server answers" in live["bad_store"][1][0]
     index = out["index"]
@@ -194,8 +195,12 @@ def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
     assert len(out["empty"]) == 5 and np.isfinite(out["empty"]).all() and out["empty"] == out["padding"]
     code, stdout, stderr = out["cli"]
     assert code == 0, stderr
-    assert "| rank | item | category | P(click) |" in stdout and len(stdout.strip().splitlines()) == 7
+    assert "| rank | item | category | P(click) |" in stdout and len(stdout.strip().splitlines()) == 8
     assert f"| 1 | {out['items'][0]} |" in stdout
+    # what the 50 candidates hold (first-day issue (5)): by source, and of the history's newest category
+    first = stdout.splitlines()[0]
+    assert first.startswith("the 50 candidates: ") and " two_tower, " in first, first
+    assert first.endswith(f" of the newest click's category {hist_cats[-1]}"), first
 
 
 def test_the_first_line_names_the_history_and_its_newest_click():
@@ -216,3 +221,24 @@ def test_the_first_line_names_the_history_and_its_newest_click():
     history.lengths[0] = 0
     assert history_line(7, history, "lmdb:h") == (
         "user 7: no clicks in lmdb:h (an unknown user, or none yet): ranked for an empty history")
+
+
+def test_the_second_line_counts_the_candidates_by_source_and_of_the_newest_category():
+    """First-day issue (5): after clicks of a new category the ranker's top ten may not move (the
+    retrieval run's quotas chosen on validation can give `recent_categories` no share); the
+    second line shows what the click did change: the candidates of its category, by source."""
+    from dare_tf.serving.encoding import candidates_line
+    from dare_tf.serving.recommender import candidate_counts
+
+    retrieved = {"items": np.array(["a", "b", "c", "d"], object),
+                 "categories": np.array(["Toys", "Electronics", "Electronics", "Toys"], object),
+                 "sources": np.array(["two_tower", "recent_categories", "recent_categories", "popularity"])}
+    counts = candidate_counts(retrieved, np.array(["Toys", "Electronics"], object))
+    assert counts == {"n": 4, "sources": {"popularity": 1, "recent_categories": 2, "two_tower": 1},
+                      "newest_category": "Electronics", "in_newest_category": 2}
+    assert candidates_line(counts) == ("the 4 candidates: 1 two_tower, 1 popularity, 2 recent_categories; 2 of "
+                                       "the newest click's category Electronics")
+    del retrieved["sources"]
+    assert candidates_line(candidate_counts(retrieved, np.array([7]))) == (
+        "the 4 candidates: 0 of the newest click's category 7")
+    assert candidates_line(candidate_counts(retrieved, np.zeros(0))) == "the 4 candidates"

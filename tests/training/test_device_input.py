@@ -12,12 +12,10 @@ from tests.data.feeding.test_memory import datasets  # noqa: F401 (the fixture)
 jax = pytest.importorskip("jax")
 
 
-@pytest.mark.parametrize("name", ["taobao", "fields"])
-@pytest.mark.parametrize("split_name", ["train", "test"])
-def test_device_windows_equal_the_pipelines(datasets, name, split_name):  # noqa: F811
+def _check_windows(data_dir: str, split_name: str) -> None:
     from dare_tf.training.device_input import DeviceSplit
 
-    split = InMemorySplit.load(datasets[name], split_name, max_len=50)
+    split = InMemorySplit.load(data_dir, split_name, max_len=50)
     device = DeviceSplit(split)
     assemble = jax.jit(device.assemble)
     batch = min(32, len(split) // 3)
@@ -28,6 +26,16 @@ def test_device_windows_equal_the_pipelines(datasets, name, split_name):  # noqa
         for key, value in features.items():
             np.testing.assert_array_equal(np.asarray(value), x[key].numpy(), err_msg=key)
         np.testing.assert_array_equal(np.asarray(labels), y.numpy())
+
+
+@pytest.mark.parametrize("name", ["taobao", "fields"])
+@pytest.mark.parametrize("split_name", ["train", "test"])
+def test_device_windows_equal_the_pipelines(datasets, name, split_name):  # noqa: F811
+    _check_windows(datasets[name], split_name)
+
+
+def test_device_windows_equal_the_pipelines_on_the_real_taobao_sample(real_taobao):
+    _check_windows(real_taobao, "train")
 
 
 def test_times_past_int32_offsets_are_refused(datasets):  # noqa: F811

@@ -6,7 +6,8 @@ import sys
 import numpy as np
 import pytest
 
-from dare_tf.data.feeding.memory import InMemorySplit, make_dataset
+from dare_tf.data.feeding.memory import InMemorySplit
+from dare_tf.data.feeding.pipeline import make_dataset
 from dare_tf.data.preparation.prepared import item_categories
 from dare_tf.data.storage.spec import DatasetSpec, SpecError
 from dare_tf.data.storage.id_maps import read_id_map

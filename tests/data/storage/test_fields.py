@@ -14,7 +14,8 @@ import pytest
 from dare_tf.data.storage.fields import time_gap_buckets, time_gap_edges
 from dare_tf.data.logs.reader import read_clicks
 from dare_tf.data.logs.formats import LogFormat, LogFormatError, log_format_of
-from dare_tf.data.feeding.memory import InMemorySplit, make_dataset
+from dare_tf.data.feeding.memory import InMemorySplit
+from dare_tf.data.feeding.pipeline import make_dataset
 from dare_tf.data.preparation.protocol import Protocol
 from dare_tf.data.preparation.in_memory import prepare
 from dare_tf.data.storage.spec import SPLITS, DatasetSpec

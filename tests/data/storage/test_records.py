@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from dare_tf.data.feeding.memory import InMemorySplit, make_dataset
+from dare_tf.data.feeding.memory import InMemorySplit
+from dare_tf.data.feeding.pipeline import make_dataset
 from dare_tf.data.preparation.protocol import Protocol
 from dare_tf.data.preparation.in_memory import prepare
 from dare_tf.data.storage.records import ShardError, ShardReader, ShardWriter, read_shard, read_shards

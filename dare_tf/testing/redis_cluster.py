@@ -1,0 +1,172 @@
+"""A throwaway Redis Cluster on free localhost ports, for the tests and benchmarks of
+the cluster history store (`dare_tf.histories.cluster_store`): `masters` masters and
+`replicas` replicas of each, `redis-server` processes in cluster mode with
+append-only files, formed with redis-py's cluster commands (MEET, ADDSLOTS,
+REPLICATE); one node can be killed (-9) and started again from its files. And
+`ClickAppender`, a stream of live clicks whose acknowledged ones are kept, to check
+after a fault that each is in the store exactly once (`lost_and_duplicated`)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import threading
+import time
+
+from dare_tf.testing.redis_server import redis_server_binary
+
+SLOTS = 16384
+
+
+def _free_port() -> int:
+    """A free port whose cluster bus port (10,000 higher) is free too: at most 55535."""
+    import random
+
+    while True:
+        port = random.randint(20000, 45000)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 10000))
+            return port
+        except OSError:
+            continue
+
+
+class RedisCluster:
+    """`with RedisCluster(directory) as url:` a cluster answering on every slot;
+    `url` is `redis-cluster://127.0.0.1:P1,...`. `node_timeout_ms`: how long a
+    master may not answer before its replica takes over."""
+
+    def __init__(self, directory: str, masters: int = 3, replicas: int = 1, node_timeout_ms: int = 1000,
+                 start_timeout_s: float = 30.0):
+        self.directory, self.masters, self.replicas = directory, masters, replicas
+        self.node_timeout_ms, self.start_timeout_s = node_timeout_ms, start_timeout_s
+        self.ports = [_free_port() for _ in range(masters * (1 + replicas))]
+        self.processes: dict[int, subprocess.Popen] = {}
+
+    @property
+    def url(self) -> str:
+        return "redis-cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.ports)
+
+    def start(self, port: int) -> None:
+        """Starts (or restarts, from its node file and append-only file) the node on `port`."""
+        node_dir = os.path.join(self.directory, str(port))
+        os.makedirs(node_dir, exist_ok=True)
+        self.processes[port] = subprocess.Popen(
+            [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+             "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", str(self.node_timeout_ms),
+             "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--dir", node_dir],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self._wait(lambda: self.node(port).ping(), f"redis-server on port {port} did not start")
+
+    def node(self, port: int):
+        import redis
+
+        return redis.Redis(host="127.0.0.1", port=port, socket_timeout=2)
+
+    def _wait(self, ready, what: str) -> None:
+        import redis
+
+        deadline = time.monotonic() + self.start_timeout_s
+        while True:
+            try:
+                if ready():
+                    return
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, redis.exceptions.ResponseError):
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(what)
+            time.sleep(0.05)
+
+    def __enter__(self) -> str:
+        for port in self.ports:
+            self.start(port)
+        first = self.node(self.ports[0])
+        for port in self.ports[1:]:
+            first.execute_command("CLUSTER", "MEET", "127.0.0.1", port)
+        masters = self.ports[: self.masters]
+        for i, port in enumerate(masters):
+            low, high = i * SLOTS // self.masters, (i + 1) * SLOTS // self.masters - 1
+            self.node(port).execute_command("CLUSTER", "ADDSLOTS", *range(low, high + 1))  # (6.2: no ADDSLOTSRANGE)
+        self._wait(lambda: all(len(self.node(p).execute_command("CLUSTER", "NODES").splitlines()) == len(self.ports)
+                               for p in self.ports), "the cluster's nodes did not meet")
+        for i, port in enumerate(self.ports[self.masters:]):
+            master_id = self.node(masters[i % self.masters]).execute_command("CLUSTER", "MYID")
+            self.node(port).execute_command("CLUSTER", "REPLICATE", master_id)
+        self.wait_ok()
+        return self.url
+
+    def wait_ok(self) -> None:
+        """Until every running node says `cluster_state:ok`."""
+        self._wait(lambda: all(b"cluster_state:ok" in self.node(p).execute_command("CLUSTER", "INFO")
+                               for p, process in self.processes.items() if process.poll() is None),
+                   "the cluster did not reach cluster_state:ok")
+
+    def master_of(self, key: str) -> int:
+        """The port of the master that holds `key`'s slot now."""
+        import redis
+
+        client = redis.RedisCluster(host="127.0.0.1", port=self.running()[0])
+        try:
+            return client.get_node_from_key(key).port
+        finally:
+            client.close()
+
+    def running(self) -> list[int]:
+        return [p for p, process in self.processes.items() if process.poll() is None]
+
+    def kill(self, port: int) -> None:
+        self.processes[port].kill()
+        self.processes[port].wait()
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.terminate()
+        for process in self.processes.values():
+            process.wait(10)
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+class ClickAppender(threading.Thread):
+    """Appends click k (item 1000 + k, at time k) of user k % `users`, k = 0, 1, ...,
+    to the store at `url` until `stop` is set, one append at a time; keeps the
+    acknowledged `(user, item)` pairs, each append's `(start, seconds)`, and the
+    `StoreError` that ended it (None: stopped)."""
+
+    def __init__(self, url: str, users: int = 60, wait_replicas: int = 1, retry_s: float = 30.0):
+        from dare_tf.histories import open_store
+
+        super().__init__()
+        self.users = users
+        self.store = open_store(url, cluster={"wait_replicas": wait_replicas, "retry_s": retry_s})
+        self.acknowledged, self.timings, self.error, self.stop = [], [], None, threading.Event()
+
+    def run(self):
+        from dare_tf.histories import StoreError
+
+        k = 0
+        try:
+            while not self.stop.is_set():
+                started = time.perf_counter()
+                self.store.append(k % self.users, [1000 + k], [k % 7 + 1], [k])
+                self.timings.append((started, time.perf_counter() - started))
+                self.acknowledged.append((k % self.users, 1000 + k))
+                k += 1
+        except StoreError as e:
+            self.error = str(e)
+
+    def lost_and_duplicated(self, url: str) -> tuple[list, int]:
+        """The acknowledged clicks the store at `url` lacks, and the clicks it holds twice."""
+        from dare_tf.histories import open_store
+
+        with open_store(url, read_only=True, cluster={"retry_s": 30}) as store:
+            history = store.last(list(range(self.users)))
+        found = {u: [int(i) for i in history.items[u, :history.lengths[u]]] for u in range(self.users)}
+        lost = [(u, i) for u, i in self.acknowledged if i not in found[u]]
+        return lost, sum(len(items) - len(set(items)) for items in found.values())

@@ -1,0 +1,110 @@
+"""dare_tf.histories.cluster_store, issue 61 (1, 2): histories on a real Redis Cluster
+(3 masters and a replica each, redis-server processes on free localhost ports):
+a prepared dataset loads user for user as into LMDB, spread over the shards, through
+`serving.histories`; an append acknowledged on a master and its replica (WAIT) is
+present exactly once after that master is killed with -9 and its replica takes over,
+after a replica is killed (the appender ends in one line with its counts), and after
+the whole cluster is killed and started again from its append-only files."""
+
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import redis
+
+from dare_tf.histories import open_store
+from dare_tf.histories.cluster_store import startup_nodes
+from dare_tf.testing.redis_cluster import ClickAppender, RedisCluster
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+
+def program(*args):
+    done = subprocess.run([sys.executable, "-m", "serving.histories", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=300, env=dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_a_dataset_loads_into_the_cluster_user_for_user_as_into_lmdb(taobao, tmp_path):
+    with RedisCluster(str(tmp_path / "cluster")) as url:
+        lmdb = f"lmdb:{tmp_path / 'histories'}"
+        program("load", f"--data_dir={taobao}", f"--store={lmdb}")
+        out = program("load", f"--data_dir={taobao}", f"--store={url}", "--wait_replicas=1")
+        assert out.splitlines()[-1] == ("acknowledged: each user's clicks on the master of its slot and on 1 of its "
+                                        "replicas (WAIT 1); 0 transient cluster errors retried"), out
+        with open_store(lmdb, read_only=True) as a, open_store(url, read_only=True) as b:
+            users = sorted(a._users())
+            assert sorted(b._users()) == users and len(b) == len(a) > 50
+            for user in users:
+                x, y = a.last([user]), b.last([user])
+                for name in ("items", "categories", "times", "lengths"):
+                    np.testing.assert_array_equal(getattr(x, name), getattr(y, name), err_msg=f"{user} {name}")
+        client = redis.RedisCluster(startup_nodes=startup_nodes(url))
+        sizes = [client.dbsize(target_nodes=node) for node in client.get_primaries()]
+        assert len(sizes) == 3 and min(sizes) > 5, sizes  # the users spread over every shard
+        user = users[0]
+        assert program("show", f"--store={url}", f"--user_id={user}") == program(
+            "show", f"--store={lmdb}", f"--user_id={user}")
+
+
+def exactly_once(appender: ClickAppender, url: str) -> None:
+    lost, duplicated = appender.lost_and_duplicated(url)
+    assert lost == [] and duplicated == 0, (lost[:5], duplicated)
+
+
+def test_a_master_killed_with_9_loses_no_acknowledged_click(tmp_path):
+    cluster = RedisCluster(str(tmp_path / "cluster"))
+    with cluster as url:
+        appender = ClickAppender(url)
+        appender.start()
+        time.sleep(1.0)
+        master = cluster.master_of(appender.store._key(0))
+        cluster.kill(master)
+        time.sleep(4.0)  # (the node timeout is 1 s: its replica is the master by now)
+        cluster.start(master)  # (back as the new master's replica, so that WAIT 1 is met again)
+        cluster.wait_ok()
+        time.sleep(2.0)
+        appender.stop.set()
+        appender.join(60)
+        assert appender.error is None, appender.error
+        assert appender.store.retried > 0  # it rode through the failover
+        assert cluster.master_of(appender.store._key(0)) != master
+        exactly_once(appender, url)
+        assert len(appender.acknowledged) > 100
+
+
+def test_a_replica_killed_ends_an_append_waiting_for_it_in_one_line(tmp_path):
+    cluster = RedisCluster(str(tmp_path / "cluster"))
+    with cluster as url:
+        appender = ClickAppender(url, retry_s=2.0)
+        appender.start()
+        time.sleep(0.5)
+        replica = next(p for p in cluster.ports[3:] if p in cluster.running())
+        cluster.kill(replica)
+        appender.join(60)
+        assert appender.error is not None and "\n" not in appender.error
+        assert " replicas of its master, not --wait_replicas=1, within 2 s (" in appender.error, appender.error
+        assert appender.error.endswith("users appended before it)"), appender.error
+        exactly_once(appender, url)
+
+
+def test_the_whole_cluster_killed_and_started_again_keeps_every_acknowledged_click(tmp_path):
+    cluster = RedisCluster(str(tmp_path / "cluster"))
+    with cluster as url:
+        appender = ClickAppender(url, wait_replicas=0)
+        appender.start()
+        time.sleep(1.0)
+        appender.stop.set()
+        appender.join(60)
+        for port in cluster.ports:
+            cluster.kill(port)
+        for port in cluster.ports:
+            cluster.start(port)
+        cluster.wait_ok()
+        exactly_once(appender, url)
+        assert len(appender.acknowledged) > 50
