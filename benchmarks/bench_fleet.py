@@ -29,8 +29,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -66,18 +64,10 @@ def build(work: str) -> tuple[str, str]:
     return data, os.path.join(exports, "models.config")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def start_server(config: str, port: int):
+    from dare_tf.testing.standin_server import standin_process
 
-
-def start_server(config: str, port: int) -> subprocess.Popen:
-    server = subprocess.Popen([sys.executable, "-m", "serving.standin_server", f"--model_config_file={config}",
-                               f"--port={port}"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                              text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO))
-    server.stdout.readline()
-    return server
+    return standin_process(port, f"--model_config_file={config}", cwd=REPO)
 
 
 class Load:
@@ -89,26 +79,27 @@ class Load:
         self.threads = [threading.Thread(target=self.client, args=(i,)) for i in range(CLIENTS)]
 
     def client(self, i: int) -> None:
-        from dare_tf.histories import open_store
         from dare_tf.serving.client import ServingClient
         from dare_tf.serving.recommender import Recommender
 
         rng = np.random.default_rng(i)
         clients = [ServingClient(self.target, name, timeout=10, retries=3, backoff=0.05)
                    for name in ("retrieval", "dare")]
-        with open_store(self.store_url, read_only=True) as store:
-            recommender = Recommender(*clients, histories=store)
-            while not self.stop.is_set():
-                started = time.perf_counter()
-                try:
-                    recommender.recommend_user(int(rng.choice(self.users)), n=200, top=10)
-                    self.calls.append((started, time.perf_counter() - started))
-                except Exception as e:  # noqa: BLE001 (every failure counts)
-                    self.failures.append((started, repr(e)[:200]))
+        recommender = Recommender(*clients, histories=self.store)  # (one store: LMDB opens once per process)
+        while not self.stop.is_set():
+            started = time.perf_counter()
+            try:
+                recommender.recommend_user(int(rng.choice(self.users)), n=200, top=10)
+                self.calls.append((started, time.perf_counter() - started))
+            except Exception as e:  # noqa: BLE001 (every failure counts)
+                self.failures.append((started, repr(e)[:200]))
         for c in clients:
             c.close()
 
     def __enter__(self):
+        from dare_tf.histories import open_store
+
+        self.store = open_store(self.store_url, read_only=True)
         for t in self.threads:
             t.start()
         return self
@@ -117,6 +108,7 @@ class Load:
         self.stop.set()
         for t in self.threads:
             t.join(60)
+        self.store.close()
 
 
 def summary(calls, seconds: float) -> dict:
@@ -133,6 +125,7 @@ def recovery_s(calls, killed: float, p99_before: float) -> float:
 
 
 def bench_load(data: str, config: str, seconds: float, work: str) -> list[dict]:
+    from dare_tf.testing.standin_server import free_port
     from dare_tf.testing.redis_cluster import RedisCluster
     from dare_tf.testing.redis_server import RedisServer
 
@@ -169,6 +162,7 @@ def users_of(url: str) -> list[int]:
 
 def bench_faults(data: str, config: str, seconds: float, work: str) -> list[dict]:
     from dare_tf.testing.redis_cluster import ClickAppender, RedisCluster
+    from dare_tf.testing.standin_server import free_port
 
     rows = []
     for fault in ("master kill", "replica kill", "model server kill"):
@@ -179,7 +173,7 @@ def bench_faults(data: str, config: str, seconds: float, work: str) -> list[dict
             users = users_of(url)
             ports = [free_port(), free_port()]
             servers = [start_server(config, p) for p in ports]
-            appender = ClickAppender(url, wait_replicas=1, retry_s=60.0)
+            appender = ClickAppender(url, wait_replicas=1, retry_s=60.0, first_user=10**12)  # (not the dataset's)
             try:
                 with Load(",".join(f"127.0.0.1:{p}" for p in ports), url, users) as load:
                     appender.start()
@@ -193,7 +187,7 @@ def bench_faults(data: str, config: str, seconds: float, work: str) -> list[dict
                         time.sleep(RESTART_AFTER_S)
                         servers[0] = start_server(config, ports[0])
                     else:
-                        port = cluster.master_of(appender.store._key(0)) if fault == "master kill" else \
+                        port = cluster.master_of(appender.store._key(10**12)) if fault == "master kill" else \
                             next(p for p in cluster.ports[3:] if p in cluster.running())
                         cluster.kill(port)
                         time.sleep(RESTART_AFTER_S)

@@ -226,6 +226,13 @@ TABLES = {
         "each fault under the load above (the cluster, two stand-ins) with an appender acknowledging each click on "
         "its master and one replica: recommendations served and failed, clicks acknowledged, lost and held twice, "
         "and the seconds from the kill until recommendations and appends answer within twice their p99 before it"),
+    ("bench_windows", "rows"): (
+        ["method", "examples_per_s", "bound_examples_per_s", "measured_over_bound"],
+        "a training batch's history windows (L=200, batch 2048, items and categories, a store of 20M clicks) "
+        "assembled on this machine's CPU, measured in process in the same run: in numpy by 1, 2 and 4 threads "
+        "(`InMemorySplit.host_batches`), and as the jitted gather the trainer on JAX runs inside its step "
+        "(`DeviceSplit.assemble`), against the bound of the bytes each example moves (a 64-byte line read per "
+        "slot and its ids written) at the memory bandwidth `np.copyto` reaches"),
     ("bench_fields_jax", "step"): (
         None, "the step cost of behaviour fields on the lent NVIDIA H200, Keras on JAX (`bench_fields.py`: DARE and "
               "TWIN, L=200, K=20, d=16, 50k items, 0 to 4 extra fields of width 16, batch 2048), measured in process "

@@ -134,16 +134,18 @@ class RedisCluster:
 
 
 class ClickAppender(threading.Thread):
-    """Appends click k (item 1000 + k, at time k) of user k % `users`, k = 0, 1, ...,
-    to the store at `url` until `stop` is set, one append at a time; keeps the
-    acknowledged `(user, item)` pairs, each append's `(start, seconds)`, and the
-    `StoreError` that ended it (None: stopped)."""
+    """Appends click k (item 1000 + k, at time k) of user `first_user + k % users`,
+    k = 0, 1, ..., to the store at `url` until `stop` is set, one append at a time;
+    keeps the acknowledged `(user, item)` pairs, each append's `(start, seconds)`,
+    and the `StoreError` that ended it (None: stopped). `first_user`: past the
+    users a store already holds, so that only these clicks are counted."""
 
-    def __init__(self, url: str, users: int = 60, wait_replicas: int = 1, retry_s: float = 30.0):
+    def __init__(self, url: str, users: int = 60, wait_replicas: int = 1, retry_s: float = 30.0,
+                 first_user: int = 0):
         from dare_tf.histories import open_store
 
         super().__init__()
-        self.users = users
+        self.users, self.first_user = users, first_user
         self.store = open_store(url, cluster={"wait_replicas": wait_replicas, "retry_s": retry_s})
         self.acknowledged, self.timings, self.error, self.stop = [], [], None, threading.Event()
 
@@ -154,9 +156,10 @@ class ClickAppender(threading.Thread):
         try:
             while not self.stop.is_set():
                 started = time.perf_counter()
-                self.store.append(k % self.users, [1000 + k], [k % 7 + 1], [k])
+                user = self.first_user + k % self.users
+                self.store.append(user, [1000 + k], [k % 7 + 1], [k])
                 self.timings.append((started, time.perf_counter() - started))
-                self.acknowledged.append((k % self.users, 1000 + k))
+                self.acknowledged.append((user, 1000 + k))
                 k += 1
         except StoreError as e:
             self.error = str(e)
@@ -166,7 +169,8 @@ class ClickAppender(threading.Thread):
         from dare_tf.histories import open_store
 
         with open_store(url, read_only=True, cluster={"retry_s": 30}) as store:
-            history = store.last(list(range(self.users)))
-        found = {u: [int(i) for i in history.items[u, :history.lengths[u]]] for u in range(self.users)}
+            users = [self.first_user + u for u in range(self.users)]
+            history = store.last(users)
+        found = {user: [int(i) for i in history.items[row, :history.lengths[row]]] for row, user in enumerate(users)}
         lost = [(u, i) for u, i in self.acknowledged if i not in found[u]]
         return lost, sum(len(items) - len(set(items)) for items in found.values())

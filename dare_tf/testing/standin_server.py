@@ -213,3 +213,30 @@ def serve(models: dict[str, str], port: int = 0, rest_port: int | None = None, w
             raise OSError(f"REST port localhost:{rest_port}: address in use ({e.strerror})") from e
         threading.Thread(target=http.serve_forever, daemon=True).start()
     return server, bound, http
+
+
+def free_port() -> int:
+    """A free localhost TCP port (for a process to bind next)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def standin_process(port: int, *flags: str, cwd: str | None = None):
+    """`python -m serving.standin_server FLAGS --port=PORT` in a process of its own
+    (a replica a test or benchmark kills and starts again on its port), once its
+    gRPC port answers."""
+    import os
+    import subprocess
+    import sys
+
+    server = subprocess.Popen([sys.executable, "-m", "serving.standin_server", *flags, f"--port={port}"], cwd=cwd,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    line = server.stdout.readline()
+    if f"gRPC localhost:{port}" not in line:
+        server.kill()
+        raise RuntimeError(f"the stand-in on port {port} did not start: {line!r}")
+    return server

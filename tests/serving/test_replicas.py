@@ -5,9 +5,6 @@ traffic again (its CPU time beside the other's)."""
 
 import os
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 
@@ -15,6 +12,7 @@ import numpy as np
 import pytest
 
 from dare_tf.serving.client import ServingClient, channel_target
+from dare_tf.testing.standin_server import free_port, standin_process
 from tests.conftest import REPO
 from tests.served import requests
 
@@ -22,19 +20,8 @@ pytestmark = pytest.mark.xdist_group("serving_setup")
 CLIENTS = 16
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start(model_base: str, port: int) -> subprocess.Popen:
-    server = subprocess.Popen([sys.executable, "-m", "serving.standin_server", f"--model_base={model_base}",
-                               "--model_name=dare", f"--port={port}"], cwd=REPO, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-    line = server.stdout.readline()
-    assert f"gRPC localhost:{port}" in line, line
-    return server
+def start(model_base: str, port: int):
+    return standin_process(port, f"--model_base={model_base}", "--model_name=dare", cwd=REPO)
 
 
 def cpu_ticks(pid: int) -> int:
