@@ -62,7 +62,11 @@ class ClusterStore(RedisStore):
                  wait_replicas: int = 0, retry_s: float = 30.0):
         self.wait_replicas, self.retry_s, self.timeout = int(wait_replicas), float(retry_s), timeout
         self.retried = 0  # transient errors ridden through, for the programs' last line
-        super().__init__(url, read_only, max_clicks, prefix, timeout, fields, string_ids)
+        startup_nodes(url)  # (a malformed URL: its own line)
+        try:
+            super().__init__(url, read_only, max_clicks, prefix, timeout, fields, string_ids)
+        except redis.exceptions.RedisClusterException as e:
+            raise StoreError(f"{url}: no node of a Redis Cluster answers ({str(e).splitlines()[0]})") from None
 
     @staticmethod
     def _connect(url: str, timeout: float):

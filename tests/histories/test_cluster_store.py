@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import redis
 
-from dare_tf.histories import open_store
+from dare_tf.histories import StoreError, open_store
 from dare_tf.histories.cluster_store import startup_nodes
 from dare_tf.testing.redis_cluster import ClickAppender, RedisCluster
 from tests.conftest import REPO
@@ -50,6 +50,17 @@ def test_a_dataset_loads_into_the_cluster_user_for_user_as_into_lmdb(taobao, tmp
         user = users[0]
         assert program("show", f"--store={url}", f"--user_id={user}") == program(
             "show", f"--store={lmdb}", f"--user_id={user}")
+
+
+def test_a_malformed_or_unreachable_cluster_is_refused_in_one_line():
+    with pytest.raises(StoreError) as e:
+        open_store("redis-cluster://nowhere")
+    assert str(e.value) == ("--store='redis-cluster://nowhere': 'nowhere' is not HOST:PORT; expected "
+                            "redis-cluster://HOST:PORT[,HOST:PORT...]")
+    with pytest.raises(StoreError) as e:
+        open_store("redis-cluster://127.0.0.1:1")
+    assert str(e.value).startswith("redis-cluster://127.0.0.1:1: no node of a Redis Cluster answers (")
+    assert "\n" not in str(e.value)
 
 
 def exactly_once(appender: ClickAppender, url: str) -> None:

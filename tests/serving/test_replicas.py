@@ -66,17 +66,17 @@ def test_a_replica_killed_under_16_clients_fails_no_request_and_takes_traffic_ag
     try:
         for t in threads:
             t.start()
-        time.sleep(1.5)
+        time.sleep(1.0)
         servers[0].send_signal(signal.SIGKILL)
         servers[0].wait()
         killed = time.perf_counter()
-        time.sleep(2.0)
+        time.sleep(1.5)
         served_alone = len(latencies)
         servers[0] = start(model_base, ports[0])
         restarted = time.perf_counter()
         time.sleep(1.0)  # (round robin reconnects within a second: RECONNECT_MS)
         before = [cpu_ticks(server.pid) for server in servers]
-        time.sleep(3.0)
+        time.sleep(2.5)
         spent = [cpu_ticks(server.pid) - b for server, b in zip(servers, before)]
     finally:
         stop.set()
@@ -91,5 +91,5 @@ def test_a_replica_killed_under_16_clients_fails_no_request_and_takes_traffic_ag
     assert len(latencies) > served_alone  # served on after the restart
     # the restarted replica takes traffic again: round robin gives it its share, so it
     # works about as much as the replica that stayed (idle, a stand-in spends ~1 tick a second)
-    assert spent[0] >= 0.3 * spent[1] and spent[1] >= 30, spent
+    assert spent[0] >= 0.3 * spent[1] and spent[1] >= 25, spent
     assert restarted > killed
