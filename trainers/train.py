@@ -38,7 +38,9 @@ def main(config):
     if keras.backend.backend() == "jax":  # docs/gpu.md: no TensorFlow is imported
         results = training.train(FLAGS.data_dir, FLAGS.output_dir, config, overwrite=FLAGS.overwrite,
                                  flags_text=dare_tf.cli.program_flags_text())
-        chief = training.jax_loop.jax.process_index() == 0
+        import jax
+
+        chief = jax.process_index() == 0
     else:
         if config.cascade.retrieval_run:  # its candidates come from the retrieval stage (tensorflow-recommenders)
             from dare_tf.retrieval import use_keras2

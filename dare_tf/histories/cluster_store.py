@@ -60,7 +60,7 @@ class ClusterStore(RedisStore):
     def __init__(self, url: str, read_only: bool = False, max_clicks: int | None = None,
                  prefix: str = "dare:histories:", timeout: float = 5.0, fields=None, string_ids: bool | None = None,
                  wait_replicas: int = 0, retry_s: float = 30.0):
-        self.wait_replicas, self.retry_s, self.timeout = int(wait_replicas), float(retry_s), timeout
+        self.wait_replicas, self.retry_s = int(wait_replicas), float(retry_s)
         self.retried = 0  # transient errors ridden through, for the programs' last line
         startup_nodes(url)  # (a malformed URL: its own line)
         try:
@@ -87,8 +87,7 @@ class ClusterStore(RedisStore):
         return "each user's clicks on the master of its slot (replicated asynchronously: --wait_replicas for more)"
 
     def append_many(self, by_user: dict[int, np.ndarray]) -> dict[int, int]:
-        with self._answering():
-            self._writable()
+        self._writable()
         out: dict[int, int] = {}
         batch = os.urandom(8).hex()
         for user, new in by_user.items():

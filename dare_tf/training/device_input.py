@@ -27,14 +27,6 @@ from dare_tf.data.storage.schema import EXAMPLE_TIME, HIST_TIME_GAP, TARGET_CATE
 INT32_MAX = np.iinfo(np.int32).max
 
 
-def replicated(array: np.ndarray, sharding=None):
-    """`array` on every device of `sharding` (default: the first device), as a
-    global array (every process passes the same host array)."""
-    if sharding is None:
-        return jax.device_put(array)
-    return jax.make_array_from_callback(array.shape, sharding, lambda index: array[index])
-
-
 def _relative_times(split: InMemorySplit) -> tuple[int, np.ndarray | None]:
     """The store's first click time and its times as int32 offsets from it."""
     times = split.store.times
@@ -57,27 +49,27 @@ class DeviceSplit:
     assembled there: `assemble(arrays, rows)` (traceable) gives the model's
     features and the float32 labels of the examples `rows` (`[B]` indices).
 
-    `put(host_array)` places an array (default: on the first device;
-    `replicated` with a sharding to copy it to every device of a mesh)."""
+    `put(host_array)` places an array (default: on the first device; the
+    trainer's `jax_distribution.Placement.replicate` copies it to every device
+    of its mesh)."""
 
-    def __init__(self, split: InMemorySplit, put=replicated):
+    def __init__(self, split: InMemorySplit, put=jax.device_put):
         store = split.store
         self.max_len, self.targets, self.count = split.max_len, tuple(store.targets), len(split)
         self.names, clicks = store.click_rows()
         self.padding = len(clicks) - 1
         base, times = _relative_times(split)
         columns = {k: v for k, v in split.columns.items() if k != EXAMPLE_TIME}
-        host = {"clicks": clicks, "start": store.start.astype(np.int32) if len(clicks) < INT32_MAX else None,
-                **{f"column/{k}": np.asarray(v, np.int32) for k, v in columns.items()}}
-        if host["start"] is None:
+        if len(clicks) >= INT32_MAX:
             raise ValueError(f"the store holds {len(clicks) - 1} clicks, more than int32 indices reach on JAX")
+        host = {"clicks": clicks, "start": store.start.astype(np.int32),
+                **{f"column/{k}": np.asarray(v, np.int32) for k, v in columns.items()}}
         if times is not None:
             host["times"] = np.append(times, 0).astype(np.int32)
             host["edges"] = np.minimum(store.edges, INT32_MAX).astype(np.int32)
             host[f"column/{EXAMPLE_TIME}"] = (split.columns[EXAMPLE_TIME] - base).astype(np.int32)
         self.time_gap = times is not None
         self.arrays = {k: put(v) for k, v in host.items()}
-        self.nbytes = sum(v.nbytes for v in host.values())
 
     def assemble(self, arrays: dict, rows) -> tuple[dict, object]:
         """The features and labels of the examples `rows`, from `arrays` (this
@@ -97,4 +89,4 @@ class DeviceSplit:
         return features, c["label"].astype(jnp.float32)
 
 
-__all__ = ["DeviceSplit", "replicated"]
+__all__ = ["DeviceSplit"]

@@ -43,7 +43,9 @@ class InputPlan:
         self.memory = dict(memory or {})
         if cascade is not None and cascade.sampler is not None:  # this seed's drawn negatives, every epoch
             self.memory["train"] = cascade.train_split(seed, config.schedule.epochs, max_len)
-        self.distributed = strategy.num_replicas_in_sync > 1 or config.runtime.strategy in TF_DISTRIBUTED
+        # (strategy None: the trainer on JAX, one process whose arrays keras.distribution places)
+        self.distributed = strategy is not None and (strategy.num_replicas_in_sync > 1
+                                                     or config.runtime.strategy in TF_DISTRIBUTED)
         batch = config.schedule.batch_size
         if self.distributed and batch % strategy.num_replicas_in_sync:
             raise ValueError(f"batch_size={batch} must be divisible by the {strategy.num_replicas_in_sync} replicas")
@@ -95,18 +97,24 @@ class InputPlan:
                             seed=self.seed * 1000 + epoch, spec=self.spec, partitions=self.partitions,
                             drop_remainder=self.distributed, max_len=self.max_len).take(self.steps_per_epoch)
 
+    def memory_order(self, skip: int) -> np.ndarray:
+        """A split held in memory: the example indices of steps `skip` to
+        `total_steps`, in training order (the epochs' permutations back to back)."""
+        batch, epochs = self.local_batch, self.config.schedule.epochs
+        # Examples per epoch: the whole split, or a worker's equal share.
+        per_epoch = self.steps_per_epoch * batch if self.workers > 1 else self.memory["train"].per_epoch
+        first = skip * batch // per_epoch
+        last = min(epochs, -(-self.total_steps * batch // per_epoch))  # (the epochs the steps reach: max_steps)
+        order = np.concatenate([self._permutation(e)[:per_epoch] for e in range(first, last)])
+        start = skip * batch - first * per_epoch
+        return order[start: start + (self.total_steps - skip) * batch]
+
     def train_stream(self, skip: int):
         """All training batches from step `skip` on, features and label; distributed,
         each input pipeline (worker) reads its own partitions."""
         batch, epochs = self.local_batch, self.config.schedule.epochs
         if "train" in self.memory:
-            # Examples per epoch: the whole split, or a worker's equal share.
-            per_epoch = self.steps_per_epoch * batch if self.workers > 1 else self.memory["train"].per_epoch
-            first = skip * batch // per_epoch
-            last = min(epochs, -(-self.total_steps * batch // per_epoch))  # (the epochs the steps reach: max_steps)
-            order = np.concatenate([self._permutation(e)[:per_epoch] for e in range(first, last)])
-            start = skip * batch - first * per_epoch
-            ds = self.memory["train"].batches(order[start: start + (self.total_steps - skip) * batch], batch)
+            ds = self.memory["train"].batches(self.memory_order(skip), batch)
         else:
             first = skip // self.steps_per_epoch
             ds = self.epoch_batches(first).skip(skip - first * self.steps_per_epoch)

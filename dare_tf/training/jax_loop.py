@@ -49,8 +49,8 @@ from dare_tf.training.callbacks import (AppendHistory, ExactValidation, KeepBest
 from dare_tf.training.config import TrainConfig, effective_model_config
 from dare_tf.training.continuation import Continuation
 from dare_tf.training.device_input import DeviceSplit
-from dare_tf.training.diagnostics import default_eval_every, schedule_warnings
 from dare_tf.training.evaluator import evaluation_batch
+from dare_tf.training.input_plan import InputPlan
 from dare_tf.training.jax_distribution import Placement, distribution_for, refusal
 from dare_tf.training.jax_state import JaxCheckpoints, Scalar, StepFunctions
 from dare_tf.training.progress import RunProgress
@@ -73,20 +73,12 @@ class JaxSeedRun:
         self.continuation = continuation
         self.work_dir = run_dir if chief else os.path.join(run_dir, f".process-{jax.process_index()}")
         os.makedirs(self.work_dir, exist_ok=True)
-        batch, train = config.schedule.batch_size, memory["train"]
-        if batch % placement.batch_shards:
-            raise ValueError(f"batch_size={batch} must be divisible by the {placement.batch_shards} devices "
-                             "the batch is split over")
-        self.steps_per_epoch = train.per_epoch // batch
-        if self.steps_per_epoch == 0:
-            raise ValueError(f"{data_dir}: the train split has fewer examples ({train.per_epoch}) than one batch "
-                             f"({batch} per step)")
-        self.total_steps = config.schedule.epochs * train.per_epoch // batch
-        self.warnings = [] if config.schedule.max_steps is not None else schedule_warnings(
-            self.total_steps, train.per_epoch, batch, config.schedule.epochs)
-        if config.schedule.max_steps is not None:
-            self.total_steps = min(self.total_steps, config.schedule.max_steps)
-        self.eval_every = config.schedule.eval_every or default_eval_every(self.total_steps)
+        # The schedule and the training order are TensorFlow's in-memory ones.
+        self.plan = InputPlan(data_dir, config, seed, spec, None, model_config.max_len, memory,
+                              fields=model_config.fields)
+        if config.schedule.batch_size % placement.batch_shards:
+            raise ValueError(f"batch_size={config.schedule.batch_size} must be divisible by the "
+                             f"{placement.batch_shards} devices the batch is split over")
         keras.utils.set_random_seed(seed)
         self.model = DareModel(model_config, seed=seed, name=config.preset)
         self.model.task = ClickTask()
@@ -124,32 +116,26 @@ class JaxSeedRun:
                                                  self.best_step, self.config.cascade.selection)]
         if self.chief:
             cfg = self.config
-            callbacks.append(AppendHistory(self.run_dir, self.steps_per_epoch, self.started,
+            callbacks.append(AppendHistory(self.run_dir, self.plan.steps_per_epoch, self.started,
                                            self.report if cfg.runtime.verbose == 2 else None))
             if cfg.runtime.verbose == 1:
                 callbacks.append(RunProgress(
                     f"{cfg.preset} on {os.path.basename(os.path.normpath(self.data_dir))} (JAX, "
                     f"{self.placement.describe()}), seed {cfg.seeds.index(self.seed) + 1} of {len(cfg.seeds)} "
-                    f"(seed {self.seed})", self.total_steps, self._print))
+                    f"(seed {self.seed})", self.plan.total_steps, self._print))
         for callback in callbacks:
             callback.set_model(self.model)
         return callbacks
 
     def report(self, step: int, val: dict, improved: bool) -> None:
         self._print(f"{self.config.preset} on {os.path.basename(self.data_dir)} seed {self.seed}, step "
-                    f"{step}/{self.total_steps}: validation " + " ".join(f"{k} {v:.4f}" for k, v in val.items())
+                    f"{step}/{self.plan.total_steps}: validation " + " ".join(f"{k} {v:.4f}" for k, v in val.items())
                     + (f" (best {self.config.cascade.selection} so far)" if improved else ""))
 
     # -- the run -------------------------------------------------------------------------
     def training_order(self, skip: int) -> np.ndarray:
-        """The example indices of steps `skip` to `total_steps`, `[steps, batch]`:
-        the epochs' permutations back to back (`InputPlan.train_stream`'s)."""
-        batch, train = self.config.schedule.batch_size, self.memory["train"]
-        first, last = skip * batch // train.per_epoch, min(self.config.schedule.epochs,
-                                                          -(-self.total_steps * batch // train.per_epoch))
-        order = np.concatenate([train.epoch_order(self.seed, e)[: train.per_epoch] for e in range(first, last)])
-        start = skip * batch - first * train.per_epoch
-        return order[start: start + (self.total_steps - skip) * batch].reshape(-1, batch)
+        """The example indices of steps `skip` to `total_steps`, `[steps, batch]`."""
+        return self.plan.memory_order(skip).reshape(-1, self.config.schedule.batch_size)
 
     def run(self) -> dict:
         functions = self.functions
@@ -163,45 +149,44 @@ class JaxSeedRun:
         step = int(self.model.optimizer.iterations.numpy())
         if self.chief:
             truncate_history(self.run_dir, step)
-        if step < self.total_steps:
+        if step < self.plan.total_steps:
             if self.chief and self.seed == self.config.seeds[0]:
-                for warning in self.warnings:
+                for warning in self.plan.warnings:
                     self._print(f"warning: {warning}")
             self._train(step)
         return self._finish()
 
     def _train(self, step: int) -> None:
-        callbacks, functions = self.callbacks(), self.functions
+        callbacks, functions, plan = self.callbacks(), self.functions, self.plan
         functions.load()
         for callback in callbacks:
             callback.on_train_begin()
         order = self.training_order(step)
-        chunk = self.config.execution_steps(self.eval_every)
+        chunk = self.config.execution_steps(plan.eval_every)
         losses, done = [], step
-        while done < self.total_steps:
-            calls = min(self.eval_every - done % self.eval_every, self.total_steps - done)
+        while done < plan.total_steps:
+            calls = min(plan.eval_every - done % plan.eval_every, plan.total_steps - done)
             for first in range(0, calls, chunk):
                 steps = min(chunk, calls - first)
                 losses.append(functions.train(order[done - step + first: done - step + first + steps]))
             done += calls
             self.model.optimizer.iterations.assign(done)  # (what the callbacks read; the state holds it too)
             for callback in callbacks:
-                callback.on_train_batch_end(done % self.eval_every or self.eval_every)
+                callback.on_train_batch_end(done % plan.eval_every or plan.eval_every)
             values = np.concatenate([np.asarray(x) for x in losses])
             bad = np.flatnonzero(~np.isfinite(values))
             if len(bad):
                 at = done - len(values) + int(bad[0]) + 1
                 raise NonFiniteLossError(f"training loss became {values[bad[0]]} at step {at} (epoch "
-                                         f"{(at - 1) // self.steps_per_epoch}, seed {self.seed} of "
+                                         f"{(at - 1) // plan.steps_per_epoch}, seed {self.seed} of "
                                          f"{self.config.preset}); lower --learning_rate or check the data")
             logs = {"loss": float(values.mean())}
             losses = []
             for callback in callbacks:
-                callback.on_epoch_end(done // self.eval_every - 1, logs)
+                callback.on_epoch_end(done // plan.eval_every - 1, logs)
             require_space(self.checkpoints.directory, 2 * variables_bytes(functions.variables()), "a checkpoint")
             self.checkpoints.save(done, functions.variables(), best_auc=float(self.best_auc),
                                   best_step=int(self.best_step))
-            functions.load()
 
     def _finish(self) -> dict:
         self.checkpoints.wait()
@@ -211,8 +196,8 @@ class JaxSeedRun:
             self.model.load_weights(best)
         self.functions.load()
         result = seed_result(self.seed, steps, int(self.best_step), read_history(self.run_dir),
-                             lambda: self.predict("val"), self.predict("test"), self.model_config, self.warnings,
-                             self.total_steps, self.spec)
+                             lambda: self.predict("val"), self.predict("test"), self.model_config, self.plan.warnings,
+                             self.plan.total_steps, self.spec)
         if self.chief:
             require_space(self.run_dir, variables_bytes(self.model.weights), f"the trained model ({MODEL})")
             self.model.save(os.path.join(self.run_dir, MODEL))

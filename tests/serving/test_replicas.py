@@ -74,7 +74,6 @@ def test_a_replica_killed_under_16_clients_fails_no_request_and_takes_traffic_ag
         time.sleep(1.5)
         served_alone = len(latencies)
         servers[0] = start(model_base, ports[0])
-        restarted = time.perf_counter()
         time.sleep(1.0)  # (round robin reconnects within a second: RECONNECT_MS)
         before = [cpu_ticks(server.pid) for server in servers]
         time.sleep(2.5)
@@ -93,4 +92,3 @@ def test_a_replica_killed_under_16_clients_fails_no_request_and_takes_traffic_ag
     # the restarted replica takes traffic again: round robin gives it its share, so it
     # works about as much as the replica that stayed (idle, a stand-in spends ~1 tick a second)
     assert spent[0] >= 0.3 * spent[1] and spent[1] >= 25, spent
-    assert restarted > killed
