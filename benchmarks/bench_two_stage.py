@@ -18,6 +18,14 @@ runs' own `test_cascade`). Rows go to `results/bench_two_stage.json`, one part
 per log; a rerun replaces the rows of the (model, negatives, seeds) it measured
 and keeps the others;
 `docs/two-stage.md`'s table is generated from it (`benchmarks/tables.py`).
+
+    python benchmarks/bench_two_stage.py --floors=0,0.25 [--logs=demo] [--models=dare]
+
+compares the retrieval run's `--recent_floor` settings instead (part `floor`): for
+each floor, a retrieval run (the same towers: the floor only restricts the quotas
+chosen on validation) and a ranker trained on its candidates with the cascade's
+negatives (`uniform:8,retrieval:8`), then the cascade's held-out HitRate@10 and
+the retrieval order's, on the same test clicks.
 """
 
 from __future__ import annotations
@@ -109,6 +117,38 @@ def bench_log(work: str, log: str, models, samplers, seeds=(0,)) -> list[dict]:
 
 
 MODELS = ("dare", "twin", "din")
+CASCADE_NEGATIVES = "uniform:8,retrieval:8"
+
+
+def bench_floors(work: str, log: str, models, floors) -> list[dict]:
+    """The cascade under each `recent_floor` (see the module)."""
+    data_dir = _data(work, log)
+    retrieval_runs, rankers = {}, {}
+    for floor in floors:
+        retrieval_runs[floor] = os.path.join(work, log, f"retrieval-floor-{floor:g}")
+        retrieval.train_retrieval(data_dir, retrieval_runs[floor], retrieval.RetrievalConfig(
+            epochs=3, verbose=0, recent_floor=floor))
+        for model in models:
+            rankers[floor, model] = os.path.join(work, log, "rankers-floor", f"{model}-floor-{floor:g}")
+            train(data_dir, rankers[floor, model], TrainConfig.create(
+                preset=model, negatives=CASCADE_NEGATIVES, retrieval_run=retrieval_runs[floor], **RANKER))
+    rows = []
+    for floor in floors:
+        runs = {model: rankers[floor, model] for model in models}
+        cascade = retrieval.evaluate_cascade(data_dir, retrieval_runs[floor], runs,
+                                             os.path.join(work, log, "cascade-floor", f"{floor:g}"), report=print)
+        with open(os.path.join(retrieval_runs[floor], "results.json")) as f:
+            recorded = json.load(f)
+        k, alone = CASCADE_K, cascade["retrieval"]
+        for model in models:
+            row = cascade["rankers"][model]
+            rows.append({"log": log, "recent_floor": floor, "model": model, "negatives": CASCADE_NEGATIVES,
+                         "quotas": "/".join(f"{recorded['quotas'][s]:g}" for s in ("two_tower", "popularity",
+                                                                                   "recent_categories")),
+                         "recall@200": recorded["test"]["recall@200"],
+                         f"hit_rate@{k}": row[f"hit_rate@{k}"], f"hit_rate@{k}_se": row[f"hit_rate@{k}_se"],
+                         f"retrieval_hit_rate@{k}": alone[f"hit_rate@{k}"], "positives": cascade["examples"]})
+    return rows
 
 
 def _key(row: dict) -> tuple:
@@ -125,8 +165,17 @@ def main():
     parser.add_argument("--seeds", default="0", help="seeds of every ranker (the table's HitRate@10 is the first "
                         "seed's, evaluate_cascade's; seeds_hit_rate@10 their mean)")
     parser.add_argument("--work_dir", default=os.path.join(tempfile.gettempdir(), "dare_bench_two_stage"))
+    parser.add_argument("--floors", default="", help="compare these --recent_floor values instead (part floor)")
     args = parser.parse_args()
     logs = selected_parts(parser, args.logs, LOGS)
+    if args.floors:
+        floors = [float(f) for f in args.floors.split(",")]
+        rows = [r for log in LOGS if log in logs for r in bench_floors(args.work_dir, log, args.models.split(","),
+                                                                       floors)]
+        print_table(rows, ["log", "recent_floor", "model", "quotas", "recall@200", f"hit_rate@{CASCADE_K}",
+                           f"hit_rate@{CASCADE_K}_se", f"retrieval_hit_rate@{CASCADE_K}"])
+        write_parts("bench_two_stage", {"floor": rows}, ["floor"], os.path.join(RESULTS_DIR, "bench_two_stage.json"))
+        return
     samplers = [s for s in args.negatives.split(";") if s]
     path = os.path.join(RESULTS_DIR, "bench_two_stage.json")
     previous = json.load(open(path)) if os.path.exists(path) else {}

@@ -322,6 +322,15 @@ TABLES = {
                                   "with several seeds, the mean and std of the reranked HitRate@10 over them")
        for log, what in (("demo", "the demo's synthetic log (2,000 users)"), ("taobao", "the Taobao sample"),
                          ("planted", "a planted log whose sessions rarely leave their category (p_session 0.9)"))},
+    ("bench_two_stage", "floor"): (["log", "recent_floor", "model", "quotas", "recall@200", "hit_rate@10",
+                                     "hit_rate@10_se", "retrieval_hit_rate@10", "positives"],
+                                    "what the retrieval run's floor on the recent-categories source's quota "
+                                    "(`--recent_floor`) costs: for each floor, the quotas chosen on validation "
+                                    "(tower / popularity / recent categories), the merged candidates' test "
+                                    "recall@200, and the cascade's held-out HitRate@10 (with one standard error) "
+                                    "of a ranker trained on that run's candidates (the demo's cascade schedule, "
+                                    "negatives uniform:8,retrieval:8) and of the retrieval order, on the same "
+                                    "test clicks"),
     ("bench_paper", "paper_population"): (None, "the Taobao-like log of `benchmarks/bench_paper.py` (the real-size "
                                                 "generator at a fraction, the paper's protocol): its size, and how "
                                                 "many test examples each NDCG population keeps: the paper's (a "

@@ -150,7 +150,8 @@ def int64_flag(name: str, value: str) -> int:
 
 
 def run(main: Callable[..., Any], configure: Callable[[list[str]], Any] | None = None,
-        tensorflow: bool | Callable[[Any], bool] = True, keras2: bool = False, models: bool = True) -> None:
+        tensorflow: bool | Callable[[Any], bool] = True, keras2: bool | Callable[[Any], bool] = False,
+        models: bool = True) -> None:
     """`app.run(main)`, with user errors as one line on stderr and exit code 1.
 
     Once the flags are parsed, `configure(argv)` (when given) builds the
@@ -161,7 +162,8 @@ def run(main: Callable[..., Any], configure: Callable[[list[str]], Any] | None =
     layer, search and optimizer registered: `dare_tf.load`) and `main(argv)`, or
     `main(configuration)`, runs. A program of the retrieval stage passes
     `keras2=True` (`tf.keras` as Keras 2 for tensorflow-recommenders:
-    `dare_tf.retrieval.use_keras2`); one without TensorFlow (data preparation:
+    `dare_tf.retrieval.use_keras2`), or a function of the configuration (the
+    export: only a retrieval run's); one without TensorFlow (data preparation:
     numpy and pyarrow) passes `tensorflow=False`, or a function of the configuration
     (the history service: only `load` reads TFRecords); one that talks to servers
     and stores but builds no model passes `models=False`: no Keras model code."""
@@ -180,7 +182,7 @@ def run(main: Callable[..., Any], configure: Callable[[list[str]], Any] | None =
             from dare_tf._startup import FilteredStderr
             from dare_tf.retrieval._keras2 import use_keras2
 
-            if keras2:
+            if keras2(configuration) if callable(keras2) else keras2:
                 use_keras2()  # before TensorFlow loads (Keras 3, `import keras`, is unaffected)
             with FilteredStderr():  # TensorFlow's notices while the program runs, filtered
                 if models:

@@ -32,7 +32,7 @@ import shutil
 from absl import logging
 
 from dare_tf._faces import public
-from dare_tf._files import atomic_json, describe_entries, lock_holder
+from dare_tf._files import atomic_json, guard_output_dir, lock_holder
 
 RUN_CONFIG = "run_config.json"
 RESULTS = "results.json"
@@ -120,9 +120,11 @@ class RunDirectory:
         process holds it. The kernel releases the lock of a process that dies, so
         a killed trainer's lock is taken over by the next run. A directory the
         block created and left empty (a run that failed before writing) is
-        removed again, its lock file with it, while the lock is still held."""
+        removed again, its lock file with it, while the lock is still held; so is
+        a lock file it created where the block wrote nothing (a refused directory)."""
         created = not os.path.exists(self.path)
         os.makedirs(self.path, exist_ok=True)
+        lock_created = not os.path.exists(self.file(LOCK))
         fd = os.open(self.file(LOCK), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -136,9 +138,10 @@ class RunDirectory:
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
             yield
         finally:
-            if created and os.listdir(self.path) == [LOCK]:
+            if lock_created and not self.own_entries():
                 os.unlink(self.file(LOCK))
-                os.rmdir(self.path)
+                if created and not os.listdir(self.path):
+                    os.rmdir(self.path)
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 
@@ -156,6 +159,8 @@ class RunDirectory:
         runs may still list them). `defaults`: flattened keys added after a run
         was recorded, with the value that means the run's behaviour."""
         recorded = self.identity()
+        if recorded is None:  # a new run: into a directory of its own (issue 68 (12))
+            guard_output_dir(self.path, lambda entry: entry == LOCK or _OWN.fullmatch(entry), "the trainer")
         if recorded is not None:
             recorded_kind = _kind_of(recorded)
             recorded.pop("kind", None)
@@ -173,7 +178,7 @@ class RunDirectory:
             problem = f"{self.path} holds a run with another configuration: {detail}{more}"
         elif self.own_entries():
             problem = (f"{self.path} holds a run without {RUN_CONFIG} (written by an older version): "
-                       f"{describe_entries(self.path)}; its configuration cannot be checked")
+                       f"{', '.join(repr(e) for e in self.own_entries())}; its configuration cannot be checked")
         else:
             return
         if not overwrite:

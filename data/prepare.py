@@ -66,6 +66,8 @@ flags.DEFINE_bool("skip_bad_lines", False, "Skip and count malformed lines inste
                   "--max_bad_share of the log's lines: more is refused, naming the most common problem).")
 flags.DEFINE_float("max_bad_share", MAX_BAD_SHARE, "--skip_bad_lines: the largest share of the log's lines it may skip "
                    "(more is a wrong column, not a few bad lines).", lower_bound=0.0, upper_bound=1.0)
+# (absl's bounds let nan through: it compares false with both)
+flags.register_validator("max_bad_share", lambda share: 0 <= share <= 1, message="must be a number from 0 to 1")
 flags.DEFINE_enum("runner", "in_memory", ["in_memory", "beam"],
                   "in_memory: one process; beam: an Apache Beam pipeline (same output).")
 flags.DEFINE_string("beam_options", "", "Beam pipeline options, space-separated (--runner=beam only).")

@@ -33,7 +33,8 @@ import dare_tf.cli
 from dare_tf.signatures import EXPLAIN, SERVING_DEFAULT
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("server", "localhost:8500", "gRPC host:port.")
+flags.DEFINE_string("server", "localhost:8500", "The model server: gRPC HOST:PORT, or the replicas of one model "
+                    "server, HOST:PORT,HOST:PORT,... (balanced round robin).")
 flags.DEFINE_string("rest_url", None, "Use REST at this base URL (http://host:8501) instead of gRPC.")
 flags.DEFINE_string("model_name", None, "Served model name (for recommend: the ranker).")
 flags.DEFINE_enum("signature", SERVING_DEFAULT, [SERVING_DEFAULT, EXPLAIN], "Signature to call.")
@@ -49,7 +50,8 @@ flags.DEFINE_integer("top", 10, "recommend: recommendations to print.", lower_bo
 flags.DEFINE_bool("explain", False, "recommend: also print the ranker's heaviest retrieved behaviours.")
 flags.DEFINE_string("user_id", None, "recommend: a raw user id whose history --histories holds (instead of "
                     "--request_json).")
-flags.DEFINE_string("histories", None, "recommend --user_id: the history store, lmdb:DIR or redis://HOST:PORT.")
+flags.DEFINE_string("histories", None, "recommend --user_id: the history store, lmdb:DIR, redis://HOST:PORT[/DB] or "
+                    "redis-cluster://HOST:PORT[,HOST:PORT...].")
 flags.DEFINE_integer("max_len", None, "recommend --user_id: read the user's last this many clicks (default all "
                      "the store keeps; the ranker keeps its own L of them).", lower_bound=1)
 flags.DEFINE_string("now", None, "recommend --user_id: the moment the clicks' ages (the time gap) are measured "

@@ -29,15 +29,26 @@ flags.mark_flags_as_required(["run_dir", "export_base", "model_name"])
 
 
 def main(argv):
-    del argv
+    del argv  # (the configuration: the flags alone)
     from dare_tf.export import export_run
 
     print(export_run(FLAGS.run_dir, FLAGS.export_base, FLAGS.model_name, FLAGS.data_dir, FLAGS.version,
                      FLAGS.top_n, FLAGS.max_candidates))
 
 
+def _is_retrieval(argv) -> bool:
+    """Whether --run_dir is a retrieval run (its export needs tensorflow-recommenders: tf.keras as Keras 2)."""
+    del argv
+    from dare_tf.run_directory import RunDirectory
+
+    try:
+        return RunDirectory(FLAGS.run_dir).kind == "retrieval"
+    except (OSError, ValueError):  # (no run there: main says so)
+        return False
+
+
 def run():
-    dare_tf.cli.run(main, keras2=True)  # (the retrieval stage: tensorflow-recommenders)
+    dare_tf.cli.run(main, configure=lambda argv: argv, keras2=_is_retrieval)
 
 
 if __name__ == "__main__":

@@ -24,11 +24,13 @@ import dare_tf.cli
 from dare_tf.serving.inspect import PAGE_REQUEST_TIMEOUT_S, PAGE_WORKERS
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("server", "localhost:8500", "The model server, gRPC host:port.")
+flags.DEFINE_string("server", "localhost:8500", "The model server: gRPC HOST:PORT, or the replicas of one model "
+                    "server, HOST:PORT,HOST:PORT,... (balanced round robin).")
 flags.DEFINE_string("model_name", None, "The served ranker.")
 flags.DEFINE_string("retrieval_model", "retrieval", "The served retrieval model.")
 flags.DEFINE_string("compare", None, "A second served ranker, shown beside the first (e.g. twin).")
-flags.DEFINE_string("histories", None, "The history store, lmdb:DIR or redis://HOST:PORT (read only).")
+flags.DEFINE_string("histories", None, "The history store, lmdb:DIR, redis://HOST:PORT[/DB] or "
+                    "redis-cluster://HOST:PORT[,HOST:PORT...] (read only).")
 flags.DEFINE_string("host", "127.0.0.1", "The address the page listens on.")
 flags.DEFINE_integer("port", 8080, "The page's port (0 picks a free one).", lower_bound=0)
 flags.DEFINE_float("timeout", 5.0, "Seconds per call to the model server.", lower_bound=0.001)

@@ -5,6 +5,12 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # The tests' models are tiny and compiled once each: XLA's optimisation passes cost more
 # than they save (measured: the JAX model tests 97 s -> 73 s). Subprocesses inherit it.
 os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
+# In the tests' own processes `tf.keras` is Keras 2 (tf-keras) from the start, as the retrieval
+# stage (tensorflow-recommenders) needs, so every test, the retrieval stage's among them, runs in
+# one pytest run (dare_tf itself uses Keras 3, `import keras`, which this does not touch). The
+# programs a test starts as processes get a user's environment, without it (USER_ENV, ENV):
+# they switch it on themselves where they need it (`dare_tf.retrieval.use_keras2`).
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -57,8 +63,10 @@ def _generated_samples() -> dict[str, str]:
 
 _SAMPLES = _generated_samples()
 TAOBAO_LOG, TMALL_LOG = _SAMPLES["taobao"], _SAMPLES["tmall"]
-# The environment of the programs a test runs (python -m trainers.train, ...).
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
+# A user's environment: this one, less what the tests' own processes set for themselves.
+USER_ENV = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+# The environment of the programs a test runs as processes (python -m trainers.train, ...).
+ENV = dict(USER_ENV, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
 # ... and a user's: no TF_CPP_MIN_LOG_LEVEL, so a test sees what the program prints by itself.
 LOUD_ENV = {k: v for k, v in ENV.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
 
@@ -157,12 +165,12 @@ def pytest_collection_modifyitems(config, items):
     short tests fill the gaps, instead of a long test starting last.
 
     The tests marked `tfrs` (tensorflow-recommenders) need `tf.keras` to be
-    Keras 2 from the start of their process: `make test` runs them in a pytest
-    run of their own with `TF_USE_LEGACY_KERAS=1`, beside the others; elsewhere
-    they are skipped, saying so."""
+    Keras 2 from the start of their process (`TF_USE_LEGACY_KERAS=1`, which this
+    module sets unless the environment says otherwise); where it is not, they
+    are skipped, saying so."""
     if os.environ.get("TF_USE_LEGACY_KERAS") != "1":
-        skip = pytest.mark.skip(reason="tensorflow-recommenders needs tf.keras to be Keras 2: run with "
-                                       "TF_USE_LEGACY_KERAS=1 -m tfrs (make test does)")
+        skip = pytest.mark.skip(reason="tensorflow-recommenders needs tf.keras to be Keras 2: run without "
+                                       "TF_USE_LEGACY_KERAS set, or with it 1 (tests/conftest.py)")
         for item in items:
             if item.get_closest_marker("tfrs"):
                 item.add_marker(skip)

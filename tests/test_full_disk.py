@@ -3,12 +3,11 @@
 
 import os
 import subprocess
-import sys
 
 import pytest
 
 from dare_tf._files import require_space
-from tests.conftest import ENV, REPO
+from tests.programs import run_program
 
 
 def test_require_space_refuses_in_one_line(tmp_path, monkeypatch):
@@ -38,9 +37,8 @@ def small_disk(tmp_path):
     subprocess.run(["umount", "-l", str(path)], check=True)
 
 
-def _program(*args):
-    return subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=ENV, capture_output=True, text=True,
-                          timeout=600)
+def _program(program, *args):
+    return run_program(program, *args)
 
 
 @pytest.mark.slow

@@ -5,19 +5,22 @@ reads (written into its work directory first). Each walkthrough runs in bash, it
 blocks in order, in a fresh work directory with the environment `make` built on
 the PATH (as `source .venv/bin/activate` gives it), the checkout's programs
 importable, and the guides' port 8500 replaced by a free one; a command that
-ends in `&` (a server) is waited for on its port and stopped at the end. It
+ends in `&` (a server) is waited for on its port and stopped at the end. The
+programs run in the foreground (`python -m PROGRAM ...`) run inside the test's
+process, each as its command line says (`tests.programs.run_script`): the
+walkthrough's cost is its work, not a TensorFlow start-up per command. It
 passes when every command exits 0 and nothing says that a schedule is too short
 to train a model."""
 
 import os
 import re
 import socket
-import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, USER_ENV
+from tests.programs import run_script
 
 DOCS = os.path.join(REPO, "docs")
 MARK = re.compile(r"^<!-- guide-test: (?P<name>[\w-]+)(?: file=(?P<file>\S+))? -->$")
@@ -86,10 +89,9 @@ def test_a_guides_walkthrough_runs_as_written(name, tmp_path):
     for path, text in walk["files"].items():
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text(text)
-    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+    env = dict(USER_ENV, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
                PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3")
-    done = subprocess.run(["bash", "-c", script(walk, _free_port())], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=900)
+    done = run_script(script(walk, _free_port()), cwd=str(tmp_path), env=env, timeout=900)
     output = done.stdout + done.stderr
     assert done.returncode == 0, f"docs/{walk['doc']} ({name}):\n{output[-4000:]}"
     assert "too few to train a model" not in output, output[-4000:]
@@ -98,11 +100,18 @@ def test_a_guides_walkthrough_runs_as_written(name, tmp_path):
         assert re.search(r"^user 1: \d+ clicks in lmdb:histories; the newest: item \d+, category \d+, "
                          r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \(\d+\)$", done.stdout, re.M), done.stdout[-3000:]
         assert re.search(r"^\| 1 \| \d+ \| \d+ \| [01]\.\d+ \| \d+ \| \w+ \|$", done.stdout, re.M), done.stdout[-3000:]
-    if name == "live-clicks":  # the appended click is read by the next recommendation
+    if name == "live-clicks":  # the appended clicks are read by the next recommendation
         # First-day issue (5): the first line names the newest click, so the live one shows.
         read = re.findall(r"^user U000001: (\d+) clicks in lmdb:histories; the newest: (.*)$", done.stdout, re.M)
-        assert len(read) == 2 and int(read[1][0]) == int(read[0][0]) + 1, done.stdout[-3000:]
+        assert len(read) == 2 and int(read[1][0]) == int(read[0][0]) + 3, done.stdout[-3000:]
         # (the loaded history keeps the log's times: issue 58 (4))
         assert re.fullmatch(r"item SKU\d+, category C\d+, 2017-1\d-\d\d \d\d:\d\d:\d\d UTC \(\d+\)", read[0][1]), read
         assert int(read[0][1].rsplit("(", 1)[1][:-1]) < 1512381600 and read[1][1] == (
-            "item SKU0000042, category C0007, 2017-12-04 10:00:00 UTC (1512381600)"), read
+            "item SKU0000651, category C0007, 2017-12-04 10:02:00 UTC (1512381720)"), read
+        # Issue 65 (2): clicks of a category the user never had bring its items among the
+        # candidates (the recent-categories source's floor) and move the ranker's top ten.
+        counts = re.findall(r"^the 200 candidates: .*; (\d+) of the newest click's category (C\d+)$", done.stdout,
+                            re.M)
+        assert len(counts) == 2 and counts[1][1] == "C0007" and int(counts[1][0]) > 0, counts
+        tables = re.findall(r"^\| (\d+) \| (SKU\d+) \| (C\d+) \|", done.stdout, re.M)
+        assert len(tables) == 20 and tables[:10] != tables[10:] and "C0007" in {c for _, _, c in tables[10:]}, tables

@@ -74,3 +74,28 @@ def test_a_missing_configs_flagfile_is_the_shipped_one(tmp_path, monkeypatch):
     for argv in (["p", "--flagfile=configs/smoke.flags"], ["p", "--flagfile=mine/smoke.flags"],
                  ["p", "--flagfile=configs/nope.flags"], ["p", "--flagfile"]):
         assert shipped_flagfiles(argv) == argv
+
+
+@pytest.mark.xdist_group("build")
+def test_the_core_requirements_name_no_tensorflow_package(tmp_path):
+    """A GPU host trains on JAX after `pip install "dare-tf[jax]"` (docs/gpu.md): the wheel's core
+    requirements name no TensorFlow package; TensorFlow, its serving API, tensorflow-recommenders
+    and tf-keras come with the `tensorflow` extra. (That the trainer on JAX never imports TensorFlow:
+    tests/training/test_jax_loop.py, through tests/no_tensorflow.py.)"""
+    import re
+
+    done = subprocess.run([sys.executable, "-c", "import sys; from setuptools import build_meta as b; "
+                           "print(b.prepare_metadata_for_build_wheel(sys.argv[1]))", str(tmp_path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    metadata = (tmp_path / done.stdout.strip().splitlines()[-1] / "METADATA").read_text()
+    requires = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+
+    def names(extra):
+        return {re.split(r"[<>=!~\[; ]", r)[0].lower() for r in requires
+                if (f'extra == "{extra}"' in r if extra else "extra ==" not in r)}
+
+    tensorflow = {"tensorflow", "tensorflow-serving-api", "tensorflow-recommenders", "tf-keras"}
+    assert not names(None) & tensorflow, names(None)
+    assert {"keras", "numpy", "absl-py", "google-crc32c"} <= names(None)
+    assert names("tensorflow") == tensorflow and names("jax") == {"jax"}

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, USER_ENV
 
 PACKAGE = os.path.join(REPO, "dare_tf")
 
@@ -163,7 +163,7 @@ def test_the_serving_client_and_the_stand_in_load_no_model_stack():
             "dare_tf.serving.inspect; "
             "print(sorted(m for m in sys.modules if m == 'dare_tf.models' or m.startswith('dare_tf.export')))")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+                          env=dict(USER_ENV, TF_CPP_MIN_LOG_LEVEL="3"))
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
 
@@ -200,7 +200,7 @@ def test_imports_set_no_environment_variable_and_touch_no_file_descriptor():
     groups = [modules, ["tensorflow", "dare_tf.serving.client"]] + [[p] for p in PROGRAMS]  # (programs' flags clash)
     for group in groups:
         done = subprocess.run([sys.executable, "-c", code, *group], cwd=REPO, capture_output=True, text=True,
-                              timeout=120, env={k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"})
+                              timeout=120, env={k: v for k, v in USER_ENV.items() if k != "TF_CPP_MIN_LOG_LEVEL"})
         assert done.returncode == 0, done.stderr[-2000:]
         report = json.loads(done.stdout.strip().splitlines()[-1])
         expected = ["jax", "keras", "tensorflow"] if group[0] == "tensorflow" else []

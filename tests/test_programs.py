@@ -9,6 +9,7 @@ import time
 import pytest
 
 from tests.conftest import ENV, REPO
+from tests.programs import run_program
 
 PROGRAMS = ["trainers.train", "trainers.train_retrieval", "trainers.reproduce", "trainers.evaluate_cascade",
             "trainers.analyze", "trainers.demo", "serving.export", "serving.client", "serving.standin_server",
@@ -94,6 +95,9 @@ def test_help_lists_the_generated_flags_and_a_real_process_exits_zero():
     ("trainers.train", ["--data_dir=d", "--output_dir=o", "--search=fast"],
      "error: flag --search=fast: value should be one of <cluster|hard|none|sdim|simhash|soft> (see --help)"),
     ("serving.export", ["--nosuch"], "error: Unknown command line flag 'nosuch' (see --help)"),
+    # issue 68 (11): nan passed absl's bounds and switched the bound off
+    ("data.prepare", ["--dataset=taobao", "--input=x", "--output_dir=o", "--skip_bad_lines", "--max_bad_share=nan"],
+     "error: flag --max_bad_share=nan: must be a number from 0 to 1 (see --help)"),
     # refused by the program's configuration (`dare_tf.cli.run(main, configure=...)`)
     ("trainers.train", ["--data_dir=d", "--output_dir=o", "--learning_rate=-1"],
      "error: --learning_rate=-1.0: must be a finite number > 0 (see --help)"),
@@ -131,9 +135,8 @@ def test_a_bad_flag_or_value_is_one_line_before_tensorflow_loads(program, args, 
 def test_the_client_answers_bad_requests_and_an_unreachable_server_in_one_line(tmp_path, args, body, message):
     request = tmp_path / "request.json"
     request.write_text(body)
-    done = subprocess.run([sys.executable, "-m", "serving.client", *args, "--server=localhost:1", "--model_name=dare",
-                           "--retries=0", f"--request_json={request}"], cwd=REPO, env=ENV, capture_output=True,
-                          text=True, timeout=120)
+    done = run_program("serving.client", *args, "--server=localhost:1", "--model_name=dare", "--retries=0",
+                       f"--request_json={request}")
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 1 and len(lines) == 1 and lines[0].startswith(message.format(json=request)), done.stderr
 
@@ -293,3 +296,26 @@ def test_a_gone_peers_runtime_lines_are_filtered_and_real_errors_kept():
         "Traceback (most recent call last):",
     ]
     assert [bool(_HARMLESS.search(line)) for line in dropped + kept] == [True] * 3 + [False] * 3
+
+
+@pytest.mark.parametrize("server", ["", "127.0.0.1:99999,127.0.0.1:18840"])
+def test_a_bad_server_list_is_one_line_before_any_channel(tmp_path, server):
+    """Issue 68 (6, 7): `--server=` printed 8 lines of gRPC C-core errors before its error, and a port
+    past 65535 in a list was accepted and never used."""
+    request = tmp_path / "request.json"
+    request.write_text('{"hist_items": [1, 2], "hist_categories": [1, 2]}')
+    done = run_program("serving.client", "recommend", f"--server={server}", "--model_name=dare",
+                       f"--request_json={request}")
+    entry = server.split(",")[0]
+    assert (done.returncode, done.stderr.strip().splitlines()) == (
+        1, [f"error: --server={server!r}: {entry!r} is not HOST:PORT (a port from 1 to 65535)"]), done.stderr
+
+
+@pytest.mark.parametrize("program", ["serving.client", "serving.inspect"])
+def test_the_help_names_server_lists_and_every_history_store(program):
+    """Issue 68 (8): `--server` and `--histories` were described as `gRPC host:port.` and `lmdb:DIR or
+    redis://HOST:PORT`, naming neither server lists nor Redis Cluster."""
+    done, _ = _probe(program, "--helpfull")
+    text = " ".join(done.stdout.split()).replace("- ", "-")  # (absl wraps the help at hyphens too)
+    assert "HOST:PORT,HOST:PORT,... (balanced round robin)" in text, text
+    assert "lmdb:DIR, redis://HOST:PORT[/DB] or redis-cluster://HOST:PORT[,HOST:PORT...]" in text, text

@@ -9,7 +9,8 @@ import pytest
 
 from dare_tf.training import TrainConfig, train
 from tests.conftest import ENV, REPO
-from tests.training.common import TINY, train_command
+from tests.programs import run_program
+from tests.training.common import TINY, train_args
 
 
 @pytest.mark.slow
@@ -66,7 +67,7 @@ def test_one_trainer_per_run_directory_and_a_killed_holders_lock_is_taken_over(t
 
     out = tmp_path / "run"
     with RunDirectory(str(out)).lock():
-        result = subprocess.run(train_command(taobao, out), cwd=REPO, env=ENV, capture_output=True, text=True)
+        result = run_program("trainers.train", *train_args(taobao, out))
         assert result.returncode == 1, result.stderr[-2000:]
         assert result.stderr.strip().splitlines()[-1] == (
             f"error: {out} is in use by another trainer (pid {os.getpid()}); wait for it to finish or choose "
@@ -168,7 +169,33 @@ def test_a_run_that_fails_before_writing_leaves_no_directory(tmp_path):
     with pytest.raises(RuntimeError):
         with RunDirectory(str(tmp_path / "theirs")).lock():
             raise RuntimeError("failed")
-    assert os.listdir(tmp_path / "theirs") == [".lock"]  # a directory it did not create stays
+    assert os.listdir(tmp_path / "theirs") == []  # a directory it did not create stays, as it was
     with RunDirectory(str(tmp_path / "kept")).lock():
         (tmp_path / "kept" / "results.json").write_text("{}")
     assert sorted(os.listdir(tmp_path / "kept")) == [".lock", "results.json"]
+
+
+def test_a_new_run_into_a_directory_of_someone_elses_files_is_refused_and_left_as_it_was(taobao, tmp_path):
+    """Issue 68 (12): `trainers.train --output_dir=DIR` trained into a directory holding a user's
+    README.md and docs/ (rc 0), where the other programs refuse such a directory; and its refusal of
+    a run without run_config.json listed the `.lock` it had just created."""
+    from tests.programs import run_program
+    from tests.training.common import train_args
+
+    mine = tmp_path / "mine"
+    (mine / "docs").mkdir(parents=True)
+    (mine / "README.md").write_text("my notes")
+    done = run_program("trainers.train", *train_args(taobao, mine))
+    assert (done.returncode, done.stderr.strip().splitlines()) == (1, [
+        f"error: --output_dir={mine} holds files the trainer did not write: 'README.md', 'docs'. Refusing to change "
+        "it: move them away or choose another directory"]), done.stderr[-2000:]
+    assert sorted(os.listdir(mine)) == ["README.md", "docs"]  # no .lock left behind
+    older = tmp_path / "older"
+    (older / "seed_0").mkdir(parents=True)
+    (older / "results.json").write_text("{}")
+    done = run_program("trainers.train", *train_args(taobao, older))
+    assert done.returncode == 1 and done.stderr.strip().splitlines()[-1] == (
+        f"error: {older} holds a run without run_config.json (written by an older version): 'results.json', "
+        "'seed_0'; its configuration cannot be checked. Use another output directory, or --overwrite to discard "
+        "that run"), done.stderr[-2000:]
+    assert sorted(os.listdir(older)) == [".lock", "results.json", "seed_0"]  # (a run's directory: its lock stays)

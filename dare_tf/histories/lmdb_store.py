@@ -95,11 +95,19 @@ class LmdbStore(HistoryStore):
                                  create=not read_only, lock=True)
         except lmdb.Error as e:
             raise StoreError(f"{self.url}: cannot open the store ({e})") from e
-        try:  # (an existing store's databases are opened, never created: a damaged one is not written to)
+        try:
+            self._open(exists, read_only, max_clicks, fields, string_ids)
+        except BaseException:
+            self.env.close()  # (a store that cannot be used is closed: this process may open it again)
+            raise
+
+    def _open(self, exists: bool, read_only: bool, max_clicks, fields, string_ids) -> None:
+        """The store's databases and config (an existing store's opened, never created: a damaged
+        one is not written to)."""
+        try:
             self.meta = self.env.open_db(_META, create=not exists)
             self.clicks = self.env.open_db(b"clicks", create=not exists)
         except lmdb.Error as e:
-            self.env.close()
             raise StoreError(f"{self.url}: the store is damaged, or not a history store written by dare_tf "
                              f"({type(e).__name__}: {e}); restore it from a copy, or load it anew with "
                              "serving.histories load") from e
@@ -120,7 +128,6 @@ class LmdbStore(HistoryStore):
                                          f"{config.get('format') if isinstance(config, dict) else None!r}, "
                                          f"expected {_FORMAT}")
         except (lmdb.Error, ValueError) as e:
-            self.env.close()
             raise e if isinstance(e, StoreError) else _damaged(self.url, e) from e
         self._configured(config, fields, string_ids)
         if self.string_ids:  # (string id -> code, code -> string id)
@@ -128,7 +135,6 @@ class LmdbStore(HistoryStore):
                 self.ids = self.env.open_db(b"ids", create=not read_only)
                 self.names = self.env.open_db(b"names", create=not read_only)
             except lmdb.Error as e:
-                self.env.close()
                 raise _damaged(self.url, e) from e
 
     def _intern(self, texts: list[str], create: bool) -> np.ndarray:

@@ -34,6 +34,12 @@ class RetrievalConfig:
             measured on, at most (a sample drawn once, seeded: each is scored
             against the whole catalogue, so at 4M items every one of 130k
             positives would take 20 minutes on two cores).
+        recent_floor: the least quota the `recent_categories` source gets
+            when the quotas are chosen on validation (a multiple of the quota
+            grid's 0.25): clicks of a category a user never had then always
+            bring that category's items among the candidates, whichever
+            source the validation recall favours (0: the validation alone
+            decides; docs/two-stage.md measures what the floor costs).
         verbose: 0 silent, 1 Keras progress bar.
     """
 
@@ -47,6 +53,7 @@ class RetrievalConfig:
     uniform_negatives: int = 0
     include_seen: bool = False
     eval_positives: int = 20_000
+    recent_floor: float = 0.25
     verbose: int = 0
 
     def __post_init__(self):
@@ -60,3 +67,6 @@ class RetrievalConfig:
             raise ValueError(f"learning_rate={self.learning_rate}: must be > 0")
         if not self.seeds:
             raise ValueError("seeds: needs at least one seed")
+        if not (0 <= self.recent_floor <= 1 and float(self.recent_floor * 4).is_integer()):
+            raise ValueError(f"recent_floor={self.recent_floor}: must be 0, 0.25, 0.5, 0.75 or 1 (the quota grid's "
+                             "steps)")

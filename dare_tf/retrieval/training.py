@@ -113,12 +113,14 @@ def tower_scores(model: TwoTowerModel, catalogue_):
         model.query({"hist_items": hist_items, "hist_categories": hist_categories}), vectors, transpose_b=True)
 
 
-def evaluate_candidates(model, merger, catalogue_, val: dict, test: dict, include_seen: bool) -> dict:
+def evaluate_candidates(model, merger, catalogue_, val: dict, test: dict, include_seen: bool,
+                        recent_floor: float = 0.0) -> dict:
     """Chooses the sources' quotas on the validation positives (highest recall at
-    the largest K) and reports the test positives' recall@K of the merged list
+    the largest K, among those that give `recent_categories` at least
+    `recent_floor`) and reports the test positives' recall@K of the merged list
     (`test`) and of each source alone (`test_sources`)."""
     scores = tower_scores(model, catalogue_)
-    choices = quota_grid()
+    choices = [q for q in quota_grid() if q["recent_categories"] >= recent_floor]
     on_val = evaluate_sources(merger, scores, val, choices, KS, include_seen)
     top = f"recall@{max(KS)}"
     quotas = max(choices, key=lambda q: on_val[quota_key(q)][top])  # (ties: the first, a single source)
@@ -153,7 +155,8 @@ def train_retrieval(data_dir: str, output_dir: str, config: RetrievalConfig = Re
 
 
 def _train_run(data_dir, spec, config, identity, run_directory, overwrite, flags_text) -> dict:
-    run_directory.check("retrieval", identity, overwrite)
+    # (a run recorded before the floor chose its quotas without one)
+    run_directory.check("retrieval", identity, overwrite, defaults={"retrieval_config.recent_floor": 0.0})
     run_directory.start("retrieval", identity, flags_text)
     splits = {s: InMemorySplit.load(data_dir, s, spec) for s in ("train", "val", "test")}
     items, categories = catalogue(data_dir, spec, splits)
@@ -205,7 +208,8 @@ def _train_seed(run_dir, spec, config, seed, batches, evaluation, catalogue_, me
     if int(epoch.numpy()) < config.epochs:
         fit_epochs(model, batches(seed),
                    config.epochs, int(epoch.numpy()), save, os.path.join(run_dir, "tensorboard"), config.verbose)
-    result = {"seed": seed, **evaluate_candidates(model, merger, catalogue_, *evaluation, config.include_seen)}
+    result = {"seed": seed, **evaluate_candidates(model, merger, catalogue_, *evaluation, config.include_seen,
+                                                  config.recent_floor)}
 
     # TensorBoard: the test recall@K at the run's last step, as the ranker's test metrics.
     ScalarWriters(os.path.join(run_dir, "tensorboard")).write("test", result["test"],

@@ -47,14 +47,16 @@ def channel_target(servers: str) -> tuple[str, list[tuple[str, object]]]:
     import socket
 
     entries = [entry.strip() for entry in servers.split(",")]
+    for entry in entries:  # (before gRPC sees them: it would log C-core errors, then fail)
+        host, _, port = entry.rpartition(":")
+        if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise ValueError(f"--server={servers!r}: {entry!r} is not HOST:PORT (a port from 1 to 65535)")
     options = [("grpc.max_receive_message_length", 64 << 20), *RECONNECT_MS.items()]
     if len(entries) == 1:
         return entries[0], options
     addresses = []
     for entry in entries:
         host, _, port = entry.rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"--server={servers!r}: {entry!r} is not HOST:PORT")
         try:
             family, *_, address = socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)[0]
         except socket.gaierror as e:

@@ -2,12 +2,10 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import ENV, REPO
+from tests.programs import run_program
 
 
 
@@ -102,8 +100,7 @@ def _program_errors(data, runs, tmp_path):
     (foreign / "notes.txt").write_text("keep me")
 
     def analyze(*args):
-        return subprocess.run([sys.executable, "-m", "trainers.analyze", f"--data_dir={data}", *args],
-                              cwd=REPO, env=ENV, capture_output=True, text=True)
+        return run_program("trainers.analyze", f"--data_dir={data}", *args)
 
     done = analyze(f"--runs=dare:{runs['dare']}", f"--output_dir={foreign}", "--analyses=convergence")
     assert done.returncode == 1 and "notes.txt" in done.stderr and "did not write" in done.stderr

@@ -7,8 +7,6 @@ after a replica is killed (the appender ends in one line with its counts), and a
 the whole cluster is killed and started again from its append-only files."""
 
 import os
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -19,13 +17,13 @@ from dare_tf.histories import StoreError, open_store
 from dare_tf.histories.cluster_store import startup_nodes
 from dare_tf.testing.redis_cluster import ClickAppender, RedisCluster
 from tests.conftest import REPO
+from tests.programs import run_program
 
 pytestmark = pytest.mark.slow
 
 
 def program(*args):
-    done = subprocess.run([sys.executable, "-m", "serving.histories", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=300, env=dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3"))
+    done = run_program("serving.histories", *args, env=dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3"))
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 

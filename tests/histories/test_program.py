@@ -3,21 +3,19 @@ clicks from a file and from standard input, show a user's history."""
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 
 from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.data.storage.id_maps import read_id_map
 from dare_tf.data.storage.store import SequenceStore
+from tests.programs import run_program
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def histories(*args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "serving.histories", *args], capture_output=True, text=True,
-                          input=stdin, cwd=REPO)
+    return run_program("serving.histories", *args, input=stdin)
 
 
 def test_load_append_show(taobao, tmp_path):

@@ -15,6 +15,7 @@ import pytest
 
 from dare_tf.histories import CLICK, StoreError, open_store
 from dare_tf.testing.redis_server import RedisServer
+from tests.programs import run_program
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -254,8 +255,7 @@ def test_a_truncated_or_damaged_lmdb_store_is_refused_in_one_line(tmp_path):
                                          "or load it anew with serving.histories load$") as e:
         open_store(f"lmdb:{path}", read_only=True)
     assert int(re.search(r"records ([0-9,]+) ", str(e.value)).group(1).replace(",", "")) == len(whole)
-    done = subprocess.run([sys.executable, "-m", "serving.histories", "show", f"--store=lmdb:{path}", "--user_id=3"],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    done = run_program("serving.histories", "show", f"--store=lmdb:{path}", "--user_id=3")
     assert done.returncode == 1 and done.stderr.strip().splitlines() == [f"error: {e.value}"], done
     # A flipped byte in the store's config: the store is damaged, not a decoding error.
     at = whole.find(b'"format"')
@@ -308,8 +308,7 @@ def test_a_damaged_lmdb_store_gets_one_message_from_show_and_append(tmp_path):
         out = []
         for args in (["show", "--user_id=3"],
                      ["append", f"--input={log}", "--columns=user=0,item=1,category=2,time=3"]):
-            done = subprocess.run([sys.executable, "-m", "serving.histories", *args, f"--store=lmdb:{path}"],
-                                  cwd=REPO, capture_output=True, text=True, timeout=120)
+            done = run_program("serving.histories", *args, f"--store=lmdb:{path}")
             out.append((done.returncode, done.stderr.strip().splitlines()))
         return out
 

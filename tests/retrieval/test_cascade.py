@@ -8,7 +8,8 @@ import pytest
 
 
 @pytest.mark.slow
-@pytest.mark.tfrs  # tensorflow-recommenders: tf.keras as Keras 2 (its own pytest run, make test)
+@pytest.mark.tfrs  # tensorflow-recommenders: tf.keras as Keras 2 (tests/conftest.py)
+@pytest.mark.xdist_group("two_stage")  # (one worker trains the two-stage runs)
 def test_cascade_evaluation_matches_the_retrieval_recall_and_a_per_example_reference(taobao, two_stage, tmp_path):
     from dare_tf.retrieval import evaluate_cascade
     from dare_tf.reranking import rerank
@@ -109,7 +110,7 @@ def test_cascade_evaluation_matches_the_retrieval_recall_and_a_per_example_refer
     assert out["refused"].endswith("choose another --output_dir, or --overwrite to replace it")
 
 
-@pytest.mark.tfrs  # tensorflow-recommenders: tf.keras as Keras 2 (its own pytest run, make test)
+@pytest.mark.tfrs  # tensorflow-recommenders: tf.keras as Keras 2 (tests/conftest.py)
 def test_the_cascade_verdict_names_what_does_not_pay_off():
     from dare_tf.retrieval.cascade import format_cascade
     from dare_tf.retrieval.verdict import cascade_warnings
@@ -162,7 +163,8 @@ def test_the_cascade_verdict_names_what_does_not_pay_off():
 
 
 @pytest.mark.slow
-@pytest.mark.tfrs  # tensorflow-recommenders: tf.keras as Keras 2 (its own pytest run, make test)
+@pytest.mark.tfrs  # tensorflow-recommenders: tf.keras as Keras 2 (tests/conftest.py)
+@pytest.mark.xdist_group("two_stage")  # (one worker trains the two-stage runs)
 def test_a_ranker_trained_on_retrieval_negatives_reports_the_cascade_it_is_selected_by(taobao, two_stage, tmp_path):
     """--negatives=retrieval:N --retrieval_run: negatives come from each training history's
     own retrieved candidates; every validation reports the cascade's metrics, the kept

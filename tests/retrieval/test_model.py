@@ -18,7 +18,7 @@ def recall_at_k(q, c, ids, positives, ks):
     return {f"recall@{k}": float((rank < k).mean()) for k in ks}
 
 
-@pytest.mark.tfrs  # tensorflow-recommenders: tf.keras as Keras 2 (its own pytest run, make test)
+@pytest.mark.tfrs  # tensorflow-recommenders: tf.keras as Keras 2 (tests/conftest.py)
 def test_factorized_top_k_recall_and_the_index_match_numpy_and_keras3_coexists():
     import tensorflow as tf
 
@@ -72,7 +72,7 @@ def sampled_softmax_loss(q, c, ids, probability=None):
     return float(-log_softmax[np.arange(b), np.arange(b)].sum())
 
 
-@pytest.mark.tfrs  # tensorflow-recommenders: tf.keras as Keras 2 (its own pytest run, make test)
+@pytest.mark.tfrs  # tensorflow-recommenders: tf.keras as Keras 2 (tests/conftest.py)
 def test_training_loss_with_extra_negatives_matches_a_numpy_sampled_softmax():
     """Mixed negatives: the batch's positives and the drawn catalogue items are the
     candidates, each corrected by log(batch * share + uniform_negatives / catalogue); a

@@ -4,7 +4,7 @@ import pytest
 
 
 @pytest.mark.slow
-@pytest.mark.tfrs  # tensorflow-recommenders: tf.keras as Keras 2 (its own pytest run, make test)
+@pytest.mark.tfrs  # tensorflow-recommenders: tf.keras as Keras 2 (tests/conftest.py)
 @pytest.mark.parametrize("kind", ["sessions", "far_back"])
 def test_merged_candidates_beat_each_source_on_planted_logs(tmp_path, kind):
     """`sessions`: the next click follows the current session and its related

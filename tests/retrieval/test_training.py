@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import LOUD_ENV, REPO, noise
+from tests.programs import run_program
 
 
 
@@ -24,7 +25,7 @@ def test_train_retrieval_program_writes_recall_and_the_popularity_baseline(taoba
     from dare_tf.run_directory import RunDirectory
 
     with RunDirectory(str(out)).lock():
-        locked = subprocess.run(command, cwd=REPO, env=LOUD_ENV, capture_output=True, text=True, timeout=600)
+        locked = run_program(*command[2:])
     assert locked.returncode == 1 and locked.stderr.strip().splitlines() == [
         f"error: {out} is in use by another trainer (pid {os.getpid()}); wait for it to finish or choose another "
         "--output_dir"], locked.stderr[-2000:]
@@ -42,6 +43,7 @@ def test_train_retrieval_program_writes_recall_and_the_popularity_baseline(taoba
         values = [recall[k] for k in keys]
         assert values == sorted(values) and 0 <= values[0] and values[-1] <= 1, (part, values)
     assert sorted(results["quotas"]) == sorted(results["test_sources"]) and sum(results["quotas"].values()) == 1
+    assert results["quotas"]["recent_categories"] >= 0.25  # the floor (--recent_floor), issue 65 (2)
     assert results["catalogue"] > 1000 and results["test_positives"] == 86
     # TensorBoard: the test recall@K of each seed at its last step.
     import tensorflow as tf
@@ -91,6 +93,9 @@ def test_at_most_keeps_a_seeded_sample_of_the_evaluation_positives_in_order():
     np.testing.assert_array_equal(at_most(examples, 10)["target_item"], sample["target_item"])
     with pytest.raises(ValueError, match="^eval_positives=0: must be >= 1$"):
         RetrievalConfig(eval_positives=0)
+    with pytest.raises(ValueError, match=r"^recent_floor=0.3: must be 0, 0.25, 0.5, 0.75 or 1 \(the quota grid's "
+                                         r"steps\)$"):
+        RetrievalConfig(recent_floor=0.3)
 
 
 @pytest.mark.tfrs
@@ -117,3 +122,27 @@ def test_training_batches_are_the_positives_shuffled_with_their_windows_assemble
         for name in a:
             assert a[name].dtype == b[name].dtype
             np.testing.assert_array_equal(a[name], b[name])
+
+
+@pytest.mark.tfrs
+def test_the_quotas_give_the_recent_categories_source_its_floor(monkeypatch):
+    """Issue 65 (2): where the validation recall favours the two-tower alone, `recent_floor`
+    (default 0.25) still gives the recent-categories source that share, so the clicks of a new
+    category bring its items among the candidates; 0 leaves the choice to the validation."""
+    import dare_tf.retrieval.training as training
+    from dare_tf.retrieval.candidates import CandidateMerger
+
+    size, num_categories = 1000, 5  # (more items than the largest K, 200)
+    item_category = np.where(np.arange(size) == size - 1, 4, np.arange(size) % 3 + 1)
+    merger = CandidateMerger(item_category, np.arange(size, 0, -1).astype(float), num_categories, depth=400)
+    # every target is the tower's best slot (the last, the least popular), of a category no history holds
+    examples = {"hist_items": np.array([[0, 3], [0, 7]]), "hist_categories": np.array([[0, 1], [0, 2]]),
+                "target_item": np.array([size, size])}
+    monkeypatch.setattr(training, "tower_scores", lambda model, catalogue: lambda items, cats: np.tile(
+        np.arange(size, dtype=np.float32), (len(items), 1)))
+    chosen = {floor: training.evaluate_candidates(None, merger, None, examples, examples, False, floor)["quotas"]
+              for floor in (0.0, 0.25, 0.5)}
+    assert chosen[0.0] == {"two_tower": 1.0, "popularity": 0.0, "recent_categories": 0.0}
+    assert chosen[0.25] == {"two_tower": 0.75, "popularity": 0.0, "recent_categories": 0.25}
+    # (ties in recall: the quota of the largest share first, as without a floor)
+    assert chosen[0.5] == {"two_tower": 0.25, "popularity": 0.0, "recent_categories": 0.75}

@@ -2,8 +2,6 @@
 explain against the Keras model; retries until the server is up; raw ids in and out."""
 
 import os
-import subprocess
-import sys
 import threading
 
 import grpc
@@ -17,6 +15,7 @@ from dare_tf.serving.rest import rest_predict
 from dare_tf.testing.loaded_model import latest_version
 from dare_tf.testing.standin_server import serve
 from tests.served import L, in_process, requests
+from tests.programs import run_program
 
 
 @pytest.mark.xdist_group("serving_setup")
@@ -74,7 +73,6 @@ def test_client_retries_until_the_server_is_up(setup, tmp_path):
 def test_client_program_explains_in_the_requests_raw_ids(setup, tmp_path):
     import json
 
-    from tests.conftest import ENV, REPO
 
     items = [int(r) for r in read_id_map(setup["data_dir"], "item")]
     cats = [int(r) for r in read_id_map(setup["data_dir"], "category")]
@@ -84,10 +82,8 @@ def test_client_program_explains_in_the_requests_raw_ids(setup, tmp_path):
     (tmp_path / "request.json").write_text(json.dumps(request))
 
     def client(*flags):
-        done = subprocess.run([sys.executable, "-m", "serving.client", f"--server=localhost:{setup['port']}",
-                               "--model_name=dare", "--signature=explain",
-                               f"--request_json={tmp_path / 'request.json'}", *flags], cwd=REPO, env=ENV,
-                              capture_output=True, text=True, timeout=120)
+        done = run_program("serving.client", f"--server=localhost:{setup['port']}", "--model_name=dare",
+                           "--signature=explain", f"--request_json={tmp_path / 'request.json'}", *flags)
         assert done.returncode == 0, done.stderr[-2000:]
         return done.stdout
 
@@ -113,8 +109,6 @@ def test_client_program_explains_in_the_requests_raw_ids(setup, tmp_path):
     for flags, message in [((f"--rest_url={setup['rest']}", "--model_name=nope"),
                             f"error: {setup['rest']}: REST predict failed (HTTP 404): "),
                            (("--rest_url=http://127.0.0.1:1",), "error: http://127.0.0.1:1: no REST server answers")]:
-        done = subprocess.run([sys.executable, "-m", "serving.client", "--model_name=dare",
-                               f"--request_json={tmp_path / 'request.json'}", *flags], cwd=REPO, env=ENV,
-                              capture_output=True, text=True, timeout=120)
+        done = run_program("serving.client", "--model_name=dare", f"--request_json={tmp_path / 'request.json'}", *flags)
         lines = done.stderr.strip().splitlines()
         assert done.returncode == 1 and len(lines) == 1 and lines[0].startswith(message), done.stderr[-2000:]

@@ -154,7 +154,8 @@ def _read(page, expression):
 
 
 @pytest.mark.slow
-@pytest.mark.tfrs  # the retrieval run (tensorflow-recommenders): make test's TF_USE_LEGACY_KERAS=1 run
+@pytest.mark.tfrs  # the retrieval run (tensorflow-recommenders: tf.keras as Keras 2)
+@pytest.mark.xdist_group("two_stage")  # (one worker trains the two-stage runs)
 def test_the_page_in_chromium_highlights_exactly_the_kept_behaviours(taobao, two_stage, tmp_path):
     from dare_tf.testing.browser import browser_missing, chromium_page
 

@@ -2,15 +2,15 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from tests.programs import run_program
 
 
 @pytest.mark.slow
-@pytest.mark.tfrs  # tensorflow-recommenders: tf.keras as Keras 2 (its own pytest run, make test)
+@pytest.mark.tfrs  # tensorflow-recommenders: tf.keras as Keras 2 (tests/conftest.py)
+@pytest.mark.xdist_group("two_stage")  # (one worker trains the two-stage runs)
 def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
     from dare_tf import build_model
     from dare_tf.data.preparation.protocol import Protocol
@@ -29,8 +29,7 @@ def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
     exports = os.path.join(work, "exports")
     export_run(two_stage["retrieval"], exports, "retrieval", top_n=50)
     spec = DatasetSpec.load(data)
-    ranker = build_model("dare", spec.num_items, spec.num_categories, max_len=spec.max_len, seed=0, top_k=10)
-    export_saved_model(ranker, data, exports, "dare")
+    export_run(two_stage["dare"], exports, "dare")  # the trained ranker (DARE, top_k 10)
     # a ranker of another dataset (other id maps), exported beside them
     write(SyntheticConfig(users=60, items=300, categories=12, min_length=30, max_length=60, length_median=45, seed=5),
           os.path.join(work, "other.csv"))
@@ -113,37 +112,43 @@ def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
                                                      "hist_categories": np.zeros((1, 3), np.int64)})
     assert (no_history["items"] == only_padding["items"]).all()  # [1, 0]: a defined answer, as the ranker's
     padding = served.recommend([0, 0, 0], [0, 0, 0], n=50, top=5)
-    # The history service: recommend by user id; a click appended while the server runs
-    # changes the next recommendation; an unknown user gets the empty history's answer.
+    # The history service: recommend by user id; clicks appended while the server runs
+    # change the next recommendation; an unknown user gets the empty history's answer.
+    # User 42 is a test example's user (its history as the log has it); then 40 clicks of
+    # items of a category that user never clicked (issue 65 (2)).
     from dare_tf.histories import open_store
+    item_category = np.array([0] + [int(c) for c in open(os.path.join(data, "item_categories.txt")).read().split()])
+    real = test["hist_items"][0][test["hist_items"][0] > 0]
+    members = np.bincount(item_category[1:], minlength=spec.num_categories)
+    new = next(c for c in np.argsort(-members, kind="stable") if c > 0 and c not in set(item_category[real]))
+    clicks = np.resize(np.flatnonzero(item_category == new), 40)
     store_url = f"lmdb:{os.path.join(work, 'histories')}"
     with open_store(store_url) as store:
-        store.append(42, hist_items, hist_cats, list(range(len(hist_items))))
+        store.append(42, raw_item_of[real].tolist(), raw_cat_of[item_category[real]].tolist(), list(range(len(real))))
         by_user = Recommender(ServingClient(target, "retrieval"), ServingClient(target, "dare"), histories=store)
         before, _ = by_user.recommend_user(42, n=50, top=10)
-        store.append(42, raw_items[200:240], [raw_cats[7]] * 40, list(range(100, 140)))
+        same_history = served.recommend(raw_item_of[real], raw_cat_of[item_category[real]], n=50, top=10)
+        store.append(42, raw_item_of[clicks].tolist(), [int(raw_cat_of[new])] * 40, list(range(1000, 1040)))
         after, seen = by_user.recommend_user(42, n=50, top=10)
         unknown, _ = by_user.recommend_user(4242, n=50, top=5)
-    user_cli = subprocess.run([sys.executable, "-m", "serving.client", "recommend", f"--server={target}",
-                               "--model_name=dare", "--user_id=42", f"--histories={store_url}", "--num_candidates=50",
-                               "--top=10", "--format=json"], capture_output=True, text=True)
-    unknown_cli = subprocess.run([sys.executable, "-m", "serving.client", "recommend", f"--server={target}",
-                                  "--model_name=dare", "--user_id=4242", f"--histories={store_url}",
-                                  "--num_candidates=50", "--top=5", "--now=2026-11-01T00:00:00Z"],
-                                 capture_output=True, text=True)
-    bad_store = subprocess.run([sys.executable, "-m", "serving.client", "recommend", f"--server={target}",
-                                "--model_name=dare", "--user_id=42", "--histories=redis://127.0.0.1:1"],
-                               capture_output=True, text=True)
-    live = {"before": before["items"].tolist(), "same": got["items"].tolist(), "after": after["items"].tolist(),
-            "seen": int(seen.lengths[0]), "unknown": unknown["probability"].tolist(),
+    user_cli = run_program("serving.client", "recommend", f"--server={target}", "--model_name=dare", "--user_id=42",
+                           f"--histories={store_url}", "--num_candidates=50", "--top=10", "--format=json")
+    unknown_cli = run_program("serving.client", "recommend", f"--server={target}", "--model_name=dare",
+                              "--user_id=4242", f"--histories={store_url}", "--num_candidates=50", "--top=5",
+                              "--now=2026-11-01T00:00:00Z")
+    bad_store = run_program("serving.client", "recommend", f"--server={target}", "--model_name=dare", "--user_id=42",
+                            "--histories=redis://127.0.0.1:1")
+    live = {"before": before["items"].tolist(), "same": same_history["items"].tolist(),
+            "after": after["items"].tolist(), "after_candidates": after["candidates"], "new": int(raw_cat_of[new]),
+            "clicks": len(real) + 40, "seen": int(seen.lengths[0]), "unknown": unknown["probability"].tolist(),
             "cli": json.loads(user_cli.stdout) if user_cli.returncode == 0 else user_cli.stderr,
             "unknown_cli": [unknown_cli.returncode, unknown_cli.stdout, unknown_cli.stderr[-2000:]],
             "bad_store": [bad_store.returncode, bad_store.stderr.strip().splitlines()]}
     with open(os.path.join(work, "user.json"), "w") as f:
         json.dump({"hist_items": hist_items, "hist_categories": hist_cats}, f)
-    cli = subprocess.run([sys.executable, "-m", "serving.client", "recommend", f"--server={target}",
-                          "--model_name=dare", f"--request_json={os.path.join(work, 'user.json')}",
-                          "--num_candidates=50", "--top=5", "--explain"], capture_output=True, text=True)
+    cli = run_program("serving.client", "recommend", f"--server={target}", "--model_name=dare",
+                      f"--request_json={os.path.join(work, 'user.json')}", "--num_candidates=50", "--top=5",
+                      "--explain")
     server.stop(0)
     out = json.loads(json.dumps({
         "probability": got["probability"].tolist(), "own": own["probability"].tolist(),
@@ -158,9 +163,13 @@ def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
         "cli": [cli.returncode, cli.stdout, cli.stderr[-2000:]], "live": live}))
     live = out["live"]
     assert live["before"] == live["same"]  # the stored history answers as the request's
-    assert live["after"] != live["before"] and live["seen"] == 61, live
+    # The new category's items reach the candidates (the recent-categories source, whose quota has a
+    # floor), and the trained ranker's top ten moves.
+    assert live["after_candidates"]["newest_category"] == live["new"], live["after_candidates"]
+    assert live["after_candidates"]["in_newest_category"] > 0, live["after_candidates"]
+    assert live["after"] != live["before"] and live["seen"] == live["clicks"], live
     assert live["cli"]["items"] == live["after"] and (live["cli"]["user_id"], live["cli"]["history_clicks"]) == (
-        "42", 61), live["cli"]
+        "42", live["clicks"]), live["cli"]
     assert live["unknown"] == out["empty"]
     code, stdout, stderr = live["unknown_cli"]  # said, not silently answered with plausible items
     assert code == 0, stderr

@@ -35,9 +35,14 @@ def test_several_servers_resolve_to_one_round_robin_target():
     target, options = channel_target("127.0.0.1:8500,localhost:8501")
     assert target == "ipv4:127.0.0.1:8500,127.0.0.1:8501"
     assert ("grpc.lb_policy_name", "round_robin") in options
-    with pytest.raises(ValueError) as e:
-        channel_target("127.0.0.1:8500,nowhere")
-    assert str(e.value) == "--server='127.0.0.1:8500,nowhere': 'nowhere' is not HOST:PORT"
+    # Issue 68 (6, 7): an empty entry or a port past 65535 is refused before gRPC sees it (it logged
+    # C-core errors for an empty one, and silently never used the bad one of a list).
+    for servers, entry in (("127.0.0.1:8500,nowhere", "nowhere"), ("", ""), ("127.0.0.1:99999,127.0.0.1:18840",
+                                                                               "127.0.0.1:99999"),
+                           ("127.0.0.1:0", "127.0.0.1:0"), ("127.0.0.1:abc", "127.0.0.1:abc")):
+        with pytest.raises(ValueError) as e:
+            channel_target(servers)
+        assert str(e.value) == f"--server={servers!r}: {entry!r} is not HOST:PORT (a port from 1 to 65535)"
 
 
 @pytest.mark.slow

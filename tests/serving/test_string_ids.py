@@ -215,7 +215,7 @@ def test_string_ids_through_the_stand_in_the_history_service_and_recommend(twins
         http.shutdown()
 
 
-@pytest.mark.tfrs  # (the retrieval run: tensorflow-recommenders, make test's TF_USE_LEGACY_KERAS=1 run)
+@pytest.mark.tfrs  # (the retrieval run: tensorflow-recommenders, tf.keras as Keras 2)
 def test_a_string_id_retrieval_export_is_its_run_in_strings_and_recommend_answers_in_them(twins, tmp_path):
     from dare_tf.data.feeding.memory import InMemorySplit
     from dare_tf.data.storage.spec import DatasetSpec

@@ -5,8 +5,6 @@ retrain's test AUC, and what cannot be continued is refused in one line."""
 import dataclasses
 import json
 import os
-import subprocess
-import sys
 import types
 
 import numpy as np
@@ -18,8 +16,8 @@ from dare_tf.data.preparation.in_memory import prepare
 from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.training import SeedRun, TrainConfig, train
 from dare_tf.training.config import effective_model_config
+from tests.programs import run_program
 from dare_tf.training.continuation import Continuation, ContinuationError
-from tests.conftest import REPO
 from tests.data.preparation.test_prepare import TAOBAO
 
 DAY = 86_400
@@ -128,8 +126,7 @@ def test_what_cannot_be_continued_is_refused_in_one_line(days, taobao, tmp_path)
                                                 "is it a finished run of python -m trainers.train"):
         Continuation.load(str(tmp_path), "dare", config, days.full)
     # The program: one line, nothing trained.
-    done = subprocess.run([sys.executable, "-m", "trainers.train", "--model=twin", f"--data_dir={days.full}",
-                           f"--output_dir={tmp_path / 'twin'}", f"--init_from={days.run}", "--verbose=0"],
-                          cwd=REPO, capture_output=True, text=True)
+    done = run_program("trainers.train", "--model=twin", f"--data_dir={days.full}", f"--output_dir={tmp_path / 'twin'}",
+                       f"--init_from={days.run}", "--verbose=0")
     assert done.returncode == 1 and done.stderr.strip().splitlines() == [
         f"error: {flag} is a run of preset 'dare'; this run trains 'twin'"], done.stderr[-2000:]

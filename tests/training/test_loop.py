@@ -12,6 +12,7 @@ import pytest
 
 from dare_tf.training import SeedRun, TrainConfig, train
 from tests.conftest import ENV, LOUD_ENV, REPO, noise
+from tests.programs import run_program
 from tests.training.common import FAST, TINY, train_command
 
 
@@ -205,8 +206,7 @@ def test_trainer_flag_file_reruns_the_run(taobao, tmp_path):
         assert absl_own not in flags_txt, absl_own
     # The flagfile reruns the same run, which is finished: reused as it is.
     results = open(os.path.join(out, "results.json")).read()
-    again = subprocess.run([sys.executable, "-m", "trainers.train", f"--flagfile={out}/flags.txt"], cwd=REPO, env=ENV,
-                           capture_output=True, text=True)
+    again = run_program("trainers.train", f"--flagfile={out}/flags.txt")
     assert again.returncode == 0, again.stderr[-2000:]
     assert open(os.path.join(out, "results.json")).read() == results
 

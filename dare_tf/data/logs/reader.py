@@ -163,6 +163,8 @@ def check_bad_share(path: str, rows: int, bad_lines: int, reasons: dict, max_bad
     """Refuses, in one line, a log of which `--skip_bad_lines` skipped more than
     `max_bad_share` of the lines (a wrong column, not a few bad lines), naming the
     count, the share and the most common problem; else warns how many it skipped."""
+    if not 0 <= max_bad_share <= 1:  # (nan too)
+        raise ValueError(f"max_bad_share={max_bad_share}: must be a number from 0 to 1")
     if not bad_lines:
         return
     share = bad_lines / max(rows, 1)

@@ -10,8 +10,12 @@ The one rule for every place an id goes (the log's cells, the id maps, the
 exports, the client, the history stores, `recommend`, the inspect page): an
 id is any non-empty text a cell holds, spaces, `&`, quotes, commas and
 non-ASCII letters included (`Pet Supplies`, `Home & Garden`, `Acme Co.`),
-without control characters (a tab, a line break: line k of an id map is one
-id). `007` and `7` are two ids, and so are ` a` and `a`; only an empty cell is
+without control characters (C0, DEL and C1: a tab, a line break) or the line
+and paragraph separators U+2028 and U+2029, so that line k of an id map is one id
+for every reader of lines (Python's `str.splitlines` included). Ids are compared
+byte for byte, as UTF-8, without Unicode normalization: `café` written with a
+combining accent (NFD) and with `é` (NFC) are two ids, as are `Ｉ７` and `I7`.
+`007` and `7` are two ids, and so are ` a` and `a`; only an empty cell is
 missing. Bytes that are not UTF-8 are refused, never replaced. An empty field
 cell is the item's own value: `OWN_PREFIX` (a control character, which no id
 holds) and the item's id (`own_value`).
@@ -29,8 +33,11 @@ import pyarrow.compute as pc
 # control character, so that no cell can type it (`~` could: `~SKU42` collided with it), and
 # not one that Python counts as whitespace (`str.split` and `strip` pass it by; U+001F is).
 OWN_PREFIX = "\x01"
-# What no string id holds: control characters (RE2 and Python `re` syntax alike).
-CONTROL = r"[\x00-\x1f\x7f]"
+# What no string id holds (RE2 and Python `re` syntax alike): control characters, C0, DEL and
+# C1 (U+0080-U+009F: NEL, U+0085, is a line break for Python's `str.splitlines`), and the line
+# and paragraph separators U+2028 and U+2029 (line breaks there too): whoever reads an id map by
+# lines gets id k on line k.
+CONTROL = r"[\x00-\x1f\x7f-\x9f" + "\u2028\u2029]"
 _CONTROL = re.compile(CONTROL)
 NOT_AN_ID = "holds a control character (a string id is any text without tabs, line breaks or other control characters)"
 

@@ -5,8 +5,6 @@ with the planted structure, deterministic by seed; one-line refusals."""
 import collections
 import hashlib
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,7 +12,7 @@ import pytest
 from dare_tf.data.generation.lifelike import LIKE, click_lengths, write_like
 from dare_tf.data.logs.reader import read_clicks
 from dare_tf.data.logs.formats import FORMATS, LogFormat
-from tests.conftest import REPO
+from tests.programs import run_program
 
 FRACTION = 0.002
 
@@ -86,8 +84,7 @@ def test_lengths_are_exact_and_the_log_is_its_seed(logs, tmp_path):
 
 def test_the_program_and_its_refusals(tmp_path):
     def synthetic(*args):
-        return subprocess.run([sys.executable, "-m", "data.synthetic", *args], cwd=REPO, capture_output=True,
-                              text=True, timeout=120)
+        return run_program("data.synthetic", *args)
 
     done = synthetic("--like=tmall", "--fraction=0.001", f"--output={tmp_path / 'log.csv'}")
     like = LIKE["tmall"].scaled(0.001)

@@ -3,8 +3,6 @@ logs, impression logs, presets as instances of the same reader, and bad input.""
 
 import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,13 +13,14 @@ from dare_tf.data.preparation.protocol import Protocol
 from dare_tf.data.preparation.in_memory import prepare
 from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.data.storage.id_maps import read_id_map
-from tests.conftest import ENV, REPO, TAOBAO_LOG as TAOBAO, TMALL_LOG as TMALL
+from tests.conftest import TAOBAO_LOG as TAOBAO, TMALL_LOG as TMALL
 from tests.data.planted_logs import impression_log, impression_rows, parquet_clicks
+from tests.programs import run_program
 
 
 
 def prepare_cli(*args):
-    return subprocess.run([sys.executable, "-m", "data.prepare", *args], cwd=REPO, capture_output=True, text=True)
+    return run_program("data.prepare", *args)
 
 
 def columns_of(directory, split):
@@ -397,10 +396,9 @@ def test_a_time_past_int64_is_refused_in_one_line(tmp_path, runner):
     like an id, naming the line."""
     log = tmp_path / "log.csv"
     log.write_text("u1,i1,c1,pv,2017-11-25T00:00:00Z\nu1,i2,c1,pv,99999999999999999999\n")
-    result = subprocess.run([sys.executable, "-m", "data.prepare", "--format=csv", "--string_ids",
-                             "--columns=user=0,item=1,category=2,action=3,time=4", "--click=pv", f"--input={log}",
-                             f"--output_dir={tmp_path / 'out'}", f"--runner={runner}"], cwd=REPO, env=ENV,
-                            capture_output=True, text=True, timeout=300)
+    result = run_program("data.prepare", "--format=csv", "--string_ids",
+                         "--columns=user=0,item=1,category=2,action=3,time=4", "--click=pv", f"--input={log}",
+                         f"--output_dir={tmp_path / 'out'}", f"--runner={runner}")
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         f"error: {log}:2: time (column '4') = 99999999999999999999 does not fit a 64-bit integer: "
@@ -438,10 +436,9 @@ def test_skipping_never_hides_a_disaster(tmp_path, runner):
     columns = "--columns=user=0,item=1,category=2,action=3,time=4"
 
     def run(log, *args):
-        return subprocess.run([sys.executable, "-m", "data.prepare", "--format=csv", columns, "--click=pv",
-                               f"--input={log}", f"--output_dir={tmp_path / 'out'}", "--min_clicks=20",
-                               "--train_targets=2", f"--runner={runner}", *args], cwd=REPO, env=ENV,
-                              capture_output=True, text=True, timeout=300)
+        return run_program("data.prepare", "--format=csv", columns, "--click=pv", f"--input={log}",
+                           f"--output_dir={tmp_path / 'out'}", "--min_clicks=20", "--train_targets=2",
+                           f"--runner={runner}", *args)
 
     mostly_bad = _csv(tmp_path, "bad.csv", good[:good.index("\n") + 1] + bad)
     refused = run(mostly_bad, "--skip_bad_lines")
@@ -465,3 +462,12 @@ def test_skipping_never_hides_a_disaster(tmp_path, runner):
     assert DatasetSpec.load(str(tmp_path / "out")).source["bad_lines"] == 1
     assert run(one_bad, "--max_bad_share=0.5").stderr.strip().splitlines() == [
         "error: --max_bad_share is for --skip_bad_lines (see --help)"]
+
+
+def test_a_bad_share_bound_that_is_not_a_share_is_refused():
+    """Issue 68 (11): nan (and anything outside 0..1) switched the bound off in the library too."""
+    from dare_tf.data.logs.reader import check_bad_share
+
+    for bound in (float("nan"), -0.1, 1.5):
+        with pytest.raises(ValueError, match=f"^max_bad_share={bound}: must be a number from 0 to 1$"):
+            check_bad_share("log.csv", 10_000, 8_999, {"x": (8_999, "log.csv:2: ...")}, bound)

@@ -144,6 +144,9 @@ def test_a_day_of_string_ids_appends_what_its_integer_twin_appends(rows, tmp_pat
     ("u-1,SKU1,c_1,pv,2017-11-25T00:00:00Z,B\x7f2", "field:brand (column 'brand') holds a control character (a "
                                                      "string id is any text without tabs, line breaks or other "
                                                      "control characters)"),
+    # Issue 68 (9): C1 controls (NEL is a line break for str.splitlines) and U+2028/U+2029
+    *[(f"u-1,iSEP{c}X,c_1,pv,2017-11-25T00:00:00Z,", "item (column 'product') holds a control character (a string "
+       "id is any text without tabs, line breaks or other control characters)") for c in "\x85\x9b\u2028\u2029"],
 ])
 def test_a_bad_string_id_is_named_by_line(tmp_path, line, message):
     path = tmp_path / "log.csv"

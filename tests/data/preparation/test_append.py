@@ -24,6 +24,7 @@ from dare_tf.data.storage.fields import FieldSchema
 from tests.conftest import LOUD_ENV, REPO, noise
 from tests.data.planted_logs import impression_log, impression_rows
 from tests.data.preparation.test_prepare import TAOBAO
+from tests.programs import run_program
 
 DAY = 86_400
 TIME = Protocol(split="time", min_clicks=50, partitions=3, seed=4)
@@ -96,9 +97,8 @@ def test_days_appended_one_by_one_are_the_days_prepared_at_once(taobao_days, tmp
     # Issue 45 (11): a history store that cannot be opened refuses the day before the dataset takes it.
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "mine.txt").write_text("mine")
-    refused = subprocess.run([sys.executable, "-m", "data.prepare", "--append", f"--output_dir={grown}",
-                              f"--input={last_day}", f"--histories=lmdb:{tmp_path / 'notes'}"], cwd=REPO,
-                             capture_output=True, text=True)
+    refused = run_program("data.prepare", "--append", f"--output_dir={grown}", f"--input={last_day}",
+                          f"--histories=lmdb:{tmp_path / 'notes'}")
     assert refused.returncode == 1 and refused.stderr.strip().splitlines() == [
         f"error: lmdb:{tmp_path / 'notes'}: not a history store (no data.mdb in {tmp_path / 'notes'}); give an empty "
         "or new directory"], refused.stderr
@@ -280,8 +280,7 @@ def test_what_cannot_be_appended_is_refused_in_one_line(taobao_days, tmp_path, t
          "with --split=time"),
     ]
     for args, message in cases:
-        done = subprocess.run([sys.executable, "-m", "data.prepare", "--append", *args], cwd=REPO,
-                              capture_output=True, text=True)
+        done = run_program("data.prepare", "--append", *args)
         lines = done.stderr.strip().splitlines()
         assert done.returncode != 0 and len(lines) == 1 and lines[0].startswith(message), done.stderr
     last = days[-3]

@@ -6,8 +6,6 @@ examples are checked in tests/data/preparation/test_prepare.py.)"""
 import csv
 import dataclasses
 import datetime
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -17,9 +15,9 @@ from dare_tf.data.preparation.protocol import Protocol
 from dare_tf.data.preparation.in_memory import prepare
 from dare_tf.data.storage.spec import SPLITS
 from dare_tf.data.storage.id_maps import read_id_map
-from tests.conftest import REPO
 from tests.data.planted_logs import impression_log
 from tests.data.preparation.test_prepare import TAOBAO, assert_same_datasets
+from tests.programs import run_program
 
 DAY = 86_400
 TIME = Protocol(split="time", min_clicks=50, partitions=3, seed=4)
@@ -173,9 +171,8 @@ def test_time_split_refusals_are_one_line(tmp_path):
                                          r"\(\d+\)\); move --val_days/--test_days"):
         prepare("taobao", TAOBAO, str(tmp_path / "late"), dataclasses.replace(
             TIME, val_from=1_999_999_998, test_from=1_999_999_999))
-    done = subprocess.run([sys.executable, "-m", "data.prepare", "--dataset=taobao", f"--input={TAOBAO}",
-                           f"--output_dir={tmp_path / 'cli'}", "--val_days=2"], cwd=REPO, capture_output=True,
-                          text=True)
+    done = run_program("data.prepare", "--dataset=taobao", f"--input={TAOBAO}", f"--output_dir={tmp_path / 'cli'}",
+                       "--val_days=2")
     assert done.returncode != 0 and done.stderr.strip().splitlines() == [
         "error: --split=user: --val_days, --test_days, --val_from and --test_from are for --split=time (see "
         "--help)"], done.stderr

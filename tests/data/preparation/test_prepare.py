@@ -17,6 +17,7 @@ from dare_tf.data.preparation.in_memory import prepare
 
 from tests.conftest import REPO, TAOBAO_LOG as TAOBAO, TMALL_LOG as TMALL
 from tests.data.planted_logs import impression_log, parquet_clicks
+from tests.programs import run_program
 
 def read_split(directory, split, max_len=200):
     split_data = InMemorySplit.load(directory, split, max_len=max_len)
@@ -285,9 +286,7 @@ def test_rewrite_replaces_old_shards_and_failure_keeps_old(tmp_path, monkeypatch
 
 def test_command_line(tmp_path):
     out = str(tmp_path / "cli")
-    result = subprocess.run(
-        [sys.executable, "-m", "data.prepare", "--dataset=taobao", f"--input={TAOBAO}",
-         f"--output_dir={out}", "--seed=4"], cwd=REPO, capture_output=True, text=True)
+    result = run_program("data.prepare", "--dataset=taobao", f"--input={TAOBAO}", f"--output_dir={out}", "--seed=4")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "86 users" in result.stdout
     assert DatasetSpec.load(out).protocol["seed"] == 4
@@ -393,8 +392,7 @@ def test_command_line_errors_are_one_line(tmp_path):
          "contains the input log"),
     ]
     for args, code, message in cases:
-        result = subprocess.run([sys.executable, "-m", "data.prepare", *args], cwd=REPO, capture_output=True,
-                                text=True)
+        result = run_program("data.prepare", *args)
         assert result.returncode == code, result.stderr
         lines = result.stderr.strip().splitlines()
         assert "Traceback" not in result.stderr and lines[-1].startswith("error: ") and message in lines[-1], lines
@@ -520,9 +518,8 @@ def test_beam_pipeline_writes_what_the_in_memory_path_writes(taobao, tmp_path):
     protocol = Protocol(seed=1, partitions=4)
     prepare("taobao", TAOBAO, str(tmp_path / "memory"), protocol)
     out = str(tmp_path / "beam")
-    result = subprocess.run(
-        [sys.executable, "-m", "data.prepare", "--dataset=taobao", f"--input={TAOBAO}", f"--output_dir={out}",
-         "--runner=beam", "--seed=1", "--partitions=4", "--beam_buckets=3"], cwd=REPO, capture_output=True, text=True)
+    result = run_program("data.prepare", "--dataset=taobao", f"--input={TAOBAO}", f"--output_dir={out}",
+                         "--runner=beam", "--seed=1", "--partitions=4", "--beam_buckets=3")
     assert result.returncode == 0, result.stderr[-3000:]
     assert_same_datasets(str(tmp_path / "memory"), out)
     assert len(DatasetSpec.load(out).shards["train"]) == 4
@@ -538,9 +535,8 @@ def test_beam_pipeline_writes_what_the_in_memory_path_writes(taobao, tmp_path):
     with pytest.raises(BadLineError, match=r"huge.csv:62: item \(column '1'\) = 99999999999999999999 does not fit"):
         beam_driver.prepare("taobao", huge, str(tmp_path / "bad"), Protocol(min_clicks=20, train_targets=2))
     # the program: Beam's own traceback is not printed, the error is one line
-    failed = subprocess.run([sys.executable, "-m", "data.prepare", "--dataset=taobao", f"--input={bad}",
-                             f"--output_dir={tmp_path / 'bad'}", "--runner=beam", "--min_clicks=20",
-                             "--train_targets=2"], cwd=REPO, capture_output=True, text=True)
+    failed = run_program("data.prepare", "--dataset=taobao", f"--input={bad}", f"--output_dir={tmp_path / 'bad'}",
+                         "--runner=beam", "--min_clicks=20", "--train_targets=2")
     assert failed.returncode == 1 and "Traceback" not in failed.stderr, failed.stderr[-3000:]
     assert failed.stderr.strip().splitlines() == [
         f"error: {bad}:62: expected 5 comma-separated fields, got 4: '7,8,9,pv' (use --skip_bad_lines to skip and "

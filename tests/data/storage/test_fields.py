@@ -5,8 +5,6 @@ reader's time-gap buckets, both drivers record for record, the trainer's
 choice of fields, and the one-line refusals."""
 
 import csv
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -20,8 +18,8 @@ from dare_tf.data.preparation.protocol import Protocol
 from dare_tf.data.preparation.in_memory import prepare
 from dare_tf.data.storage.spec import SPLITS, DatasetSpec
 from dare_tf.data.storage.id_maps import read_id_map
-from tests.conftest import REPO
 from tests.data.preparation.test_prepare import TMALL, assert_same_datasets
+from tests.programs import run_program
 
 DAY = 86_400
 START = 1_700_006_400  # a UTC midnight
@@ -188,8 +186,7 @@ def test_time_gap_buckets():
 
 def _prepare_program(out, *flags):
     """`python -m data.prepare FLAGS --output_dir=OUT --partitions=2`: its output and spec."""
-    result = subprocess.run([sys.executable, "-m", "data.prepare", *flags, f"--output_dir={out}", "--partitions=2"],
-                            cwd=REPO, capture_output=True, text=True)
+    result = run_program("data.prepare", *flags, f"--output_dir={out}", "--partitions=2")
     assert result.returncode == 0, result.stderr[-2000:]
     return result, DatasetSpec.load(out)
 

@@ -14,7 +14,11 @@ IDS = ["Pet Supplies", "Home & Garden", '"Quoted" Mug', "Cup, large", "Caf√© cr√
 
 
 def test_any_string_id_round_trips_through_an_id_map(tmp_path):
-    assert [id_problem(i) for i in IDS if not i.startswith(OWN_PREFIX)] == [None] * (len(IDS) - 1)
+    # (NEL and U+2028 are no longer ids, issue 68 (9); an id map written before reads back as it was)
+    line_breaks = {"a\x85b", "a\u2028b"}
+    assert [id_problem(i) for i in IDS if not i.startswith(OWN_PREFIX) and i not in line_breaks] == [None] * (
+        len(IDS) - 3)
+    assert all(id_problem(i) for i in line_breaks)
     for kind, values in (("item", IDS), ("category", IDS[::-1]), ("user", ["u1"])):
         write_lines(str(tmp_path / ID_MAP_FILES[kind]), np.array(values, object))
     assert read_id_map(str(tmp_path), "item") == IDS  # (splitlines would cut "a\x85b" and "a\u2028b" in two)
