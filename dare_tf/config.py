@@ -139,6 +139,10 @@ class ModelConfig:
             apart), its part between the category's and the position's in
             every vector, and the inputs `hist_<name>` (and `target_<name>`,
             `candidate_<name>` in `rank`, unless history-only).
+        table_row_multiple: the item, category and field tables' rows rounded
+            up to a multiple of this (set by the JAX engine's model-parallel
+            placement to its shards; the vocabularies stay the dataset's, the
+            padded rows are zeros never looked up).
     """
 
     num_items: int
@@ -169,6 +173,7 @@ class ModelConfig:
     initializer: str = "reference"
     synchronized_batch_norm: bool = False
     fields: tuple[BehaviorField, ...] = ()
+    table_row_multiple: int = 1
 
     def __post_init__(self):
         # Tuples survive JSON round trips as lists; normalise them back.
@@ -226,7 +231,8 @@ class ModelConfig:
         for name in ("num_items", "num_categories"):
             check(getattr(self, name) >= 2, name,
                   f"must be >= 2 (padding row 0 plus at least one id), got {getattr(self, name)}")
-        for name in ("max_len", "embedding_dim", "top_k", "hash_bits", "num_hashes", "cluster_window"):
+        for name in ("max_len", "embedding_dim", "top_k", "hash_bits", "num_hashes", "cluster_window",
+                     "table_row_multiple"):
             check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         check(self.attention_dim >= 1, "attention_embedding_dim", f"must be >= 1, got {self.attention_dim}")
         if self.use_position:

@@ -106,7 +106,7 @@ class DareModel(TrainingMixin, ServingMixin, keras.Model):
             projection_initializer=normal(1) if ref else keras.initializers.GlorotUniform(
                 None if seed is None else seed + 1),
             projection_regularizer=keras.regularizers.L2(cfg.l2) if cfg.l2 else None,
-            name="behavior_embedding")
+            row_multiple=cfg.table_row_multiple, name="behavior_embedding")
         sub_seed = lambda i: None if seed is None else seed + 100 * i  # noqa: E731
         self.search = build_search(cfg, seed)
         self.pooling = TargetAttentionPooling(cfg.target_aware, name="pooling")

@@ -165,9 +165,10 @@ class RunDirectory:
             recorded_kind = _kind_of(recorded)
             recorded.pop("kind", None)
             old, new = _flatten(recorded), _flatten(json.loads(json.dumps(identity)))
-            defaults = defaults or {}
-            differ = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k) and k not in ignored
-                            and not (k not in old and k in defaults and new.get(k) == defaults[k]))
+            for key, value in (defaults or {}).items():  # (a run recorded before the key: its default, named)
+                old.setdefault(key, value)
+                new.setdefault(key, value)
+            differ = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k) and k not in ignored)
             if recorded_kind != kind:
                 differ = ["kind"] + differ
                 old["kind"], new["kind"] = recorded_kind, kind

@@ -49,6 +49,10 @@ class BehaviorEmbedding(keras.layers.Layer):
             (`BehaviorField`s or their dicts); a `history_only` field's part
             of the target vectors is zeros.
         embeddings_initializer: initializer of every table.
+        row_multiple: every table but the position ones holds its rows rounded
+            up to a multiple of this (an even split over a model-parallel
+            mesh's `model` axis); the rows past the vocabulary start at zero and
+            are never looked up, the others are drawn as without it.
         projection_initializer: initializer of the `projection` maps.
         projection_regularizer: regularizer of the `projection` maps.
 
@@ -93,6 +97,7 @@ class BehaviorEmbedding(keras.layers.Layer):
         embeddings_initializer="random_normal",
         projection_initializer="random_normal",
         projection_regularizer=None,
+        row_multiple: int = 1,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -112,6 +117,9 @@ class BehaviorEmbedding(keras.layers.Layer):
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
         self.projection_initializer = keras.initializers.get(projection_initializer)
         self.projection_regularizer = keras.regularizers.get(projection_regularizer)
+        if row_multiple < 1:
+            raise ValueError(f"BehaviorEmbedding: row_multiple={row_multiple} must be >= 1")
+        self.row_multiple = row_multiple
 
     @property
     def attention_position_width(self) -> int:
@@ -128,14 +136,13 @@ class BehaviorEmbedding(keras.layers.Layer):
         self.layout.check_memory(self.variable_dtype)
         self.tables: dict[str, dict[str, keras.Variable]] = {}
         for table_set in dict.fromkeys(self.layout.table_of_role.values()):
-            sizes = {field: (rows, self.layout.width(table_set, field))
-                     for field, rows in self.layout.vocabularies().items()}
-            self.tables[table_set] = {
-                field: self.add_weight(
-                    shape=shape, initializer=self.embeddings_initializer,
-                    name=f"{table_set}_{field}_embedding")
-                for field, shape in sizes.items()
-            }
+            self.tables[table_set] = {}
+            for field, rows in self.layout.vocabularies().items():
+                padded = rows if field == "position" else -(-rows // self.row_multiple) * self.row_multiple
+                self.tables[table_set][field] = self.add_weight(
+                    shape=(padded, self.layout.width(table_set, field)), name=f"{table_set}_{field}_embedding",
+                    initializer=self.embeddings_initializer if padded == rows else _padded(
+                        self.embeddings_initializer, rows))
         self.projections: dict[str, keras.Variable] = {}
         if self.coupling == "projection":
             for role in ROLES:
@@ -286,5 +293,13 @@ class BehaviorEmbedding(keras.layers.Layer):
             embeddings_initializer=keras.initializers.serialize(self.embeddings_initializer),
             projection_initializer=keras.initializers.serialize(self.projection_initializer),
             projection_regularizer=keras.regularizers.serialize(self.projection_regularizer),
+            row_multiple=self.row_multiple,
         )
         return config
+
+
+def _padded(initializer, rows: int):
+    """`initializer`'s draw of `rows` rows, then zero rows up to the shape asked for."""
+    def draw(shape, dtype=None):
+        return ops.pad(initializer((rows, *shape[1:]), dtype=dtype), [[0, shape[0] - rows], [0, 0]])
+    return draw

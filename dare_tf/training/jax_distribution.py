@@ -107,17 +107,13 @@ class Placement:
             return {}
         return {"out_shardings": (jax.tree.map(lambda a: a.sharding, state), self._sharding())}
 
-    def vocabulary(self, size: int) -> int:
-        """A table's rows: `size` rounded up to a multiple of the model axis (a
-        sharded axis divides evenly; the rows past `size` are never looked up)."""
-        return -(-size // self.model_shards) * self.model_shards
-
     def fit_model_config(self, model_config):
-        """`model_config` with its item and category vocabularies `vocabulary`'s."""
+        """`model_config` with its tables' rows a multiple of the model axis (a sharded
+        axis divides evenly; the vocabularies stay the dataset's, `BehaviorEmbedding`'s
+        `row_multiple`)."""
         if self.model_shards == 1:
             return model_config
-        return dataclasses.replace(model_config, num_items=self.vocabulary(model_config.num_items),
-                                   num_categories=self.vocabulary(model_config.num_categories))
+        return dataclasses.replace(model_config, table_row_multiple=self.model_shards)
 
 
 def bytes_per_device(variables) -> dict[str, int]:

@@ -139,9 +139,8 @@ class JaxSeedRun:
 
     def run(self) -> dict:
         functions = self.functions
-        latest = self.checkpoints.latest()
-        if latest is not None:
-            extra = self.checkpoints.restore(latest, functions.variables())
+        extra = self.checkpoints.restore_latest(functions.variables(), self._print)
+        if extra is not None:
             self.best_auc.assign(extra["best_auc"])
             self.best_step.assign(extra["best_step"])
         elif self.continuation is not None:

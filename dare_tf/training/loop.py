@@ -26,6 +26,7 @@ from dare_tf.run_directory import ScalarWriters
 from dare_tf.training.progress import RunProgress, TensorBoardScalars
 from dare_tf.training.config import TrainConfig, effective_model_config
 from dare_tf.training.seeds import run_seeds, seed_result, trainable_spec
+from dare_tf.training.checkpoints import DamagedCheckpointError, restore_newest
 from dare_tf.training.continuation import Continuation
 from dare_tf.training.distribution import (ClusterError, fit_distributed, is_chief, task_id, make_strategy,
                                            worker_index, worker_partitions)
@@ -112,10 +113,20 @@ class SeedRun:
         return callbacks + [SaveCheckpoint(self.manager)]
 
     # -- the run ---------------------------------------------------------------------------
+    def _restore(self, path: str) -> str:
+        """Restores the checkpoint `path` (every tensor read with its checksum; an older
+        one restored after a damaged one sets every variable again)."""
+        try:
+            self.checkpoint.restore(path).assert_existing_objects_matched()
+        except (tf.errors.OpError, IndexError) as e:  # (IndexError: a data file cut short)
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise DamagedCheckpointError(f"{path}: not a readable checkpoint ({type(e).__name__}: {reason})") from None
+        return path
+
     def run(self) -> dict:
-        if self.manager.latest_checkpoint:
-            self.checkpoint.restore(self.manager.latest_checkpoint).assert_existing_objects_matched()
-            logging.info("seed %d: resumed from %s at step %d", self.seed, self.manager.latest_checkpoint,
+        resumed = restore_newest(reversed(self.manager.checkpoints), self._restore, self._print)
+        if resumed is not None:
+            logging.info("seed %d: resumed from %s at step %d", self.seed, resumed,
                          int(self.model.optimizer.iterations.numpy()))
         elif self.continuation is not None:
             self.continuation.grow_into(self.model)

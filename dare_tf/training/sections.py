@@ -160,6 +160,8 @@ class RuntimeConfig:
                       (self.join_timeout_s >= 1, "join_timeout_s", "must be >= 1"),
                       (self.steps_per_execution >= 1, "steps_per_execution", "must be >= 1"),
                       (self.model_shards >= 0, "model_shards", "must be >= 0"),
+                      (self.model_shards == 0 or self.strategy == "model_parallel", "model_shards",
+                       f"splits the tables of --strategy=model_parallel only (the strategy is {self.strategy})"),
                       (self.log_every >= 1, "log_every", "must be >= 1"),
                       (self.verbose in (0, 1, 2), "verbose", "must be 0, 1 or 2")])
 

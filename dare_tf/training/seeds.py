@@ -24,11 +24,9 @@ def run_seeds(data_dir: str, output_dir: str, config: TrainConfig, spec: Dataset
     """Checks and starts `output_dir` (the chief), then each seed of `config`:
     its `seed_<n>/` result where it finished, else `train_seed(seed, seed_dir)`;
     writes and returns the run's results. `backend` joins the run's identity
-    (a run is resumed only on the backend that started it; TensorFlow's is the
-    identity of runs recorded before the field)."""
-    identity = run_identity(config, model_config, spec, continuation)
-    if backend != "tensorflow":
-        identity["backend"] = backend
+    (a run is resumed only on the backend that started it; a run recorded
+    before the field is TensorFlow's)."""
+    identity = {**run_identity(config, model_config, spec, continuation), "backend": backend}
     run_directory = RunDirectory(output_dir)
     if chief:
         check = identity_check()

@@ -19,7 +19,7 @@ from tests.conftest import REPO
 
 pytest.importorskip("jax")
 
-# 10 steps of each placement, every model with the model-parallel run's tables.
+# 10 steps of each placement.
 SCRIPT = r"""
 import json, re, sys, numpy as np, jax
 from dare_tf.data.feeding.memory import InMemorySplit
@@ -37,9 +37,8 @@ for strategy, shards in (("default", 0), ("data_parallel", 0), ("model_parallel"
                                 model_shards=shards, steps_per_execution=5, eval_batch_size=512,
                                 model_overrides={"max_len": 50})
     placement = Placement(distribution_for(config.runtime))
-    # every run with the model-parallel run's tables (rounded up to a multiple of the 4 devices)
-    model_config = Placement(distribution_for(config.runtime.__class__(strategy="model_parallel"))).fit_model_config(
-        effective_model_config(config, spec, None))
+    # (the model-parallel run's tables padded to a multiple of its shards, drawn as the others' are)
+    model_config = placement.fit_model_config(effective_model_config(config, spec, None))
     memory = memory or {s: InMemorySplit.load(data, s, spec, model_config.max_len) for s in ("train", "val")}
     with placement.scope():
         run = JaxSeedRun(data, f"{work}/{strategy}{shards}", config, 0, spec, model_config, memory, placement,
@@ -50,6 +49,8 @@ for strategy, shards in (("default", 0), ("data_parallel", 0), ("model_parallel"
         run.functions.sync()
         tables = [v for v in run.model.weights if re.search(TABLES, v.path)]
         out[f"{strategy}/{shards}"] = {"losses": losses.tolist(), "table_bytes": bytes_per_device(tables),
+                         "vocabularies": [model_config.num_items, model_config.num_categories],
+                         "table_rows": {v.path: int(v.shape[0]) for v in tables},
                          "tables_total": int(sum(np.prod(v.shape) * 4 for v in tables)),
                          "probabilities": run.predict("val")["probabilities"][:64].tolist(),
                          "placement": placement.describe()}
@@ -74,6 +75,11 @@ def test_data_and_model_parallel_follow_one_device(taobao, tmp_path):
     shares = {"data_parallel/0": 1, "model_parallel/2": 1 / 2}
     meshes = {"data_parallel/0": "DataParallel over 4 cpu devices, mesh {'batch': 4}",
               "model_parallel/2": "ModelParallel over 4 cpu devices, mesh {'batch': 2, 'model': 2}"}
+    # The vocabularies stay the dataset's; only the model-parallel tables are padded, to a multiple of 2.
+    assert all(runs[name]["vocabularies"] == one["vocabularies"] for name in shares)
+    assert runs["data_parallel/0"]["table_rows"] == one["table_rows"]
+    assert {k: -(-v // 2) * 2 for k, v in one["table_rows"].items()} == runs["model_parallel/2"]["table_rows"]
+    assert runs["model_parallel/2"]["table_rows"] != one["table_rows"]  # (the sample's 57,567 items: odd)
     for name, share in shares.items():
         run = runs[name]
         assert run["placement"] == meshes[name]
@@ -81,6 +87,46 @@ def test_data_and_model_parallel_follow_one_device(taobao, tmp_path):
         np.testing.assert_allclose(run["probabilities"], one["probabilities"], atol=PROBABILITY_ATOL, err_msg=name)
         assert len(run["table_bytes"]) == 4
         assert all(b == run["tables_total"] * share for b in run["table_bytes"].values()), (name, run)
+
+
+@pytest.mark.slow
+def test_a_model_parallel_run_exports_and_serves(taobao, tmp_path):
+    """Issue 66 (3), the repro: `trainers.train --strategy=model_parallel --model_shards=2` on 4
+    devices, then `serving.export` of the run: it exports (the vocabularies are the dataset's)
+    and its SavedModel on raw ids answers what the trained model predicts within 1e-5."""
+    import keras
+
+    from dare_tf.data.feeding.memory import InMemorySplit
+    from tests.programs import run_program
+    from tests.training.test_jax_loop import served_probabilities
+
+    out = str(tmp_path / "x_mp2")
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=REPO,
+               XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    done = subprocess.run([sys.executable, "tests/no_tensorflow.py", "trainers.train", "--model=dare",
+                           f"--data_dir={taobao}", f"--output_dir={out}", "--strategy=model_parallel",
+                           "--model_shards=2", "--epochs=1", "--batch_size=64", "--eval_every=20", "--max_steps=40",
+                           "--embedding_dim=8", "--attention_embedding_dim=4", "--max_len=50", "--verbose=0"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    exported = run_program("serving.export", f"--run_dir={out}", f"--export_base={tmp_path}/e", "--model_name=dare")
+    assert exported.returncode == 0, exported.stderr[-2000:]
+    model = keras.saving.load_model(os.path.join(out, "seed_0", "model.keras"))
+    assert model.model_config.table_row_multiple == 2
+    split = InMemorySplit.load(taobao, "val", max_len=model.model_config.max_len)
+    x, _ = next(split.host_batches(np.arange(32), 32))
+    expected = np.asarray(model.predict(x, verbose=0)).reshape(-1)
+    assert expected.std() > 1e-4
+    np.testing.assert_allclose(served_probabilities(f"{tmp_path}/e/dare", taobao, x), expected, atol=1e-5)
+
+
+def test_model_shards_without_model_parallel_is_refused():
+    from dare_tf.training import TrainConfig
+
+    with pytest.raises(ValueError) as e:
+        TrainConfig.create(preset="dare", model_shards=2)
+    assert str(e.value) == ("model_shards=2: splits the tables of --strategy=model_parallel only (the strategy is "
+                            "default)")
 
 
 def test_what_jax_does_not_run_is_refused_naming_the_alternative():

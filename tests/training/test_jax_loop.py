@@ -100,20 +100,37 @@ def test_the_trainer_on_jax_writes_a_tensorflow_runs_directory_without_tensorflo
         assert json.load(f)["backend"] == "jax"
 
 
+def checkpoints(out):
+    return sorted(glob.glob(f"{out}/seed_0/checkpoints/ckpt-*.npz"), key=lambda p: int(p.split("-")[-1][:-4]))
+
+
 def test_the_same_seed_killed_with_minus_9_and_resumed_gives_the_same_result(jax_run, taobao, tmp_path):
-    """Issue 60 (1, 3): a second run of the same seed, killed after its first checkpoint and
-    started again, ends with the uninterrupted run's result, exactly (on CPU)."""
+    """Issue 60 (1, 3), issue 66 (3): a second run of the same seed, killed after its second
+    checkpoint, its newest checkpoint then cut short (`head -c 2000`) and a killed writer's
+    temporary file beside it, started again: it names the damaged file, resumes from the older
+    one, removes the temporary file and ends with the uninterrupted run's result, exactly (on CPU)."""
     out = str(tmp_path / "killed")
     process = train_on_jax(taobao, out, wait=False)
     deadline = time.time() + 300
-    while not glob.glob(f"{out}/seed_0/checkpoints/ckpt-*.npz") and process.poll() is None:
+    while len([p for p in checkpoints(out) if ".tmp-" not in p]) < 2 and process.poll() is None:
         assert time.time() < deadline
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert not os.path.exists(f"{out}/results.json"), "the run finished before it was killed"
+    *_, older, newest = [p for p in checkpoints(out) if ".tmp-" not in p]
+    with open(newest, "rb") as f:
+        head = f.read(2000)
+    with open(newest, "wb") as f:
+        f.write(head)
+    leftover = newest + ".tmp-17210.npz"
+    with open(leftover, "wb") as f:
+        f.write(head)
     done = train_on_jax(taobao, out)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert (f"warning: {newest}: not a readable checkpoint (not an .npz archive: 2000 bytes); resuming "
+            f"from the older {os.path.basename(older)}") in done.stdout.splitlines(), done.stdout[-2000:]
+    assert not os.path.exists(leftover)
     history = [json.loads(line)["step"] for line in open(f"{out}/seed_0/history.jsonl")]
     assert history == [10, 20, 30, 40, 50, 60, 70, 76]  # no line twice
     assert per_seed(out)["test"] == per_seed(jax_run)["test"]
@@ -121,7 +138,8 @@ def test_the_same_seed_killed_with_minus_9_and_resumed_gives_the_same_result(jax
 
 def test_a_tensorflow_run_is_not_resumed_on_jax(taobao, tmp_path):
     """A run directory records its backend: the JAX trainer refuses a TensorFlow run's (and the
-    TensorFlow trainer a JAX run's, the same check), naming the field, before any training."""
+    TensorFlow trainer a JAX run's, the same check), naming the field and both values (a run
+    recorded before the field is TensorFlow's: issue 66, 3), before any training."""
     from dare_tf.data.storage.spec import DatasetSpec
     from dare_tf.run_directory import RunConfigMismatchError, RunDirectory
     from dare_tf.training import TrainConfig, effective_model_config, run_identity
@@ -130,34 +148,44 @@ def test_a_tensorflow_run_is_not_resumed_on_jax(taobao, tmp_path):
     spec = DatasetSpec.load(taobao)
     config = TrainConfig.create(preset="dare", seeds=(0,), verbose=0)
     model_config = effective_model_config(config, spec, None)
-    out = str(tmp_path / "tf")
-    RunDirectory(out).start("ranking", run_identity(config, model_config, spec), None)
     never = lambda seed, run_dir: pytest.fail("trained")  # noqa: E731
-    with pytest.raises(RunConfigMismatchError, match="backend"):
-        run_seeds(taobao, out, config, spec, model_config, True, False, None, None, never, backend="jax")
+    identity = run_identity(config, model_config, spec)
+    for name, recorded in (("tf", {**identity, "backend": "tensorflow"}), ("older", identity)):
+        out = str(tmp_path / name)
+        RunDirectory(out).start("ranking", recorded, None)
+        with pytest.raises(RunConfigMismatchError) as e:
+            run_seeds(taobao, out, config, spec, model_config, True, False, None, None, never, backend="jax")
+        assert str(e.value) == (f"{out} holds a run with another configuration: backend: 'tensorflow' in the run, "
+                                "'jax' now. Use another output directory, or --overwrite to discard that run")
+
+
+def served_probabilities(export_dir, data_dir, x):
+    """The SavedModel under `export_dir` (its one version) on the raw ids of the dense inputs `x`."""
+    import tensorflow as tf
+
+    from dare_tf.data.storage.id_maps import read_id_map
+    from dare_tf.serving.encoding import pad_histories
+
+    items = np.array([0] + [int(r) for r in read_id_map(data_dir, "item")])
+    cats = np.array([0] + [int(r) for r in read_id_map(data_dir, "category")])
+    hist_items = [list(items[row[row > 0]]) for row in x["hist_items"]]
+    hist_cats = [list(cats[row[row > 0]]) for row in x["hist_categories"]]
+    loaded = tf.saved_model.load(glob.glob(os.path.join(export_dir, "*"))[0])
+    got = loaded.signatures["serving_default"](
+        target_item=tf.constant(items[x["target_item"]], tf.int64),
+        target_category=tf.constant(cats[x["target_category"]], tf.int64),
+        hist_items=tf.constant(pad_histories(hist_items)), hist_categories=tf.constant(pad_histories(hist_cats)))
+    return got["probability"].numpy()
 
 
 @pytest.mark.xdist_group("jax_trainer")
 def test_a_run_trained_on_jax_exports_and_answers_what_the_jax_model_predicts(jax_run, taobao, tmp_path):
     """Issue 60 (3): `serving.export`'s export (TensorFlow) of the JAX run; its SavedModel on raw
     ids equals the JAX model's probabilities (computed in the run's process) within 1e-5."""
-    import tensorflow as tf
-
-    from dare_tf.data.storage.id_maps import read_id_map
-    from dare_tf.serving.encoding import pad_histories
-
     from dare_tf.export import export_run
 
     jax_out = np.load(os.path.join(jax_run, "jax_predictions.npz"))
     export_run(jax_run, str(tmp_path / "exports"), "dare")  # (what `python -m serving.export --run_dir` runs)
-    items = np.array([0] + [int(r) for r in read_id_map(taobao, "item")])
-    cats = np.array([0] + [int(r) for r in read_id_map(taobao, "category")])
-    hist_items = [list(items[row[row > 0]]) for row in jax_out["hist_items"]]
-    hist_cats = [list(cats[row[row > 0]]) for row in jax_out["hist_categories"]]
-    loaded = tf.saved_model.load(glob.glob(str(tmp_path / "exports" / "dare" / "*"))[0])
-    got = loaded.signatures["serving_default"](
-        target_item=tf.constant(items[jax_out["target_item"]], tf.int64),
-        target_category=tf.constant(cats[jax_out["target_category"]], tf.int64),
-        hist_items=tf.constant(pad_histories(hist_items)), hist_categories=tf.constant(pad_histories(hist_cats)))
     assert jax_out["probability"].std() > 1e-3
-    np.testing.assert_allclose(got["probability"].numpy(), jax_out["probability"].reshape(-1), atol=1e-5)
+    np.testing.assert_allclose(served_probabilities(str(tmp_path / "exports" / "dare"), taobao, jax_out),
+                               jax_out["probability"].reshape(-1), atol=1e-5)

@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from dare_tf.training import SeedRun, TrainConfig, train
 from tests.conftest import ENV, LOUD_ENV, REPO, noise
@@ -102,14 +103,17 @@ def test_the_paper_schedule_on_a_small_log_warns_before_it_trains(taobao, tmp_pa
 
 
 @pytest.mark.slow
-def test_killed_run_resumes_without_lost_or_repeated_steps(taobao, tmp_path):
+def test_killed_run_resumes_without_lost_or_repeated_steps(taobao, tmp_path, capsys):
+    """Killed with -9 after its third validation, then its newest checkpoint's data cut
+    short (issue 66, 3): the run names the damaged checkpoint, resumes from the older
+    one kept beside it, and ends where an uninterrupted run ends."""
     out = str(tmp_path / "killed")
     proc = subprocess.Popen(train_command(taobao, out), cwd=REPO, env=ENV,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     history = os.path.join(out, "seed_0", "history.jsonl")
     deadline = time.time() + 300
     while time.time() < deadline:
-        if os.path.exists(history) and len(open(history).readlines()) >= 2:
+        if os.path.exists(history) and len(open(history).readlines()) >= 3:
             break
         if proc.poll() is not None:
             pytest.fail("training finished before it could be killed")
@@ -117,11 +121,21 @@ def test_killed_run_resumes_without_lost_or_repeated_steps(taobao, tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not os.path.exists(os.path.join(out, "results.json"))
+    state = tf.train.get_checkpoint_state(os.path.join(out, "seed_0", "checkpoints"))
+    *_, older, newest = state.all_model_checkpoint_paths
+    data = newest + ".data-00000-of-00001"
+    with open(data, "rb") as f:
+        head = f.read(os.path.getsize(data) // 2)
+    with open(data, "wb") as f:
+        f.write(head)
     # Resumed in process with the configuration the flags make (another one would be
     # refused: tests/test_run_directory.py), then an uninterrupted run of it.
     config = TrainConfig.create(preset="dare", batch_size=128, eval_batch_size=512, epochs=2, eval_every=5,
                                 max_steps=30, model_overrides=dict(top_k=10), jit_compile=False, verbose=0)
     resumed = train(taobao, out, config)
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning: ")]
+    assert said == [f"warning: {newest}: not a readable checkpoint (IndexError: Read less bytes than requested); "
+                    f"resuming from the older {os.path.basename(older)}"]
     steps = [json.loads(line)["step"] for line in open(history)]
     # Evaluations every 5 steps, to max_steps 30.
     assert steps == [5, 10, 15, 20, 25, 30]
