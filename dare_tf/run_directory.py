@@ -271,29 +271,35 @@ class RunDirectory:
 @public("dare_tf.training")
 class ScalarWriters:
     """TensorBoard event files under `log_dir`, one run (`train`, `validation`,
-    `test`) per subdirectory; each `write` flushes."""
+    `test`) per subdirectory; each `write` flushes. Written with the tensorboard
+    package's own writer and protos (the scalars as `tf.summary.scalar` writes
+    them), so a run on any backend writes them without TensorFlow."""
 
     def __init__(self, log_dir: str):
         self.log_dir, self.writers = log_dir, {}
 
-    def write(self, name: str, values: dict, step: int) -> None:
-        import tensorflow as tf
+    def _event(self, name: str, summary, step: int) -> None:
+        import time
+
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
         if name not in self.writers:
-            self.writers[name] = tf.summary.create_file_writer(os.path.join(self.log_dir, name))
-        with self.writers[name].as_default():
-            for tag, value in values.items():
-                tf.summary.scalar(tag, float(value), step=step)
+            self.writers[name] = EventFileWriter(os.path.join(self.log_dir, name) if name else self.log_dir)
+        self.writers[name].add_event(Event(wall_time=time.time(), step=step, summary=summary))
         self.writers[name].flush()
+
+    def write(self, name: str, values: dict, step: int) -> None:
+        from tensorboard.compat.proto.summary_pb2 import Summary
+        from tensorboard.plugins.scalar.summary_v2 import scalar_pb
+
+        summary = Summary(value=[v for tag, value in values.items() for v in scalar_pb(tag, float(value)).value])
+        self._event(name, summary, step)
 
     def hparams(self, values: dict) -> None:
         """The run's hyperparameters (TensorBoard's HParams plugin), in the log
         directory's own event file; lists and None as text."""
-        import tensorflow as tf
-        from tensorboard.plugins.hparams import api as hp
+        from tensorboard.plugins.hparams.summary_v2 import hparams_pb
 
-        if "" not in self.writers:
-            self.writers[""] = tf.summary.create_file_writer(self.log_dir)
-        with self.writers[""].as_default():
-            hp.hparams({k: v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in values.items()})
-        self.writers[""].flush()
+        self._event("", hparams_pb({k: v if isinstance(v, (bool, int, float, str)) else str(v)
+                                    for k, v in values.items()}), 0)

@@ -38,11 +38,11 @@ import keras
 import numpy as np
 
 from dare_tf._faces import public
-from dare_tf._files import atomic_json, require_space, variables_bytes
+from dare_tf._files import require_space, variables_bytes
 from dare_tf.data.feeding.memory import InMemorySplit
 from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.models import DareModel
-from dare_tf.run_directory import BEST_WEIGHTS, MODEL, SEED_RESULT, read_history
+from dare_tf.run_directory import BEST_WEIGHTS, read_history
 from dare_tf.tasks import ClickTask
 from dare_tf.training.callbacks import (AppendHistory, ExactValidation, KeepBestWeights, NonFiniteLossError,
                                         truncate_history)
@@ -53,8 +53,8 @@ from dare_tf.training.evaluator import evaluation_batch
 from dare_tf.training.input_plan import InputPlan
 from dare_tf.training.jax_distribution import Placement, distribution_for, refusal
 from dare_tf.training.jax_state import JaxCheckpoints, Scalar, StepFunctions
-from dare_tf.training.progress import RunProgress
-from dare_tf.training.seeds import run_seeds, seed_result
+from dare_tf.training.progress import RunProgress, TensorBoardScalars
+from dare_tf.training.seeds import run_seeds, save_seed, seed_result
 
 
 @public("dare_tf.training")
@@ -118,6 +118,7 @@ class JaxSeedRun:
             cfg = self.config
             callbacks.append(AppendHistory(self.run_dir, self.plan.steps_per_epoch, self.started,
                                            self.report if cfg.runtime.verbose == 2 else None))
+            callbacks.append(TensorBoardScalars(os.path.join(self.run_dir, "tensorboard"), cfg.runtime.log_every))
             if cfg.runtime.verbose == 1:
                 callbacks.append(RunProgress(
                     f"{cfg.preset} on {os.path.basename(os.path.normpath(self.data_dir))} (JAX, "
@@ -182,6 +183,8 @@ class JaxSeedRun:
             logs = {"loss": float(values.mean())}
             losses = []
             for callback in callbacks:
+                if isinstance(callback, TensorBoardScalars):
+                    callback.write_losses(done, values)
                 callback.on_epoch_end(done // plan.eval_every - 1, logs)
             require_space(self.checkpoints.directory, 2 * variables_bytes(functions.variables()), "a checkpoint")
             self.checkpoints.save(done, functions.variables(), best_auc=float(self.best_auc),
@@ -191,16 +194,16 @@ class JaxSeedRun:
         self.checkpoints.wait()
         steps = int(self.model.optimizer.iterations.numpy())
         best = os.path.join(self.work_dir, BEST_WEIGHTS)
+        kept_step = steps  # the step whose weights the result is of
         if os.path.exists(best):
             self.model.load_weights(best)
+            kept_step = int(self.best_step)
         self.functions.load()
         result = seed_result(self.seed, steps, int(self.best_step), read_history(self.run_dir),
                              lambda: self.predict("val"), self.predict("test"), self.model_config, self.plan.warnings,
                              self.plan.total_steps, self.spec)
         if self.chief:
-            require_space(self.run_dir, variables_bytes(self.model.weights), f"the trained model ({MODEL})")
-            self.model.save(os.path.join(self.run_dir, MODEL))
-            atomic_json(os.path.join(self.run_dir, SEED_RESULT), result)
+            save_seed(self.run_dir, self.model, result, kept_step, self.config, self.model_config, self.seed)
         return result
 
 

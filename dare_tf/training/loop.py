@@ -18,14 +18,12 @@ from dare_tf.data.feeding.memory import InMemorySplit
 from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.models import DareModel
 from dare_tf.optimizers import make_optimizer
-from dare_tf._files import atomic_json, require_space, variables_bytes
-from dare_tf.run_directory import BEST_WEIGHTS, MODEL, SEED_RESULT, RunDirectory, read_history
+from dare_tf.run_directory import BEST_WEIGHTS, RunDirectory, read_history
 from dare_tf.training.callbacks import (AppendHistory, ExactValidation, KeepBestWeights, SaveCheckpoint,
                                         StopAtStep, StopOnNonFiniteLoss, truncate_history)
-from dare_tf.run_directory import ScalarWriters
 from dare_tf.training.progress import RunProgress, TensorBoardScalars
 from dare_tf.training.config import TrainConfig, effective_model_config
-from dare_tf.training.seeds import run_seeds, seed_result, trainable_spec
+from dare_tf.training.seeds import run_seeds, save_seed, seed_result, trainable_spec
 from dare_tf.training.checkpoints import DamagedCheckpointError, restore_newest
 from dare_tf.training.continuation import Continuation
 from dare_tf.training.distribution import (ClusterError, fit_distributed, is_chief, task_id, make_strategy,
@@ -158,13 +156,7 @@ class SeedRun:
                              self.plan.warnings, self.plan.total_steps, self.spec,
                              evaluator.cascade_metrics("test") if self.cascade and self.cascade.examples else None)
         if self.chief:
-            writers = ScalarWriters(os.path.join(self.run_dir, "tensorboard"))
-            writers.write("test", result["test"], kept_step)  # (stamped at the kept weights' step)
-            writers.hparams({**{f"train.{k}": v for k, v in self.config.flat().items() if k != "model_overrides"},
-                             **{f"model.{k}": v for k, v in self.model_config.to_dict().items()}, "seed": self.seed})
-            require_space(self.run_dir, variables_bytes(self.model.weights), f"the trained model ({MODEL})")
-            self.model.save(os.path.join(self.run_dir, MODEL))
-            atomic_json(os.path.join(self.run_dir, SEED_RESULT), result)
+            save_seed(self.run_dir, self.model, result, kept_step, self.config, self.model_config, self.seed)
         return result
 
 

@@ -9,6 +9,7 @@ import sys
 import time
 
 import keras
+import numpy as np
 
 from dare_tf._faces import public
 from dare_tf.run_directory import ScalarWriters
@@ -37,6 +38,15 @@ class TensorBoardScalars(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self.scalars.write("validation", validation_metrics(logs), optimizer_step(self.model))
+
+    def write_losses(self, last_step: int, losses) -> None:
+        """A loop that is not `fit` (the JAX engine's): the losses of the steps up to
+        `last_step` since the last validation, written as `fit`'s logs give them (at
+        each multiple of `log_every`, the mean since the last validation)."""
+        means = np.cumsum(np.asarray(losses, np.float64)) / np.arange(1, len(losses) + 1)
+        for step, mean in zip(range(last_step - len(losses) + 1, last_step + 1), means):
+            if step % self.log_every == 0:
+                self.scalars.write("train", {"loss": mean}, step)
 
 
 LOSS_EXPLAINED = ("loss: the training objective, click cross entropy + auxiliary head's + L2, averaged over "

@@ -22,3 +22,26 @@ def train_args(data_dir, out) -> list[str]:
 def train_command(data_dir, out) -> list[str]:
     """The same as a process's command line."""
     return [sys.executable, "-m", "trainers.train", *train_args(data_dir, out)]
+
+
+def tensorboard_scalars(log_dir) -> dict:
+    """`{tag: [(step, value)]}` of the scalars in the TensorBoard run `log_dir`."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util import tensor_util
+
+    events = EventAccumulator(str(log_dir), size_guidance={"tensors": 0})
+    events.Reload()
+    return {tag: [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in events.Tensors(tag)]
+            for tag in events.Tags()["tensors"]}
+
+
+def tensorboard_hparams(log_dir) -> dict:
+    """The hyperparameters a run wrote for TensorBoard's HParams dashboard."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    events = EventAccumulator(str(log_dir))
+    events.Reload()
+    content = events.PluginTagToContent("hparams")
+    data = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"])
+    return data.session_start_info.hparams

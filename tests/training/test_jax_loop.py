@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import REPO
+from tests.training.common import tensorboard_hparams, tensorboard_scalars
 
 pytest.importorskip("jax")
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("jax_trainer")]
@@ -98,6 +99,17 @@ def test_the_trainer_on_jax_writes_a_tensorflow_runs_directory_without_tensorflo
     assert 0.5 < result["test"]["auc"] < 1  # (the TensorFlow trainer: 0.60 with these flags)
     with open(os.path.join(jax_run, "run_config.json")) as f:
         assert json.load(f)["backend"] == "jax"
+    # TensorBoard, without TensorFlow (issue 66, 2): the TensorFlow run's scalars at the same steps,
+    # the training loss at step 50 (--log_every) the mean since the last validation, as fit's logs.
+    board = os.path.join(seed, "tensorboard")
+    (step, loss), = tensorboard_scalars(os.path.join(board, "train"))["loss"]
+    assert step == 50 and loss == pytest.approx(next(h["train_loss"] for h in history if h["step"] == 50), rel=1e-6)
+    validation = tensorboard_scalars(os.path.join(board, "validation"))
+    assert sorted(validation) == ["auc", "category_auc", "gauc", "logloss"]
+    assert validation["auc"] == [(h["step"], pytest.approx(h["val"]["auc"])) for h in history]
+    assert tensorboard_scalars(os.path.join(board, "test"))["auc"] == [(result["best_step"],
+                                                                        pytest.approx(result["test"]["auc"]))]
+    assert tensorboard_hparams(board)["model.coupling"].string_value == "decoupled"
 
 
 def checkpoints(out):

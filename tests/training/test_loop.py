@@ -14,7 +14,7 @@ import tensorflow as tf
 from dare_tf.training import SeedRun, TrainConfig, train
 from tests.conftest import ENV, LOUD_ENV, REPO, noise
 from tests.programs import run_program
-from tests.training.common import FAST, TINY, train_command
+from tests.training.common import FAST, TINY, tensorboard_hparams, tensorboard_scalars, train_command
 
 
 @pytest.mark.slow
@@ -60,34 +60,20 @@ def test_real_taobao_sample_trains_with_finite_metrics(taobao, tmp_path):
     assert [h["step"] for h in history] == [10, 12]
     # TensorBoard: the training loss every log_every steps, the exact validation metrics at
     # every validation and the test metrics of the kept weights, at their true steps.
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    def scalars(run):
-        events = EventAccumulator(str(tmp_path / "run" / "seed_0" / "tensorboard" / run), size_guidance={"tensors": 0})
-        events.Reload()
-        return {tag: [(e.step, float(tf.make_ndarray(e.tensor_proto))) for e in events.Tensors(tag)]
-                for tag in events.Tags()["tensors"]}
-
-    import tensorflow as tf
-
-    assert [step for step, _ in scalars("train")["loss"]] == [5, 10]
-    validation = scalars("validation")
+    board = tmp_path / "run" / "seed_0" / "tensorboard"
+    assert [step for step, _ in tensorboard_scalars(board / "train")["loss"]] == [5, 10]
+    validation = tensorboard_scalars(board / "validation")
     assert sorted(validation) == ["auc", "category_auc", "gauc", "logloss"]
     assert [step for step, _ in validation["auc"]] == [10, 12]
     assert [value for _, value in validation["auc"]] == pytest.approx([h["val"]["auc"] for h in history])
-    (step, test_auc), = scalars("test")["auc"]
+    (step, test_auc), = tensorboard_scalars(board / "test")["auc"]
     # stamped at the step whose weights were kept (the best validation), not the last one
     assert step == results["per_seed"][0]["best_step"] and test_auc == pytest.approx(
         results["per_seed"][0]["test"]["auc"])
     # The run's hyperparameters, for TensorBoard's HParams dashboard.
-    from tensorboard.plugins.hparams import plugin_data_pb2
-
-    events = EventAccumulator(str(tmp_path / "run" / "seed_0" / "tensorboard"))
-    events.Reload()
-    content = events.PluginTagToContent("hparams")
-    session = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"]).session_start_info
-    assert session.hparams["model.coupling"].string_value == "decoupled"
-    assert session.hparams["train.batch_size"].number_value == 256 and session.hparams["seed"].number_value == 0
+    hparams = tensorboard_hparams(board)
+    assert hparams["model.coupling"].string_value == "decoupled"
+    assert hparams["train.batch_size"].number_value == 256 and hparams["seed"].number_value == 0
 
 
 def test_the_paper_schedule_on_a_small_log_warns_before_it_trains(taobao, tmp_path):
