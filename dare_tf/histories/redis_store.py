@@ -43,6 +43,8 @@ class RedisStore(HistoryStore):
                 stored = self.client.get(self._meta("config"))
         except _DOWN as e:
             raise StoreError(f"{url}: no Redis server answers ({e})") from e
+        except StoreError:
+            raise
         except ValueError as e:  # a malformed URL
             raise StoreError(f"--store={url!r}: not a Redis URL ({e}); expected redis://HOST:PORT[/DB]") from e
         if stored is None:
@@ -54,7 +56,16 @@ class RedisStore(HistoryStore):
 
     @staticmethod
     def _connect(url: str, timeout: float):
-        return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        # (a node of a Redis Cluster answers MOVED for most keys: said at once, not after a load's first batch)
+        try:
+            cluster = str(client.info("cluster").get("cluster_enabled", 0)) == "1"
+        except redis.ResponseError:  # (a server that does not answer INFO: taken as a plain one)
+            cluster = False
+        if cluster:
+            where = url.split("://", 1)[-1].split("/", 1)[0]
+            raise StoreError(f"{url}: is a Redis Cluster node; use redis-cluster://{where} (any of its nodes)")
+        return client
 
     def _meta(self, name: str) -> str:
         """The key of the store's own `name` (config, ids, names, next_id, users, note:...)."""

@@ -64,6 +64,17 @@ def test_a_malformed_or_unreachable_cluster_is_refused_in_one_line():
     assert "\n" not in str(e.value)
 
 
+def test_a_cluster_node_given_as_a_plain_redis_is_named_at_once(taobao, tmp_path):
+    """Issue 68 (3): `load --store=redis://<a cluster node>` says what the node is, in one line."""
+    with RedisCluster(str(tmp_path / "cluster")) as url:
+        node = startup_nodes(url)[0]
+        plain = f"redis://{node.host}:{node.port}"
+        done = run_program("serving.histories", "load", f"--data_dir={taobao}", f"--store={plain}")
+        assert done.returncode == 1
+        assert done.stderr.strip() == (f"error: {plain}: is a Redis Cluster node; use redis-cluster://{node.host}:"
+                                       f"{node.port} (any of its nodes)")
+
+
 def exactly_once(appender: ClickAppender, url: str) -> None:
     lost, duplicated = appender.lost_and_duplicated(url)
     assert lost == [] and duplicated == 0, (lost[:5], duplicated)

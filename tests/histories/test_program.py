@@ -159,3 +159,19 @@ def test_a_dataset_prepared_before_the_store_kept_times_loads_them_as_unknown(ta
         users, clicks = load_prepared(store, old)
         some = next(iter(store.users()))
         assert clicks == len(sequences.items) and (store.last([some]).times == 0).all()
+
+
+def test_an_id_past_the_longest_is_refused_in_one_line_by_append(tmp_path):
+    """Issue 68 (4), the repro: a 1,000,002-character item id (past the csv module's field limit)
+    in `append --string_ids` is one line naming the file, line, field and the longest id, its
+    text cut; the store holds nothing of it."""
+    path = tmp_path / "hs_1mb.csv"
+    path.write_text(f"u1,i-{'I' * 1_000_000},c1,pv,2020-01-01T00:00:00Z\n")
+    done = histories("append", "--string_ids", f"--store=lmdb:{tmp_path / 'h1mb'}", f"--input={path}",
+                     "--format=csv", "--columns=user=0,item=1,category=2,action=3,time=4", "--click=pv")
+    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr[-2000:]
+    assert done.stderr.startswith(f"error: {path}:1: item (column '1') is longer than the 4,096 characters a string "
+                                  f"id may hold (1,000,002): 'u1,i-{'I' * 295}'... (1,000,032 characters) (use "
+                                  "--skip_bad_lines"), done.stderr[:600]
+    shown = histories("show", f"--store=lmdb:{tmp_path / 'h1mb'}", "--user_id=u1")
+    assert shown.returncode == 0 and json.loads(shown.stdout)["items"] == [], shown.stdout + shown.stderr

@@ -21,9 +21,14 @@ from dare_tf.data.logs.string_ids import IdVocabulary, bad_ids, id_problem, not_
 from dare_tf.data.logs.times import parse_time, time_column
 
 ID_ROLES = ("user", "item", "category")
+# The csv module refuses a field past 131,072 characters (an error, not a bad line); the readers
+# take a field of any length and judge it as the fast path does (an id past MAX_ID_CHARS is a bad
+# line naming its length). The limit is process-wide: only ever raised here.
+csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
 # A bad line whose problem at least 90% of the next lines share (at least this many of them)
 # is the column's: its message names the fix, not --skip_bad_lines.
 SHARED_PROBLEM_LINES = 10
+SHOWN_CHARS = 300  # of a bad line, in its message
 
 
 def bad_kind(problem: str) -> str:
@@ -212,10 +217,12 @@ class BlockParser:
         Where most of the `following` lines (raw) share its problem, the message
         names the column's fix, not `--skip_bad_lines`, which would skip the log."""
         if not self.skip:
+            cut = f"... ({len(text):,} characters)" if len(text) > SHOWN_CHARS else ""
+            text = text[:SHOWN_CHARS]
             try:
-                shown = repr(text.encode("utf-8").decode())
+                shown = repr(text.encode("utf-8").decode()) + cut
             except UnicodeEncodeError:  # (bytes that are not UTF-8: shown as bytes)
-                shown = repr(text.encode("utf-8", errors="surrogateescape"))
+                shown = repr(text.encode("utf-8", errors="surrogateescape")) + cut
             kind = bad_kind(problem)
             same = sum(1 for raw in following if (other := self._line(raw)[0]) is not None and bad_kind(other) == kind)
             hint = "use --skip_bad_lines to skip and count such lines"

@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 from dare_tf.data.logs.formats import FIELD_ROLE, LogFormat, LogFormatError, resolved_columns
 
 from dare_tf.data.logs.clicks import own_values
-from dare_tf.data.logs.string_ids import NOT_AN_ID, not_ids
+from dare_tf.data.logs.string_ids import NOT_AN_ID, id_problem, not_ids
 from dare_tf._files import file_sha256
 from dare_tf.data.logs.times import time_column
 
@@ -70,13 +70,18 @@ def _not_ids(column) -> np.ndarray:
     return np.asarray(not_ids(column).fill_null(False).to_numpy(zero_copy_only=False))
 
 
+def _why(column, wrong: np.ndarray) -> str:
+    """Why the first of a string column's `wrong` values is not a string id (`id_problem`)."""
+    return id_problem(column[int(np.flatnonzero(wrong)[0])].as_py() or "") or NOT_AN_ID
+
+
 def _role_values(reader, role: str, column, reasons: dict) -> tuple[np.ndarray, np.ndarray]:
     """A role's int64 values in a row group (string ids encoded, times read) and its
     bad rows; `reasons[role]` updated to say why they are bad."""
     if role in reader.vocab:
         wrong = _not_ids(column)
         if wrong.any() and not reasons[role][0][wrong].all():
-            reasons[role] = (reasons[role][0] | wrong, f"is empty or {NOT_AN_ID}")
+            reasons[role] = (reasons[role][0] | wrong, _why(column, wrong))
         return reader.vocab[role].encode(column), wrong
     if role == "time" and not pa.types.is_integer(column.type):  # timestamps, dates, text
         values = time_column(column, reader.fmt.time_format)
@@ -101,7 +106,7 @@ def _field_values(reader, role: str, column, items: np.ndarray, reasons: dict) -
     if role in reader.vocab:
         column = pc.if_else(pc.equal(pc.utf8_length(column), 0), None, column)
         wrong = _not_ids(column) & np.asarray(column.is_valid().to_numpy(zero_copy_only=False))
-        reasons[role] = (wrong, NOT_AN_ID)
+        reasons[role] = (wrong, _why(column, wrong) if wrong.any() else NOT_AN_ID)
         return own_values(reader.vocab[role].encode(column), items), wrong
     null = np.asarray(column.is_null().to_numpy(zero_copy_only=False))
     values, huge = int64_values(column)

@@ -40,6 +40,9 @@ OWN_PREFIX = "\x01"
 CONTROL = r"[\x00-\x1f\x7f-\x9f" + "\u2028\u2029]"
 _CONTROL = re.compile(CONTROL)
 NOT_AN_ID = "holds a control character (a string id is any text without tabs, line breaks or other control characters)"
+# The longest string id, in characters, in every reader (csv, tsv, Parquet, the histories' appends).
+MAX_ID_CHARS = 4096
+TOO_LONG = f"is longer than the {MAX_ID_CHARS:,} characters a string id may hold"
 
 
 def id_problem(text: str, own: bool = False) -> str | None:
@@ -49,15 +52,19 @@ def id_problem(text: str, own: bool = False) -> str | None:
         text = text[len(OWN_PREFIX):]
     if not text:
         return "is empty"
+    if len(text) > MAX_ID_CHARS:
+        return f"{TOO_LONG} ({len(text):,})"
     if _CONTROL.search(text):
         return NOT_AN_ID
     return None
 
 
 def not_ids(column):
-    """Where a pyarrow string column's values are not string ids: empty, or holding a
-    control character (a pyarrow boolean array; nulls stay null)."""
-    return pc.or_(pc.equal(pc.utf8_length(column), 0), pc.match_substring_regex(column, CONTROL))
+    """Where a pyarrow string column's values are not string ids: empty, too long, or
+    holding a control character (a pyarrow boolean array; nulls stay null)."""
+    length = pc.utf8_length(column)
+    return pc.or_(pc.or_(pc.equal(length, 0), pc.greater(length, MAX_ID_CHARS)),
+                  pc.match_substring_regex(column, CONTROL))
 
 
 def bad_ids(column) -> bool:

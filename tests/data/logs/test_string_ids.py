@@ -157,6 +157,39 @@ def test_a_bad_string_id_is_named_by_line(tmp_path, line, message):
     assert str(e.value) == f"{path}:5: {message}: {line!r} (use --skip_bad_lines to skip and count such lines)"
 
 
+@pytest.mark.parametrize("parquet", [False, True])
+def test_an_id_past_the_longest_is_a_bad_line_naming_its_length_and_the_longest_prepares(tmp_path, parquet):
+    """Issue 68 (4): one maximum id length (MAX_ID_CHARS) in every reader, csv (a field past the
+    csv module's 131,072 characters included) and Parquet alike; the message shows the line cut."""
+    from dare_tf.data.logs.string_ids import MAX_ID_CHARS
+
+    good = [[f"u-{u}", f"SKU{i + u}", "c_1", "pv", f"2017-11-25T00:00:{i:02d}Z", "B1"]
+            for u in (1, 2) for i in range(24)]
+    longest = good + [["u-1", "I" * MAX_ID_CHARS, "c_1", "pv", "2017-11-25T00:00:00Z", "B1"]]
+    names = ["uid", "product", "cat", "action", "ts", "brand"]
+    for rows, length in ((longest, None), (good + [["u-1", "I" * 200_000, "c_1", "pv", "2017-11-25T00:00:00Z", "B1"]],
+                                           200_000)):
+        path = tmp_path / ("log.parquet" if parquet else "log.csv")
+        if parquet:
+            pq.write_table(pa.table({n: [r[i] for r in rows] for i, n in enumerate(names)}), path)
+        else:
+            path.write_text(",".join(names) + "\n" + "".join(",".join(r) + "\n" for r in rows))
+        fmt = LogFormat(name="parquet", file_format="parquet", columns=COLUMNS, header=False, click="pv",
+                        string_ids=True) if parquet else STRINGS
+        out = tmp_path / f"out{length}"
+        if length is None:
+            prepare(fmt, str(path), str(out), PER_USER)
+            assert "I" * MAX_ID_CHARS in open(out / "item_ids.txt").read().splitlines()
+            continue
+        with pytest.raises(BadLineError) as e:
+            prepare(fmt, str(path), str(out), PER_USER)
+        message = str(e.value)
+        assert message.startswith(f"{path}:") and (": item (column 'product') is longer than the 4,096 characters a "
+                                                   "string id may hold (200,000)") in message, message[:500]
+        assert parquet or message.startswith(f"{path}:50: ")
+        assert len(message) < 1000
+
+
 SHOP = ["u1", "cust-ed2192", "Ärger & Co"]
 SHOP_ITEMS = ["SKU 1", "Nordic Living Lamp", "\"Quoted\" Mug", "Cup, large", "Café crème", "~SKU 1", "  padded  "]
 SHOP_CATEGORIES = ["Pet Supplies", "Home & Garden", "Küche"]
