@@ -50,12 +50,12 @@ def main(config):
         results = training.train(FLAGS.data_dir, FLAGS.output_dir, config, strategy, overwrite=FLAGS.overwrite,
                                  flags_text=dare_tf.cli.program_flags_text())
         chief = training.distribution.is_chief(strategy)
-    if chief:
+    if chief:  # (the other processes of a run print nothing of it)
         from dare_tf.analysis.figures import write_curves
 
         write_curves(FLAGS.output_dir)
-    print(training.format_results(results))
-    print(strict_json({"test": results["test"], "test_std": results["test_std"]}, indent=2))
+        print(training.format_results(results))
+        print(strict_json({"test": results["test"], "test_std": results["test_std"]}, indent=2))
 
 
 def run():

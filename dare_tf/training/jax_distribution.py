@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import threading
+import time
 
 import jax
 import keras
@@ -39,12 +41,77 @@ def refusal(config) -> str | None:
     return None
 
 
+# Seconds after which a process that stopped answering is known gone (jax.distributed's
+# heartbeats; its default, 100 s, would leave the others waiting that long).
+HEARTBEAT_S = 30
+
+
+def join_processes(timeout_s: int) -> None:
+    """Joins the processes `keras.distribution.initialize`'s environment variables
+    name (`KERAS_DISTRIBUTION_JOB_ADDRESSES`, `_NUM_PROCESSES`, `_PROCESS_ID`; the
+    first address is the coordinator's) through `jax.distributed`, waiting up to
+    `timeout_s` for all of them, the CPU's collectives over gloo (a GPU's are NCCL's
+    whatever this says). A thread then watches the others: where one is gone, this
+    process ends in one line saying so, instead of waiting in a collective."""
+    count = int(os.environ["KERAS_DISTRIBUTION_NUM_PROCESSES"])
+    addresses = os.environ.get("KERAS_DISTRIBUTION_JOB_ADDRESSES", "")
+    index = os.environ.get("KERAS_DISTRIBUTION_PROCESS_ID")
+    if not addresses or index is None:
+        raise ValueError("KERAS_DISTRIBUTION_NUM_PROCESSES > 1 needs KERAS_DISTRIBUTION_JOB_ADDRESSES (the "
+                         "coordinator's HOST:PORT first) and KERAS_DISTRIBUTION_PROCESS_ID (docs/gpu.md)")
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(addresses.split(",")[0], count, int(index), initialization_timeout=timeout_s,
+                               heartbeat_timeout_seconds=HEARTBEAT_S, shutdown_timeout_seconds=HEARTBEAT_S)
+    threading.Thread(target=_watch, args=(count, int(index)), daemon=True, name="peers").start()
+
+
+def _end(why: str) -> None:
+    """Ends this process of a run whose processes lost each other, in one line (at once:
+    `jax.distributed`'s shutdown would wait for the gone process)."""
+    from dare_tf._startup import write_stderr
+
+    write_stderr(f"error: {why}; process {jax.process_index()} of {jax.process_count()} ends too. Start every "
+                 "process again with the same flags: the run resumes from its last checkpoint\n")
+    os._exit(1)
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+
+
+def _watch(count: int, index: int) -> None:
+    """(`join_processes`'s thread) the processes the coordination service still hears from."""
+    from jax._src import distributed
+
+    client = distributed.global_state.client
+    while True:
+        time.sleep(1)
+        try:
+            live = client.get_live_nodes(list(range(count)))
+        except Exception as e:  # noqa: BLE001 (the coordinator itself gone: its client's errors alike)
+            _end(f"the run's coordinator (process 0) stopped answering ({_first_line(e)})")
+        if len(live) < count:
+            _end(f"the run's processes {sorted(set(range(count)) - set(live))} stopped answering")
+
+
+@contextlib.contextmanager
+def peers_lost_end_the_process():
+    """Around a run over several processes: a collective that fails because another
+    process is gone (a closed connection, a timeout) ends this one in one line."""
+    try:
+        yield
+    except jax.errors.JaxRuntimeError as e:
+        if jax.process_count() == 1:
+            raise
+        _end(f"a collective with the run's other processes failed, one of them is gone ({_first_line(e)})")
+
+
 def distribution_for(runtime):
     """The `keras.distribution` of `runtime.strategy` (None for `default`); joins
-    the processes `keras.distribution.initialize` names in its environment
-    variables first (several hosts)."""
+    the processes `keras.distribution.initialize`'s environment variables name
+    first (several hosts: `join_processes`)."""
     if int(os.environ.get("KERAS_DISTRIBUTION_NUM_PROCESSES", "1")) > 1 and not jax.distributed.is_initialized():
-        keras.distribution.initialize()
+        join_processes(runtime.join_timeout_s)
     devices = jax.devices()
     if runtime.strategy == "data_parallel":
         return keras.distribution.DataParallel(devices=devices)
@@ -101,6 +168,18 @@ class Placement:
     def batch(self, rows: np.ndarray):
         return self._put(rows, None if self.mesh is None else self._sharding(self.batch_axis))
 
+    @staticmethod
+    def host(array) -> np.ndarray:
+        """`array`'s whole value on this host, also where it spans other processes'
+        devices (several hosts: gathered from every process, a collective each calls)."""
+        if not isinstance(array, jax.Array) or array.is_fully_addressable:
+            return np.asarray(array)
+        if array.is_fully_replicated:
+            return np.asarray(array.addressable_data(0))
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(array, tiled=True))
+
     def jit_shardings(self, state) -> dict:
         """`jax.jit`'s arguments that keep `state`'s layouts across the training function."""
         if self.mesh is None:
@@ -125,4 +204,5 @@ def bytes_per_device(variables) -> dict[str, int]:
     return out
 
 
-__all__ = ["Placement", "bytes_per_device", "distribution_for", "refusal"]
+__all__ = ["Placement", "bytes_per_device", "distribution_for", "join_processes", "peers_lost_end_the_process",
+           "refusal"]

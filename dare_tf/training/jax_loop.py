@@ -51,7 +51,7 @@ from dare_tf.training.continuation import Continuation
 from dare_tf.training.device_input import DeviceSplit
 from dare_tf.training.evaluator import evaluation_batch
 from dare_tf.training.input_plan import InputPlan
-from dare_tf.training.jax_distribution import Placement, distribution_for, refusal
+from dare_tf.training.jax_distribution import Placement, distribution_for, peers_lost_end_the_process, refusal
 from dare_tf.training.jax_state import JaxCheckpoints, Scalar, StepFunctions
 from dare_tf.training.progress import RunProgress, TensorBoardScalars
 from dare_tf.training.seeds import run_seeds, save_seed, seed_result
@@ -202,8 +202,9 @@ class JaxSeedRun:
         result = seed_result(self.seed, steps, int(self.best_step), read_history(self.run_dir),
                              lambda: self.predict("val"), self.predict("test"), self.model_config, self.plan.warnings,
                              self.plan.total_steps, self.spec)
-        if self.chief:
-            save_seed(self.run_dir, self.model, result, kept_step, self.config, self.model_config, self.seed)
+        # Every process saves (saving builds variables under the distribution: a collective each joins),
+        # the others into their own scratch directory.
+        save_seed(self.work_dir, self.model, result, kept_step, self.config, self.model_config, self.seed)
         return result
 
 
@@ -240,7 +241,7 @@ def train_on_jax(data_dir: str, output_dir: str, config: TrainConfig, overwrite:
             return JaxSeedRun(data_dir, run_dir, config, seed, spec, model_config, loaded, placement, chief,
                               report, continuation).run()
 
-    with RunDirectory(output_dir).lock() if chief else contextlib.nullcontext():
+    with RunDirectory(output_dir).lock() if chief else contextlib.nullcontext(), peers_lost_end_the_process():
         return run_seeds(data_dir, output_dir, config, spec, model_config, chief, overwrite, flags_text,
                          continuation, train_seed, backend="jax")
 

@@ -230,7 +230,7 @@ class StepFunctions:
         order[:count] = np.arange(count)
         parts = [self._call(key, self.state, split.arrays, self.placement.batch(rows))
                  for rows in order.reshape(-1, batch)]
-        return {k: np.concatenate([np.asarray(p[k]) for p in parts])[:count] for k in parts[0]}
+        return {k: np.concatenate([self.placement.host(p[k]) for p in parts])[:count] for k in parts[0]}
 
     def refresh_batch_norm(self, rows: np.ndarray) -> None:
         model, split = self.model, self.train_split
@@ -244,7 +244,8 @@ class StepFunctions:
             self._jitted["moments"] = jax.jit(moments)
         sums = None
         for batch in rows:
-            got = jax.device_get(self._call("moments", self.state, split.arrays, self.placement.batch(batch)))
+            got = jax.tree.map(self.placement.host, self._call("moments", self.state, split.arrays,
+                                                               self.placement.batch(batch)))
             sums = got if sums is None else jax.tree.map(np.add, sums, got)
         if sums is None:
             return
