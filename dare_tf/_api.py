@@ -95,6 +95,7 @@ FACES = {
         "Cascade": "dare_tf.training.reranking",
         "CascadeConfig": "dare_tf.training.sections",
         "CascadeExamples": "dare_tf.reranking",
+        "DamagedCheckpointError": "dare_tf.training.checkpoints",
         "DataConfig": "dare_tf.training.sections",
         "DeviceSplit": "dare_tf.training.device_input",
         "EVAL_BEHAVIOURS": "dare_tf.training.config",

@@ -7,7 +7,7 @@ from keras import ops
 
 import dataclasses
 
-from dare_tf.layers.embedding_tables import ROLES, TableLayout, take_rows
+from dare_tf.layers.embedding_tables import ROLES, TableLayout, padded_initializer, take_rows
 from dare_tf.layers.pooling import gather_user_slots
 
 
@@ -136,13 +136,11 @@ class BehaviorEmbedding(keras.layers.Layer):
         self.layout.check_memory(self.variable_dtype)
         self.tables: dict[str, dict[str, keras.Variable]] = {}
         for table_set in dict.fromkeys(self.layout.table_of_role.values()):
-            self.tables[table_set] = {}
-            for field, rows in self.layout.vocabularies().items():
-                padded = rows if field == "position" else -(-rows // self.row_multiple) * self.row_multiple
-                self.tables[table_set][field] = self.add_weight(
-                    shape=(padded, self.layout.width(table_set, field)), name=f"{table_set}_{field}_embedding",
-                    initializer=self.embeddings_initializer if padded == rows else _padded(
-                        self.embeddings_initializer, rows))
+            self.tables[table_set] = {
+                field: self.add_weight(shape=(padded, self.layout.width(table_set, field)),
+                                       initializer=padded_initializer(self.embeddings_initializer, rows, padded),
+                                       name=f"{table_set}_{field}_embedding")
+                for field, (rows, padded) in self.layout.table_rows(self.row_multiple).items()}
         self.projections: dict[str, keras.Variable] = {}
         if self.coupling == "projection":
             for role in ROLES:
@@ -297,9 +295,3 @@ class BehaviorEmbedding(keras.layers.Layer):
         )
         return config
 
-
-def _padded(initializer, rows: int):
-    """`initializer`'s draw of `rows` rows, then zero rows up to the shape asked for."""
-    def draw(shape, dtype=None):
-        return ops.pad(initializer((rows, *shape[1:]), dtype=dtype), [[0, shape[0] - rows], [0, 0]])
-    return draw

@@ -88,6 +88,12 @@ class TableLayout:
         rows = {"item": self.num_items, "category": self.num_categories, **{f.name: f.vocabulary for f in self.fields}}
         return {**rows, "position": self.num_positions} if self.use_position else rows
 
+    def table_rows(self, multiple: int = 1) -> dict[str, tuple[int, int]]:
+        """Each field's (vocabulary, rows of its tables): the rows rounded up to a multiple
+        of `multiple`, but the position tables' (never sharded)."""
+        return {field: (rows, rows if field == "position" else -(-rows // multiple) * multiple)
+                for field, rows in self.vocabularies().items()}
+
     def order(self) -> tuple[str, ...]:
         """The fields in the order the vectors concatenate them (`item`, `category`,
         the further fields, `position`)."""
@@ -118,6 +124,15 @@ class TableLayout:
                 f"{self.num_categories:,} categories, widths {self.widths}), more than the "
                 f"{available / 2**30:,.1f} GiB of memory available; check the vocabulary sizes (spec.json's "
                 "num_items) or shrink the widths")
+
+
+def padded_initializer(initializer, rows: int, padded: int):
+    """`initializer` where `padded == rows`; else its draw of `rows` rows followed by
+    zero rows up to `padded` (the rows drawn as without the padding)."""
+    if padded == rows:
+        return initializer
+    return lambda shape, dtype=None: ops.pad(initializer((rows, *shape[1:]), dtype=dtype),
+                                             [[0, padded - rows], [0, 0]])
 
 
 def take_rows(table, rows, dtype=None):

@@ -5,6 +5,8 @@ and the refresh on TensorFlow import it when first called."""
 
 from __future__ import annotations
 
+import functools
+
 import weakref
 
 import numpy as np
@@ -62,7 +64,9 @@ def _compiled(model: DareModel, what: str, training: bool = False):
             norms = model.batch_norm_layers()
             fn = lambda x: {k: tf.cast(v, tf.float32)  # noqa: E731
                             for k, v in model.forward(x, training=False).items() if k in norms}
-        cache[(what, training)] = tf.function(fn, autograph=False, reduce_retracing=True)
+        # (a partial: TensorFlow counts traces by the function's code, which every model's lambda
+        # shares, and would warn of "retracing" after five models in one process; a partial has none)
+        cache[(what, training)] = tf.function(functools.partial(fn), autograph=False, reduce_retracing=True)
     return cache[(what, training)]
 
 

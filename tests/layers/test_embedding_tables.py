@@ -1,10 +1,12 @@
 """dare_tf.layers.embedding_tables: the tables a BehaviorEmbedding holds, their widths
 and bytes, per coupling (the layer's variables against them: tests/layers/test_embedding.py)."""
 
+import keras
 import numpy as np
 import pytest
 
 from dare_tf.config import BehaviorField
+from dare_tf.layers import BehaviorEmbedding
 from dare_tf.layers.embedding_tables import TableLayout, take_rows
 
 
@@ -59,3 +61,26 @@ def test_take_rows_reads_and_casts_rows():
     table = np.arange(12, dtype="float32").reshape(6, 2)
     out = np.asarray(take_rows(table, np.array([[5, 0]]), "float16"))
     assert out.dtype == np.float16 and out.tolist() == [[[10, 11], [0, 1]]]
+
+
+def test_row_multiple_pads_every_vocabulary_table_with_zero_rows_after_the_same_draw():
+    """A model-parallel mesh's even split (issue 66, 3): the item, category and field tables'
+    rows rounded up to the multiple, their first rows drawn as without it, the rest zeros; the
+    positions unpadded; the argument survives the layer's config."""
+    def tables(multiple):
+        layer = BehaviorEmbedding(51, 7, embedding_dim=4, position_dim=2, num_positions=9, row_multiple=multiple,
+                                  fields=[{"name": "brand", "vocabulary": 5}],
+                                  embeddings_initializer=keras.initializers.RandomNormal(0.0, 0.01, seed=3))
+        layer.build()
+        return layer, {v.path.split("/")[-1]: v.numpy() for v in layer.weights}
+
+    _, one = tables(1)
+    layer, four = tables(4)
+    assert sorted(four) == sorted(one) and len(one) == 8
+    for name, padded in four.items():
+        rows = one[name].shape[0]
+        expected = rows if "position" in name else -(-rows // 4) * 4
+        assert padded.shape == (expected, one[name].shape[1]), name
+        np.testing.assert_array_equal(padded[:rows], one[name], err_msg=name)
+        assert not padded[rows:].any(), name
+    assert BehaviorEmbedding.from_config(layer.get_config()).row_multiple == 4

@@ -134,3 +134,27 @@ def test_small_splits_are_evaluated_in_the_batch_that_holds_them(planted, tmp_pa
     reference = SeedRun(data_dir, str(tmp_path / "reference"), config.replace(reference_mode=True), 0, spec,
                         strategy, True, model_config, print, memory=memory)
     assert reference.evaluator.memory_batch_size == reference.evaluator.batch_size
+
+
+def test_many_models_in_one_process_trace_without_tensorflows_retracing_warning():
+    """Each model's graph function traces once; TensorFlow keyed its retracing count by the
+    functions' shared code and warned after five models in one process (a program of many
+    seeds, the test suite's programs): the functions are keyed by their own callables."""
+    import logging
+
+    import tensorflow as tf
+
+    from dare_tf.presets import build_model
+    from dare_tf.training.evaluation import _compiled
+
+    said = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    tf.get_logger().addHandler(handler)
+    try:
+        for _ in range(7):
+            model = build_model("dare", num_items=20, num_categories=4, max_len=6, top_k=2)
+            _compiled(model, "predict")(model.dummy_inputs(2))
+    finally:
+        tf.get_logger().removeHandler(handler)
+    assert [m for m in said if "retracing" in m] == []
