@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: demo test check docs bench clean browser screenshots
+.PHONY: demo test check docs bench clean browser screenshots slow-list
 
 $(STAMP): requirements.txt setup.py pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,13 @@ test: $(STAMP) browser
 check: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(PYTEST) -m "not slow" tests
+
+# tests/slow.txt, the tests `make check` leaves out: the suite run once measuring each test's CPU
+# seconds (tests/cpu_times.py), then every test over 2 s listed.
+slow-list: $(STAMP) browser
+	rm -f .cpu_times.jsonl
+	-$(PYTEST) -p tests.cpu_times tests
+	$(PY) -m tests.cpu_times .cpu_times.jsonl
 
 # The inspect page's browser test (tests/serving/test_inspect.py) drives Debian's chromium:
 # installed here where make runs as root with apt-get; elsewhere the test skips, saying why.

@@ -15,6 +15,8 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from tests.cpu_times import listed  # noqa: E402
+
 pytest_plugins = ["tests.served"]  # the serving tests' shared export (`setup`)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -174,7 +176,8 @@ def pytest_configure(config):
 
 @pytest.hookimpl(wrapper=True)  # the groups are set before xdist reads them
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `slow`, and groups that share an expensive module fixture
+    """Tests marked `slow` (in their code, or listed in tests/slow.txt), and groups that
+    share an expensive module fixture
     (`xdist_group`: `make test` runs `--dist loadgroup`, one worker per group),
     run first: under the xdist workers the long work starts at once and the
     short tests fill the gaps, instead of a long test starting last.
@@ -183,6 +186,10 @@ def pytest_collection_modifyitems(config, items):
     Keras 2 from the start of their process (`TF_USE_LEGACY_KERAS=1`, which this
     module sets unless the environment says otherwise); where it is not, they
     are skipped, saying so."""
+    slow = listed()  # (tests/slow.txt: measured slow, tests/cpu_times.py)
+    for item in items:
+        if item.nodeid.split("@")[0] in slow:
+            item.add_marker(pytest.mark.slow)
     if os.environ.get("TF_USE_LEGACY_KERAS") != "1":
         skip = pytest.mark.skip(reason="tensorflow-recommenders needs tf.keras to be Keras 2: run without "
                                        "TF_USE_LEGACY_KERAS set, or with it 1 (tests/conftest.py)")

@@ -5,6 +5,8 @@ are read (`take_rows`)."""
 
 from __future__ import annotations
 
+import contextlib
+
 import keras
 from keras import ops
 
@@ -135,6 +137,22 @@ def padded_initializer(initializer, rows: int, padded: int):
                                              [[0, padded - rows], [0, 0]])
 
 
+_RECORDING: list[list] = []  # (recorded_lookups) innermost last
+
+
+@contextlib.contextmanager
+def recorded_lookups():
+    """While open, every `take_rows` of a table variable appends `(its path, the row
+    ids)` to the list it yields: which rows a step reads, for an optimizer that updates
+    only those (`dare_tf.training.jax_state`'s lazy Adam; TensorFlow's sparse gradients
+    carry them)."""
+    _RECORDING.append([])
+    try:
+        yield _RECORDING[-1]
+    finally:
+        _RECORDING.pop()
+
+
 def take_rows(table, rows, dtype=None):
     """Rows `rows` of an embedding table, cast to `dtype`; the table's gradient is
     sparse (the batch's rows only).
@@ -146,6 +164,8 @@ def take_rows(table, rows, dtype=None):
     copies the whole table (~25 ms for a 4M x 16 table). Other backends use
     `ops.take`.
     """
+    if _RECORDING and isinstance(table, keras.Variable):
+        _RECORDING[-1].append((table.path, rows))
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf
 

@@ -29,9 +29,6 @@ TABLES = r"^(?!.*position_embedding$).*_embedding$"
 @public("dare_tf.training")
 def refusal(config) -> str | None:
     """The one-line refusal of a configuration the trainer on JAX does not run, naming the alternative."""
-    if config.optimizer.name == "lazy_adam":
-        return ("--optimizer=lazy_adam updates only the rows in the batch through TensorFlow's sparse gradients; "
-                "on JAX use --optimizer=adam, or train on TensorFlow (unset KERAS_BACKEND)")
     if config.runtime.strategy in TF_DISTRIBUTED:
         return (f"--strategy={config.runtime.strategy} is tf.distribute's; on JAX use --strategy=data_parallel or "
                 "--strategy=model_parallel (keras.distribution, docs/gpu.md)")

@@ -86,7 +86,8 @@ class JaxSeedRun:
         self.model.compile(optimizer=keras.optimizers.Adam(config.optimizer.learning_rate))
         self.model.optimizer.build(self.model.trainable_variables)
         self.splits = {name: DeviceSplit(split, placement.replicate) for name, split in memory.items()}
-        self.functions = StepFunctions(self.model, self.splits["train"], placement)
+        self.functions = StepFunctions(self.model, self.splits["train"], placement,
+                                       lazy=config.optimizer.name == "lazy_adam")
         self.best_auc, self.best_step = Scalar(-1.0), Scalar(-1)
         self.checkpoints = JaxCheckpoints(os.path.join(self.work_dir, "checkpoints"))
         self.started = time.perf_counter()

@@ -20,6 +20,7 @@ import numpy as np
 
 from dare_tf._faces import public
 from dare_tf.data.storage.schema import HIST_ITEMS, TARGET_CATEGORY, USER
+from dare_tf.layers.embedding_tables import recorded_lookups
 from dare_tf.training.checkpoints import DamagedCheckpointError, restore_newest
 
 
@@ -153,8 +154,8 @@ class StepFunctions:
     `load()` takes the state from the model's variables, `sync()` writes it back
     (before anything reads the variables: callbacks, saving)."""
 
-    def __init__(self, model, train_split, placement):
-        self.model, self.train_split, self.placement = model, train_split, placement
+    def __init__(self, model, train_split, placement, lazy: bool = False):
+        self.model, self.train_split, self.placement, self.lazy = model, train_split, placement, lazy
         self._jitted: dict = {}
         self.state = None
         self.compile_seconds: dict[str, float] = {}  # each function's first call, compiling included
@@ -176,19 +177,42 @@ class StepFunctions:
         model, split = self.model, self.train_split
         metrics = [v.value for v in model.metrics_variables]
 
+        lazy = self._lazy_slots() if self.lazy else None
+
+        def loss(trainable, non_trainable, optimizer, features, labels):
+            with recorded_lookups() as looked:
+                value, aux = model.compute_loss_and_updates(trainable, non_trainable, metrics, features, labels,
+                                                            None, training=True, optimizer_variables=optimizer)
+            return value, (aux, looked)
+
         def steps(state, arrays, rows):
             def step(state, rows):
                 trainable, non_trainable, optimizer = state
                 features, labels = split.assemble(arrays, rows)
-                grad = jax.value_and_grad(model.compute_loss_and_updates, has_aux=True)
-                (_, (loss, _, non_trainable, _)), grads = grad(trainable, non_trainable, metrics, features, labels,
-                                                               None, training=True, optimizer_variables=optimizer)
-                trainable, optimizer = model.optimizer.stateless_apply(optimizer, grads, trainable)
-                return (trainable, non_trainable, optimizer), loss
+                (_, ((loss_value, _, new_non_trainable, _), looked)), grads = jax.value_and_grad(
+                    loss, has_aux=True)(trainable, non_trainable, optimizer, features, labels)
+                new_trainable, new_optimizer = model.optimizer.stateless_apply(optimizer, grads, trainable)
+                if lazy is not None:
+                    new_trainable, new_optimizer = _lazy_adam(lazy, looked, trainable, optimizer, new_trainable,
+                                                              new_optimizer)
+                return (new_trainable, new_non_trainable, new_optimizer), loss_value
 
             return jax.lax.scan(step, state, rows)
 
         return jax.jit(steps, donate_argnums=0, **self.placement.jit_shardings(self.state))
+
+    def _lazy_slots(self) -> dict[str, tuple[int, int, int]]:
+        """Lazy Adam: each table's path -> its index among the trainable variables and
+        its first and second moments' among the optimizer's."""
+        model, optimizer = self.model, self.model.optimizer
+        position = {id(v): i for i, v in enumerate(optimizer.variables)}
+        slots = {}
+        for i, variable in enumerate(model.trainable_variables):
+            if variable.path.endswith("_embedding"):
+                k = optimizer._get_variable_index(variable)
+                slots[variable.path] = (i, position[id(optimizer._momentums[k])],
+                                        position[id(optimizer._velocities[k])])
+        return slots
 
     def _call(self, name: str, *args):
         """The jitted function `name` on `args`; its first call is timed, to its end."""
@@ -254,6 +278,28 @@ class StepFunctions:
             norms[name].moving_mean.assign(mean / len(rows))
             norms[name].moving_variance.assign(variance / len(rows))
         self.load()
+
+
+def _lazy_adam(slots: dict, looked: list, trainable: list, optimizer: list, new_trainable: list,
+               new_optimizer: list) -> tuple[list, list]:
+    """Adam's step kept only for the table rows the step read (`looked`, from
+    `recorded_lookups`): every other row of a table keeps its weights and both its
+    moments, as TensorFlow's `LazyAdam` leaves the rows a sparse gradient does not
+    name. (Adam is elementwise: a row it updates is the same in the dense step.)"""
+    new_trainable, new_optimizer = list(new_trainable), list(new_optimizer)
+    read: dict[str, list] = {}
+    for path, ids in looked:
+        read.setdefault(path, []).append(jnp.reshape(ids, (-1,)))
+    for path, (i, m, v) in slots.items():
+        rows = trainable[i].shape[0]
+        touched = jnp.zeros((rows,), bool)
+        if path in read:
+            touched = touched.at[jnp.concatenate(read[path])].set(True, mode="drop")
+        touched = touched.reshape((rows,) + (1,) * (trainable[i].ndim - 1))
+        new_trainable[i] = jnp.where(touched, new_trainable[i], trainable[i])
+        for j in (m, v):
+            new_optimizer[j] = jnp.where(touched, new_optimizer[j], optimizer[j])
+    return new_trainable, new_optimizer
 
 
 __all__ = ["JaxCheckpoints", "Scalar", "StepFunctions"]
