@@ -70,7 +70,7 @@ config = make_config(preset="dare", optimizer="adam", batch_size=256, eval_batch
                               in_memory_mb=int(in_memory_mb), strategy=strategy,
                               max_steps=int(max_steps) if int(max_steps) else None)
 start = time.perf_counter()
-results = training.train(data_dir, run_dir, config, strategy=training.make_strategy(strategy))
+results = training.train(data_dir, run_dir, config)
 wall = time.perf_counter() - start
 history = training.read_history(os.path.join(run_dir, "seed_0"))
 steps, timing = history[-1]["step"], history[-1]["timing"]

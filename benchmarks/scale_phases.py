@@ -32,7 +32,7 @@ config = training.TrainConfig.create(preset="dare", optimizer=optimizer, batch_s
                                      eval_every=steps, max_steps=steps, verbose=0, in_memory_mb=0,
                                      model_overrides=dict(embedding_dim=16))
 start = time.perf_counter()
-results = training.train(data_dir, run_dir, config, strategy=training.make_strategy("default"))
+results = training.train(data_dir, run_dir, config)
 history = training.read_history(run_dir + "/seed_0")
 timing = history[-1]["timing"]
 print("RESULT", json.dumps({"wall_s": time.perf_counter() - start, "steps": history[-1]["step"],

@@ -102,7 +102,7 @@ FACES = {
         "Evaluator": "dare_tf.training.evaluator",
         "ExactValidation": "dare_tf.training.callbacks",
         "InputPlan": "dare_tf.training.input_plan",
-        "JaxCheckpoints": "dare_tf.training.jax_state",
+        "JaxCheckpoints": "dare_tf.training.checkpoints",
         "JaxSeedRun": "dare_tf.training.jax_loop",
         "KeepBestWeights": "dare_tf.training.callbacks",
         "METRICS": "dare_tf.training.config",

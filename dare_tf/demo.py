@@ -25,7 +25,7 @@ from dare_tf.serving.encoding import explained_behaviours, format_explanation
 from dare_tf.export import MODELS_CONFIG, export_run
 from dare_tf.testing.model_config import read_model_config
 from dare_tf.testing.standin_server import serve
-from dare_tf.training import TrainConfig, format_results, make_strategy, train
+from dare_tf.training import TrainConfig, format_results, train
 from dare_tf.training.progress import Parts
 
 # The synthetic users have 20 to 1,000 clicks (median 120); users with 50 or more
@@ -168,7 +168,6 @@ def run_demo(work_dir: str, data_root: str, taobao_sample: str, synthetic_users:
     import tensorflow as tf
 
     tf.get_logger().setLevel("ERROR")  # (retracing notices: each trained model traces its own functions)
-    strategy = make_strategy("default")
     parts = Parts(_say)
     _say("dare-tf demo: prepares a generated log (and the real Taobao sample, where it is found), trains DARE, "
          f"TWIN, DIN and an ablation briefly (one seed, {DEMO_EPOCHS} epochs), exports and serves DARE, runs the "
@@ -188,7 +187,7 @@ def run_demo(work_dir: str, data_root: str, taobao_sample: str, synthetic_users:
             else base.schedule
         return dataclasses.replace(base, preset=model, model_overrides=dict(base.model_overrides, embedding_dim=dim),
                                    schedule=schedule)
-    _, cells = reproduce(data_dirs, list(ANALYSED_MODELS), [16], work_dir, config_for, strategy, overwrite=overwrite,
+    _, cells = reproduce(data_dirs, list(ANALYSED_MODELS), [16], work_dir, config_for, overwrite=overwrite,
                          report=_say)
     run_dir = os.path.join(work_dir, "synthetic", "d16", "dare")
     with open(os.path.join(run_dir, "results.json")) as f:

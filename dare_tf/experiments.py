@@ -13,7 +13,7 @@ from dare_tf.training import train
 LOWER_IS_BETTER = {"logloss"}
 
 
-def reproduce(data_dirs, models, dims, output_dir, config_for, strategy, metric="auc", overwrite=False,
+def reproduce(data_dirs, models, dims, output_dir, config_for, metric="auc", overwrite=False,
               report=print):
     """Trains every (dataset, dim, model) cell with `config_for(model, dim, data_dir)`; writes
     table1.md and table1.csv of the test `metric` (mean, std and number of seeds;
@@ -39,7 +39,7 @@ def reproduce(data_dirs, models, dims, output_dir, config_for, strategy, metric=
             columns.append(column)
             for model in models:
                 out = os.path.join(output_dir, name, f"d{dim}", model)
-                results = train(data_dir, out, config_for(model, dim, data_dir), strategy, overwrite=overwrite,
+                results = train(data_dir, out, config_for(model, dim, data_dir), overwrite=overwrite,
                                 report=once)
                 cells[(model, column)] = (results["test"][metric], results["test_std"][metric],
                                           len(results["seeds"]))

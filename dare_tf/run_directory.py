@@ -28,6 +28,7 @@ import math
 import os
 import re
 import shutil
+import time
 
 from absl import logging
 
@@ -270,17 +271,14 @@ class RunDirectory:
 
 @public("dare_tf.training")
 class ScalarWriters:
-    """TensorBoard event files under `log_dir`, one run (`train`, `validation`,
-    `test`) per subdirectory; each `write` flushes. Written with the tensorboard
-    package's own writer and protos (the scalars as `tf.summary.scalar` writes
-    them), so a run on any backend writes them without TensorFlow."""
+    """TensorBoard event files under `log_dir`, a run (`train`, `validation`, `test`) a
+    directory, each `write` flushed; `tf.summary.scalar`'s protos by the tensorboard
+    package's writer: any backend writes them without TensorFlow."""
 
     def __init__(self, log_dir: str):
         self.log_dir, self.writers = log_dir, {}
 
     def _event(self, name: str, summary, step: int) -> None:
-        import time
-
         from tensorboard.compat.proto.event_pb2 import Event
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
@@ -293,13 +291,10 @@ class ScalarWriters:
         from tensorboard.compat.proto.summary_pb2 import Summary
         from tensorboard.plugins.scalar.summary_v2 import scalar_pb
 
-        summary = Summary(value=[v for tag, value in values.items() for v in scalar_pb(tag, float(value)).value])
-        self._event(name, summary, step)
+        self._event(name, Summary(value=[scalar_pb(tag, float(v)).value[0] for tag, v in values.items()]), step)
 
-    def hparams(self, values: dict) -> None:
-        """The run's hyperparameters (TensorBoard's HParams plugin), in the log
-        directory's own event file; lists and None as text."""
+    def hparams(self, hp: dict) -> None:
+        """The run's hyperparameters (HParams plugin) in `log_dir`'s own file; lists, None as text."""
         from tensorboard.plugins.hparams.summary_v2 import hparams_pb
 
-        self._event("", hparams_pb({k: v if isinstance(v, (bool, int, float, str)) else str(v)
-                                    for k, v in values.items()}), 0)
+        self._event("", hparams_pb({k: v if isinstance(v, (int, float, str)) else f"{v}" for k, v in hp.items()}), 0)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dare_tf.experiments import reproduce
-from dare_tf.training import TrainConfig, make_strategy
+from dare_tf.training import TrainConfig
 
 from tests.conftest import ENV, REPO
 
@@ -24,7 +24,7 @@ def test_reproduce_writes_the_table_with_seeds_ties_and_warnings(taobao, tmp_pat
                            jit_compile=False, verbose=0)
 
     out = str(tmp_path / "grid")
-    columns, cells = reproduce([taobao], ["dare", "din"], [8], out, config_for, make_strategy("default"))
+    columns, cells = reproduce([taobao], ["dare", "din"], [8], out, config_for)
     assert columns == ["taobao_sample d=8"]
     table = open(os.path.join(out, "table1.md")).read()
     assert table.startswith("Test AUC, mean (std, n seeds) over 1 or 2 seed(s) per cell\n")

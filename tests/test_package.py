@@ -152,6 +152,25 @@ def test_no_search_variant_is_named_outside_the_search_family():
     assert pattern.search('if cfg.search == "sdim":') and pattern.search("search in ('soft', 'hard')")
 
 
+def test_no_training_program_asks_which_backend():
+    """Issue 66 (1): the backend is Keras's, chosen once (`KERAS_BACKEND`) and asked by
+    `dare_tf.training.train` alone: the training programs, the grid and the demo name
+    neither backend and build no strategy; `train` takes none."""
+    import inspect
+
+    from dare_tf.training import train
+
+    pattern = re.compile(r"keras\.backend\.backend\(\)|[\"'](jax|tensorflow)[\"']|import (jax|tensorflow)"
+                         r"|make_strategy")
+    paths = [*(os.path.join(REPO, "trainers", f) for f in sorted(os.listdir(os.path.join(REPO, "trainers")))
+               if f.endswith(".py")), os.path.join(REPO, "dare_tf", "experiments.py")]
+    offenders = [f"{os.path.relpath(path, REPO)}:{i}" for path in paths
+                 for i, line in enumerate(open(path), 1) if pattern.search(line)]
+    assert offenders == []
+    assert "strategy" not in inspect.signature(train).parameters
+    assert pattern.search('if keras.backend.backend() == "jax":') and pattern.search("import tensorflow as tf")
+
+
 def test_the_serving_client_and_the_stand_in_load_no_model_stack():
     """The gRPC client, the two-stage Recommender and the stand-in read the TF Serving
     conventions from `dare_tf.signatures`: importing them (as the programs do, with

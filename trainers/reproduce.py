@@ -48,16 +48,14 @@ def configure(argv):
 
 def main(configuration):
     from dare_tf.experiments import reproduce
-    from dare_tf.training import make_strategy
 
     base, dims = configuration
-    strategy = make_strategy(base.runtime.strategy, FLAGS.cpu_devices, base.runtime.join_timeout_s)
 
     def config_for(model, dim, data_dir):
         return dataclasses.replace(base, preset=model,
                                    model_overrides=dict(base.model_overrides, embedding_dim=dim))
 
-    reproduce(FLAGS.data_dirs, FLAGS.models, dims, FLAGS.output_dir, config_for, strategy, FLAGS.metric,
+    reproduce(FLAGS.data_dirs, FLAGS.models, dims, FLAGS.output_dir, config_for, FLAGS.metric,
               FLAGS.overwrite)
 
 

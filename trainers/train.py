@@ -31,25 +31,11 @@ flags.mark_flags_as_required(["data_dir", "output_dir"])
 
 
 def main(config):
-    import keras
-
     from dare_tf import training
 
-    if keras.backend.backend() == "jax":  # docs/gpu.md: no TensorFlow is imported
-        results = training.train(FLAGS.data_dir, FLAGS.output_dir, config, overwrite=FLAGS.overwrite,
-                                 flags_text=dare_tf.cli.program_flags_text())
-        import jax
-
-        chief = jax.process_index() == 0
-    else:
-        if config.cascade.retrieval_run:  # its candidates come from the retrieval stage (tensorflow-recommenders)
-            from dare_tf.retrieval import use_keras2
-
-            use_keras2()
-        strategy = training.make_strategy(config.runtime.strategy, FLAGS.cpu_devices, config.runtime.join_timeout_s)
-        results = training.train(FLAGS.data_dir, FLAGS.output_dir, config, strategy, overwrite=FLAGS.overwrite,
-                                 flags_text=dare_tf.cli.program_flags_text())
-        chief = training.distribution.is_chief(strategy)
+    results = training.train(FLAGS.data_dir, FLAGS.output_dir, config, overwrite=FLAGS.overwrite,
+                             flags_text=dare_tf.cli.program_flags_text())
+    chief = results["chief"]
     if chief:  # (the other processes of a run print nothing of it)
         from dare_tf.analysis.figures import write_curves
 

@@ -1,12 +1,20 @@
 """Resuming from the newest checkpoint that reads, on either backend: a damaged
 newest one (a disk that filled, a copy cut short) is named and passed over for
-the older one kept beside it; where none reads, one line names each."""
+the older one kept beside it; where none reads, one line names each. And the
+JAX engine's checkpoints (`JaxCheckpoints`: numpy archives, no JAX needed to
+read them)."""
 
 from __future__ import annotations
 
+import glob
 import os
+import re
+import threading
+import zipfile
 
 from collections.abc import Callable, Iterable
+
+import numpy as np
 
 from dare_tf._faces import public
 
@@ -37,4 +45,99 @@ def restore_newest(paths: Iterable[str], restore: Callable[[str], object], say: 
     return None
 
 
-__all__ = ["DamagedCheckpointError", "restore_newest"]
+@public("dare_tf.training")
+class JaxCheckpoints:
+    """`directory/ckpt-<step>.npz`: the values of a run's variables (model and
+    optimizer, in order, each named by its path and checked by shape on restore)
+    and a few scalars; written in the background to a temporary file that is
+    fsynced, then renamed (the directory fsynced after), the newest `keep` kept.
+    The temporary files a killed writer left are removed when the directory is
+    opened (one writer per run: the run directory's lock); `restore_latest`
+    falls back from a damaged newest checkpoint to the older one kept beside it."""
+
+    PATTERN = re.compile(r"ckpt-(\d+)\.npz$")
+    TEMPORARY = "ckpt-*.npz.tmp-*.npz"
+
+    def __init__(self, directory: str, keep: int = 2):
+        self.directory, self.keep = directory, keep
+        self._writer: threading.Thread | None = None
+        os.makedirs(directory, exist_ok=True)
+        for leftover in glob.glob(os.path.join(directory, self.TEMPORARY)):
+            os.remove(leftover)
+
+    def _steps(self) -> list[int]:
+        found = (self.PATTERN.search(p) for p in glob.glob(os.path.join(self.directory, "ckpt-*.npz")))
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def save(self, step: int, variables: list, **scalars) -> str:
+        """Copies the values to the host and writes them in a thread of its own
+        (training goes on meanwhile; the next `save` or `wait` waits for it)."""
+        self.wait()
+        path = os.path.join(self.directory, f"ckpt-{step}.npz")
+        arrays = {f"v{i}": np.asarray(v.numpy()) for i, v in enumerate(variables)}
+        arrays["names"] = np.array([v.path for v in variables])
+        arrays.update({f"s_{k}": np.asarray(v, np.float64) for k, v in scalars.items()})
+        self._writer = threading.Thread(target=self._write, args=(path, arrays), daemon=False)
+        self._writer.start()
+        return path
+
+    def _write(self, path: str, arrays: dict) -> None:
+        tmp = f"{path}.tmp-{os.getpid()}.npz"
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        directory = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+        for old in self._steps()[: -self.keep]:
+            os.remove(os.path.join(self.directory, f"ckpt-{old}.npz"))
+
+    def wait(self) -> None:
+        """Until the last checkpoint is on disk."""
+        if self._writer is not None:
+            self._writer.join()
+            self._writer = None
+
+    @staticmethod
+    def read(path: str) -> tuple[list[str], list[np.ndarray], dict]:
+        """A checkpoint's variable names, values and scalars; `DamagedCheckpointError`
+        (one line naming the file) where it cannot be read whole."""
+        if not zipfile.is_zipfile(path):  # (cut short, empty, other bytes: numpy's own errors would not say so)
+            raise DamagedCheckpointError(f"{path}: not a readable checkpoint (not an .npz archive: "
+                                         f"{os.path.getsize(path)} bytes)")
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                names = [str(n) for n in data["names"]]
+                values = [data[f"v{i}"] for i in range(len(names))]
+                scalars = {k[2:]: data[k].item() for k in data.files if k.startswith("s_")}
+        except Exception as e:  # noqa: BLE001 (a damaged member, a missing key: the file is damaged alike)
+            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise DamagedCheckpointError(f"{path}: not a readable checkpoint ({type(e).__name__}: {reason})") from e
+        return names, values, scalars
+
+    def restore(self, path: str, variables: list) -> dict:
+        """Assigns the checkpoint's values to `variables` (none of them unless every
+        value reads and fits); returns its scalars."""
+        names, values, scalars = self.read(path)
+        if len(names) != len(variables):
+            raise ValueError(f"{path}: holds {len(names)} variables; the run's model and optimizer have "
+                             f"{len(variables)}: it is another model's checkpoint")
+        for name, value, variable in zip(names, values, variables, strict=True):
+            if tuple(value.shape) != tuple(variable.shape):
+                raise ValueError(f"{path}: variable {name} has shape {value.shape}; the run's "
+                                 f"{variable.path} has {tuple(variable.shape)}")
+        for value, variable in zip(values, variables, strict=True):
+            variable.assign(value)
+        return scalars
+
+    def restore_latest(self, variables: list, say: Callable[[str], None]) -> dict | None:
+        """The newest readable checkpoint's scalars, its values assigned (`restore_newest`)."""
+        paths = [os.path.join(self.directory, f"ckpt-{s}.npz") for s in reversed(self._steps())]
+        return restore_newest(paths, lambda path: self.restore(path, variables), say)
+
+
+__all__ = ["DamagedCheckpointError", "JaxCheckpoints", "restore_newest"]

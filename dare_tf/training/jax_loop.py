@@ -52,7 +52,8 @@ from dare_tf.training.device_input import DeviceSplit
 from dare_tf.training.evaluator import evaluation_batch
 from dare_tf.training.input_plan import InputPlan
 from dare_tf.training.jax_distribution import Placement, distribution_for, peers_lost_end_the_process, refusal
-from dare_tf.training.jax_state import JaxCheckpoints, Scalar, StepFunctions
+from dare_tf.training.checkpoints import JaxCheckpoints
+from dare_tf.training.jax_state import Scalar, StepFunctions
 from dare_tf.training.progress import RunProgress, TensorBoardScalars
 from dare_tf.training.seeds import run_seeds, save_seed, seed_result
 
@@ -243,6 +244,6 @@ def train_on_jax(data_dir: str, output_dir: str, config: TrainConfig, overwrite:
                               report, continuation).run()
 
     with RunDirectory(output_dir).lock() if chief else contextlib.nullcontext(), peers_lost_end_the_process():
-        return run_seeds(data_dir, output_dir, config, spec, model_config, chief, overwrite, flags_text,
-                         continuation, train_seed, backend="jax")
+        return {**run_seeds(data_dir, output_dir, config, spec, model_config, chief, overwrite, flags_text,
+                            continuation, train_seed, backend="jax"), "chief": chief}
 

@@ -160,19 +160,34 @@ class SeedRun:
         return result
 
 
-def train_on_tensorflow(data_dir: str, output_dir: str, config: TrainConfig,
-                        strategy: tf.distribute.Strategy | None = None, overwrite: bool = False,
+_STRATEGIES: dict = {}  # (a multi-worker strategy is made once a process)
+
+
+def strategy_for(runtime) -> tf.distribute.Strategy:
+    """The `tf.distribute` strategy of a run's `RuntimeConfig`, made once a process."""
+    key = (runtime.strategy, runtime.cpu_devices, runtime.join_timeout_s)
+    if key not in _STRATEGIES:
+        _STRATEGIES[key] = make_strategy(*key)
+    return _STRATEGIES[key]
+
+
+def train_on_tensorflow(data_dir: str, output_dir: str, config: TrainConfig, overwrite: bool = False,
                         report: Callable[[str], None] = print, flags_text: str | None = None) -> dict:
-    """`dare_tf.training.train` on Keras's TensorFlow backend, under `strategy`."""
+    """`dare_tf.training.train` on Keras's TensorFlow backend, under the configuration's
+    strategy (`strategy_for`)."""
+    if config.cascade.retrieval_run:  # its candidates come from the retrieval stage (tensorflow-recommenders)
+        from dare_tf.retrieval import use_keras2
+
+        use_keras2()
     spec = trainable_spec(data_dir)
-    strategy = strategy or make_strategy(config.runtime.strategy,
-                                         join_timeout_s=config.runtime.join_timeout_s)
+    strategy = strategy_for(config.runtime)
     chief = is_chief(strategy)
     # One writer per run directory: the chief holds its lock for the whole run; the
     # configuration check and the first write happen under it.
     try:
         with RunDirectory(output_dir).lock() if chief else contextlib.nullcontext():
-            return _train(data_dir, output_dir, config, spec, strategy, chief, overwrite, report, flags_text)
+            return {**_train(data_dir, output_dir, config, spec, strategy, chief, overwrite, report, flags_text),
+                    "chief": chief}
     except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError) as e:
         if worker_index(strategy)[1] == 1:
             raise

@@ -7,7 +7,7 @@ this module's key flags beside `dare_tf.cli`'s."""
 
 from __future__ import annotations
 
-from absl import app, flags
+from absl import app
 
 from dare_tf.cli import define_flags, flag_message, flag_values
 
@@ -35,8 +35,6 @@ def define_train_flags(with_model: bool = True) -> None:
     define_flags(config.ModelConfig, exclude=_MODEL_DERIVED, preset_defaults=True, choices={
         "coupling": config.COUPLINGS, "search": sorted(VARIANTS), "scorer": SCORERS,
         "initializer": config.INITIALIZERS, "aux_attention": config.AUX_ATTENTIONS})
-    flags.DEFINE_integer("cpu_devices", 0, "Split the CPU into this many logical devices "
-                                           "(for --strategy=mirrored on a CPU-only machine).")
 
 
 def _section_rename(section: str) -> dict[str, str]:

@@ -131,6 +131,9 @@ class RuntimeConfig:
             tables along the vocabulary over its `model` axis; docs/gpu.md).
         model_shards: `model_parallel`: devices along the mesh's `model` axis
             (0: all of them); the rest of the mesh splits the batch.
+        cpu_devices (TensorFlow): split the CPU into this many logical devices
+            (for --strategy=mirrored on a CPU-only machine; on JAX,
+            `XLA_FLAGS=--xla_force_host_platform_device_count=N`).
         jit_compile (TensorFlow): compile everything after the embedding
             lookups with XLA; on JAX every step is one XLA function.
         steps_per_execution: at most this many training steps per call of the
@@ -149,6 +152,7 @@ class RuntimeConfig:
 
     strategy: str = "default"
     model_shards: int = 0
+    cpu_devices: int = 0
     jit_compile: bool = True
     steps_per_execution: int = 1
     log_every: int = 50
@@ -160,6 +164,7 @@ class RuntimeConfig:
                       (self.join_timeout_s >= 1, "join_timeout_s", "must be >= 1"),
                       (self.steps_per_execution >= 1, "steps_per_execution", "must be >= 1"),
                       (self.model_shards >= 0, "model_shards", "must be >= 0"),
+                      (self.cpu_devices >= 0, "cpu_devices", "must be >= 0"),
                       (self.model_shards == 0 or self.strategy == "model_parallel", "model_shards",
                        f"splits the tables of --strategy=model_parallel only (the strategy is {self.strategy})"),
                       (self.log_every >= 1, "log_every", "must be >= 1"),

@@ -11,13 +11,15 @@ from dare_tf.training.config import TrainConfig
 
 
 @public("dare_tf.training")
-def train(data_dir: str, output_dir: str, config: TrainConfig, strategy=None, overwrite: bool = False,
+def train(data_dir: str, output_dir: str, config: TrainConfig, overwrite: bool = False,
           report: Callable[[str], None] = print, flags_text: str | None = None) -> dict:
     """Trains every seed of `config` (resuming or reusing finished ones) and
-    writes `output_dir/results.json`; returns its content. On Keras's TensorFlow
-    backend under `strategy` (a `tf.distribute` strategy; default: the
-    configuration's, `dare_tf.training.loop`); on JAX with no TensorFlow, the
-    configuration's `keras.distribution` (`dare_tf.training.jax_loop`).
+    writes `output_dir/results.json`; returns its content, with `chief`: whether
+    this process is the run's first (the one that writes the run directory;
+    always true in one process). On Keras's TensorFlow backend under the
+    configuration's `tf.distribute` strategy (`dare_tf.training.loop`); on JAX
+    with no TensorFlow, under its `keras.distribution` (`dare_tf.training.jax_loop`):
+    the backend is Keras's, chosen once (`KERAS_BACKEND`).
 
     `report` receives the progress lines (`verbose` 1 and 2); `flags_text`, the
     program's effective flags, is written to `output_dir/flags.txt` (a flagfile
@@ -26,16 +28,11 @@ def train(data_dir: str, output_dir: str, config: TrainConfig, strategy=None, ov
 
     backend = keras.backend.backend()
     if backend == "jax":
-        if strategy is not None:
-            raise ValueError("a tf.distribute strategy was given to the trainer on JAX: pass none, and set "
-                             "--strategy=data_parallel or model_parallel (keras.distribution)")
-        from dare_tf.training.jax_loop import train_on_jax
-
-        return train_on_jax(data_dir, output_dir, config, overwrite, report, flags_text)
-    if backend != "tensorflow":
+        from dare_tf.training.jax_loop import train_on_jax as engine
+    elif backend == "tensorflow":
+        from dare_tf.training.loop import train_on_tensorflow as engine
+    else:
         raise ValueError(f"the trainer runs on Keras's TensorFlow or JAX backend; KERAS_BACKEND is {backend!r}: "
                          "set it to jax or unset it, or train with DareModel's own compile/fit on that backend "
                          "(docs/library.md)")
-    from dare_tf.training.loop import train_on_tensorflow
-
-    return train_on_tensorflow(data_dir, output_dir, config, strategy, overwrite, report, flags_text)
+    return engine(data_dir, output_dir, config, overwrite, report, flags_text)

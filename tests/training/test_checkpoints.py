@@ -1,4 +1,4 @@
-"""dare_tf.training.jax_state.JaxCheckpoints: what is written reads back whole, a
+"""dare_tf.training.checkpoints (JaxCheckpoints, restore_newest): what is written reads back whole, a
 damaged newest checkpoint (cut short, empty, random bytes) is passed over for the
 older one, saying which, and where none reads, one line names every file (issue 66, 3)."""
 
@@ -10,8 +10,7 @@ import pytest
 
 pytest.importorskip("jax")
 
-from dare_tf.training.checkpoints import DamagedCheckpointError  # noqa: E402
-from dare_tf.training.jax_state import JaxCheckpoints  # noqa: E402
+from dare_tf.training.checkpoints import DamagedCheckpointError, JaxCheckpoints  # noqa: E402
 
 
 def variables(value):
