@@ -201,3 +201,19 @@ def test_a_run_trained_on_jax_exports_and_answers_what_the_jax_model_predicts(ja
     assert jax_out["probability"].std() > 1e-3
     np.testing.assert_allclose(served_probabilities(str(tmp_path / "exports" / "dare"), taobao, jax_out),
                                jax_out["probability"].reshape(-1), atol=1e-5)
+
+
+def test_the_grid_program_runs_on_jax_without_tensorflow(taobao, tmp_path):
+    """Issue 66 (2): `trainers.reproduce` on JAX (it built a TensorFlow strategy before), where
+    TensorFlow cannot be imported: the table of its two models."""
+    out = tmp_path / "grid"
+    done = subprocess.run([sys.executable, "tests/no_tensorflow.py", "trainers.reproduce", f"--data_dirs={taobao}",
+                           "--models=dare,twin", "--dims=8", f"--output_dir={out}", "--epochs=1", "--max_steps=10",
+                           "--eval_every=5", "--batch_size=128", "--max_len=50", "--verbose=0"],
+                          cwd=REPO, env=ENV, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = (out / "table1.md").read_text()
+    assert "| dare | " in table and "| twin | " in table, table
+    for model in ("dare", "twin"):
+        with open(out / "taobao_sample" / "d8" / model / "run_config.json") as f:
+            assert json.load(f)["backend"] == "jax"
