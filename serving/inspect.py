@@ -13,9 +13,9 @@ on the same history and candidates. It needs what `serving.client recommend
 --user_id` needs: a served ranker and retrieval model (--retrieval_model) and
 the history store, which the page only reads (every load reads it again). The
 page's data is also JSON at /api/users/<id> (HTTP 400, 404, 502 or 503 with
-{"error": ...} when it cannot answer). It serves --workers connections at once
-and drops one whose request is not read within --request_timeout_s of its
-acceptance.
+{"error": ...} when it cannot answer). It serves --workers requests at once,
+awaits their headers without a worker, and drops a connection whose header has
+not arrived within --request_timeout_s of its acceptance.
 """
 
 from absl import app, flags

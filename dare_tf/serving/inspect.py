@@ -32,6 +32,7 @@ import grpc
 import numpy as np
 
 from dare_tf.serving.encoding import TooManyCandidates
+from dare_tf.serving.page_server import PAGE_REQUEST_TIMEOUT_S, PAGE_WORKERS
 from dare_tf.signatures import RANK_EXPLAIN
 
 # How many candidates the page lists (the rankers score all the retrieval model returns).
@@ -230,13 +231,6 @@ def create_app(inspector: Inspector):
     return app
 
 
-# The page's own server: a fixed pool of worker threads, each connection's request read
-# within a timeout from its acceptance, one request per connection (HTTP/1.0: an idle browser connection holds
-# no worker). werkzeug's threaded server took a thread per open connection and never timed
-# one out (300 half-sent requests: 311 threads).
-PAGE_WORKERS, PAGE_REQUEST_TIMEOUT_S = 8, 10.0
-
-
 def page_server(inspector: Inspector, host: str = "127.0.0.1", port: int = 0, workers: int = PAGE_WORKERS,
                 request_timeout_s: float = PAGE_REQUEST_TIMEOUT_S):
     """The page's WSGI server (werkzeug's; `serve_forever()` runs it, `server_port`
@@ -244,47 +238,6 @@ def page_server(inspector: Inspector, host: str = "127.0.0.1", port: int = 0, wo
     request: at most `workers` connections are served at once (the others wait
     in a queue, holding no thread), and a connection whose request has not been
     read `request_timeout_s` seconds after it was accepted is dropped."""
+    from dare_tf.serving.page_server import pooled_server
+
     return pooled_server(create_app(inspector), host, port, workers, request_timeout_s)
-
-
-def pooled_server(app, host: str, port: int, workers: int, request_timeout_s: float):
-    """A werkzeug WSGI server of `app` on a pool of `workers` threads (see `page_server`)."""
-    import logging
-    from concurrent.futures import ThreadPoolExecutor
-
-    from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler
-
-    if workers < 1 or request_timeout_s <= 0:
-        raise ValueError(f"workers={workers}, request_timeout_s={request_timeout_s}: both must be positive")
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    # (the socket's timeout is set per connection, from its acceptance: see `_serve`)
-    handler = type("PageRequestHandler", (WSGIRequestHandler,), {"timeout": None, "protocol_version": "HTTP/1.0"})
-
-    class PooledServer(BaseWSGIServer):
-        multithread = True
-
-        def __init__(self):
-            super().__init__(host, port, app, handler=handler)
-            self.pool = ThreadPoolExecutor(workers, thread_name_prefix="inspect-page")
-
-        def process_request(self, request, client_address):
-            self.pool.submit(self._serve, request, client_address, time.monotonic() + request_timeout_s)
-
-        def _serve(self, request, client_address, deadline: float):
-            """Serves one connection; one that waited past its deadline in the queue
-            is closed unread, and a read waits at most until the deadline."""
-            try:
-                left = deadline - time.monotonic()
-                if left > 0:
-                    request.settimeout(left)
-                    self.finish_request(request, client_address)
-            except Exception:  # noqa: BLE001 - socketserver's own report, as its threads make
-                self.handle_error(request, client_address)
-            finally:
-                self.shutdown_request(request)
-
-        def server_close(self):
-            super().server_close()
-            self.pool.shutdown(wait=False, cancel_futures=True)
-
-    return PooledServer()
