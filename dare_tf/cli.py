@@ -201,6 +201,9 @@ def run(main: Callable[..., Any], configure: Callable[[list[str]], Any] | None =
             usage = isinstance(e, app.UsageError)
             print(f"error: {flag_message(text)}" + (" (see --help)" if usage else ""), file=sys.stderr,
                   flush=True)
+            if getattr(e, "exit_at_once", False):  # (e.g. after an allocation failed: no teardown)
+                sys.stdout.flush()
+                os._exit(1)
             sys.exit(2 if usage else 1)
 
     program = sys.modules.get(main.__module__)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from typing import Any
 
 from dare_tf._faces import public, public_names
@@ -233,17 +234,52 @@ def memory_bytes() -> int:
     return memory_limit()[0]
 
 
+def process_bytes(address_space: bool) -> int:
+    """What this process holds now (Linux's /proc; 0 where it does not say): its address
+    space (`VmSize`, what an address-space limit counts) or its resident memory (`VmRSS`)."""
+    key = "VmSize:" if address_space else "VmRSS:"
+    try:
+        with open("/proc/self/status") as f:
+            return next((int(line.split()[1]) * 1024 for line in f if line.startswith(key)), 0)
+    except OSError:
+        return 0
+
+
 def check_step_memory(model_config: ModelConfig, batch_size: int, available: int | None = None) -> None:
     """Refuses, before anything is built, a history length and batch whose training
-    step cannot fit in this process's memory (`memory_limit`: it ended in an
-    internal reshape error, or was killed, or aborted in the allocator)."""
+    step cannot fit in this process's memory (`memory_limit`, less what the process
+    holds already, `process_bytes`: it ended in an internal reshape error, or was
+    killed, or aborted in the allocator)."""
     need = step_bytes(model_config, batch_size)
-    available, what = memory_limit() if available is None else (available, "this machine's memory")
-    if need > available:
+    if available is None:
+        available, what = memory_limit()
+        held = process_bytes(address_space="RLIMIT_AS" in what)
+    else:
+        what, held = "this machine's memory", 0
+    if need + held > available:
+        besides = f", less the {held / 2**30:.1f} GiB this process holds already" if held else ""
         raise ValueError(f"max_len={model_config.max_len} at batch_size={batch_size}: one training step holds about "
                          f"{need / 2**30:.1f} GiB for its histories ({batch_size} x {model_config.max_len:,} slots of "
                          f"{need // (batch_size * model_config.max_len):,} bytes), more than {what}, "
-                         f"{available / 2**30:.1f} GiB; lower --max_len or --batch_size")
+                         f"{available / 2**30:.1f} GiB{besides}; lower --max_len or --batch_size")
+
+
+class OutOfMemoryError(ValueError):
+    """A training step that ran out of memory; the program ends at once after its line
+    (`exit_at_once`: a runtime whose allocation failed may crash while torn down)."""
+
+    exit_at_once = True
+
+
+def out_of_memory(model_config: ModelConfig, batch_size: int, error: BaseException) -> OutOfMemoryError:
+    """The one-line error of a training step that ran out of memory all the same
+    (`check_step_memory` estimates; the allocator decides), on either backend: the
+    allocator's own line where the error holds one."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [type(error).__name__]
+    said = next((line for line in lines if re.search(r"OOM when allocating|Out of memory|RESOURCE_EXHAUSTED", line)),
+                lines[0])
+    return OutOfMemoryError(f"max_len={model_config.max_len} at batch_size={batch_size}: the training step ran out "
+                            f"of memory ({type(error).__name__}: {said[:200]}); lower --max_len or --batch_size")
 
 
 def dataset_fields(spec: DatasetSpec, selection: str, configured=None) -> list[dict]:

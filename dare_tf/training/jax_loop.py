@@ -46,7 +46,7 @@ from dare_tf.run_directory import BEST_WEIGHTS, read_history
 from dare_tf.tasks import ClickTask
 from dare_tf.training.callbacks import (AppendHistory, ExactValidation, KeepBestWeights, NonFiniteLossError,
                                         truncate_history)
-from dare_tf.training.config import TrainConfig, effective_model_config
+from dare_tf.training.config import TrainConfig, effective_model_config, out_of_memory
 from dare_tf.training.continuation import Continuation
 from dare_tf.training.device_input import DeviceSplit
 from dare_tf.training.evaluator import evaluation_batch
@@ -155,7 +155,12 @@ class JaxSeedRun:
             if self.chief and self.seed == self.config.seeds[0]:
                 for warning in self.plan.warnings:
                     self._print(f"warning: {warning}")
-            self._train(step)
+            try:
+                self._train(step)
+            except jax.errors.JaxRuntimeError as e:
+                if "RESOURCE_EXHAUSTED" not in str(e):
+                    raise
+                raise out_of_memory(self.model_config, self.config.schedule.batch_size, e) from None
         return self._finish()
 
     def _train(self, step: int) -> None:

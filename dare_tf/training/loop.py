@@ -22,7 +22,7 @@ from dare_tf.run_directory import BEST_WEIGHTS, RunDirectory, read_history
 from dare_tf.training.callbacks import (AppendHistory, ExactValidation, KeepBestWeights, SaveCheckpoint,
                                         StopAtStep, StopOnNonFiniteLoss, truncate_history)
 from dare_tf.training.progress import RunProgress, TensorBoardScalars
-from dare_tf.training.config import TrainConfig, effective_model_config
+from dare_tf.training.config import TrainConfig, effective_model_config, out_of_memory
 from dare_tf.training.seeds import run_seeds, save_seed, seed_result, trainable_spec
 from dare_tf.training.checkpoints import DamagedCheckpointError, restore_newest
 from dare_tf.training.continuation import Continuation
@@ -138,9 +138,12 @@ class SeedRun:
                     self._print(f"warning: {warning}")
             callbacks = self.callbacks()
             fit = fit_distributed if plan.distributed else keras.Model.fit
-            fit(self.model, plan.train_stream(step), steps_per_epoch=plan.eval_every,
-                epochs=math.ceil(plan.total_steps / plan.eval_every), initial_epoch=step // plan.eval_every,
-                callbacks=callbacks, shuffle=False, verbose=0)  # progress: RunProgress
+            try:
+                fit(self.model, plan.train_stream(step), steps_per_epoch=plan.eval_every,
+                    epochs=math.ceil(plan.total_steps / plan.eval_every), initial_epoch=step // plan.eval_every,
+                    callbacks=callbacks, shuffle=False, verbose=0)  # progress: RunProgress
+            except tf.errors.ResourceExhaustedError as e:
+                raise out_of_memory(self.model_config, self.config.schedule.batch_size, e) from None
         return self._finish()
 
     def _finish(self) -> dict:
