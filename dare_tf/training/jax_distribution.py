@@ -57,8 +57,10 @@ def join_processes(timeout_s: int) -> None:
         raise ValueError("KERAS_DISTRIBUTION_NUM_PROCESSES > 1 needs KERAS_DISTRIBUTION_JOB_ADDRESSES (the "
                          "coordinator's HOST:PORT first) and KERAS_DISTRIBUTION_PROCESS_ID (docs/gpu.md)")
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    # (the shutdown barrier keeps its 300 s: a process that finished waits there while process 0
+    # writes the run's results)
     jax.distributed.initialize(addresses.split(",")[0], count, int(index), initialization_timeout=timeout_s,
-                               heartbeat_timeout_seconds=HEARTBEAT_S, shutdown_timeout_seconds=HEARTBEAT_S)
+                               heartbeat_timeout_seconds=HEARTBEAT_S)
     threading.Thread(target=_watch, args=(count, int(index)), daemon=True, name="peers").start()
 
 

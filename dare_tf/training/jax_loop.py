@@ -46,7 +46,8 @@ from dare_tf.run_directory import BEST_WEIGHTS, read_history
 from dare_tf.tasks import ClickTask
 from dare_tf.training.callbacks import (AppendHistory, ExactValidation, KeepBestWeights, NonFiniteLossError,
                                         truncate_history)
-from dare_tf.training.config import TrainConfig, effective_model_config, out_of_memory
+from dare_tf.training.config import TrainConfig, effective_model_config
+from dare_tf.training.memory import out_of_memory
 from dare_tf.training.continuation import Continuation
 from dare_tf.training.device_input import DeviceSplit
 from dare_tf.training.evaluator import evaluation_batch

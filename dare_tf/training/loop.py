@@ -22,7 +22,8 @@ from dare_tf.run_directory import BEST_WEIGHTS, RunDirectory, read_history
 from dare_tf.training.callbacks import (AppendHistory, ExactValidation, KeepBestWeights, SaveCheckpoint,
                                         StopAtStep, StopOnNonFiniteLoss, truncate_history)
 from dare_tf.training.progress import RunProgress, TensorBoardScalars
-from dare_tf.training.config import TrainConfig, effective_model_config, out_of_memory
+from dare_tf.training.config import TrainConfig, effective_model_config
+from dare_tf.training.memory import out_of_memory
 from dare_tf.training.seeds import run_seeds, save_seed, seed_result, trainable_spec
 from dare_tf.training.checkpoints import DamagedCheckpointError, restore_newest
 from dare_tf.training.continuation import Continuation

@@ -198,7 +198,7 @@ from dare_tf.training.jax_state import StepFunctions
 data, work, lazy = sys.argv[1], sys.argv[2], sys.argv[3] == "lazy"
 cfg = ModelConfig.from_dict(json.load(open(work + "/config.json")))
 rows = np.load(work + "/rows.npy")
-model = DareModel(cfg, seed=0)
+model = DareModel(cfg, seed=0, name="dare")
 model.task = ClickTask()
 model.build()
 model.load_weights(work + "/initial.weights.h5")
@@ -239,7 +239,7 @@ def test_lazy_adam_on_jax_takes_tensorflows_steps(taobao, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(cfg.to_dict()))
     np.save(tmp_path / "rows.npy", rows)
     keras.utils.set_random_seed(0)
-    model = DareModel(cfg, seed=0, sparse_embedding_gradients=True)
+    model = DareModel(cfg, seed=0, sparse_embedding_gradients=True, name="dare")
     model.task = ClickTask()
     model.build()
     model.save_weights(str(tmp_path / "initial.weights.h5"))
