@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: demo test check docs bench clean browser screenshots slow-list
+.PHONY: demo test check docs bench clean browser screenshots slow-list gpu-carry
 
 $(STAMP): requirements.txt setup.py pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,6 +43,16 @@ slow-list: $(STAMP) browser
 	rm -f .cpu_times.jsonl
 	-$(PYTEST) -p tests.cpu_times tests
 	$(PY) -m tests.cpu_times .cpu_times.jsonl
+
+# What benchmarks/bench_gpu.py needs on a lent GPU machine beyond what that machine has (JAX, numpy,
+# absl-py, h5py, pyarrow, grpcio; no TensorFlow, no Keras): the wheels, at this venv's versions, of
+# Keras and its pure-Python dependencies and of tensorboard and protobuf (the run's events), into
+# .whl/, which the device tool carries (`carry: [".whl"]`; docs/gpu.md).
+GPU_CARRY := keras namex optree rich markdown-it-py mdurl pygments packaging tensorboard protobuf google-crc32c
+gpu-carry: $(STAMP)
+	rm -rf .whl
+	$(PY) -m pip download -q --no-deps --only-binary=:all: -d .whl \
+	  $$($(PY) -m pip freeze | grep -i -E '^($(shell echo $(GPU_CARRY) | tr ' ' '|'))==')
 
 # The inspect page's browser test (tests/serving/test_inspect.py) drives Debian's chromium:
 # installed here where make runs as root with apt-get; elsewhere the test skips, saying why.

@@ -2,7 +2,8 @@ r"""The trainer on JAX against `model.fit` on in-memory batches, on whatever
 accelerator JAX finds (a GPU where one is lent; the CPU otherwise), with no
 TensorFlow: one program, one call of the device tool (docs/gpu.md).
 
-  KERAS_BACKEND=jax python benchmarks/bench_gpu.py            # on a GPU machine
+  make gpu-carry     # here: .whl/, the wheels the GPU machine lacks (Keras, tensorboard, ...)
+  pip install --no-deps .whl/*.whl && KERAS_BACKEND=jax python benchmarks/bench_gpu.py  # there
   KERAS_BACKEND=jax python benchmarks/bench_gpu.py --quick    # a small check on a CPU
 
 1. a Taobao-like log at `--fraction` of its real size (`data.synthetic
