@@ -20,6 +20,16 @@ class StoreError(ValueError):
     """A store that cannot be opened or used as asked (one line: the store and what was expected)."""
 
 
+class PartialAppend(StoreError):
+    """An `append_many` that stopped part of the way: `appended`, user -> clicks of the
+    users whose appends were acknowledged; `unconfirmed`, those whose clicks reached
+    their master without the replicas asked for."""
+
+    def __init__(self, message: str, appended: dict, unconfirmed: dict):
+        super().__init__(message)
+        self.appended, self.unconfirmed = appended, unconfirmed
+
+
 @dataclasses.dataclass
 class Histories:
     """Users' last clicks as `last` returns them: raw `items`, `categories` and
@@ -106,6 +116,9 @@ class HistoryStore(abc.ABC):
             (`--string_ids`; set when the store is created): the store keeps
             each string's int64 code (`codes`), and `last` and `users` answer
             in the strings.
+        resend_safe: an append of the same clicks sent again is applied once
+            (the Redis Cluster store's; the others append atomically, whole or
+            not at all).
     """
 
     url: str
@@ -113,6 +126,7 @@ class HistoryStore(abc.ABC):
     read_only: bool
     fields: tuple[str, ...] = ()
     string_ids: bool = False
+    resend_safe: bool = False
 
     @property
     def dtype(self) -> np.dtype:

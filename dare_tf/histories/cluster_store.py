@@ -25,14 +25,14 @@ that counts what was appended.
 
 from __future__ import annotations
 
-import os
+import hashlib
 import time
 
 import numpy as np
 import redis
 from redis.cluster import ClusterNode
 
-from dare_tf.histories.base import StoreError, merged
+from dare_tf.histories.base import PartialAppend, StoreError, merged
 from dare_tf.histories.redis_store import RedisStore
 
 SCHEME = "redis-cluster://"
@@ -40,6 +40,10 @@ SCHEME = "redis-cluster://"
 _TRANSIENT = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, redis.exceptions.ClusterDownError,
               redis.exceptions.MovedError, redis.exceptions.AskError, redis.exceptions.TryAgainError,
               redis.exceptions.ReadOnlyError, redis.exceptions.ClusterError)
+
+
+class Unconfirmed(StoreError):
+    """An append on its master that fewer replicas than asked confirmed."""
 
 
 def startup_nodes(url: str) -> list[ClusterNode]:
@@ -86,16 +90,25 @@ class ClusterStore(RedisStore):
                     f"(WAIT {self.wait_replicas})")
         return "each user's clicks on the master of its slot (replicated asynchronously: --wait_replicas for more)"
 
+    resend_safe = True  # (an append sent again is applied once: its id is its content's)
+
     def append_many(self, by_user: dict[int, np.ndarray]) -> dict[int, int]:
         self._writable()
         out: dict[int, int] = {}
-        batch = os.urandom(8).hex()
         for user, new in by_user.items():
+            # The append's id is its content's digest: the same clicks sent again (a retry, or the
+            # input resent after an error) are applied once.
+            append_id = hashlib.blake2b(b"%d:" % user + np.ascontiguousarray(new).tobytes(), digest_size=16).hexdigest()
             try:
-                out[user] = self._retrying(lambda: self._append_one(user, new, f"{batch}:{user}"))
+                out[user] = self._retrying(lambda: self._append_one(user, new, append_id))
                 self._retrying(lambda: self.client.sadd(self._meta("users"), user))
             except StoreError as e:
-                raise StoreError(f"{e} ({len(out)} of the batch's {len(by_user)} users appended before it)") from None
+                unconfirmed = {user: len(new)} if isinstance(e, Unconfirmed) else {}
+                if unconfirmed:  # (its clicks are on the master: the user is listed)
+                    self._retrying(lambda: self.client.sadd(self._meta("users"), user))
+                said = f"; user {user}'s {len(new)} clicks are on its master, not confirmed" if unconfirmed else ""
+                raise PartialAppend(f"{e} ({len(out)} of the batch's {len(by_user)} users appended before it{said})",
+                                    {u: len(by_user[u]) for u in out}, unconfirmed) from None
         return out
 
     def _read(self, users: list[int], max_len: int | None) -> list[np.ndarray]:
@@ -148,7 +161,7 @@ class ClusterStore(RedisStore):
             if self.wait_replicas:
                 acked = command("WAIT", self.wait_replicas, int(self.retry_s * 1000))
                 if acked < self.wait_replicas:
-                    raise StoreError(f"{self.url}: user {user}'s append reached {acked} replicas of its master, not "
+                    raise Unconfirmed(f"{self.url}: user {user}'s append reached {acked} replicas of its master, not "
                                      f"--wait_replicas={self.wait_replicas}, within {self.retry_s:g} s")
             return len(packed) // self.dtype.itemsize
         except BaseException:

@@ -107,8 +107,14 @@ def append_clicks(store: HistoryStore, read, source: str) -> int:
                                                  {n: v[rows] for n, v in read.fields.items()}, store.fields)
                                for user, rows in zip(users[start:start + USERS_PER_WRITE], batch)})
         except StoreError as e:
-            raise AppendError(f"{e}; {done} of the {len(order)} clicks of {source} were appended before it, "
-                              "each user's whole or not at all", done) from None
+            done += sum(getattr(e, "appended", {}).values())  # (the batch's users acknowledged before it)
+            unconfirmed = sum(getattr(e, "unconfirmed", {}).values())
+            raise AppendError(
+                f"{e}; {done} of the {len(order)} clicks of {source} were appended before it"
+                + (f" and {unconfirmed} more are on their masters, not confirmed" if unconfirmed else "")
+                + ", each user's whole or not at all"
+                + ("; sending the same lines again appends each user's clicks once" if store.resend_safe else ""),
+                done + unconfirmed) from None
         done += sum(len(rows) for rows in batch)
     return len(order)
 

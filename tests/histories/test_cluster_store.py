@@ -6,7 +6,9 @@ present exactly once after that master is killed with -9 and its replica takes o
 after a replica is killed (the appender ends in one line with its counts), and after
 the whole cluster is killed and started again from its append-only files."""
 
+import json
 import os
+import re
 import time
 
 import numpy as np
@@ -101,6 +103,39 @@ def test_a_master_killed_with_9_loses_no_acknowledged_click(tmp_path):
         assert len(appender.acknowledged) > 100
 
 
+def test_an_unconfirmed_append_is_counted_and_the_same_lines_sent_again_apply_once(tmp_path):
+    """Issue 68 (2), the repro: `--wait_replicas=2` on shards of one replica. The transaction
+    runs on the master before WAIT falls short: the line counts those clicks as on the master,
+    not confirmed (it said 0 appended while the user went from 20 to 30), and the same lines
+    sent again (with --wait_replicas=1) leave the user at 30, not 40."""
+    columns = ["--format=csv", "--columns=user=0,item=1,category=2,action=3,time=4", "--click=pv"]
+    first, second = tmp_path / "cl_a0.csv", tmp_path / "cl_a1.csv"
+    first.write_text("".join(f"7,{100 + i},3,pv,{1_600_000_000 + i}\n" for i in range(20)))
+    second.write_text("".join(f"7,{200 + i},3,pv,{1_600_001_000 + i}\n" for i in range(10)))
+    with RedisCluster(str(tmp_path / "cluster")) as url:
+        def append(path, wait):
+            return run_program("serving.histories", "append", f"--store={url}", f"--input={path}",
+                               f"--wait_replicas={wait}", "--retry_s=2", *columns)
+
+        def held():
+            return len(json.loads(program("show", f"--store={url}", "--user_id=7"))["items"])
+
+        assert append(first, 1).returncode == 0 and held() == 20
+        done = append(second, 2)
+        assert done.returncode == 1
+        line = done.stderr.strip()
+        assert "\n" not in line and line.startswith(f"error: {url}: user 7's append reached 1 replicas of its "
+                                                     "master, not --wait_replicas=2, within 2 s"), line
+        assert line.endswith(f"(0 of the batch's 1 users appended before it; user 7's 10 clicks are on its master, "
+                             f"not confirmed); 0 of the 10 clicks of {second} were appended before it and 10 more are "
+                             "on their masters, not confirmed, each user's whole or not at all; sending the same "
+                             "lines again appends each user's clicks once"), line
+        assert held() == 30
+        again = append(second, 1)
+        assert again.returncode == 0, again.stderr[-2000:]
+        assert held() == 30  # (applied once)
+
+
 def test_a_replica_killed_ends_an_append_waiting_for_it_in_one_line(tmp_path):
     cluster = RedisCluster(str(tmp_path / "cluster"))
     with cluster as url:
@@ -112,7 +147,8 @@ def test_a_replica_killed_ends_an_append_waiting_for_it_in_one_line(tmp_path):
         appender.join(60)
         assert appender.error is not None and "\n" not in appender.error
         assert " replicas of its master, not --wait_replicas=1, within 2 s (" in appender.error, appender.error
-        assert appender.error.endswith("users appended before it)"), appender.error
+        assert re.search(r"users appended before it; user \d+'s 1 clicks are on its master, not confirmed\)$",
+                         appender.error), appender.error
         exactly_once(appender, url)
 
 
