@@ -25,6 +25,7 @@ that counts what was appended.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 
@@ -111,6 +112,56 @@ class ClusterStore(RedisStore):
                                     {u: len(by_user[u]) for u in out}, unconfirmed) from None
         return out
 
+    def _intern(self, texts: list[str], create: bool) -> np.ndarray:
+        """`RedisStore`'s codes, ridden through a failover; where `wait_replicas` is set, new
+        codes are written on one connection to the `{meta}` master and confirmed by `WAIT`
+        before any click uses them (an acknowledged append's strings survive a failover)."""
+        if not (create and self.wait_replicas):
+            return self._retrying(lambda: RedisStore._intern(self, texts, create))
+        return self._retrying(lambda: self._intern_confirmed(texts))
+
+    def _intern_confirmed(self, texts: list[str]) -> np.ndarray:
+        ids, names, next_id = self._meta("ids"), self._meta("names"), self._meta("next_id")
+        with self._connection(ids) as command:
+            found = command("HMGET", ids, *texts)
+            created = 0
+            for i, (text, code) in enumerate(zip(texts, found)):
+                if code is None:
+                    fresh = command("INCR", next_id)
+                    command("HSET", names, fresh, text)
+                    if not command("HSETNX", ids, text, fresh):
+                        code = command("HGET", ids, text)
+                    found[i], created = (fresh if code is None else code), created + 1
+            if created:
+                self._confirmed(command, f"the codes of {created} new strings")
+            return np.array([int(c) for c in found], np.int64)
+
+    @contextlib.contextmanager
+    def _connection(self, key: str):
+        """`command(*args)` on one connection to the master of `key`'s slot (WAIT counts
+        that connection's writes)."""
+        node = self.client.get_node_from_key(key, replica=False)
+        pool = self.client.get_redis_connection(node).connection_pool
+        connection = pool.get_connection()
+        try:
+            def command(*args):
+                connection.send_command(*args)
+                return connection.read_response()
+
+            yield command
+        except BaseException:
+            connection.disconnect()  # (its state is unknown: a WATCH or MULTI may be open)
+            raise
+        finally:
+            pool.release(connection)
+
+    def _confirmed(self, command, what: str) -> None:
+        """`WAIT` for `wait_replicas` replicas of the connection's writes, or `Unconfirmed`."""
+        acked = command("WAIT", self.wait_replicas, int(self.retry_s * 1000))
+        if acked < self.wait_replicas:
+            raise Unconfirmed(f"{self.url}: {what} reached {acked} replicas of its master, not "
+                              f"--wait_replicas={self.wait_replicas}, within {self.retry_s:g} s")
+
     def _read(self, users: list[int], max_len: int | None) -> list[np.ndarray]:
         """`RedisStore`'s pipelined reads, ridden through a failover as appends are."""
         return self._retrying(lambda: self._read_pipelined(users, max_len))
@@ -137,14 +188,7 @@ class ClusterStore(RedisStore):
         """One user's clicks in one transaction on the master of its slot, on one
         connection (WAIT counts that connection's writes); applied once per `append_id`."""
         key, marker = self._key(user), f"{self.prefix}a:{{{user}}}"
-        node = self.client.get_node_from_key(key, replica=False)
-        pool = self.client.get_redis_connection(node).connection_pool
-        connection = pool.get_connection()
-        try:
-            def command(*args):
-                connection.send_command(*args)
-                return connection.read_response()
-
+        with self._connection(key) as command:
             while True:
                 command("WATCH", key, marker)
                 old, done = command("GET", key), command("GET", marker)
@@ -159,13 +203,5 @@ class ClusterStore(RedisStore):
                 if command("EXEC") is not None:
                     break  # (None: another writer changed the user: again)
             if self.wait_replicas:
-                acked = command("WAIT", self.wait_replicas, int(self.retry_s * 1000))
-                if acked < self.wait_replicas:
-                    raise Unconfirmed(f"{self.url}: user {user}'s append reached {acked} replicas of its master, not "
-                                     f"--wait_replicas={self.wait_replicas}, within {self.retry_s:g} s")
+                self._confirmed(command, f"user {user}'s append")
             return len(packed) // self.dtype.itemsize
-        except BaseException:
-            connection.disconnect()  # (its state is unknown: a WATCH or MULTI may be open)
-            raise
-        finally:
-            pool.release(connection)

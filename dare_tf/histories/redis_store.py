@@ -96,7 +96,12 @@ class RedisStore(HistoryStore):
 
     def _texts(self, codes) -> list[str]:
         with self._answering():
-            return [t.decode() for t in self.client.hmget(self._meta("names"), [int(c) for c in codes])]
+            names = self.client.hmget(self._meta("names"), [int(c) for c in codes])
+        unknown = [int(c) for c, t in zip(codes, names) if t is None]
+        if unknown:  # (a code whose string the store lost: a failover of the {meta} shard)
+            raise StoreError(f"{self.url}: the store holds clicks with codes {unknown[:5]} that name no string "
+                             f"(its {self._meta('names')} lacks them: lost in a failover?); load the store again")
+        return [t.decode() for t in names]
 
     def _key(self, user: int) -> str:
         return f"{self.prefix}u:{user}"

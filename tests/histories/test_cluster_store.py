@@ -136,6 +136,40 @@ def test_an_unconfirmed_append_is_counted_and_the_same_lines_sent_again_apply_on
         assert held() == 30  # (applied once)
 
 
+def test_string_codes_are_confirmed_before_a_click_uses_them_and_a_lost_one_is_one_line(tmp_path):
+    """Issue 68 (1): with string ids the codes of new strings (the `{meta}` tables) were written
+    with no WAIT, so an acknowledged append could hold codes a failover loses, and a lost code
+    read back as a traceback. New codes are now confirmed by `--wait_replicas` replicas before
+    any click uses them (here 2 of 1: refused, the user's history untouched), and a code that
+    names no string is one line naming the store."""
+    columns = ["--format=csv", "--columns=user=0,item=1,category=2,action=3,time=4", "--click=pv", "--string_ids"]
+    first, second = tmp_path / "s0.csv", tmp_path / "s1.csv"
+    first.write_text("mu2,base-item,c0,pv,2020-01-01T00:00:00Z\n")
+    second.write_text("".join(f"mu2,NEW-mu2-{i},c0,pv,2020-01-01T00:00:0{i + 1}Z\n" for i in range(3)))
+    with RedisCluster(str(tmp_path / "cluster")) as url:
+        def append(path, wait):
+            return run_program("serving.histories", "append", f"--store={url}", f"--input={path}",
+                               f"--wait_replicas={wait}", "--retry_s=2", *columns)
+
+        assert append(first, 1).returncode == 0
+        done = append(second, 2)
+        assert done.returncode == 1 and done.stderr.strip() == (
+            f"error: {url}: the codes of 3 new strings reached 1 replicas of its master, not --wait_replicas=2, "
+            "within 2 s"), done.stderr[-2000:]
+        assert json.loads(program("show", f"--store={url}", "--user_id=mu2"))["items"] == ["base-item"]
+        assert append(second, 1).returncode == 0
+        assert json.loads(program("show", f"--store={url}", "--user_id=mu2"))["items"] == [
+            "base-item", "NEW-mu2-0", "NEW-mu2-1", "NEW-mu2-2"]
+        client = redis.RedisCluster(startup_nodes=startup_nodes(url))
+        names = "dare:histories:{meta}:names"
+        lost = next(code for code, text in client.hgetall(names).items() if text == b"NEW-mu2-1")
+        client.hdel(names, lost)  # (as a failover that lost it would leave the store)
+        shown = run_program("serving.histories", "show", f"--store={url}", "--user_id=mu2")
+        assert shown.returncode == 1 and shown.stderr.strip() == (
+            f"error: {url}: the store holds clicks with codes [{int(lost)}] that name no string (its {names} lacks "
+            "them: lost in a failover?); load the store again"), shown.stderr[-2000:]
+
+
 def test_a_replica_killed_ends_an_append_waiting_for_it_in_one_line(tmp_path):
     cluster = RedisCluster(str(tmp_path / "cluster"))
     with cluster as url:
