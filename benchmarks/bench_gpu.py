@@ -22,7 +22,10 @@ TensorFlow: one program, one call of the device tool (docs/gpu.md).
    with the process's peak device memory so far and XLA's count of the bytes
    one training step accesses (`cost_analysis`), whose time at the card's memory
    bandwidth is the step's bound;
-3. the epoch projected to the full Taobao-like split (5.1M training examples).
+3. the epoch projected to the full Taobao-like split (5.1M training examples);
+4. one call of the trainer's steps under `jax.profiler` (its Perfetto trace): the ten
+   largest kernels (a GPU's streams; on a CPU, the host's XLA events) by share of the
+   step's time, with their time and count per step.
 
 Writes benchmarks/results/bench_gpu.json (or `--out`) after every row, so a run
 cut short keeps what it measured; `--budget_s` stops before a row would start
@@ -138,6 +141,7 @@ def trainer(data_dir: str, spec, memory, model: str, batch: int, k: int, chunks:
         losses = functions.train(rows)
     jax.block_until_ready(losses)
     steps_rate = chunks * k * batch / (time.perf_counter() - started)
+    profile = step_profile(functions, order[1], k, os.path.join(work, f"profile_{model}_{batch}"))
     jitted = functions._jitted[f"train/{k}"]
     cost = jitted.lower(functions.state, functions.train_split.arrays, np.asarray(order[0], np.int32)).compile()
     analysis = cost.cost_analysis()
@@ -155,7 +159,43 @@ def trainer(data_dir: str, spec, memory, model: str, batch: int, k: int, chunks:
             "validations": len(history),
             "validation_s": sum(h["timing"]["val_seconds"] + h["timing"]["bn_seconds"] for h in history),
             "step_bytes": float(analysis.get("bytes accessed", 0.0)) / k,
-            "step_flops": float(analysis.get("flops", 0.0)) / k}
+            "step_flops": float(analysis.get("flops", 0.0)) / k, "profile": profile}
+
+
+def step_profile(functions, rows, k: int, trace_dir: str, top: int = 10) -> list[dict]:
+    """Where a training step's time goes: one call of `k` steps under `jax.profiler`
+    (its Perfetto trace), the device's (or, on a CPU, the host's XLA) events grouped by
+    name: the `top` largest by total time, each with its share of the events' time and
+    its count per step."""
+    import glob
+    import gzip
+
+    import jax
+
+    with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+        jax.block_until_ready(functions.train(rows))
+    paths = glob.glob(os.path.join(trace_dir, "**", "*.trace.json.gz"), recursive=True)
+    if not paths:
+        return []
+    with gzip.open(paths[0], "rt") as f:
+        events = json.load(f)
+    events = events.get("traceEvents", events) if isinstance(events, dict) else events
+    threads = {(e.get("pid"), e.get("tid")): e.get("args", {}).get("name", "") for e in events
+               if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    timed = [e for e in events if e.get("ph") == "X" and e.get("dur")]
+    # Kernels where a device ran them (GPU streams); else the host's XLA thunks (CPU).
+    device = [e for e in timed if "stream" in threads.get((e.get("pid"), e.get("tid")), "").lower()]
+    timed = device or [e for e in timed  # (less the wrappers around the kernels)
+                       if not e.get("name", "").startswith(("$", "PjitFunction", "jit_", "ThunkExecutor"))]
+    totals: dict[str, list] = {}
+    for e in timed:
+        entry = totals.setdefault(e["name"], [0.0, 0])
+        entry[0] += e["dur"]
+        entry[1] += 1
+    whole = sum(t for t, _ in totals.values()) or 1.0
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1][0])[:top]
+    return [{"name": name[:80], "share": t / whole, "us_per_step": t / k, "count_per_step": n / k}
+            for name, (t, n) in ranked]
 
 
 def main():
@@ -222,6 +262,10 @@ def main():
     print_table(payload["rows"], ["model", "batch", "harness_examples_per_s", "trainer_steps_examples_per_s",
                                   "share_of_harness", "epoch_examples_per_s_without_compile", "compile_s",
                                   "full_epoch_projected_s", "peak_memory_bytes"])
+    profiles = [dict(kernel, model=r["model"], batch=r["batch"])
+                for r in payload["rows"] for kernel in r.get("profile", [])]
+    if profiles:  # (where a step's time goes, its ten largest events per row)
+        print_table(profiles, ["model", "batch", "name", "share", "us_per_step", "count_per_step"])
     write_json("bench_gpu", payload, args.out)
 
 
