@@ -81,7 +81,7 @@ class StepFunctions:
             with recorded_lookups() as looked:
                 value, aux = model.compute_loss_and_updates(trainable, non_trainable, metrics, features, labels,
                                                             None, training=True, optimizer_variables=optimizer)
-            return value, (aux, looked)
+            return value, (aux, looked if lazy is not None else [])  # (the ids only where lazy Adam reads them)
 
         def steps(state, arrays, rows):
             def step(state, rows):
