@@ -47,11 +47,15 @@ slow-list: $(STAMP) browser
 # What benchmarks/bench_gpu.py needs on a lent GPU machine beyond what that machine has (JAX, numpy,
 # absl-py, h5py, pyarrow, grpcio; no TensorFlow, no Keras): the wheels, at this venv's versions, of
 # Keras and its pure-Python dependencies and of tensorboard and protobuf (the run's events), into
-# .whl/, which the device tool carries (`carry: [".whl"]`; docs/gpu.md).
-GPU_CARRY := keras namex optree rich markdown-it-py mdurl pygments packaging tensorboard protobuf google-crc32c
+# .whl/, which the device tool carries (`carry: [".whl"]`; docs/gpu.md), built for that machine's
+# Python (GPU_PYTHON) on x86-64 Linux.
+GPU_CARRY := keras namex optree rich markdown-it-py mdurl pygments packaging tensorboard protobuf google-crc32c filelock
+GPU_PYTHON := 3.12
 gpu-carry: $(STAMP)
 	rm -rf .whl
-	$(PY) -m pip download -q --no-deps --only-binary=:all: -d .whl \
+	$(PY) -m pip download -q --no-deps --only-binary=:all: -d .whl --python-version $(GPU_PYTHON) \
+	  --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+	  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 	  $$($(PY) -m pip freeze | grep -i -E '^($(shell echo $(GPU_CARRY) | tr ' ' '|'))==')
 
 # The inspect page's browser test (tests/serving/test_inspect.py) drives Debian's chromium:

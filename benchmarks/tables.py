@@ -194,21 +194,52 @@ TABLES = {
         "samples/s of every preset's Keras train step (Adam) and prediction on Keras's JAX backend, measured in "
         "process on the lent GPU (the `device` column), all in the same run (L=200, K=20, d=16, 50k items, "
         "in-memory batches)"),
-    ("bench_gpu", "rows"): (
+    ("bench_gpu_before", "rows"): (
         ["model", "batch", "harness_examples_per_s", "trainer_steps_examples_per_s", "share_of_harness",
          "compile_s", "epoch_s", "full_epoch_projected_s", "step_bytes", "bound_examples_per_s", "measured_over_bound",
          "peak_memory_bytes"],
-        "the trainer on JAX (`trainers.train`'s jitted steps, windows gathered on the device, 50 steps a call) "
-        "against the same model's `model.fit` on in-memory numpy batches (the harness), measured in process on "
-        "the lent GPU (the JSON's `device`: an NVIDIA H200) in the same run, d=16, L=200, on a Taobao-like log "
-        "generated and prepared on that machine at a fraction of its size (the JSON's `fraction`, "
-        "`train_examples`): examples/s of "
-        "the training steps, their share of the harness, the compile seconds of the run's functions, one epoch's "
-        "wall seconds (its validations every 150 steps, BatchNorm refreshes, checkpoints, test predictions and "
-        "saved model included), the full split's 5.1M examples projected at the steps' rate, XLA's bytes "
-        "accessed per step and the rate those bytes allow at the card's memory bandwidth (the JSON's "
-        "`device.bandwidth`), and the "
-        "process's peak device memory so far"),
+        "before: the trainer on JAX with JAX's own table gradients (`trainers.train`'s jitted steps, windows "
+        "gathered on the device, 50 steps a call) against the same model's `model.fit` on in-memory numpy batches "
+        "(the harness), measured in process on the lent GPU (the JSON's `device`: an NVIDIA H200) in the same run, "
+        "d=16, L=200, on a Taobao-like log generated and prepared on that machine at a fraction of its size (the "
+        "JSON's `fraction`, `train_examples`): examples/s of the training steps, their share of the harness, the "
+        "compile seconds of the run's functions, one epoch's wall seconds (its validations every 150 steps, "
+        "BatchNorm refreshes, checkpoints, test predictions and saved model included), the full split's 5.1M "
+        "examples projected at the steps' rate, XLA's bytes accessed per step and the rate those bytes allow at the "
+        "card's memory bandwidth (the JSON's `device.bandwidth`), and the process's peak device memory so far"),
+    ("bench_gpu_before", "profile"): (
+        ["model", "batch", "name", "share", "us_per_step", "count_per_step"],
+        "before: where a training step's time goes with JAX's own table gradients, the ten largest kernels of "
+        "one call of 50 steps under `jax.profiler` on the lent H200 (XLA's fusion names; a scatter fusion is a "
+        "table's gradient, `loop_add_subtract` Adam's update of the item tables): their share of the kernels' "
+        "time, microseconds and launches per step"),
+    ("bench_gpu", "steps"): (
+        ["model", "batch", "gradients", "examples_per_s", "over_previous", "step_bytes", "bound_examples_per_s",
+         "measured_over_bound"],
+        "the steps taken, each measured against the one before it in the same process on the lent H200: the "
+        "trainer's training steps (50 a call) with each way of building the table gradients "
+        "(`dare_tf.layers.table_gradients`: `xla`, JAX's own; `materialized`, one scatter of the cotangents "
+        "computed beforehand; `privatized`, that and each small table's gradient summed into 32 copies, then "
+        "added), examples/s, the ratio to the row above, XLA's bytes per step and the share of the rate those bytes "
+        "allow at the card's bandwidth"),
+    ("bench_gpu", "profile"): (
+        ["model", "batch", "gradients", "name", "share", "us_per_step", "count_per_step"],
+        "after: where a training step's time goes with the fastest table gradients of the table above, the ten "
+        "largest kernels of one call of 50 steps under `jax.profiler` on the lent H200 (a kernel run for two "
+        "tables of one shape counts 2 a step)"),
+    ("bench_gpu_epoch", "steps"): (
+        ["model", "batch", "gradients", "examples_per_s", "over_previous", "step_bytes", "measured_over_bound"],
+        "the ids sorted first (`sorted`: where a table has fewer rows than the lookups, so XLA's scatter sums each "
+        "run of equal ids before its atomic add; `sorted_all`: every table), measured against the modes before "
+        "them in another call of the same H200: slower"),
+    ("bench_gpu_epoch", "rows"): (
+        ["model", "batch", "epoch_s", "compile_s", "validation_s", "epoch_s_cached", "compile_s_cached",
+         "train_seconds_cached", "validation_s_cached", "trainer_steps_examples_per_s"],
+        "one epoch of the trainer on the lent H200 (DARE on the Taobao-like log at the fraction of the JSON, with "
+        "the `sorted` table gradients of that call), started cold, then again with its compiled functions read from "
+        "JAX's persistent compilation cache (`--compilation_cache`): wall seconds, compile seconds, the "
+        "validations' seconds (six, with their BatchNorm refreshes), the seconds of the training loop, and the "
+        "fastest training steps' rate of that call (its `gradients` column above)"),
     ("bench_backends", "rows"): (
         ["dataset", "model", "tensorflow_auc", "jax_auc", "difference", "two_se", "within_noise", "tensorflow_s",
          "jax_s"],

@@ -30,17 +30,18 @@ flags.DEFINE_bool("debug", False, "Show the Python traceback of an error.")
 
 
 def field_docs(cls) -> dict[str, str]:
-    """Field name -> its description in the class docstring's `Attributes:` section."""
+    """Field name -> its description in the class docstring's `Attributes:` section
+    (`name (qualifier): text` gives `(qualifier) text`)."""
     docs, current = {}, None
     section = (cls.__doc__ or "").split("Attributes:", 1)
     if len(section) < 2:
         return docs
     for line in section[1].splitlines():
-        match = re.match(r"^ {8}(\w[\w, ]*):\s*(.*)$", line)
+        match = re.match(r"^ {8}(\w[\w, ]*?)(?: \(([^)]*)\))?:\s*(.*)$", line)
         if match:
             current = [n.strip() for n in match.group(1).split(",")]
             for name in current:
-                docs[name] = match.group(2).strip()
+                docs[name] = (f"({match.group(2)}) " if match.group(2) else "") + match.group(3).strip()
         elif current and line.startswith(" " * 12):
             for name in current:
                 docs[name] += " " + line.strip()

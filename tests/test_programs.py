@@ -87,6 +87,9 @@ def test_help_lists_the_generated_flags_and_a_real_process_exits_zero():
                  "--mlp_units", "--bn_statistics_batches", "--model", "--overwrite", "--search", "--cpu_devices"):
         assert flag in done.stdout, flag
     assert "<cluster|hard|none|sdim|simhash|soft>" in done.stdout  # --search's choices: the registry's names
+    # A field documented as `name (engine): text` keeps its help, the engine first.
+    assert "--cpu_devices: (TensorFlow) split the CPU into this many logical devices" in done.stdout
+    assert "--compilation_cache: (JAX) the folder of JAX's persistent compilation cache" in done.stdout
 
 
 @pytest.mark.parametrize("program, args, message", [

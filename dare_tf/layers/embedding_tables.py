@@ -161,8 +161,9 @@ def take_rows(table, rows, dtype=None):
     (`ResourceGather`), outside any XLA cluster (see `DareModel`): an
     optimizer that updates rows in place (`dare_tf.optimizers.LazyAdam`) puts
     the variable in TensorFlow's copy-on-read mode, in which every dense read
-    copies the whole table (~25 ms for a 4M x 16 table). Other backends use
-    `ops.take`.
+    copies the whole table (~25 ms for a 4M x 16 table). On JAX the gradient
+    is `dare_tf.layers.table_gradients`' (one scatter, the ids sorted where that
+    pays on a GPU); other backends use `ops.take`.
     """
     if _RECORDING and isinstance(table, keras.Variable):
         _RECORDING[-1].append((table.path, rows))
@@ -170,6 +171,10 @@ def take_rows(table, rows, dtype=None):
         import tensorflow as tf
 
         values = tf.gather(table.value if isinstance(table, keras.Variable) else table, rows)
+    elif keras.backend.backend() == "jax":
+        from dare_tf.layers import table_gradients
+
+        values = table_gradients.take(ops.convert_to_tensor(table), ops.convert_to_tensor(rows))
     else:
         values = ops.take(table, rows, axis=0)
     # Under a mixed policy the layer computes in a lower precision than the table holds.

@@ -216,6 +216,25 @@ class JaxSeedRun:
         return result
 
 
+COMPILATION_CACHE_BYTES = 2**30
+
+
+def use_compilation_cache(folder: str) -> str | None:
+    """Keeps this process's compiled functions in JAX's persistent compilation cache
+    at `folder` (`RuntimeConfig.compilation_cache`: empty, the user's cache folder;
+    `none`, no cache); returns the folder used."""
+    if folder == "none":
+        return None
+    folder = folder or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "dare_tf",
+                                    "jax")
+    from jax.experimental.compilation_cache import compilation_cache
+
+    jax.config.update("jax_compilation_cache_max_size", COMPILATION_CACHE_BYTES)
+    compilation_cache.set_cache_dir(folder)
+    compilation_cache.reset_cache()  # (JAX decides at its first compile; something may have compiled already)
+    return folder
+
+
 @public("dare_tf.training")
 def train_on_jax(data_dir: str, output_dir: str, config: TrainConfig, overwrite: bool = False,
                  report: Callable[[str], None] = print, flags_text: str | None = None) -> dict:
@@ -227,6 +246,7 @@ def train_on_jax(data_dir: str, output_dir: str, config: TrainConfig, overwrite:
     problem = refusal(config)
     if problem:
         raise ValueError(problem)
+    use_compilation_cache(config.runtime.compilation_cache)
     spec = trainable_spec(data_dir)
     placement = Placement(distribution_for(config.runtime))
     model_config = placement.fit_model_config(effective_model_config(config, spec, None))

@@ -146,6 +146,12 @@ class RuntimeConfig:
         log_every: steps between TensorBoard loss summaries.
         join_timeout_s: `multi_worker`: seconds a task waits for every task
             of TF_CONFIG's cluster to start before it ends with an error.
+        compilation_cache (JAX): the folder of JAX's persistent compilation
+            cache, where a run's compiled functions are kept for the next run
+            of the same shapes (docs/gpu.md measures what it saves); empty:
+            `$XDG_CACHE_HOME/dare_tf/jax` (`~/.cache/dare_tf/jax`), at most
+            1 GiB, the least recently used entries dropped; `none`: no cache.
+            JAX runs what the cache holds: keep it a folder only you write.
         verbose: 0 silent, 1 a progress bar over the run's steps with the
             validations beneath it, 2 one line per validation.
     """
@@ -157,6 +163,7 @@ class RuntimeConfig:
     steps_per_execution: int = 1
     log_every: int = 50
     join_timeout_s: int = 300
+    compilation_cache: str = ""
     verbose: int = 1
 
     def __post_init__(self):

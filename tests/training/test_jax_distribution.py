@@ -3,7 +3,8 @@ devices (`XLA_FLAGS=--xla_force_host_platform_device_count=4`): data parallel
 (`keras.distribution.DataParallel`) and the item and category tables sharded
 along the vocabulary (`ModelParallel` on a 2 x 2 mesh: the batch over one axis, the
 tables over the other; a 1 x 4 mesh measured the same, 1/4 of the bytes a device) follow the
-one-device run's losses step for step (10 steps) and predict the same probabilities, and
+one-device run's losses step for step (10 steps) and predict the same probabilities (the
+model-parallel run also with the GPU's table gradients, `table_gradients.privatized`), and
 each device holds its share of the tables' bytes (measured from its shards);
 the configurations JAX does not run are refused in one line."""
 
@@ -28,12 +29,15 @@ from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.training.config import TrainConfig, effective_model_config
 from dare_tf.training.jax_distribution import TABLES, Placement, bytes_per_device, distribution_for
 from dare_tf.training.jax_loop import JaxSeedRun
+from dare_tf.layers.table_gradients import table_gradient_mode
 
 data, work = sys.argv[1], sys.argv[2]
 spec = DatasetSpec.load(data)
 out = {"devices": jax.device_count()}
 memory = None
-for strategy, shards in (("default", 0), ("data_parallel", 0), ("model_parallel", 2)):
+# (the last: the GPU's table gradients, the CPU's default being JAX's own)
+for strategy, shards, mode in (("default", 0, "xla"), ("data_parallel", 0, "xla"), ("model_parallel", 2, "xla"),
+                               ("model_parallel", 2, "privatized")):
     config = TrainConfig.create(preset="dare", batch_size=128, epochs=1, seeds=(0,), verbose=0, strategy=strategy,
                                 model_shards=shards, steps_per_execution=5, eval_batch_size=512,
                                 model_overrides={"max_len": 50})
@@ -41,15 +45,16 @@ for strategy, shards in (("default", 0), ("data_parallel", 0), ("model_parallel"
     # (the model-parallel run's tables padded to a multiple of its shards, drawn as the others' are)
     model_config = placement.fit_model_config(effective_model_config(config, spec, None))
     memory = memory or {s: InMemorySplit.load(data, s, spec, model_config.max_len) for s in ("train", "val")}
-    with placement.scope():
-        run = JaxSeedRun(data, f"{work}/{strategy}{shards}", config, 0, spec, model_config, memory, placement,
+    with placement.scope(), table_gradient_mode(mode):
+        run = JaxSeedRun(data, f"{work}/{strategy}{shards}{mode}", config, 0, spec, model_config, memory, placement,
                          True, print)
         run.functions.load()
         order = run.training_order(0)[:10]
         losses = np.concatenate([np.asarray(run.functions.train(order[i:i + 5])) for i in range(0, 10, 5)])
         run.functions.sync()
         tables = [v for v in run.model.weights if re.search(TABLES, v.path)]
-        out[f"{strategy}/{shards}"] = {"losses": losses.tolist(), "table_bytes": bytes_per_device(tables),
+        key = f"{strategy}/{shards}" + ("" if mode == "xla" else f"/{mode}")
+        out[key] = {"losses": losses.tolist(), "table_bytes": bytes_per_device(tables),
                          "vocabularies": [model_config.num_items, model_config.num_categories],
                          "table_rows": {v.path: int(v.shape[0]) for v in tables},
                          "tables_total": int(sum(np.prod(v.shape) * 4 for v in tables)),
@@ -73,9 +78,10 @@ def test_data_and_model_parallel_follow_one_device(taobao, tmp_path):
     assert runs["devices"] == 4
     one = runs["default/0"]
     assert one["placement"] == "one device, cpu" and list(one["table_bytes"].values()) == [one["tables_total"]]
-    shares = {"data_parallel/0": 1, "model_parallel/2": 1 / 2}
+    shares = {"data_parallel/0": 1, "model_parallel/2": 1 / 2, "model_parallel/2/privatized": 1 / 2}
     meshes = {"data_parallel/0": "DataParallel over 4 cpu devices, mesh {'batch': 4}",
-              "model_parallel/2": "ModelParallel over 4 cpu devices, mesh {'batch': 2, 'model': 2}"}
+              "model_parallel/2": "ModelParallel over 4 cpu devices, mesh {'batch': 2, 'model': 2}",
+              "model_parallel/2/privatized": "ModelParallel over 4 cpu devices, mesh {'batch': 2, 'model': 2}"}
     # The vocabularies stay the dataset's; only the model-parallel tables are padded, to a multiple of 2.
     assert all(runs[name]["vocabularies"] == one["vocabularies"] for name in shares)
     assert runs["data_parallel/0"]["table_rows"] == one["table_rows"]

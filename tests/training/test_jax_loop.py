@@ -77,7 +77,7 @@ def per_seed(out):
 @pytest.fixture(scope="module")
 def jax_run(taobao, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("jax_run") / "dare")
-    done = train_on_jax(taobao, out, then=PREDICT)
+    done = train_on_jax(taobao, out, f"--compilation_cache={out}_cache", then=PREDICT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "tensorflow loaded: False", done.stdout[-2000:]
     return out
@@ -99,6 +99,8 @@ def test_the_trainer_on_jax_writes_a_tensorflow_runs_directory_without_tensorflo
     assert 0.5 < result["test"]["auc"] < 1  # (the TensorFlow trainer: 0.60 with these flags)
     with open(os.path.join(jax_run, "run_config.json")) as f:
         assert json.load(f)["backend"] == "jax"
+    # The compiled steps kept in JAX's persistent cache (--compilation_cache) for the next run.
+    assert any(name.startswith("jit_steps-") for name in os.listdir(jax_run + "_cache"))
     # TensorBoard, without TensorFlow (issue 66, 2): the TensorFlow run's scalars at the same steps,
     # the training loss at step 50 (--log_every) the mean since the last validation, as fit's logs.
     board = os.path.join(seed, "tensorboard")
