@@ -148,16 +148,19 @@ def _live_clicks(work_dir: str, data_dir: str, clients, request: dict, clicked_n
     url, user = f"lmdb:{os.path.join(work_dir, 'histories')}", int(request["user"])
     with open_store(url) as store:
         if not len(store):  # (a demo run again finds them there)
-            users, clicks = load_prepared(store, data_dir)
-            _say(f"history service: {users} users' {clicks} clicks loaded into {url} (python -m serving.histories)")
+            loaded = load_prepared(store, data_dir)
+            _say(f"history service: {loaded.users} users' {loaded.kept} clicks loaded into {url} (python -m "
+                 "serving.histories)")
         recommender = Recommender(*clients, histories=store)
         before, history = recommender.recommend_user(user, n=200, top=10)
         clicked = int(before["items"][-1])
         store.append(user, [clicked], [int(before["categories"][-1])], [int(history.times[0].max()) + 1])
         after, _ = recommender.recommend_user(user, n=200, top=10)
+        held = int(store.last([user]).lengths[0]) - 1  # (before the live click)
     _say(f"user {user} by id from the store: top 10 {before['items'].tolist()}; after a live click on item "
          f"{clicked}: {after['items'].tolist()}")
-    _say(f"(the store holds all {int(history.lengths[0])} of the user's clicks, the test click on item "
+    _say(f"(the store holds all {held} of the user's clicks (the ranker read the newest {int(history.lengths[0])}), "
+         f"the test click on item "
          f"{clicked_next} and the clicks after it included, where the table above had the "
          f"{len(request['hist_items'])} before it; an item already in a history is not recommended again, so the "
          "two lists differ by what the store adds)")

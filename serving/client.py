@@ -52,8 +52,9 @@ flags.DEFINE_string("user_id", None, "recommend: a raw user id whose history --h
                     "--request_json).")
 flags.DEFINE_string("histories", None, "recommend --user_id: the history store, lmdb:DIR, redis://HOST:PORT[/DB] or "
                     "redis-cluster://HOST:PORT[,HOST:PORT...].")
-flags.DEFINE_integer("max_len", None, "recommend --user_id: read the user's last this many clicks (default all "
-                     "the store keeps; the ranker keeps its own L of them).", lower_bound=1)
+flags.DEFINE_integer("max_len", None, "recommend --user_id: send the user's last this many clicks (default: the "
+                     "ranker's history length, as its export says; the ranker reads its own L of them).",
+                     lower_bound=1)
 flags.DEFINE_string("now", None, "recommend --user_id: the moment the clicks' ages (the time gap) are measured "
                     "at: Unix seconds or an ISO 8601 time (default: the current time).")
 flags.DEFINE_enum("format", "table", ["table", "json"], "Output: markdown tables or JSON, in the request's raw "

@@ -33,6 +33,7 @@ from absl import app, flags
 
 import dare_tf.cli
 from dare_tf.data.logs.formats import FILE_FORMATS, FORMATS, log_format_of
+from dare_tf.histories.base import DEFAULT_MAX_CLICKS
 
 FLAGS = flags.FLAGS
 COMMANDS = ("load", "append", "show")
@@ -44,8 +45,9 @@ flags.DEFINE_integer("wait_replicas", 0, "load/append to a Redis Cluster: an app
 flags.DEFINE_float("retry_s", 30.0, "load/append to a Redis Cluster: seconds an append rides through a failover "
                    "(MOVED, ASK, CLUSTERDOWN, lost connections retried) before it ends in one line.", lower_bound=0)
 flags.DEFINE_string("data_dir", None, "load: a prepared dataset (data.prepare) whose store to load.")
-flags.DEFINE_integer("max_clicks", None, "load/append to a new store: clicks kept per user (default: the "
-                     "dataset's max_len for load, else the library's DEFAULT_MAX_CLICKS).", lower_bound=1)
+flags.DEFINE_integer("max_clicks", None, "load/append to a new store: clicks kept per user, the oldest dropped "
+                     f"(default {DEFAULT_MAX_CLICKS:,}: a lifelong history; a store made before keeps its own).",
+                     lower_bound=1)
 flags.DEFINE_string("input", None, "append: a click log file, or - for standard input.")
 flags.DEFINE_enum("dataset", None, sorted(FORMATS), "append: a named log format (data.prepare's presets) "
                   "instead of --format/--columns.")
@@ -100,11 +102,12 @@ def _configure(argv):
 def load(store):
     from dare_tf.histories.prepared import load_prepared
 
-    users, clicks = load_prepared(store, FLAGS.data_dir)
-    if not users:
+    loaded = load_prepared(store, FLAGS.data_dir)
+    if not loaded.users:
         print(f"{store.url}: holds {FLAGS.data_dir} already (loaded before); nothing loaded")
         return
-    print(f"{store.url}: loaded {users} users from {FLAGS.data_dir} ({clicks} clicks)")
+    print(f"{store.url}: loaded {loaded.users} users from {FLAGS.data_dir}: kept {loaded.kept} of {loaded.clicks} "
+          f"clicks (the last {store.max_clicks} per user: --max_clicks)")
 
 
 def _lines(stream, limit: int):
@@ -165,7 +168,7 @@ def main(configuration):
         from dare_tf.data.storage.spec import DatasetSpec
 
         spec = DatasetSpec.load(FLAGS.data_dir)
-        max_clicks, fields = spec.max_len if max_clicks is None else max_clicks, spec.field_schema.columns
+        fields = spec.field_schema.columns
         string_ids = spec.string_ids
     elif command == "append":
         fields = tuple(fmt.field_columns) + (("action",) if fmt.action_field else ())

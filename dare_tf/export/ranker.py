@@ -155,6 +155,8 @@ class _ServingGraph:
     def dataset(self, item_ids):
         out = dataset_outputs(self.items, self.digest, item_ids)
         out["fields"] = tf.fill(tf.shape(out["id_maps"]), self.fields.names)
+        # The history length the model reads (its last `max_len` behaviours of any request).
+        out["max_len"] = tf.fill(tf.shape(out["id_maps"]), tf.constant(self.max_len, tf.int64))
         return out
 
     def item_fields(self, item_ids):

@@ -5,6 +5,7 @@ log file read as `data.prepare` reads it (`append_log`)."""
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 import numpy as np
 
@@ -21,17 +22,26 @@ LOADING, LOADED = "loading", "loaded"
 USERS_PER_WRITE = 10_000
 
 
-def load_prepared(store: HistoryStore, data_dir: str) -> tuple[int, int]:
+class Loaded(NamedTuple):
+    """What `load_prepared` did: users loaded, their clicks in the dataset, and the
+    clicks the store kept (each user's last `max_clicks`)."""
+
+    users: int
+    clicks: int
+    kept: int
+
+
+def load_prepared(store: HistoryStore, data_dir: str) -> Loaded:
     """Fills the empty `store` with every stored user's clicks of the prepared
     dataset `data_dir` (dense ids mapped back to raw through its id maps, and its
-    column fields' values, which `store` must hold); returns (users, clicks), with
+    column fields' values, which `store` must hold); returns `Loaded`, with
     every click's time from the log (a dataset prepared before its store kept
     them, without `--time_gap`, has none: 0, which `recommend` and the inspect
     page read as "time unknown").
 
     Idempotent: the store records the dataset it was filled from (its
     preparation id), and loading that dataset again does nothing and returns
-    (0, 0). A store that holds clicks of anything else (another dataset, live
+    `Loaded(0, 0, 0)`. A store that holds clicks of anything else (another dataset, live
     clicks, a load that was killed) is refused: loading into it would add its
     users' clicks twice."""
     spec = DatasetSpec.load(data_dir)
@@ -41,7 +51,7 @@ def load_prepared(store: HistoryStore, data_dir: str) -> tuple[int, int]:
                          f"{list(spec.field_schema.columns)}: load it into a store created with them")
     _same_ids(store, spec.string_ids, data_dir)
     if store.note(LOADED) == spec.preparation:
-        return 0, 0
+        return Loaded(0, 0, 0)
     if len(store):
         started = store.note(LOADING)
         why = (f"a load of {started.split(' ', 1)[1]} that did not finish" if started and not store.note(LOADED)
@@ -73,7 +83,8 @@ def load_prepared(store: HistoryStore, data_dir: str) -> tuple[int, int]:
             batch[int(raw["user"][dense_user])] = rows
         store.append_many(batch)
     store.note(LOADED, spec.preparation)
-    return len(users), int(sequences.length.sum())
+    lengths = sequences.length[users]
+    return Loaded(len(users), int(lengths.sum()), int(np.minimum(lengths, store.max_clicks).sum()))
 
 
 def append_log(store: HistoryStore, path: str, fmt) -> int:

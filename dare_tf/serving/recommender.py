@@ -55,8 +55,10 @@ class LocalModel:
 
 def dataset_of(model, role: str) -> dict:
     """What an export reports through its `dataset` signature: `id_maps` (its
-    id maps' digest), `fields` (a ranker's further fields, a list) and
-    `strings` (whether it takes string ids, `--string_ids`)."""
+    id maps' digest), `fields` (a ranker's further fields, a list), `strings`
+    (whether it takes string ids, `--string_ids`) and `max_len` (a ranker's history
+    length: the last this many behaviours of a request are what it reads; None from
+    an export older than it)."""
     try:
         try:
             out = model.predict_tensors({"item_ids": np.zeros([1], np.int64)}, DATASET_SIGNATURE)
@@ -77,7 +79,8 @@ def dataset_of(model, role: str) -> dict:
         raise ValueError(f"the {role} model {model.model_name!r}: {e}; export it again with this version "
                          "(python -m serving.export)") from e
     fields = out["fields"][0].decode() if "fields" in out else ""
-    return {"id_maps": out["id_maps"][0].decode(), "fields": fields.split(",") if fields else [], "strings": strings}
+    return {"id_maps": out["id_maps"][0].decode(), "fields": fields.split(",") if fields else [], "strings": strings,
+            "max_len": int(out["max_len"][0]) if "max_len" in out else None}
 
 
 @public("dare_tf.serving")
@@ -104,13 +107,14 @@ class Recommender:
 
     def __init__(self, retrieval, ranker, histories=None):
         self.retrieval, self.ranker, self.histories = retrieval, ranker, histories
-        self.checked, self.fields, self.strings = False, [], False
+        self.checked, self.fields, self.strings, self.max_len = False, [], False, None
         self.schema = FieldSchema()  # (the ranker's fields, by name: `check_same_dataset`)
 
     def check_same_dataset(self) -> None:
         mine = dataset_of(self.retrieval, "retrieval")["id_maps"]
         ranker = dataset_of(self.ranker, "ranking")
         theirs, self.fields, self.strings = ranker["id_maps"], ranker["fields"], ranker["strings"]
+        self.max_len = ranker["max_len"]
         self.schema = FieldSchema(tuple({"name": name} for name in self.fields))
         if mine != theirs:
             raise ValueError(
@@ -218,14 +222,17 @@ class Recommender:
     def recommend_user(self, user_id, n: int = 200, top: int = 10, explain: bool = False, max_len: int | None = None,
                        now: int | None = None):
         """`recommend` for a user whose history the history service holds (`histories`):
-        the user's last `max_len` clicks (default: all the store keeps) are read at
+        the user's last `max_len` clicks (default: the ranker's own history length, as
+        its export says; all the store keeps for an export older than that) are read at
         call time, so a click appended a moment ago counts; the ranker's further
         fields come from the store, the time gap is each click's age at `now`
         (default: the current Unix time). Returns `(result, history)`:
         `recommend`'s result and the `Histories` it read."""
         if self.histories is None:
             raise ValueError("recommend_user needs a history service (Recommender(..., histories=open_store(...)))")
-        history = self.histories.last([user_id], max_len)
+        if not self.checked:
+            self.check_same_dataset()
+        history = self.histories.last([user_id], self.max_len if max_len is None else max_len)
         fields = self.history_fields(history, now)
         items, categories = history.row(0)
         return self._recommend(items, categories, n, top, explain, fields, history), history

@@ -168,6 +168,7 @@ def test_recommend_reads_the_fields_from_the_history_service(exported, tmp_path)
     ranker = LocalModel(exported["path"], "dare")
     digest = ranker.predict_tensors({"item_ids": np.zeros([1], np.int64)}, "dataset")
     assert digest["fields"][0].decode() == "brand,shop,time_gap"
+    assert int(digest["max_len"][0]) == L  # issue 69 (1): the length the ranker reads (the dataset's is longer)
     candidates = raw["item"][1:13]
     item_category = np.loadtxt(f"{data_dir}/item_categories.txt", dtype=np.int64)
     categories = raw["category"][item_category[:12]]
@@ -185,8 +186,11 @@ def test_recommend_reads_the_fields_from_the_history_service(exported, tmp_path)
         user = next(iter(store.users()))
         history = store.last([user])
         now = int(history.times.max()) + 1000
-        result, _ = Recommender(FixedRetrieval(), ranker, store).recommend_user(user, n=12, top=12, now=now)
+        result, sent = Recommender(FixedRetrieval(), ranker, store).recommend_user(user, n=12, top=12, now=now)
     n = history.lengths[0]
+    # The store keeps the whole history; recommend sends the newest the ranker reads.
+    assert n > L and sent.lengths[0] == L
+    assert (sent.items[0, :L] == history.items[0, :n][-L:]).all()
     of_item = {name: raw[name][np.loadtxt(f"{data_dir}/item_{name}.txt", dtype=np.int64)[:12]]
                for name in ("brand", "shop")}
     inputs = rank_tensors([history.items[0, :n]], [history.categories[0, :n]], [candidates], [categories], {

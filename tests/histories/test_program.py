@@ -25,7 +25,8 @@ def test_load_append_show(taobao, tmp_path):
     spec = DatasetSpec.load(taobao)
     sequences = SequenceStore.load(taobao, spec, click_times=True)
     users = np.flatnonzero(sequences.length)
-    assert loaded.stdout.strip().endswith(f"loaded {len(users)} users from {taobao} ({len(sequences.items)} clicks)")
+    assert loaded.stdout.strip().endswith(f"loaded {len(users)} users from {taobao}: kept {len(sequences.items)} of "
+                                          f"{len(sequences.items)} clicks (the last 10000 per user: --max_clicks)")
     # Issue 45 (6): loaded again (a kill whose outcome is unknown): nothing added (it doubled short histories).
     again = histories("load", f"--data_dir={taobao}", f"--store={store}")
     assert again.returncode == 0 and again.stdout.strip() == (f"{store}: holds {taobao} already (loaded before); "
@@ -156,9 +157,34 @@ def test_a_dataset_prepared_before_the_store_kept_times_loads_them_as_unknown(ta
     sequences = SequenceStore.load(old, spec, click_times=True)
     assert sequences.click_times is None and sequences.times is None
     with open_store(f"lmdb:{tmp_path / 'h'}") as store:
-        users, clicks = load_prepared(store, old)
+        loaded = load_prepared(store, old)
         some = next(iter(store.users()))
-        assert clicks == len(sequences.items) and (store.last([some]).times == 0).all()
+        assert loaded.clicks == loaded.kept == len(sequences.items) and (store.last([some]).times == 0).all()
+
+
+def test_a_lifelong_history_is_kept_whole_and_the_load_says_what_it_kept(taobao, tmp_path):
+    """Issue 69 (1): the store kept each user's last max_len (200) clicks and said it loaded
+    them all; a store keeps the whole history up to --max_clicks (default 10,000), and the
+    load line counts what it kept."""
+    spec = DatasetSpec.load(taobao)
+    sequences = SequenceStore.load(taobao, spec, click_times=True)
+    users = np.flatnonzero(sequences.length)
+    longest = int(users[np.argmax(sequences.length[users])])
+    start, length = sequences.start[longest], sequences.length[longest]
+    assert length > spec.max_len  # a history longer than the training window
+    raw_user = int(read_id_map(taobao, "user")[longest - 1])
+    raw_items = np.array([0] + [int(r) for r in read_id_map(taobao, "item")])
+    whole = f"lmdb:{tmp_path / 'whole'}"
+    assert histories("load", f"--data_dir={taobao}", f"--store={whole}").returncode == 0
+    shown = json.loads(histories("show", f"--store={whole}", f"--user_id={raw_user}").stdout)
+    assert shown["items"] == raw_items[sequences.items[start:start + length]].tolist()
+    cut = f"lmdb:{tmp_path / 'cut'}"
+    loaded = histories("load", f"--data_dir={taobao}", f"--store={cut}", "--max_clicks=150")
+    kept = int(np.minimum(sequences.length[users], 150).sum())
+    assert loaded.stdout.strip() == (f"{cut}: loaded {len(users)} users from {taobao}: kept {kept} of "
+                                     f"{len(sequences.items)} clicks (the last 150 per user: --max_clicks)")
+    shown = json.loads(histories("show", f"--store={cut}", f"--user_id={raw_user}").stdout)
+    assert shown["items"] == raw_items[sequences.items[start:start + length]][-150:].tolist()
 
 
 def test_an_id_past_the_longest_is_refused_in_one_line_by_append(tmp_path):
