@@ -55,6 +55,11 @@ flags.DEFINE_bool("action_field", False, "Keep every action of a preset's log (T
                   "histories, with the history-only field `action`; the examples stay the clicks.")
 flags.DEFINE_string("click", None, "Custom log with an action column: the action value that is a click.")
 flags.DEFINE_bool("header", False, "Custom CSV/TSV log: the first line names the columns.")
+flags.DEFINE_enum("time_unit", "s", ["s", "ms", "us", "ns"], "Custom log: the unit of integer times: seconds, "
+                  "milliseconds, microseconds or nanoseconds since 1970 (a time past the year 2200 is refused, "
+                  "naming the unit that reads it).")
+flags.DEFINE_string("time_zone", None, "Custom log: the zone of calendar times that name none (an IANA name such as "
+                    "Europe/Paris; default UTC).")
 flags.DEFINE_string("time_format", None, "Custom log: the time column's strptime format (e.g. '%d/%m/%Y %H:%M'); "
                     "default: Unix seconds or ISO 8601 times (2026-11-01T00:31:27Z; without a zone, UTC).")
 flags.DEFINE_bool("string_ids", False, "Custom log: user, item, category and field ids are strings (SKUs, UUIDs; "
@@ -90,7 +95,8 @@ def log_format_from_flags() -> LogFormat:
     """The log's format: a preset (`--dataset`) or `--format` with `--columns`."""
     try:
         return log_format_of(FLAGS.dataset, FLAGS.format, FLAGS.columns, FLAGS.click, FLAGS.header, FLAGS.fields,
-                             FLAGS.action_field, FLAGS.time_format, FLAGS.string_ids)
+                             FLAGS.action_field, FLAGS.time_format, FLAGS.string_ids, FLAGS.time_unit,
+                             FLAGS.time_zone)
     except ValueError as e:
         raise app.UsageError(str(e)) from None
 
@@ -103,7 +109,7 @@ def append_day() -> None:
     if given:
         raise app.UsageError(f"--append takes the dataset's protocol and files: drop {', '.join(given)}")
     named = (FLAGS.dataset is not None or FLAGS.format is not None or FLAGS.time_format is not None
-             or FLAGS.string_ids)
+             or FLAGS.string_ids or FLAGS.time_unit != "s" or FLAGS.time_zone is not None)
     before = DatasetSpec.load(FLAGS.output_dir) if os.path.exists(os.path.join(FLAGS.output_dir, SPEC_FILE)) else None
     # The history store is opened first: one that cannot be opened refuses the day before the dataset takes it.
     with contextlib.ExitStack() as stack:

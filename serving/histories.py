@@ -61,6 +61,11 @@ flags.DEFINE_list("fields", [], "append: a preset's further fields to read and k
 flags.DEFINE_bool("action_field", False, "append: keep every action of a preset's log, with its action as the field "
                   "`action` (a store loaded from a dataset prepared with --action_field).")
 flags.DEFINE_bool("header", False, "append: the first line names the columns.")
+flags.DEFINE_enum("time_unit", "s", ["s", "ms", "us", "ns"], "append: the unit of integer times: seconds, "
+                  "milliseconds, microseconds or nanoseconds since 1970 (a time past the year 2200 is refused, "
+                  "naming the unit that reads it).")
+flags.DEFINE_string("time_zone", None, "append: the zone of calendar times that name none (an IANA name such as "
+                    "Europe/Paris; default UTC).")
 flags.DEFINE_string("time_format", None, "append: the time column's strptime format, as data.prepare's (default: "
                     "Unix seconds or ISO 8601 times).")
 flags.DEFINE_bool("string_ids", False, "append: the log's ids are strings, as data.prepare's --string_ids (a new "
@@ -89,7 +94,8 @@ def _configure(argv):
         file_format = FLAGS.format or ("csv" if FLAGS.columns is not None and FLAGS.dataset is None else None)
         try:
             fmt = log_format_of(FLAGS.dataset, file_format, FLAGS.columns, FLAGS.click, FLAGS.header, FLAGS.fields,
-                                FLAGS.action_field, FLAGS.time_format, FLAGS.string_ids)
+                                FLAGS.action_field, FLAGS.time_format, FLAGS.string_ids, FLAGS.time_unit,
+                                FLAGS.time_zone)
         except ValueError as e:
             raise app.UsageError(str(e)) from None
         if fmt.impressions:

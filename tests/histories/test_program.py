@@ -201,3 +201,23 @@ def test_an_id_past_the_longest_is_refused_in_one_line_by_append(tmp_path):
                                   "--skip_bad_lines"), done.stderr[:600]
     shown = histories("show", f"--store=lmdb:{tmp_path / 'h1mb'}", "--user_id=u1")
     assert shown.returncode == 0 and json.loads(shown.stdout)["items"] == [], shown.stdout + shown.stderr
+
+
+def test_append_reads_the_logs_unit_and_zone(tmp_path):
+    """Issue 69 (2): `append` of a log in milliseconds is refused naming --time_unit=ms, and
+    reads it with the flag; `--time_zone` reads zone-less local times."""
+    store = f"lmdb:{tmp_path / 'h'}"
+    log = tmp_path / "ms.csv"
+    log.write_text("5,101,7,1793523600000\n5,102,7,1793523660000\n")
+    columns = "--columns=user=0,item=1,category=2,time=3"
+    refused = histories("append", f"--store={store}", f"--input={log}", columns)
+    assert refused.returncode == 1 and refused.stderr.strip().splitlines()[-1] == (
+        f"error: {log}: time (column '3'): 1793523660000 read as seconds is past the year 2200; as milliseconds it "
+        "is 2026-11-01 09:01:00 UTC (1793523660): give --time_unit=ms"), refused.stderr
+    assert histories("append", f"--store={store}", f"--input={log}", columns, "--time_unit=ms").returncode == 0
+    local = tmp_path / "local.csv"
+    local.write_text("5,103,7,2026-11-01 10:02:00\n")
+    assert histories("append", f"--store={store}", f"--input={local}", columns,
+                     "--time_zone=Europe/Paris").returncode == 0
+    shown = json.loads(histories("show", f"--store={store}", "--user_id=5").stdout)
+    assert shown["items"] == [101, 102, 103] and shown["times"] == [1793523600, 1793523660, 1793523720]

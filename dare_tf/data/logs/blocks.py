@@ -18,7 +18,7 @@ from dare_tf.data.logs.formats import (ACTION_FIELD, FIELD_ROLE, FILE_FORMATS, I
                                       LogFormat, resolved_columns)
 from dare_tf.data.logs.parquet import parse_row_group
 from dare_tf.data.logs.string_ids import IdVocabulary, bad_ids, id_problem, not_ids
-from dare_tf.data.logs.times import parse_time, time_column
+from dare_tf.data.logs.times import TIME_UNITS, implausible, parse_time, time_column
 
 ID_ROLES = ("user", "item", "category")
 # The csv module refuses a field past 131,072 characters (an error, not a bad line); the readers
@@ -83,7 +83,17 @@ class BlockParser:
         columns = self._fast(block, lines)
         if columns is None:
             columns = self._slow(block, first_line)
-        self.parts.append(columns)
+        self.add(columns)
+
+    def add(self, part: dict) -> None:
+        """Keeps a block's rows; refuses, in one line naming the file and the column, a
+        time past the year 2200 (most likely a finer unit than --time_unit says)."""
+        times = part.get("time")
+        if times is not None and times.size:
+            problem = implausible(int(times.max()), self.fmt.time_unit)
+            if problem:
+                raise ValueError(f"{self.path}: time (column {self.roles['time']!r}): {problem}")
+        self.parts.append(part)
 
     def _fast(self, block: bytes, lines: int):
         try:
@@ -111,9 +121,11 @@ class BlockParser:
                     return None
                 ints[role] = self.vocab[role].encode(table.column(self.roles[role]))
         if self.time_text:
-            ints["time"] = time_column(table.column(self.roles["time"]).combine_chunks(), self.fmt.time_format)
+            ints["time"] = time_column(table.column(self.roles["time"]).combine_chunks(), **self.fmt.time_options)
             if ints["time"] is None:
                 return None
+        elif "time" in ints:
+            ints["time"] = ints["time"] // TIME_UNITS[self.fmt.time_unit]
         if any(a.size and a.min() < 0 for r, a in ints.items() if r != "label"):
             return None
         if "label" in ints and ints["label"].size and not np.isin(ints["label"], (0, 1)).all():
@@ -162,7 +174,7 @@ class BlockParser:
             column = self.roles[role]
             if role == "time":
                 try:
-                    ints[role] = parse_time(values[column], self.fmt.time_format)
+                    ints[role] = parse_time(values[column], **self.fmt.time_options)
                 except ValueError as e:
                     hint = "" if self.fmt.time_format else " (or name its format: --time_format=...)"
                     return f"time (column {column!r}): {e}{hint}", {}

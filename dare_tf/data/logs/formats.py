@@ -11,6 +11,7 @@ import os
 
 
 from dare_tf._faces import public
+from dare_tf.data.logs.times import TIME_UNITS, check_zone
 
 FILE_FORMATS = {"csv": ",", "tsv": "\t", "parquet": None}
 ROLES = ("user", "item", "category", "time", "action", "label")
@@ -64,6 +65,10 @@ class LogFormat:
         time_format: the time column's `strptime` format (`--time_format`);
             None: integers (Unix seconds) or ISO 8601 calendar times, as
             `dare_tf.data.logs.times.parse_time` reads them.
+        time_unit: the unit of integer times (`--time_unit`: `s`, `ms`, `us`,
+            `ns`); calendar times are read as they say.
+        time_zone: the zone of calendar times that name none (`--time_zone`,
+            an IANA name such as `Europe/Paris`); None: UTC.
         string_ids: user, item, category and field ids are strings (SKUs,
             UUIDs, `N12345`, `Pet Supplies`; `--string_ids`): any non-empty
             text without control characters, `007` and `7` two ids; an empty
@@ -82,10 +87,22 @@ class LogFormat:
     action_field: bool = False
     time_format: str | None = None
     string_ids: bool = False
+    time_unit: str = "s"
+    time_zone: str | None = None
 
     def __post_init__(self):
         if self.file_format not in FILE_FORMATS:
             raise LogFormatError(f"--format={self.file_format}: expected one of {sorted(FILE_FORMATS)}")
+        if self.time_unit not in TIME_UNITS:
+            raise LogFormatError(f"--time_unit={self.time_unit}: expected one of {', '.join(TIME_UNITS)}")
+        if self.time_unit != "s" and self.time_format is not None:
+            raise LogFormatError(f"--time_unit={self.time_unit} scales integer times; --time_format reads calendar "
+                                 "times: give one of them")
+        if self.time_zone is not None:
+            try:
+                check_zone(self.time_zone)
+            except ValueError as e:
+                raise LogFormatError(str(e)) from None
         roles = [r for r, _ in self.columns]
         for name in self.field_columns:
             if not name.isidentifier() or name in RESERVED_FIELD_NAMES or not name.isascii():
@@ -150,11 +167,18 @@ class LogFormat:
         import json
 
         out = json.loads(json.dumps(dataclasses.asdict(self)))
-        for name in ("action_field", "time_format", "string_ids"):  # (recorded only when set: earlier datasets keep
-            # their identity)
+        for name in ("action_field", "time_format", "string_ids", "time_zone"):  # (recorded only when set: earlier
+            # datasets keep their identity)
             if not out[name]:
                 del out[name]
+        if out["time_unit"] == "s":
+            del out["time_unit"]
         return out
+
+    @property
+    def time_options(self) -> dict:
+        """How the time column is read (`dare_tf.data.logs.times.time_column`'s options)."""
+        return {"time_format": self.time_format, "unit": self.time_unit, "zone": self.time_zone}
 
 
 def parse_columns(text: str) -> tuple[tuple[str, str], ...]:
@@ -200,7 +224,8 @@ def with_fields(fmt: LogFormat, names) -> LogFormat:
 
 def log_format_of(dataset: str | None, file_format: str | None, columns: str | None, click: str | None = None,
                   header: bool = False, fields=(), action_field: bool = False,
-                  time_format: str | None = None, string_ids: bool = False) -> LogFormat:
+                  time_format: str | None = None, string_ids: bool = False, time_unit: str = "s",
+                  time_zone: str | None = None) -> LogFormat:
     """The format the programs' flags name (`data.prepare`, `serving.histories
     append`): a preset (`--dataset`, with its further `fields`), or `--format`
     with `--columns` (and `--click`, `--header`); `LogFormatError` in one line
@@ -208,6 +233,8 @@ def log_format_of(dataset: str | None, file_format: str | None, columns: str | N
     custom = [f"--{n}" for n, v in (("format", file_format), ("columns", columns), ("click", click)) if v is not None]
     custom += ["--header"] if header else []
     custom += ["--time_format"] if time_format is not None else []
+    custom += ["--time_unit"] if time_unit != "s" else []
+    custom += ["--time_zone"] if time_zone is not None else []
     custom += ["--string_ids"] if string_ids else []
     if dataset is not None:
         if dataset not in FORMATS:
@@ -224,7 +251,8 @@ def log_format_of(dataset: str | None, file_format: str | None, columns: str | N
                              "--columns=user=COL,item=COL,time=COL[,category=COL][,action=COL --click=VALUE]"
                              "[,label=COL]")
     return LogFormat(name=file_format, file_format=file_format, columns=parse_columns(columns), header=header,
-                     click=click, action_field=action_field, time_format=time_format, string_ids=string_ids)
+                     click=click, action_field=action_field, time_format=time_format, string_ids=string_ids,
+                     time_unit=time_unit, time_zone=time_zone)
 
 
 # The first bytes of files that are not CSV/TSV text, and what to do instead.

@@ -13,7 +13,7 @@ from dare_tf.data.logs.formats import FIELD_ROLE, LogFormat, LogFormatError, res
 from dare_tf.data.logs.clicks import own_values
 from dare_tf.data.logs.string_ids import NOT_AN_ID, id_problem, not_ids
 from dare_tf._files import file_sha256
-from dare_tf.data.logs.times import time_column
+from dare_tf.data.logs.times import TIME_UNITS, time_column
 
 
 def int64_values(array) -> tuple[np.ndarray, np.ndarray]:
@@ -84,14 +84,16 @@ def _role_values(reader, role: str, column, reasons: dict) -> tuple[np.ndarray, 
             reasons[role] = (reasons[role][0] | wrong, _why(column, wrong))
         return reader.vocab[role].encode(column), wrong
     if role == "time" and not pa.types.is_integer(column.type):  # timestamps, dates, text
-        values = time_column(column, reader.fmt.time_format)
+        values = time_column(column, **reader.fmt.time_options)
         if values is not None:
             return values, np.zeros(len(column), bool)
         # (a value that is not a time: the first is named)
-        ok = [time_column(column.slice(i, 1), reader.fmt.time_format) is not None for i in range(len(column))]
+        ok = [time_column(column.slice(i, 1), **reader.fmt.time_options) is not None for i in range(len(column))]
         reasons[role] = (reasons[role][0] | ~np.array(ok), "is not a time")
         return np.zeros(len(column), np.int64), reasons[role][0]
     values, huge = int64_values(column)
+    if role == "time":
+        values = values // TIME_UNITS[reader.fmt.time_unit]
     wrong = (values < 0) if role != "label" else ~np.isin(values, (0, 1))
     if wrong.any() and not reasons[role][0][wrong].all():
         reasons[role] = (reasons[role][0] | wrong, "must be 0 or 1" if role == "label" else "is negative")
@@ -156,4 +158,4 @@ def parse_row_group(reader, group: int, first_row: int) -> None:
         problem = f"{role} (column {reader.roles[role]!r}) {reasons[role][1]}"
         reader._bad(where, problem, str(value))
         reader.count_bad(where, problem, int(bad.sum()) - 1)
-    reader.parts.append({r: v[keep] for r, v in ints.items()})
+    reader.add({r: v[keep] for r, v in ints.items()})

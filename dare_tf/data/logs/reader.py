@@ -26,6 +26,7 @@ from dare_tf.data.logs.clicks import Clicks, in_time_order, time_sorted
 from dare_tf.data.logs.formats import (FILE_FORMATS, LogFormat, LogFormatError, check_fields, check_text, content_end,
                                       resolved_columns)
 from dare_tf.data.logs.parquet import parquet_plan
+from dare_tf.data.logs.times import EARLIEST, utc_time
 
 BLOCK_BYTES = 64 << 20  # bytes of a CSV/TSV block parsed at once (a Beam work item)
 
@@ -190,6 +191,11 @@ def read_log(input_path: str, fmt: LogFormat, skip_bad_lines: bool = False, chro
         raise ValueError(f"{input_path}: no {'impression' if fmt.impressions else 'click'} rows"
                          f"{f' (action == {fmt.click!r})' if fmt.click is not None else ''} in {clicks.rows} rows")
     logging.info("read %d rows, %d kept in %.1fs", clicks.rows, len(clicks.user), time.perf_counter() - start)
+    early = clicks.time < EARLIEST
+    if early.any():  # (named, not refused: a log of made-up times counts from 0)
+        logging.warning("%s: %d of %d clicks are dated before 1990 (the earliest %s): if that is not so, the time "
+                        "column's unit or format is not the log's (--time_unit, --time_format)", input_path,
+                        int(early.sum()), len(early), utc_time(int(clicks.time.min())))
     if chronological:
         return in_time_order(clicks)
     return time_sorted(clicks) if fmt.sort_by_time else clicks

@@ -471,3 +471,51 @@ def test_a_bad_share_bound_that_is_not_a_share_is_refused():
     for bound in (float("nan"), -0.1, 1.5):
         with pytest.raises(ValueError, match=f"^max_bad_share={bound}: must be a number from 0 to 1$"):
             check_bad_share("log.csv", 10_000, 8_999, {"x": (8_999, "log.csv:2: ...")}, bound)
+
+
+def test_a_millisecond_log_is_refused_with_the_flag_that_reads_it_and_a_zone_is_the_logs(tmp_path):
+    """Issue 69 (2), the repro: a Parquet `ts` column of epoch milliseconds prepared silently (its
+    times in the year ~58,000); calendar times without a zone could only be read as UTC."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dare_tf.data.storage.spec import DatasetSpec
+    from dare_tf.data.storage.store import SequenceStore
+
+    users, per_user = 12, 40
+    rng = np.random.default_rng(1)
+    seconds = 1_772_000_000 + np.tile(np.arange(per_user) * 60, users)
+    table = pa.table({"user": np.repeat(np.arange(users) + 7, per_user), "item": rng.integers(1, 150, users * per_user),
+                      "ts": seconds * 1000})
+    log = str(tmp_path / "ms.parquet")
+    pq.write_table(table, log)
+    common = ["--format=parquet", "--columns=user=user,item=item,time=ts", f"--input={log}", "--min_clicks=20",
+              "--train_targets=2"]
+    refused = prepare_cli(*common, f"--output_dir={tmp_path / 'refused'}")
+    assert refused.returncode == 1 and refused.stderr.strip().splitlines()[-1] == (
+        f"error: {log}: time (column 'ts'): 1772002340000 read as seconds is past the year 2200; as milliseconds it "
+        "is 2026-02-25 06:52:20 UTC (1772002340): give --time_unit=ms"), refused.stderr
+    done = prepare_cli(*common, "--time_unit=ms", f"--output_dir={tmp_path / 'ms'}")
+    assert done.returncode == 0, done.stderr
+    spec = DatasetSpec.load(str(tmp_path / "ms"))
+    kept = SequenceStore.load(str(tmp_path / "ms"), spec, click_times=True).click_times
+    assert kept.min() == seconds.min() and kept.max() == seconds.max()
+    # Local calendar times (Paris, winter: UTC+1) read in their zone.
+    csv = tmp_path / "local.csv"
+    csv.write_text("".join(f"{u},{i},2026-11-01 09:{m:02d}:00\n" for u in range(7, 12) for m, i in
+                           enumerate(rng.integers(1, 50, 30))))
+    local = ["--format=csv", "--columns=user=0,item=1,time=2", f"--input={csv}", "--min_clicks=20",
+             "--train_targets=2"]
+    assert prepare_cli(*local, f"--output_dir={tmp_path / 'utc'}").returncode == 0
+    assert prepare_cli(*local, "--time_zone=Europe/Paris", f"--output_dir={tmp_path / 'paris'}").returncode == 0
+    times = {z: SequenceStore.load(str(tmp_path / z), DatasetSpec.load(str(tmp_path / z)), click_times=True)
+             .click_times for z in ("utc", "paris")}
+    assert (times["utc"] - times["paris"] == 3600).all() and times["utc"].min() == 1_793_523_600
+    for args, message in ((["--time_zone=Mars/Olympus"], "error: --time_zone=Mars/Olympus: not a time zone (an "
+                                                          "IANA name such as Europe/Paris or America/New_York) (see "
+                                                          "--help)"),
+                          (["--time_unit=ms", "--time_format=%Y-%m-%d %H:%M:%S"],
+                           "error: --time_unit=ms scales integer times; --time_format reads calendar times: give one "
+                           "of them (see --help)")):
+        bad = prepare_cli(*local, *args, f"--output_dir={tmp_path / 'bad'}")
+        assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == message, bad.stderr  # (usage)
