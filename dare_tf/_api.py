@@ -73,7 +73,7 @@ FACES = {
         "use_keras2": "dare_tf.retrieval._keras2",
     },
     "dare_tf.serving": {
-        "LocalModel": "dare_tf.serving.recommender",
+        "LocalModel": "dare_tf.serving.client",
         "Recommender": "dare_tf.serving.recommender",
         "ServingClient": "dare_tf.serving.client",
         "channel_target": "dare_tf.serving.client",

@@ -103,6 +103,9 @@ REGRESS_METHOD = "tensorflow/serving/regress"
 DATASET_SIGNATURE = "dataset"
 EXPLAIN = "explain"
 RANK = "rank"
+# The ranker's raw item and category ids of clicks -> whether its id maps know each (`item_known`,
+# `category_known`): a click the models have no row for, said as such (`recommend`, the page).
+VOCABULARY = "vocabulary"
 # A ranker with further fields: raw item ids -> each column field's raw value (a candidate's `candidate_<name>`).
 ITEM_FIELDS = "item_fields"
 RANK_EXPLAIN = "rank_explain"

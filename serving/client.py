@@ -126,7 +126,7 @@ def _command(argv):
 
 def recommend(request):
     from dare_tf.data.storage.schema import HIST_CATEGORIES, HIST_ITEMS
-    from dare_tf.serving.encoding import candidates_line, format_recommendations, history_line
+    from dare_tf.serving.encoding import candidates_line, format_recommendations, history_line, vocabulary_line
     from dare_tf.serving.recommender import Recommender
     from dare_tf.serving.client import ServingClient
 
@@ -154,14 +154,18 @@ def recommend(request):
             client.close()
         if store is not None:
             store.close()
-    counts = result.pop("candidates")
+    counts, unknown = result.pop("candidates"), result.pop("unknown", None)
     if FLAGS.format == "json":
         user = {k: v for k, v in (user or {}).items() if k != "line"}
-        print(json.dumps({**user, **{k: v.tolist() for k, v in result.items()}, "candidates": counts}, indent=2))
+        print(json.dumps({**user, **{k: v.tolist() for k, v in result.items()}, "candidates": counts,
+                          **({"unknown": unknown} if unknown is not None else {})}, indent=2))
         return
     if user is not None:
         print(user["line"])
     print(candidates_line(counts))
+    said = vocabulary_line(unknown)
+    if said:
+        print(said)
     print(format_recommendations(result, request[HIST_ITEMS], request[HIST_CATEGORIES]))
 
 

@@ -98,4 +98,4 @@ def test_the_core_requirements_name_no_tensorflow_package(tmp_path):
     tensorflow = {"tensorflow", "tensorflow-serving-api", "tensorflow-recommenders", "tf-keras"}
     assert not names(None) & tensorflow, names(None)
     assert {"keras", "numpy", "absl-py", "google-crc32c"} <= names(None)
-    assert names("tensorflow") == tensorflow and names("jax") == {"jax"}
+    assert names("tensorflow") == tensorflow and names("jax") == {"jax", "filelock"}

@@ -3,12 +3,11 @@
 `export_saved_model(model, data_dir, export_base, model_name)` writes
 `export_base/model_name/<version>/` (built aside, then renamed, so TF Serving
 never sees a half-written version) with the signatures `dare_tf.signatures`
-describes (`serving_default`, `explain`, `rank`, `rank_explain`, `classify`,
-`regress`, `dataset`, `item_fields`): raw ids are mapped in-graph through the
-dataset's id maps (`_ServingGraph`; `rank`'s rows: `dare_tf.export.user_major`),
-plus `assets.extra/tf_serving_warmup_requests`, and beside the model
-directory `models.config` (every model exported into `export_base`) and
-`batching_parameters.txt` for the `tensorflow/serving` container.
+describes (`serving_default`, `explain`, `rank`, `rank_explain`, `classify`, `regress`,
+`dataset`, `vocabulary`, `item_fields`): raw ids are mapped in-graph through the dataset's
+id maps (`_ServingGraph`; `rank`'s rows: `dare_tf.export.user_major`), plus
+`assets.extra/tf_serving_warmup_requests`, and beside the model directory `models.config`
+(every model exported into `export_base`) and `batching_parameters.txt` for TF Serving.
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ from dare_tf.export.tf_serving import (DATASET_INPUT, STRING_DATASET_INPUT, WARM
 from dare_tf.models import DareModel
 from dare_tf.signatures import (CANDIDATE_COUNT, CLASSIFY, DATASET_SIGNATURE, EXPLAIN, HIST_LENGTH, ITEM_FIELDS,
                                 MAX_CANDIDATES, RANK, RANK_EXPLAIN, RANK_REQUEST_INPUTS as RANK_SIGNATURE_INPUTS,
-                                REGRESS, ROW_ERROR, SERVING_DEFAULT)
+                                REGRESS, ROW_ERROR, SERVING_DEFAULT, VOCABULARY)
 
 # Rank of each serving input: targets [B], histories [B, T].
 INPUT_RANKS = {TARGET_ITEM: 1, TARGET_CATEGORY: 1, HIST_ITEMS: 2, HIST_CATEGORIES: 2}
@@ -152,12 +151,15 @@ class _ServingGraph:
             return self.categories.lookup(raw)
         return self.fields.dense(FieldSchema.field_of(name), raw)
 
-    def dataset(self, item_ids):
+    def dataset(self, item_ids):  # (and the ranker's fields, and the history length it reads)
         out = dataset_outputs(self.items, self.digest, item_ids)
-        out["fields"] = tf.fill(tf.shape(out["id_maps"]), self.fields.names)
-        # The history length the model reads (its last `max_len` behaviours of any request).
-        out["max_len"] = tf.fill(tf.shape(out["id_maps"]), tf.constant(self.max_len, tf.int64))
-        return out
+        rows = tf.shape(out["id_maps"])
+        return {**out, "fields": tf.fill(rows, self.fields.names), "max_len": tf.fill(rows, tf.constant(
+            self.max_len, tf.int64))}
+
+    def vocabulary(self, item_ids, category_ids):  # (whether the id maps hold each click's item and category)
+        return {f"{kind}_known": table.table.lookup(tf.reshape(ids, [-1])) >= 0
+                for kind, table, ids in (("item", self.items, item_ids), ("category", self.categories, category_ids))}
 
     def item_fields(self, item_ids):
         return self.fields.item_values(self.items.lookup(self.stand_in(TARGET_ITEM, tf.reshape(item_ids, [-1]), 1)))
@@ -247,6 +249,7 @@ def _signatures(graph: _ServingGraph) -> dict:
         CLASSIFY: (graph.classify, examples),
         REGRESS: (graph.regress, examples),
         DATASET_SIGNATURE: (graph.dataset, [items]),
+        VOCABULARY: (graph.vocabulary, [items, tf.TensorSpec([None], items.dtype, name="category_ids")]),
         **({ITEM_FIELDS: (graph.item_fields, [items])} if graph.fields.raw_of_item else {}),
     }
 

@@ -13,6 +13,7 @@ Command line: `python -m serving.client` (serving/client.py).
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Sequence
 
@@ -26,7 +27,8 @@ from dare_tf._faces import public
 from dare_tf.data.storage.schema import MODEL_INPUTS, input_role
 from dare_tf.ids import as_ids
 from dare_tf.serving.encoding import in_own_history, rank_results, rank_tensors, request_tensors, row_errors
-from dare_tf.signatures import CLASSIFY, EXPLAIN, RANK, RANK_EXPLAIN, REGRESS, SERVING_DEFAULT
+from dare_tf.signatures import (CLASSIFY, DATASET_SIGNATURE, EXPLAIN, RANK, RANK_EXPLAIN, REGRESS, SERVING_DEFAULT,
+                                versions)
 
 # Retried: every call of this client is a read (Predict, Classify, Regress, GetModelMetadata), so a
 # call that failed UNAVAILABLE (no server reached, or the one reached died) cannot answer twice if
@@ -208,3 +210,56 @@ class ServingClient:
                 "signatures": {name: {"method": d.method_name, "inputs": describe(d.inputs),
                                       "outputs": describe(d.outputs)}
                                for name, d in signatures.signature_def.items()}}
+
+
+@public("dare_tf.serving")
+class LocalModel:
+    """An exported SavedModel loaded in this process, with the client's
+    `predict_tensors`: `path` is a version directory or a model base (its
+    latest version)."""
+
+    def __init__(self, path: str, model_name: str | None = None):
+        found = versions(path)
+        self.path = os.path.join(path, str(found[-1])) if found else path
+        if not os.path.exists(os.path.join(self.path, "saved_model.pb")):
+            raise FileNotFoundError(f"{path}: neither a SavedModel nor a directory of numeric versions")
+        self.model_name = model_name or os.path.basename(os.path.dirname(self.path) if found else self.path)
+        self.module = tf.saved_model.load(self.path)
+
+    def predict_tensors(self, inputs: dict[str, np.ndarray], signature: str = SERVING_DEFAULT) -> dict:
+        if signature not in self.module.signatures:
+            raise ValueError(f"{self.path}: no signature {signature!r} (has {sorted(self.module.signatures)})")
+        function = self.module.signatures[signature]
+        outputs = function(**{k: tf.constant(v) for k, v in inputs.items()})
+        return row_errors(signature, {k: v.numpy() for k, v in outputs.items()})
+
+
+def dataset_of(model, role: str) -> dict:
+    """What an export reports through its `dataset` signature: `id_maps` (its
+    id maps' digest), `fields` (a ranker's further fields, a list), `strings`
+    (whether it takes string ids, `--string_ids`) and `max_len` (a ranker's history
+    length: the last this many behaviours of a request are what it reads; None from
+    an export older than it)."""
+    try:
+        try:
+            out = model.predict_tensors({"item_ids": np.zeros([1], np.int64)}, DATASET_SIGNATURE)
+            strings = False
+        except (grpc.RpcError, TypeError, ValueError, tf.errors.InvalidArgumentError) as e:
+            if "string" not in (e.details() if isinstance(e, grpc.RpcError) else str(e)):
+                raise
+            # An export of string ids (`--string_ids`) takes its ids as strings.
+            out, strings = model.predict_tensors({"item_ids": np.array([""], object)}, DATASET_SIGNATURE), True
+    except grpc.RpcError as e:
+        if e.code() == grpc.StatusCode.NOT_FOUND:
+            raise ValueError(f"the {role} model {model.model_name!r} is not served: {e.details()}") from e
+        if e.code() == grpc.StatusCode.INVALID_ARGUMENT and DATASET_SIGNATURE in (e.details() or ""):
+            raise ValueError(f"the {role} model {model.model_name!r} has no {DATASET_SIGNATURE!r} signature: "
+                             "export it again with this version (python -m serving.export)") from e
+        raise
+    except ValueError as e:
+        raise ValueError(f"the {role} model {model.model_name!r}: {e}; export it again with this version "
+                         "(python -m serving.export)") from e
+    fields = out["fields"][0].decode() if "fields" in out else ""
+    return {"id_maps": out["id_maps"][0].decode(), "fields": fields.split(",") if fields else [], "strings": strings,
+            "max_len": int(out["max_len"][0]) if "max_len" in out else None}
+

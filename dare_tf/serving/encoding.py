@@ -239,6 +239,25 @@ def candidates_line(counts: dict) -> str:
     return line
 
 
+# What to do about clicks of items or categories the models do not know (docs/daily.md).
+NEW_SINCE_THE_DATASET = ("not in the models' vocabulary (new since the dataset): data.prepare --append, then train "
+                         "with --init_from")
+
+
+def vocabulary_line(unknown: dict | None) -> str | None:
+    """`recommend`'s line on the history's clicks the models do not know
+    (`Recommender.unknown_clicks`), naming the newest click's item or category first;
+    None where the models know every click (or cannot say)."""
+    if not unknown or not (unknown["items"] or unknown["categories"]):
+        return None
+    newest = [f"{kind} {unknown[f'newest_{kind}']}" for kind in ("category", "item")
+              if unknown[f"newest_{kind}"] is not None]
+    named = f"the newest click's {' and '.join(newest)}: " if newest else ""
+    clicks = unknown["clicks"]
+    return (f"{named}{NEW_SINCE_THE_DATASET} (of the history's {clicks} click{'s' * (clicks != 1)}, "
+            f"{unknown['items']} of an unknown item, {unknown['categories']} of an unknown category)")
+
+
 @public("dare_tf.serving")
 def format_recommendations(result: dict, hist_items, hist_categories, behaviours: int = 3) -> str:
     """A markdown table of `Recommender.recommend`'s result (with the source that

@@ -146,10 +146,12 @@ class Inspector:
         for other in self.recommenders[1:]:
             _, _, own_fields = other.history_inputs(history, now)
             ranked.append(other.rank(items, categories, retrieved, own_fields, explain=True))
-        return retrieved, ranked
+        return retrieved, ranked, first.unknown_clicks(items, categories)
 
     def _view(self, user_id: int, history, answers, top: int) -> dict:
-        retrieved, ranked = answers
+        from dare_tf.serving.encoding import vocabulary_line
+
+        retrieved, ranked, unknown = answers
         length = int(history.lengths[0])
         orders = [np.argsort(-r["probability"], kind="stable") for r in ranked]
         places = []  # each ranker's rank (1 = first) of every candidate
@@ -174,7 +176,7 @@ class Inspector:
                 "history": {"items": history.items[0, :length].tolist(),
                             "categories": history.categories[0, :length].tolist(),
                             "times": history.times[0, :length].tolist()},
-                "recommendations": rows}
+                "recommendations": rows, "unknown": vocabulary_line(unknown)}
 
     def _serving_error(self, e: grpc.RpcError) -> PageError:
         details = e.details() or ""

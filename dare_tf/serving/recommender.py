@@ -14,7 +14,6 @@ Command line: `python -m serving.client recommend` (serving/client.py).
 
 from __future__ import annotations
 
-import os
 import time
 
 import grpc
@@ -27,60 +26,10 @@ from dare_tf.data.storage.schema import (HIST_CATEGORIES, HIST_ITEMS, HIST_TIME_
     history_feature)
 from dare_tf.ids import as_ids
 from dare_tf.serving.encoding import (TooManyCandidates, candidate_tensors, history_tensors,
-                                      rank_results, rank_tensors, row_errors)
-from dare_tf.signatures import DATASET_SIGNATURE, ITEM_FIELDS, RANK, RANK_EXPLAIN, SERVING_DEFAULT, versions
+                                      rank_results, rank_tensors)
+from dare_tf.serving.client import LocalModel, dataset_of  # noqa: F401 (where programs have found them)
+from dare_tf.signatures import ITEM_FIELDS, RANK, RANK_EXPLAIN, VOCABULARY
 
-
-@public("dare_tf.serving")
-class LocalModel:
-    """An exported SavedModel loaded in this process, with the client's
-    `predict_tensors`: `path` is a version directory or a model base (its
-    latest version)."""
-
-    def __init__(self, path: str, model_name: str | None = None):
-        found = versions(path)
-        self.path = os.path.join(path, str(found[-1])) if found else path
-        if not os.path.exists(os.path.join(self.path, "saved_model.pb")):
-            raise FileNotFoundError(f"{path}: neither a SavedModel nor a directory of numeric versions")
-        self.model_name = model_name or os.path.basename(os.path.dirname(self.path) if found else self.path)
-        self.module = tf.saved_model.load(self.path)
-
-    def predict_tensors(self, inputs: dict[str, np.ndarray], signature: str = SERVING_DEFAULT) -> dict:
-        if signature not in self.module.signatures:
-            raise ValueError(f"{self.path}: no signature {signature!r} (has {sorted(self.module.signatures)})")
-        function = self.module.signatures[signature]
-        outputs = function(**{k: tf.constant(v) for k, v in inputs.items()})
-        return row_errors(signature, {k: v.numpy() for k, v in outputs.items()})
-
-
-def dataset_of(model, role: str) -> dict:
-    """What an export reports through its `dataset` signature: `id_maps` (its
-    id maps' digest), `fields` (a ranker's further fields, a list), `strings`
-    (whether it takes string ids, `--string_ids`) and `max_len` (a ranker's history
-    length: the last this many behaviours of a request are what it reads; None from
-    an export older than it)."""
-    try:
-        try:
-            out = model.predict_tensors({"item_ids": np.zeros([1], np.int64)}, DATASET_SIGNATURE)
-            strings = False
-        except (grpc.RpcError, TypeError, ValueError, tf.errors.InvalidArgumentError) as e:
-            if "string" not in (e.details() if isinstance(e, grpc.RpcError) else str(e)):
-                raise
-            # An export of string ids (`--string_ids`) takes its ids as strings.
-            out, strings = model.predict_tensors({"item_ids": np.array([""], object)}, DATASET_SIGNATURE), True
-    except grpc.RpcError as e:
-        if e.code() == grpc.StatusCode.NOT_FOUND:
-            raise ValueError(f"the {role} model {model.model_name!r} is not served: {e.details()}") from e
-        if e.code() == grpc.StatusCode.INVALID_ARGUMENT and DATASET_SIGNATURE in (e.details() or ""):
-            raise ValueError(f"the {role} model {model.model_name!r} has no {DATASET_SIGNATURE!r} signature: "
-                             "export it again with this version (python -m serving.export)") from e
-        raise
-    except ValueError as e:
-        raise ValueError(f"the {role} model {model.model_name!r}: {e}; export it again with this version "
-                         "(python -m serving.export)") from e
-    fields = out["fields"][0].decode() if "fields" in out else ""
-    return {"id_maps": out["id_maps"][0].decode(), "fields": fields.split(",") if fields else [], "strings": strings,
-            "max_len": int(out["max_len"][0]) if "max_len" in out else None}
 
 
 @public("dare_tf.serving")
@@ -153,10 +102,37 @@ class Recommender:
         if "sources" in retrieved:
             result["source"] = retrieved["sources"][order]
         result["candidates"] = candidate_counts(retrieved, categories)
+        unknown = self.unknown_clicks(items, categories)
+        if unknown is not None:
+            result["unknown"] = unknown
         if explain:
             result["history_index"] = ranked["history_index"][order]
             result["attention_weight"] = ranked["attention_weight"][order]
         return result
+
+    def unknown_clicks(self, hist_items, hist_categories) -> dict | None:
+        """What of a history (as `history_ids` returns it) the ranker's id maps do not
+        hold, by its `vocabulary` signature: `clicks` (the history's), `items` and
+        `categories`, the clicks of an unknown item and of an unknown category, and
+        `newest_item`, `newest_category`,
+        the newest click's ids where the models do not know them (None where they do).
+        None for an export without that signature (older than it)."""
+        real = np.flatnonzero(hist_items != "" if hist_items.dtype == object else hist_items > 0)
+        if not len(real):
+            return {"clicks": 0, "items": 0, "categories": 0, "newest_item": None, "newest_category": None}
+        try:
+            known = self.ranker.predict_tensors({"item_ids": hist_items[real], "category_ids": hist_categories[real]},
+                                                VOCABULARY)
+        except (grpc.RpcError, ValueError, KeyError, tf.errors.InvalidArgumentError):
+            return None
+        item_known, category_known = (np.asarray(known[k], bool) for k in ("item_known", "category_known"))
+        newest = real[-1]
+
+        def plain(value):  # (a raw id as JSON writes it)
+            return value.decode() if isinstance(value, bytes) else value if isinstance(value, str) else int(value)
+        return {"clicks": len(real), "items": int((~item_known).sum()), "categories": int((~category_known).sum()),
+                "newest_item": None if item_known[-1] else plain(hist_items[newest]),
+                "newest_category": None if category_known[-1] else plain(hist_categories[newest])}
 
     def retrieve(self, hist_items, hist_categories, n: int | None = None) -> dict:
         """The retrieval model's first `n` candidates (None: all it returns) for one

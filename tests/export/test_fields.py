@@ -225,3 +225,27 @@ def test_a_history_only_action_field_is_served_by_its_raw_codes(exported, tmp_pa
     assert served.schema.inputs("hist") == ["hist_action"] and served.schema.inputs("target") == [] \
         and not served.raw_of_item
     assert served.dense("action", tf.constant([[1, 2, 3, 4]], tf.int64)).numpy().tolist() == [[1, 3, 2, 4]]
+
+
+def test_a_click_the_models_do_not_know_is_named_as_such(exported):
+    """Issue 69 (5): a live click of a category (and item) in no training row gave `0 of the
+    newest click's category Animalerie`, true but silent on why; the ranker's `vocabulary`
+    signature says which clicks it has no row for, and `recommend` names them."""
+    from dare_tf.serving.encoding import vocabulary_line
+    from dare_tf.serving.recommender import LocalModel, Recommender
+
+    raw = exported["raw"]
+    ranker = LocalModel(exported["path"], "dare")
+    items = np.array([raw["item"][1], raw["item"][2], 987654321, raw["item"][3]], np.int64)
+    categories = np.array([raw["category"][1], 55555, 55555, 44444], np.int64)
+    known = ranker.predict_tensors({"item_ids": items, "category_ids": categories}, "vocabulary")
+    assert known["item_known"].tolist() == [True, True, False, True]
+    assert known["category_known"].tolist() == [True, False, False, False]
+    recommender = Recommender(None, ranker)
+    unknown = recommender.unknown_clicks(np.append(0, items), np.append(0, categories))  # (a padding slot first)
+    assert unknown == {"clicks": 4, "items": 1, "categories": 3, "newest_item": None, "newest_category": 44444}
+    assert vocabulary_line(unknown) == (
+        "the newest click's category 44444: not in the models' vocabulary (new since the dataset): data.prepare "
+        "--append, then train with --init_from (of the history's 4 clicks, 1 of an unknown item, 3 of an unknown "
+        "category)")
+    assert vocabulary_line(recommender.unknown_clicks(items[:1], categories[:1])) is None  # every click known

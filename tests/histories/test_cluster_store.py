@@ -35,7 +35,7 @@ def test_a_dataset_loads_into_the_cluster_user_for_user_as_into_lmdb(taobao, tmp
         from dare_tf.histories.prepared import load_prepared
 
         lmdb = f"lmdb:{tmp_path / 'histories'}"
-        with open_store(lmdb, max_clicks=200) as store:  # (in process: the program's load is tested with LMDB)
+        with open_store(lmdb) as store:  # (in process: the program's load is tested with LMDB; both whole histories)
             load_prepared(store, taobao)
         out = program("load", f"--data_dir={taobao}", f"--store={url}", "--wait_replicas=1")
         assert out.splitlines()[-1] == ("acknowledged: each user's clicks on the master of its slot and on 1 of its "

@@ -57,6 +57,8 @@ def test_the_page_data_is_rank_explain_on_the_stored_history_and_errors_have_sta
     url = f"lmdb:{tmp_path / 'histories'}"
     with open_store(url) as writer:
         writer.append(7, raw_items[:30], raw_cats[np.arange(30) % 5], np.arange(30) * 60 + 1_700_000_000)
+        # issue 69 (5): a live click of a department no training row has
+        writer.append(8, [*raw_items[:3], raw_items[4]], [*raw_cats[:3], 999_999], np.arange(4) + 1_700_000_000)
     store = open_store(url, read_only=True)
     ranker = ServingClient(target, "dare")
     inspector = Inspector(_fixed_retrieval(data_dir, candidates, categories), [ranker, ServingClient(target, "dare")],
@@ -70,7 +72,11 @@ def test_the_page_data_is_rank_explain_on_the_stored_history_and_errors_have_sta
     inputs = rank_tensors([history.items[0, :30]], [history.categories[0, :30]], [candidates], [categories])
     expected = rank_results(inputs, ranker.predict_tensors(inputs, RANK_EXPLAIN))[0]
     order = np.argsort(-expected["probability"], kind="stable")
-    assert view["models"] == ["dare", "dare"] and view["candidates"] == 12
+    assert view["models"] == ["dare", "dare"] and view["candidates"] == 12 and view["unknown"] is None
+    assert page.get("/api/users/8").get_json()["unknown"] == (
+        "the newest click's category 999999: not in the models' vocabulary (new since the dataset): data.prepare "
+        "--append, then train with --init_from (of the history's 4 clicks, 0 of an unknown item, 1 of an unknown "
+        "category)")
     assert view["history"]["items"] == raw_items[:30].tolist()
     assert view["history"]["times"] == (np.arange(30) * 60 + 1_700_000_000).tolist()
     assert len(view["recommendations"]) == 5

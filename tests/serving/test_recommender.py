@@ -131,11 +131,14 @@ def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
         store.append(42, raw_item_of[clicks].tolist(), [int(raw_cat_of[new])] * 40, list(range(1000, 1040)))
         after, seen = by_user.recommend_user(42, n=50, top=10)
         unknown, _ = by_user.recommend_user(4242, n=50, top=5)
+        store.append(43, [int(raw_item_of[real[0]])], [777777], [5000])  # issue 69 (5): a department never seen
     user_cli = run_program("serving.client", "recommend", f"--server={target}", "--model_name=dare", "--user_id=42",
                            f"--histories={store_url}", "--num_candidates=50", "--top=10", "--format=json")
     unknown_cli = run_program("serving.client", "recommend", f"--server={target}", "--model_name=dare",
                               "--user_id=4242", f"--histories={store_url}", "--num_candidates=50", "--top=5",
                               "--now=2026-11-01T00:00:00Z")
+    new_department = run_program("serving.client", "recommend", f"--server={target}", "--model_name=dare",
+                                 "--user_id=43", f"--histories={store_url}", "--num_candidates=50", "--top=5")
     bad_store = run_program("serving.client", "recommend", f"--server={target}", "--model_name=dare", "--user_id=42",
                             "--histories=redis://127.0.0.1:1")
     live = {"before": before["items"].tolist(), "same": same_history["items"].tolist(),
@@ -144,6 +147,7 @@ def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
             "unknown": unknown["probability"].tolist(),
             "cli": json.loads(user_cli.stdout) if user_cli.returncode == 0 else user_cli.stderr,
             "unknown_cli": [unknown_cli.returncode, unknown_cli.stdout, unknown_cli.stderr[-2000:]],
+            "new_department": [new_department.returncode, new_department.stdout, new_department.stderr[-2000:]],
             "bad_store": [bad_store.returncode, bad_store.stderr.strip().splitlines()]}
     with open(os.path.join(work, "user.json"), "w") as f:
         json.dump({"hist_items": hist_items, "hist_categories": hist_cats}, f)
@@ -174,6 +178,11 @@ def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
     assert live["cli"]["items"] == live["after"] and (live["cli"]["user_id"], live["cli"]["history_clicks"]) == (
         "42", live["seen"]), live["cli"]
     assert live["unknown"] == out["empty"]
+    code, stdout, stderr = live["new_department"]
+    assert code == 0 and stdout.splitlines()[2] == (
+        "the newest click's category 777777: not in the models' vocabulary (new since the dataset): data.prepare "
+        "--append, then train with --init_from (of the history's 1 click, 0 of an unknown item, 1 of an unknown "
+        "category)"), (stdout, stderr)
     code, stdout, stderr = live["unknown_cli"]  # said, not silently answered with plausible items
     assert code == 0, stderr
     assert stdout.splitlines()[0] == (f"user 4242: no clicks in {store_url} (an unknown user, or none yet): ranked "
@@ -207,8 +216,13 @@ def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
     assert len(out["empty"]) == 5 and np.isfinite(out["empty"]).all() and out["empty"] == out["padding"]
     code, stdout, stderr = out["cli"]
     assert code == 0, stderr
-    assert "| rank | item | category | P(click) |" in stdout and len(stdout.strip().splitlines()) == 8
+    assert "| rank | item | category | P(click) |" in stdout and len(stdout.strip().splitlines()) == 9
     assert f"| 1 | {out['items'][0]} |" in stdout
+    # The request's last item is unknown to the models (issue 69 (5)): said on the second line.
+    assert stdout.splitlines()[1] == (
+        "the newest click's item 987654321987: not in the models' vocabulary (new since the dataset): data.prepare "
+        f"--append, then train with --init_from (of the history's {len(hist_items)} clicks, 1 of an unknown item, 0 "
+        "of an unknown category)"), stdout
     # what the 50 candidates hold (first-day issue (5)): by source, and of the history's newest category
     first = stdout.splitlines()[0]
     assert first.startswith("the 50 candidates: ") and " two_tower, " in first, first

@@ -7,8 +7,6 @@ and after it is read. `dare_tf.data.logs.reader` reads the files.
 from __future__ import annotations
 
 import dataclasses
-import os
-
 
 from dare_tf._faces import public
 from dare_tf.data.logs.times import TIME_UNITS, check_zone
@@ -255,25 +253,6 @@ def log_format_of(dataset: str | None, file_format: str | None, columns: str | N
                      time_unit=time_unit, time_zone=time_zone)
 
 
-# The first bytes of files that are not CSV/TSV text, and what to do instead.
-_BINARY = {b"\x1f\x8b": "a gzip file: decompress it first (gunzip)",
-           b"PAR1": "a Parquet file: pass --format=parquet",
-           b"PK\x03\x04": "a zip archive: extract the log first",
-           b"BZh": "a bzip2 file: decompress it first (bunzip2)"}
-
-
-def check_text(path: str, fmt: LogFormat) -> None:
-    """Refuses, in one line, a binary file given as a CSV/TSV log (`fmt`)."""
-    with open(path, "rb") as f:
-        head = f.read(4096)
-    for magic, what in _BINARY.items():
-        if head.startswith(magic):
-            raise LogFormatError(f"{path}: --format={fmt.file_format} reads text, but this is {what}")
-    if b"\x00" in head:
-        raise LogFormatError(f"{path}: --format={fmt.file_format} reads text, but this file holds NUL bytes "
-                             "(a binary file?)")
-
-
 def resolved_columns(fmt: LogFormat, path: str, names: tuple[str, ...],
                      first_line: str | None = None) -> dict[str, str]:
     """role -> column name, checked against the file's columns (`first_line`: a
@@ -305,17 +284,3 @@ def check_fields(path: str, fmt: LogFormat, empty) -> None:
         raise LogFormatError(f"{path}: field {name} (column {fmt.field_columns[name]!r}) is empty in every "
                              f"{'impression' if fmt.impressions else 'click'} row; drop it from --columns "
                              "(--fields), or fill the column")
-
-
-def content_end(path: str, window: int = 1 << 16) -> int:
-    """The file offset just past its last line that is not blank."""
-    with open(path, "rb") as f:
-        end = f.seek(0, os.SEEK_END)
-        while end > 0:
-            start = max(end - window, 0)
-            f.seek(start)
-            stripped = f.read(end - start).rstrip(b" \t\r\n")
-            if stripped:
-                return start + len(stripped) + 1  # keep the line's own end
-            end = start
-    return 0

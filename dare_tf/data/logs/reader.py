@@ -23,7 +23,7 @@ from absl import logging
 
 from dare_tf.data.logs.blocks import BlockParser
 from dare_tf.data.logs.clicks import Clicks, in_time_order, time_sorted
-from dare_tf.data.logs.formats import (FILE_FORMATS, LogFormat, LogFormatError, check_fields, check_text, content_end,
+from dare_tf.data.logs.formats import (FILE_FORMATS, LogFormat, LogFormatError, check_fields,
                                       resolved_columns)
 from dare_tf.data.logs.parquet import parquet_plan
 from dare_tf.data.logs.times import EARLIEST, utc_time
@@ -44,6 +44,39 @@ class BlockPlan:
 
 # UTF-8's byte-order mark, which spreadsheet programs write before a CSV's first line.
 _BOM = b"\xef\xbb\xbf"
+
+
+# The first bytes of files that are not CSV/TSV text, and what to do instead.
+_BINARY = {b"\x1f\x8b": "a gzip file: decompress it first (gunzip)",
+           b"PAR1": "a Parquet file: pass --format=parquet",
+           b"PK\x03\x04": "a zip archive: extract the log first",
+           b"BZh": "a bzip2 file: decompress it first (bunzip2)"}
+
+
+def check_text(path: str, fmt: LogFormat) -> None:
+    """Refuses, in one line, a binary file given as a CSV/TSV log (`fmt`)."""
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    for magic, what in _BINARY.items():
+        if head.startswith(magic):
+            raise LogFormatError(f"{path}: --format={fmt.file_format} reads text, but this is {what}")
+    if b"\x00" in head:
+        raise LogFormatError(f"{path}: --format={fmt.file_format} reads text, but this file holds NUL bytes "
+                             "(a binary file?)")
+
+
+def content_end(path: str, window: int = 1 << 16) -> int:
+    """The file offset just past its last line that is not blank."""
+    with open(path, "rb") as f:
+        end = f.seek(0, os.SEEK_END)
+        while end > 0:
+            start = max(end - window, 0)
+            f.seek(start)
+            stripped = f.read(end - start).rstrip(b" \t\r\n")
+            if stripped:
+                return start + len(stripped) + 1  # keep the line's own end
+            end = start
+    return 0
 
 
 def plan_blocks(path: str, fmt: LogFormat, block_bytes: int = BLOCK_BYTES) -> BlockPlan:
