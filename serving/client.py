@@ -126,7 +126,8 @@ def _command(argv):
 
 def recommend(request):
     from dare_tf.data.storage.schema import HIST_CATEGORIES, HIST_ITEMS
-    from dare_tf.serving.encoding import candidates_line, format_recommendations, history_line, vocabulary_line
+    from dare_tf.serving.encoding import (candidates_line, format_recommendations, history_line, notes_line,
+                                          vocabulary_line)
     from dare_tf.serving.recommender import Recommender
     from dare_tf.serving.client import ServingClient
 
@@ -139,15 +140,16 @@ def recommend(request):
 
             store = open_store(FLAGS.histories, read_only=True)
             user = request["user_id"] if store.string_ids else dare_tf.cli.int64_flag("user_id", request["user_id"])
-            result, history = Recommender(*clients, histories=store).recommend_user(
+            recommender = Recommender(*clients, histories=store)
+            result, history = recommender.recommend_user(
                 user, FLAGS.num_candidates, FLAGS.top, FLAGS.explain, FLAGS.max_len, request["now"])
             request = dict(zip((HIST_ITEMS, HIST_CATEGORIES), history.row(0)))
             user = {"user_id": FLAGS.user_id, "history_clicks": int(history.lengths[0]),
                     "line": history_line(FLAGS.user_id, history, FLAGS.histories)}
         else:
-            result = Recommender(*clients).recommend(request[HIST_ITEMS], request[HIST_CATEGORIES],
-                                                     FLAGS.num_candidates, FLAGS.top, FLAGS.explain,
-                                                     _fields(request))
+            recommender = Recommender(*clients)
+            result = recommender.recommend(request[HIST_ITEMS], request[HIST_CATEGORIES], FLAGS.num_candidates,
+                                           FLAGS.top, FLAGS.explain, _fields(request))
             user = None
     finally:
         for client in clients:
@@ -158,14 +160,15 @@ def recommend(request):
     if FLAGS.format == "json":
         user = {k: v for k, v in (user or {}).items() if k != "line"}
         print(json.dumps({**user, **{k: v.tolist() for k, v in result.items()}, "candidates": counts,
-                          **({"unknown": unknown} if unknown is not None else {})}, indent=2))
+                          **({"unknown": unknown} if unknown is not None else {}),
+                          "ranker_notes": recommender.notes}, indent=2))
         return
     if user is not None:
         print(user["line"])
     print(candidates_line(counts))
-    said = vocabulary_line(unknown)
-    if said:
-        print(said)
+    for said in (notes_line(FLAGS.model_name, recommender.notes), vocabulary_line(unknown)):
+        if said:
+            print(said)
     print(format_recommendations(result, request[HIST_ITEMS], request[HIST_CATEGORIES]))
 
 

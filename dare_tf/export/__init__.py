@@ -27,7 +27,9 @@ def export_run(run_dir: str, export_base: str, model_name: str, data_dir: str | 
     run (`trainers.train`) as its best seed (highest validation AUC), whose `rank`
     takes up to `max_candidates` candidates per user; a retrieval run
     (`trainers.train_retrieval`) as its top-`top_n` index. `data_dir` defaults
-    to the dataset the run was trained on."""
+    to the dataset the run was trained on. A ranking run's warnings (results.json's:
+    too few steps, a flat validation curve) travel with the export (`dataset_of`'s
+    `notes`), so that what serves it can say so."""
     run = RunDirectory(run_dir)
     results = run.results()
     data_dir = data_dir or results["data_dir"]
@@ -35,4 +37,5 @@ def export_run(run_dir: str, export_base: str, model_name: str, data_dir: str | 
         from dare_tf.export.retrieval import export_retrieval  # (imports tensorflow-recommenders)
 
         return export_retrieval(run_dir, data_dir, export_base, model_name, top_n)
-    return export_saved_model(run.load_model(), data_dir, export_base, model_name, version, max_candidates)
+    return export_saved_model(run.load_model(), data_dir, export_base, model_name, version, max_candidates,
+                              notes=results.get("warnings", []))

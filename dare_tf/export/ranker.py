@@ -53,8 +53,7 @@ class _ServingGraph:
             raise ValueError(
                 f"model vocabularies ({cfg.num_items} items, {cfg.num_categories} categories) do not match "
                 f"{data_dir}/spec.json ({spec.num_items}, {spec.num_categories})")
-        self.model = model
-        self.max_len = cfg.max_len
+        self.model, self.max_len, self.notes = model, cfg.max_len, ""
         self.strings = spec.string_ids  # (`--string_ids`: string inputs, mapped to stand-ins at once)
         self.items = id_table(os.path.join(data_dir, ID_MAP_FILES["item"]), spec.oov_item, self.strings)
         self.categories = id_table(os.path.join(data_dir, ID_MAP_FILES["category"]), spec.oov_category, self.strings)
@@ -154,8 +153,8 @@ class _ServingGraph:
     def dataset(self, item_ids):  # (and the ranker's fields, and the history length it reads)
         out = dataset_outputs(self.items, self.digest, item_ids)
         rows = tf.shape(out["id_maps"])
-        return {**out, "fields": tf.fill(rows, self.fields.names), "max_len": tf.fill(rows, tf.constant(
-            self.max_len, tf.int64))}
+        return {**out, "fields": tf.fill(rows, self.fields.names), "notes": tf.fill(rows, self.notes),
+                "max_len": tf.fill(rows, tf.constant(self.max_len, tf.int64))}
 
     def vocabulary(self, item_ids, category_ids):  # (whether the id maps hold each click's item and category)
         return {f"{kind}_known": table.table.lookup(tf.reshape(ids, [-1])) >= 0
@@ -256,12 +255,14 @@ def _signatures(graph: _ServingGraph) -> dict:
 
 @public("dare_tf.serving")
 def export_saved_model(model: DareModel, data_dir: str, export_base: str, model_name: str,
-                       version: int | None = None, max_candidates: int = MAX_CANDIDATES) -> str:
+                       version: int | None = None, max_candidates: int = MAX_CANDIDATES, notes=()) -> str:
     """Writes a TF-Serving-ready version directory; returns its path. `rank` requests
-    may carry up to `max_candidates` candidates per user."""
+    may carry up to `max_candidates` candidates per user; `notes` (the run's warnings:
+    an undertrained model) travel in its `dataset` signature."""
     if max_candidates < 1:
         raise ValueError(f"max_candidates={max_candidates}: must be >= 1")
     graph = _ServingGraph(model, data_dir, max_candidates)
+    graph.notes = "\n".join(notes)
     base = model_base(export_base, model_name)
     version = next_version(base) if version is None else version
     final = os.path.join(base, str(version))
@@ -276,11 +277,8 @@ def export_saved_model(model: DareModel, data_dir: str, export_base: str, model_
     jit, model.jit_compile_dense = model.jit_compile_dense, False
     try:
         archive = keras.export.ExportArchive()
-        archive.track(model)
-        archive.track(graph.items.table)
-        archive.track(graph.categories.table)
-        for table in graph.fields.trackables():
-            archive.track(table)
+        for trackable in (model, graph.items.table, graph.categories.table, *graph.fields.trackables()):
+            archive.track(trackable)
         for name, (fn, signature) in _signatures(graph).items():
             archive.add_endpoint(name, fn, input_signature=signature)
         archive.write_out(staging, verbose=False)

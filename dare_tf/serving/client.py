@@ -237,9 +237,9 @@ class LocalModel:
 def dataset_of(model, role: str) -> dict:
     """What an export reports through its `dataset` signature: `id_maps` (its
     id maps' digest), `fields` (a ranker's further fields, a list), `strings`
-    (whether it takes string ids, `--string_ids`) and `max_len` (a ranker's history
+    (whether it takes string ids, `--string_ids`), `max_len` (a ranker's history
     length: the last this many behaviours of a request are what it reads; None from
-    an export older than it)."""
+    an export older than it) and `notes` (a ranker's run's warnings, a list)."""
     try:
         try:
             out = model.predict_tensors({"item_ids": np.zeros([1], np.int64)}, DATASET_SIGNATURE)
@@ -260,6 +260,8 @@ def dataset_of(model, role: str) -> dict:
         raise ValueError(f"the {role} model {model.model_name!r}: {e}; export it again with this version "
                          "(python -m serving.export)") from e
     fields = out["fields"][0].decode() if "fields" in out else ""
+    notes = out["notes"][0].decode() if "notes" in out else ""
     return {"id_maps": out["id_maps"][0].decode(), "fields": fields.split(",") if fields else [], "strings": strings,
-            "max_len": int(out["max_len"][0]) if "max_len" in out else None}
+            "max_len": int(out["max_len"][0]) if "max_len" in out else None,
+            "notes": notes.split("\n") if notes else []}
 

@@ -258,6 +258,14 @@ def vocabulary_line(unknown: dict | None) -> str | None:
             f"{unknown['items']} of an unknown item, {unknown['categories']} of an unknown category)")
 
 
+def notes_line(model_name: str, notes) -> str | None:
+    """`recommend`'s line on the ranker's run's warnings (`dataset_of`'s `notes`: an
+    undertrained model), None for a run without any."""
+    if not notes:
+        return None
+    return f"the ranker {model_name!r} was flagged when it was trained: {'; '.join(notes)}"
+
+
 @public("dare_tf.serving")
 def format_recommendations(result: dict, hist_items, hist_categories, behaviours: int = 3) -> str:
     """A markdown table of `Recommender.recommend`'s result (with the source that

@@ -68,6 +68,22 @@ class PageError(Exception):
         self.status, self.message = status, message
 
 
+# Attention "near uniform": every kept behaviour's weight within this share of 1/K.
+NEAR_UNIFORM = 0.25
+
+
+def near_uniform(model_name: str, rows: list[dict]) -> str | None:
+    """The page's note where the first ranker's attention over the kept behaviours of its
+    first recommendation (`rows`, `_view`'s) is near uniform: a model that tells them
+    little apart (an undertrained one's attention is); None otherwise."""
+    kept = rows[0]["rankers"][0]["kept"] if rows else []
+    if len(kept) < 2 or max(abs(k["weight"] * len(kept) - 1) for k in kept) > NEAR_UNIFORM:
+        return None
+    return (f"the ranker {model_name!r}'s attention over the {len(kept)} behaviours it kept is near uniform (every "
+            f"weight within {NEAR_UNIFORM:.0%} of 1/{len(kept)}): it tells them little apart, as an undertrained "
+            "model does")
+
+
 class Inspector:
     """What the page shows, read through the same client calls as `recommend`.
 
@@ -149,7 +165,7 @@ class Inspector:
         return retrieved, ranked, first.unknown_clicks(items, categories)
 
     def _view(self, user_id: int, history, answers, top: int) -> dict:
-        from dare_tf.serving.encoding import vocabulary_line
+        from dare_tf.serving.encoding import notes_line, vocabulary_line
 
         retrieved, ranked, unknown = answers
         length = int(history.lengths[0])
@@ -176,7 +192,9 @@ class Inspector:
                 "history": {"items": history.items[0, :length].tolist(),
                             "categories": history.categories[0, :length].tolist(),
                             "times": history.times[0, :length].tolist()},
-                "recommendations": rows, "unknown": vocabulary_line(unknown)}
+                "recommendations": rows, "unknown": vocabulary_line(unknown),
+                "notes": [n for n in (notes_line(self.names[0], self.recommenders[0].notes),
+                                      near_uniform(self.names[0], rows)) if n]}
 
     def _serving_error(self, e: grpc.RpcError) -> PageError:
         details = e.details() or ""

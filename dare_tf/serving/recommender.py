@@ -56,14 +56,14 @@ class Recommender:
 
     def __init__(self, retrieval, ranker, histories=None):
         self.retrieval, self.ranker, self.histories = retrieval, ranker, histories
-        self.checked, self.fields, self.strings, self.max_len = False, [], False, None
+        self.checked, self.fields, self.strings, self.max_len, self.notes = False, [], False, None, []
         self.schema = FieldSchema()  # (the ranker's fields, by name: `check_same_dataset`)
 
     def check_same_dataset(self) -> None:
         mine = dataset_of(self.retrieval, "retrieval")["id_maps"]
         ranker = dataset_of(self.ranker, "ranking")
         theirs, self.fields, self.strings = ranker["id_maps"], ranker["fields"], ranker["strings"]
-        self.max_len = ranker["max_len"]
+        self.max_len, self.notes = ranker["max_len"], ranker["notes"]
         self.schema = FieldSchema(tuple({"name": name} for name in self.fields))
         if mine != theirs:
             raise ValueError(

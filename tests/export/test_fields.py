@@ -249,3 +249,20 @@ def test_a_click_the_models_do_not_know_is_named_as_such(exported):
         "--append, then train with --init_from (of the history's 4 clicks, 1 of an unknown item, 3 of an unknown "
         "category)")
     assert vocabulary_line(recommender.unknown_clicks(items[:1], categories[:1])) is None  # every click known
+
+
+def test_a_runs_warnings_travel_with_its_export_and_recommend_says_them(exported, tmp_path):
+    """Issue 69 (4): an undertrained model (the trainer warned) was exported and served without
+    comment; its run's warnings travel in the `dataset` signature and `recommend` says them."""
+    from dare_tf.export import ranker
+    from dare_tf.serving.client import LocalModel, dataset_of
+    from dare_tf.serving.encoding import notes_line
+
+    warned = ["seed 0: the schedule gives 27 training steps (6912 examples, batch 256, 1 epochs; fewer than 50): "
+              "too few to train a model; lower --batch_size (--batch_size=128: 54 steps) or raise --epochs"]
+    path = ranker.export_saved_model(exported["model"], exported["data_dir"], str(tmp_path / "exports"), "dare",
+                                     notes=warned)
+    assert dataset_of(LocalModel(path, "dare"), "ranking")["notes"] == warned
+    assert dataset_of(LocalModel(exported["path"], "dare"), "ranking")["notes"] == []  # (a run without warnings)
+    assert notes_line("dare", warned) == f"the ranker 'dare' was flagged when it was trained: {warned[0]}"
+    assert notes_line("dare", []) is None

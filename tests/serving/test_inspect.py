@@ -260,3 +260,17 @@ def test_the_page_in_chromium_highlights_exactly_the_kept_behaviours(taobao, two
         process.kill()
         process.wait()
         server.stop(0)
+
+
+def test_near_uniform_attention_is_noted():
+    """Issue 69 (4): 20 attention bars all near 0.05 said nothing; the page notes them."""
+    from dare_tf.serving.inspect import near_uniform
+
+    def rows(weights):
+        return [{"rankers": [{"kept": [{"index": i, "weight": w} for i, w in enumerate(weights)]}]}]
+
+    assert near_uniform("dare", rows([0.052, 0.049, 0.051, 0.048] + [0.05] * 16)) == (
+        "the ranker 'dare''s attention over the 20 behaviours it kept is near uniform (every weight within 25% of "
+        "1/20): it tells them little apart, as an undertrained model does")
+    assert near_uniform("dare", rows([0.5, 0.3, 0.2])) is None
+    assert near_uniform("dare", rows([1.0])) is None and near_uniform("dare", []) is None

@@ -179,7 +179,7 @@ def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
         "42", live["seen"]), live["cli"]
     assert live["unknown"] == out["empty"]
     code, stdout, stderr = live["new_department"]
-    assert code == 0 and stdout.splitlines()[2] == (
+    assert code == 0 and stdout.splitlines()[3] == (
         "the newest click's category 777777: not in the models' vocabulary (new since the dataset): data.prepare "
         "--append, then train with --init_from (of the history's 1 click, 0 of an unknown item, 1 of an unknown "
         "category)"), (stdout, stderr)
@@ -216,10 +216,13 @@ def test_two_stage_recommend_served_and_in_process(taobao, two_stage, tmp_path):
     assert len(out["empty"]) == 5 and np.isfinite(out["empty"]).all() and out["empty"] == out["padding"]
     code, stdout, stderr = out["cli"]
     assert code == 0, stderr
-    assert "| rank | item | category | P(click) |" in stdout and len(stdout.strip().splitlines()) == 9
+    assert "| rank | item | category | P(click) |" in stdout and len(stdout.strip().splitlines()) == 10
     assert f"| 1 | {out['items'][0]} |" in stdout
-    # The request's last item is unknown to the models (issue 69 (5)): said on the second line.
-    assert stdout.splitlines()[1] == (
+    # The run warned (19 steps): said with its export (issue 69 (4)); the request's last item is
+    # unknown to the models (issue 69 (5)): each said in a line of its own.
+    assert stdout.splitlines()[1].startswith("the ranker 'dare' was flagged when it was trained: seed 0: the schedule "
+                                             "gives "), stdout
+    assert stdout.splitlines()[2] == (
         "the newest click's item 987654321987: not in the models' vocabulary (new since the dataset): data.prepare "
         f"--append, then train with --init_from (of the history's {len(hist_items)} clicks, 1 of an unknown item, 0 "
         "of an unknown category)"), stdout

@@ -180,7 +180,7 @@ async function load(user) {
     element("history-summary").textContent = `(${h.items.length} clicks` +
       (timed() ? `, ${when(h.times[0])} to ${when(h.times[h.times.length - 1])})` : ")");
     say(`user ${data.user}: ${data.recommendations.length} of ${data.candidates} retrieved candidates, ` +
-        `ranked by ${models[0]}` + (data.unknown ? `; ${data.unknown}` : ""), false);
+        `ranked by ${models[0]}` + [data.unknown, ...data.notes].filter(Boolean).map(n => `; ${n}`).join(""), false);
     drawTable();
     select(0);
   }
