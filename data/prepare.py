@@ -32,6 +32,7 @@ leaves it as it was, or is finished by the next (dare_tf.data.preparation.append
 import contextlib
 import os
 
+import numpy as np
 from absl import app, flags
 
 import dare_tf.cli
@@ -51,8 +52,12 @@ flags.DEFINE_string("columns", None, "Custom log: ROLE=COLUMN pairs, comma-separ
                     "number of further categorical fields: integer ids, an empty cell is the item's own). COLUMN "
                     "is a header name (--header, Parquet) or a 0-based index.")
 flags.DEFINE_list("fields", [], "A preset's further fields to read, comma-separated (tmall: seller, brand).")
-flags.DEFINE_bool("action_field", False, "Keep every action of a preset's log (Taobao's pv, buy, cart, fav) in the "
-                  "histories, with the history-only field `action`; the examples stay the clicks.")
+flags.DEFINE_bool("action_field", False, "Keep every action of the log (a preset's: Taobao's pv, buy, cart, fav; a "
+                  "custom log's --actions) in the histories, with the history-only field `action`; the examples "
+                  "stay the clicks.")
+flags.DEFINE_list("actions", [], "Custom log with an action column: every action value, comma-separated, the "
+                  "--click one among them (others are bad lines); with --action_field each row keeps its action as "
+                  "the field `action`, coded in this order.")
 flags.DEFINE_string("click", None, "Custom log with an action column: the action value that is a click.")
 flags.DEFINE_bool("header", False, "Custom CSV/TSV log: the first line names the columns.")
 flags.DEFINE_enum("time_unit", "s", ["s", "ms", "us", "ns"], "Custom log: the unit of integer times: seconds, "
@@ -96,7 +101,7 @@ def log_format_from_flags() -> LogFormat:
     try:
         return log_format_of(FLAGS.dataset, FLAGS.format, FLAGS.columns, FLAGS.click, FLAGS.header, FLAGS.fields,
                              FLAGS.action_field, FLAGS.time_format, FLAGS.string_ids, FLAGS.time_unit,
-                             FLAGS.time_zone)
+                             FLAGS.time_zone, FLAGS.actions)
     except ValueError as e:
         raise app.UsageError(str(e)) from None
 
@@ -109,7 +114,7 @@ def append_day() -> None:
     if given:
         raise app.UsageError(f"--append takes the dataset's protocol and files: drop {', '.join(given)}")
     named = (FLAGS.dataset is not None or FLAGS.format is not None or FLAGS.time_format is not None
-             or FLAGS.string_ids or FLAGS.time_unit != "s" or FLAGS.time_zone is not None)
+             or FLAGS.string_ids or FLAGS.time_unit != "s" or FLAGS.time_zone is not None or FLAGS.actions)
     before = DatasetSpec.load(FLAGS.output_dir) if os.path.exists(os.path.join(FLAGS.output_dir, SPEC_FILE)) else None
     # The history store is opened first: one that cannot be opened refuses the day before the dataset takes it.
     with contextlib.ExitStack() as stack:
@@ -179,6 +184,20 @@ def main(argv):
                      f", {f['name']} ({f['vocabulary'] - 2} values)" for f in spec.fields)
     print(f"{FLAGS.output_dir}: {spec.users} users, {spec.num_items - 2} items, "
           f"{spec.num_categories - 2} categories{fields}, examples {spec.counts}, {spec.partitions} partitions")
+    if fmt.action_field:
+        print(action_counts(fmt, spec))
+
+
+def action_counts(fmt, spec) -> str:
+    """What each action contributed to the stored histories (`--action_field`)."""
+    from dare_tf.data.logs.formats import ACTION_FIELD
+    from dare_tf.data.storage.store import SequenceStore
+
+    codes = np.bincount(SequenceStore.load(FLAGS.output_dir, spec).fields[ACTION_FIELD],
+                        minlength=len(fmt.actions) + 1)
+    return "the histories' clicks by action: " + ", ".join(
+        f"{name} {int(codes[i + 1])}" + (" (the clicks: examples and history)" if name == fmt.click else " (history)")
+        for i, name in enumerate(fmt.actions))
 
 
 def run():

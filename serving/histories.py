@@ -58,8 +58,11 @@ flags.DEFINE_string("columns", None, "append: ROLE=COLUMN pairs as data.prepare'
 flags.DEFINE_string("click", None, "append: with an action column, the action value that is a click.")
 flags.DEFINE_list("fields", [], "append: a preset's further fields to read and keep (tmall: seller, brand); a "
                   "custom log names them in --columns=...,field:NAME=COL.")
-flags.DEFINE_bool("action_field", False, "append: keep every action of a preset's log, with its action as the field "
-                  "`action` (a store loaded from a dataset prepared with --action_field).")
+flags.DEFINE_list("actions", [], "append: every action value, comma-separated, the --click one among them "
+                  "(others are bad lines); with --action_field each row keeps its action as the field `action`, "
+                  "coded in this order.")
+flags.DEFINE_bool("action_field", False, "append: keep every action of the log (a preset's, or --actions), with its "
+                  "action as the field `action` (a store loaded from a dataset prepared with --action_field).")
 flags.DEFINE_bool("header", False, "append: the first line names the columns.")
 flags.DEFINE_enum("time_unit", "s", ["s", "ms", "us", "ns"], "append: the unit of integer times: seconds, "
                   "milliseconds, microseconds or nanoseconds since 1970 (a time past the year 2200 is refused, "
@@ -95,7 +98,7 @@ def _configure(argv):
         try:
             fmt = log_format_of(FLAGS.dataset, file_format, FLAGS.columns, FLAGS.click, FLAGS.header, FLAGS.fields,
                                 FLAGS.action_field, FLAGS.time_format, FLAGS.string_ids, FLAGS.time_unit,
-                                FLAGS.time_zone)
+                                FLAGS.time_zone, FLAGS.actions)
         except ValueError as e:
             raise app.UsageError(str(e)) from None
         if fmt.impressions:

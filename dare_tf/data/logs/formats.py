@@ -130,7 +130,10 @@ class LogFormat:
                                  "log; an action selects the clicks of a click log)")
         if self.action_field and ("action" not in roles or self.actions is None):
             raise LogFormatError("--action_field keeps every action as a field: it needs an action column and its "
-                                 "values, a preset's (--dataset=taobao|tmall)")
+                                 "values: --actions=VALUE,... for a custom log (a preset's are known)")
+        if self.actions is not None and (self.click not in self.actions or len(set(self.actions)) < len(self.actions)):
+            raise LogFormatError(f"--actions={','.join(self.actions)}: every action value once, --click={self.click} "
+                                 "among them")
         if self.file_format == "parquet" and self.header:
             raise LogFormatError("--header is for CSV and TSV files (Parquet names its columns)")
 
@@ -223,7 +226,7 @@ def with_fields(fmt: LogFormat, names) -> LogFormat:
 def log_format_of(dataset: str | None, file_format: str | None, columns: str | None, click: str | None = None,
                   header: bool = False, fields=(), action_field: bool = False,
                   time_format: str | None = None, string_ids: bool = False, time_unit: str = "s",
-                  time_zone: str | None = None) -> LogFormat:
+                  time_zone: str | None = None, actions=None) -> LogFormat:
     """The format the programs' flags name (`data.prepare`, `serving.histories
     append`): a preset (`--dataset`, with its further `fields`), or `--format`
     with `--columns` (and `--click`, `--header`); `LogFormatError` in one line
@@ -233,6 +236,7 @@ def log_format_of(dataset: str | None, file_format: str | None, columns: str | N
     custom += ["--time_format"] if time_format is not None else []
     custom += ["--time_unit"] if time_unit != "s" else []
     custom += ["--time_zone"] if time_zone is not None else []
+    custom += ["--actions"] if actions else []
     custom += ["--string_ids"] if string_ids else []
     if dataset is not None:
         if dataset not in FORMATS:
@@ -250,7 +254,7 @@ def log_format_of(dataset: str | None, file_format: str | None, columns: str | N
                              "[,label=COL]")
     return LogFormat(name=file_format, file_format=file_format, columns=parse_columns(columns), header=header,
                      click=click, action_field=action_field, time_format=time_format, string_ids=string_ids,
-                     time_unit=time_unit, time_zone=time_zone)
+                     time_unit=time_unit, time_zone=time_zone, actions=tuple(actions) if actions else None)
 
 
 def resolved_columns(fmt: LogFormat, path: str, names: tuple[str, ...],

@@ -519,3 +519,41 @@ def test_a_millisecond_log_is_refused_with_the_flag_that_reads_it_and_a_zone_is_
                            "of them (see --help)")):
         bad = prepare_cli(*local, *args, f"--output_dir={tmp_path / 'bad'}")
         assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == message, bad.stderr  # (usage)
+
+
+def test_a_custom_logs_carts_and_buys_are_behaviours_with_their_action_as_a_field(tmp_path):
+    """Issue 69 (3): `--click=view` dropped a shop's cart and buy rows without a count, and
+    `--action_field` took a preset's actions only; `--actions` names a custom log's, every row
+    enters the history with its kind as the field `action`, and data.prepare counts them."""
+    from dare_tf.data.storage.spec import DatasetSpec
+    from dare_tf.data.storage.store import SequenceStore
+
+    rng = np.random.default_rng(0)
+    kinds = rng.choice(["view", "cart", "buy"], 40 * 60, p=[0.8, 0.15, 0.05])
+    times = 1_700_000_000 + np.cumsum(rng.integers(30, 600, 40 * 60))
+    log = tmp_path / "shop.csv"
+    log.write_text("".join(f"{u // 60 + 1},{rng.integers(1, 200)},{rng.integers(1, 12)},{k},{t}\n"
+                           for u, (k, t) in enumerate(zip(kinds, times))))
+    out = str(tmp_path / "shop")
+    args = ["--format=csv", "--columns=user=0,item=1,category=2,action=3,time=4", "--click=view", f"--input={log}",
+            "--min_clicks=20", "--train_targets=2"]
+    done = prepare_cli(*args, "--actions=view,cart,buy", "--action_field", f"--output_dir={out}")
+    assert done.returncode == 0, done.stderr
+    spec = DatasetSpec.load(out)
+    codes = SequenceStore.load(out, spec).fields["action"]
+    counts = {name: int((codes == i + 1).sum()) for i, name in enumerate(("view", "cart", "buy"))}
+    assert counts == {name: int((kinds == name).sum()) for name in counts}  # every row of every kind, once
+    assert done.stdout.strip().splitlines()[-1] == (
+        f"the histories' clicks by action: view {counts['view']} (the clicks: examples and history), cart "
+        f"{counts['cart']} (history), buy {counts['buy']} (history)")
+    assert [f["name"] for f in spec.fields] == ["action"]
+    # One line each: an action the log has but --actions does not name; --action_field without --actions.
+    refused = prepare_cli(*args, "--actions=view,cart", "--action_field", f"--output_dir={tmp_path / 'x'}")
+    assert refused.returncode == 1 and "action (column '3')" in refused.stderr.strip().splitlines()[-1], refused.stderr
+    for extra, message in ((["--action_field"], "error: --action_field keeps every action as a field: it needs an "
+                                                "action column and its values: --actions=VALUE,... for a custom log "
+                                                "(a preset's are known) (see --help)"),
+                           (["--actions=cart,buy"], "error: --actions=cart,buy: every action value once, --click=view "
+                                                    "among them (see --help)")):
+        bad = prepare_cli(*args, *extra, f"--output_dir={tmp_path / 'y'}")
+        assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == message, bad.stderr
