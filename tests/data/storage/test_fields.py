@@ -355,7 +355,8 @@ def test_the_action_field_in_both_drivers_both_splits_and_appended(tmp_path):
         append(_days(log, day, day, tmp_path / f"{day}.csv"), str(tmp_path / "grown"))
     assert_same_data(str(tmp_path / "memory_time"), str(tmp_path / "grown"))
     with pytest.raises(LogFormatError, match=r"^--action_field keeps every action as a field: it needs an action "
-                                             r"column and its values, a preset's \(--dataset=taobao\|tmall\)$"):
+                                             r"column and its values: --actions=VALUE,\.\.\. for a custom log \(a "
+                                             r"preset's are known\)$"):
         dataclasses.replace(log_format_of(None, "csv", "user=0,item=1,time=4"), action_field=True)
 
 
