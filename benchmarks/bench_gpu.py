@@ -278,7 +278,9 @@ def main():
     os.makedirs(work, exist_ok=True)
     import jax
 
-    jax.config.update("jax_compilation_cache_dir", os.path.join(work, "jax_cache"))
+    from dare_tf.training.jax_loop import use_compilation_cache
+
+    use_compilation_cache(os.path.join(work, "jax_cache"))  # (the trainer's cache, in the run's own folder)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     data_dir, prep = prepare(work, args.fraction)
     from dare_tf.data.feeding.memory import InMemorySplit

@@ -162,8 +162,8 @@ def take_rows(table, rows, dtype=None):
     optimizer that updates rows in place (`dare_tf.optimizers.LazyAdam`) puts
     the variable in TensorFlow's copy-on-read mode, in which every dense read
     copies the whole table (~25 ms for a 4M x 16 table). On JAX the gradient
-    is `dare_tf.layers.table_gradients`' (one scatter, the ids sorted where that
-    pays on a GPU); other backends use `ops.take`.
+    is `dare_tf.layers.table_gradients`' (on a GPU one scatter of materialized
+    cotangents, a small table's spread over copies); other backends use `ops.take`.
     """
     if _RECORDING and isinstance(table, keras.Variable):
         _RECORDING[-1].append((table.path, rows))

@@ -20,20 +20,17 @@ def masked_softmax(scores, mask):
     return weights / ops.maximum(total, 1e-30)
 
 
-def _jax_table_gradients():
-    from dare_tf.layers import table_gradients  # (JAX's: imported on that backend only)
-
-    return table_gradients
-
-
 def gather_slots(values, positions):
     """`values[b, positions[b, k]]`: `[B, L, ...]` -> `[B, K, ...]` (the kept slots).
     On JAX with a gradient mode other than `xla` (a GPU's), `table_gradients.take` of
     the `[B * L, ...]` rows: a gradient of `[B * K]` rows scattered, not
     `take_along_axis`'s scatter into a transposed `[B, ..., L]`."""
     index = ops.cast(positions, "int32")
-    if keras.backend.backend() == "jax" and _jax_table_gradients().current_mode() != "xla":
-        return _jax_table_gradients().take_slots(values, index)
+    if keras.backend.backend() == "jax":
+        from dare_tf.layers import table_gradients  # (JAX's: imported on that backend only)
+
+        if table_gradients.current_mode() != "xla":
+            return table_gradients.take_slots(values, index)
     for _ in range(len(values.shape) - 2):
         index = ops.expand_dims(index, -1)
     return ops.take_along_axis(values, index, axis=1)

@@ -1,16 +1,16 @@
 """Row lookups on JAX with a gradient built for the GPU (`take`): the table's
-gradient as one scatter-add of the looked-up rows' cotangents, materialized first,
-their row ids sorted where the table has fewer rows than the lookups.
+gradient as one scatter-add of the looked-up rows' cotangents, materialized first;
+a small table's (a category table) summed into 32 copies, then added.
 
 JAX's own gradient of `jnp.take` is the same scatter-add, but XLA fuses the
 cotangent's producers into it (on DARE, a reduction over the 200 history slots was
 recomputed inside the item table's scatter: 430 us of a 1.7 ms step on an H200,
 benchmarks/bench_gpu.py), and every lookup of a popular row is an atomic add on the
-same address: a category table of 2,000 rows takes 400k atomic adds a step. With
-the ids sorted, XLA's scatter accumulates each run of equal ids in registers and
-writes it once (its `indices_are_sorted` path, taken where the lookups outnumber the
-rows). The forward pass is `jnp.take`'s; the gradient is the same sum, added in
-another order (equal within float32 rounding, tests/layers/test_table_gradients.py).
+same address: a category table of 2,000 rows takes 400k atomic adds a step, which
+32 copies spread. The forward pass is `jnp.take`'s; the gradient is the same sum,
+added in another order (equal within float32 rounding,
+tests/layers/test_table_gradients.py). `MODES` holds the ways measured against each
+other (docs/gpu.md); `DEFAULT_MODE` the one each platform uses.
 
 `take_slots` reads the K slots a search keeps through `take` too, from the
 `[B * L, D]` rows of the batch's histories (`dare_tf.layers.pooling.gather_slots`

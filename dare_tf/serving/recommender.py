@@ -31,7 +31,6 @@ from dare_tf.serving.client import LocalModel, dataset_of  # noqa: F401 (where p
 from dare_tf.signatures import ITEM_FIELDS, RANK, RANK_EXPLAIN, VOCABULARY
 
 
-
 @public("dare_tf.serving")
 class Recommender:
     """Retrieval, then ranking, for one user at a time.
@@ -114,16 +113,16 @@ class Recommender:
         """What of a history (as `history_ids` returns it) the ranker's id maps do not
         hold, by its `vocabulary` signature: `clicks` (the history's), `items` and
         `categories`, the clicks of an unknown item and of an unknown category, and
-        `newest_item`, `newest_category`,
-        the newest click's ids where the models do not know them (None where they do).
-        None for an export without that signature (older than it)."""
+        `newest_item`, `newest_category`, the newest click's ids where the models do
+        not know them (None where they do). None for an export without that signature
+        (older than it)."""
         real = np.flatnonzero(hist_items != "" if hist_items.dtype == object else hist_items > 0)
         if not len(real):
             return {"clicks": 0, "items": 0, "categories": 0, "newest_item": None, "newest_category": None}
         try:
             known = self.ranker.predict_tensors({"item_ids": hist_items[real], "category_ids": hist_categories[real]},
                                                 VOCABULARY)
-        except (grpc.RpcError, ValueError, KeyError, tf.errors.InvalidArgumentError):
+        except (grpc.RpcError, ValueError, tf.errors.InvalidArgumentError):
             return None
         item_known, category_known = (np.asarray(known[k], bool) for k in ("item_known", "category_known"))
         newest = real[-1]
