@@ -9,6 +9,7 @@ after a fault that each is in the store exactly once (`lost_and_duplicated`)."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import threading
@@ -19,12 +20,15 @@ from dare_tf.testing.redis_server import redis_server_binary
 SLOTS = 16384
 
 
-def _free_port() -> int:
-    """A free port whose cluster bus port (10,000 higher) is free too: at most 55535."""
+def _free_port(taken: set[int] = frozenset()) -> int:
+    """A free port whose cluster bus port (10,000 higher) is free too, neither of them
+    one of the `taken` ports or their bus ports: at most 55535."""
     import random
 
     while True:
         port = random.randint(20000, 45000)
+        if {port, port + 10000} & (set(taken) | {t + 10000 for t in taken}):
+            continue
         try:
             with socket.socket() as a, socket.socket() as b:
                 a.bind(("127.0.0.1", port))
@@ -43,8 +47,11 @@ class RedisCluster:
                  start_timeout_s: float = 30.0):
         self.directory, self.masters, self.replicas = directory, masters, replicas
         self.node_timeout_ms, self.start_timeout_s = node_timeout_ms, start_timeout_s
-        self.ports = [_free_port() for _ in range(masters * (1 + replicas))]
+        self.ports: list[int] = []
+        for _ in range(masters * (1 + replicas)):
+            self.ports.append(_free_port(set(self.ports)))
         self.processes: dict[int, subprocess.Popen] = {}
+        self._met_at: dict[int, float] = {}
 
     @property
     def url(self) -> str:
@@ -57,7 +64,8 @@ class RedisCluster:
         self.processes[port] = subprocess.Popen(
             [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
              "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", str(self.node_timeout_ms),
-             "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--dir", node_dir],
+             "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--dir", node_dir,
+             "--logfile", "redis.log"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self._wait(lambda: self.node(port).ping(), f"redis-server on port {port} did not start")
 
@@ -84,26 +92,52 @@ class RedisCluster:
     def __enter__(self) -> str:
         for port in self.ports:
             self.start(port)
-        first = self.node(self.ports[0])
+        first, started = self.node(self.ports[0]), time.monotonic()
         for port in self.ports[1:]:
             first.execute_command("CLUSTER", "MEET", "127.0.0.1", port)
+        self._met_at = dict.fromkeys(self.ports, started)
         masters = self.ports[: self.masters]
         for i, port in enumerate(masters):
             low, high = i * SLOTS // self.masters, (i + 1) * SLOTS // self.masters - 1
             self.node(port).execute_command("CLUSTER", "ADDSLOTS", *range(low, high + 1))  # (6.2: no ADDSLOTSRANGE)
-        self._wait(lambda: all(len(self.node(p).execute_command("CLUSTER", "NODES").splitlines()) == len(self.ports)
-                               for p in self.ports), "the cluster's nodes did not meet")
+        self._wait(self._met, "the cluster's nodes did not meet")
         for i, port in enumerate(self.ports[self.masters:]):
             master_id = self.node(masters[i % self.masters]).execute_command("CLUSTER", "MYID")
             self.node(port).execute_command("CLUSTER", "REPLICATE", master_id)
+        self._wait(lambda: all(self.node(p).info("replication").get("master_link_status") == "up"
+                               for p in self.ports[self.masters:]), "the replicas did not sync")
         self.wait_ok()
         return self.url
 
+    def _met(self) -> bool:
+        """Whether every node knows every other one (no handshake pending); if not, each
+        node is sent MEET again for the ports it does not list, every 2 s. A
+        node drops a handshake its peer does not answer within the node timeout (a peer
+        busy in an fsync on a loaded disk) and never retries it: one MEET can be lost."""
+        now = time.monotonic()
+        met = True
+        for port in self.ports:
+            nodes = self.node(port).execute_command("CLUSTER", "NODES").decode()
+            listed = {int(m.group(1)) for m in re.finditer(r"^\S+ [\d.]*:(\d+)@\d+ (\S+)", nodes, re.M)
+                      if "handshake" not in m.group(2)}
+            missing = [p for p in self.ports if p != port and p not in listed]
+            met = met and not missing
+            if missing and now - self._met_at[port] >= 2.0:
+                self._met_at[port] = now
+                for other in missing:
+                    self.node(port).execute_command("CLUSTER", "MEET", "127.0.0.1", other)
+        return met
+
     def wait_ok(self) -> None:
-        """Until every running node says `cluster_state:ok`."""
-        self._wait(lambda: all(b"cluster_state:ok" in self.node(p).execute_command("CLUSTER", "INFO")
-                               for p, process in self.processes.items() if process.poll() is None),
-                   "the cluster did not reach cluster_state:ok")
+        """Until every running node says `cluster_state:ok` and has no append-only file
+        rewrite pending (a replica rewrites its AOF after each full sync and ignores
+        SIGTERM until it has: "Writing initial AOF, can't exit")."""
+        def ok(port: int) -> bool:
+            persistence = self.node(port).info("persistence")
+            return (b"cluster_state:ok" in self.node(port).execute_command("CLUSTER", "INFO")
+                    and persistence["aof_rewrite_in_progress"] == 0 and persistence["aof_rewrite_scheduled"] == 0)
+
+        self._wait(lambda: all(ok(p) for p in self.running()), "the cluster did not reach cluster_state:ok")
 
     def master_of(self, key: str) -> int:
         """The port of the master that holds `key`'s slot now."""
@@ -123,11 +157,18 @@ class RedisCluster:
         self.processes[port].wait()
 
     def stop(self) -> None:
+        """SIGTERM to every node, then SIGKILL to those still running after 10 s (a replica
+        stopped in the middle of its first sync can block in it past that)."""
         for process in self.processes.values():
             if process.poll() is None:
                 process.terminate()
+        deadline = time.monotonic() + 10.0
         for process in self.processes.values():
-            process.wait(10)
+            try:
+                process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
     def __exit__(self, *exc):
         self.stop()

@@ -9,6 +9,8 @@ the whole cluster is killed and started again from its append-only files."""
 import json
 import os
 import re
+import signal
+import threading
 import time
 
 import numpy as np
@@ -80,6 +82,29 @@ def test_a_cluster_node_given_as_a_plain_redis_is_named_at_once(taobao, tmp_path
 def exactly_once(appender: ClickAppender, url: str) -> None:
     lost, duplicated = appender.lost_and_duplicated(url)
     assert lost == [] and duplicated == 0, (lost[:5], duplicated)
+
+
+class _LateNode(RedisCluster):
+    """A cluster whose last node does not answer (SIGSTOP) for 2.5 s after it starts: the
+    first node's MEET to it times out (node timeout 1 s) and is dropped."""
+
+    def start(self, port):
+        super().start(port)
+        if port == self.ports[-1] and not hasattr(self, "resumed"):
+            os.kill(self.processes[port].pid, signal.SIGSTOP)
+            self.resumed = threading.Timer(2.5, os.kill, (self.processes[port].pid, signal.SIGCONT))
+            self.resumed.start()
+
+
+def test_a_node_that_missed_its_meet_is_met_again_and_the_cluster_forms(tmp_path):
+    cluster = _LateNode(str(tmp_path / "cluster"), start_timeout_s=15.0)
+    with cluster as url:
+        client = redis.RedisCluster.from_url("redis://" + url.split(",")[0].split("//")[1])
+        client.set("k", "v")
+        assert client.get("k") == b"v"
+        client.close()
+        for port in cluster.ports:
+            assert len(cluster.node(port).execute_command("CLUSTER", "NODES").splitlines()) == 6
 
 
 def test_a_master_killed_with_9_loses_no_acknowledged_click(tmp_path):
