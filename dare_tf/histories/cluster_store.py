@@ -37,6 +37,7 @@ from dare_tf.histories.base import PartialAppend, StoreError, merged
 from dare_tf.histories.redis_store import RedisStore
 
 SCHEME = "redis-cluster://"
+CONFIRMED_TEXTS = 1_000_000  # strings an appender remembers as confirmed before it clears the memory
 # What a cluster in failover raises: retried (after the topology is read again) until `retry_s`.
 _TRANSIENT = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, redis.exceptions.ClusterDownError,
               redis.exceptions.MovedError, redis.exceptions.AskError, redis.exceptions.TryAgainError,
@@ -66,6 +67,7 @@ class ClusterStore(RedisStore):
                  prefix: str = "dare:histories:", timeout: float = 5.0, fields=None, string_ids: bool | None = None,
                  wait_replicas: int = 0, retry_s: float = 30.0):
         self.wait_replicas, self.retry_s = int(wait_replicas), float(retry_s)
+        self._confirmed_texts: set[str] = set()  # (strings whose codes this store saw confirmed)
         self.retried = 0  # transient errors ridden through, for the programs' last line
         startup_nodes(url)  # (a malformed URL: its own line)
         try:
@@ -121,19 +123,33 @@ class ClusterStore(RedisStore):
         return self._retrying(lambda: self._intern_confirmed(texts))
 
     def _intern_confirmed(self, texts: list[str]) -> np.ndarray:
+        """New codes written and confirmed; codes read that this store has not confirmed
+        before (another appender may have written them and not yet had its WAIT answered,
+        or died before it) confirmed too: a write on the same connection (a counter) then
+        WAIT, which the replication stream's order makes cover the writes read."""
         ids, names, next_id = self._meta("ids"), self._meta("names"), self._meta("next_id")
         with self._connection(ids) as command:
             found = command("HMGET", ids, *texts)
-            created = 0
+            read = len({t for t, code in zip(texts, found) if code is not None} - self._confirmed_texts)
+            made: dict[str, int] = {}
             for i, (text, code) in enumerate(zip(texts, found)):
-                if code is None:
+                if code is None and text not in made:
                     fresh = command("INCR", next_id)
                     command("HSET", names, fresh, text)
                     if not command("HSETNX", ids, text, fresh):
                         code = command("HGET", ids, text)
-                    found[i], created = (fresh if code is None else code), created + 1
-            if created:
-                self._confirmed(command, f"the codes of {created} new strings")
+                    made[text] = fresh if code is None else code
+                found[i] = made.get(text, found[i])
+            created = len(made)
+            if created or read:
+                if not created:
+                    command("INCR", self._meta("confirmations"))
+                what = " and ".join(([f"{created} new strings"] if created else [])
+                                    + ([f"{read} strings already written"] if read else []))
+                self._confirmed(command, f"the codes of {what}")
+                if len(self._confirmed_texts) > CONFIRMED_TEXTS:
+                    self._confirmed_texts.clear()
+                self._confirmed_texts.update(texts)
             return np.array([int(c) for c in found], np.int64)
 
     @contextlib.contextmanager
