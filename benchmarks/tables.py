@@ -257,6 +257,11 @@ TABLES = {
         "each fault under the load above (the cluster, two stand-ins) with an appender acknowledging each click on "
         "its master and one replica: recommendations served and failed, clicks acknowledged, lost and held twice, "
         "and the seconds from the kill until recommendations and appends answer within twice their p99 before it"),
+    ("bench_recommend", "rows"): (
+        ["call", "seconds", "tensorflow_first_seconds", "ratio"],
+        "one command-line call of the serving programs, a new process each (median of 5 after one unmeasured), "
+        "through the stand-in server on this machine (docs/serving.md's walkthrough: DARE and the retrieval model, "
+        "the histories in LMDB): wall seconds, the same call with TensorFlow imported first, and their ratio"),
     ("bench_windows", "rows"): (
         ["method", "examples_per_s", "bound_examples_per_s", "measured_over_bound"],
         "a training batch's history windows (L=200, batch 2048, items and categories, a store of 20M clicks) "

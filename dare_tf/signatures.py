@@ -118,6 +118,10 @@ RANK_REQUEST_INPUTS = {HIST_ITEMS: 2, HIST_CATEGORIES: 2, HIST_LENGTH: 1, CANDID
                CANDIDATE_COUNT: 1}
 # Rows (first-dimension entries) of one request and of one merged batch: the
 # exported batching_parameters.txt's max_batch_size and the stand-in's default.
+# The retrieval export's `sources` output: what placed each candidate, one of its sources
+# (`dare_tf.retrieval.candidates`), the filler (no source proposed it) or the user's own clicks.
+CANDIDATE_SOURCES = ("two_tower", "popularity", "recent_categories")
+CANDIDATE_ORIGINS = (*CANDIDATE_SOURCES, "filler", "seen")
 MAX_BATCH_SIZE = 256
 # Candidates per user a `rank` request may carry (serving.export --max_candidates).
 MAX_CANDIDATES = 1000

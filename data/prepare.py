@@ -37,7 +37,7 @@ from absl import app, flags
 
 import dare_tf.cli
 from dare_tf.data.logs.formats import FILE_FORMATS, FORMATS, LogFormat, log_format_of
-from dare_tf.data.preparation.protocol import Protocol
+from dare_tf.data.preparation.protocol import Protocol, choices_line
 from dare_tf.data.logs.reader import MAX_BAD_SHARE
 from dare_tf.data.preparation.in_memory import prepare
 from dare_tf.data.preparation.prepared import MAX_BUCKETS
@@ -184,6 +184,9 @@ def main(argv):
                      f", {f['name']} ({f['vocabulary'] - 2} values)" for f in spec.fields)
     print(f"{FLAGS.output_dir}: {spec.users} users, {spec.num_items - 2} items, "
           f"{spec.num_categories - 2} categories{fields}, examples {spec.counts}, {spec.partitions} partitions")
+    choices = choices_line(spec.source.get("users_by_clicks"), protocol, spec.users)
+    if choices:  # (fewer than half of the log's users kept: what lower settings would keep)
+        print(choices)
     if fmt.action_field:
         print(action_counts(fmt, spec))
 

@@ -180,7 +180,7 @@ def main(configuration):
     command, request = configuration
     if command == "recommend":
         return recommend(request)
-    if _over_grpc(configuration):
+    if FLAGS.metadata or not FLAGS.rest_url:  # (gRPC)
         from dare_tf.serving.client import ServingClient
 
         client = ServingClient(FLAGS.server, FLAGS.model_name, timeout=FLAGS.timeout, retries=FLAGS.retries)
@@ -242,14 +242,8 @@ def _one_line_rpc_errors(configuration):
         raise ValueError(f"{FLAGS.server}: {e.code().name}: {e.details()}") from e
 
 
-def _over_grpc(configuration) -> bool:
-    """Whether the command talks gRPC (whose protos load TensorFlow): all but a
-    `--rest_url` predict."""
-    return configuration[0] == "recommend" or FLAGS.metadata or not FLAGS.rest_url
-
-
 def run():
-    dare_tf.cli.run(_one_line_rpc_errors, configure=_command, models=False, tensorflow=_over_grpc)
+    dare_tf.cli.run(_one_line_rpc_errors, configure=_command, models=False, tensorflow=False)
 
 
 if __name__ == "__main__":

@@ -14,17 +14,19 @@ to train a model."""
 
 import os
 import re
-import socket
 import sys
 
 import pytest
 
+from dare_tf.testing.redis_cluster import free_port
 from tests.conftest import REPO, USER_ENV
 from tests.programs import run_script
 
 DOCS = os.path.join(REPO, "docs")
 MARK = re.compile(r"^<!-- guide-test: (?P<name>[\w-]+)(?: file=(?P<file>\S+))? -->$")
-GUIDE_PORT = "8500"
+# The guides' ports: the model servers' (gRPC) and the one-machine Redis Cluster's (each node's
+# bus port 10,000 above it), replaced by free ones.
+GUIDE_PORTS = ("8500", "8510", "7000", "7001", "7002", "7003", "7004", "7005")
 
 
 def walkthroughs() -> dict[str, dict]:
@@ -48,28 +50,28 @@ def walkthroughs() -> dict[str, dict]:
     return found
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def script(walk: dict, ports: dict[str, int]) -> str:
+    """The walkthrough's commands as one bash script, the guides' ports replaced by
+    `ports` (servers waited for on their port, then stopped)."""
+    def wait(port: int) -> str:
+        return (f'"{sys.executable}" -c "import socket, time, sys\n'
+                'for _ in range(600):\n'
+                '    try:\n'
+                f'        socket.create_connection((\'127.0.0.1\', {port}), 1).close(); sys.exit(0)\n'
+                '    except OSError: time.sleep(0.1)\n'
+                'sys.exit(1)"')
 
-
-def script(walk: dict, port: int) -> str:
-    """The walkthrough's commands as one bash script (servers waited for, then stopped)."""
-    wait = (f'"{sys.executable}" -c "import socket, time, sys\n'
-            'for _ in range(600):\n'
-            '    try:\n'
-            f'        socket.create_connection((\'127.0.0.1\', {port}), 1).close(); sys.exit(0)\n'
-            '    except OSError: time.sleep(0.1)\n'
-            'sys.exit(1)"')
-    out = ["set -euo pipefail", "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT"]
+    # (at the end the servers get SIGTERM, then SIGKILL: a Redis replica ignores SIGTERM while it writes
+    # its first append-only file)
+    out = ["set -euo pipefail",
+           "trap 'kill $(jobs -p) 2>/dev/null; sleep 1; kill -9 $(jobs -p) 2>/dev/null || true' EXIT"]
     for block in walk["commands"]:
-        text = block.replace(f"localhost:{GUIDE_PORT}", f"localhost:{port}").replace(
-            f"--port={GUIDE_PORT}", f"--port={port}")
+        text = re.sub(r"(?<!\d)(" + "|".join(ports) + r")(?!\d)", lambda m: str(ports[m.group(1)]), block)
         for command in re.split(r"(?<!\\)\n", text):
             out.append(command)
             if not command.lstrip().startswith("#") and re.search(r"&\s*(#.*)?$", command):
-                out.append(wait)
+                named = re.search(r"--port[= ](\d+)", command)
+                out.append(wait(int(named.group(1)) if named else ports[GUIDE_PORTS[0]]))
     return "\n".join(out) + "\n"
 
 
@@ -91,7 +93,10 @@ def test_a_guides_walkthrough_runs_as_written(name, tmp_path):
         (tmp_path / path).write_text(text)
     env = dict(USER_ENV, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
                PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3")
-    done = run_script(script(walk, _free_port()), cwd=str(tmp_path), env=env, timeout=900)
+    ports: dict[str, int] = {}
+    for guide_port in GUIDE_PORTS:  # (free, and so are their bus ports: redis-server's cluster bus)
+        ports[guide_port] = free_port(set(ports.values()))
+    done = run_script(script(walk, ports), cwd=str(tmp_path), env=env, timeout=900)
     output = done.stdout + done.stderr
     assert done.returncode == 0, f"docs/{walk['doc']} ({name}):\n{output[-4000:]}"
     assert "too few to train a model" not in output, output[-4000:]
@@ -112,6 +117,16 @@ def test_a_guides_walkthrough_runs_as_written(name, tmp_path):
         # candidates (the recent-categories source's floor) and move the ranker's top ten.
         counts = re.findall(r"^the 200 candidates: .*; (\d+) of the newest click's category (C\d+)$", done.stdout,
                             re.M)
-        assert len(counts) == 2 and counts[1][1] == "C0007" and int(counts[1][0]) > 0, counts
+        assert len(counts) == 4 and counts[1][1] == "C0007" and int(counts[1][0]) > 0, counts
         tables = re.findall(r"^\| (\d+) \| (SKU\d+) \| (C\d+) \|", done.stdout, re.M)
-        assert len(tables) == 20 and tables[:10] != tables[10:] and "C0007" in {c for _, _, c in tables[10:]}, tables
+        assert len(tables) == 40 and tables[:10] != tables[10:20] and "C0007" in {c for _, _, c in tables[10:20]}, (
+            tables)
+        # Issue 69 (6): the one-machine fleet (docs/serving.md, "A fleet"): the histories loaded into a
+        # local Redis Cluster, recommend over two model servers, a live click acknowledged by a replica.
+        fleet = re.findall(r"^user U000001: (\d+) clicks in redis-cluster://127\.0\.0\.1:\d+; the newest: (.*)$",
+                           done.stdout, re.M)
+        assert len(fleet) == 2 and int(fleet[0][0]) == int(read[1][0]) - 3 and int(fleet[1][0]) == int(
+            fleet[0][0]) + 1, (fleet, read)
+        assert fleet[0][1] == read[0][1] and fleet[1][1].startswith("item SKU0000661, category C0007, "), fleet
+        assert ("acknowledged: each user's clicks on the master of its slot and on 1 of its replicas (WAIT 1)"
+                in done.stdout + done.stderr), done.stdout[-3000:]

@@ -47,10 +47,12 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-SOURCES = ("two_tower", "popularity", "recent_categories")
-# What placed a merged candidate (`CandidateMerger.merge(with_origins=True)`): a
-# source, the filler (no source proposed it), or the user's own clicks.
-ORIGINS = (*SOURCES, "filler", "seen")
+from dare_tf.signatures import CANDIDATE_ORIGINS, CANDIDATE_SOURCES
+
+# The sources, and what placed a merged candidate (`CandidateMerger.merge(with_origins=True)`):
+# a source, the filler (no source proposed it), or the user's own clicks; owned by
+# `dare_tf.signatures` (the retrieval export's `sources` output, read without TensorFlow).
+SOURCES, ORIGINS = CANDIDATE_SOURCES, CANDIDATE_ORIGINS
 RECENT_CATEGORIES = 3
 
 

@@ -1,5 +1,6 @@
 """gRPC client of a served DARE-family model (TF Serving's PredictionService,
-through tensorflow-serving-api's protos, which load TensorFlow): `predict`,
+through tensorflow-serving-api's protos, loaded without TensorFlow's runtime by
+`dare_tf.serving.protos`): `predict`,
 `explain`, `rank`, Classify, Regress and the model's metadata. The request
 tensors and the answers are `dare_tf.serving.encoding`'s; the REST transport is
 `dare_tf.serving.rest`.
@@ -19,11 +20,11 @@ from typing import Sequence
 
 import grpc
 import numpy as np
-import tensorflow as tf
-from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2, predict_pb2,
-                                     prediction_service_pb2_grpc, regression_pb2)
 
 from dare_tf._faces import public
+from dare_tf.serving import protos
+from dare_tf.serving.protos import (classification_pb2, example_pb2, feature_pb2, get_model_metadata_pb2, predict_pb2,
+                                    prediction_service_pb2_grpc, regression_pb2)
 from dare_tf.data.storage.schema import MODEL_INPUTS, input_role
 from dare_tf.ids import as_ids
 from dare_tf.serving.encoding import in_own_history, rank_results, rank_tensors, request_tensors, row_errors
@@ -74,7 +75,7 @@ def channel_target(servers: str) -> tuple[str, list[tuple[str, object]]]:
 
 @public("dare_tf.serving")
 def make_example(target_item: int, target_category: int, hist_items: Sequence[int],
-                 hist_categories: Sequence[int], fields: dict | None = None) -> tf.train.Example:
+                 hist_categories: Sequence[int], fields: dict | None = None) -> example_pb2.Example:
     """The tf.Example the `classify` and `regress` signatures parse (`fields`: a
     model's further fields by input name, `target_<field>` a value and
     `hist_<field>` a list beside `hist_items`)."""
@@ -83,10 +84,11 @@ def make_example(target_item: int, target_category: int, hist_items: Sequence[in
     def feature(name, v):
         ids = as_ids(name, v).reshape(-1)
         if ids.dtype == object:  # (string ids)
-            return tf.train.Feature(bytes_list=tf.train.BytesList(value=[i.encode() for i in ids]))
-        return tf.train.Feature(int64_list=tf.train.Int64List(value=ids.tolist()))
+            return feature_pb2.Feature(bytes_list=feature_pb2.BytesList(value=[i.encode() for i in ids]))
+        return feature_pb2.Feature(int64_list=feature_pb2.Int64List(value=ids.tolist()))
 
-    return tf.train.Example(features=tf.train.Features(feature={name: feature(name, v) for name, v in values.items()}))
+    return example_pb2.Example(features=feature_pb2.Features(
+        feature={name: feature(name, v) for name, v in values.items()}))
 
 
 @public("dare_tf.serving")
@@ -138,9 +140,9 @@ class ServingClient:
         request = predict_pb2.PredictRequest()
         self._spec(request.model_spec, signature)
         for name, value in inputs.items():
-            request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
+            request.inputs[name].CopyFrom(protos.tensor_proto(value))
         response = self._call(self.stub.Predict, request)
-        return row_errors(signature, {k: tf.make_ndarray(v) for k, v in response.outputs.items()})
+        return row_errors(signature, {k: protos.to_array(v) for k, v in response.outputs.items()})
 
     def predict(self, target_items, target_categories, hist_items, hist_categories,
                 signature: str = SERVING_DEFAULT, fields: dict | None = None) -> dict:
@@ -171,7 +173,7 @@ class ServingClient:
         for example in examples:
             request.input.example_list.examples.add().CopyFrom(example)
 
-    def classify(self, examples: Sequence[tf.train.Example], signature: str = CLASSIFY) -> np.ndarray:
+    def classify(self, examples: Sequence[example_pb2.Example], signature: str = CLASSIFY) -> np.ndarray:
         """Scores `[B, 2]` (no click, click) through the Classify API."""
         request = classification_pb2.ClassificationRequest()
         self._spec(request.model_spec, signature)
@@ -179,7 +181,7 @@ class ServingClient:
         response = self._call(self.stub.Classify, request)
         return np.array([[c.score for c in row.classes] for row in response.result.classifications])
 
-    def regress(self, examples: Sequence[tf.train.Example], signature: str = REGRESS) -> np.ndarray:
+    def regress(self, examples: Sequence[example_pb2.Example], signature: str = REGRESS) -> np.ndarray:
         """Click probabilities `[B]` through the Regress API."""
         request = regression_pb2.RegressionRequest()
         self._spec(request.model_spec, signature)
@@ -205,7 +207,7 @@ class ServingClient:
         response = self._metadata()
         signatures = get_model_metadata_pb2.SignatureDefMap()
         response.metadata["signature_def"].Unpack(signatures)
-        describe = lambda m: {k: tf.dtypes.as_dtype(v.dtype).name for k, v in m.items()}  # noqa: E731
+        describe = lambda m: {k: protos.dtype_name(v.dtype) for k, v in m.items()}  # noqa: E731
         return {"model": response.model_spec.name, "version": int(response.model_spec.version.value),
                 "signatures": {name: {"method": d.method_name, "inputs": describe(d.inputs),
                                       "outputs": describe(d.outputs)}
@@ -224,13 +226,21 @@ class LocalModel:
         if not os.path.exists(os.path.join(self.path, "saved_model.pb")):
             raise FileNotFoundError(f"{path}: neither a SavedModel nor a directory of numeric versions")
         self.model_name = model_name or os.path.basename(os.path.dirname(self.path) if found else self.path)
+        import tensorflow as tf
+
         self.module = tf.saved_model.load(self.path)
 
     def predict_tensors(self, inputs: dict[str, np.ndarray], signature: str = SERVING_DEFAULT) -> dict:
+        """As the client's; a request the signature refuses is a ValueError."""
+        import tensorflow as tf
+
         if signature not in self.module.signatures:
             raise ValueError(f"{self.path}: no signature {signature!r} (has {sorted(self.module.signatures)})")
         function = self.module.signatures[signature]
-        outputs = function(**{k: tf.constant(v) for k, v in inputs.items()})
+        try:
+            outputs = function(**{k: tf.constant(v) for k, v in inputs.items()})
+        except tf.errors.InvalidArgumentError as e:
+            raise ValueError(str(e)) from None
         return row_errors(signature, {k: v.numpy() for k, v in outputs.items()})
 
 
@@ -244,7 +254,7 @@ def dataset_of(model, role: str) -> dict:
         try:
             out = model.predict_tensors({"item_ids": np.zeros([1], np.int64)}, DATASET_SIGNATURE)
             strings = False
-        except (grpc.RpcError, TypeError, ValueError, tf.errors.InvalidArgumentError) as e:
+        except (grpc.RpcError, TypeError, ValueError) as e:
             if "string" not in (e.details() if isinstance(e, grpc.RpcError) else str(e)):
                 raise
             # An export of string ids (`--string_ids`) takes its ids as strings.

@@ -17,7 +17,8 @@ from dare_tf._faces import public
 from dare_tf.data.storage.schema import (CANDIDATE_CATEGORIES, CANDIDATE_ITEMS, HIST_CATEGORIES, HIST_ITEMS,
     TARGET_CATEGORY, TARGET_ITEM, input_role)
 from dare_tf.ids import as_ids
-from dare_tf.signatures import CANDIDATE_COUNT, HIST_LENGTH, RANK, ROW_ERROR, with_width_column
+from dare_tf.signatures import (CANDIDATE_COUNT, CANDIDATE_SOURCES, HIST_LENGTH, RANK, ROW_ERROR,
+                                with_width_column)
 
 
 class TooManyCandidates(ValueError):
@@ -226,12 +227,10 @@ def history_line(user_id, history, url: str) -> str:
 def candidates_line(counts: dict) -> str:
     """`recommend`'s second line: what the candidates hold (`candidate_counts`), so
     that a live click shows in them even where the ranker's top does not move."""
-    from dare_tf.retrieval.candidates import SOURCES
-
     sources = counts.get("sources")
     line = f"the {counts['n']} candidates"
     if sources is not None:
-        named = [*SOURCES, *sorted(set(sources) - set(SOURCES))]
+        named = [*CANDIDATE_SOURCES, *sorted(set(sources) - set(CANDIDATE_SOURCES))]
         line += ": " + ", ".join(f"{sources.get(name, 0)} {name}" for name in named)
     if "newest_category" in counts:
         line += (f"{';' if sources is not None else ':'} {counts['in_newest_category']} of the newest click's "

@@ -18,7 +18,6 @@ import time
 
 import grpc
 import numpy as np
-import tensorflow as tf
 
 from dare_tf._faces import public
 from dare_tf.data.storage.fields import FieldSchema
@@ -78,7 +77,7 @@ class Recommender:
         model's first `n` candidates by the ranker's click probability:
         `items`, `categories`, `probability`, `retrieval_rank` (1 = the
         retrieval model's first), `retrieval_score` and `source` (what placed
-        the candidate: `dare_tf.retrieval.candidates.ORIGINS`; absent from an
+        the candidate: `dare_tf.signatures.CANDIDATE_ORIGINS`; absent from an
         export older than it); with `explain`, also the ranker's
         `history_index` `[top, K]` (index into `hist_items`, -1 for none) and
         `attention_weight` `[top, K]`. An empty or all-padding history is
@@ -122,7 +121,7 @@ class Recommender:
         try:
             known = self.ranker.predict_tensors({"item_ids": hist_items[real], "category_ids": hist_categories[real]},
                                                 VOCABULARY)
-        except (grpc.RpcError, ValueError, tf.errors.InvalidArgumentError):
+        except (grpc.RpcError, ValueError):
             return None
         item_known, category_known = (np.asarray(known[k], bool) for k in ("item_known", "category_known"))
         newest = real[-1]

@@ -20,7 +20,7 @@ from dare_tf.testing.redis_server import redis_server_binary
 SLOTS = 16384
 
 
-def _free_port(taken: set[int] = frozenset()) -> int:
+def free_port(taken: set[int] = frozenset()) -> int:
     """A free port whose cluster bus port (10,000 higher) is free too, neither of them
     one of the `taken` ports or their bus ports: at most 55535."""
     import random
@@ -49,7 +49,7 @@ class RedisCluster:
         self.node_timeout_ms, self.start_timeout_s = node_timeout_ms, start_timeout_s
         self.ports: list[int] = []
         for _ in range(masters * (1 + replicas)):
-            self.ports.append(_free_port(set(self.ports)))
+            self.ports.append(free_port(set(self.ports)))
         self.processes: dict[int, subprocess.Popen] = {}
         self._met_at: dict[int, float] = {}
 

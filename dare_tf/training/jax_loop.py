@@ -122,11 +122,13 @@ class JaxSeedRun:
             callbacks.append(AppendHistory(self.run_dir, self.plan.steps_per_epoch, self.started,
                                            self.report if cfg.runtime.verbose == 2 else None))
             callbacks.append(TensorBoardScalars(os.path.join(self.run_dir, "tensorboard"), cfg.runtime.log_every))
+            title = (f"{cfg.preset} on {os.path.basename(os.path.normpath(self.data_dir))} (JAX, "
+                     f"{self.placement.describe()}), seed {cfg.seeds.index(self.seed) + 1} of {len(cfg.seeds)} "
+                     f"(seed {self.seed})")  # (the devices and the mesh a run uses, said as it starts)
             if cfg.runtime.verbose == 1:
-                callbacks.append(RunProgress(
-                    f"{cfg.preset} on {os.path.basename(os.path.normpath(self.data_dir))} (JAX, "
-                    f"{self.placement.describe()}), seed {cfg.seeds.index(self.seed) + 1} of {len(cfg.seeds)} "
-                    f"(seed {self.seed})", self.plan.total_steps, self._print))
+                callbacks.append(RunProgress(title, self.plan.total_steps, self._print))
+            elif cfg.runtime.verbose == 2:
+                self._print(title)
         for callback in callbacks:
             callback.set_model(self.model)
         return callbacks

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from absl import app
 
-from dare_tf.cli import define_flags, flag_message, flag_values
+from dare_tf.cli import define_flags, field_docs, flag_message, flag_values
 
 _TRAIN_RENAME = {"preset": "model"}
 # Fields a run derives from the dataset and the strategy, not from flags (--max_len
@@ -59,3 +59,25 @@ def train_config_from_flags(**fields):
         return train.TrainConfig.create(**flat)
     except ValueError as e:
         raise app.UsageError(flag_message(str(e), _TRAIN_RENAME)) from e
+
+
+def unread_by(backend: str) -> tuple[str, ...]:
+    """The flags the trainer on `backend` (`tensorflow`, `jax`) does not read: the
+    `RuntimeConfig` fields documented for the other engine only (`name (JAX):`,
+    `name (TensorFlow):`)."""
+    from dare_tf.training import config as train
+
+    other = "(JAX)" if backend == "tensorflow" else "(TensorFlow)"
+    return tuple(name for name, doc in field_docs(train.RuntimeConfig).items() if doc.startswith(other))
+
+
+def read_by(backend: str, flags_text: str) -> str:
+    """`flags_text` (`--name=value`, `--name`, `--noname` lines) less the flags
+    the trainer on `backend` does not read (`unread_by`): the run's flags.txt."""
+    unread = set(unread_by(backend))
+
+    def name(line: str) -> str:
+        flag = line[2:].split("=", 1)[0].strip()
+        return flag[2:] if flag.startswith("no") and flag[2:] in unread else flag
+
+    return "".join(line for line in flags_text.splitlines(keepends=True) if name(line) not in unread)

@@ -23,7 +23,8 @@ def train(data_dir: str, output_dir: str, config: TrainConfig, overwrite: bool =
 
     `report` receives the progress lines (`verbose` 1 and 2); `flags_text`, the
     program's effective flags, is written to `output_dir/flags.txt` (a flagfile
-    that reproduces the run)."""
+    that reproduces the run), less those of the other engine (`--cpu_devices` and
+    `--jit_compile` on JAX, `--compilation_cache` on TensorFlow)."""
     import keras
 
     backend = keras.backend.backend()
@@ -35,4 +36,8 @@ def train(data_dir: str, output_dir: str, config: TrainConfig, overwrite: bool =
         raise ValueError(f"the trainer runs on Keras's TensorFlow or JAX backend; KERAS_BACKEND is {backend!r}: "
                          "set it to jax or unset it, or train with DareModel's own compile/fit on that backend "
                          "(docs/library.md)")
+    if flags_text is not None:
+        from dare_tf.training.program_flags import read_by
+
+        flags_text = read_by(backend, flags_text)
     return engine(data_dir, output_dir, config, overwrite, report, flags_text)

@@ -77,9 +77,12 @@ def per_seed(out):
 @pytest.fixture(scope="module")
 def jax_run(taobao, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("jax_run") / "dare")
-    done = train_on_jax(taobao, out, f"--compilation_cache={out}_cache", then=PREDICT)
+    done = train_on_jax(taobao, out, f"--compilation_cache={out}_cache", "--verbose=2", then=PREDICT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "tensorflow loaded: False", done.stdout[-2000:]
+    # Issue 69 (8): the run names its devices (and a mesh, with several) as it starts, at --verbose=2 too.
+    assert (f"dare on {os.path.basename(taobao)} (JAX, one device, cpu), seed 1 of 1 (seed 0)"
+            in done.stdout.splitlines()), done.stdout[-3000:]
     return out
 
 
@@ -93,6 +96,10 @@ def test_the_trainer_on_jax_writes_a_tensorflow_runs_directory_without_tensorflo
                                                                                          "ckpt-76.npz"]
     history = [json.loads(line) for line in open(f"{seed}/history.jsonl")]
     assert [h["step"] for h in history] == [10, 20, 30, 40, 50, 60, 70, 76]
+    # Issue 69 (8): flags.txt holds the flags this engine read, not TensorFlow's --cpu_devices/--jit_compile.
+    flags_txt = open(os.path.join(jax_run, "flags.txt")).read().splitlines()
+    assert f"--compilation_cache={jax_run}_cache" in flags_txt, flags_txt
+    assert not [line for line in flags_txt if "cpu_devices" in line or "jit_compile" in line], flags_txt
     result = per_seed(jax_run)
     assert result["steps"] == 76 and result["best_step"] in [h["step"] for h in history if h["best"]]
     assert result["val"] == next(h["val"] for h in history if h["step"] == result["best_step"])

@@ -200,6 +200,7 @@ def test_trainer_flag_file_reruns_the_run(taobao, tmp_path):
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     flags_txt = open(os.path.join(out, "flags.txt")).read()
     assert "--max_steps=3" in flags_txt and "--model=dare" in flags_txt and "--nojit_compile" in flags_txt
+    assert "--compilation_cache" not in flags_txt  # (JAX's: the engine that ran did not read it)
     lines = flags_txt.splitlines()
     assert all(line.startswith("--") for line in lines) and len(lines) == len(set(lines))
     for absl_own in ("--test_tmpdir", "--stderrthreshold", "--flagfile", "--overwrite", "--debug", "--helpfull"):

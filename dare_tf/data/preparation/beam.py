@@ -52,7 +52,8 @@ from dare_tf.data.preparation.catalogue import clicks_by_day
 from dare_tf.data.preparation.dataset_dir import guard_dataset_dir, write_prepared
 from dare_tf.data.preparation.prepared import (check_compression, layout_fields, log_format, make_spec,
                                                write_field_maps, write_id_maps, write_item_clicks)
-from dare_tf.data.preparation.protocol import Protocol, no_user_qualifies, preparation_id, time_windows
+from dare_tf.data.preparation.protocol import (Protocol, no_user_qualifies, preparation_id, time_windows,
+                                              users_by_clicks)
 from dare_tf.data.storage.fields import column_entries, spec_fields
 
 MANIFEST = ".beam-manifest.json"  # written by the pipeline into the staging directory, read and removed
@@ -134,6 +135,7 @@ def _write_manifest(files, stats_path: str, directory: str, source: dict, last_t
         json.dump({"files": {name: entry for shard in files for name, entry in shard.items()},
                    "num_items": stats.num_items, "num_categories": len(side["categories"]["order"]) + 2,
                    "num_users": stats.num_users, "users": int(len(stats.qualifying)), "longest": side["longest"],
+                   "users_by_clicks": users_by_clicks(side["users"]["clicks"][1:]),  # (row 0: the padding)
                    "last_time": last_time, "vocabularies": {n: len(v) + 2 for n, v in raw_fields.items()},
                    "empty_fields": [n for n, v in raw_fields.items() if len(v) and v.max() < 0], **source}, f)
 
@@ -280,6 +282,7 @@ def prepare(log: str | LogFormat, input_path: str, output_dir: str, protocol: Pr
         entries = spec_fields(column_entries(fmt, manifest["vocabularies"]), protocol.time_gap)
         fields = dict(num_items=manifest["num_items"], num_categories=manifest["num_categories"],
                       num_users=manifest["num_users"], users=manifest["users"],
+                      users_by_clicks=manifest["users_by_clicks"],
                       **layout_fields(protocol, compression, manifest["files"], bounds, entries),
                       **time_windows(protocol, bounds))
         source = dict(path=os.path.abspath(input_path), sha256=plan.sha256, rows=manifest["rows"],

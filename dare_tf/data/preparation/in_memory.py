@@ -24,7 +24,8 @@ from dare_tf.data.logs.reader import MAX_BAD_SHARE, read_log
 from dare_tf.data.storage.spec import SPLITS, DatasetSpec
 from dare_tf.data.storage.shards import STORE_KIND
 
-from dare_tf.data.preparation.protocol import Protocol, no_user_qualifies, preparation_id, time_windows
+from dare_tf.data.preparation.protocol import (Protocol, no_user_qualifies, preparation_id, time_windows,
+                                              users_by_clicks)
 
 
 def build_examples(clicks: Clicks, protocol: Protocol, directory: str, compression: str,
@@ -82,7 +83,7 @@ def build_examples(clicks: Clicks, protocol: Protocol, directory: str, compressi
     write_field_maps(directory, fields.raw, fields.of_item, num_items)
     return dict(num_items=num_items, num_categories=num_categories, num_users=stats.num_users,
                 users=int(len(stats.qualifying)), **layout_fields(protocol, compression, files, fields=field_entries),
-                **time_windows(protocol, bounds))
+                **time_windows(protocol, bounds), users_by_clicks=users_by_clicks(clicks_per_user[1:]))
 
 
 def _last_category(item: np.ndarray, category: np.ndarray, num_items: int) -> np.ndarray:
@@ -142,7 +143,8 @@ def _time_split(directory, user, item, category, times, labels, raw, item_catego
     write_field_maps(directory, fields.raw, fields.of_item, len(raw_items) + 2)
     write_item_clicks(directory, item_clicks)
     return dict(num_items=len(raw_items) + 2, num_categories=len(raw_categories) + 2, num_users=len(raw_users) + 1,
-                users=users, **layout_fields(protocol, compression, files, bounds, field_entries),
+                users=users, users_by_clicks=users_by_clicks(clicks_per_user[1:]),
+                **layout_fields(protocol, compression, files, bounds, field_entries),
                 **time_windows(protocol, bounds))
 
 

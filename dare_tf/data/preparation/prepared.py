@@ -229,6 +229,8 @@ def make_spec(fmt: LogFormat, protocol, source: dict, preparation: str, fields: 
     time) are recorded in its `protocol` beside the split's flags."""
     fields = dict(fields)
     recorded = {**protocol.to_json(), **({"windows": fields.pop("windows")} if "windows" in fields else {})}
+    if "users_by_clicks" in fields:  # (the log's clicks per user: `protocol.choices_line`)
+        source = {**source, "users_by_clicks": fields.pop("users_by_clicks")}
     empty = [split for split in SPLITS if "windows" in recorded and not fields["counts"][split]]
     if empty:
         val, test = (utc_time(recorded["windows"][split]) for split in ("val", "test"))

@@ -113,8 +113,7 @@ class Protocol:
         self.validate(impressions=True)  # the checks of every log; prepare adds those of a click log
 
     def validate(self, impressions: bool = False) -> None:
-        # The earliest train target x_{T-2-stride*(n-1)} (1-based) must have a click before it.
-        earliest = max(2 + self.stride * (self.train_targets - 1), 0)
+        earliest = least_clicks(self.train_targets, self.stride) - 2
         checks = [
             (0 <= self.seed < 2**32, "seed", "must be in [0, 2^32)"),
             (1 <= self.max_len <= MAX_LEN, "max_len", f"must be in [1, {MAX_LEN}]"),
@@ -188,3 +187,49 @@ def time_windows(protocol: Protocol, bounds: tuple[int, int] | None) -> dict:
     if bounds is None:
         return {}
     return {"windows": {"train": None, "val": int(bounds[0]), "test": int(bounds[1])}}
+
+
+def least_clicks(train_targets: int, stride: int) -> int:
+    """The fewest clicks a user of the per-user split needs for `train_targets`
+    targets `stride` clicks apart: the earliest target x_{T-2-stride*(n-1)} (1-based)
+    must have a click before it."""
+    return max(2 + stride * (train_targets - 1), 0) + 2
+
+
+def users_by_clicks(clicks_per_user) -> dict:
+    """The distribution of clicks per user of a log (`{"clicks": [c, ...], "users":
+    [n, ...]}`, ascending): spec.json's `source` keeps it for `choices_line`."""
+    values, users = np.unique(np.asarray(clicks_per_user, np.int64), return_counts=True)
+    return {"clicks": values.tolist(), "users": users.tolist()}
+
+
+def choices_line(distribution: dict | None, protocol: Protocol, kept: int) -> str | None:
+    """Where the protocol kept fewer than half of a log's users (`distribution`:
+    `users_by_clicks`), one line: how many it kept and how many each lower
+    `--train_targets` (with the least `--min_clicks` it allows) or, for
+    `--split=time`, each lower `--min_clicks` would keep; None otherwise."""
+    if not distribution:
+        return None
+    clicks, users = np.asarray(distribution["clicks"]), np.asarray(distribution["users"])
+    total = int(users.sum())
+    if not total or kept * 2 >= total:
+        return None
+    at = lambda share: int(clicks[np.searchsorted(np.cumsum(users), share * total)])  # noqa: E731
+    keeps = lambda least: int(users[clicks >= least].sum())  # noqa: E731
+    options = []
+    if protocol.split == "time":
+        for least in sorted({at(0.5), at(0.25)}, reverse=True):
+            if least < protocol.min_clicks:
+                options.append((f"--min_clicks={least}", keeps(least)))
+    else:
+        targets = protocol.train_targets
+        while True:
+            least = min(protocol.min_clicks, least_clicks(targets, protocol.stride))
+            if keeps(least) > kept and (not options or keeps(least) > options[-1][1]):
+                options.append((f"--train_targets={targets} --min_clicks={least}", keeps(least)))
+            if targets <= 1:
+                break
+            targets //= 2
+    line = (f"kept {kept:,} of the log's {total:,} users (>= --min_clicks={protocol.min_clicks} clicks; the median "
+            f"user has {at(0.5):,})")
+    return line + ("; more with " + ", ".join(f"{flags}: {n:,} users" for flags, n in options) if options else "")

@@ -292,6 +292,34 @@ def test_command_line(tmp_path):
     assert DatasetSpec.load(out).protocol["seed"] == 4
 
 
+def test_a_protocol_that_keeps_under_half_the_users_says_what_lower_settings_keep(tmp_path):
+    """Issue 69 (8): choosing --min_clicks/--train_targets for a log of a median of 40 clicks
+    per user took guessing. Where fewer than half of the log's users are kept, data.prepare
+    says how many each lower --train_targets (with the least --min_clicks it allows: 4 +
+    stride * (targets - 1)) would keep, counted here by hand from the log."""
+    per_user = [5, 10, 12, 20, 30, 40, 50, 60, 100, 250]
+    log = tmp_path / "log.csv"
+    log.write_text("".join(f"{u},{u * 1000 + k},{k % 5 + 1},pv,{1_500_000_000 + k}\n"
+                           for u, n in enumerate(per_user, 1) for k in range(n)))
+    out = tmp_path / "prepared"
+    done = run_program("data.prepare", "--dataset=taobao", f"--input={log}", f"--output_dir={out}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == (
+        "kept 1 of the log's 10 users (>= --min_clicks=210 clicks; the median user has 30); more with "
+        "--train_targets=19 --min_clicks=94: 2 users, --train_targets=9 --min_clicks=44: 4 users, "
+        "--train_targets=4 --min_clicks=19: 7 users, --train_targets=2 --min_clicks=9: 9 users, "
+        "--train_targets=1 --min_clicks=4: 10 users"), done.stdout[-2000:]
+    assert DatasetSpec.load(str(out)).source["users_by_clicks"] == {"clicks": sorted(per_user), "users": [1] * 10}
+    # Half kept or more: nothing said; --split=time: lower --min_clicks at the median and the lower quartile.
+    from dare_tf.data.preparation.protocol import choices_line, users_by_clicks
+
+    distribution = users_by_clicks(per_user)
+    assert choices_line(distribution, Protocol(min_clicks=12, train_targets=2), 8) is None
+    assert choices_line(distribution, Protocol(split="time", min_clicks=100), 2) == (
+        "kept 2 of the log's 10 users (>= --min_clicks=100 clicks; the median user has 30); more with "
+        "--min_clicks=30: 6 users, --min_clicks=12: 8 users")
+
+
 # -- issue 10: never delete what preparation did not write -----------------------------------
 
 def _small(tmp_path):
