@@ -15,6 +15,7 @@ Command line: `python -m serving.client` (serving/client.py).
 from __future__ import annotations
 
 import os
+import sys
 import time
 from typing import Sequence
 
@@ -231,17 +232,21 @@ class LocalModel:
         self.module = tf.saved_model.load(self.path)
 
     def predict_tensors(self, inputs: dict[str, np.ndarray], signature: str = SERVING_DEFAULT) -> dict:
-        """As the client's; a request the signature refuses is a ValueError."""
         import tensorflow as tf
 
         if signature not in self.module.signatures:
             raise ValueError(f"{self.path}: no signature {signature!r} (has {sorted(self.module.signatures)})")
         function = self.module.signatures[signature]
-        try:
-            outputs = function(**{k: tf.constant(v) for k, v in inputs.items()})
-        except tf.errors.InvalidArgumentError as e:
-            raise ValueError(str(e)) from None
+        outputs = function(**{k: tf.constant(v) for k, v in inputs.items()})
         return row_errors(signature, {k: v.numpy() for k, v in outputs.items()})
+
+
+def refusals() -> tuple[type[BaseException], ...]:
+    """What a model's `predict_tensors` raises for a request it refuses: a server's
+    gRPC status, a malformed input, and where TensorFlow is loaded (a `LocalModel`)
+    its InvalidArgumentError (not importing TensorFlow where it is not)."""
+    tf = sys.modules.get("tensorflow")
+    return (grpc.RpcError, TypeError, ValueError) + ((tf.errors.InvalidArgumentError,) if tf is not None else ())
 
 
 def dataset_of(model, role: str) -> dict:
@@ -254,7 +259,7 @@ def dataset_of(model, role: str) -> dict:
         try:
             out = model.predict_tensors({"item_ids": np.zeros([1], np.int64)}, DATASET_SIGNATURE)
             strings = False
-        except (grpc.RpcError, TypeError, ValueError) as e:
+        except refusals() as e:
             if "string" not in (e.details() if isinstance(e, grpc.RpcError) else str(e)):
                 raise
             # An export of string ids (`--string_ids`) takes its ids as strings.

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import time
 
-import grpc
 import numpy as np
 
 from dare_tf._faces import public
@@ -26,7 +25,7 @@ from dare_tf.data.storage.schema import (HIST_CATEGORIES, HIST_ITEMS, HIST_TIME_
 from dare_tf.ids import as_ids
 from dare_tf.serving.encoding import (TooManyCandidates, candidate_tensors, history_tensors,
                                       rank_results, rank_tensors)
-from dare_tf.serving.client import LocalModel, dataset_of  # noqa: F401 (where programs have found them)
+from dare_tf.serving.client import LocalModel, dataset_of, refusals  # noqa: F401 (where programs have found them)
 from dare_tf.signatures import ITEM_FIELDS, RANK, RANK_EXPLAIN, VOCABULARY
 
 
@@ -121,7 +120,7 @@ class Recommender:
         try:
             known = self.ranker.predict_tensors({"item_ids": hist_items[real], "category_ids": hist_categories[real]},
                                                 VOCABULARY)
-        except (grpc.RpcError, ValueError):
+        except refusals():
             return None
         item_known, category_known = (np.asarray(known[k], bool) for k in ("item_known", "category_known"))
         newest = real[-1]
