@@ -194,13 +194,18 @@ def main(argv):
 def action_counts(fmt, spec) -> str:
     """What each action contributed to the stored histories (`--action_field`)."""
     from dare_tf.data.logs.formats import ACTION_FIELD
+    from dare_tf.data.storage.fields import field_id_file
+    from dare_tf.data.storage.id_maps import read_id_file
     from dare_tf.data.storage.store import SequenceStore
 
-    codes = np.bincount(SequenceStore.load(FLAGS.output_dir, spec).fields[ACTION_FIELD],
-                        minlength=len(fmt.actions) + 1)
+    # The field's dense ids follow the actions' first appearance in the log; its id map gives each
+    # one's raw code, the action's place in --actions (1-based).
+    raw = [int(code) for code in read_id_file(os.path.join(FLAGS.output_dir, field_id_file(ACTION_FIELD)))]
+    dense = np.bincount(SequenceStore.load(FLAGS.output_dir, spec).fields[ACTION_FIELD], minlength=len(raw) + 1)
+    by_code = {code: int(dense[k]) for k, code in enumerate(raw, 1)}
+    role = {fmt.click: " (the clicks: examples and history)"}
     return "the histories' clicks by action: " + ", ".join(
-        f"{name} {int(codes[i + 1])}" + (" (the clicks: examples and history)" if name == fmt.click else " (history)")
-        for i, name in enumerate(fmt.actions))
+        f"{name} {by_code.get(i + 1, 0)}{role.get(name, ' (history)')}" for i, name in enumerate(fmt.actions))
 
 
 def run():

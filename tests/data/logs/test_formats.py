@@ -530,6 +530,7 @@ def test_a_custom_logs_carts_and_buys_are_behaviours_with_their_action_as_a_fiel
 
     rng = np.random.default_rng(0)
     kinds = rng.choice(["view", "cart", "buy"], 40 * 60, p=[0.8, 0.15, 0.05])
+    kinds[:3] = ["buy", "view", "cart"]  # (a buy first: the field's dense ids follow first appearance, not --actions)
     times = 1_700_000_000 + np.cumsum(rng.integers(30, 600, 40 * 60))
     log = tmp_path / "shop.csv"
     log.write_text("".join(f"{u // 60 + 1},{rng.integers(1, 200)},{rng.integers(1, 12)},{k},{t}\n"
@@ -541,7 +542,9 @@ def test_a_custom_logs_carts_and_buys_are_behaviours_with_their_action_as_a_fiel
     assert done.returncode == 0, done.stderr
     spec = DatasetSpec.load(out)
     codes = SequenceStore.load(out, spec).fields["action"]
-    counts = {name: int((codes == i + 1).sum()) for i, name in enumerate(("view", "cart", "buy"))}
+    raw = (tmp_path / "shop" / "action_ids.txt").read_text().split()  # (dense id k's raw code: its --actions place)
+    assert raw == ["3", "1", "2"]
+    counts = {name: int((codes == raw.index(str(i + 1)) + 1).sum()) for i, name in enumerate(("view", "cart", "buy"))}
     assert counts == {name: int((kinds == name).sum()) for name in counts}  # every row of every kind, once
     assert done.stdout.strip().splitlines()[-1] == (
         f"the histories' clicks by action: view {counts['view']} (the clicks: examples and history), cart "
