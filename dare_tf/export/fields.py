@@ -49,7 +49,8 @@ class ServedFields:
                 self.examples[field.name] = 0
             else:
                 path = os.path.join(data_dir, field_id_file(field.name))
-                strings = spec.string_ids and not field.history_only  # (`--string_ids`: an action is a code)
+                # (`--string_ids`: every field's raw values are text, the action's its code as text: "2")
+                strings = spec.string_ids
                 self.tables[field.name] = id_table(path, field.vocabulary - 1, strings)
                 raw = np.array(read_id_file(path), object if strings else np.int64)
                 self.examples[field.name] = raw[0] if strings else int(raw[0])

@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from dare_tf.data.logs.formats import ACTION_FIELD
 from dare_tf.data.storage.fields import field_id_file
 from dare_tf.data.preparation.dataset_dir import verify_tables
 from dare_tf.data.storage.spec import DatasetSpec
@@ -143,7 +144,10 @@ def _in_store_codes(store: HistoryStore, read):
 
     def recoded(role, codes):
         distinct, inverse = np.unique(codes, return_inverse=True)
-        return store.codes(role, read.raw(role, distinct))[inverse]
+        values = read.raw(role, distinct)
+        if role == ACTION_FIELD:  # (an action is its code, kept as text as `load` reads it from the id map: "2")
+            values = [str(int(code)) for code in values]
+        return store.codes(role, values)[inverse]
 
     return dataclasses.replace(read, user=recoded("user", read.user), item=recoded("item", read.item),
                                category=recoded("category", read.category),

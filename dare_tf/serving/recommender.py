@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from dare_tf._faces import public
-from dare_tf.data.storage.fields import FieldSchema
+from dare_tf.data.storage.fields import HISTORY_ONLY, FieldSchema
 from dare_tf.data.storage.schema import (HIST_CATEGORIES, HIST_ITEMS, HIST_TIME_GAP, candidate_feature,
     history_feature)
 from dare_tf.ids import as_ids
@@ -61,7 +61,7 @@ class Recommender:
         ranker = dataset_of(self.ranker, "ranking")
         theirs, self.fields, self.strings = ranker["id_maps"], ranker["fields"], ranker["strings"]
         self.max_len, self.notes = ranker["max_len"], ranker["notes"]
-        self.schema = FieldSchema(tuple({"name": name} for name in self.fields))
+        self.schema = self.field_schema(self.fields)
         if mine != theirs:
             raise ValueError(
                 f"the retrieval model {self.retrieval.model_name!r} and the ranker {self.ranker.model_name!r} "
@@ -184,9 +184,15 @@ class Recommender:
                              + "; ".join([f"give {', '.join(missing)}"] * bool(missing)
                                          + [f"it has no {', '.join(extra)}"] * bool(extra)))
 
+    @staticmethod
+    def field_schema(names) -> FieldSchema:
+        """The ranker's fields by name (its `dataset` signature's), those without an
+        item value (the time gap, the action) history only."""
+        return FieldSchema(tuple({"name": name, "history_only": name in HISTORY_ONLY} for name in names))
+
     def _candidate_fields(self, candidates) -> dict:
         """The candidates' field inputs (`candidate_<name>`, one list), from the ranker's `item_fields`."""
-        if not self.schema.columns:
+        if not self.schema.inputs("candidate"):  # (no field with an item's value: none, or the action alone)
             return {}
         values = self.ranker.predict_tensors({"item_ids": np.asarray(candidates, object if self.strings
                                                                      else np.int64)}, ITEM_FIELDS)

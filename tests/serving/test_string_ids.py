@@ -252,3 +252,59 @@ def test_a_string_id_retrieval_export_is_its_run_in_strings_and_recommend_answer
     assert isinstance(user, str) and history.lengths[0] > 0
     assert all(isinstance(i, str) and i.startswith("SKU") for i in result["items"])
     assert set(result["source"]) <= {"two_tower", "popularity", "recent_categories", "filler", "seen"}
+
+
+def test_an_action_field_of_string_ids_exports_loads_appends_and_ranks(tmp_path):
+    """Found running a shop log end to end (issue 69): with `--string_ids` and `--action_field`,
+    the export built an integer table for the action while its input was a string, and failed
+    (`'IdTable' object has no attribute 'stand_in'`); `serving.histories append --action_field`
+    to a string store refused the action (`action: 2 is not a string`); and `recommend` asked
+    the ranker for the candidates' fields though the action has no item value (`Serving
+    signature key "item_fields" not found`). The action now travels as its code in text ("2",
+    as `load` reads it from the id map) through the store, the export and the ranker."""
+    import csv
+    import dataclasses
+
+    from dare_tf import build_model
+    from dare_tf.export import export_saved_model
+    from dare_tf.histories import open_store
+    from dare_tf.histories.prepared import append_log, load_prepared
+    from dare_tf.serving.encoding import candidate_tensors, history_tensors
+    from dare_tf.serving.recommender import LocalModel, Recommender
+    from dare_tf.training.config import dataset_fields
+    from tests.data.preparation.test_prepare import TAOBAO
+
+    with open(TAOBAO) as f:
+        rows = list(csv.reader(f))[:15000]
+    _, strings = write_twins(tmp_path, rows, "log")
+    fmt = dataclasses.replace(STRINGS, columns=STRINGS.columns[:-1], action_field=True,
+                              actions=("pv", "buy", "cart", "fav"))
+    data_dir = str(tmp_path / "actions")
+    spec = prepare(fmt, strings, data_dir, PER_USER)
+    assert [f["name"] for f in spec.fields] == ["action"]
+    model = build_model("dare", spec.num_items, spec.num_categories, max_len=20, top_k=5, seed=3,
+                        initializer="keras", fields=dataset_fields(spec, "all"))
+    local = LocalModel(export_saved_model(model, data_dir, str(tmp_path / "exports"), "dare"))
+    with open_store(f"lmdb:{tmp_path / 'histories'}", fields=("action",), string_ids=True) as store:
+        load_prepared(store, data_dir)
+        user = read_id_map(data_dir, "user")[0]
+        item, category = read_id_map(data_dir, "item")[0], read_id_map(data_dir, "category")[0]
+        appended = tmp_path / "cart.csv"
+        appended.write_text("uid,product,cat,action,ts\n" + f"{user},{item},{category},cart,2017-12-04T10:00:00Z\n")
+        assert append_log(store, str(appended), fmt) == 1
+        history = store.last([user], 20)
+        assert history.fields["action"][0, history.lengths[0] - 1] == "3"  # (cart: the third of --actions)
+        inputs = {**history_tensors(history.items, history.categories, history.lengths, {"hist_action": [
+                      history.fields["action"][0, :history.lengths[0]]]}),
+                  **candidate_tensors([[item, "unknown-sku"]], [[category, category]], {})}
+        probability = local.predict_tensors(inputs, "rank")["probability"]
+        assert probability.shape == (1, 2) and np.all((probability > 0) & (probability < 1))
+
+    class NoFields:  # (a ranker without `item_fields`: asking it is the fault)
+        def predict_tensors(self, inputs, signature):
+            raise AssertionError(f"asked {signature}")
+
+    recommender = Recommender.__new__(Recommender)
+    recommender.ranker, recommender.fields, recommender.strings = NoFields(), ["action"], True
+    recommender.schema = Recommender.field_schema(["action"])
+    assert recommender._candidate_fields([item]) == {}

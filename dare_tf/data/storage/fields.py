@@ -32,6 +32,8 @@ from dare_tf.data.logs.formats import ACTION_FIELD
 from dare_tf.data.storage.schema import (INPUT_ROLES, TIME_GAP, candidate_feature, history_feature, input_role,
     target_feature)
 
+# The fields with no item value, in the history only: the time gap and the action (`--action_field`).
+HISTORY_ONLY = (TIME_GAP, ACTION_FIELD)
 # Each role's input name of a field (`dare_tf.data.storage.schema` spells them).
 _INPUT_NAME = {"hist": history_feature, "target": target_feature, "candidate": candidate_feature}
 
@@ -79,7 +81,7 @@ def column_entries(fmt, vocabularies: dict) -> list[dict]:
     """spec.json's `fields` entries of a log's column fields (`vocabularies`: each
     one's, in `--columns` order, then `--action_field`'s history-only `action`)."""
     columns = {**fmt.field_columns, **({ACTION_FIELD: fmt.role_columns["action"]} if fmt.action_field else {})}
-    return [{"name": name, "vocabulary": vocabularies[name], "history_only": name == ACTION_FIELD,
+    return [{"name": name, "vocabulary": vocabularies[name], "history_only": name in HISTORY_ONLY,
              "column": columns[name]} for name in columns]
 
 
