@@ -38,7 +38,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -49,6 +48,7 @@ sys.path.insert(0, REPO)
 
 from benchmarks.bench_prepare import baseline_tree, measure_in, size_mb  # noqa: E402
 from benchmarks.common import print_table, selected_parts, write_parts  # noqa: E402
+from dare_tf.testing.ports import free_port  # noqa: E402
 
 BASELINE_REF = "e6149c4"  # the last commit of the .npz layout
 LOAD_REF = "d4e0e0a"  # the last commit that read (and traced a tf.data function for) each shard on its own
@@ -270,12 +270,6 @@ def bench_checks(work: str, train_rows: list[dict] | None) -> list[dict]:
     return rows
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
-
-
 def bench_workers(work: str) -> list[dict]:
     log, _ = generate_log(work, 1_000_000)
     data_dir = os.path.join(work, "data_1m")
@@ -283,7 +277,7 @@ def bench_workers(work: str) -> list[dict]:
     one = _result(_train(REPO, data_dir, os.path.join(work, "w1"), 4096, log, max_steps=200))
     rows.append({"workers": 1, "worker": 0, "peak_rss_mb": one["peak_rss_mb"], "store_mb": one["store_mb"],
                  "steps": one["steps"]})
-    ports = [_free_port(), _free_port()]
+    ports = [free_port(), free_port()]
     procs = []
     shutil.rmtree(os.path.join(work, "w2"), ignore_errors=True)
     for index in (0, 1):

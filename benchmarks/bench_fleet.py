@@ -125,7 +125,7 @@ def recovery_s(calls, killed: float, p99_before: float) -> float:
 
 
 def bench_load(data: str, config: str, seconds: float, work: str) -> list[dict]:
-    from dare_tf.testing.standin_server import free_port
+    from dare_tf.testing.ports import free_port
     from dare_tf.testing.redis_cluster import RedisCluster
     from dare_tf.testing.redis_server import RedisServer
 
@@ -162,7 +162,7 @@ def users_of(url: str) -> list[int]:
 
 def bench_faults(data: str, config: str, seconds: float, work: str) -> list[dict]:
     from dare_tf.testing.redis_cluster import ClickAppender, RedisCluster
-    from dare_tf.testing.standin_server import free_port
+    from dare_tf.testing.ports import free_port
 
     rows = []
     for fault in ("master kill", "replica kill", "model server kill"):

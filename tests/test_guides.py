@@ -18,7 +18,8 @@ import sys
 
 import pytest
 
-from dare_tf.testing.redis_cluster import free_port
+from dare_tf.testing.ports import free_port
+from dare_tf.testing.redis_cluster import BUS_OFFSET
 from tests.conftest import REPO, USER_ENV
 from tests.programs import run_script
 
@@ -53,13 +54,15 @@ def walkthroughs() -> dict[str, dict]:
 def script(walk: dict, ports: dict[str, int]) -> str:
     """The walkthrough's commands as one bash script, the guides' ports replaced by
     `ports` (servers waited for on their port, then stopped)."""
-    def wait(port: int) -> str:
-        return (f'"{sys.executable}" -c "import socket, time, sys\n'
+    def wait(port: int) -> str:  # (for the server just started, $!: one that exited is said at once)
+        return (f'"{sys.executable}" -c "import os, socket, time, sys\n'
                 'for _ in range(600):\n'
+                '    try: os.kill(int(sys.argv[1]), 0)\n'
+                f'    except OSError: sys.exit(\'the server for port {port} exited before it answered\')\n'
                 '    try:\n'
                 f'        socket.create_connection((\'127.0.0.1\', {port}), 1).close(); sys.exit(0)\n'
                 '    except OSError: time.sleep(0.1)\n'
-                'sys.exit(1)"')
+                f'sys.exit(\'port {port} did not answer in 60 s\')" $!')
 
     # (at the end the servers get SIGTERM, then SIGKILL: a Redis replica ignores SIGTERM while it writes
     # its first append-only file)
@@ -95,7 +98,7 @@ def test_a_guides_walkthrough_runs_as_written(name, tmp_path):
                PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3")
     ports: dict[str, int] = {}
     for guide_port in GUIDE_PORTS:  # (free, and so are their bus ports: redis-server's cluster bus)
-        ports[guide_port] = free_port(set(ports.values()))
+        ports[guide_port] = free_port(set(ports.values()), bus_offset=BUS_OFFSET)
     done = run_script(script(walk, ports), cwd=str(tmp_path), env=env, timeout=900)
     output = done.stdout + done.stderr
     assert done.returncode == 0, f"docs/{walk['doc']} ({name}):\n{output[-4000:]}"

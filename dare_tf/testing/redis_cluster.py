@@ -10,32 +10,16 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import threading
 import time
 
+from dare_tf.testing.ports import free_port
 from dare_tf.testing.redis_server import redis_server_binary
 
+BUS_OFFSET = 10000  # redis-server's cluster bus port, this much above its port
+
 SLOTS = 16384
-
-
-def free_port(taken: set[int] = frozenset()) -> int:
-    """A free port whose cluster bus port (10,000 higher) is free too, neither of them
-    one of the `taken` ports or their bus ports: at most 55535."""
-    import random
-
-    while True:
-        port = random.randint(20000, 45000)
-        if {port, port + 10000} & (set(taken) | {t + 10000 for t in taken}):
-            continue
-        try:
-            with socket.socket() as a, socket.socket() as b:
-                a.bind(("127.0.0.1", port))
-                b.bind(("127.0.0.1", port + 10000))
-            return port
-        except OSError:
-            continue
 
 
 class RedisCluster:
@@ -49,7 +33,7 @@ class RedisCluster:
         self.node_timeout_ms, self.start_timeout_s = node_timeout_ms, start_timeout_s
         self.ports: list[int] = []
         for _ in range(masters * (1 + replicas)):
-            self.ports.append(free_port(set(self.ports)))
+            self.ports.append(free_port(set(self.ports), bus_offset=BUS_OFFSET))
         self.processes: dict[int, subprocess.Popen] = {}
         self._met_at: dict[int, float] = {}
 

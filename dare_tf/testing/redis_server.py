@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
+
+from dare_tf.testing.ports import free_port
 
 
 def redis_server_binary() -> str:
@@ -32,9 +33,7 @@ class RedisServer:
     def __enter__(self) -> str:
         import redis
 
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         self.process = subprocess.Popen([redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1",
                                          "--save", "", "--appendonly", "no", "--dir", self.directory],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

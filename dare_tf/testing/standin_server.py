@@ -215,15 +215,6 @@ def serve(models: dict[str, str], port: int = 0, rest_port: int | None = None, w
     return server, bound, http
 
 
-def free_port() -> int:
-    """A free localhost TCP port (for a process to bind next)."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def standin_process(port: int, *flags: str, cwd: str | None = None):
     """`python -m serving.standin_server FLAGS --port=PORT` in a process of its own
     (a replica a test or benchmark kills and starts again on its port), once its

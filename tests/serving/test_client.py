@@ -49,10 +49,9 @@ def test_client_predict_classify_regress_metadata_rest(setup, rng):
 
 @pytest.mark.xdist_group("serving_setup")
 def test_client_retries_until_the_server_is_up(setup, tmp_path):
-    import socket
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        port = s.getsockname()[1]
+    from dare_tf.testing.ports import free_port
+
+    port = free_port()
     started = []
     timer = threading.Timer(1.0, lambda: started.append(
         serve({"dare": os.path.dirname(setup["path"])}, port)[0]))

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from dare_tf.serving.client import ServingClient, channel_target
-from dare_tf.testing.standin_server import free_port, standin_process
+from dare_tf.testing.ports import free_port
+from dare_tf.testing.standin_server import standin_process
 from tests.conftest import REPO
 from tests.served import requests
 

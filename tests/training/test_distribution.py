@@ -11,26 +11,9 @@ import numpy as np
 import pytest
 
 from dare_tf.training import SeedRun, TrainConfig
+from dare_tf.testing.ports import free_port
 from tests.conftest import REPO
 from tests.conftest import ENV, LOUD_ENV
-
-
-def _free_port():
-    """A free port below the kernel's ephemeral range: the workers bind it a few
-    seconds later, and a port the kernel hands out for port 0 (the stand-in
-    servers of tests running beside this one) could be taken by then."""
-    import random
-
-    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-        low = int(f.read().split()[0])
-    for port in random.Random().sample(range(max(1024, low - 12000), low), 200):
-        with socket.socket() as s:
-            try:
-                s.bind(("localhost", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port below the ephemeral range")
 
 
 @pytest.mark.slow
@@ -42,7 +25,7 @@ def test_two_workers_read_their_own_partitions_and_evaluate_exactly(taobao, tmp_
     helper = os.path.join(REPO, "tests", "multiworker_helper.py")
     for attempt in range(2):
         shutil.rmtree(tmp_path / "multi", ignore_errors=True)  # (an aborted first attempt's)
-        ports = [_free_port(), _free_port()]
+        ports = [free_port(), free_port()]
         procs = []
         for index in (0, 1):
             tf_config = {"cluster": {"worker": [f"localhost:{p}" for p in ports]},
@@ -151,7 +134,7 @@ def test_a_missing_peer_ends_the_wait_in_one_line_and_signals_end_it_at_once(tao
     import signal
 
     for attempt in range(2):
-        ports = [_free_port(), _free_port()]
+        ports = [free_port(), free_port()]
         proc = _worker(ports, 0, taobao, tmp_path / "run", "--join_timeout_s=5")
         _, err = proc.communicate(timeout=180)
         if not (_grpc_aborted(proc.returncode, err) and attempt == 0):
@@ -165,7 +148,7 @@ def test_a_missing_peer_ends_the_wait_in_one_line_and_signals_end_it_at_once(tao
     for sig, code, last in ((signal.SIGTERM, -signal.SIGTERM, None),
                             (signal.SIGINT, 130, "error: interrupted while waiting for the multi-worker cluster")):
         for attempt in range(2):
-            ports = [_free_port(), _free_port()]
+            ports = [free_port(), free_port()]
             proc = _worker(ports, 0, taobao, tmp_path / "run")
             err = _wait_listening(ports[0], proc)
             if err is None:
@@ -183,7 +166,7 @@ def test_a_killed_peer_ends_the_other_task_in_one_line(taobao, tmp_path):
     import time
 
     for attempt in range(2):
-        ports, runs = [_free_port(), _free_port()], tmp_path / f"attempt{attempt}"
+        ports, runs = [free_port(), free_port()], tmp_path / f"attempt{attempt}"
         procs = [_worker(ports, i, taobao, runs / f"run{i}", "--epochs=500", "--batch_size=258", "--eval_every=10")
                  for i in (0, 1)]
         history = runs / "run0" / "seed_0" / "history.jsonl"

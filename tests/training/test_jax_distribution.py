@@ -18,6 +18,7 @@ import time
 import numpy as np
 import pytest
 
+from dare_tf.testing.ports import free_port
 from tests.conftest import REPO
 
 pytest.importorskip("jax")
@@ -166,14 +167,6 @@ def test_tensorflow_refuses_the_keras_distribution_strategies():
 # over gloo, 2 simulated devices each, on 127.0.0.1), against one process with the 4 devices.
 TWO_FLAGS = ["--model=dare", "--epochs=2", "--batch_size=64", "--eval_every=10", "--max_steps=20", "--max_len=50",
              "--embedding_dim=8", "--attention_embedding_dim=4", "--verbose=0"]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_processes(data_dir, out, strategy, processes=2, *flags):
