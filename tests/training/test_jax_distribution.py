@@ -229,12 +229,15 @@ def test_two_processes_train_as_one_and_a_killed_pair_resumes(taobao, tmp_path):
         time.sleep(0.05)
     pair[1].kill()
     started = time.time()
-    rc, _, err = pair[0].wait(120), *pair[0].communicate()
-    # At once where it was in a collective with the killed one; else when its heartbeats stop.
-    assert rc == 1 and time.time() - started < HEARTBEAT_S + 15, (time.time() - started, err[-2000:])
-    last = err.strip().splitlines()[-1]
+    rc, _, err = pair[0].wait(HEARTBEAT_S * 4), *pair[0].communicate()
+    waited = time.time() - started
+    last = (err.strip().splitlines() or [""])[-1]
+    # At once where it was in a collective with the killed one (gloo sees the closed connection);
+    # where it waited on the coordination service, when the killed one's heartbeats stop (measured
+    # 17-24 s here, twice the heartbeat allowed on a loaded machine).
+    assert rc == 1 and waited < HEARTBEAT_S * 2 + 15, (rc, round(waited), last, err[-1500:])
     assert last.startswith(("error: a collective with the run's other processes failed, one of them is gone (",
-                            "error: the run's processes [1] stopped answering")), err[-2000:]
+                            "error: the run's processes [1] stopped answering")), (last, err[-1500:])
     assert last.endswith("; process 0 of 2 ends too. Start every process again with the same flags: the run "
                          "resumes from its last checkpoint"), last
     assert "Traceback" not in err and not os.path.exists(os.path.join(killed, "results.json"))
