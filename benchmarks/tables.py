@@ -262,6 +262,12 @@ TABLES = {
         "one command-line call of the serving programs, a new process each (median of 5 after one unmeasured), "
         "through the stand-in server on this machine (docs/serving.md's walkthrough: DARE and the retrieval model, "
         "the histories in LMDB): wall seconds, the same call with TensorFlow imported first, and their ratio"),
+    ("bench_jax_stream", "rows"): (
+        ["input", "train_examples", "batch", "steps", "examples_per_s", "vs_in_memory", "peak_rss_mb", "rounds"],
+        "the trainer on JAX (DARE, batch 512, this machine's CPU as the device) on a generated Taobao-format log, "
+        "its splits held in memory or streamed from the shards (`--in_memory_mb=0`), each run its own process, "
+        "alternating, in the same run of the benchmark: training examples/s after the first validation (the "
+        "median of the rounds), the ratio to the in-memory rate, and the process's peak resident memory"),
     ("bench_windows", "rows"): (
         ["method", "examples_per_s", "bound_examples_per_s", "measured_over_bound"],
         "a training batch's history windows (L=200, batch 2048, items and categories, a store of 20M clicks) "

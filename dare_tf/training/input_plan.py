@@ -66,9 +66,10 @@ class InputPlan:
             examples = self.memory["train"].per_epoch if "train" in self.memory else spec.counts["train"]
             # In memory, the epochs' permutations run back to back, cut into full batches
             # (static shapes: LazyAdam's step ran 2x faster with them); streamed, every
-            # epoch ends with its partial batch, dropped when distributed.
+            # epoch ends with its partial batch, dropped when distributed and on JAX (strategy
+            # None: a jitted step's shapes are static).
             self.steps_per_epoch = (examples // batch if self.distributed or "train" in self.memory
-                                    else math.ceil(examples / batch))
+                                    or strategy is None else math.ceil(examples / batch))
             self.total_steps = (config.schedule.epochs * examples // batch if "train" in self.memory
                                 else self.steps_per_epoch * config.schedule.epochs)
         if self.steps_per_epoch == 0:

@@ -105,6 +105,25 @@ def peers_lost_end_the_process():
         _end(f"a collective with the run's other processes failed, one of them is gone ({_first_line(e)})")
 
 
+COMPILATION_CACHE_BYTES = 2**30
+
+
+def use_compilation_cache(folder: str) -> str | None:
+    """Keeps this process's compiled functions in JAX's persistent compilation cache
+    at `folder` (`RuntimeConfig.compilation_cache`: empty, the user's cache folder;
+    `none`, no cache); returns the folder used."""
+    if folder == "none":
+        return None
+    folder = folder or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "dare_tf",
+                                    "jax")
+    from jax.experimental.compilation_cache import compilation_cache
+
+    jax.config.update("jax_compilation_cache_max_size", COMPILATION_CACHE_BYTES)
+    compilation_cache.set_cache_dir(folder)
+    compilation_cache.reset_cache()  # (JAX decides at its first compile; something may have compiled already)
+    return folder
+
+
 def distribution_for(runtime):
     """The `keras.distribution` of `runtime.strategy` (None for `default`); joins
     the processes `keras.distribution.initialize`'s environment variables name

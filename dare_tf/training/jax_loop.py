@@ -6,10 +6,12 @@ curves, seeds and resume after a kill; the same examples in the same order
 (the train split's permutations, `InMemorySplit.epoch_order`). What differs:
 
 - input: the shards are read by the package's own decoder
-  (`dare_tf.data.storage.wire`), the splits held in the devices' memory and
-  each window gathered inside the jitted step (`device_input.DeviceSplit`);
-  the example columns must fit `--in_memory_mb` (TensorFlow streams larger
-  splits);
+  (`dare_tf.data.storage.wire`), the store held in the devices' memory and
+  each window gathered inside the jitted step (`device_input.DeviceSplit`); a
+  split whose example columns fit `--in_memory_mb` is held there too, a larger
+  one streamed from its shards (`dare_tf.data.feeding.shard_stream`), each
+  call's examples placed ahead of it by a background thread
+  (`device_input.StreamedInput`), every epoch's full batches;
 - steps: `steps_per_execution` steps per call of one jitted function (a
   `lax.scan` over the steps' example indices) that runs Keras's own
   `compute_loss_and_updates` and the optimizer's `stateless_apply`, its state
@@ -28,7 +30,6 @@ TensorFlow-only parts are refused in one line naming the alternative
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import time
 from typing import Callable
@@ -40,7 +41,9 @@ import numpy as np
 from dare_tf._faces import public
 from dare_tf._files import require_space, variables_bytes
 from dare_tf.data.feeding.memory import InMemorySplit
+from dare_tf.data.feeding.shard_stream import ShardStream
 from dare_tf.data.storage.spec import DatasetSpec
+from dare_tf.data.storage.store import load_store
 from dare_tf.models import DareModel
 from dare_tf.run_directory import BEST_WEIGHTS, read_history
 from dare_tf.tasks import ClickTask
@@ -49,10 +52,11 @@ from dare_tf.training.callbacks import (AppendHistory, ExactValidation, KeepBest
 from dare_tf.training.config import TrainConfig, effective_model_config
 from dare_tf.training.memory import out_of_memory
 from dare_tf.training.continuation import Continuation
-from dare_tf.training.device_input import DeviceSplit
+from dare_tf.training.device_input import DeviceSplit, StreamedInput
 from dare_tf.training.evaluator import evaluation_batch
 from dare_tf.training.input_plan import InputPlan
-from dare_tf.training.jax_distribution import Placement, distribution_for, peers_lost_end_the_process, refusal
+from dare_tf.training.jax_distribution import (Placement, distribution_for, peers_lost_end_the_process, refusal,
+                                                use_compilation_cache)
 from dare_tf.training.checkpoints import JaxCheckpoints
 from dare_tf.training.jax_state import Scalar, StepFunctions
 from dare_tf.training.progress import RunProgress, TensorBoardScalars
@@ -68,7 +72,7 @@ class JaxSeedRun:
 
     def __init__(self, data_dir: str, run_dir: str, config: TrainConfig, seed: int, spec: DatasetSpec,
                  model_config, memory: dict[str, InMemorySplit], placement: Placement, chief: bool,
-                 report: Callable[[str], None], continuation: Continuation | None = None):
+                 report: Callable[[str], None], continuation: Continuation | None = None, streams=None):
         self.data_dir, self.run_dir, self.config, self.seed, self.spec = data_dir, run_dir, config, seed, spec
         self.model_config, self.memory, self.placement, self.chief, self._print = (model_config, memory, placement,
                                                                                    chief, report)
@@ -87,8 +91,12 @@ class JaxSeedRun:
         self.model.build()
         self.model.compile(optimizer=keras.optimizers.Adam(config.optimizer.learning_rate))
         self.model.optimizer.build(self.model.trainable_variables)
-        self.splits = {name: DeviceSplit(split, placement.replicate) for name, split in memory.items()}
-        self.functions = StepFunctions(self.model, self.splits["train"], placement,
+        # The store on the devices once; each split held there on it, or streamed (`streams`) onto it.
+        template = DeviceSplit(None, placement.replicate, store=load_store(data_dir, spec),
+                               max_len=model_config.max_len)
+        self.splits = {name: template.with_columns(split.columns) for name, split in memory.items()}
+        self.streamed = {name: StreamedInput(stream, template) for name, stream in (streams or {}).items()}
+        self.functions = StepFunctions(self.model, self.splits.get("train", template), placement,
                                        lazy=config.optimizer.name == "lazy_adam")
         self.best_auc, self.best_step = Scalar(-1.0), Scalar(-1)
         self.checkpoints = JaxCheckpoints(os.path.join(self.work_dir, "checkpoints"))
@@ -98,9 +106,15 @@ class JaxSeedRun:
     def predict(self, split: str) -> dict[str, np.ndarray]:
         """`predict_split`'s arrays (labels, probabilities, users, categories,
         history lengths) over the whole split, with the current state."""
-        counts = [self.splits[s].count for s in ("val", "test") if s in self.splits]
+        counts = [len(self.memory[s]) if s in self.memory else len(self.streamed[s].stream) for s in ("val", "test")
+                  if s in self.memory or s in self.streamed]
         size = evaluation_batch(self.config, self.model_config.max_len, counts)
-        return self.functions.predict(self.splits[split], size, self.config.reference_mode)
+        if split in self.splits:
+            return self.functions.predict(self.splits[split], size, self.config.reference_mode)
+        rows = max(1, self.config.data.shuffle_buffer // size) * size  # (a streamed split: chunk by chunk)
+        parts = [self.functions.predict(chunk, size, self.config.reference_mode)
+                 for chunk in self.streamed[split].in_order(rows)]
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
     def refresh_batch_norm_statistics(self) -> None:
         """BatchNorm's moving statistics from `bn_statistics_batches` training batches
@@ -108,8 +122,13 @@ class JaxSeedRun:
         cfg = self.config
         if cfg.reference_mode or not cfg.schedule.bn_statistics_batches:
             return
-        batch = cfg.schedule.batch_size
-        order = self.memory["train"].epoch_order(self.seed, 999)[: cfg.schedule.bn_statistics_batches * batch]
+        batch, wanted = cfg.schedule.batch_size, cfg.schedule.bn_statistics_batches
+        if "train" in self.streamed:  # (the first batches of epoch 999's order, streamed)
+            count = min(wanted, len(self.streamed["train"].stream) // batch)
+            split, rows = self.streamed["train"].epoch_start(self.seed, 999, count, batch)
+            self.functions.refresh_batch_norm(rows, split)
+            return
+        order = self.memory["train"].epoch_order(self.seed, 999)[: wanted * batch]
         self.functions.refresh_batch_norm(order[: len(order) // batch * batch].reshape(-1, batch))
 
     def callbacks(self) -> list:
@@ -139,9 +158,26 @@ class JaxSeedRun:
                     + (f" (best {self.config.cascade.selection} so far)" if improved else ""))
 
     # -- the run -------------------------------------------------------------------------
-    def training_order(self, skip: int) -> np.ndarray:
-        """The example indices of steps `skip` to `total_steps`, `[steps, batch]`."""
-        return self.plan.memory_order(skip).reshape(-1, self.config.schedule.batch_size)
+    def calls(self, skip: int) -> list[int]:
+        """The steps of each call of the jitted step from step `skip` on: up to
+        `steps_per_execution` at a time, none across a validation."""
+        plan, chunk, calls, done = self.plan, self.config.execution_steps(self.plan.eval_every), [], skip
+        while done < plan.total_steps:
+            between = min(plan.eval_every - done % plan.eval_every, plan.total_steps - done)
+            calls += [min(chunk, between - first) for first in range(0, between, chunk)]
+            done += between
+        return calls
+
+    def batches(self, skip: int, calls: list[int]):
+        """`(split, rows)` of each call: `rows` `[S, batch]` indices into `split`
+        (None: the train split held on the devices)."""
+        batch = self.config.schedule.batch_size
+        if "train" in self.streamed:
+            return self.streamed["train"].training(self.seed, self.config.schedule.epochs,
+                                                   self.plan.steps_per_epoch * batch, skip * batch, calls, batch)
+        order = self.plan.memory_order(skip).reshape(-1, batch)
+        ends = np.cumsum(calls)
+        return ((None, order[end - steps: end]) for steps, end in zip(calls, ends))
 
     def run(self) -> dict:
         functions = self.functions
@@ -171,15 +207,15 @@ class JaxSeedRun:
         functions.load()
         for callback in callbacks:
             callback.on_train_begin()
-        order = self.training_order(step)
-        chunk = self.config.execution_steps(plan.eval_every)
+        calls = self.calls(step)
+        batches = self.batches(step, calls)
         losses, done = [], step
         while done < plan.total_steps:
-            calls = min(plan.eval_every - done % plan.eval_every, plan.total_steps - done)
-            for first in range(0, calls, chunk):
-                steps = min(chunk, calls - first)
-                losses.append(functions.train(order[done - step + first: done - step + first + steps]))
-            done += calls
+            between = min(plan.eval_every - done % plan.eval_every, plan.total_steps - done)
+            while sum(len(x) for x in losses) < between:
+                split, rows = next(batches)
+                losses.append(functions.train(rows, split))
+            done += between
             self.model.optimizer.iterations.assign(done)  # (what the callbacks read; the state holds it too)
             for callback in callbacks:
                 callback.on_train_batch_end(done % plan.eval_every or plan.eval_every)
@@ -218,25 +254,6 @@ class JaxSeedRun:
         return result
 
 
-COMPILATION_CACHE_BYTES = 2**30
-
-
-def use_compilation_cache(folder: str) -> str | None:
-    """Keeps this process's compiled functions in JAX's persistent compilation cache
-    at `folder` (`RuntimeConfig.compilation_cache`: empty, the user's cache folder;
-    `none`, no cache); returns the folder used."""
-    if folder == "none":
-        return None
-    folder = folder or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "dare_tf",
-                                    "jax")
-    from jax.experimental.compilation_cache import compilation_cache
-
-    jax.config.update("jax_compilation_cache_max_size", COMPILATION_CACHE_BYTES)
-    compilation_cache.set_cache_dir(folder)
-    compilation_cache.reset_cache()  # (JAX decides at its first compile; something may have compiled already)
-    return folder
-
-
 @public("dare_tf.training")
 def train_on_jax(data_dir: str, output_dir: str, config: TrainConfig, overwrite: bool = False,
                  report: Callable[[str], None] = print, flags_text: str | None = None) -> dict:
@@ -256,20 +273,19 @@ def train_on_jax(data_dir: str, output_dir: str, config: TrainConfig, overwrite:
                     if config.init_from else None)
     chief = jax.process_index() == 0
     loaded: dict = {}
+    streams: dict = {}
 
     def train_seed(seed: int, run_dir: str) -> dict:
-        if not loaded:  # once, for the first seed that trains
+        if not loaded and not streams:  # once, for the first seed that trains
             for split in ("train", "val", "test"):
-                need = InMemorySplit.estimated_bytes(spec, split)
-                if need > config.data.in_memory_mb * 2**20:
-                    raise ValueError(f"{data_dir}: the {split} split's examples take {math.ceil(need / 2**20)} MiB, "
-                                     f"more than --in_memory_mb={config.data.in_memory_mb}; the trainer on JAX holds "
-                                     "every split in memory: raise --in_memory_mb, or train on TensorFlow, which "
-                                     "streams the shards")
-                loaded[split] = InMemorySplit.load(data_dir, split, spec, model_config.max_len)
+                if InMemorySplit.estimated_bytes(spec, split) <= config.data.in_memory_mb * 2**20:
+                    loaded[split] = InMemorySplit.load(data_dir, split, spec, model_config.max_len)
+                else:  # (streamed from its shards, as on TensorFlow)
+                    streams[split] = ShardStream(data_dir, split, spec, load_store(data_dir, spec),
+                                                 shuffle_buffer=config.data.shuffle_buffer)
         with placement.scope():
             return JaxSeedRun(data_dir, run_dir, config, seed, spec, model_config, loaded, placement, chief,
-                              report, continuation).run()
+                              report, continuation, streams).run()
 
     with RunDirectory(output_dir).lock() if chief else contextlib.nullcontext(), peers_lost_end_the_process():
         return {**run_seeds(data_dir, output_dir, config, spec, model_config, chief, overwrite, flags_text,

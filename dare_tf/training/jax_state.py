@@ -40,13 +40,13 @@ class StepFunctions:
     trainable, non-trainable and optimizer variables' values), each batch
     assembled on the devices from a `DeviceSplit`:
 
-    - `train(rows)`: `len(rows)` training steps (a `lax.scan`; rows `[S, B]`
+    - `train(rows, split)`: `len(rows)` training steps (a `lax.scan`; rows `[S, B]`
       example indices of the train split), Keras's `compute_loss_and_updates`
       and the optimizer's `stateless_apply`, the state donated; returns the
       steps' losses (on the devices, not waited for);
     - `predict(split, batch, training)`: the split's outputs, every batch full
       (the last padded with example 0, its outputs dropped);
-    - `refresh_batch_norm(rows)`: each BatchNorm layer's moving statistics set
+    - `refresh_batch_norm(rows, split)`: each BatchNorm layer's moving statistics set
       to the mean of its input's per-batch moments over the batches `rows`.
 
     `load()` takes the state from the model's variables, `sync()` writes it back
@@ -121,12 +121,15 @@ class StepFunctions:
         self.compile_seconds[name] = time.perf_counter() - started
         return out
 
-    def train(self, rows: np.ndarray):
+    def train(self, rows: np.ndarray, split=None):
+        """`len(rows)` steps on the examples `rows` of the train split, or of `split`
+        (a streamed split's chunk, on the same store)."""
         rows = np.asarray(rows, np.int32)
         name = f"train/{len(rows)}"
         if name not in self._jitted:
             self._jitted[name] = self._train_function()
-        self.state, losses = self._call(name, self.state, self.train_split.arrays, self.placement.rows(rows))
+        arrays = (split or self.train_split).arrays
+        self.state, losses = self._call(name, self.state, arrays, self.placement.rows(rows))
         return losses
 
     def _forward(self, state, features, training: bool):
@@ -137,7 +140,7 @@ class StepFunctions:
             return model.forward(features, training=training)
 
     def predict(self, split, batch: int, training: bool = False) -> dict[str, np.ndarray]:
-        key = f"predict/{id(split)}/{training}"
+        key = f"predict/{id(split.store_arrays)}/{training}"  # (the splits and chunks of one store alike)
         if key not in self._jitted:
             def outputs(state, arrays, rows):
                 features, labels = split.assemble(arrays, rows)
@@ -154,8 +157,8 @@ class StepFunctions:
                  for rows in order.reshape(-1, batch)]
         return {k: np.concatenate([self.placement.host(p[k]) for p in parts])[:count] for k in parts[0]}
 
-    def refresh_batch_norm(self, rows: np.ndarray) -> None:
-        model, split = self.model, self.train_split
+    def refresh_batch_norm(self, rows: np.ndarray, split=None) -> None:
+        model, split = self.model, split or self.train_split
         norms = model.batch_norm_layers()
         if "moments" not in self._jitted:
             def moments(state, arrays, rows):

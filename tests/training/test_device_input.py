@@ -49,3 +49,43 @@ def test_times_past_int32_offsets_are_refused(datasets):  # noqa: F811
     assert str(e.value).startswith("the dataset's click times span ")
     assert str(e.value).endswith("s (68 years) the trainer on JAX holds as int32 offsets; train on TensorFlow, "
                                  "or prepare without --time_gap")
+
+
+@pytest.mark.parametrize("name", ["taobao", "fields"])
+def test_a_streamed_splits_chunks_equal_the_split_held_on_the_devices(datasets, name):  # noqa: F811
+    """Issue 66 (2): a split past --in_memory_mb, streamed onto the store on the devices in
+    chunks (padded to one size), gives record for record the windows of the split held
+    there whole: in file order (evaluation) and in a training order (each call's rows)."""
+    from dare_tf.data.feeding.shard_stream import ShardStream
+    from dare_tf.data.storage.spec import DatasetSpec
+    from dare_tf.training.device_input import DeviceSplit, StreamedInput
+
+    data_dir = datasets[name]
+    spec = DatasetSpec.load(data_dir)
+    whole = InMemorySplit.load(data_dir, "train", spec, max_len=50)
+    template = DeviceSplit(None, store=whole.store, max_len=50)
+    assert template.count == 0 and template.with_columns(whole.columns).store_arrays is template.store_arrays
+    streamed = StreamedInput(ShardStream(data_dir, "train", spec, whole.store, shuffle_buffer=64), template)
+    assemble = jax.jit(template.assemble)
+    at = 0
+    for chunk in streamed.in_order(100):
+        assert chunk.arrays["column/uid"].shape == (100,) and chunk.count <= 100
+        features, labels = assemble(chunk.arrays, np.arange(chunk.count, dtype=np.int32))
+        x, y = next(whole.host_batches(np.arange(at, at + chunk.count), chunk.count))
+        for key in x:
+            np.testing.assert_array_equal(np.asarray(features[key]), x[key], err_msg=key)
+        np.testing.assert_array_equal(np.asarray(labels), y)
+        at += chunk.count
+    assert at == len(whole)
+    calls, batch = [3, 3, 1], 16
+    pieces = streamed.stream.epochs(seed=5, epochs=2, per_epoch=len(whole) // batch * batch, skip=7 * batch)
+    expected = np.concatenate([p["position"] for p in pieces])  # (what the epochs' stream gives from step 7)
+    got = []
+    for (chunk, rows), steps in zip(streamed.training(5, 2, len(whole) // batch * batch, 7 * batch, calls, batch),
+                                    calls):
+        assert rows.shape == (steps, batch) and chunk.arrays["column/uid"].shape == (3 * batch,)
+        features, _ = assemble(chunk.arrays, rows.reshape(-1))
+        got.append(np.asarray(features["hist_items"]))
+        positions = np.asarray(chunk.arrays["column/position"])[rows.reshape(-1)]
+        np.testing.assert_array_equal(positions, expected[sum(map(len, got[:-1])): sum(map(len, got))])
+    assert sum(map(len, got)) == sum(calls) * batch

@@ -51,8 +51,8 @@ for strategy, shards, mode in (("default", 0, "xla"), ("data_parallel", 0, "xla"
         run = JaxSeedRun(data, f"{work}/{strategy}{shards}{mode}", config, 0, spec, model_config, memory, placement,
                          True, print)
         run.functions.load()
-        order = run.training_order(0)[:10]
-        losses = np.concatenate([np.asarray(run.functions.train(order[i:i + 5])) for i in range(0, 10, 5)])
+        calls = run.batches(0, [5, 5])  # (two calls of 5 steps from step 0)
+        losses = np.concatenate([np.asarray(run.functions.train(rows, split)) for split, rows in calls])
         run.functions.sync()
         tables = [v for v in run.model.weights if re.search(TABLES, v.path)]
         key = f"{strategy}/{shards}" + ("" if mode == "xla" else f"/{mode}")

@@ -86,6 +86,31 @@ def jax_run(taobao, tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def streamed_run(taobao, tmp_path_factory):
+    """Issue 66 (2): the same run with every split streamed from its shards (--in_memory_mb=0)."""
+    out = str(tmp_path_factory.mktemp("jax_streamed") / "dare")
+    done = train_on_jax(taobao, out, "--in_memory_mb=0")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return out
+
+
+def test_a_split_past_in_memory_mb_streams_on_jax(jax_run, streamed_run):
+    """Every epoch's full batches streamed: the steps, validations and checkpoints of the run
+    holding the splits in memory (76 steps of 128 over 2 epochs of 4,9xx examples), the
+    validation and test over every example (AUCs of the same examples: their counts equal)."""
+    held, streamed = per_seed(jax_run), per_seed(streamed_run)
+    history = [json.loads(line) for line in open(f"{streamed_run}/seed_0/history.jsonl")]
+    assert [h["step"] for h in history] == [10, 20, 30, 40, 50, 60, 70, 76] and streamed["steps"] == held["steps"]
+    assert [h["timing"]["val_examples"] for h in history] == [history[0]["timing"]["val_examples"]] * 8
+    assert streamed["test_by_history_length"].keys() == held["test_by_history_length"].keys()
+    for group, metrics in held["test_by_history_length"].items():
+        assert streamed["test_by_history_length"][group]["count"] == metrics["count"], group
+    assert 0.5 < streamed["test"]["auc"] < 1
+    assert sorted(os.path.basename(p) for p in glob.glob(f"{streamed_run}/seed_0/checkpoints/*.npz")) == [
+        "ckpt-70.npz", "ckpt-76.npz"]
+
+
 def test_the_trainer_on_jax_writes_a_tensorflow_runs_directory_without_tensorflow(jax_run):
     """Issue 60 (1): the run directory, results, history, best weights and checkpoints, with no TensorFlow."""
     seed = os.path.join(jax_run, "seed_0")
@@ -125,13 +150,17 @@ def checkpoints(out):
     return sorted(glob.glob(f"{out}/seed_0/checkpoints/ckpt-*.npz"), key=lambda p: int(p.split("-")[-1][:-4]))
 
 
-def test_the_same_seed_killed_with_minus_9_and_resumed_gives_the_same_result(jax_run, taobao, tmp_path):
-    """Issue 60 (1, 3), issue 66 (3): a second run of the same seed, killed after its second
+@pytest.mark.parametrize("held", ["in_memory", "streamed"])
+def test_the_same_seed_killed_with_minus_9_and_resumed_gives_the_same_result(held, request, taobao, tmp_path):
+    """Issue 60 (1, 3), issue 66 (2, 3): a second run of the same seed, killed after its second
     checkpoint, its newest checkpoint then cut short (`head -c 2000`) and a killed writer's
     temporary file beside it, started again: it names the damaged file, resumes from the older
-    one, removes the temporary file and ends with the uninterrupted run's result, exactly (on CPU)."""
+    one, removes the temporary file and ends with the uninterrupted run's result, exactly (on CPU);
+    with the splits in memory and streamed from their shards (resumed mid-epoch)."""
+    reference = request.getfixturevalue("jax_run" if held == "in_memory" else "streamed_run")
+    flags = [] if held == "in_memory" else ["--in_memory_mb=0"]
     out = str(tmp_path / "killed")
-    process = train_on_jax(taobao, out, wait=False)
+    process = train_on_jax(taobao, out, *flags, wait=False)
     deadline = time.time() + 300
     while len([p for p in checkpoints(out) if ".tmp-" not in p]) < 2 and process.poll() is None:
         assert time.time() < deadline
@@ -147,14 +176,14 @@ def test_the_same_seed_killed_with_minus_9_and_resumed_gives_the_same_result(jax
     leftover = newest + ".tmp-17210.npz"
     with open(leftover, "wb") as f:
         f.write(head)
-    done = train_on_jax(taobao, out)
+    done = train_on_jax(taobao, out, *flags)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (f"warning: {newest}: not a readable checkpoint (not an .npz archive: 2000 bytes); resuming "
             f"from the older {os.path.basename(older)}") in done.stdout.splitlines(), done.stdout[-2000:]
     assert not os.path.exists(leftover)
     history = [json.loads(line)["step"] for line in open(f"{out}/seed_0/history.jsonl")]
     assert history == [10, 20, 30, 40, 50, 60, 70, 76]  # no line twice
-    assert per_seed(out)["test"] == per_seed(jax_run)["test"]
+    assert per_seed(out)["test"] == per_seed(reference)["test"]
 
 
 def test_a_tensorflow_run_is_not_resumed_on_jax(taobao, tmp_path):

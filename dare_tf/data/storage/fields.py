@@ -52,10 +52,14 @@ def time_gap_entry() -> dict:
     return {"name": TIME_GAP, "vocabulary": len(edges) + 1, "history_only": True, "edges": edges}
 
 
-def time_gap_buckets(gaps, edges) -> np.ndarray:
-    """The buckets (1..len(edges)) of `gaps` (numpy; `time_gap_buckets_tensor` is the
-    same in TensorFlow)."""
-    return np.maximum(np.searchsorted(np.asarray(edges, np.int64), np.asarray(gaps, np.int64), side="right"), 1)
+def time_gap_buckets(gaps, edges, xp=np):
+    """The buckets (1..len(edges)) of `gaps` (any shape) among `edges`: in numpy, or
+    with `xp=jax.numpy` inside a jitted function (the trainer on JAX's windows);
+    `time_gap_buckets_tensor` is the same in TensorFlow, whose `searchsorted` takes
+    only flat values."""
+    if xp is np:
+        edges, gaps = np.asarray(edges, np.int64), np.asarray(gaps, np.int64)
+    return xp.maximum(xp.searchsorted(edges, gaps, side="right"), 1)
 
 
 def time_gap_buckets_tensor(gaps, edges):
