@@ -41,6 +41,7 @@ FACES = {
         "SPLITS": "dare_tf.data.storage.spec",
         "SequenceStore": "dare_tf.data.storage.store",
         "ShardError": "dare_tf.data.storage.records",
+        "ShardStream": "dare_tf.data.feeding.shard_stream",
         "SyntheticConfig": "dare_tf.data.generation.synthetic",
         "id_map_digest": "dare_tf.data.storage.id_maps",
         "item_categories": "dare_tf.data.preparation.prepared",
