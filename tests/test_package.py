@@ -238,6 +238,7 @@ def test_imports_set_no_environment_variable_and_touch_no_file_descriptor():
 TESTED_WITH = {
     "dare_tf.training.jax_state": "tests/training/test_jax_loop.py",  # checkpoints and resume, through the trainer
     "dare_tf.training.seeds": "tests/training/test_loop.py",  # the run over seeds, on both backends' trainers
+    "dare_tf.training.seed_run": "tests/training/test_jax_loop.py",  # one seed's run, through both engines' runs
     "dare_tf.training.workers": "tests/training/test_distribution.py",
     "dare_tf.training.trainer": "tests/training/test_jax_loop.py",  # (and every TensorFlow training test)
     "dare_tf._startup": "tests/test_programs.py",  # the programs' quieted start-up

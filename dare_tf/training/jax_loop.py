@@ -45,10 +45,9 @@ from dare_tf.data.feeding.shard_stream import ShardStream
 from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.data.storage.store import load_store
 from dare_tf.models import DareModel
-from dare_tf.run_directory import BEST_WEIGHTS, read_history
+from dare_tf.run_directory import BEST_WEIGHTS
 from dare_tf.tasks import ClickTask
-from dare_tf.training.callbacks import (AppendHistory, ExactValidation, KeepBestWeights, NonFiniteLossError,
-                                        truncate_history)
+from dare_tf.training.callbacks import ExactValidation, KeepBestWeights, NonFiniteLossError
 from dare_tf.training.config import TrainConfig, effective_model_config
 from dare_tf.training.memory import out_of_memory
 from dare_tf.training.continuation import Continuation
@@ -59,15 +58,16 @@ from dare_tf.training.jax_distribution import (Placement, distribution_for, peer
                                                 use_compilation_cache)
 from dare_tf.training.checkpoints import JaxCheckpoints
 from dare_tf.training.jax_state import Scalar, StepFunctions
-from dare_tf.training.progress import RunProgress, TensorBoardScalars
-from dare_tf.training.seeds import run_seeds, save_seed, seed_result
+from dare_tf.training.progress import TensorBoardScalars
+from dare_tf.training.seed_run import SeedRunBase
+from dare_tf.training.seeds import run_seeds, save_seed
 
 
 @public("dare_tf.training")
-class JaxSeedRun:
-    """One seed's run on JAX: its schedule, model, device input, jitted step and
-    evaluation functions (`jax_state.StepFunctions`), and the callbacks it
-    shares with TensorFlow's run; `run()` trains (resuming from the latest
+class JaxSeedRun(SeedRunBase):
+    """One seed's run on JAX (`SeedRunBase`'s engine part): its device input, jitted
+    step and evaluation functions (`jax_state.StepFunctions`), its checkpoints and
+    the callbacks it calls itself; `run()` trains (resuming from the latest
     checkpoint) and returns the seed's result."""
 
     def __init__(self, data_dir: str, run_dir: str, config: TrainConfig, seed: int, spec: DatasetSpec,
@@ -136,26 +136,13 @@ class JaxSeedRun:
                                      lambda: self.predict("val"))
         callbacks = [validation, KeepBestWeights(os.path.join(self.work_dir, BEST_WEIGHTS), self.best_auc,
                                                  self.best_step, self.config.cascade.selection)]
-        if self.chief:
-            cfg = self.config
-            callbacks.append(AppendHistory(self.run_dir, self.plan.steps_per_epoch, self.started,
-                                           self.report if cfg.runtime.verbose == 2 else None))
-            callbacks.append(TensorBoardScalars(os.path.join(self.run_dir, "tensorboard"), cfg.runtime.log_every))
-            title = (f"{cfg.preset} on {os.path.basename(os.path.normpath(self.data_dir))} (JAX, "
-                     f"{self.placement.describe()}), seed {cfg.seeds.index(self.seed) + 1} of {len(cfg.seeds)} "
-                     f"(seed {self.seed})")  # (the devices and the mesh a run uses, said as it starts)
-            if cfg.runtime.verbose == 1:
-                callbacks.append(RunProgress(title, self.plan.total_steps, self._print))
-            elif cfg.runtime.verbose == 2:
-                self._print(title)
+        callbacks += self.chief_callbacks()
         for callback in callbacks:
             callback.set_model(self.model)
         return callbacks
 
-    def report(self, step: int, val: dict, improved: bool) -> None:
-        self._print(f"{self.config.preset} on {os.path.basename(self.data_dir)} seed {self.seed}, step "
-                    f"{step}/{self.plan.total_steps}: validation " + " ".join(f"{k} {v:.4f}" for k, v in val.items())
-                    + (f" (best {self.config.cascade.selection} so far)" if improved else ""))
+    def engine_title(self) -> str:
+        return f" (JAX, {self.placement.describe()})"
 
     # -- the run -------------------------------------------------------------------------
     def calls(self, skip: int) -> list[int]:
@@ -179,28 +166,22 @@ class JaxSeedRun:
         ends = np.cumsum(calls)
         return ((None, order[end - steps: end]) for steps, end in zip(calls, ends))
 
-    def run(self) -> dict:
-        functions = self.functions
-        extra = self.checkpoints.restore_latest(functions.variables(), self._print)
+    def restore(self) -> bool:
+        extra = self.checkpoints.restore_latest(self.functions.variables(), self._print)
         if extra is not None:
             self.best_auc.assign(extra["best_auc"])
             self.best_step.assign(extra["best_step"])
-        elif self.continuation is not None:
-            self.continuation.grow_into(self.model)
-        step = int(self.model.optimizer.iterations.numpy())
-        if self.chief:
-            truncate_history(self.run_dir, step)
-        if step < self.plan.total_steps:
-            if self.chief and self.seed == self.config.seeds[0]:
-                for warning in self.plan.warnings:
-                    self._print(f"warning: {warning}")
-            try:
-                self._train(step)
-            except jax.errors.JaxRuntimeError as e:
-                if "RESOURCE_EXHAUSTED" not in str(e):
-                    raise
-                raise out_of_memory(self.model_config, self.config.schedule.batch_size, e) from None
-        return self._finish()
+        return extra is not None
+
+    def train(self, step: int) -> None:
+        try:
+            self._train(step)
+        except jax.errors.JaxRuntimeError as e:
+            if "RESOURCE_EXHAUSTED" not in str(e):
+                raise
+            raise out_of_memory(self.model_config, self.config.schedule.batch_size, e) from None
+        finally:
+            self.checkpoints.wait()  # (the last checkpoint written in the background)
 
     def _train(self, step: int) -> None:
         callbacks, functions, plan = self.callbacks(), self.functions, self.plan
@@ -236,22 +217,13 @@ class JaxSeedRun:
             self.checkpoints.save(done, functions.variables(), best_auc=float(self.best_auc),
                                   best_step=int(self.best_step))
 
-    def _finish(self) -> dict:
-        self.checkpoints.wait()
-        steps = int(self.model.optimizer.iterations.numpy())
-        best = os.path.join(self.work_dir, BEST_WEIGHTS)
-        kept_step = steps  # the step whose weights the result is of
-        if os.path.exists(best):
-            self.model.load_weights(best)
-            kept_step = int(self.best_step)
+    def weights_loaded(self) -> None:
         self.functions.load()
-        result = seed_result(self.seed, steps, int(self.best_step), read_history(self.run_dir),
-                             lambda: self.predict("val"), self.predict("test"), self.model_config, self.plan.warnings,
-                             self.plan.total_steps, self.spec)
+
+    def save(self, result: dict, kept_step: int) -> None:
         # Every process saves (saving builds variables under the distribution: a collective each joins),
         # the others into their own scratch directory.
         save_seed(self.work_dir, self.model, result, kept_step, self.config, self.model_config, self.seed)
-        return result
 
 
 @public("dare_tf.training")

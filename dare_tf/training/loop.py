@@ -18,13 +18,13 @@ from dare_tf.data.feeding.memory import InMemorySplit
 from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.models import DareModel
 from dare_tf.optimizers import make_optimizer
-from dare_tf.run_directory import BEST_WEIGHTS, RunDirectory, read_history
-from dare_tf.training.callbacks import (AppendHistory, ExactValidation, KeepBestWeights, SaveCheckpoint,
-                                        StopAtStep, StopOnNonFiniteLoss, truncate_history)
-from dare_tf.training.progress import RunProgress, TensorBoardScalars
+from dare_tf.run_directory import BEST_WEIGHTS, RunDirectory
+from dare_tf.training.callbacks import (ExactValidation, KeepBestWeights, SaveCheckpoint, StopAtStep,
+                                        StopOnNonFiniteLoss)
+from dare_tf.training.seed_run import SeedRunBase
 from dare_tf.training.config import TrainConfig, effective_model_config
 from dare_tf.training.memory import out_of_memory
-from dare_tf.training.seeds import run_seeds, save_seed, seed_result, trainable_spec
+from dare_tf.training.seeds import run_seeds, save_seed, trainable_spec
 from dare_tf.training.checkpoints import DamagedCheckpointError, restore_newest
 from dare_tf.training.continuation import Continuation
 from dare_tf.training.distribution import (ClusterError, fit_distributed, is_chief, task_id, make_strategy,
@@ -36,11 +36,12 @@ from dare_tf.training.input_plan import InputPlan
 
 
 @public("dare_tf.training")
-class SeedRun:
-    """One seed's run, wired from its parts: the input plan (`InputPlan`), the
-    model with its optimizer and checkpoint, the evaluator (`Evaluator`) and
-    the callbacks; `run()` trains (resuming from the checkpoint) and returns
-    the seed's result."""
+class SeedRun(SeedRunBase):
+    """One seed's run on TensorFlow (`SeedRunBase`'s engine part): the input plan
+    (`InputPlan`) as a tf.data stream, the model with its optimizer and
+    `tf.train.Checkpoint`, the evaluator (`Evaluator`) and the callbacks of
+    Keras's `fit`; `run()` trains (resuming from the checkpoint) and returns the
+    seed's result."""
 
     def __init__(self, data_dir: str, run_dir: str, config: TrainConfig, seed: int, spec: DatasetSpec,
                  strategy, chief: bool, model_config, report: Callable[[str], None],
@@ -78,14 +79,6 @@ class SeedRun:
             self.checkpoint, os.path.join(self.work_dir, "checkpoints"), max_to_keep=2)
         self.started = time.perf_counter()
 
-    def report(self, step: int, val: dict, improved: bool) -> None:
-        # (the dataset by its directory: a generated log read with the taobao preset is not Taobao's;
-        # "best" by the criterion that keeps the weights, AUC or a cascade metric)
-        self._print(f"{self.config.preset} on {os.path.basename(self.data_dir)} seed "
-                    f"{self.seed}, step {step}/{self.plan.total_steps}: validation "
-                    + " ".join(f"{k} {v:.4f}" for k, v in val.items())
-                    + (f" (best {self.config.cascade.selection} so far)" if improved else ""))
-
     def callbacks(self) -> list:
         """The callbacks of this seed's `fit` (see `dare_tf.training.callbacks`)."""
         cfg = self.config
@@ -101,15 +94,7 @@ class SeedRun:
             validation,
             best,
         ]
-        if self.chief:
-            callbacks += [AppendHistory(self.run_dir, plan.steps_per_epoch, self.started,
-                                        self.report if cfg.runtime.verbose == 2 else None),
-                          TensorBoardScalars(os.path.join(self.run_dir, "tensorboard"), cfg.runtime.log_every)]
-            if cfg.runtime.verbose == 1:
-                callbacks.append(RunProgress(f"{cfg.preset} on {os.path.basename(os.path.normpath(self.data_dir))}, "
-                                             f"seed {cfg.seeds.index(self.seed) + 1} of {len(cfg.seeds)} (seed "
-                                             f"{self.seed})", plan.total_steps, self._print))
-        return callbacks + [SaveCheckpoint(self.manager)]
+        return callbacks + self.chief_callbacks() + [SaveCheckpoint(self.manager)]
 
     # -- the run ---------------------------------------------------------------------------
     def _restore(self, path: str) -> str:
@@ -122,46 +107,32 @@ class SeedRun:
             raise DamagedCheckpointError(f"{path}: not a readable checkpoint ({type(e).__name__}: {reason})") from None
         return path
 
-    def run(self) -> dict:
+    def restore(self) -> bool:
         resumed = restore_newest(reversed(self.manager.checkpoints), self._restore, self._print)
         if resumed is not None:
             logging.info("seed %d: resumed from %s at step %d", self.seed, resumed,
                          int(self.model.optimizer.iterations.numpy()))
-        elif self.continuation is not None:
-            self.continuation.grow_into(self.model)
-            logging.info("seed %d: starts from %s", self.seed, self.continuation.run_dir)
-        step, plan = int(self.model.optimizer.iterations.numpy()), self.plan
-        if self.chief:
-            truncate_history(self.run_dir, step)
-        if step < plan.total_steps:
-            if self.chief and self._print is not None and self.seed == self.config.seeds[0]:
-                for warning in plan.warnings:  # before the run, which may be long for nothing
-                    self._print(f"warning: {warning}")
-            callbacks = self.callbacks()
-            fit = fit_distributed if plan.distributed else keras.Model.fit
-            try:
-                fit(self.model, plan.train_stream(step), steps_per_epoch=plan.eval_every,
-                    epochs=math.ceil(plan.total_steps / plan.eval_every), initial_epoch=step // plan.eval_every,
-                    callbacks=callbacks, shuffle=False, verbose=0)  # progress: RunProgress
-            except tf.errors.ResourceExhaustedError as e:
-                raise out_of_memory(self.model_config, self.config.schedule.batch_size, e) from None
-        return self._finish()
+        return resumed is not None
 
-    def _finish(self) -> dict:
-        steps = int(self.model.optimizer.iterations.numpy())
-        best = os.path.join(self.work_dir, BEST_WEIGHTS)
-        kept_step = steps  # the step whose weights the result is of
-        if os.path.exists(best):
-            self.model.load_weights(best)  # (the optimizer's state of that step too)
-            kept_step = int(self.best_step)
-        evaluator = self.evaluator
-        result = seed_result(self.seed, steps, int(self.best_step), read_history(self.run_dir),
-                             lambda: evaluator.predict("val"), evaluator.predict("test"), self.model_config,
-                             self.plan.warnings, self.plan.total_steps, self.spec,
-                             evaluator.cascade_metrics("test") if self.cascade and self.cascade.examples else None)
+    def train(self, step: int) -> None:
+        plan = self.plan
+        fit = fit_distributed if plan.distributed else keras.Model.fit
+        try:
+            fit(self.model, plan.train_stream(step), steps_per_epoch=plan.eval_every,
+                epochs=math.ceil(plan.total_steps / plan.eval_every), initial_epoch=step // plan.eval_every,
+                callbacks=self.callbacks(), shuffle=False, verbose=0)  # progress: RunProgress
+        except tf.errors.ResourceExhaustedError as e:
+            raise out_of_memory(self.model_config, self.config.schedule.batch_size, e) from None
+
+    def predict(self, split: str) -> dict:
+        return self.evaluator.predict(split)
+
+    def cascade_test_metrics(self) -> dict | None:
+        return self.evaluator.cascade_metrics("test") if self.cascade and self.cascade.examples else None
+
+    def save(self, result: dict, kept_step: int) -> None:
         if self.chief:
             save_seed(self.run_dir, self.model, result, kept_step, self.config, self.model_config, self.seed)
-        return result
 
 
 _STRATEGIES: dict = {}  # (a multi-worker strategy is made once a process)
