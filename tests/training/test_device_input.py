@@ -41,11 +41,14 @@ def test_device_windows_equal_the_pipelines_on_the_real_taobao_sample(real_taoba
 def test_times_past_int32_offsets_are_refused(datasets):  # noqa: F811
     from dare_tf.training.device_input import DeviceSplit
 
-    split = InMemorySplit.load(datasets["fields"], "train", max_len=5)
-    split.store.times = split.store.times.copy()
-    split.store.times[0] -= 2**31
+    import copy
+
+    loaded = InMemorySplit.load(datasets["fields"], "train", max_len=5)
+    store = copy.copy(loaded.store)  # (not the store every load of this dataset in this process shares)
+    store.times = store.times.copy()
+    store.times[0] -= 2**31
     with pytest.raises(ValueError) as e:
-        DeviceSplit(split)
+        DeviceSplit(InMemorySplit(loaded.columns, store, 5))
     assert str(e.value).startswith("the dataset's click times span ")
     assert str(e.value).endswith("s (68 years) the trainer on JAX holds as int32 offsets; train on TensorFlow, "
                                  "or prepare without --time_gap")
