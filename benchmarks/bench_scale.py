@@ -8,7 +8,8 @@ driver, Tmall with `--fields=seller,brand`), `beam` (the same with
 `--runner=beam` on Beam's DirectRunner, multi-processing on both cores, and
 whether its records are the in-memory driver's), and the phases of
 benchmarks/scale_phases.py: `train` (with `evaluate`), `input`, `export`,
-`histories`, `retrieval`, `recommend`.
+`histories`, `load` (a prepared dataset's histories into LMDB at the lifelong cap),
+`retrieval`, `recommend`.
 
 The logs and prepared datasets stay in `--work_dir` between runs (each part
 makes what it needs that is not there yet, untimed), so that parts can be
@@ -34,7 +35,7 @@ from benchmarks.bench_prepare import measure, measure_with_children  # noqa: E40
 from benchmarks.common import print_table, selected_parts, write_parts  # noqa: E402
 
 SMALL_ROWS = 1_000_000
-PARTS = ("generate", "prepare", "beam", "train", "input", "export", "histories", "retrieval", "recommend")
+PARTS = ("generate", "prepare", "beam", "train", "input", "export", "histories", "load", "retrieval", "recommend")
 # The targets on this 2-core machine, in seconds: a log of either real size generated,
 # and the full Taobao log prepared (at no more than 12 GB peak); Beam at most twice the in-memory time.
 GENERATE_TARGET_S, PREPARE_TARGET_S, BEAM_OVER_IN_MEMORY = 300, 1200, 2.0
@@ -203,12 +204,13 @@ def main():
                 parts["beam"].append(beam(like, fraction, args.work_dir, in_memory))
             data_dir = ensure_prepared(like, fraction, args.work_dir) if chosen - {"generate", "prepare",
                                                                                      "beam"} else None
-            for phase in ("train", "input", "export", "retrieval", "recommend", "histories"):
+            for phase in ("train", "input", "export", "retrieval", "recommend", "histories", "load"):
                 if phase in parts:
                     call = getattr(scale_phases, "input_pipeline" if phase == "input" else phase)
                     given = {"train": (data_dir, work), "input": (data_dir,), "export": (data_dir, work),
                              "retrieval": (data_dir, work), "recommend": (data_dir, work),
-                             "histories": (log_path(args.work_dir, like, fraction), like, work)}[phase]
+                             "histories": (log_path(args.work_dir, like, fraction), like, work),
+                             "load": (data_dir, work)}[phase]
                     parts[phase] += call(*given, size)
         if "beam" in parts and args.beam_fraction is not None:
             ensure_log(like, args.beam_fraction, args.work_dir)

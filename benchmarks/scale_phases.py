@@ -9,6 +9,7 @@ exports through the stand-in, 16 clients)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -180,6 +181,29 @@ def histories(log: str, like: str, work: str, size: dict) -> list[dict]:
                          "last_p50_ms": round(p50, 3), "last_p99_ms": round(p99, 3)})
             print(f"  {rows[-1]}", flush=True)
     return rows
+
+
+def load(data_dir: str, work: str, size: dict) -> list[dict]:
+    """A prepared dataset's histories loaded into a new LMDB store (`serving.histories
+    load`, its own process) at the lifelong default cap (`--max_clicks`, 10,000 per
+    user): seconds, peak RSS, the store's size, the clicks it kept and the most of one
+    user, then `last` of one user's 200 newest clicks read in process."""
+    from dare_tf.histories import open_store
+
+    store_dir = os.path.join(work, "loaded_histories")
+    shutil.rmtree(store_dir, ignore_errors=True)  # (this phase's own, from an earlier run)
+    seconds, peak = measure(["serving.histories", "load", f"--store=lmdb:{store_dir}", f"--data_dir={data_dir}"])
+    with open_store(f"lmdb:{store_dir}") as store:
+        users = list(store.users())
+        sizes = np.array([store.size(u) for u in users])
+        calls = itertools.cycle(int(u) for u in np.random.default_rng(0).choice(users, CALLS))
+        p50, p99 = percentiles(lambda: store.last([next(calls)], 200), CALLS)
+    row = {**size, "store": "lmdb", "users": len(users), "seconds": round(seconds, 1), "peak_rss_mib": round(peak),
+           "mb_stored": round(os.path.getsize(os.path.join(store_dir, "data.mdb")) / 1e6),
+           "clicks_kept": int(sizes.sum()), "most_clicks_of_a_user": int(sizes.max()),
+           "last_p50_ms": round(p50, 3), "last_p99_ms": round(p99, 3)}
+    print(f"  {row}", flush=True)
+    return [row]
 
 
 RETRIEVAL_SCRIPT = r"""

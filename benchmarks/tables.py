@@ -100,6 +100,13 @@ TABLES = {
                                 "user's 200 behaviours against 200 candidates, measured in process (`LocalModel`): "
                                 "p50/p99 ms and the p50 against the 1M-row log's (target at most 1.2), the process's "
                                 "peak RSS"),
+    ("bench_scale", "load"): (
+        ["log", "fraction", "store", "users", "seconds", "peak_rss_mib", "mb_stored", "clicks_kept",
+         "most_clicks_of_a_user", "last_p50_ms", "last_p99_ms"],
+        "a prepared dataset's histories loaded into a new LMDB store (`serving.histories load --data_dir=...`, its "
+        "own process) at the lifelong default cap (`--max_clicks`, 10,000 clicks per user): users, seconds, the "
+        "process's peak RSS, MB stored, the clicks kept and the most of one user, and `last` of one random user's "
+        "200 newest clicks measured in process (p50/p99 ms)"),
     ("bench_scale", "histories"): (["log", "fraction", "store", "users", "seconds", "target_s", "seconds/target",
                                     "peak_rss_mib", "mb_stored", "last_p50_ms", "last_p99_ms"],
                                    "every user of the raw log appended to a new history store (`serving.histories "
