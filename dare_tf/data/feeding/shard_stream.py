@@ -28,7 +28,7 @@ from dare_tf._faces import public
 from dare_tf.data.storage.records import read_shard
 from dare_tf.data.storage.shards import DEFAULT_SHUFFLE_BUFFER, STREAM_BLOCK
 from dare_tf.data.storage.spec import DatasetSpec
-from dare_tf.data.storage.store import ShardError, SequenceStore
+from dare_tf.data.storage.store import SequenceStore, check_positions
 
 CYCLE = 8  # shards read at once in a training order (tf.data's interleave in pipeline.shuffled_columns)
 
@@ -62,11 +62,8 @@ class ShardStream:
     def read(self, name: str) -> Columns:
         """One shard's columns, checked."""
         columns = read_shard(self.data_dir, name, self.spec, self.split)
-        if self.store is not None and len(columns["uid"]):
-            bad = np.flatnonzero(columns["position"] > self.store.length[columns["uid"]])
-            if len(bad):
-                raise ShardError(f"{self.data_dir}/{name}: example {int(bad[0])} (user {int(columns['uid'][bad[0]])}) "
-                                 "points past its user's stored sequence: store and examples do not match")
+        if self.store is not None:
+            check_positions(columns, self.store, f"{self.data_dir}/{name}: ")
         return columns
 
     def in_order(self) -> Iterator[Columns]:

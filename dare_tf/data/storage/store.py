@@ -145,12 +145,20 @@ def read_examples(data_dir: str, split: str, spec: DatasetSpec, store: SequenceS
     names = spec.shard_files(split, partitions)
     parts = read_shards(data_dir, names, spec, split)
     columns = {k: np.concatenate([p[k] for p in parts]) for k in spec.record_columns[0]}
-    if store is not None and len(columns["uid"]):
-        bad = np.flatnonzero(columns["position"] > store.length[columns["uid"]])
-        if len(bad):
-            raise ShardError(f"{data_dir}: {split} example {int(bad[0])} (user {int(columns['uid'][bad[0]])}) "
-                             "points past its user's stored sequence: store and examples do not match")
+    if store is not None:
+        check_positions(columns, store, f"{data_dir}: {split} ")
     return columns
+
+
+def check_positions(columns: dict[str, np.ndarray], store: SequenceStore, where: str) -> None:
+    """Every example of `columns` points within its user's stored sequence; else a
+    ShardError naming the first that does not, after `where` (the file or split)."""
+    if not len(columns["uid"]):
+        return
+    bad = np.flatnonzero(columns["position"] > store.length[columns["uid"]])
+    if len(bad):
+        raise ShardError(f"{where}example {int(bad[0])} (user {int(columns['uid'][bad[0]])}) points past its "
+                         "user's stored sequence: store and examples do not match")
 
 
 _CACHE: dict[tuple, SequenceStore] = {}
@@ -165,4 +173,4 @@ def load_store(data_dir: str, spec: DatasetSpec, partitions=None) -> SequenceSto
     return _CACHE[key]
 
 
-__all__ = ["SequenceStore", "ShardError", "check_max_len", "load_store", "read_examples"]
+__all__ = ["SequenceStore", "ShardError", "check_max_len", "check_positions", "load_store", "read_examples"]
