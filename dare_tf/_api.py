@@ -70,6 +70,7 @@ FACES = {
         "load_retrieval_model": "dare_tf.retrieval.model",
         "popularity_recall": "dare_tf.retrieval.training",
         "positives": "dare_tf.retrieval.training",
+        "read_candidates": "dare_tf.retrieval.candidate_files",
         "train_retrieval": "dare_tf.retrieval.training",
         "use_keras2": "dare_tf.retrieval._keras2",
     },

@@ -145,6 +145,23 @@ def atomic_json(path: str, payload) -> None:
     os.replace(tmp, path)
 
 
+def atomic_npz(path: str, arrays: dict) -> None:
+    """Writes `arrays` as `path` (`.npz`): to a temporary file beside it
+    (`PATH.tmp-PID.npz`) that is fsynced, then renamed, the directory fsynced after:
+    a reader sees the whole file or none, after a crash too."""
+    tmp = f"{path}.tmp-{os.getpid()}.npz"
+    with open(tmp, "wb") as f:
+        np.savez(f, **arrays)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    directory = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
 # Beside the arrays themselves: HDF5 / checkpoint metadata, a SavedModel's graph
 # (1.2 MB for the demo's ranker), a file system's blocks.
 SPACE_MARGIN = (1.1, 4 << 20)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from dare_tf._faces import public
+from dare_tf.metrics import CASCADE_CANDIDATES
 
 
 @public("dare_tf.retrieval")
@@ -40,6 +41,13 @@ class RetrievalConfig:
             bring that category's items among the candidates, whichever
             source the validation recall favours (0: the validation alone
             decides; docs/two-stage.md measures what the floor costs).
+        cascade_candidates: the candidate counts N whose first N merged
+            candidates of every train, val and test positive the finished run
+            writes (`candidates-N.npz`, `dare_tf.retrieval.candidate_files`) for
+            the rankers trained in its cascade (`trainers.train
+            --retrieval_run --retrieval_candidates=N`, on either engine); not
+            part of the run's identity: run again with another count, a
+            finished run writes its file without training again.
         verbose: 0 silent, 1 Keras progress bar.
     """
 
@@ -54,10 +62,14 @@ class RetrievalConfig:
     include_seen: bool = False
     eval_positives: int = 20_000
     recent_floor: float = 0.25
+    cascade_candidates: tuple[int, ...] = (CASCADE_CANDIDATES,)
     verbose: int = 0
 
     def __post_init__(self):
         object.__setattr__(self, "seeds", tuple(int(s) for s in self.seeds))
+        object.__setattr__(self, "cascade_candidates", tuple(int(n) for n in self.cascade_candidates))
+        if any(n < 1 for n in self.cascade_candidates):
+            raise ValueError(f"cascade_candidates={list(self.cascade_candidates)}: each count must be >= 1")
         for name in ("embedding_dim", "output_dim", "batch_size", "epochs", "eval_positives"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}: must be >= 1")

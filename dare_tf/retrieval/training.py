@@ -13,7 +13,9 @@ from dare_tf._files import atomic_json, require_space, variables_bytes
 from dare_tf.data.feeding.memory import InMemorySplit
 from dare_tf.data.preparation.prepared import item_categories
 from dare_tf.data.storage.spec import SPLITS, DatasetSpec
+from dare_tf.data.storage.store import load_store
 from dare_tf.retrieval.config import RetrievalConfig
+from dare_tf.retrieval.candidate_files import candidates_path, write_candidates
 from dare_tf.retrieval.candidates import SOURCES, CandidateMerger, Query, one_source, quota_grid, quota_key
 from dare_tf.retrieval.evaluation import evaluate_sources, score_rows
 from dare_tf.retrieval.model import KS, TwoTowerModel, compiled_two_tower, fit_epochs, load_retrieval_model
@@ -148,7 +150,8 @@ def train_retrieval(data_dir: str, output_dir: str, config: RetrievalConfig = Re
     spec = DatasetSpec.load(data_dir)
     identity = {"retrieval_config": dict(dataclasses.asdict(config), seeds=list(config.seeds)),
                 "dataset": {"name": spec.dataset, "fingerprint": spec.fingerprint()}}
-    identity["retrieval_config"].pop("verbose")
+    for outside in ("verbose", "cascade_candidates"):  # (they do not define the run)
+        identity["retrieval_config"].pop(outside)
     run_directory = RunDirectory(output_dir)
     with run_directory.lock():  # one trainer per run directory, as trainers.train
         return _train_run(data_dir, spec, config, identity, run_directory, overwrite, flags_text)
@@ -160,6 +163,8 @@ def _train_run(data_dir, spec, config, identity, run_directory, overwrite, flags
     run_directory.start("retrieval", identity, flags_text)
     splits = {s: InMemorySplit.load(data_dir, s, spec) for s in ("train", "val", "test")}
     items, categories = catalogue(data_dir, spec, splits)
+    for n in config.cascade_candidates:  # (refused before training, not after it)
+        require_catalogue(n, len(items), "--cascade_candidates")
     train = positive_columns(splits["train"])
     share = np.bincount(train["target_item"], minlength=spec.num_items) / max(len(train["target_item"]), 1)
     val, test = (at_most(positives(splits[s]), config.eval_positives) for s in ("val", "test"))
@@ -181,6 +186,11 @@ def _train_run(data_dir, spec, config, identity, run_directory, overwrite, flags
                "quotas": per_seed[0]["quotas"], "per_seed": per_seed}
     results["warnings"] = cascade_warnings({"quotas": results["quotas"], "sources": results["test_sources"]})
     run_directory.write_results(results)
+    missing = [n for n in config.cascade_candidates if not os.path.exists(candidates_path(run_directory.path, n))]
+    if missing:  # (for the rankers of its cascade, on either engine)
+        stage = RetrievalStage.load(data_dir, run_directory.path)
+        for n in missing:
+            write_candidates(stage, load_store(data_dir, spec), run_directory.path, n)
     return results
 
 
@@ -210,7 +220,6 @@ def _train_seed(run_dir, spec, config, seed, batches, evaluation, catalogue_, me
                    config.epochs, int(epoch.numpy()), save, os.path.join(run_dir, "tensorboard"), config.verbose)
     result = {"seed": seed, **evaluate_candidates(model, merger, catalogue_, *evaluation, config.include_seen,
                                                   config.recent_floor)}
-
     # TensorBoard: the test recall@K at the run's last step, as the ranker's test metrics.
     ScalarWriters(os.path.join(run_dir, "tensorboard")).write("test", result["test"],
                                                               int(model.optimizer.iterations.numpy()))
@@ -234,6 +243,12 @@ def merged_candidates(model, merger: CandidateMerger, catalogue_, examples: dict
         proposals = merger.proposals(Query(scores(items, cats), items, cats), n)
         out.append(merger.merge(proposals, quotas, items, n, include_seen).numpy() + 1)
     return np.concatenate(out).astype(np.int64)
+
+
+def require_catalogue(n: int, items: int, flag: str) -> None:
+    """Refuses `flag`=n candidates of a catalogue of fewer `items`."""
+    if n > items:
+        raise ValueError(f"{flag}={n} is larger than the catalogue ({items} items)")
 
 
 @dataclasses.dataclass
@@ -276,8 +291,7 @@ class RetrievalStage:
 
     def require_candidates(self, n: int, flag: str) -> None:
         """Refuses `flag`=n candidates when the catalogue holds fewer."""
-        if n > len(self.items):
-            raise ValueError(f"{flag}={n} is larger than the catalogue ({len(self.items)} items)")
+        require_catalogue(n, len(self.items), flag)
 
     def candidates(self, histories: dict, n: int) -> np.ndarray:
         """The first `n` merged candidates `[P, n]` (dense ids, best first) of each

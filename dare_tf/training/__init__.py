@@ -1,8 +1,11 @@
-"""Training and evaluation on `model.fit`: resumable, multi-seed, optionally distributed.
-
-TensorFlow only (tf.data, tf.distribute, checkpoints). `train(data_dir,
-output_dir, TrainConfig(...))` trains one model per seed on a prepared
-dataset with `DareModel.fit` and these callbacks (`dare_tf.training.callbacks`):
+"""Training and evaluation: resumable, multi-seed, optionally distributed, one
+trainer over two engines (docs/gpu.md's table): Keras's TensorFlow backend
+(`loop`: `DareModel.fit` over tf.data, tf.distribute, TensorFlow checkpoints) or
+its JAX backend (`jax_loop`: jitted steps over device-held or streamed input,
+keras.distribution, `.npz` checkpoints, no TensorFlow), one seed's run shared
+by both (`seed_run.SeedRunBase`). `train(data_dir, output_dir,
+TrainConfig(...))` trains one model per seed on a prepared dataset with these
+callbacks (`dare_tf.training.callbacks`):
 
 - every `eval_every` steps (a Keras "epoch" here is `eval_every` steps of one
   continuous input stream) and at the end: `ExactValidation` refreshes
@@ -35,7 +38,8 @@ the run's identity), `sections` (TrainConfig's sections), `distribution`
 cascade: drawn negatives and the cascade's metrics), `input_plan` (which
 batches each step of a seed reads), `evaluator` (a seed's predictions over
 whole splits), `callbacks`, `progress`, `program_flags` (the trainers' flags),
-and `loop` (one seed's run wired from those parts, `train`).
+`seed_run` (one seed's run over either engine), `loop` and `jax_loop` (the
+engines), and `trainer` (`train`, which picks the engine of Keras's backend).
 
 Importing this package costs nothing: each name is imported from its module on
 first use (`config` needs no TensorFlow, so a program's flags are defined and

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from dare_tf._faces import public
+from dare_tf._files import atomic_npz
 
 
 @public("dare_tf.training")
@@ -82,17 +83,7 @@ class JaxCheckpoints:
         return path
 
     def _write(self, path: str, arrays: dict) -> None:
-        tmp = f"{path}.tmp-{os.getpid()}.npz"
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        directory = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        atomic_npz(path, arrays)
         for old in self._steps()[: -self.keep]:
             os.remove(os.path.join(self.directory, f"ckpt-{old}.npz"))
 

@@ -32,9 +32,6 @@ def refusal(config) -> str | None:
     if config.runtime.strategy in TF_DISTRIBUTED:
         return (f"--strategy={config.runtime.strategy} is tf.distribute's; on JAX use --strategy=data_parallel or "
                 "--strategy=model_parallel (keras.distribution, docs/gpu.md)")
-    if config.cascade.negatives or config.cascade.retrieval_run or config.cascade.loss != "pointwise":
-        return ("a ranker trained inside its cascade (--negatives, --retrieval_run, --loss) trains on TensorFlow "
-                "only (its retrieval stage is tensorflow-recommenders): unset KERAS_BACKEND")
     return None
 
 

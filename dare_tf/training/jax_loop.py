@@ -20,11 +20,11 @@ curves, seeds and resume after a kill; the same examples in the same order
 - checkpoints: `checkpoints/ckpt-<step>.npz` (`JaxCheckpoints`), every model and
   optimizer variable with the best metric and its step; the last two kept;
 - distribution: `keras.distribution` (`jax_distribution.distribution_for`)
-  instead of `tf.distribute`; no TensorBoard event files (`history.jsonl` and
-  `curves.png` hold the same numbers).
+  instead of `tf.distribute`, whose strategies are refused in one line naming
+  the alternative (`jax_distribution.refusal`).
 
-TensorFlow-only parts are refused in one line naming the alternative
-(`jax_distribution.refusal`).
+A ranker trained in its cascade reads the candidates its retrieval run wrote
+(`dare_tf.retrieval.candidate_files`), as on TensorFlow.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ from dare_tf.training.jax_distribution import (Placement, distribution_for, peer
 from dare_tf.training.checkpoints import JaxCheckpoints
 from dare_tf.training.jax_state import Scalar, StepFunctions
 from dare_tf.training.progress import TensorBoardScalars
+from dare_tf.training.reranking import Cascade
 from dare_tf.training.seed_run import SeedRunBase
 from dare_tf.training.seeds import run_seeds, save_seed
 
@@ -72,29 +73,30 @@ class JaxSeedRun(SeedRunBase):
 
     def __init__(self, data_dir: str, run_dir: str, config: TrainConfig, seed: int, spec: DatasetSpec,
                  model_config, memory: dict[str, InMemorySplit], placement: Placement, chief: bool,
-                 report: Callable[[str], None], continuation: Continuation | None = None, streams=None):
+                 report: Callable[[str], None], continuation: Continuation | None = None, streams=None,
+                 cascade: Cascade | None = None):
         self.data_dir, self.run_dir, self.config, self.seed, self.spec = data_dir, run_dir, config, seed, spec
-        self.model_config, self.memory, self.placement, self.chief, self._print = (model_config, memory, placement,
-                                                                                   chief, report)
-        self.continuation = continuation
+        self.model_config, self.placement, self.chief, self._print = model_config, placement, chief, report
+        self.continuation, self.cascade = continuation, cascade
         self.work_dir = run_dir if chief else os.path.join(run_dir, f".process-{jax.process_index()}")
         os.makedirs(self.work_dir, exist_ok=True)
-        # The schedule and the training order are TensorFlow's in-memory ones.
-        self.plan = InputPlan(data_dir, config, seed, spec, None, model_config.max_len, memory,
+        # The schedule and the training order (a cascade's drawn negatives too) are TensorFlow's in-memory ones.
+        self.plan = InputPlan(data_dir, config, seed, spec, None, model_config.max_len, memory, cascade,
                               fields=model_config.fields)
+        self.memory = self.plan.memory
         if config.schedule.batch_size % placement.batch_shards:
             raise ValueError(f"batch_size={config.schedule.batch_size} must be divisible by the "
                              f"{placement.batch_shards} devices the batch is split over")
         keras.utils.set_random_seed(seed)
         self.model = DareModel(model_config, seed=seed, name=config.preset)
-        self.model.task = ClickTask()
+        self.model.task = ClickTask(group=config.cascade.group if config.cascade.loss == "softmax" else None)
         self.model.build()
         self.model.compile(optimizer=keras.optimizers.Adam(config.optimizer.learning_rate))
         self.model.optimizer.build(self.model.trainable_variables)
         # The store on the devices once; each split held there on it, or streamed (`streams`) onto it.
         template = DeviceSplit(None, placement.replicate, store=load_store(data_dir, spec),
                                max_len=model_config.max_len)
-        self.splits = {name: template.with_columns(split.columns) for name, split in memory.items()}
+        self.splits = {name: template.with_columns(split.columns) for name, split in self.memory.items()}
         self.streamed = {name: StreamedInput(stream, template) for name, stream in (streams or {}).items()}
         self.functions = StepFunctions(self.model, self.splits.get("train", template), placement,
                                        lazy=config.optimizer.name == "lazy_adam")
@@ -131,9 +133,18 @@ class JaxSeedRun(SeedRunBase):
         order = self.memory["train"].epoch_order(self.seed, 999)[: wanted * batch]
         self.functions.refresh_batch_norm(order[: len(order) // batch * batch].reshape(-1, batch))
 
+    def cascade_metrics(self, split: str, retrieval: bool = True) -> dict[str, float]:
+        """The cascade's metrics of `split` with the model's current weights; {} without a retrieval run."""
+        if self.cascade is None or split not in self.cascade.examples:
+            return {}
+        return self.cascade.examples[split].metrics(self.model, retrieval)
+
+    def cascade_test_metrics(self) -> dict | None:
+        return self.cascade_metrics("test") or None
+
     def callbacks(self) -> list:
         validation = ExactValidation(lambda: (self.functions.sync(), self.refresh_batch_norm_statistics()),
-                                     lambda: self.predict("val"))
+                                     lambda: self.predict("val"), lambda: self.cascade_metrics("val", False))
         callbacks = [validation, KeepBestWeights(os.path.join(self.work_dir, BEST_WEIGHTS), self.best_auc,
                                                  self.best_step, self.config.cascade.selection)]
         callbacks += self.chief_callbacks()
@@ -246,6 +257,7 @@ def train_on_jax(data_dir: str, output_dir: str, config: TrainConfig, overwrite:
     chief = jax.process_index() == 0
     loaded: dict = {}
     streams: dict = {}
+    cascade: list = []
 
     def train_seed(seed: int, run_dir: str) -> dict:
         if not loaded and not streams:  # once, for the first seed that trains
@@ -255,9 +267,10 @@ def train_on_jax(data_dir: str, output_dir: str, config: TrainConfig, overwrite:
                 else:  # (streamed from its shards, as on TensorFlow)
                     streams[split] = ShardStream(data_dir, split, spec, load_store(data_dir, spec),
                                                  shuffle_buffer=config.data.shuffle_buffer)
+            cascade.append(Cascade.load(data_dir, spec, config, model_config.max_len, None, loaded))
         with placement.scope():
             return JaxSeedRun(data_dir, run_dir, config, seed, spec, model_config, loaded, placement, chief,
-                              report, continuation, streams).run()
+                              report, continuation, streams, cascade[0]).run()
 
     with RunDirectory(output_dir).lock() if chief else contextlib.nullcontext(), peers_lost_end_the_process():
         return {**run_seeds(data_dir, output_dir, config, spec, model_config, chief, overwrite, flags_text,

@@ -150,10 +150,6 @@ def train_on_tensorflow(data_dir: str, output_dir: str, config: TrainConfig, ove
                         report: Callable[[str], None] = print, flags_text: str | None = None) -> dict:
     """`dare_tf.training.train` on Keras's TensorFlow backend, under the configuration's
     strategy (`strategy_for`)."""
-    if config.cascade.retrieval_run:  # its candidates come from the retrieval stage (tensorflow-recommenders)
-        from dare_tf.retrieval import use_keras2
-
-        use_keras2()
     spec = trainable_spec(data_dir)
     strategy = strategy_for(config.runtime)
     chief = is_chief(strategy)

@@ -14,6 +14,8 @@ from dare_tf.data.storage.store import load_store
 from dare_tf.data.preparation.prepared import item_categories
 from dare_tf.data.storage.schema import HIST_CATEGORIES, HIST_ITEMS
 from dare_tf.reranking import CascadeExamples
+from dare_tf.retrieval.candidate_files import read_candidates
+from dare_tf.run_directory import RunDirectory
 
 
 @public("dare_tf.training")
@@ -50,14 +52,11 @@ class Cascade:
         category_of = item_categories(data_dir, spec, lambda: [(store.items, store.categories)] + [
             (split.columns["target_item"], split.columns["target_category"]) for split in splits.values()])
         tables = {}
-        if cascade.retrieval_run:
-            from dare_tf.retrieval.training import RetrievalStage  # (tensorflow-recommenders: only here)
-
-            stage = RetrievalStage.load(data_dir, cascade.retrieval_run, "--retrieval_run")
-            stage.require_candidates(cascade.candidates, "retrieval_candidates")
+        if cascade.retrieval_run:  # (the candidates the retrieval run wrote: no tensorflow-recommenders here)
+            RunDirectory(cascade.retrieval_run).require("retrieval", spec.fingerprint(), "--retrieval_run")
             wanted = ["val", "test"] + (["train"] if "retrieval" in dict(cascade.sources) else [])
-            tables = {s: stage.candidates(dict(zip((HIST_ITEMS, HIST_CATEGORIES), store.windows(
-                positive[s]["uid"], positive[s]["position"], spec.max_len))), cascade.candidates) for s in wanted}
+            tables = {s: read_candidates(cascade.retrieval_run, cascade.candidates, s, positive[s]["uid"],
+                                         positive[s]["position"], "--retrieval_run") for s in wanted}
         sampler = None
         if cascade.sources:
             clicks = np.bincount(positive["train"]["target_item"], minlength=spec.num_items)

@@ -165,18 +165,35 @@ def test_the_cascade_verdict_names_what_does_not_pay_off():
 @pytest.mark.slow
 @pytest.mark.tfrs  # tensorflow-recommenders: tf.keras as Keras 2 (tests/conftest.py)
 @pytest.mark.xdist_group("two_stage")  # (one worker trains the two-stage runs)
-def test_a_ranker_trained_on_retrieval_negatives_reports_the_cascade_it_is_selected_by(taobao, two_stage, tmp_path):
-    """--negatives=retrieval:N --retrieval_run: negatives come from each training history's
-    own retrieved candidates; every validation reports the cascade's metrics, the kept
-    weights are the best validation NDCG@10's, and the run's test cascade metrics are
-    evaluate_cascade's for the same run."""
+@pytest.mark.parametrize("engine", ["tensorflow", "jax"])
+def test_a_ranker_trained_on_retrieval_negatives_reports_the_cascade_it_is_selected_by(engine, taobao, two_stage,
+                                                                                       tmp_path):
+    """--negatives=retrieval:N --retrieval_run --loss=softmax, on either engine (issue 66: on
+    JAX without TensorFlow): negatives come from each training history's own retrieved
+    candidates, which the retrieval run wrote; every validation reports the cascade's
+    metrics, the kept weights are the best validation NDCG@10's, and the run's test cascade
+    metrics are evaluate_cascade's for the same run."""
+    import subprocess
+    import sys
+
     from dare_tf.retrieval import evaluate_cascade
-    from dare_tf.training import TrainConfig, train
+    from tests.conftest import REPO
+    from tests.programs import run_program
 
     run = str(tmp_path / "cascade_ranker")
-    results = train(taobao, run, TrainConfig.create(
-        preset="dare", batch_size=250, epochs=1, eval_every=10, max_steps=30, verbose=0, jit_compile=False,
-        model_overrides=dict(top_k=10), negatives="retrieval:4", retrieval_run=two_stage["retrieval"]))
+    flags = [f"--data_dir={taobao}", f"--output_dir={run}", "--model=dare", "--batch_size=250", "--epochs=1",
+             "--eval_every=10", "--max_steps=30", "--verbose=0", "--top_k=10", "--negatives=retrieval:4",
+             "--loss=softmax", f"--retrieval_run={two_stage['retrieval']}"]
+    if engine == "tensorflow":
+        run_program("trainers.train", *flags, "--nojit_compile", check=True)
+    else:
+        done = subprocess.run([sys.executable, "tests/no_tensorflow.py", "trainers.train", *flags], cwd=REPO,
+                              env=dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=REPO),
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+    with open(os.path.join(run, "results.json")) as f:
+        results = json.load(f)
+    assert json.load(open(os.path.join(run, "run_config.json")))["backend"] == engine
     history = [json.loads(line) for line in open(os.path.join(run, "seed_0", "history.jsonl"))]
     assert [h["step"] for h in history] == [10, 20, 30]
     best = max(history, key=lambda h: h["val"]["ndcg@10"])  # (ties: the first)
@@ -187,20 +204,25 @@ def test_a_ranker_trained_on_retrieval_negatives_reports_the_cascade_it_is_selec
     assert test["hit_rate@10"] == pytest.approx(cascade["rankers"]["ranker"]["hit_rate@10"], abs=1e-9)
     assert test["ndcg@10"] == pytest.approx(cascade["rankers"]["ranker"]["ndcg@10"], abs=1e-9)
     assert test["retrieval_hit_rate@10"] == pytest.approx(cascade["retrieval"]["hit_rate@10"], abs=1e-9)
-    # the retrieval negatives of the first epoch are among each history's first 200 candidates
+    if engine == "jax":
+        return
+    # the candidates the retrieval run wrote are the stage's, and the retrieval negatives of the
+    # first epoch are among each history's first 200 of them
+    from dare_tf.data.feeding.memory import InMemorySplit
     from dare_tf.data.storage.spec import DatasetSpec
     from dare_tf.retrieval.training import RetrievalStage
+    from dare_tf.training import TrainConfig
     from dare_tf.training.reranking import Cascade
 
     spec = DatasetSpec.load(taobao)
     config = TrainConfig.create(negatives="retrieval:4", retrieval_run=two_stage["retrieval"], batch_size=250)
-    from dare_tf.data.feeding.memory import InMemorySplit
     memory = {"train": InMemorySplit.load(taobao, "train", spec)}
     loaded = Cascade.load(taobao, spec, config, spec.max_len, None, memory)
     sampler = loaded.sampler
     windows = dict(zip(("hist_items", "hist_categories"), loaded.store.windows(
         sampler.positives["uid"], sampler.positives["position"], spec.max_len)))
     table = RetrievalStage.load(taobao, two_stage["retrieval"]).candidates(windows, 200)
+    np.testing.assert_array_equal(sampler.candidates, table)
     drawn = sampler.negatives(np.random.default_rng(0))
     assert all(set(row) <= set(candidates) for row, candidates in zip(drawn, table))
     assert (drawn != sampler.positives["target_item"][:, None]).all()
