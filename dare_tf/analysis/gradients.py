@@ -9,10 +9,14 @@ roles; their sum is the model's own gradient. `SplitGradientRecorder`, a
 callback of the model's own `fit`, records every N steps, per table field, the
 norm of each path's gradient and the per-row cosine between them.
 
-TensorFlow backend only (gradient tapes).
+TensorFlow backend only (gradient tapes): on another backend the suite asks
+`gradient_analysis` of a process on TensorFlow's (`dare_tf._on_tensorflow`).
 """
 
 from __future__ import annotations
+
+import os
+import time
 
 import keras
 import numpy as np
@@ -234,3 +238,63 @@ def summarize_paper(samples: list[dict], field: str = "category") -> dict:
     return {"norm_ratio": representation / attention if attention > 0 else float("nan"),
             "domination_steps": len(first), "conflict_steps": len(means),
             "conflict_share": float(np.mean(np.array(means) < 0)) if shared and means else None}
+
+
+def gradient_analysis(data_dir: str, figures_dir: str, config, dim: int, report=print, train=None) -> dict:
+    """The suite's gradients analysis (`run_analyses`): each of `config.gradient_presets`
+    (an `AnalysisConfig` or its dict) built at width `dim` and trained by its own `fit`
+    on the training split (`train`, default loaded) with a `SplitGradientRecorder`;
+    its figures written into `figures_dir`. Returns `{"result": ..., "figures": {name:
+    path}}` (JSON: a process on another Keras backend asks one on TensorFlow's)."""
+    from dare_tf.analysis import figures
+    from dare_tf.analysis.config import AnalysisConfig
+    from dare_tf.data.feeding.memory import InMemorySplit
+    from dare_tf.data.storage.spec import DatasetSpec
+    from dare_tf.models import DareModel
+    from dare_tf.optimizers import make_optimizer
+    from dare_tf.presets import make_config
+
+    cfg = config if isinstance(config, AnalysisConfig) else AnalysisConfig(**{  # (lists: JSON's tuples)
+        k: tuple(v) if isinstance(v, list) else v for k, v in config.items()})
+    spec = DatasetSpec.load(data_dir)
+    train = train if train is not None else InMemorySplit.load(data_dir, "train", spec)
+    summaries = {}
+    for preset in cfg.gradient_presets:
+        keras.utils.set_random_seed(cfg.seed)
+        model = DareModel(make_config(preset, spec.num_items, spec.num_categories, max_len=spec.max_len,
+                                      embedding_dim=dim, top_k=min(20, spec.max_len)),
+                          seed=cfg.seed, jit_compile_dense=False)
+        model.build()
+        model.compile(optimizer=make_optimizer("adam", cfg.learning_rate))
+        order = np.random.default_rng(cfg.seed).permutation(len(train))
+        size = cfg.batch_size
+
+        def batch_at(step, order=order, size=size):  # indexed per batch: no permuted copy of the split
+            rows = order[step * size: (step + 1) * size]
+            return {k: v[rows] for k, v in train.features.items()}, train.labels[rows]
+
+        total = min(cfg.gradient_steps or len(order), -(-len(order) // size))
+        trajectory = trajectory_steps(total, cfg.gradient_samples)
+        recorder = SplitGradientRecorder(batch_at, sorted(set(trajectory) | set(paper_steps(total))))
+        started = time.perf_counter()
+        # The model's own fit (the trainer's loop), in the permutation's order.
+        model.fit((batch_at(step) for step in range(total)), epochs=1, steps_per_epoch=total, shuffle=False,
+                  verbose=0, callbacks=[recorder])
+        # The package's statistics read the trajectory samples; the paper's, its own steps.
+        samples = [s for s in recorder.samples if s["step"] in set(trajectory)]
+        summaries[preset] = summarize(samples, total_steps=total)
+        summaries[preset]["item"] = summarize(samples, "item", total)
+        summaries[preset]["paper"] = summarize_paper(recorder.samples)
+        summaries[preset].update(total_steps=total, coupling=model.model_config.coupling)
+        report(f"  gradients of {preset}: {len(recorder.samples)} samples in {time.perf_counter() - started:.0f} s")
+    written = {"gradients": figures.gradient_conflict(summaries, os.path.join(figures_dir, "gradient_conflict.png"))}
+    headline = next((p for p in cfg.gradient_presets if summaries[p].get("conflict_share") is not None),
+                    cfg.gradient_presets[0])
+    top = summaries[headline]
+    if top.get("conflict_share_by_row"):
+        written["gradients_by_category"] = figures.conflict_by_category(
+            top["conflict_share_by_row"], top["row_cosine_counts"], os.path.join(
+                figures_dir, "gradient_conflict_by_category.png"), f"{headline}: gradient conflict per category")
+    return {"result": {"model": headline, "norm_ratio": top["norm_ratio"], "paper": top["paper"],
+                       "final_norm_ratio": top["final_norm_ratio"], "conflict_share": top.get("conflict_share"),
+                       "by_model": summaries}, "figures": written}

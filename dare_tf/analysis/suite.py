@@ -13,7 +13,7 @@ import numpy as np
 from dare_tf._faces import public
 from dare_tf._files import atomic_json, guard_output_dir
 from dare_tf.analysis.config import ANALYSES, AnalysisConfig
-from dare_tf.analysis import attention, convergence, dimensions, figures, gradients, representation, retrieval
+from dare_tf.analysis import attention, convergence, dimensions, figures, representation, retrieval
 from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.data.storage.id_maps import read_id_map
 from dare_tf.data.storage.schema import MODEL_INPUTS
@@ -149,60 +149,20 @@ class _Suite:
     def gradients(self) -> dict:
         import keras
 
-        from dare_tf.presets import make_config
-        from dare_tf.models import DareModel
-        from dare_tf.optimizers import make_optimizer
-
-        cfg = self.config
         dim = next(iter(self.runs.values())).model.model_config.embedding_dim if self.runs else 16
-        summaries = {}
-        for preset in cfg.gradient_presets:
-            keras.utils.set_random_seed(cfg.seed)
-            model = DareModel(make_config(preset, self.spec.num_items, self.spec.num_categories,
-                                          max_len=self.spec.max_len, embedding_dim=dim,
-                                          top_k=min(20, self.spec.max_len)),
-                              seed=cfg.seed, jit_compile_dense=False)
-            model.build()
-            model.compile(optimizer=make_optimizer("adam", cfg.learning_rate))
-            order = np.random.default_rng(cfg.seed).permutation(len(self.train))
-            size = cfg.batch_size
+        args = [self.data_dir, self.figures_dir, dataclasses.asdict(self.config), dim]
+        if keras.backend.backend() == "tensorflow":
+            from dare_tf.analysis.gradients import gradient_analysis
 
-            def batch_at(step, order=order, size=size):  # indexed per batch: no permuted copy of the split
-                rows = order[step * size: (step + 1) * size]
-                return {k: v[rows] for k, v in self.train.features.items()}, self.train.labels[rows]
+            done = gradient_analysis(*args, report=self.say, train=self.train)
+        else:  # (the split gradients are TensorFlow's tapes: a process on its backend computes them)
+            from dare_tf._on_tensorflow import on_tensorflow
 
-            total = min(cfg.gradient_steps or len(order), -(-len(order) // size))
-            trajectory = gradients.trajectory_steps(total, cfg.gradient_samples)
-            recorder = gradients.SplitGradientRecorder(batch_at, sorted(set(trajectory)
-                                                                        | set(gradients.paper_steps(total))))
-            started = time.perf_counter()
-            # The model's own fit (the trainer's loop), in the permutation's order.
-            model.fit((batch_at(step) for step in range(total)), epochs=1, steps_per_epoch=total, shuffle=False,
-                      verbose=0, callbacks=[recorder])
-            # The package's statistics read the trajectory samples; the paper's, its own steps.
-            samples = [s for s in recorder.samples if s["step"] in set(trajectory)]
-            summaries[preset] = gradients.summarize(samples, total_steps=total)
-            summaries[preset]["item"] = gradients.summarize(samples, "item", total)
-            summaries[preset]["paper"] = gradients.summarize_paper(recorder.samples)
-            summaries[preset]["total_steps"] = total
-            summaries[preset]["coupling"] = model.model_config.coupling
-            self.say(f"  gradients of {preset}: {len(recorder.samples)} samples in "
-                     f"{time.perf_counter() - started:.0f} s")
-        path = figures.gradient_conflict(summaries, os.path.join(self.figures_dir, "gradient_conflict.png"))
-        self.figure("gradients", path)
-        headline = next((p for p in cfg.gradient_presets if summaries[p].get("conflict_share") is not None),
-                        cfg.gradient_presets[0])
-        if summaries[headline].get("conflict_share_by_row"):
-            path = figures.conflict_by_category(
-                summaries[headline]["conflict_share_by_row"], summaries[headline]["row_cosine_counts"],
-                os.path.join(self.figures_dir, "gradient_conflict_by_category.png"),
-                f"{headline}: gradient conflict per category")
-            self.figure("gradients_by_category", path)
-        return {"model": headline, "norm_ratio": summaries[headline]["norm_ratio"],
-                "paper": summaries[headline]["paper"],
-                "final_norm_ratio": summaries[headline]["final_norm_ratio"],
-                "conflict_share": summaries[headline].get("conflict_share"),
-                "by_model": summaries}
+            done = on_tensorflow("dare_tf.analysis.gradients", "gradient_analysis", args, "the gradients analysis",
+                                 self.say)
+        for name, path in done["figures"].items():
+            self.figure(name, path)
+        return done["result"]
 
     # -- 4. representation discriminability -----------------------------------------------
     def representation(self) -> dict:

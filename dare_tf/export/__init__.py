@@ -37,5 +37,13 @@ def export_run(run_dir: str, export_base: str, model_name: str, data_dir: str | 
         from dare_tf.export.retrieval import export_retrieval  # (imports tensorflow-recommenders)
 
         return export_retrieval(run_dir, data_dir, export_base, model_name, top_n)
+    import keras
+
+    if keras.backend.backend() != "tensorflow":  # (a run trained on JAX: its weights are any backend's)
+        from dare_tf._on_tensorflow import on_tensorflow
+
+        return on_tensorflow(__name__, "export_run", [run_dir, export_base, model_name, data_dir, version, top_n,
+                                                     max_candidates], f"exporting {run_dir} as a SavedModel")
     return export_saved_model(run.load_model(), data_dir, export_base, model_name, version, max_candidates,
                               notes=results.get("warnings", []))
+

@@ -148,7 +148,8 @@ def summarize(per_seed: list[dict]) -> dict:
         for name, entry in r.get("test_by_history_length", {}).items():
             buckets.setdefault(name, []).append(entry)
     out["test_by_history_length"] = {
-        name: {"count": entries[0]["count"], **{m: float(np.mean([e[m] for e in entries])) for m in METRICS}}
+        name: {"count": entries[0]["count"], **{m: float(np.array([e[m] for e in entries], float).mean())
+                                                for m in METRICS}}  # (None: a NaN read back from JSON)
         for name, entries in buckets.items()}
     if all("test_cascade" in r for r in per_seed):
         out["test_cascade"] = {m: float(np.mean([r["test_cascade"][m] for r in per_seed]))
@@ -165,7 +166,8 @@ def format_results(results: dict) -> str:
     lines = ["| history length | examples | " + " | ".join(METRICS) + " |", "|---" * (len(METRICS) + 2) + "|"]
     for name, entry in rows:
         count = "" if entry["count"] is None else f"{entry['count']:,}"
-        lines.append(f"| {name} | {count} | " + " | ".join(f"{entry[m]:.4f}" for m in METRICS) + " |")
+        lines.append(f"| {name} | {count} | " + " | ".join("n/a" if entry[m] is None else f"{entry[m]:.4f}"
+                                                          for m in METRICS) + " |")  # (None: NaN in results.json)
     cascade = results.get("test_cascade")
     if cascade:
         k = next(name for name in cascade if name.startswith("hit_rate@")).split("@")[1]

@@ -158,3 +158,25 @@ def test_many_models_in_one_process_trace_without_tensorflows_retracing_warning(
     finally:
         tf.get_logger().removeHandler(handler)
     assert [m for m in said if "retracing" in m] == []
+
+
+def test_a_metric_undefined_for_a_history_length_group_reads_n_a():
+    """A group too small to hold both labels of a category (the demo on JAX with 600
+    users: six examples aged 10-49) has no category AUC (NaN, written null in
+    results.json): the table says n/a, where it raised TypeError, and a finished seed's
+    result read back is summarized again (a run started again raised TypeError)."""
+    from dare_tf.training import format_results
+    from dare_tf.training.evaluation import summarize
+
+    metrics = {"auc": 0.9, "gauc": 0.8, "category_auc": 0.7, "logloss": 0.4}
+    results = {"test": metrics, "test_by_history_length": {
+        "10-49": {"count": 6, **metrics, "category_auc": None}, "full": {"count": 1074, **metrics}}}
+    assert format_results(results).splitlines()[2:] == [
+        "| all |  | 0.9000 | 0.8000 | 0.7000 | 0.4000 |", "| 10-49 | 6 | 0.9000 | 0.8000 | n/a | 0.4000 |",
+        "| full | 1,074 | 0.9000 | 0.8000 | 0.7000 | 0.4000 |"]
+    seed = {"val": metrics, "test": dict(metrics, category_auc=None),
+            "test_by_history_length": {"10-49": {"count": 6, **metrics, "category_auc": None}}}
+    summary = summarize([seed])
+    assert np.isnan(summary["test"]["category_auc"]) and summary["test"]["auc"] == 0.9
+    assert np.isnan(summary["test_by_history_length"]["10-49"]["category_auc"])
+    assert summary["test_by_history_length"]["10-49"]["logloss"] == 0.4

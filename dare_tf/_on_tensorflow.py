@@ -1,0 +1,41 @@
+"""What only Keras's TensorFlow backend does, asked of a child process on it by a
+process on another backend (the trainer's JAX engine, `KERAS_BACKEND=jax`):
+a SavedModel's export (its signatures are TensorFlow functions) and the
+analyses' split gradients (TensorFlow's gradient tapes). The run directories
+they read hold weights any backend loads. Private to dare_tf."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Callable
+
+# The child: `function(*args)` of `module`, its JSON result the last line it prints.
+_CHILD = ("import importlib, json, sys; module, name, args = json.loads(sys.argv[1]); "
+          "print(json.dumps(getattr(importlib.import_module(module), name)(*args)))")
+
+
+def on_tensorflow(module: str, name: str, args: list, what: str, report: Callable[[str], None] | None = None):
+    """`module.name(*args)` (JSON in, JSON out) in a child process on Keras's TensorFlow
+    backend, this checkout on its path; the child's other output lines go to `report`
+    as they come. `ChildProcessError` (an `OSError`: a program's one-line error) with
+    the child's last line where it fails (TensorFlow not installed:
+    `ModuleNotFoundError: No module named 'tensorflow'`)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="3",
+               PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps([module, name, args])], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in child.stdout:
+        if lines and report is not None:
+            report(lines[-1])
+        lines.append(line.rstrip("\n"))
+    errors = child.stderr.read()
+    if child.wait():
+        last = (errors.strip().splitlines() or ["(no output)"])[-1]
+        raise ChildProcessError(f"{what} runs on Keras's TensorFlow backend, in a process of its own, which failed: "
+                           f"{last}")
+    return json.loads(lines[-1])
