@@ -7,8 +7,8 @@ being listed here):
 - `dare_tf.search`: the search stage's variants, one `BehaviorSearch`
   subclass each, and their registry (any backend).
 - `dare_tf.DareModel`, `dare_tf.build_model`, `dare_tf.ModelConfig`, `dare_tf.BehaviorField`,
-  `dare_tf.PRESETS`, `dare_tf.make_config` (also as `dare_tf.models`,
-  `dare_tf.config`): the models (any backend).
+  `dare_tf.PRESETS`, `dare_tf.make_config`: the models (any backend), defined in
+  the `dare_tf.model` package.
 - `dare_tf.metrics`: exact AUC, GAUC, category AUC, logloss (numpy).
 - `dare_tf.data`: schema and dataset spec (pure Python); preparation,
   synthetic logs and the tf.data pipeline (TensorFlow).
@@ -26,15 +26,15 @@ variable is read or set and no file descriptor is touched. A program
 TensorFlow loads, and `dare_tf.cli.run` then loads it with its start-up
 notices filtered.
 
-`import dare_tf.models` (or any use of `dare_tf.DareModel`) registers the
+`import dare_tf.model.dare_model` (or any use of `dare_tf.DareModel`) registers the
 model with Keras; `dare_tf.load()` registers every layer, search and (on
 TensorFlow) optimizer, as loading a saved model of any preset needs.
 """
 
 from dare_tf._faces import face_of as _face_of, lazy_face as _lazy_face
 
-_SUBMODULES = ("config", "data", "layers", "metrics", "models", "optimizers", "search", "tasks", "training",
-               "serving", "export", "retrieval", "analysis", "histories")
+_SUBMODULES = ("data", "layers", "metrics", "model", "optimizers", "search", "training", "serving", "export",
+               "retrieval", "analysis", "histories")
 
 
 def load() -> None:
@@ -43,8 +43,10 @@ def load() -> None:
     imports Keras (and so the backend) and those modules."""
     import keras
 
-    from dare_tf import layers, models, search  # noqa: F401
+    from dare_tf import layers, search
+    from dare_tf.model import dare_model  # noqa: F401
 
+    layers.import_layers()
     search.import_variants()
     if keras.backend.backend() == "tensorflow":
         from dare_tf.optimizers import adam  # noqa: F401

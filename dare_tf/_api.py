@@ -4,15 +4,15 @@ a constant). Do not edit: run the generator."""
 
 FACES = {
     "dare_tf": {
-        "BehaviorField": "dare_tf.config",
-        "ClickTask": "dare_tf.tasks",
-        "DareModel": "dare_tf.models",
-        "INPUT_KEYS": "dare_tf.models",
-        "ModelConfig": "dare_tf.config",
-        "PRESETS": "dare_tf.presets",
-        "build_model": "dare_tf.presets",
-        "click_cross_entropy": "dare_tf.tasks",
-        "make_config": "dare_tf.presets",
+        "BehaviorField": "dare_tf.layers.behavior_fields",
+        "ClickTask": "dare_tf.model.tasks",
+        "DareModel": "dare_tf.model.dare_model",
+        "INPUT_KEYS": "dare_tf.model.dare_model",
+        "ModelConfig": "dare_tf.model.config",
+        "PRESETS": "dare_tf.model.presets",
+        "build_model": "dare_tf.model.presets",
+        "click_cross_entropy": "dare_tf.model.tasks",
+        "make_config": "dare_tf.model.presets",
     },
     "dare_tf.analysis": {
         "ANALYSES": "dare_tf.analysis.config",

@@ -6,7 +6,7 @@ import csv
 import math
 import os
 
-from dare_tf.presets import PRESET_NOTES
+from dare_tf.model.presets import PRESET_NOTES
 from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.training import train
 

@@ -1,5 +1,5 @@
 """Issue 15: lifelong histories from one sequence store (data side in
-tests/data/preparation/test_prepare.py, the retrieved-only step in tests/test_models.py)."""
+tests/data/preparation/test_prepare.py, the retrieved-only step in tests/model/test_dare_model.py)."""
 
 import pytest
 

@@ -12,10 +12,10 @@ import pytest
 
 import dare_tf
 from dare_tf import build_model
-from dare_tf.config import ModelConfig
-from dare_tf.presets import PRESETS
+from dare_tf.model.config import ModelConfig
+from dare_tf.model.presets import PRESETS
 from tests.conftest import random_batch
-from tests.test_models import expected_param_count
+from tests.model.test_dare_model import expected_param_count
 
 NUM_ITEMS, NUM_CATS, LENGTH = 60, 7, 12
 BRAND = dict(name="brand", vocabulary=30, embedding_dim=4, attention_embedding_dim=2)
@@ -75,7 +75,7 @@ def test_a_field_the_label_depends_on_is_learned_compiled(rng):
     """The click is the target brand's parity: DARE with the brand field learns it
     (test AUC near 1, training compiled with sparse table gradients), the same model
     without it cannot (near 0.5); the config survives the model's JSON."""
-    from tests.test_models import exact_auc
+    from tests.model.test_dare_model import exact_auc
 
     def log(n):
         x = with_fields(rng, random_batch(rng, n, LENGTH, NUM_ITEMS, NUM_CATS), n, LENGTH)

@@ -78,25 +78,26 @@ def _cycle(graph):
 def test_the_import_graph_has_no_cycle():
     modules = _modules()
     graph = {name: _imports(name, path, modules) for name, path in modules.items()}
-    assert graph["dare_tf.models"] and graph["dare_tf.export"]  # the walk sees imports
+    assert graph["dare_tf.model.dare_model"] and graph["dare_tf.export"]  # the walk sees imports
     assert _cycle(graph) is None, " -> ".join(_cycle(graph))
 
 
-def test_the_stages_import_each_other_in_one_direction():
-    """Issue 46: between the subpackages of the stages (data, training, retrieval,
-    analysis, export, serving, histories) no import loop, function-local imports
-    included: reranking and run directories sit below them. (config, search and
-    layers still import each other.)"""
+def test_the_packages_and_top_level_modules_import_each_other_in_one_direction():
+    """Issues 46 and 66 (4): between dare_tf's subpackages (data, layers, search, model,
+    training, retrieval, analysis, export, serving, histories, ...) and its top-level
+    modules, each a unit, no import loop, function-local imports included: the layers
+    and the search family sit below the model (`BehaviorField` below the layers), the
+    model below the stages, reranking and run directories below those."""
     modules = _modules()
-    stages = {"data", "training", "retrieval", "analysis", "export", "serving", "histories"}
-    graph = {stage: set() for stage in stages}
+    graph: dict[str, set] = {}
     for name, path in modules.items():
-        package = name.split(".")[1] if name.count(".") else None
-        for imported in _imports(name, path, modules):
-            other = imported.split(".")[1] if imported.count(".") else None
-            if package in stages and other in stages and other != package:
-                graph[package].add(other)
-    assert graph["training"] and graph["analysis"]  # the walk sees them
+        unit = name.split(".")[1] if name.count(".") else None
+        if unit is None:
+            continue
+        graph.setdefault(unit, set()).update(
+            other for other in (i.split(".")[1] for i in _imports(name, path, modules) if i.count("."))
+            if other != unit)
+    assert {"layers", "search", "model"} <= graph["model"] | {"model"} and graph["training"]  # the walk sees them
     assert _cycle(graph) is None, " -> ".join(_cycle(graph))
 
 
@@ -114,7 +115,7 @@ def test_no_private_model_internals_outside_the_model():
     offenders = [f"{os.path.relpath(os.path.join(root, f), REPO)}:{i}"
                  for top in ("dare_tf", "tests", "benchmarks", "examples", "trainers", "serving", "data")
                  for root, _, files in os.walk(os.path.join(REPO, top)) for f in files if f.endswith(".py")
-                 if os.path.join(root, f) != os.path.join(PACKAGE, "models.py")
+                 if os.path.join(root, f) != os.path.join(PACKAGE, "model", "dare_model.py")
                  for i, line in enumerate(open(os.path.join(root, f)), 1)
                  if pattern.search(line) and "pattern" not in line]
     assert offenders == []
@@ -132,7 +133,7 @@ def test_no_module_over_300_lines(name, path):
 
 
 def test_the_model_module_imports_no_tensorflow():
-    tree = ast.parse(open(os.path.join(PACKAGE, "models.py")).read())
+    tree = ast.parse(open(os.path.join(PACKAGE, "model", "dare_model.py")).read())
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     assert not {m for m in imported if m.split(".")[0] == "tensorflow"}, imported
@@ -180,7 +181,8 @@ def test_the_serving_client_and_the_stand_in_load_no_model_stack():
 
     code = ("import sys; import dare_tf.serving.client, dare_tf.serving.recommender, dare_tf.testing.standin_server, "
             "dare_tf.serving.inspect; "
-            "print(sorted(m for m in sys.modules if m == 'dare_tf.models' or m.startswith('dare_tf.export')))")
+            "print(sorted(m for m in sys.modules if m == 'dare_tf.model.dare_model' or "
+            "m.startswith('dare_tf.export')))")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
                           env=dict(USER_ENV, TF_CPP_MIN_LOG_LEVEL="3"))
     assert done.returncode == 0, done.stderr[-2000:]
@@ -251,7 +253,8 @@ TESTED_WITH = {
     "dare_tf.analysis.report": "tests/analysis/test_suite.py",
     "dare_tf.analysis.runs": "tests/analysis/test_suite.py",  # the runs the suite loads and computes over
     "dare_tf.cli": "tests/test_programs.py",
-    "dare_tf.config": "tests/test_models.py",
+    "dare_tf.model.config": "tests/model/test_dare_model.py",
+    "dare_tf.layers.behavior_fields": "tests/layers/test_embedding_tables.py",  # a field's tables and refusals
     "dare_tf.data.preparation.beam": "tests/data/preparation/test_prepare.py",
     "dare_tf.data.preparation.beam_shards": "tests/data/preparation/test_prepare.py",
     "dare_tf.data.preparation.catalogue": "tests/data/preparation/test_days.py",
@@ -280,10 +283,10 @@ TESTED_WITH = {
     "dare_tf.histories.redis_store": "tests/histories/test_stores.py",
     "dare_tf.layers.clustering": "tests/search/test_cluster.py",
     "dare_tf.layers.head": "tests/test_keras_models.py",
-    "dare_tf.model_inputs": "tests/test_models.py",
-    "dare_tf.model_training": "tests/test_execution.py",
-    "dare_tf.model_serving": "tests/test_models.py",  # rank_forward equals forward per pair; explain
-    "dare_tf.presets": "tests/test_models.py",  # every preset built and trained
+    "dare_tf.model.inputs": "tests/model/test_dare_model.py",
+    "dare_tf.model.training": "tests/model/test_execution.py",
+    "dare_tf.model.serving": "tests/model/test_dare_model.py",  # rank_forward equals forward per pair; explain
+    "dare_tf.model.presets": "tests/model/test_dare_model.py",  # every preset built and trained
     "dare_tf.retrieval._keras2": "tests/retrieval/test_training.py",
     "dare_tf.retrieval.config": "tests/retrieval/test_training.py",
     "dare_tf.retrieval.evaluation": "tests/retrieval/test_candidates.py",  # recall per quota, bounded batches

@@ -110,8 +110,8 @@ def test_help_lists_the_generated_flags_and_a_real_process_exits_zero():
     ("trainers.train", ["--data_dir=d", "--output_dir=o", "--negatives=retrieval:8"],
      "error: --negatives='retrieval:8': the retrieval source needs --retrieval_run (see --help)"),
     ("trainers.reproduce", ["--data_dirs=d", "--output_dir=o", "--models=dare,bert"],
-     "error: --models: unknown preset(s) ['bert']; known: " + str(sorted(__import__("dare_tf.presets").presets.PRESETS))
-     + " (see --help)"),
+     "error: --models: unknown preset(s) ['bert']; known: "
+     + str(sorted(__import__("dare_tf.model.presets").model.presets.PRESETS)) + " (see --help)"),
     ("trainers.train_retrieval", ["--data_dir=d", "--output_dir=o", "--epochs=0"],
      "error: --epochs=0: must be >= 1 (see --help)"),
     ("trainers.analyze", ["--data_dir=d", "--output_dir=o", "--runs=dare"],
@@ -250,7 +250,7 @@ def test_the_serving_edge_loads_neither_tensorflow_nor_keras_model_code(tmp_path
     from dare_tf.histories import open_store
 
     probe = PROBE.replace("('tensorflow', 'keras', 'jax')",
-                          "('tensorflow', 'dare_tf.models', 'dare_tf.layers', 'dare_tf.search', "
+                          "('tensorflow', 'dare_tf.model.dare_model', 'dare_tf.layers', 'dare_tf.search', "
                           "'dare_tf.optimizers.adam')")
     store = f"lmdb:{tmp_path / 'histories'}"
     with open_store(store) as histories:

@@ -15,12 +15,13 @@ from absl import app, flags
 
 import dare_tf.cli
 from dare_tf.training import program_flags
-from dare_tf.presets import ABLATIONS, PRESETS
+from dare_tf.model.presets import ABLATIONS, PRESETS
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("data_dirs", None, "Prepared datasets (columns of the table).")
 flags.DEFINE_list("models", [p for p in PRESETS if p not in ABLATIONS],
-                  "Presets (rows of the table); by default every preset but the ablations (dare_tf.presets.ABLATIONS).")
+                  "Presets (rows of the table); by default every preset but the ablations "
+                  "(dare_tf.model.presets.ABLATIONS).")
 flags.DEFINE_list("dims", ["16"], "Embedding dims.")
 flags.DEFINE_enum("metric", "auc", ["auc", "gauc", "category_auc", "logloss"], "Test metric in the table.")
 flags.DEFINE_string("output_dir", None, "Where runs and tables go.")
@@ -34,7 +35,7 @@ flags.mark_flags_as_required(["data_dirs", "output_dir"])
 def configure(argv):
     """The grid's base configuration and dims (refused before TensorFlow loads)."""
     del argv
-    from dare_tf.presets import PRESETS
+    from dare_tf.model.presets import PRESETS
 
     unknown = sorted(set(FLAGS.models) - set(PRESETS))
     if unknown:

@@ -132,7 +132,7 @@ def category_position_scores(model, target_categories, behaviour_categories, pos
     """
     from keras import ops
 
-    from dare_tf.model_inputs import Ids
+    from dare_tf.model.inputs import Ids
 
     emb_layer = model.embedding
     length = model.model_config.max_len

@@ -20,7 +20,7 @@ def search_stage(model):
     import keras
 
     def run(x, history_signatures=None):
-        from dare_tf.model_inputs import input_keys
+        from dare_tf.model.inputs import input_keys
 
         embedded = model.embeddings({k: x[k] for k in input_keys(model.model_config.fields)}, roles=ATTENTION_ROLES)
         precomputed = {} if history_signatures is None else {"history_signatures": history_signatures}

@@ -39,7 +39,7 @@ def split_gradients(model, x, y):
     gradients of the model's other trainable variables, as `(gradient,
     variable)` pairs.
     """
-    from dare_tf.model_inputs import input_keys
+    from dare_tf.model.inputs import input_keys
 
     ids = model.example_ids({k: x[k] for k in input_keys(model.model_config.fields)})
     layer = model.embedding
@@ -250,9 +250,9 @@ def gradient_analysis(data_dir: str, figures_dir: str, config, dim: int, report=
     from dare_tf.analysis.config import AnalysisConfig
     from dare_tf.data.feeding.memory import InMemorySplit
     from dare_tf.data.storage.spec import DatasetSpec
-    from dare_tf.models import DareModel
+    from dare_tf.model.dare_model import DareModel
     from dare_tf.optimizers import make_optimizer
-    from dare_tf.presets import make_config
+    from dare_tf.model.presets import make_config
 
     cfg = config if isinstance(config, AnalysisConfig) else AnalysisConfig(**{  # (lists: JSON's tuples)
         k: tuple(v) if isinstance(v, list) else v for k, v in config.items()})

@@ -46,7 +46,7 @@ def forward(model, arrays: dict, keys, batch: int = 2048) -> dict:
     """`model.forward` outputs `keys` over in-memory examples, as numpy."""
     from keras import ops
 
-    from dare_tf.model_inputs import input_keys
+    from dare_tf.model.inputs import input_keys
 
     parts = {k: [] for k in keys}
     for x in batches({k: arrays[k] for k in input_keys(model.model_config.fields)}, batch):
@@ -62,7 +62,7 @@ def slot_scores(model, arrays: dict, batch: int = 2048, items: bool = True) -> n
     ranks: `attention.category_position_scores`)."""
     from keras import ops
 
-    from dare_tf.model_inputs import input_keys
+    from dare_tf.model.inputs import input_keys
 
     parts = []
     for x in batches({k: arrays[k] for k in input_keys(model.model_config.fields)}, batch):

@@ -32,7 +32,7 @@ from dare_tf.export.fields import ServedFields
 from dare_tf.export.tf_serving import (DATASET_INPUT, STRING_DATASET_INPUT, WARMUP_FILE,
                                        dataset_outputs, id_table, model_base, next_version, set_method_names,
                                        stand_ins, warmup_requests, write_server_configs)
-from dare_tf.models import DareModel
+from dare_tf.model.dare_model import DareModel
 from dare_tf.signatures import (CANDIDATE_COUNT, CLASSIFY, DATASET_SIGNATURE, EXPLAIN, HIST_LENGTH, ITEM_FIELDS,
                                 MAX_CANDIDATES, RANK, RANK_EXPLAIN, RANK_REQUEST_INPUTS as RANK_SIGNATURE_INPUTS,
                                 REGRESS, ROW_ERROR, SERVING_DEFAULT, VOCABULARY)

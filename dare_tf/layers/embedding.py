@@ -16,7 +16,7 @@ class BehaviorEmbedding(keras.layers.Layer):
     """Embeds a target and its behaviour history for attention and for representation.
 
     Each behaviour (and the target) is `concat(item_emb, category_emb,
-    field_emb..., position_emb)`: the `fields` (`dare_tf.config.BehaviorField`,
+    field_emb..., position_emb)`: the `fields` (`dare_tf.model.config.BehaviorField`,
     a brand, a seller, a time-gap bucket) between the category and the
     position, in their order, each with tables of its own in every table set.
     History slot `j` of `L` has position id `L - j` (the most recent slot,

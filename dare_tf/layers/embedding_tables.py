@@ -10,7 +10,7 @@ import contextlib
 import keras
 from keras import ops
 
-from dare_tf.config import COUPLINGS, BehaviorField
+from dare_tf.layers.behavior_fields import COUPLINGS, BehaviorField
 
 ROLES = ("target_attention", "history_attention", "target_representation", "history_representation")
 ATTENTION_ROLES = ROLES[:2]

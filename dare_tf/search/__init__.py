@@ -6,7 +6,7 @@ DARE, `hard`: TWIN-hard, `simhash`: ETA, `cluster`: TWIN-V2, `sdim`: SDIM,
 it.
 
 A new variant is its module here with a `@register_search("name")` subclass,
-its test, and a preset line in `dare_tf.presets.PRESETS`: nothing else. This
+its test, and a preset line in `dare_tf.model.presets.PRESETS`: nothing else. This
 package's face is read from its modules (`dare_tf._faces.scan_modules`): the
 registered names make `VARIANTS`, and each module's `__all__` (or its public
 classes and functions) the public names.

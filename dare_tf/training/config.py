@@ -9,8 +9,8 @@ import os
 from typing import Any
 
 from dare_tf._faces import public, public_names
-from dare_tf.config import ModelConfig
-from dare_tf.presets import make_config
+from dare_tf.model.config import ModelConfig
+from dare_tf.model.presets import make_config
 from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.optimizers import OPTIMIZERS
 from dare_tf.training.sections import (JAX_DISTRIBUTED, LOSSES, SELECTION, STRATEGIES, TF_DISTRIBUTED, CascadeConfig,
@@ -201,7 +201,7 @@ def dataset_fields(spec: DatasetSpec, selection: str, configured=None) -> list[d
     names (`DataConfig.fields`) at the model's widths; or `configured` (a
     config's own `fields`), refused in one line unless each is a dataset field
     with its vocabulary and role."""
-    from dare_tf.config import BehaviorField
+    from dare_tf.layers.behavior_fields import BehaviorField
 
     available = {f["name"]: f for f in spec.fields}
     if configured:

@@ -28,7 +28,7 @@ import os
 
 import numpy as np
 
-from dare_tf.config import ModelConfig
+from dare_tf.model.config import ModelConfig
 from dare_tf.data.storage.id_maps import read_id_map
 from dare_tf.run_directory import RunDirectory
 

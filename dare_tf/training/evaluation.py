@@ -15,8 +15,8 @@ from dare_tf import metrics
 from dare_tf._faces import public
 from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.data.storage.schema import HIST_ITEMS, TARGET_CATEGORY, USER
-from dare_tf.model_inputs import input_keys
-from dare_tf.models import DareModel
+from dare_tf.model.inputs import input_keys
+from dare_tf.model.dare_model import DareModel
 from dare_tf.training.config import METRICS
 
 

@@ -9,7 +9,7 @@ import numpy as np
 from dare_tf._faces import public
 from dare_tf.data.feeding.memory import InMemorySplit
 from dare_tf.data.storage.spec import DatasetSpec
-from dare_tf.model_inputs import input_keys
+from dare_tf.model.inputs import input_keys
 from dare_tf.training.config import TF_DISTRIBUTED, TrainConfig
 from dare_tf.training.diagnostics import default_eval_every, schedule_warnings
 from dare_tf.training.workers import worker_index, worker_partitions

@@ -44,9 +44,9 @@ from dare_tf.data.feeding.memory import InMemorySplit
 from dare_tf.data.feeding.shard_stream import ShardStream
 from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.data.storage.store import load_store
-from dare_tf.models import DareModel
+from dare_tf.model.dare_model import DareModel
 from dare_tf.run_directory import BEST_WEIGHTS
-from dare_tf.tasks import ClickTask
+from dare_tf.model.tasks import ClickTask
 from dare_tf.training.callbacks import ExactValidation, KeepBestWeights, NonFiniteLossError
 from dare_tf.training.config import TrainConfig, effective_model_config
 from dare_tf.training.memory import out_of_memory

@@ -16,7 +16,7 @@ from absl import logging
 from dare_tf._faces import public
 from dare_tf.data.feeding.memory import InMemorySplit
 from dare_tf.data.storage.spec import DatasetSpec
-from dare_tf.models import DareModel
+from dare_tf.model.dare_model import DareModel
 from dare_tf.optimizers import make_optimizer
 from dare_tf.run_directory import BEST_WEIGHTS, RunDirectory
 from dare_tf.training.callbacks import (ExactValidation, KeepBestWeights, SaveCheckpoint, StopAtStep,
@@ -29,7 +29,7 @@ from dare_tf.training.checkpoints import DamagedCheckpointError, restore_newest
 from dare_tf.training.continuation import Continuation
 from dare_tf.training.distribution import (ClusterError, fit_distributed, is_chief, task_id, make_strategy,
                                            worker_index, worker_partitions)
-from dare_tf.tasks import ClickTask
+from dare_tf.model.tasks import ClickTask
 from dare_tf.training.reranking import Cascade
 from dare_tf.training.evaluator import Evaluator
 from dare_tf.training.input_plan import InputPlan

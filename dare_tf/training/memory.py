@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import re
 
-from dare_tf.config import ModelConfig
+from dare_tf.model.config import ModelConfig
 
 
 # Bytes a training step holds per history slot of its batch and per float of a behaviour's

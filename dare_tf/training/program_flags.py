@@ -21,8 +21,8 @@ def define_train_flags(with_model: bool = True) -> None:
     """Flags of every `TrainConfig` field, section by section, under flat names
     (`--model` is the preset, `--optimizer` the optimizer's name) and, as
     overrides of the preset, every user-settable `ModelConfig` field."""
-    from dare_tf import config
-    from dare_tf.presets import PRESETS
+    from dare_tf.model import config
+    from dare_tf.model.presets import PRESETS
     from dare_tf.search import SCORERS, VARIANTS
     from dare_tf.training import config as train
 
@@ -45,7 +45,7 @@ def _section_rename(section: str) -> dict[str, str]:
 
 def train_config_from_flags(**fields):
     """The `TrainConfig` the flags describe (`fields`, flat names, override flags)."""
-    from dare_tf import config
+    from dare_tf.model import config
     from dare_tf.training import config as train
 
     overrides = flag_values(config.ModelConfig, exclude=_MODEL_DERIVED, only_set=True)

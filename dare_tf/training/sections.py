@@ -15,7 +15,7 @@ from dare_tf.optimizers import OPTIMIZERS
 STRATEGIES = ("default", "mirrored", "multi_worker", "data_parallel", "model_parallel")
 # The strategies of each backend: tf.distribute's (TensorFlow) and keras.distribution's (JAX).
 TF_DISTRIBUTED, JAX_DISTRIBUTED = ("mirrored", "multi_worker"), ("data_parallel", "model_parallel")
-LOSSES = ("pointwise", "softmax")  # dare_tf.tasks.ClickTask
+LOSSES = ("pointwise", "softmax")  # dare_tf.model.tasks.ClickTask
 SELECTION = ("auto", "auc", f"ndcg@{CASCADE_K}", f"hit_rate@{CASCADE_K}")
 
 

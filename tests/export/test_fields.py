@@ -215,7 +215,7 @@ def test_a_history_only_action_field_is_served_by_its_raw_codes(exported, tmp_pa
     `hist_action`'s raw codes and its `item_fields` signature leaves it out."""
     import dataclasses
 
-    from dare_tf.config import BehaviorField
+    from dare_tf.layers.behavior_fields import BehaviorField
     from dare_tf.export.fields import ServedFields
 
     (tmp_path / "action_ids.txt").write_text("1\n3\n2\n")  # raw action codes in dense order (pv, cart, buy)

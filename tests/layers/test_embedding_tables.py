@@ -5,7 +5,7 @@ import keras
 import numpy as np
 import pytest
 
-from dare_tf.config import BehaviorField
+from dare_tf.layers.behavior_fields import BehaviorField
 from dare_tf.layers import BehaviorEmbedding
 from dare_tf.layers.embedding_tables import TableLayout, take_rows
 

@@ -188,10 +188,10 @@ def test_the_optimizer_module_owns_its_names_and_each_class_its_gradient_mode():
 # from the same weights on the same batches as TensorFlow's `LazyAdam` (`train_on_batch`).
 JAX_STEPS = r"""
 import json, sys, numpy as np, keras
-from dare_tf.config import ModelConfig
+from dare_tf.model.config import ModelConfig
 from dare_tf.data.feeding.memory import InMemorySplit
-from dare_tf.models import DareModel
-from dare_tf.tasks import ClickTask
+from dare_tf.model.dare_model import DareModel
+from dare_tf.model.tasks import ClickTask
 from dare_tf.training.device_input import DeviceSplit
 from dare_tf.training.jax_distribution import Placement
 from dare_tf.training.jax_state import StepFunctions
@@ -227,8 +227,8 @@ def test_lazy_adam_on_jax_takes_tensorflows_steps(taobao, tmp_path):
 
     from dare_tf.data.feeding.memory import InMemorySplit
     from dare_tf.data.storage.spec import DatasetSpec
-    from dare_tf.models import DareModel
-    from dare_tf.tasks import ClickTask
+    from dare_tf.model.dare_model import DareModel
+    from dare_tf.model.tasks import ClickTask
     from dare_tf.training import TrainConfig, effective_model_config
     from tests.conftest import REPO
 

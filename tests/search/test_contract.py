@@ -7,9 +7,9 @@ import keras
 import numpy as np
 import pytest
 
-from dare_tf.config import ModelConfig
+from dare_tf.model.config import ModelConfig
 
-from dare_tf.presets import PRESETS
+from dare_tf.model.presets import PRESETS
 from dare_tf.search import SEARCHES, SearchResult, build_search
 from tests.conftest import random_batch
 from tests.helpers import assert_layer_serializes

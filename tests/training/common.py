@@ -4,7 +4,7 @@ import sys
 
 
 
-# XLA is tested in tests/test_models.py; graph mode keeps these runs short.
+# XLA is tested in tests/model/test_dare_model.py; graph mode keeps these runs short.
 FAST = dict(batch_size=256, eval_batch_size=512, epochs=1, eval_every=40, learning_rate=0.005,
             model_overrides=dict(top_k=10), jit_compile=False, verbose=0)
 

@@ -86,8 +86,8 @@ def test_cascade_section_checks_its_flags_and_old_runs_keep_their_identity(tmp_p
 
 
 def test_the_config_holds_a_typed_model_config_the_dataset_completes(taobao):
-    from dare_tf.config import ModelConfig
-    from dare_tf.presets import make_config
+    from dare_tf.model.config import ModelConfig
+    from dare_tf.model.presets import make_config
     from dare_tf.data.storage.spec import DatasetSpec
     from dare_tf.training.config import effective_model_config
 

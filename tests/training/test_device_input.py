@@ -13,6 +13,10 @@ jax = pytest.importorskip("jax")
 
 
 def _check_windows(data_dir: str, split_name: str) -> None:
+    """Issue 66 (4): the three builders of a history window, one per kind of array, equal
+    on the same examples: tf.data's (`pipeline.assemble_fn`, TensorFlow tensors), numpy's
+    on the host (`SequenceStore.histories`) and JAX's gathered in the jitted step
+    (`DeviceSplit.assemble`), every input and the label."""
     from dare_tf.training.device_input import DeviceSplit
 
     split = InMemorySplit.load(data_dir, split_name, max_len=50)
@@ -20,12 +24,15 @@ def _check_windows(data_dir: str, split_name: str) -> None:
     assemble = jax.jit(device.assemble)
     batch = min(32, len(split) // 3)
     order = split.epoch_order(seed=0, epoch=0)[: 3 * batch]
-    for (x, y), rows in zip(split.batches(order, batch), order.reshape(3, batch)):
+    for (x, y), (host, host_y), rows in zip(split.batches(order, batch), split.host_batches(order, batch),
+                                            order.reshape(3, batch)):
         features, labels = assemble(device.arrays, rows.astype(np.int32))
-        assert sorted(features) == sorted(x)
+        assert sorted(features) == sorted(x) == sorted(host)
         for key, value in features.items():
             np.testing.assert_array_equal(np.asarray(value), x[key].numpy(), err_msg=key)
+            np.testing.assert_array_equal(host[key], x[key].numpy(), err_msg=key)
         np.testing.assert_array_equal(np.asarray(labels), y.numpy())
+        np.testing.assert_array_equal(host_y, y.numpy())
 
 
 @pytest.mark.parametrize("name", ["taobao", "fields"])

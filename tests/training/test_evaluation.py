@@ -144,7 +144,7 @@ def test_many_models_in_one_process_trace_without_tensorflows_retracing_warning(
 
     import tensorflow as tf
 
-    from dare_tf.presets import build_model
+    from dare_tf.model.presets import build_model
     from dare_tf.training.evaluation import _compiled
 
     said = []

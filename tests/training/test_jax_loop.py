@@ -29,7 +29,7 @@ ENV = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=REPO
 # After the run, in the same process: the trained model's probabilities on 32 validation examples.
 PREDICT = """
 import sys, numpy as np, keras
-import dare_tf.models  # (registers DareModel)
+import dare_tf.model.dare_model  # (registers DareModel)
 from dare_tf.data.feeding.memory import InMemorySplit
 out, data_dir = sys.argv[1], sys.argv[2]
 model = keras.saving.load_model(out + "/seed_0/model.keras")

@@ -9,7 +9,7 @@ import pytest
 
 
 def test_out_of_memory_names_the_allocators_line():
-    from dare_tf.config import ModelConfig
+    from dare_tf.model.config import ModelConfig
     from dare_tf.training.memory import OutOfMemoryError, out_of_memory
 
     error = RuntimeError("Graph execution error:\n\nDetected at node x\n  File a\nOut of memory while trying to "

@@ -363,7 +363,7 @@ def test_the_action_field_in_both_drivers_both_splits_and_appended(tmp_path):
 def test_the_field_schema_owns_names_roles_files_and_buckets():
     """Issue 46: one object answers for a dataset's fields (spec.json's entries) and a
     model's (its BehaviorFields, views of the same entries)."""
-    from dare_tf.config import BehaviorField
+    from dare_tf.layers.behavior_fields import BehaviorField
     from dare_tf.data.storage.fields import FieldSchema, time_gap_entry
 
     entries = [{"name": "brand", "vocabulary": 9, "history_only": False, "column": "5"},

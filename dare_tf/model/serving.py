@@ -10,11 +10,11 @@ from keras import ops
 
 from dare_tf.data.storage.schema import RANK_INPUTS
 from dare_tf.layers.embedding_tables import ROLES, ROLES_BEFORE_SEARCH
-from dare_tf.model_inputs import rank_ids
+from dare_tf.model.inputs import rank_ids
 
 
 class ServingMixin:
-    """The ranking and explanation methods of `dare_tf.models.DareModel` (a
+    """The ranking and explanation methods of `dare_tf.model.dare_model.DareModel` (a
     `keras.Model` with `embedding`, `search`, `forward` and
     `stages_from_embeddings`)."""
 

@@ -8,10 +8,10 @@ from keras import ops
 
 
 def _tensorflow_execution():
-    """`dare_tf.execution` on the TensorFlow backend, else `None`."""
+    """`dare_tf.model.execution` on the TensorFlow backend, else `None`."""
     if keras.backend.backend() != "tensorflow":
         return None
-    from dare_tf import execution
+    from dare_tf.model import execution
 
     return execution
 
@@ -19,13 +19,13 @@ def _tensorflow_execution():
 def compiled_loss(model):
     """The loss `compile(loss=...)` gave (`Trainer._compile_loss`), one of the two
     private Keras attributes this package reads (here only; the other:
-    `dare_tf.execution.loss_tracker`); `None` without one. Backend-neutral.
-    tests/test_execution.py fails when Keras renames it."""
+    `dare_tf.model.execution.loss_tracker`); `None` without one. Backend-neutral.
+    tests/model/test_execution.py fails when Keras renames it."""
     return getattr(model, "_compile_loss", None)
 
 
 class TrainingMixin:
-    """The loss and training-step methods of `dare_tf.models.DareModel` (a
+    """The loss and training-step methods of `dare_tf.model.dare_model.DareModel` (a
     `keras.Model` with `task`, `head`, `aux_head`, `forward` and `losses`)."""
 
     def loss_terms(self, labels, outputs, sample_weight=None) -> dict:
@@ -39,7 +39,7 @@ class TrainingMixin:
         """Keras's train step; on TensorFlow with `jit_compile_dense=True` and
         `sparse_embedding_gradients=False` (one replica), the same step with the
         forward pass, `compute_loss` and the gradients in one XLA function
-        (`dare_tf.execution.xla_train_step`)."""
+        (`dare_tf.model.execution.xla_train_step`)."""
         execution = _tensorflow_execution()
         if execution is None or not execution.whole_gradient_in_xla(self):  # (JAX passes the state first)
             return super().train_step(*args)

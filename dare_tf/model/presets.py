@@ -8,10 +8,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dare_tf._faces import public, public_names
-from dare_tf.config import ModelConfig
+from dare_tf.model.config import ModelConfig
 
 if TYPE_CHECKING:
-    from dare_tf.models import DareModel
+    from dare_tf.model.dare_model import DareModel
 
 
 # Each preset is a small dict of overrides of ModelConfig (reference.md's
@@ -58,7 +58,7 @@ def build_model(preset: str, num_items: int, num_categories: int, max_len: int =
     `num_items` and `num_categories` are vocabulary sizes including padding
     row 0; `overrides` are `ModelConfig` fields.
     """
-    from dare_tf.models import DareModel
+    from dare_tf.model.dare_model import DareModel
 
     config = make_config(preset, num_items, num_categories, max_len=max_len, **overrides)
     model = DareModel(config, seed=seed, name=preset, jit_compile_dense=jit_compile_dense,

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from dare_tf.tasks import ClickTask
+from dare_tf.model.tasks import ClickTask
 
 
 def test_click_task_terms_match_numpy(rng):

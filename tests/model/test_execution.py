@@ -1,18 +1,19 @@
-"""dare_tf.execution: the two private Keras attributes the package reads are where it
+"""dare_tf.model.execution: the two private Keras attributes the package reads are where it
 expects them, and the whole-gradient XLA step applies only where it may."""
 
 import keras
 import numpy as np
 import pytest
 
-from dare_tf import build_model, execution
+from dare_tf import build_model
+from dare_tf.model import execution
 from tests.conftest import random_batch
 
 
 def test_keras_compile_loss_is_where_the_model_expects_it():
     """`compile(loss=...)` is refused (the model computes its own loss): it reads
     Keras's `Trainer._compile_loss`, through `compiled_loss` only."""
-    from dare_tf.model_training import compiled_loss
+    from dare_tf.model.training import compiled_loss
 
     model = build_model("dare", 60, 7, max_len=12, top_k=4, seed=0)
     model.compile(optimizer="adam")

@@ -269,7 +269,7 @@ def test_a_saved_model_loads_in_a_fresh_process_after_dare_tf_load(rng, tmp_path
     model.save(path)
     np.save(tmp_path / "x.npy", x, allow_pickle=True)
     code = ("import sys, numpy as np, dare_tf, keras\n"
-            "assert 'dare_tf.models' not in sys.modules\n"
+            "assert 'dare_tf.model.dare_model' not in sys.modules\n"
             "dare_tf.load()\n"
             "m = keras.saving.load_model(sys.argv[1])\n"
             "x = np.load(sys.argv[2], allow_pickle=True).item()\n"
@@ -315,7 +315,7 @@ def test_compiled_train_step_equals_keras_default_step(rng):
     for model in models:
         model.compile(optimizer=FusedAdam(0.01), metrics=[keras.metrics.AUC(name="auc")])
         histories.append(model.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0).history)
-    from dare_tf.execution import whole_gradient_in_xla
+    from dare_tf.model.execution import whole_gradient_in_xla
 
     assert whole_gradient_in_xla(models[0]) and not whole_gradient_in_xla(models[1])
     np.testing.assert_allclose(histories[0]["loss"], histories[1]["loss"], rtol=1e-4)
@@ -340,8 +340,8 @@ def test_retrieved_only_lookups_equal_the_full_history_path(rng, search):
     """Issue 15: DARE looking up representation (and, for gradients, attention)
     rows for the K retrieved slots only gives the full-history path's outputs
     exactly and its gradients to float rounding."""
-    from dare_tf.presets import make_config
-    from dare_tf.models import DareModel
+    from dare_tf.model.presets import make_config
+    from dare_tf.model.dare_model import DareModel
 
     cfg = make_config("dare", 60, 8, max_len=40, top_k=5, search=search, aux_attention="retrieved",
                       attention_embedding_dim=4)

@@ -1,7 +1,7 @@
 """DareModel: every model of the family as one composition of the shared layers.
 
 Backend-neutral: `keras.ops` only. On TensorFlow, how the model is executed
-(XLA, sparse table gradients) is `dare_tf.execution`'s.
+(XLA, sparse table gradients) is `dare_tf.model.execution`'s.
 """
 
 from __future__ import annotations
@@ -11,17 +11,17 @@ import numpy as np
 from keras import ops
 
 from dare_tf._faces import public, public_names
-from dare_tf.config import ModelConfig
+from dare_tf.model.config import ModelConfig
 from dare_tf.data.storage.schema import MODEL_INPUTS as INPUT_KEYS  # noqa: F401 (dare_tf.INPUT_KEYS)
-from dare_tf.model_inputs import ExampleEmbeddings, Ids, dummy_inputs, example_ids
+from dare_tf.model.inputs import ExampleEmbeddings, Ids, dummy_inputs, example_ids
 from dare_tf.layers import BehaviorEmbedding, PredictionHead, TargetAttentionPooling
 from dare_tf.layers.embedding_tables import ROLES, ROLES_BEFORE_SEARCH
 from dare_tf.layers.pooling import head_features, target_aware
 from dare_tf.search import build_search
 from dare_tf.search.base import SearchResult
-from dare_tf.model_serving import ServingMixin
-from dare_tf.model_training import TrainingMixin, _tensorflow_execution
-from dare_tf.tasks import ClickTask
+from dare_tf.model.serving import ServingMixin
+from dare_tf.model.training import TrainingMixin, _tensorflow_execution
+from dare_tf.model.tasks import ClickTask
 
 # What `call(training=True)` hands to `compute_loss`.
 LOSS_INPUTS = ("probability", "aux_probability", "regularization")
@@ -37,7 +37,7 @@ class DareModel(TrainingMixin, ServingMixin, keras.Model):
     embeddings; stage 2 (`TargetAttentionPooling`) pools their representation
     embeddings into `h` and `v_t * h`; `PredictionHead` turns `[v_t, h,
     v_t * h]` into a click probability. Everything that differs between the
-    paper's models is in `ModelConfig` (see `dare_tf.presets.PRESETS`).
+    paper's models is in `ModelConfig` (see `dare_tf.model.presets.PRESETS`).
 
     Call arguments:
         inputs: dict of int tensors `target_item`, `target_category` `[B]`,
@@ -55,7 +55,7 @@ class DareModel(TrainingMixin, ServingMixin, keras.Model):
     click cross entropy, plus the auxiliary head's, plus L2, honouring
     `sample_weight`), then `fit`, `evaluate`, `predict`, on the TensorFlow and
     the JAX backends. How the model runs on TensorFlow (XLA, sparse table
-    gradients) is `dare_tf.execution`.
+    gradients) is `dare_tf.model.execution`.
 
     Args:
         config: a `ModelConfig` (or its dict).
@@ -92,7 +92,7 @@ class DareModel(TrainingMixin, ServingMixin, keras.Model):
         self.jit_compile_dense = jit_compile_dense
         self.sparse_embedding_gradients = sparse_embedding_gradients
         self.task = ClickTask()
-        self._compiled_stages = {}  # dare_tf.execution's compiled functions
+        self._compiled_stages = {}  # dare_tf.model.execution's compiled functions
         ref = cfg.initializer == "reference"
         normal = lambda i: keras.initializers.RandomNormal(  # noqa: E731
             0.0, 0.01, seed=None if seed is None else seed + i)
@@ -157,7 +157,7 @@ class DareModel(TrainingMixin, ServingMixin, keras.Model):
         head), `positions` `[B, K]`, `attention_weights` `[B, K]`, the head
         inputs `features` (and `aux_features`), the search's `explain` outputs
         (SDIM: `hash_matches`) and, in training, `regularization` (L2).
-        `compiled=False` runs it as written, outside `dare_tf.execution`'s
+        `compiled=False` runs it as written, outside `dare_tf.model.execution`'s
         compiled functions."""
         ids = self.example_ids(inputs)
         if not self.embedding.built:

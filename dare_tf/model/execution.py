@@ -38,8 +38,8 @@ def compiled_stages(model, stages, training: bool):
 def loss_tracker(model):
     """Keras's loss metric of `train_step` (`Trainer._loss_tracker`), one of the two
     private Keras attributes this package reads (here only; the other:
-    `dare_tf.model_training.compiled_loss`); `None` before `compile`.
-    tests/test_execution.py fails when Keras renames it."""
+    `dare_tf.model.training.compiled_loss`); `None` before `compile`.
+    tests/model/test_execution.py fails when Keras renames it."""
     return getattr(model, "_loss_tracker", None)
 
 
