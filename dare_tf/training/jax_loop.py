@@ -46,7 +46,6 @@ from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.data.storage.store import load_store
 from dare_tf.model.dare_model import DareModel
 from dare_tf.run_directory import BEST_WEIGHTS
-from dare_tf.model.tasks import ClickTask
 from dare_tf.training.callbacks import ExactValidation, KeepBestWeights, NonFiniteLossError
 from dare_tf.training.config import TrainConfig, effective_model_config
 from dare_tf.training.memory import out_of_memory
@@ -60,7 +59,7 @@ from dare_tf.training.checkpoints import JaxCheckpoints
 from dare_tf.training.jax_state import Scalar, StepFunctions
 from dare_tf.training.progress import TensorBoardScalars
 from dare_tf.training.reranking import Cascade
-from dare_tf.training.seed_run import SeedRunBase
+from dare_tf.training.seed_run import SeedRunBase, click_task
 from dare_tf.training.seeds import run_seeds, save_seed
 
 
@@ -89,7 +88,7 @@ class JaxSeedRun(SeedRunBase):
                              f"{placement.batch_shards} devices the batch is split over")
         keras.utils.set_random_seed(seed)
         self.model = DareModel(model_config, seed=seed, name=config.preset)
-        self.model.task = ClickTask(group=config.cascade.group if config.cascade.loss == "softmax" else None)
+        self.model.task = click_task(config)
         self.model.build()
         self.model.compile(optimizer=keras.optimizers.Adam(config.optimizer.learning_rate))
         self.model.optimizer.build(self.model.trainable_variables)

@@ -21,7 +21,7 @@ from dare_tf.optimizers import make_optimizer
 from dare_tf.run_directory import BEST_WEIGHTS, RunDirectory
 from dare_tf.training.callbacks import (ExactValidation, KeepBestWeights, SaveCheckpoint, StopAtStep,
                                         StopOnNonFiniteLoss)
-from dare_tf.training.seed_run import SeedRunBase
+from dare_tf.training.seed_run import SeedRunBase, click_task
 from dare_tf.training.config import TrainConfig, effective_model_config
 from dare_tf.training.memory import out_of_memory
 from dare_tf.training.seeds import run_seeds, save_seed, trainable_spec
@@ -29,7 +29,6 @@ from dare_tf.training.checkpoints import DamagedCheckpointError, restore_newest
 from dare_tf.training.continuation import Continuation
 from dare_tf.training.distribution import (ClusterError, fit_distributed, is_chief, task_id, make_strategy,
                                            worker_index, worker_partitions)
-from dare_tf.model.tasks import ClickTask
 from dare_tf.training.reranking import Cascade
 from dare_tf.training.evaluator import Evaluator
 from dare_tf.training.input_plan import InputPlan
@@ -60,7 +59,7 @@ class SeedRun(SeedRunBase):
             self.model = DareModel(model_config, seed=seed, name=config.preset,
                                    jit_compile_dense=config.runtime.jit_compile,
                                    sparse_embedding_gradients=optimizer.sparse_gradients)
-            self.model.task = ClickTask(group=config.cascade.group if config.cascade.loss == "softmax" else None)
+            self.model.task = click_task(config)
             self.model.build()
             self.model.compile(optimizer=optimizer,
                                metrics=[keras.metrics.AUC(name="auc", num_thresholds=1000)],

@@ -12,10 +12,17 @@ from typing import Callable
 
 from absl import logging
 
+from dare_tf.model.tasks import ClickTask
 from dare_tf.run_directory import BEST_WEIGHTS, read_history
 from dare_tf.training.callbacks import AppendHistory, truncate_history
 from dare_tf.training.progress import RunProgress, TensorBoardScalars
 from dare_tf.training.seeds import seed_result
+
+
+def click_task(config) -> ClickTask:
+    """The task a run's model trains on, on either engine: the click cross entropy, or with
+    `--loss=softmax` the sampled softmax over each click's group of drawn negatives."""
+    return ClickTask(group=config.cascade.group if config.cascade.loss == "softmax" else None)
 
 
 class SeedRunBase:
