@@ -206,7 +206,8 @@ def written(out):
 
 @pytest.mark.slow
 def test_two_processes_train_as_one_and_a_killed_pair_resumes(taobao, tmp_path):
-    """Data parallel and model parallel over two processes follow the one-process run (the
+    """Data parallel and model parallel (its splits streamed from the shards) over two
+    processes follow the one-process run (the
     losses and validation log losses within 1e-4 relative: float sums in another order,
     measured 8e-6 relative at step 20, growing with the steps); process 0 alone writes
     the run directory; a process killed with -9 ends the other within seconds in one line,
@@ -217,9 +218,12 @@ def test_two_processes_train_as_one_and_a_killed_pair_resumes(taobao, tmp_path):
     finish(start_processes(taobao, one, "data_parallel", 1))
     reference = history(one)
     assert [h["step"] for h in reference] == [10, 20]
-
+    # Issue 66 (2): the model-parallel pair streams every split from its shards (--in_memory_mb=0),
+    # each process reading the same stream, against one process streaming.
+    streamed_one = str(tmp_path / "streamed_one")
+    finish(start_processes(taobao, streamed_one, "data_parallel", 1, "--in_memory_mb=0"))
     model = str(tmp_path / "model_parallel")
-    finish(start_processes(taobao, model, "model_parallel", 2, "--model_shards=2"))
+    finish(start_processes(taobao, model, "model_parallel", 2, "--model_shards=2", "--in_memory_mb=0"))
 
     killed = str(tmp_path / "data_parallel")
     pair = start_processes(taobao, killed, "data_parallel", 2)
@@ -243,13 +247,14 @@ def test_two_processes_train_as_one_and_a_killed_pair_resumes(taobao, tmp_path):
     assert "Traceback" not in err and not os.path.exists(os.path.join(killed, "results.json"))
     resumed = finish(start_processes(taobao, killed, "data_parallel", 2))
 
-    for out in (model, killed):
+    assert history(streamed_one)[0]["train_loss"] != reference[0]["train_loss"]  # (another order of examples)
+    for out, expected in ((model, history(streamed_one)), (killed, reference)):
         got = history(out)
         assert [h["step"] for h in got] == [10, 20], out  # (each validation once, the resumed pair too)
-        np.testing.assert_allclose([h["train_loss"] for h in got], [h["train_loss"] for h in reference],
+        np.testing.assert_allclose([h["train_loss"] for h in got], [h["train_loss"] for h in expected],
                                    rtol=1e-4, err_msg=out)
         # (the validation log loss: the AUC, an order of near-equal scores early in training, can flip pairs)
-        np.testing.assert_allclose([h["val"]["logloss"] for h in got], [h["val"]["logloss"] for h in reference],
+        np.testing.assert_allclose([h["val"]["logloss"] for h in got], [h["val"]["logloss"] for h in expected],
                                    rtol=1e-4, err_msg=out)
         assert written(out) == written(one), out
         with open(os.path.join(out, "flags.txt")) as f:
