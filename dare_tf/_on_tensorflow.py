@@ -17,12 +17,21 @@ _CHILD = ("import importlib, json, sys; module, name, args = json.loads(sys.argv
           "print(json.dumps(getattr(importlib.import_module(module), name)(*args)))")
 
 
-def on_tensorflow(module: str, name: str, args: list, what: str, report: Callable[[str], None] | None = None):
-    """`module.name(*args)` (JSON in, JSON out) in a child process on Keras's TensorFlow
-    backend, this checkout on its path; the child's other output lines go to `report`
-    as they come. `ChildProcessError` (an `OSError`: a program's one-line error) with
-    the child's last line where it fails (TensorFlow not installed:
-    `ModuleNotFoundError: No module named 'tensorflow'`)."""
+def on_tensorflow(module: str, name: str, args: list, what: str, say: Callable[[str], None] | None = None,
+                  **here):
+    """`module.name(*args)` on Keras's TensorFlow backend: called here where this process
+    runs on it (with the keyword arguments `here` too: objects a child cannot be
+    handed), else in a child process on it (JSON in, JSON out; this checkout on its
+    path), the child's other output lines going to `say` as they come.
+    `ChildProcessError` (an `OSError`: a program's one-line error) with the child's
+    last line where it fails (TensorFlow not installed: `ModuleNotFoundError: No
+    module named 'tensorflow'`)."""
+    import importlib
+
+    import keras
+
+    if keras.backend.backend() == "tensorflow":
+        return getattr(importlib.import_module(module), name)(*args, **here)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="3",
                PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
@@ -30,8 +39,8 @@ def on_tensorflow(module: str, name: str, args: list, what: str, report: Callabl
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines = []
     for line in child.stdout:
-        if lines and report is not None:
-            report(lines[-1])
+        if lines and say is not None:
+            say(lines[-1])
         lines.append(line.rstrip("\n"))
     errors = child.stderr.read()
     if child.wait():

@@ -168,9 +168,6 @@ def _live_clicks(work_dir: str, data_dir: str, clients, request: dict, clicked_n
 
 def run_demo(work_dir: str, data_root: str, taobao_sample: str, synthetic_users: int = 2000,
              overwrite: bool = False) -> None:
-    import tensorflow as tf
-
-    tf.get_logger().setLevel("ERROR")  # (retracing notices: each trained model traces its own functions)
     parts = Parts(_say)
     _say("dare-tf demo: prepares a generated log (and the real Taobao sample, where it is found), trains DARE, "
          f"TWIN, DIN and an ablation briefly (one seed, {DEMO_EPOCHS} epochs), exports and serves DARE, runs the "

@@ -16,8 +16,13 @@ JAX_ENV = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=
 
 
 def test_the_child_runs_on_tensorflow_whatever_the_parents_backend_and_fails_in_one_line(monkeypatch):
+    import keras
+
     from dare_tf._on_tensorflow import on_tensorflow
 
+    # On TensorFlow's backend, called here, with the objects only this process can hand it.
+    assert on_tensorflow("builtins", "sorted", [[3, 1, 2]], "sorting", reverse=True) == [3, 2, 1]
+    monkeypatch.setattr(keras.backend, "backend", lambda: "jax")  # (a process on JAX)
     monkeypatch.setenv("KERAS_BACKEND", "jax")
     lines = []
     assert on_tensorflow("keras.backend", "backend", [], "asking") == "tensorflow"

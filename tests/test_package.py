@@ -155,8 +155,9 @@ def test_no_search_variant_is_named_outside_the_search_family():
 
 def test_no_training_program_asks_which_backend():
     """Issue 66 (1): the backend is Keras's, chosen once (`KERAS_BACKEND`) and asked by
-    `dare_tf.training.train` alone: the training programs, the grid and the demo name
-    neither backend and build no strategy; `train` takes none."""
+    `dare_tf.training.train` alone (and `dare_tf._on_tensorflow`, for what only TensorFlow's
+    backend does): the programs, the grid, the demo, the export of a run and the analysis
+    suite name neither backend and build no strategy; `train` takes none."""
     import inspect
 
     from dare_tf.training import train
@@ -164,7 +165,8 @@ def test_no_training_program_asks_which_backend():
     pattern = re.compile(r"keras\.backend\.backend\(\)|[\"'](jax|tensorflow)[\"']|import (jax|tensorflow)"
                          r"|make_strategy")
     paths = [*(os.path.join(REPO, "trainers", f) for f in sorted(os.listdir(os.path.join(REPO, "trainers")))
-               if f.endswith(".py")), os.path.join(REPO, "dare_tf", "experiments.py")]
+               if f.endswith(".py")), *(os.path.join(REPO, "dare_tf", *m) for m in (
+                   ("experiments.py",), ("demo.py",), ("export", "__init__.py"), ("analysis", "suite.py")))]
     offenders = [f"{os.path.relpath(path, REPO)}:{i}" for path in paths
                  for i, line in enumerate(open(path), 1) if pattern.search(line)]
     assert offenders == []

@@ -147,19 +147,12 @@ class _Suite:
 
     # -- 3. gradient domination and conflict ---------------------------------------------------
     def gradients(self) -> dict:
-        import keras
+        from dare_tf._on_tensorflow import on_tensorflow  # (the split gradients are TensorFlow's tapes)
 
         dim = next(iter(self.runs.values())).model.model_config.embedding_dim if self.runs else 16
-        args = [self.data_dir, self.figures_dir, dataclasses.asdict(self.config), dim]
-        if keras.backend.backend() == "tensorflow":
-            from dare_tf.analysis.gradients import gradient_analysis
-
-            done = gradient_analysis(*args, report=self.say, train=self.train)
-        else:  # (the split gradients are TensorFlow's tapes: a process on its backend computes them)
-            from dare_tf._on_tensorflow import on_tensorflow
-
-            done = on_tensorflow("dare_tf.analysis.gradients", "gradient_analysis", args, "the gradients analysis",
-                                 self.say)
+        done = on_tensorflow("dare_tf.analysis.gradients", "gradient_analysis",
+                             [self.data_dir, self.figures_dir, dataclasses.asdict(self.config), dim],
+                             "the gradients analysis", self.say, report=self.say, train=self.train)
         for name, path in done["figures"].items():
             self.figure(name, path)
         return done["result"]

@@ -37,13 +37,16 @@ def export_run(run_dir: str, export_base: str, model_name: str, data_dir: str | 
         from dare_tf.export.retrieval import export_retrieval  # (imports tensorflow-recommenders)
 
         return export_retrieval(run_dir, data_dir, export_base, model_name, top_n)
-    import keras
+    from dare_tf._on_tensorflow import on_tensorflow  # (a run trained on JAX: its weights are any backend's)
 
-    if keras.backend.backend() != "tensorflow":  # (a run trained on JAX: its weights are any backend's)
-        from dare_tf._on_tensorflow import on_tensorflow
+    return on_tensorflow(__name__, "export_ranking_run", [run_dir, export_base, model_name, data_dir, version,
+                                                         max_candidates], f"exporting {run_dir} as a SavedModel")
 
-        return on_tensorflow(__name__, "export_run", [run_dir, export_base, model_name, data_dir, version, top_n,
-                                                     max_candidates], f"exporting {run_dir} as a SavedModel")
+
+def export_ranking_run(run_dir: str, export_base: str, model_name: str, data_dir: str, version: int | None,
+                       max_candidates: int) -> str:
+    """`export_run` of a ranking run, on Keras's TensorFlow backend."""
+    run = RunDirectory(run_dir)
     return export_saved_model(run.load_model(), data_dir, export_base, model_name, version, max_candidates,
-                              notes=results.get("warnings", []))
+                              notes=run.results().get("warnings", []))
 
