@@ -21,12 +21,15 @@ def compiled_stages(model, stages, training: bool):
     """`ids -> outputs` for `stages(ids, rows=None)`: the dense stages compiled by XLA
     (`jit_compile_dense`), with the table lookups outside the compiled function
     when the tables' gradients must stay sparse (`sparse_embedding_gradients`),
-    inside it otherwise. Uncompiled where XLA cannot take it (replicas)."""
+    inside it otherwise. Uncompiled where XLA cannot take it (replicas). A batch of
+    another size retraces once, then the trace takes any size (`reduce_retracing`:
+    XLA still compiles each size it meets; the analyses' many sizes no longer each
+    trace, nor warn)."""
     if not model.jit_compile_dense or _replicated(model):
         return stages
     cache = model._compiled_stages
     if training not in cache:
-        compiled = tf.function(stages, jit_compile=True, autograph=False)
+        compiled = tf.function(stages, jit_compile=True, autograph=False, reduce_retracing=True)
         if model.sparse_embedding_gradients:
             # Lookups outside the compiled function: the tables' gradients stay sparse.
             cache[training] = lambda ids: compiled(ids, model.lookup(ids))

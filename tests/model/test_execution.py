@@ -38,3 +38,30 @@ def test_keras_loss_tracker_is_where_the_xla_step_expects_it(rng):
     sparse.compile(optimizer="adam")
     assert not execution.whole_gradient_in_xla(sparse)  # row-wise gradients: Keras's own step
     assert np.isfinite(logs["loss"])
+
+
+def test_the_compiled_stages_take_batches_of_any_size_without_tensorflows_retracing_warning():
+    """The analyses run a model's forward pass over batches of many sizes (a split's last
+    partial batch, the k-means sample, each analysis' subset): TensorFlow warned of
+    retracing after five (`make demo`'s part 5). The compiled stages relax the batch size
+    after a retrace and give the same probabilities as the uncompiled pass."""
+    import logging
+
+    import tensorflow as tf
+
+    from dare_tf.analysis.runs import forward
+
+    model = build_model("dare", num_items=40, num_categories=5, max_len=8, top_k=3, jit_compile_dense=True)
+    said = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    tf.get_logger().addHandler(handler)
+    try:
+        for size in (7, 5, 3, 11, 2, 9, 4):
+            x = random_batch(np.random.default_rng(size), size, 8, 40, 5)
+            compiled = forward(model, x, ["probability"])["probability"]
+            plain = keras.ops.convert_to_numpy(model.forward(x, compiled=False)["probability"])
+            np.testing.assert_allclose(compiled, plain, atol=1e-6)
+    finally:
+        tf.get_logger().removeHandler(handler)
+    assert [m for m in said if "retracing" in m] == []
