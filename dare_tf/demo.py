@@ -105,7 +105,7 @@ def _two_stage(work_dir: str, data_dir: str, export_base: str, overwrite: bool =
          "categories): " + ", ".join(
              f"@{k.split('@')[1]} {results['test'][k]:.3f} / {sources['two_tower'][k]:.3f} / "
              f"{sources['popularity'][k]:.3f} / {sources['recent_categories'][k]:.3f}"
-             for k in sorted(results["test"], key=lambda k: int(k.split("@")[1]))))  # (a reused run's: its JSON's order)
+             for k in sorted(results["test"], key=lambda k: int(k.split("@")[1]))))  # (K order, a reused run too)
     ranker_run = os.path.join(work_dir, "cascade_ranker")
     _say("the cascade's ranker: DARE trained against uniform items and each training history's own retrieved "
          f"candidates (trainers.train --negatives={CASCADE_TRAINING['negatives']} --retrieval_run=...)")
