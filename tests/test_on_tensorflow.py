@@ -24,10 +24,10 @@ def test_the_child_runs_on_tensorflow_whatever_the_parents_backend_and_fails_in_
     assert on_tensorflow("builtins", "sorted", [[3, 1, 2]], "sorting", reverse=True) == [3, 2, 1]
     monkeypatch.setattr(keras.backend, "backend", lambda: "jax")  # (a process on JAX)
     monkeypatch.setenv("KERAS_BACKEND", "jax")
-    lines = []
-    assert on_tensorflow("keras.backend", "backend", [], "asking") == "tensorflow"
-    assert on_tensorflow("builtins", "print", ["a line", "of the child"], "printing", lines.append) is None
-    assert lines == ["a line of the child"]
+    lines = []  # (one child: its backend printed, its lines forwarded)
+    assert on_tensorflow("builtins", "exec", ["import keras; print('a child on', keras.backend.backend())"],
+                         "printing", lines.append) is None
+    assert lines == ["a child on tensorflow"]
     with pytest.raises(ChildProcessError) as e:  # (an OSError: the programs print it in one line)
         on_tensorflow("dare_tf.no_such_module", "f", [], "the thing")
     assert str(e.value) == ("the thing runs on Keras's TensorFlow backend, in a process of its own, which failed: "
@@ -53,13 +53,13 @@ def test_a_process_on_jax_exports_a_run_and_its_gradients_analysis_runs(planted,
             "import keras; assert keras.backend.backend() == 'jax'; "
             "path = export_run(sys.argv[1], sys.argv[2], 'dare'); "
             "out = run_analyses(sys.argv[3], {}, sys.argv[4], AnalysisConfig(gradient_steps=4, gradient_samples=2, "
-            "batch_size=32), analyses=('gradients',), report=lambda s: None); "
+            "batch_size=32, gradient_presets=('twin',)), analyses=('gradients',), report=lambda s: None); "
             "print(json.dumps([path, out['gradients']['model'], sorted(out['figures'])]))")
     done = subprocess.run([sys.executable, "-c", code, run, str(tmp_path / "e"), data_dir, str(tmp_path / "a")],
                           cwd=REPO, env=JAX_ENV, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     path, model, figures = json.loads(done.stdout.strip().splitlines()[-1])
-    assert path == str(tmp_path / "e" / "dare" / "1") and model in ("twin", "dare")
+    assert path == str(tmp_path / "e" / "dare" / "1") and model == "twin"
     assert figures == ["gradients", "gradients_by_category"] or figures == ["gradients"]
     assert os.path.exists(tmp_path / "a" / "figures" / "gradient_conflict.png")
     split = InMemorySplit.load(data_dir, "val", max_len=RunDirectory(run).load_model().model_config.max_len)
