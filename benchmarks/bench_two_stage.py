@@ -48,7 +48,7 @@ from dare_tf.data.feeding.negatives import parse_negatives  # noqa: E402
 from dare_tf.data.preparation.protocol import Protocol  # noqa: E402
 from dare_tf.data.preparation.in_memory import prepare
 from dare_tf.data.generation.synthetic import SyntheticConfig, write  # noqa: E402
-from dare_tf.metrics import CASCADE_K  # noqa: E402
+from dare_tf.metrics import CASCADE_CANDIDATES, CASCADE_K  # noqa: E402
 from dare_tf.training import TrainConfig, train  # noqa: E402
 
 LOGS = ("demo", "taobao", "planted")
@@ -75,7 +75,8 @@ def _data(work: str, log: str) -> str:
 def bench_log(work: str, log: str, models, samplers, seeds=(0,)) -> list[dict]:
     data_dir = _data(work, log)
     retrieval_run = os.path.join(work, log, "retrieval")
-    retrieval.train_retrieval(data_dir, retrieval_run, retrieval.RetrievalConfig(epochs=3, verbose=0))
+    retrieval.train_retrieval(data_dir, retrieval_run, retrieval.RetrievalConfig(
+        epochs=3, verbose=0, cascade_candidates=(CASCADE_CANDIDATES,)))  # (for the rankers trained on them)
     runs = {}
     for model in models:
         for sampler in samplers:
@@ -127,7 +128,7 @@ def bench_floors(work: str, log: str, models, floors) -> list[dict]:
     for floor in floors:
         retrieval_runs[floor] = os.path.join(work, log, f"retrieval-floor-{floor:g}")
         retrieval.train_retrieval(data_dir, retrieval_runs[floor], retrieval.RetrievalConfig(
-            epochs=3, verbose=0, recent_floor=floor))
+            epochs=3, verbose=0, recent_floor=floor, cascade_candidates=(CASCADE_CANDIDATES,)))
         for model in models:
             rankers[floor, model] = os.path.join(work, log, "rankers-floor", f"{model}-floor-{floor:g}")
             train(data_dir, rankers[floor, model], TrainConfig.create(

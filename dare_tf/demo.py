@@ -27,6 +27,7 @@ from dare_tf.testing.model_config import read_model_config
 from dare_tf.testing.standin_server import serve
 from dare_tf.training import TrainConfig, format_results, train
 from dare_tf.training.progress import Parts
+from dare_tf.metrics import CASCADE_CANDIDATES
 
 # The synthetic users have 20 to 1,000 clicks (median 120); users with 50 or more
 # get 10 train targets 5 clicks apart, so training sees histories from 2 clicks
@@ -99,7 +100,8 @@ def _print_request(client: ServingClient, request: dict) -> None:
 def _two_stage(work_dir: str, data_dir: str, export_base: str, overwrite: bool = False) -> int:
     """Trains and serves the cascade; returns the user whose live clicks it showed."""
     retrieval_run = os.path.join(work_dir, "retrieval")
-    results = retrieval.train_retrieval(data_dir, retrieval_run, retrieval.RetrievalConfig(epochs=3))
+    results = retrieval.train_retrieval(data_dir, retrieval_run, retrieval.RetrievalConfig(
+        epochs=3, cascade_candidates=(CASCADE_CANDIDATES,)))  # (the ranker's --retrieval_candidates)
     sources = results["test_sources"]
     _say("retrieval recall on the test positives (merged candidates / two-tower / most popular / recent "
          "categories): " + ", ".join(

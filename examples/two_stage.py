@@ -41,7 +41,8 @@ def main(log: str = SAMPLE, work_dir: str = os.path.join("runs", "examples", "tw
     data_dir = os.path.join(work_dir, "data")
     prepare("taobao", log, data_dir)
     retrieval_run = os.path.join(work_dir, "retrieval")
-    retrieval.train_retrieval(data_dir, retrieval_run, retrieval.RetrievalConfig(epochs=2, verbose=0))
+    retrieval.train_retrieval(data_dir, retrieval_run, retrieval.RetrievalConfig(epochs=2, verbose=0,
+                                                                               cascade_candidates=(NUM_CANDIDATES,)))
     train(data_dir, os.path.join(work_dir, "dare"),
           TrainConfig.create(preset="dare", verbose=0, retrieval_run=retrieval_run,
                              retrieval_candidates=NUM_CANDIDATES, **dict(CASCADE_TRAINING, batch_size=288)))

@@ -209,7 +209,7 @@ def two_stage(taobao, tmp_path_factory):
 
     work = tmp_path_factory.mktemp("two_stage")
     runs = {"retrieval": str(work / "retrieval"), "dare": str(work / "dare")}
-    train_retrieval(taobao, runs["retrieval"], RetrievalConfig(epochs=2, batch_size=256))
+    train_retrieval(taobao, runs["retrieval"], RetrievalConfig(epochs=2, batch_size=256, cascade_candidates=(200,)))
     train(taobao, runs["dare"], TrainConfig.create(preset="dare", batch_size=256, epochs=1, eval_every=20, verbose=0,
                                                    model_overrides=dict(top_k=10)))
     return runs

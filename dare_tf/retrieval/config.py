@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 
 from dare_tf._faces import public
-from dare_tf.metrics import CASCADE_CANDIDATES
 
 
 @public("dare_tf.retrieval")
@@ -45,9 +44,12 @@ class RetrievalConfig:
             candidates of every train, val and test positive the finished run
             writes (`candidates-N.npz`, `dare_tf.retrieval.candidate_files`) for
             the rankers trained in its cascade (`trainers.train
-            --retrieval_run --retrieval_candidates=N`, on either engine); not
-            part of the run's identity: run again with another count, a
-            finished run writes its file without training again.
+            --retrieval_run --retrieval_candidates=N`, on either engine; 200 is
+            the ranker's default). None by default: each positive is scored
+            against the whole catalogue, hours for millions of positives at
+            millions of items, which only a cascade's ranker needs. Not part of
+            the run's identity: run again with another count, a finished run
+            writes its file without training again.
         verbose: 0 silent, 1 Keras progress bar.
     """
 
@@ -62,7 +64,7 @@ class RetrievalConfig:
     include_seen: bool = False
     eval_positives: int = 20_000
     recent_floor: float = 0.25
-    cascade_candidates: tuple[int, ...] = (CASCADE_CANDIDATES,)
+    cascade_candidates: tuple[int, ...] = ()
     verbose: int = 0
 
     def __post_init__(self):

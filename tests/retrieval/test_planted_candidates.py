@@ -1,5 +1,7 @@
 """The merged candidates earn their place on two planted logs of different kinds."""
 
+import os
+
 import pytest
 
 
@@ -23,6 +25,8 @@ def test_merged_candidates_beat_each_source_on_planted_logs(tmp_path, kind):
     results = train_retrieval(str(tmp_path / "prepared"), str(tmp_path / "run"),
                               RetrievalConfig(epochs=3, batch_size=256))
     merged, sources = results["test"]["recall@200"], results["test_sources"]
+    # (no candidates written for a cascade's rankers unless --cascade_candidates asks: candidate_files)
+    assert not [f for f in os.listdir(tmp_path / "run") if f.startswith("candidates-")]
     assert merged >= sources["popularity"]["recall@200"] and merged >= sources["two_tower"]["recall@200"], results
     assert sources["two_tower"]["recall@200"] > sources["popularity"]["recall@200"], results
     assert results["test_popularity"] == sources["popularity"] and abs(sum(results["quotas"].values()) - 1) < 1e-9
