@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from typing import Callable
 
 # The child: `function(*args)` of `module`, its JSON result the last line it prints.
@@ -35,15 +36,18 @@ def on_tensorflow(module: str, name: str, args: list, what: str, say: Callable[[
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="3",
                PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
-    child = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps([module, name, args])], env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines = []
-    for line in child.stdout:
-        if lines and say is not None:
-            say(lines[-1])
-        lines.append(line.rstrip("\n"))
-    errors = child.stderr.read()
-    if child.wait():
+    with tempfile.TemporaryFile("w+") as stderr:  # (a file, not a pipe: a child's long stderr cannot block it)
+        child = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps([module, name, args])], env=env,
+                                 stdout=subprocess.PIPE, stderr=stderr, text=True)
+        lines = []
+        for line in child.stdout:
+            if lines and say is not None:
+                say(lines[-1])
+            lines.append(line.rstrip("\n"))
+        child.wait()
+        stderr.seek(0)
+        errors = stderr.read()
+    if child.returncode:
         last = (errors.strip().splitlines() or ["(no output)"])[-1]
         raise ChildProcessError(f"{what} runs on Keras's TensorFlow backend, in a process of its own, which failed: "
                            f"{last}")
