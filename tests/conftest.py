@@ -11,6 +11,16 @@ os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
 # programs a test starts as processes get a user's environment, without it (USER_ENV, ENV):
 # they switch it on themselves where they need it (`dare_tf.retrieval.use_keras2`).
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+# JAX's persistent compilation cache: one folder for the whole run, its processes and xdist
+# workers (a compile done once is read by every later process: the JAX trainer's start halves),
+# empty at the start as on a fresh machine, removed at the end; not the user's own cache.
+if "DARE_TF_TEST_JAX_CACHE" not in os.environ:
+    import tempfile
+
+    os.environ["DARE_TF_TEST_JAX_CACHE"] = _OWN_JAX_CACHE = tempfile.mkdtemp(prefix="dare-tf-test-jax-cache-")
+else:
+    _OWN_JAX_CACHE = None
+os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ["DARE_TF_TEST_JAX_CACHE"]
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -172,6 +182,14 @@ def pytest_configure(config):
         import tensorflow as tf
 
         tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+
+
+def pytest_unconfigure(config):
+    """The run's JAX compilation cache goes with the run that made it."""
+    import shutil
+
+    if _OWN_JAX_CACHE:
+        shutil.rmtree(_OWN_JAX_CACHE, ignore_errors=True)
 
 
 @pytest.hookimpl(wrapper=True)  # the groups are set before xdist reads them

@@ -148,9 +148,11 @@ class RuntimeConfig:
             of TF_CONFIG's cluster to start before it ends with an error.
         compilation_cache (JAX): the folder of JAX's persistent compilation
             cache, where a run's compiled functions are kept for the next run
-            of the same shapes (docs/gpu.md measures what it saves); empty:
-            `$XDG_CACHE_HOME/dare_tf/jax` (`~/.cache/dare_tf/jax`), at most
-            1 GiB, the least recently used entries dropped; `none`: no cache.
+            of the same shapes (docs/gpu.md measures what it saves), every
+            function however fast it compiled; empty: `$JAX_COMPILATION_CACHE_DIR`
+            where it is set, else `$XDG_CACHE_HOME/dare_tf/jax`
+            (`~/.cache/dare_tf/jax`), at most 1 GiB, the least recently used
+            entries dropped; `none`: no cache.
             JAX runs what the cache holds: keep it a folder only you write.
         verbose: 0 silent, 1 a progress bar over the run's steps with the
             validations beneath it, 2 one line per validation.

@@ -72,10 +72,16 @@ LOSS_RTOL, PROBABILITY_ATOL = 1e-5, 1e-4
 GLOO_LINE = re.compile(r"^(\[Gloo\] .*|(Rank )?\d+ is connected to \d+ peer ranks\..*)$")
 
 
+def xla_flags(devices: int) -> str:
+    """XLA's flags for a process on `devices` simulated CPU devices, the tests' own kept
+    (tests/conftest.py: their optimisation level)."""
+    return f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}".strip()
+
+
 @pytest.mark.slow
 def test_data_and_model_parallel_follow_one_device(taobao, tmp_path):
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=REPO,
-               XLA_FLAGS="--xla_force_host_platform_device_count=4")
+               XLA_FLAGS=xla_flags(4))
     done = subprocess.run([sys.executable, "-c", SCRIPT, taobao, str(tmp_path)], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -114,7 +120,7 @@ def test_a_model_parallel_run_exports_and_serves(taobao, tmp_path):
 
     out = str(tmp_path / "x_mp2")
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=REPO,
-               XLA_FLAGS="--xla_force_host_platform_device_count=4")
+               XLA_FLAGS=xla_flags(4))
     done = subprocess.run([sys.executable, "tests/no_tensorflow.py", "trainers.train", "--model=dare",
                            f"--data_dir={taobao}", f"--output_dir={out}", "--strategy=model_parallel",
                            "--model_shards=2", "--epochs=1", "--batch_size=64", "--eval_every=20", "--max_steps=40",
@@ -130,6 +136,31 @@ def test_a_model_parallel_run_exports_and_serves(taobao, tmp_path):
     expected = np.asarray(model.predict(x, verbose=0)).reshape(-1)
     assert expected.std() > 1e-4
     np.testing.assert_allclose(served_probabilities(f"{tmp_path}/e/dare", taobao, x), expected, atol=1e-5)
+
+
+CACHED = r"""
+import os, sys, jax, jax.numpy as jnp
+from dare_tf.training.jax_distribution import use_compilation_cache
+folder = use_compilation_cache(sys.argv[1])
+jax.jit(lambda x: jnp.sin(x) * 3 + 1)(jnp.arange(5.0)).block_until_ready()  # (compiled in milliseconds)
+print(folder, sorted({name.split("-")[0] for name in os.listdir(folder) if name.startswith("jit__lambda-")}))
+"""
+
+
+@pytest.mark.parametrize("minimum", [None, "1.0"])
+def test_the_compilation_cache_keeps_every_compile_however_fast(tmp_path, minimum):
+    """A run's start is many small compiles: each is kept (JAX's default keeps only those
+    over 1 s), unless JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS says otherwise; the
+    folder is --compilation_cache's, else JAX_COMPILATION_CACHE_DIR where it is set."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO, JAX_COMPILATION_CACHE_DIR=str(tmp_path / "env"))
+    env.pop("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", None)
+    if minimum:
+        env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = minimum
+    folder = str(tmp_path / "flag") if minimum else ""
+    done = subprocess.run([sys.executable, "-c", CACHED, folder], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == (f"{tmp_path}/flag []" if minimum else f"{tmp_path}/env ['jit__lambda']"), done.stdout
 
 
 def test_model_shards_without_model_parallel_is_refused():
@@ -175,7 +206,7 @@ def start_processes(data_dir, out, strategy, processes=2, *flags):
     started = []
     for index in range(processes):
         env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=REPO,
-                   XLA_FLAGS=f"--xla_force_host_platform_device_count={4 // processes}")
+                   XLA_FLAGS=xla_flags(4 // processes))
         if processes > 1:
             env.update(KERAS_DISTRIBUTION_JOB_ADDRESSES=",".join([f"127.0.0.1:{port}"] * processes),
                        KERAS_DISTRIBUTION_NUM_PROCESSES=str(processes), KERAS_DISTRIBUTION_PROCESS_ID=str(index))
