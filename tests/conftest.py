@@ -21,6 +21,8 @@ if "DARE_TF_TEST_JAX_CACHE" not in os.environ:
 else:
     _OWN_JAX_CACHE = None
 os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ["DARE_TF_TEST_JAX_CACHE"]
+# (every process writing there locks and evicts alike: JAX's unbounded cache writes without its lock)
+os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(2**30)
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402

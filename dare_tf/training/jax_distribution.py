@@ -118,11 +118,16 @@ def use_compilation_cache(folder: str) -> str | None:
     `JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS` says otherwise); returns the folder used."""
     if folder == "none":
         return None
-    folder = folder or os.environ.get("JAX_COMPILATION_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "dare_tf", "jax")
     from jax.experimental.compilation_cache import compilation_cache
 
-    jax.config.update("jax_compilation_cache_max_size", COMPILATION_CACHE_BYTES)
+    if not folder and os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        # (JAX's own folder, which other JAX programs may share: its size and eviction stay JAX's
+        # settings, so that every process writing there locks and evicts alike)
+        folder = os.environ["JAX_COMPILATION_CACHE_DIR"]
+    else:
+        folder = folder or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                                        "dare_tf", "jax")
+        jax.config.update("jax_compilation_cache_max_size", COMPILATION_CACHE_BYTES)
     if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_S_KEPT)
     compilation_cache.set_cache_dir(folder)
