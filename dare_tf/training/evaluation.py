@@ -52,7 +52,8 @@ _FUNCTIONS: "weakref.WeakKeyDictionary[DareModel, dict]" = weakref.WeakKeyDictio
 
 def _compiled(model: DareModel, what: str, training: bool = False):
     """The model's graph function for `predict` (probabilities of a feature dict) or
-    `features` (the inputs of its BatchNorm layers), traced once per model."""
+    `moments` (the mean and variance over the batch of each BatchNorm layer's input),
+    traced once per model."""
     import tensorflow as tf
 
     cache = _FUNCTIONS.setdefault(model, {})
@@ -60,9 +61,9 @@ def _compiled(model: DareModel, what: str, training: bool = False):
         if what == "predict":
             keys = input_keys(model.model_config.fields)
             fn = lambda x: model.forward({k: x[k] for k in keys}, training=training)["probability"]  # noqa: E731
-        else:
+        else:  # (each BatchNorm input's mean and variance over the batch, computed in the graph)
             norms = model.batch_norm_layers()
-            fn = lambda x: {k: tf.cast(v, tf.float32)  # noqa: E731
+            fn = lambda x: {k: tf.nn.moments(tf.cast(v, tf.float32), axes=[0])  # noqa: E731
                             for k, v in model.forward(x, training=False).items() if k in norms}
         # (a partial: TensorFlow counts traces by the function's code, which every model's lambda
         # shares, and would warn of "retracing" after five models in one process; a partial has none)
@@ -113,15 +114,12 @@ def refresh_batch_norm_statistics(model: DareModel, batches, combine=None) -> No
     per-batch statistics of its input over `batches` (feature dicts) under the
     current weights ("precise BatchNorm"); no weight changes. `combine`
     (`gather_workers`) averages over the batches of every worker."""
-    import tensorflow as tf
-
     norms = model.batch_norm_layers()
-    features = _compiled(model, "features")
+    moments = _compiled(model, "moments")
     sums: dict[str, list] = {}
     count = 0
     for x in batches:
-        for name, value in features({k: x[k] for k in input_keys(model.model_config.fields)}).items():
-            mean, variance = tf.nn.moments(value, axes=[0])
+        for name, (mean, variance) in moments({k: x[k] for k in input_keys(model.model_config.fields)}).items():
             total = sums.setdefault(name, [0.0, 0.0])
             total[0] += mean.numpy()
             total[1] += variance.numpy()
