@@ -150,9 +150,10 @@ class RuntimeConfig:
             cache, where a run's compiled functions are kept for the next run
             of the same shapes (docs/gpu.md measures what it saves), every
             function however fast it compiled; empty: `$JAX_COMPILATION_CACHE_DIR`
-            where it is set, else `$XDG_CACHE_HOME/dare_tf/jax`
-            (`~/.cache/dare_tf/jax`), at most 1 GiB, the least recently used
-            entries dropped; `none`: no cache.
+            where it is set (with JAX's own size settings, as every JAX program
+            writing there), else `$XDG_CACHE_HOME/dare_tf/jax`
+            (`~/.cache/dare_tf/jax`); a folder of its own holds at most 1 GiB,
+            the least recently used entries dropped; `none`: no cache.
             JAX runs what the cache holds: keep it a folder only you write.
         verbose: 0 silent, 1 a progress bar over the run's steps with the
             validations beneath it, 2 one line per validation.
