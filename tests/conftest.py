@@ -21,7 +21,8 @@ if "DARE_TF_TEST_JAX_CACHE" not in os.environ:
 else:
     _OWN_JAX_CACHE = None
 os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ["DARE_TF_TEST_JAX_CACHE"]
-# (every process writing there locks and evicts alike: JAX's unbounded cache writes without its lock)
+# (every process writing there locks and evicts alike: JAX's unbounded cache writes without its lock;
+# the bound is the trainer's own, jax_distribution.COMPILATION_CACHE_BYTES, not imported here: it imports JAX)
 os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(2**30)
 
 import numpy as np  # noqa: E402
@@ -224,12 +225,14 @@ def pytest_collection_modifyitems(config, items):
 def two_stage(taobao, tmp_path_factory):
     """A retrieval run and a DARE run (top_k 10) on the Taobao sample: run directories
     `retrieval` and `dare` (for the `tfrs` tests)."""
+    from dare_tf.metrics import CASCADE_CANDIDATES
     from dare_tf.retrieval import RetrievalConfig, train_retrieval
     from dare_tf.training import TrainConfig, train
 
     work = tmp_path_factory.mktemp("two_stage")
     runs = {"retrieval": str(work / "retrieval"), "dare": str(work / "dare")}
-    train_retrieval(taobao, runs["retrieval"], RetrievalConfig(epochs=2, batch_size=256, cascade_candidates=(200,)))
+    train_retrieval(taobao, runs["retrieval"], RetrievalConfig(epochs=2, batch_size=256,
+                                                                cascade_candidates=(CASCADE_CANDIDATES,)))
     train(taobao, runs["dare"], TrainConfig.create(preset="dare", batch_size=256, epochs=1, eval_every=20, verbose=0,
                                                    model_overrides=dict(top_k=10)))
     return runs
