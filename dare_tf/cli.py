@@ -180,16 +180,17 @@ def run(main: Callable[..., Any], configure: Callable[[list[str]], Any] | None =
             if not (tensorflow(configuration) if callable(tensorflow) else tensorflow):
                 return main(configuration) if configure else main(argv)
             import dare_tf
-            from dare_tf._startup import FilteredStderr
+            from dare_tf._startup import FilteredStderr, configured_backend, without_unused_imports
             from dare_tf.retrieval._keras2 import use_keras2
 
             if keras2(configuration) if callable(keras2) else keras2:
                 use_keras2()  # before TensorFlow loads (Keras 3, `import keras`, is unaffected)
             with FilteredStderr():  # TensorFlow's notices while the program runs, filtered
-                if models:
-                    dare_tf.load()  # the flags are parsed: now TensorFlow, Keras and every model module
-                else:
-                    importlib.import_module("tensorflow")  # (its protos and SavedModels; no Keras)
+                with without_unused_imports(configured_backend()):
+                    if models:
+                        dare_tf.load()  # the flags are parsed: now TensorFlow, Keras and every model module
+                    else:
+                        importlib.import_module("tensorflow")  # (its protos and SavedModels; no Keras)
                 return main(configuration) if configure else main(argv)
         except KeyboardInterrupt:
             raise

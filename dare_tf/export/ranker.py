@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import shutil
 
-import keras
 import tensorflow as tf
 from absl import logging
 
@@ -30,8 +29,8 @@ from dare_tf.data.preparation.dataset_dir import verify_tables
 from dare_tf.export import rows, user_major
 from dare_tf.export.fields import ServedFields
 from dare_tf.export.tf_serving import (DATASET_INPUT, STRING_DATASET_INPUT, WARMUP_FILE,
-                                       dataset_outputs, id_table, model_base, next_version, set_method_names,
-                                       stand_ins, warmup_requests, write_server_configs)
+                                       dataset_outputs, id_table, model_base, next_version, saved_root,
+                                       set_method_names, stand_ins, warmup_requests, write_server_configs)
 from dare_tf.model.dare_model import DareModel
 from dare_tf.signatures import (CANDIDATE_COUNT, CLASSIFY, DATASET_SIGNATURE, EXPLAIN, HIST_LENGTH, ITEM_FIELDS,
                                 MAX_CANDIDATES, RANK, RANK_EXPLAIN, RANK_REQUEST_INPUTS as RANK_SIGNATURE_INPUTS,
@@ -54,6 +53,7 @@ class _ServingGraph:
                 f"model vocabularies ({cfg.num_items} items, {cfg.num_categories} categories) do not match "
                 f"{data_dir}/spec.json ({spec.num_items}, {spec.num_categories})")
         self.model, self.max_len, self.notes = model, cfg.max_len, ""
+        self.predict_function = self.predict  # (Classify's and Regress's: the export's serving_default)
         self.strings = spec.string_ids  # (`--string_ids`: string inputs, mapped to stand-ins at once)
         self.items = id_table(os.path.join(data_dir, ID_MAP_FILES["item"]), spec.oov_item, self.strings)
         self.categories = id_table(os.path.join(data_dir, ID_MAP_FILES["category"]), spec.oov_category, self.strings)
@@ -217,7 +217,7 @@ class _ServingGraph:
     def _answered(self, inputs):
         """`predict` of serialized Examples: Classify and Regress have no per-row error,
         so a refused row (a negative `hist_time_gap`) fails the request, naming it."""
-        out = self.predict(*self.parse_examples(inputs))
+        out = self.predict_function(*self.parse_examples(inputs))
         refused = out[ROW_ERROR] != ""
         check = tf.debugging.Assert(~tf.reduce_any(refused), [
             "an example of the request was refused:", tf.boolean_mask(out[ROW_ERROR], refused)[:1]])
@@ -276,12 +276,10 @@ def export_saved_model(model: DareModel, data_dir: str, export_base: str, model_
     # TF Serving build runs.
     jit, model.jit_compile_dense = model.jit_compile_dense, False
     try:
-        archive = keras.export.ExportArchive()
-        for trackable in (model, graph.items.table, graph.categories.table, *graph.fields.trackables()):
-            archive.track(trackable)
-        for name, (fn, signature) in _signatures(graph).items():
-            archive.add_endpoint(name, fn, input_signature=signature)
-        archive.write_out(staging, verbose=False)
+        signatures = _signatures(graph)
+        root = saved_root(model, [graph.items.table, graph.categories.table, *graph.fields.trackables()], signatures)
+        graph.predict_function = getattr(root, SERVING_DEFAULT)  # (Classify and Regress call it: no model traced again)
+        tf.saved_model.save(root, staging, signatures={name: getattr(root, name) for name in signatures})
         set_method_names(staging)
         os.makedirs(os.path.join(staging, "assets.extra"), exist_ok=True)
         with tf.io.TFRecordWriter(os.path.join(staging, WARMUP_FILE)) as writer:

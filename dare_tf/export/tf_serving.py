@@ -21,6 +21,22 @@ DATASET_INPUT = tf.TensorSpec([None], tf.int64, name="item_ids")
 STRING_DATASET_INPUT = tf.TensorSpec([None], tf.string, name="item_ids")  # (`--string_ids`)
 
 
+def saved_root(model, trackables: list, functions: dict):
+    """What a SavedModel of `model` holds, laid out as `keras.export.ExportArchive` lays
+    it out: the model's variables, `trackables` (the id tables) and an attribute per
+    signature, `functions` ({name: (function, input signature)}) as tf.functions.
+    `tf.saved_model.save(root, path, signatures=...)` then traces each once, in its
+    own context (ExportArchive traces each first outside it, to list its variables,
+    a trace saving cannot reuse: the export's time twice over)."""
+    root = tf.__internal__.tracking.AutoTrackable()
+    root.variables, root.tables = list(model.variables), list(trackables)
+    root.trainable_variables, root.non_trainable_variables = list(model.trainable_variables), list(
+        model.non_trainable_variables)
+    for name, (function, signature) in functions.items():
+        setattr(root, name, tf.function(function, input_signature=signature, autograph=False))
+    return root
+
+
 class IdTable:
     """Raw id -> dense id through an id-map file (raw id of dense id k on line k),
     shipped as a SavedModel asset; unknown ids map to the OOV row."""

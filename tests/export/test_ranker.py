@@ -112,6 +112,10 @@ def test_bad_inputs_give_defined_results_or_invalid_argument(setup):
     assert client.predict_tensors(good)["probability"].shape == (2,)
 
 
+# The methods of the export's graph that its signatures trace.
+SIGNATURE_METHODS = ("predict", "explain", "rank", "rank_explain", "classify", "regress", "dataset", "vocabulary")
+
+
 @pytest.mark.xdist_group("serving_setup")
 def test_failed_export_leaves_no_partial_version(setup, monkeypatch):
     base = str(setup["root"] / "failing")
@@ -122,7 +126,21 @@ def test_failed_export_leaves_no_partial_version(setup, monkeypatch):
         export_lib.export_saved_model(setup["model"], setup["data_dir"], base, "dare")
     assert os.listdir(os.path.join(base, "dare")) == [".dare_tf_export"]  # no version, no staging
     monkeypatch.undo()
+    # Each signature is traced once (Classify and Regress call serving_default's function): an
+    # export traced every one twice, once outside saving to list its variables (keras.export).
+    traced = {}
+
+    def counting(name, method):
+        def counted(self, *args):
+            traced[name] = traced.get(name, 0) + 1
+            return method(self, *args)
+        return counted
+
+    for name in SIGNATURE_METHODS:
+        monkeypatch.setattr(export_lib._ServingGraph, name, counting(name, getattr(export_lib._ServingGraph, name)))
     path = export_lib.export_saved_model(setup["model"], setup["data_dir"], base, "dare")
+    assert traced == dict.fromkeys(SIGNATURE_METHODS, 1)
+    monkeypatch.undo()
     assert os.path.basename(path) == "1"
     assert os.path.basename(export_lib.export_saved_model(setup["model"], setup["data_dir"], base, "dare")) == "2"
     with pytest.raises(FileExistsError, match="immutable"):
