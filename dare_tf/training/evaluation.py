@@ -67,8 +67,20 @@ def _compiled(model: DareModel, what: str, training: bool = False):
                             for k, v in model.forward(x, training=False).items() if k in norms}
         # (a partial: TensorFlow counts traces by the function's code, which every model's lambda
         # shares, and would warn of "retracing" after five models in one process; a partial has none)
-        cache[(what, training)] = tf.function(functools.partial(fn), autograph=False, reduce_retracing=True)
+        function = tf.function(functools.partial(fn), autograph=False, reduce_retracing=True)
+        cache[(what, training)] = functools.partial(_for_any_batch_size, function)
     return cache[(what, training)]
+
+
+def _for_any_batch_size(function, x: dict):
+    """`function(x)`, traced the first time for any batch size: a split's partial last
+    batch (or the next split's size) calls the same graph instead of tracing the model
+    again (a trace costs more than most evaluations here)."""
+    import tensorflow as tf
+
+    if not function.experimental_get_tracing_count():
+        function.get_concrete_function({k: tf.TensorSpec([None, *v.shape[1:]], v.dtype) for k, v in x.items()})
+    return function(x)
 
 
 @public("dare_tf.training")

@@ -160,6 +160,32 @@ def test_many_models_in_one_process_trace_without_tensorflows_retracing_warning(
     assert [m for m in said if "retracing" in m] == []
 
 
+def test_predictions_and_batchnorm_moments_trace_the_model_once_for_every_batch_size(monkeypatch):
+    """A split's partial last batch, or another split's batch size, calls the graph traced
+    first (for any batch size): the model's forward traced once per function, the same
+    probabilities as the model's own call."""
+    import keras
+
+    from dare_tf.model.dare_model import DareModel
+    from dare_tf.model.presets import build_model
+    from dare_tf.training.evaluation import _compiled
+
+    model = build_model("dare", num_items=20, num_categories=4, max_len=6, top_k=2)
+    forward, traced = DareModel.forward, []
+    monkeypatch.setattr(DareModel, "forward", lambda self, *a, **k: traced.append(1) or forward(self, *a, **k))
+    for what in ("predict", "moments"):
+        calls = []
+        for batch in (8, 8, 3, 5):
+            x = model.dummy_inputs(batch)
+            expected = keras.ops.convert_to_numpy(model(x, training=False))
+            traced.clear()
+            out = _compiled(model, what)(x)
+            calls.append(len(traced))
+            if what == "predict":
+                np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-6)
+        assert calls == [1, 0, 0, 0], what
+
+
 def test_a_metric_undefined_for_a_history_length_group_reads_n_a():
     """A group too small to hold both labels of a category (the demo on JAX with 600
     users: six examples aged 10-49) has no category AUC (NaN, written null in
