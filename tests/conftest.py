@@ -3,8 +3,12 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # The tests' models are tiny and compiled once each: XLA's optimisation passes cost more
-# than they save (measured: the JAX model tests 97 s -> 73 s). Subprocesses inherit it.
-os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
+# than they save (measured: the JAX model tests 97 s -> 73 s), and on the CPU its older
+# elemental emitters compile a fusion faster than its MLIR fusion emitters (measured: the
+# layers and models on JAX, tests/test_backends.py, 59 -> 40 CPU s; a 20-step JAX training
+# process, cold, 12.4 -> 8.9). Subprocesses inherit it.
+OLDER_CPU_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
+os.environ.setdefault("XLA_FLAGS", f"--xla_backend_optimization_level=0 {OLDER_CPU_EMITTERS}")
 # In the tests' own processes `tf.keras` is Keras 2 (tf-keras) from the start, as the retrieval
 # stage (tensorflow-recommenders) needs, so every test, the retrieval stage's among them, runs in
 # one pytest run (dare_tf itself uses Keras 3, `import keras`, which this does not touch). The
