@@ -57,7 +57,12 @@ def mutual_information(a, b, n):
     Miller-Madow bias correction; over the pairs that occur, so its cost grows
     with the arrays, not with `n` squared (9,439 categories: 89M cells)."""
     a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
-    pairs, joint = np.unique(a * n + b, return_counts=True)
+    if n * n <= 8 * len(a):  # (few categories: counted in a table, not sorted)
+        joint = np.bincount(a * n + b, minlength=n * n)
+        pairs = np.flatnonzero(joint)
+        joint = joint[pairs]
+    else:
+        pairs, joint = np.unique(a * n + b, return_counts=True)
     count_a, count_b = np.bincount(a, minlength=n), np.bincount(b, minlength=n)
     total = float(len(a))
     joint = joint.astype(float)
