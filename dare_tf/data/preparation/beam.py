@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 import time
 
 import numpy as np
@@ -223,9 +224,12 @@ def _check_manifest(input_path: str, fmt: LogFormat, protocol: Protocol, manifes
 
 
 def _run(options, staging: str, **pipeline_args) -> dict:
-    """Runs the pipeline into `staging`; returns its manifest (the work files removed)."""
+    """Runs the pipeline into `staging`; returns its manifest (the work files removed,
+    and with them the temporary folders Beam makes and never removes: Python's
+    temporary directory is the work folder's while the pipeline is built and run)."""
     import apache_beam as beam
 
+    system_temp, tempfile.tempdir = tempfile.tempdir, work_dir(staging)
     try:
         with beam.Pipeline(options=options) as pipeline:
             build_pipeline(pipeline, directory=staging, **pipeline_args)
@@ -235,6 +239,7 @@ def _run(options, staging: str, **pipeline_args) -> dict:
             raise
         raise error from None
     finally:
+        tempfile.tempdir = system_temp
         forget_shared()
     shutil.rmtree(os.path.join(staging, WORK_DIR))
     with open(os.path.join(staging, MANIFEST)) as f:

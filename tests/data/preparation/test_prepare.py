@@ -546,6 +546,23 @@ def assert_same_datasets(a, b):
             assert open(os.path.join(a, name)).read() == open(os.path.join(b, name)).read(), name
 
 
+def test_the_beam_driver_leaves_no_temporary_folder_behind(tmp_path, monkeypatch):
+    """Apache Beam makes temporary folders it never removes (three a DirectRunner
+    pipeline, empty, in the system's temporary directory: its environment's and its
+    job server's); the driver has them made in its own work folder, removed with it."""
+    import tempfile
+
+    from dare_tf.data.preparation import beam as beam_driver
+
+    temp = tmp_path / "system-temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    fmt, log, protocol = impression_log(tmp_path)
+    beam_driver.prepare(fmt, log, str(tmp_path / "out"), protocol, block_bytes=4096, buckets=2)
+    assert sorted(os.listdir(temp)) == [] and tempfile.gettempdir() == str(temp)
+    assert "spec.json" in os.listdir(tmp_path / "out") and ".beam-work" not in os.listdir(tmp_path / "out")
+
+
 @pytest.mark.slow
 def test_beam_pipeline_writes_what_the_in_memory_path_writes(taobao, tmp_path):
     """The Apache Beam driver (DirectRunner) against the in-memory one, record for
