@@ -86,12 +86,12 @@ def test_gloo_lines_and_their_pieces_are_told_from_the_runs_own():
                                               whole + " and more", "Traceback (most recent call last):"))
 
 
-def xla_flags(devices: int, emitters: str = "the tests'") -> str:
+def xla_flags(devices: int, xla_emitters: bool = False) -> str:
     """XLA's flags for a process on `devices` simulated CPU devices, the tests' own kept
-    (tests/conftest.py: their optimisation level and CPU emitters); `emitters="XLA's"`:
+    (tests/conftest.py: their optimisation level and CPU emitters); `xla_emitters`:
     XLA's default CPU emitters instead of the tests' older ones."""
     flags = os.environ.get("XLA_FLAGS", "")
-    if emitters == "XLA's":
+    if xla_emitters:
         flags = flags.replace(OLDER_CPU_EMITTERS, "")
     return f"{flags} --xla_force_host_platform_device_count={devices}".strip()
 
@@ -227,7 +227,7 @@ def start_processes(data_dir, out, strategy, processes=2, *flags):
         # part from step 11 on: 1.3e-4 relative on the validation log loss at step 20, measured,
         # against 1.3e-8 with XLA's, the same on every run)
         env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=REPO,
-                   XLA_FLAGS=xla_flags(4 // processes, emitters="XLA's"))
+                   XLA_FLAGS=xla_flags(4 // processes, xla_emitters=True))
         if processes > 1:
             env.update(KERAS_DISTRIBUTION_JOB_ADDRESSES=",".join([f"127.0.0.1:{port}"] * processes),
                        KERAS_DISTRIBUTION_NUM_PROCESSES=str(processes), KERAS_DISTRIBUTION_PROCESS_ID=str(index))
