@@ -40,6 +40,7 @@ import numpy as np
 
 from dare_tf._faces import public
 from dare_tf._files import require_space, variables_bytes
+from dare_tf._startup import set_random_seed
 from dare_tf.data.feeding.memory import InMemorySplit
 from dare_tf.data.feeding.shard_stream import ShardStream
 from dare_tf.data.storage.spec import DatasetSpec
@@ -86,7 +87,7 @@ class JaxSeedRun(SeedRunBase):
         if config.schedule.batch_size % placement.batch_shards:
             raise ValueError(f"batch_size={config.schedule.batch_size} must be divisible by the "
                              f"{placement.batch_shards} devices the batch is split over")
-        keras.utils.set_random_seed(seed)
+        set_random_seed(seed)  # (without loading TensorFlow)
         self.model = DareModel(model_config, seed=seed, name=config.preset)
         self.model.task = click_task(config)
         self.model.build()

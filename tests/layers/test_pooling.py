@@ -1,5 +1,4 @@
 import numpy as np
-import tensorflow as tf
 
 from dare_tf.layers import TargetAttentionPooling
 
@@ -40,6 +39,8 @@ def test_pooling_matches_numpy_with_gather_and_padding(rng):
 
 @tensorflow_only
 def test_pooling_without_positions_and_finite_gradients(rng):
+    import tensorflow as tf  # (here: on JAX, tests/test_backends.py, the module loads no TensorFlow)
+
     target = tf.constant(rng.normal(size=(2, 3)), tf.float32)
     values = tf.Variable(rng.normal(size=(2, 4, 3)), dtype=tf.float32)
     scores = tf.Variable(rng.normal(size=(2, 4)), dtype=tf.float32)

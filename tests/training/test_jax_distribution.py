@@ -62,6 +62,7 @@ for strategy, shards, mode in (("default", 0, "xla"), ("data_parallel", 0, "xla"
                          "tables_total": int(sum(np.prod(v.shape) * 4 for v in tables)),
                          "probabilities": run.predict("val")["probabilities"][:64].tolist(),
                          "placement": placement.describe()}
+out["tensorflow"] = "tensorflow" in sys.modules  # (Keras seeds it where installed: not here)
 print(json.dumps(out))
 """
 # Float sums in another order (a batch split over devices, a table over shards): measured
@@ -104,7 +105,7 @@ def test_data_and_model_parallel_follow_one_device(taobao, tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     runs = json.loads(done.stdout.strip().splitlines()[-1])
-    assert runs["devices"] == 4
+    assert runs["devices"] == 4 and runs["tensorflow"] is False
     one = runs["default/0"]
     assert one["placement"] == "one device, cpu" and list(one["table_bytes"].values()) == [one["tables_total"]]
     shares = {"data_parallel/0": 1, "model_parallel/2": 1 / 2, "model_parallel/2/privatized": 1 / 2}
@@ -170,7 +171,9 @@ def test_the_compilation_cache_keeps_every_compile_however_fast(tmp_path, minimu
     """A run's start is many small compiles: each is kept (JAX's default keeps only those
     over 1 s), unless JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS says otherwise; the
     folder is --compilation_cache's, else JAX_COMPILATION_CACHE_DIR where it is set."""
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO, JAX_COMPILATION_CACHE_DIR=str(tmp_path / "env"))
+    # (on Keras's JAX backend: the module imports Keras, which on TensorFlow's would load TensorFlow)
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=REPO,
+               JAX_COMPILATION_CACHE_DIR=str(tmp_path / "env"))
     env.pop("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", None)
     if minimum:
         env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = minimum
