@@ -177,6 +177,22 @@ DOCUMENTED = sorted({getattr(dare_tf.layers, name).__module__ for name in dare_t
                     | {"dare_tf.model.dare_model", "dare_tf.model.tasks"})
 
 
+def test_a_model_builds_the_weights_of_an_eager_first_pass(rng, preset="dare"):
+    """`DareModel.build` (on JAX its first pass traced for the shapes alone, the weights drawn
+    after it) draws the weights an eager first pass through the model draws."""
+    built = build_model(preset, 300, 20, max_len=12, top_k=4, seed=3)
+    eager = dare_tf.DareModel(built.model_config, seed=3, name=preset)
+    eager.embedding.build()
+    ids = eager.example_ids(eager.dummy_inputs())
+    eager._stages(eager.lookup(ids), ids, False)
+    eager.built = True
+    assert [w.path for w in built.weights] == [f"{preset}/{w.path}" for w in eager.weights]  # (built in its scope)
+    for a, b in zip(built.weights, eager.weights):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=a.path)
+    x = random_batch(rng, 4, 12, 300, 20)
+    np.testing.assert_array_equal(np.asarray(built.predict_on_batch(x)), np.asarray(eager.predict_on_batch(x)))
+
+
 @pytest.mark.parametrize("module", DOCUMENTED)
 def test_docstring_examples_run(module):
     mod = importlib.import_module(module)

@@ -273,9 +273,15 @@ class DareModel(TrainingMixin, ServingMixin, keras.Model):
     def build(self, input_shape=None):
         if not self.built:
             self.embedding.build()
-            # Eagerly, uncompiled: the sub-layers create their weights here.
+            # The sub-layers create their weights on a first pass: eagerly; on JAX traced for the
+            # shapes alone, the weights drawn as the scope closes (eagerly each op would compile).
             ids = self.example_ids(self.dummy_inputs())
-            self._stages(self.lookup(ids), ids, False)
+            first_pass = lambda: self._stages(self.lookup(ids), ids, False)  # noqa: E731
+            if keras.backend.backend() == "jax":
+                with keras.StatelessScope():
+                    __import__("jax").eval_shape(first_pass)
+            else:
+                first_pass()
         self.built = True
 
     def get_config(self):
