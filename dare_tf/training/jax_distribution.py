@@ -7,11 +7,11 @@ trainer's options are TensorFlow's alone (`refusal`). No TensorFlow."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import os
 import threading
-import time
 
 import jax
 import keras
@@ -58,7 +58,14 @@ def join_processes(timeout_s: int) -> None:
     # writes the run's results)
     jax.distributed.initialize(addresses.split(",")[0], count, int(index), initialization_timeout=timeout_s,
                                heartbeat_timeout_seconds=HEARTBEAT_S)
+    # (at exit the watch ends before JAX's own shutdown, registered before this: the processes leave
+    # the coordination service one by one, which is no peer lost)
+    atexit.register(_EXITING.set)
     threading.Thread(target=_watch, args=(count, int(index)), daemon=True, name="peers").start()
+
+
+_EXITING = threading.Event()
+WATCH_S = 1  # (how often the watch asks the coordination service)
 
 
 def _end(why: str) -> None:
@@ -80,13 +87,14 @@ def _watch(count: int, index: int) -> None:
     from jax._src import distributed
 
     client = distributed.global_state.client
-    while True:
-        time.sleep(1)
+    while not _EXITING.wait(WATCH_S):
         try:
             live = client.get_live_nodes(list(range(count)))
         except Exception as e:  # noqa: BLE001 (the coordinator itself gone: its client's errors alike)
+            if _EXITING.is_set():  # (this process's own shutdown under way)
+                return
             _end(f"the run's coordinator (process 0) stopped answering ({_first_line(e)})")
-        if len(live) < count:
+        if len(live) < count and not _EXITING.is_set():
             _end(f"the run's processes {sorted(set(range(count)) - set(live))} stopped answering")
 
 

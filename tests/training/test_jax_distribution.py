@@ -206,6 +206,54 @@ def test_what_jax_does_not_run_is_refused_naming_the_alternative():
     assert refusal(TrainConfig.create(preset="dare", negatives="uniform:4", loss="softmax", batch_size=50)) is None
 
 
+def test_the_peers_watch_ends_a_process_where_a_peer_is_lost_and_not_at_its_own_exit(monkeypatch):
+    """A lost coordinator or peer ends the process in one line; once this process exits
+    (`_EXITING`, set at exit before JAX's own shutdown), the watch stops without a word. (A
+    coverage run of the suite: a finished two-process run's process 0 ended with exit code 1,
+    its watch asking the coordination service JAX's shutdown had just closed, CANCELLED.)"""
+    import threading
+
+    from jax._src import distributed
+
+    from dare_tf.training import jax_distribution
+
+    class Ended(Exception):
+        pass
+
+    def end(why):
+        ended.append(why)
+        raise Ended
+
+    class Client:  # (answers in turn; `exit` first sets what this process's exit sets)
+        def __init__(self, *answers):
+            self.answers = list(answers)
+
+        def get_live_nodes(self, ids):
+            answer = self.answers.pop(0)
+            if answer == "exit":
+                jax_distribution._EXITING.set()
+                answer = RuntimeError("CANCELLED: CANCELLED")
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+    monkeypatch.setattr(jax_distribution, "_end", end)
+    monkeypatch.setattr(jax_distribution, "WATCH_S", 0.001)
+    said = []
+    for client in (Client([0, 1], RuntimeError("UNAVAILABLE: connection refused\nmore")), Client([0, 1], [0]),
+                   Client([0, 1], "exit")):
+        ended = []
+        monkeypatch.setattr(jax_distribution, "_EXITING", threading.Event())
+        monkeypatch.setattr(distributed.global_state, "client", client)
+        try:
+            jax_distribution._watch(2, 0)
+        except Ended:
+            pass
+        said.append(ended)
+    assert said == [["the run's coordinator (process 0) stopped answering (UNAVAILABLE: connection refused)"],
+                    ["the run's processes [1] stopped answering"], []]
+
+
 def test_tensorflow_refuses_the_keras_distribution_strategies():
     from dare_tf.training.distribution import make_strategy
 
