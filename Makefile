@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: demo test check docs bench clean browser screenshots slow-list gpu-carry
+.PHONY: demo test check coverage docs bench clean browser screenshots slow-list gpu-carry
 
 $(STAMP): requirements.txt setup.py pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,16 @@ test: $(STAMP) browser
 check: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(PYTEST) -m "not slow" tests
+
+# The line coverage of dare_tf/ over the whole suite, the processes the tests start included
+# (pyproject.toml's [tool.coverage]): the table in coverage.txt, its total printed. About twice
+# `make test`'s time; test failures are reported, the coverage still measured.
+coverage: $(STAMP) browser
+	rm -f .coverage .coverage.*
+	-COVERAGE_PROCESS_START=$(CURDIR)/pyproject.toml COVERAGE_FILE=$(CURDIR)/.coverage $(PYTEST) tests
+	$(PY) -m coverage combine -q
+	$(PY) -m coverage report > coverage.txt
+	tail -1 coverage.txt
 
 # tests/slow.txt, the tests `make check` leaves out: the suite run once measuring each test's CPU
 # seconds (tests/cpu_times.py), then every test over 2 s listed.
