@@ -278,8 +278,9 @@ class DareModel(TrainingMixin, ServingMixin, keras.Model):
             ids = self.example_ids(self.dummy_inputs())
             first_pass = lambda: self._stages(self.lookup(ids), ids, False)  # noqa: E731
             if keras.backend.backend() == "jax":
+                import jax
                 with keras.StatelessScope():
-                    __import__("jax").eval_shape(first_pass)
+                    jax.eval_shape(first_pass)
             else:
                 first_pass()
         self.built = True
