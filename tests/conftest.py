@@ -191,6 +191,19 @@ def pytest_configure(config):
         tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
 
 
+def pytest_sessionfinish(session):
+    """Under `make coverage`, this process's coverage is saved here, not only at its exit:
+    pytest-xdist kills a worker that has not exited 10 s after the run (TensorFlow's and
+    JAX's teardown and coverage's own save on a loaded machine), losing all it measured
+    (a coverage run of the suite: every file one worker ran at 0%)."""
+    import sys
+
+    coverage = sys.modules.get("coverage")
+    current = coverage.Coverage.current() if coverage is not None else None
+    if current is not None:
+        current.save()
+
+
 def pytest_unconfigure(config):
     """The run's JAX compilation cache goes with the run that made it."""
     import shutil
