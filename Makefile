@@ -46,7 +46,7 @@ coverage: $(STAMP) browser
 	-COVERAGE_PROCESS_START=$(CURDIR)/pyproject.toml COVERAGE_FILE=$(CURDIR)/.coverage $(PYTEST) tests
 	$(PY) -m coverage combine -q
 	$(PY) -m coverage report --include="dare_tf/*" > coverage.txt
-	tail -1 coverage.txt
+	grep "^TOTAL" coverage.txt
 
 # tests/slow.txt, the tests `make check` leaves out: the suite run once measuring each test's CPU
 # seconds (tests/cpu_times.py), then every test over 2 s listed.
