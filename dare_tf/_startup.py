@@ -117,12 +117,11 @@ UNUSED_AT_IMPORT = {"tensorflow": ("jax", "sklearn"), "jax": ("sklearn",)}
 
 
 @contextlib.contextmanager
-def without_unused_imports(backend: str):
-    """While open, the modules `UNUSED_AT_IMPORT[backend]` that this process has not
-    imported yet cannot be imported (an optional import falls back as where the
-    package is absent); once closed, they import as usual. For the programs while
-    they load Keras (`dare_tf.cli.run`): a program loads only what it uses."""
-    hidden = [name for name in UNUSED_AT_IMPORT.get(backend, ()) if name not in sys.modules]
+def _hidden(names):
+    """While open, the modules `names` that this process has not imported yet cannot be
+    imported (an optional import falls back as where the package is absent); once
+    closed, they import as usual."""
+    hidden = [name for name in names if name not in sys.modules]
     for name in hidden:
         sys.modules[name] = None  # (Python's own "import halted" marker)
     try:
@@ -133,23 +132,23 @@ def without_unused_imports(backend: str):
                 del sys.modules[name]
 
 
+def without_unused_imports(backend: str):
+    """`UNUSED_AT_IMPORT[backend]` hidden while open (`_hidden`). For the programs while
+    they load Keras (`dare_tf.cli.run`): a program loads only what it uses."""
+    return _hidden(UNUSED_AT_IMPORT.get(backend, ()))
+
+
 def set_random_seed(seed: int) -> None:
     """`keras.utils.set_random_seed`, which also seeds TensorFlow where it is installed,
     importing it into a process on another backend that never uses it (measured: 2.9
     CPU seconds more, and a peak memory of 766 MB instead of 297 MB, in a process
-    that imports Keras on JAX and seeds it). There TensorFlow, unless
-    this process imported it already, is hidden from the call, and Keras takes it as
+    that imports Keras on JAX and seeds it). There TensorFlow, unless this process
+    imported it already, is hidden from the call (`_hidden`), and Keras takes it as
     absent for the rest of the process (its serialization asks the same question)."""
     import keras
 
-    hidden = keras.backend.backend() != "tensorflow" and "tensorflow" not in sys.modules
-    if hidden:
-        sys.modules["tensorflow"] = None  # (Python's own "import halted" marker)
-    try:
+    with _hidden(() if keras.backend.backend() == "tensorflow" else ("tensorflow",)):
         keras.utils.set_random_seed(seed)
-    finally:
-        if hidden and "tensorflow" in sys.modules and sys.modules["tensorflow"] is None:
-            del sys.modules["tensorflow"]
 
 
 def import_tensorflow_quietly() -> None:

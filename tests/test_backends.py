@@ -19,8 +19,8 @@ pytest.importorskip("jax")
 # configs and the tables' memory refusal (backend-independent: the TensorFlow run checks them).
 @pytest.mark.slow
 def test_layers_and_models_on_jax():
-    """... in a process where TensorFlow cannot load (tests/no_tensorflow.py: the tests that
-    use it are TensorFlow's alone; Keras's serialization looks for it, finding it absent)."""
+    """The tests above on JAX, in a process where TensorFlow cannot load (tests/no_tensorflow.py:
+    the tests that use it are TensorFlow's alone; Keras's serialization looks for it, finding it absent)."""
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=REPO)
     done = subprocess.run([sys.executable, "tests/no_tensorflow.py", "pytest", "-q", "-p", "no:cacheprovider", "-p",
                            "no:xdist", "tests/layers", "tests/search/test_contract.py", "tests/search/test_top_k.py",

@@ -140,9 +140,8 @@ def test_a_program_on_tensorflow_loads_neither_jax_nor_scikit_learn(tmp_path):
 
 def test_seeding_on_jax_loads_no_tensorflow_and_seeds_as_keras_does():
     """dare_tf._startup.set_random_seed on JAX: Keras's seeds (its own, Python's, numpy's:
-    the same draws)
-    without importing TensorFlow, which stays importable; keras.utils.set_random_seed
-    imports it."""
+    the same draws) without importing TensorFlow, which stays importable;
+    keras.utils.set_random_seed imports it."""
     code = ("import importlib.util, random, sys, keras, numpy as np\n"
             "from dare_tf._startup import set_random_seed\n"
             "(set_random_seed if sys.argv[1] == 'ours' else keras.utils.set_random_seed)(7)\n"
@@ -152,7 +151,7 @@ def test_seeding_on_jax_loads_no_tensorflow_and_seeds_as_keras_does():
     ours, keras_own = (subprocess.run([sys.executable, "-c", code, name], cwd=REPO, env=env, capture_output=True,
                                       text=True, timeout=120) for name in ("ours", "set_random_seed"))
     assert ours.returncode == 0 and keras_own.returncode == 0, ours.stderr[-2000:] + keras_own.stderr[-2000:]
-    draws, loaded, importable = ours.stdout.split()[:3], *ours.stdout.split()[3:]
+    *draws, loaded, importable = ours.stdout.split()
     assert (loaded, importable) == ("False", "True"), ours.stdout
     assert keras_own.stdout.split() == [*draws, "True", "True"], (keras_own.stdout, ours.stdout)
 
