@@ -177,8 +177,11 @@ def run(main: Callable[..., Any], configure: Callable[[list[str]], Any] | None =
             # No TensorFlow C++ INFO or WARNING lines, also where a program of numpy alone reads
             # TFRecord shards (data.prepare --append: dare_tf.data.storage.records imports TensorFlow quietly).
             os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+            from dare_tf._startup import start_up_frozen
+
             if not (tensorflow(configuration) if callable(tensorflow) else tensorflow):
-                return main(configuration) if configure else main(argv)
+                with start_up_frozen():
+                    return main(configuration) if configure else main(argv)
             import dare_tf
             from dare_tf._startup import FilteredStderr, configured_backend, without_unused_imports
             from dare_tf.retrieval._keras2 import use_keras2
@@ -191,7 +194,8 @@ def run(main: Callable[..., Any], configure: Callable[[list[str]], Any] | None =
                         dare_tf.load()  # the flags are parsed: now TensorFlow, Keras and every model module
                     else:
                         importlib.import_module("tensorflow")  # (its protos and SavedModels; no Keras)
-                return main(configuration) if configure else main(argv)
+                with start_up_frozen():  # (the imports out of the garbage collector's sight)
+                    return main(configuration) if configure else main(argv)
         except KeyboardInterrupt:
             raise
         except (app.UsageError, ValueError, OSError, KeyError, FloatingPointError) as e:

@@ -1,6 +1,7 @@
 """Every program answers `--help` and a bad flag at once: its flags are parsed
 before TensorFlow loads."""
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -170,6 +171,60 @@ def test_what_a_program_skips_at_its_start_imports_as_usual_afterwards(monkeypat
     assert sys.modules["tabnanny"].__name__ == "tabnanny"
     with _startup.without_unused_imports("torch"):  # (a backend with nothing to skip)
         assert sys.modules["tabnanny"].__name__ == "tabnanny"
+
+
+def test_start_up_frozen_hides_what_lived_before_and_unfreezes_only_what_it_froze():
+    import gc
+
+    from dare_tf._startup import start_up_frozen
+
+    assert gc.get_freeze_count() == 0
+    with start_up_frozen():
+        frozen = gc.get_freeze_count()
+        made = [[] for _ in range(10)]  # (new objects: in the collector's sight)
+        assert gc.get_freeze_count() <= frozen and gc.is_tracked(made[0])  # (none of them frozen)
+    assert frozen > 1000 and gc.get_freeze_count() == 0
+    gc.freeze()  # (a process that froze its own objects keeps them frozen)
+    try:
+        before = gc.get_freeze_count()
+        with start_up_frozen():
+            pass
+        assert gc.get_freeze_count() >= before
+    finally:
+        gc.unfreeze()
+
+
+@pytest.mark.parametrize("program, args", [
+    ("data.synthetic", ["--users=20", "--items=50", "--categories=5", "--output={out}/log.csv"]),
+    ("serving.client", ["recommend", "--server=localhost:1", "--model_name=dare", "--retries=0",
+                        "--request_json={out}/request.json"]),
+], ids=["without-tensorflow", "on-tensorflow"])
+def test_a_programs_work_runs_with_its_start_up_frozen(program, args, tmp_path, monkeypatch):
+    """dare_tf.cli.run: once a program's imports are done, its `main` runs with what was
+    alive then out of the garbage collector's sight (`_startup.start_up_frozen`);
+    in this longer process nothing stays frozen afterwards."""
+    import gc
+
+    from dare_tf import _startup
+
+    seen = []
+    real = _startup.start_up_frozen
+
+    @contextlib.contextmanager
+    def recorded():
+        with real():
+            seen.append(gc.get_freeze_count())
+            yield
+
+    monkeypatch.setattr(_startup, "start_up_frozen", recorded)
+    (tmp_path / "request.json").write_text('{"hist_items": [1, 2], "hist_categories": [1, 2]}')
+    done = run_program(program, *[a.format(out=tmp_path) for a in args])
+    assert len(seen) == 1 and seen[0] > 1000, (seen, done.stderr)
+    assert gc.get_freeze_count() == 0
+    if program == "data.synthetic":  # (its work done inside)
+        assert done.returncode == 0 and (tmp_path / "log.csv").stat().st_size > 0, done.stderr
+    else:  # (an error inside main, the server unreachable: one line, the collector unfrozen as well)
+        assert done.returncode == 1 and done.stderr.startswith("error: localhost:1: UNAVAILABLE: "), done.stderr
 
 
 @pytest.mark.parametrize("args, body, message", [
