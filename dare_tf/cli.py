@@ -177,8 +177,9 @@ def run(main: Callable[..., Any], configure: Callable[[list[str]], Any] | None =
             # No TensorFlow C++ INFO or WARNING lines, also where a program of numpy alone reads
             # TFRecord shards (data.prepare --append: dare_tf.data.storage.records imports TensorFlow quietly).
             os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-            from dare_tf._startup import start_up_frozen
+            from dare_tf._startup import reuse_freed_memory, start_up_frozen
 
+            reuse_freed_memory()
             if not (tensorflow(configuration) if callable(tensorflow) else tensorflow):
                 with start_up_frozen():
                     return main(configuration) if configure else main(argv)
