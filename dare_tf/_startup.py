@@ -140,8 +140,8 @@ def without_unused_imports(backend: str):
 
 # glibc's malloc: blocks under this many bytes come from the heap, not a mapping of their own,
 # and freed memory at the heap's top is given back to the system past the second figure
-# (mallopt's M_MMAP_THRESHOLD and M_TRIM_THRESHOLD; glibc's defaults are 128 KiB, growing with
-# the blocks freed up to 32 MiB, and 128 KiB).
+# (mallopt's M_MMAP_THRESHOLD and M_TRIM_THRESHOLD; glibc's defaults: 128 KiB each, the first
+# growing with the mapped blocks freed, up to 32 MiB on 64-bit machines, the second to twice it).
 MALLOC_MMAP_THRESHOLD = 256 << 20
 MALLOC_TRIM_THRESHOLD = 1 << 30
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # (glibc's malloc.h)
@@ -154,8 +154,8 @@ def reuse_freed_memory() -> bool:
     runtime allocates each step's buffers this way: measured, a 20-step training
     process on JAX (the brands walkthrough's data, docs/data.md) 1.17M page faults
     and 9.9 CPU s before, 0.40M and 8.7 s after, its peak memory 1.24 -> 1.38 GB; one
-    on TensorFlow the same within noise. Returns whether it was set (not on another
-    C library)."""
+    on TensorFlow the same within noise. Process-wide and kept (glibc cannot be asked
+    for the values it replaces). Returns whether it was set (not on another C library)."""
     import ctypes
 
     try:
