@@ -160,12 +160,12 @@ def reuse_freed_memory() -> bool:
 
     try:
         libc = ctypes.CDLL(None)
-        libc.gnu_get_libc_version  # noqa: B018 (glibc's own: musl has a mallopt that ignores these)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    except OSError:
         return False
-    return bool(mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD)) and bool(
-        mallopt(_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD))
+    if not hasattr(libc, "gnu_get_libc_version"):  # (glibc's own: musl has a mallopt that ignores these)
+        return False
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD)) and bool(
+        libc.mallopt(_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD))
 
 
 @contextlib.contextmanager

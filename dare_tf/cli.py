@@ -177,14 +177,14 @@ def run(main: Callable[..., Any], configure: Callable[[list[str]], Any] | None =
             # No TensorFlow C++ INFO or WARNING lines, also where a program of numpy alone reads
             # TFRecord shards (data.prepare --append: dare_tf.data.storage.records imports TensorFlow quietly).
             os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-            from dare_tf._startup import reuse_freed_memory, start_up_frozen
+            from dare_tf._startup import (FilteredStderr, configured_backend, reuse_freed_memory, start_up_frozen,
+                                          without_unused_imports)
 
             reuse_freed_memory()
             if not (tensorflow(configuration) if callable(tensorflow) else tensorflow):
                 with start_up_frozen():
                     return main(configuration) if configure else main(argv)
             import dare_tf
-            from dare_tf._startup import FilteredStderr, configured_backend, without_unused_imports
             from dare_tf.retrieval._keras2 import use_keras2
 
             if keras2(configuration) if callable(keras2) else keras2:
