@@ -41,7 +41,8 @@ stages["tensorflow"] = rss()
 import dare_tf, keras
 dare_tf.load()
 stages["keras_dare_tf"] = rss()
-from dare_tf.training import TrainConfig, loop, train
+from dare_tf.training import TrainConfig, train
+from dare_tf.training.engines.tensorflow import loop
 original = loop.SeedRun.callbacks
 class Probe(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):

@@ -1,6 +1,6 @@
 r"""Where a step's history windows are best assembled: on the host in numpy (one
 thread or several), or on the device as a gather inside the jitted function
-(`dare_tf.training.device_input`), each against the bound of the bytes it moves.
+(`dare_tf.training.engines.jax.device_input`), each against the bound of the bytes it moves.
 
   KERAS_BACKEND=jax python benchmarks/bench_windows.py [--batch=2048] [--max_len=200] [--seconds=3]
 
@@ -101,7 +101,7 @@ def main():
         pool.shutdown()
     import jax
 
-    from dare_tf.training.device_input import DeviceSplit
+    from dare_tf.training.engines.jax.device_input import DeviceSplit
 
     device = DeviceSplit(split)
     assemble = jax.jit(device.assemble)

@@ -33,7 +33,7 @@ _HARMLESS = re.compile(
     # op runs on Eigen instead: printed at the first such op, whatever TF_CPP_MIN_LOG_LEVEL says.
     r"|oneDNN supports DT_\w+ only on platforms with AVX-512"
     # A multi-worker peer that went away: the collectives' own lines before the trainer's
-    # one-line error (dare_tf.training.distribution.ClusterError) says which task and why.
+    # one-line error (dare_tf.training.engines.tensorflow.distribution.ClusterError) says which task and why.
     r"|ring_alg\.cc.*Aborting Ring|base_collective_executor\.cc.*StartAbort|collective_ops_utils|"
     r"Additional GRPC error information from remote target|^:UNKNOWN:Error received from peer"
     r"|^The error could be from a previous operation\. Restart your program to reset"

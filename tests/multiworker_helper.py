@@ -44,7 +44,7 @@ def train_one(strategy, strategy_name, data_dir, output_dir, weights_out, max_st
         model_overrides=dict(initializer="keras", top_k=5))
     spec = DatasetSpec.load(data_dir)
     run = training.SeedRun(data_dir, os.path.join(output_dir, "seed_0"), config, 0, spec, strategy,
-                            training.distribution.is_chief(strategy),
+                            training.workers.is_chief(strategy),
                             training.effective_model_config(config, spec, strategy),
                             print)
     result = run.run()

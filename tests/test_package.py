@@ -153,25 +153,54 @@ def test_no_search_variant_is_named_outside_the_search_family():
     assert pattern.search('if cfg.search == "sdim":') and pattern.search("search in ('soft', 'hard')")
 
 
-def test_no_training_program_asks_which_backend():
+# Where a module outside the trainer's engines (dare_tf/training/engines/) names Keras's backend,
+# and why: a kernel or an execution only one backend has, or a start-up that must not load the other.
+BACKEND_CHOICES = {
+    "dare_tf/__init__.py": "dare_tf.load() registers the optimizers only TensorFlow has",
+    "dare_tf/_on_tensorflow.py": "what only TensorFlow does (the export, the retrieval stage), from another backend",
+    "dare_tf/_startup.py": "a program's start-up: TensorFlow loaded quietly, or hidden on another backend",
+    "dare_tf/cli.py": "a program's start-up skips the imports its backend does not use",
+    "dare_tf/analysis/dimensions.py": "the dimension analysis times a stage as a tf.function on TensorFlow",
+    "dare_tf/layers/embedding_tables.py": "the tables' gradient kernel (sparse rows), one per backend",
+    "dare_tf/layers/pooling.py": "the pooling kernel on JAX",
+    "dare_tf/model/dare_model.py": "the first pass that builds the weights, and the table lookups on TensorFlow",
+    "dare_tf/model/training.py": "the train step as one XLA function on TensorFlow",
+}
+
+
+def test_only_the_engines_ask_which_backend():
     """Issue 66 (1): the backend is Keras's, chosen once (`KERAS_BACKEND`) and asked by
-    `dare_tf.training.train` alone (and `dare_tf._on_tensorflow`, for what only TensorFlow's
-    backend does): the programs, the grid, the demo, the export of a run and the analysis
-    suite name neither backend and build no strategy; `train` takes none."""
+    the trainer's engines (`dare_tf.training.engines`) alone, and where a kernel or an
+    execution only one backend has is chosen (`BACKEND_CHOICES`, each with its reason):
+    no other module and no program asks; the rest of the trainer (dare_tf/training/
+    outside the engines) imports neither backend's library nor names one; the programs
+    build no strategy and `train` takes none."""
     import inspect
 
     from dare_tf.training import train
 
-    pattern = re.compile(r"keras\.backend\.backend\(\)|[\"'](jax|tensorflow)[\"']|import (jax|tensorflow)"
-                         r"|make_strategy")
-    paths = [*(os.path.join(REPO, "trainers", f) for f in sorted(os.listdir(os.path.join(REPO, "trainers")))
-               if f.endswith(".py")), *(os.path.join(REPO, "dare_tf", *m) for m in (
-                   ("experiments.py",), ("demo.py",), ("export", "__init__.py"), ("analysis", "suite.py")))]
-    offenders = [f"{os.path.relpath(path, REPO)}:{i}" for path in paths
-                 for i, line in enumerate(open(path), 1) if pattern.search(line)]
-    assert offenders == []
+    asks = re.compile(r"keras\.backend\.backend\(\)|configured_backend\(\)"
+                      r"|backend\w*\s*[=!]=\s*[\"'](jax|tensorflow|torch)[\"']")
+    names = re.compile(r"[\"'](jax|tensorflow)[\"']|^\s*(import|from) (jax|tensorflow)\b|make_strategy")
+    engines = os.path.join("dare_tf", "training", "engines")
+    asking, naming = [], []
+    for top in ("dare_tf", "trainers", "serving", "data"):
+        for root, _, files in os.walk(os.path.join(REPO, top)):
+            for f in sorted(files):
+                path = os.path.relpath(os.path.join(root, f), REPO)
+                if not f.endswith(".py") or path.startswith(engines):
+                    continue
+                for i, line in enumerate(open(os.path.join(REPO, path)), 1):
+                    if asks.search(line) and path not in BACKEND_CHOICES:
+                        asking.append(f"{path}:{i}")
+                    if path.startswith(os.path.join("dare_tf", "training")) and names.search(line):
+                        naming.append(f"{path}:{i}")
+    assert asking == [] and naming == []
+    assert all(any(asks.search(line) for line in open(os.path.join(REPO, path))) for path in BACKEND_CHOICES)
     assert "strategy" not in inspect.signature(train).parameters
-    assert pattern.search('if keras.backend.backend() == "jax":') and pattern.search("import tensorflow as tf")
+    assert asks.search('if keras.backend.backend() == "jax":') and asks.search("backend != 'tensorflow'")
+    assert names.search("import tensorflow as tf") and names.search("    from jax import numpy")
+    assert not names.search("# tf.data, not jax_loop") and not asks.search('if name == "tensorflow":')
 
 
 def test_the_serving_client_and_the_stand_in_load_no_model_stack():
@@ -240,7 +269,17 @@ def test_imports_set_no_environment_variable_and_touch_no_file_descriptor():
 # (module -> that file). Every other module of dare_tf with code of its own has its mirror:
 # dare_tf/a/b.py -> tests/a/test_b.py (a leading underscore dropped).
 TESTED_WITH = {
-    "dare_tf.training.jax_state": "tests/training/test_jax_loop.py",  # checkpoints and resume, through the trainer
+    # The engines (dare_tf.training.engines), tested through the trainer on each backend:
+    "dare_tf.training.engines.choice": "tests/training/test_engines.py",
+    "dare_tf.training.engines.jax.loop": "tests/training/test_jax_loop.py",
+    "dare_tf.training.engines.jax.state": "tests/training/test_jax_loop.py",  # checkpoints and resume
+    "dare_tf.training.engines.jax.distribution": "tests/training/test_jax_distribution.py",
+    "dare_tf.training.engines.jax.device_input": "tests/training/test_device_input.py",
+    "dare_tf.training.engines.tensorflow.loop": "tests/training/test_loop.py",
+    "dare_tf.training.engines.tensorflow.input": "tests/training/test_loop.py",  # the training stream from any step
+    "dare_tf.training.engines.tensorflow.distribution": "tests/training/test_distribution.py",
+    "dare_tf.training.engines.tensorflow.evaluator": "tests/training/test_evaluation.py",
+    "dare_tf.training.engines.tensorflow.prediction": "tests/training/test_evaluation.py",
     "dare_tf.training.seeds": "tests/training/test_loop.py",  # the run over seeds, on both backends' trainers
     "dare_tf.training.seed_run": "tests/training/test_jax_loop.py",  # one seed's run, through both engines' runs
     "dare_tf.training.workers": "tests/training/test_distribution.py",
@@ -305,7 +344,6 @@ TESTED_WITH = {
     "dare_tf.testing.redis_server": "tests/histories/test_stores.py",
     "dare_tf.testing.redis_cluster": "tests/histories/test_cluster_store.py",
     "dare_tf.testing.requests": "tests/testing/test_rest.py",
-    "dare_tf.training.evaluator": "tests/training/test_evaluation.py",
     "dare_tf.training.input_plan": "tests/training/test_loop.py",
     "dare_tf.training.progress": "tests/training/test_callbacks.py",
     "dare_tf.training.program_flags": "tests/test_programs.py",  # the trainers' --help and flag errors

@@ -144,7 +144,7 @@ _RECORDING: list[list] = []  # (recorded_lookups) innermost last
 def recorded_lookups():
     """While open, every `take_rows` of a table variable appends `(its path, the row
     ids)` to the list it yields: which rows a step reads, for an optimizer that updates
-    only those (`dare_tf.training.jax_state`'s lazy Adam; TensorFlow's sparse gradients
+    only those (`dare_tf.training.engines.jax.state`'s lazy Adam; TensorFlow's sparse gradients
     carry them)."""
     _RECORDING.append([])
     try:

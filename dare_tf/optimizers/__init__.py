@@ -9,7 +9,7 @@ This module owns the names (`OPTIMIZERS`, the trainers' `--optimizer`) and
 imports no TensorFlow until a class is asked for; each class says which
 embedding gradients it wants from the model (`sparse_gradients`).
 These classes are TensorFlow's; the JAX trainer runs `adam` as `keras.optimizers.Adam` and
-`lazy_adam` as that Adam kept to the rows a step read (`dare_tf.training.jax_state`).
+`lazy_adam` as that Adam kept to the rows a step read (`dare_tf.training.engines.jax.state`).
 """
 
 from dare_tf._faces import face_of, lazy_face, public, public_names

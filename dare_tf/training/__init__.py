@@ -1,9 +1,9 @@
 """Training and evaluation: resumable, multi-seed, optionally distributed, one
-trainer over two engines (docs/gpu.md's table): Keras's TensorFlow backend
-(`loop`: `DareModel.fit` over tf.data, tf.distribute, TensorFlow checkpoints) or
-its JAX backend (`jax_loop`: jitted steps over device-held or streamed input,
-keras.distribution, `.npz` checkpoints, no TensorFlow), one seed's run shared
-by both (`seed_run.SeedRunBase`). `train(data_dir, output_dir,
+trainer over two engines (`engines`, docs/gpu.md's table): Keras's TensorFlow
+backend (`engines.tensorflow`: `DareModel.fit` over tf.data, tf.distribute,
+TensorFlow checkpoints) or its JAX backend (`engines.jax`: jitted steps over
+device-held or streamed input, keras.distribution, `.npz` checkpoints, no
+TensorFlow), one seed's run shared by both (`seed_run.SeedRunBase`). `train(data_dir, output_dir,
 TrainConfig(...))` trains one model per seed on a prepared dataset with these
 callbacks (`dare_tf.training.callbacks`):
 
@@ -32,14 +32,15 @@ epoch) from the next batch; finished seeds are reused. Another configuration
 is refused with the fields that differ, unless `overwrite=True`.
 
 Modules, one concern each: `config` (TrainConfig, its typed model config and
-the run's identity), `sections` (TrainConfig's sections), `distribution`
-(strategies, workers, partitions, gathers, the distributed loop),
-`evaluation` (predictions and metrics), `reranking` (a ranker inside its
-cascade: drawn negatives and the cascade's metrics), `input_plan` (which
-batches each step of a seed reads), `evaluator` (a seed's predictions over
-whole splits), `callbacks`, `progress`, `program_flags` (the trainers' flags),
-`seed_run` (one seed's run over either engine), `loop` and `jax_loop` (the
-engines), and `trainer` (`train`, which picks the engine of Keras's backend).
+the run's identity), `sections` (TrainConfig's sections), `workers` (which
+worker a process is and its partitions), `evaluation` (the metrics of a
+split's predictions), `reranking` (a ranker inside its cascade: drawn
+negatives and the cascade's metrics), `input_plan` (which batches each step of
+a seed reads), `callbacks`, `progress`, `program_flags` (the trainers' flags),
+`seed_run` (one seed's run over either engine), `seeds` (a run over its
+seeds), `checkpoints` (resuming from the newest checkpoint that reads),
+`engines` (what differs by backend, and the only place that asks which) and
+`trainer` (`train`, which runs the engine of Keras's backend).
 
 Importing this package costs nothing: each name is imported from its module on
 first use (`config` needs no TensorFlow, so a program's flags are defined and
@@ -48,8 +49,7 @@ parsed before TensorFlow loads).
 
 from dare_tf._faces import face_of, lazy_face
 
-_SUBMODULES = ("callbacks", "config", "device_input", "distribution", "evaluation", "evaluator", "input_plan",
-               "jax_distribution", "jax_loop", "jax_state", "loop", "progress", "program_flags", "reranking", "seeds",
-               "sections", "trainer", "workers")
+_SUBMODULES = ("callbacks", "checkpoints", "config", "engines", "evaluation", "input_plan", "progress",
+               "program_flags", "reranking", "seed_run", "seeds", "sections", "trainer", "workers")
 
 __getattr__, __dir__, __all__ = lazy_face(__name__, face_of(__name__), _SUBMODULES)

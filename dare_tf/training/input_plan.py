@@ -85,19 +85,6 @@ class InputPlan:
     def _permutation(self, epoch: int) -> np.ndarray:
         return self.memory["train"].epoch_order(self.seed, epoch)
 
-    def epoch_batches(self, epoch: int, shuffle_buffer: int | None = None):
-        """Training batches of one pass over this worker's partitions, in an order
-        fixed by seed and epoch (`steps_per_epoch` local batches)."""
-        if "train" in self.memory:
-            order = self._permutation(epoch)[: self.steps_per_epoch * self.local_batch if self.workers > 1 else None]
-            return self.memory["train"].batches(order, self.local_batch)
-        from dare_tf.data.feeding.pipeline import make_dataset
-
-        return make_dataset(self.data_dir, "train", self.local_batch, shuffle=True,
-                            shuffle_buffer=shuffle_buffer or self.config.data.shuffle_buffer, deterministic=True,
-                            seed=self.seed * 1000 + epoch, spec=self.spec, partitions=self.partitions,
-                            drop_remainder=self.distributed, max_len=self.max_len).take(self.steps_per_epoch)
-
     def memory_order(self, skip: int) -> np.ndarray:
         """A split held in memory: the example indices of steps `skip` to
         `total_steps`, in training order (the epochs' permutations back to back)."""
@@ -109,29 +96,3 @@ class InputPlan:
         order = np.concatenate([self._permutation(e)[:per_epoch] for e in range(first, last)])
         start = skip * batch - first * per_epoch
         return order[start: start + (self.total_steps - skip) * batch]
-
-    def train_stream(self, skip: int):
-        """All training batches from step `skip` on, features and label; distributed,
-        each input pipeline (worker) reads its own partitions."""
-        batch, epochs = self.local_batch, self.config.schedule.epochs
-        if "train" in self.memory:
-            ds = self.memory["train"].batches(self.memory_order(skip), batch)
-        else:
-            first = skip // self.steps_per_epoch
-            ds = self.epoch_batches(first).skip(skip - first * self.steps_per_epoch)
-            for epoch in range(first + 1, min(epochs, -(-self.total_steps // self.steps_per_epoch))):
-                ds = ds.concatenate(self.epoch_batches(epoch))
-            ds = ds.take(self.total_steps - skip)
-        import tensorflow as tf
-
-        ds = ds.map(lambda x, y: ({k: x[k] for k in self.input_keys}, y))
-        if not self.distributed:
-            return ds.prefetch(tf.data.AUTOTUNE)
-        per_replica = self.config.schedule.batch_size // self.strategy.num_replicas_in_sync
-
-        def dataset_fn(context):
-            if context.num_input_pipelines != self.workers:
-                raise ValueError(f"{context.num_input_pipelines} input pipelines for {self.workers} workers")
-            return ds.rebatch(per_replica)
-
-        return self.strategy.distribute_datasets_from_function(dataset_fn)

@@ -66,9 +66,10 @@ def unread_by(backend: str) -> tuple[str, ...]:
     `RuntimeConfig` fields documented for the other engine only (`name (JAX):`,
     `name (TensorFlow):`)."""
     from dare_tf.training import config as train
+    from dare_tf.training.engines import DOC_TAGS
 
-    other = "(JAX)" if backend == "tensorflow" else "(TensorFlow)"
-    return tuple(name for name, doc in field_docs(train.RuntimeConfig).items() if doc.startswith(other))
+    others = tuple(tag for engine, tag in DOC_TAGS.items() if engine != backend)
+    return tuple(name for name, doc in field_docs(train.RuntimeConfig).items() if doc.startswith(others))
 
 
 def read_by(backend: str, flags_text: str) -> str:

@@ -1,7 +1,7 @@
-"""A run over its seeds, on any backend: the run directory's check and start,
-each seed trained (as the backend's loop, `dare_tf.training.loop` or
-`dare_tf.training.jax_loop`, says) or its finished result reused, a seed's
-result, and the run's `results.json`. No TensorFlow."""
+"""A run over its seeds, on either engine: the run directory's check and start,
+each seed trained (as the engine's loop says, `dare_tf.training.engines`) or its
+finished result reused, a seed's result, and the run's `results.json`. No
+TensorFlow."""
 
 from __future__ import annotations
 
@@ -16,22 +16,23 @@ from dare_tf._files import atomic_json, require_space, variables_bytes
 from dare_tf.run_directory import MODEL, SEED_RESULT, RunDirectory, ScalarWriters
 from dare_tf.training.config import TrainConfig, identity_check, run_identity
 from dare_tf.training.diagnostics import run_warnings, seed_warnings
+from dare_tf.training.engines import UNRECORDED
 from dare_tf.training.evaluation import evaluate_outputs, metrics_by_history_length, summarize
 
 
 def run_seeds(data_dir: str, output_dir: str, config: TrainConfig, spec: DatasetSpec, model_config, chief: bool,
               overwrite: bool, flags_text: str | None, continuation, train_seed: Callable[[int, str], dict],
-              backend: str = "tensorflow") -> dict:
+              backend: str) -> dict:
     """Checks and starts `output_dir` (the chief), then each seed of `config`:
     its `seed_<n>/` result where it finished, else `train_seed(seed, seed_dir)`;
     writes and returns the run's results. `backend` joins the run's identity
     (a run is resumed only on the backend that started it; a run recorded
-    before the field is TensorFlow's)."""
+    before the field is `engines.UNRECORDED`'s)."""
     identity = {**run_identity(config, model_config, spec, continuation), "backend": backend}
     run_directory = RunDirectory(output_dir)
     if chief:
         check = identity_check()
-        check["defaults"]["backend"] = "tensorflow"
+        check["defaults"]["backend"] = UNRECORDED
         run_directory.check("ranking", identity, overwrite, **check)
         run_directory.start("ranking", identity, flags_text)
     per_seed = []

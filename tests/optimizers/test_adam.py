@@ -192,9 +192,9 @@ from dare_tf.model.config import ModelConfig
 from dare_tf.data.feeding.memory import InMemorySplit
 from dare_tf.model.dare_model import DareModel
 from dare_tf.model.tasks import ClickTask
-from dare_tf.training.device_input import DeviceSplit
-from dare_tf.training.jax_distribution import Placement
-from dare_tf.training.jax_state import StepFunctions
+from dare_tf.training.engines.jax.device_input import DeviceSplit
+from dare_tf.training.engines.jax.distribution import Placement
+from dare_tf.training.engines.jax.state import StepFunctions
 data, work = sys.argv[1], sys.argv[2]
 cfg = ModelConfig.from_dict(json.load(open(work + "/config.json")))
 rows = np.load(work + "/rows.npy")

@@ -1,4 +1,4 @@
-"""dare_tf.training.device_input: the windows the trainer on JAX gathers on the
+"""dare_tf.training.engines.jax.device_input: the windows the trainer on JAX gathers on the
 device equal the tf.data pipeline's, record for record (the Taobao-like sample,
 a log with further fields and the time gap), and a dataset whose times span
 more than int32 offsets hold is refused in one line."""
@@ -17,7 +17,7 @@ def _check_windows(data_dir: str, split_name: str) -> None:
     on the same examples: tf.data's (`pipeline.assemble_fn`, TensorFlow tensors), numpy's
     on the host (`SequenceStore.histories`) and JAX's gathered in the jitted step
     (`DeviceSplit.assemble`), every input and the label."""
-    from dare_tf.training.device_input import DeviceSplit
+    from dare_tf.training.engines.jax.device_input import DeviceSplit
 
     split = InMemorySplit.load(data_dir, split_name, max_len=50)
     device = DeviceSplit(split)
@@ -46,7 +46,7 @@ def test_device_windows_equal_the_pipelines_on_the_real_taobao_sample(real_taoba
 
 
 def test_times_past_int32_offsets_are_refused(datasets):  # noqa: F811
-    from dare_tf.training.device_input import DeviceSplit
+    from dare_tf.training.engines.jax.device_input import DeviceSplit
 
     import copy
 
@@ -68,7 +68,7 @@ def test_a_streamed_splits_chunks_equal_the_split_held_on_the_devices(datasets, 
     there whole: in file order (evaluation) and in a training order (each call's rows)."""
     from dare_tf.data.feeding.shard_stream import ShardStream
     from dare_tf.data.storage.spec import DatasetSpec
-    from dare_tf.training.device_input import DeviceSplit, StreamedInput
+    from dare_tf.training.engines.jax.device_input import DeviceSplit, StreamedInput
 
     data_dir = datasets[name]
     spec = DatasetSpec.load(data_dir)

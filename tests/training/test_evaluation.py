@@ -145,7 +145,7 @@ def test_many_models_in_one_process_trace_without_tensorflows_retracing_warning(
     import tensorflow as tf
 
     from dare_tf.model.presets import build_model
-    from dare_tf.training.evaluation import _compiled
+    from dare_tf.training.engines.tensorflow.prediction import _compiled
 
     said = []
     handler = logging.Handler()
@@ -168,7 +168,7 @@ def test_predictions_and_batchnorm_moments_trace_the_model_once_for_every_batch_
 
     from dare_tf.model.dare_model import DareModel
     from dare_tf.model.presets import build_model
-    from dare_tf.training.evaluation import _compiled
+    from dare_tf.training.engines.tensorflow.prediction import _compiled
 
     model = build_model("dare", num_items=20, num_categories=4, max_len=6, top_k=2)
     forward, traced = DareModel.forward, []

@@ -1,4 +1,4 @@
-"""dare_tf.training.jax_distribution: the trainer on JAX over 4 simulated CPU
+"""dare_tf.training.engines.jax.distribution: the trainer on JAX over 4 simulated CPU
 devices (`XLA_FLAGS=--xla_force_host_platform_device_count=4`): data parallel
 (`keras.distribution.DataParallel`) and the item and category tables sharded
 along the vocabulary (`ModelParallel` on a 2 x 2 mesh: the batch over one axis, the
@@ -29,8 +29,8 @@ import json, re, sys, numpy as np, jax
 from dare_tf.data.feeding.memory import InMemorySplit
 from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf.training.config import TrainConfig, effective_model_config
-from dare_tf.training.jax_distribution import TABLES, Placement, bytes_per_device, distribution_for
-from dare_tf.training.jax_loop import JaxSeedRun
+from dare_tf.training.engines.jax.distribution import TABLES, Placement, bytes_per_device, distribution_for
+from dare_tf.training.engines.jax.loop import JaxSeedRun
 from dare_tf.layers.table_gradients import table_gradient_mode
 
 data, work = sys.argv[1], sys.argv[2]
@@ -159,7 +159,7 @@ def test_a_model_parallel_run_exports_and_serves(taobao, tmp_path):
 
 CACHED = r"""
 import os, sys, jax, jax.numpy as jnp
-from dare_tf.training.jax_distribution import use_compilation_cache
+from dare_tf.training.engines.jax.distribution import use_compilation_cache
 folder = use_compilation_cache(sys.argv[1])
 jax.jit(lambda x: jnp.sin(x) * 3 + 1)(jnp.arange(5.0)).block_until_ready()  # (compiled in milliseconds)
 print(folder, sorted({name.split("-")[0] for name in os.listdir(folder) if name.startswith("jit__lambda-")}))
@@ -195,7 +195,7 @@ def test_model_shards_without_model_parallel_is_refused():
 
 def test_what_jax_does_not_run_is_refused_naming_the_alternative():
     from dare_tf.training import TrainConfig
-    from dare_tf.training.jax_distribution import refusal
+    from dare_tf.training.engines.jax.distribution import refusal
 
     assert refusal(TrainConfig.create(preset="dare")) is None
     assert refusal(TrainConfig.create(preset="dare", optimizer="lazy_adam")) is None  # (tests/optimizers/test_adam.py)
@@ -215,7 +215,7 @@ def test_the_peers_watch_ends_a_process_where_a_peer_is_lost_and_not_at_its_own_
 
     from jax._src import distributed
 
-    from dare_tf.training import jax_distribution
+    from dare_tf.training.engines.jax import distribution as jax_distribution
 
     class Ended(Exception):
         pass
@@ -255,7 +255,7 @@ def test_the_peers_watch_ends_a_process_where_a_peer_is_lost_and_not_at_its_own_
 
 
 def test_tensorflow_refuses_the_keras_distribution_strategies():
-    from dare_tf.training.distribution import make_strategy
+    from dare_tf.training.engines.tensorflow.distribution import make_strategy
 
     with pytest.raises(ValueError) as e:
         make_strategy("data_parallel")
@@ -315,7 +315,7 @@ def test_two_processes_train_as_one_and_a_killed_pair_resumes(taobao, tmp_path):
     measured 8e-6 relative at step 20, growing with the steps); process 0 alone writes
     the run directory; a process killed with -9 ends the other within seconds in one line,
     and the pair started again resumes from the last checkpoint to the same result."""
-    from dare_tf.training.jax_distribution import HEARTBEAT_S
+    from dare_tf.training.engines.jax.distribution import HEARTBEAT_S
 
     one = str(tmp_path / "one")
     finish(start_processes(taobao, one, "data_parallel", 1))

@@ -1,4 +1,4 @@
-"""dare_tf.training.jax_loop: `trainers.train` on Keras's JAX backend end to end,
+"""dare_tf.training.engines.jax.loop: `trainers.train` on Keras's JAX backend end to end,
 in processes where TensorFlow cannot be imported: the run directory a
 TensorFlow run writes, a second run of the same seed killed with -9 and resumed to
 exactly the same result, another backend's run refused, and the trained

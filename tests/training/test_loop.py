@@ -308,7 +308,7 @@ def test_the_training_stream_builds_only_the_epochs_its_steps_reach(taobao, tmp_
     from dare_tf.data.feeding.memory import InMemorySplit
     from dare_tf.data.storage.spec import DatasetSpec
     from dare_tf.training import effective_model_config
-    from dare_tf.training.input_plan import InputPlan
+    from dare_tf.training.engines.tensorflow.input import TensorFlowInput
 
     spec = DatasetSpec.load(taobao)
     config = TrainConfig.create(batch_size=100, epochs=1_000_000, max_steps=3, in_memory_mb=in_memory_mb, verbose=0,
@@ -316,8 +316,8 @@ def test_the_training_stream_builds_only_the_epochs_its_steps_reach(taobao, tmp_
     memory = {"train": InMemorySplit.load(taobao, "train", spec)} if in_memory_mb else {}
     made = []
     for name in ("_permutation", "epoch_batches"):
-        original = getattr(InputPlan, name)
-        monkeypatch.setattr(InputPlan, name, lambda self, epoch, *a, _o=original, **k: made.append(epoch) or _o(
+        original = getattr(TensorFlowInput, name)
+        monkeypatch.setattr(TensorFlowInput, name, lambda self, epoch, *a, _o=original, **k: made.append(epoch) or _o(
             self, epoch, *a, **k))
     strategy = tf.distribute.get_strategy()
     run = SeedRun(taobao, str(tmp_path), config, 3, spec, strategy, True,

@@ -1,7 +1,7 @@
 """A split's examples held in memory (`InMemorySplit`), with no TensorFlow: its
 batches assembled on the host in numpy (`host_batches`), by tf.data
 (`dare_tf.data.feeding.pipeline.memory_batches`), or on an accelerator
-(`dare_tf.training.device_input`)."""
+(`dare_tf.training.engines.jax.device_input`)."""
 
 from __future__ import annotations
 

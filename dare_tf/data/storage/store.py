@@ -79,7 +79,7 @@ class SequenceStore:
     def click_rows(self) -> tuple[list[str], np.ndarray]:
         """Every history feature's name and, int32 `[C + 1, F]`, each click's values
         side by side with a last row of zeros (a padded slot's): a window is one
-        gather of rows (`dare_tf.data.feeding.pipeline`, `dare_tf.training.device_input`)."""
+        gather of rows (`dare_tf.data.feeding.pipeline`, `dare_tf.training.engines.jax.device_input`)."""
         names = [HIST_ITEMS, HIST_CATEGORIES, *map(history_feature, self.fields)]
         columns = [self.items, self.categories, *self.fields.values()]
         clicks = np.zeros((len(self.items) + 1, len(columns)), np.int32)

@@ -1,6 +1,6 @@
 """The trainer on Keras's JAX backend (`KERAS_BACKEND=jax`), with no TensorFlow.
 
-The same run as on TensorFlow (`dare_tf.training.loop`): the same flags, run
+The same run as on TensorFlow (`dare_tf.training.engines.tensorflow.loop`): the same flags, run
 directory, `results.json`, `history.jsonl`, best-weights selection, warnings,
 curves, seeds and resume after a kill; the same examples in the same order
 (the train split's permutations, `InMemorySplit.epoch_order`). What differs:
@@ -51,13 +51,13 @@ from dare_tf.training.callbacks import ExactValidation, KeepBestWeights, NonFini
 from dare_tf.training.config import TrainConfig, effective_model_config
 from dare_tf.training.memory import out_of_memory
 from dare_tf.training.continuation import Continuation
-from dare_tf.training.device_input import DeviceSplit, StreamedInput
-from dare_tf.training.evaluator import evaluation_batch
+from dare_tf.training.engines.jax.device_input import DeviceSplit, StreamedInput
+from dare_tf.training.engines.jax.distribution import (Placement, distribution_for, peers_lost_end_the_process,
+                                                       refusal, use_compilation_cache)
+from dare_tf.training.engines.jax.state import Scalar, StepFunctions
+from dare_tf.training.evaluation import evaluation_batch
 from dare_tf.training.input_plan import InputPlan
-from dare_tf.training.jax_distribution import (Placement, distribution_for, peers_lost_end_the_process, refusal,
-                                                use_compilation_cache)
 from dare_tf.training.checkpoints import JaxCheckpoints
-from dare_tf.training.jax_state import Scalar, StepFunctions
 from dare_tf.training.progress import TensorBoardScalars
 from dare_tf.training.reranking import Cascade
 from dare_tf.training.seed_run import SeedRunBase, click_task

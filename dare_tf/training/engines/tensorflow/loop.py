@@ -27,17 +27,17 @@ from dare_tf.training.memory import out_of_memory
 from dare_tf.training.seeds import run_seeds, save_seed, trainable_spec
 from dare_tf.training.checkpoints import DamagedCheckpointError, restore_newest
 from dare_tf.training.continuation import Continuation
-from dare_tf.training.distribution import (ClusterError, fit_distributed, is_chief, task_id, make_strategy,
-                                           worker_index, worker_partitions)
+from dare_tf.training.engines.tensorflow.distribution import (ClusterError, fit_distributed, is_chief, task_id,
+                                                              make_strategy, worker_index, worker_partitions)
+from dare_tf.training.engines.tensorflow.evaluator import Evaluator
+from dare_tf.training.engines.tensorflow.input import TensorFlowInput
 from dare_tf.training.reranking import Cascade
-from dare_tf.training.evaluator import Evaluator
-from dare_tf.training.input_plan import InputPlan
 
 
 @public("dare_tf.training")
 class SeedRun(SeedRunBase):
     """One seed's run on TensorFlow (`SeedRunBase`'s engine part): the input plan
-    (`InputPlan`) as a tf.data stream, the model with its optimizer and
+    (`TensorFlowInput`) as a tf.data stream, the model with its optimizer and
     `tf.train.Checkpoint`, the evaluator (`Evaluator`) and the callbacks of
     Keras's `fit`; `run()` trains (resuming from the checkpoint) and returns the
     seed's result."""
@@ -51,7 +51,7 @@ class SeedRun(SeedRunBase):
         self.spec, self.strategy, self.chief, self.model_config = spec, strategy, chief, model_config
         self.cascade, self._print = cascade, report
         os.makedirs(run_dir, exist_ok=True)
-        self.plan = InputPlan(data_dir, config, seed, spec, strategy, model_config.max_len, memory, cascade,
+        self.plan = TensorFlowInput(data_dir, config, seed, spec, strategy, model_config.max_len, memory, cascade,
                               model_config.fields)
         keras.utils.set_random_seed(seed)
         with strategy.scope():
@@ -183,4 +183,4 @@ def _train(data_dir, output_dir, config, spec, strategy, chief, overwrite, repor
                        loaded["memory"], loaded["cascade"], continuation).run()
 
     return run_seeds(data_dir, output_dir, config, spec, model_config, chief, overwrite, flags_text, continuation,
-                     train_seed)
+                     train_seed, backend="tensorflow")

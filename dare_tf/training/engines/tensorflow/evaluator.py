@@ -6,24 +6,11 @@ from __future__ import annotations
 import numpy as np
 
 from dare_tf._faces import public
-from dare_tf.training.config import EVAL_BEHAVIOURS
-from dare_tf.training.evaluation import predict_batches, predict_split, refresh_batch_norm_statistics
-from dare_tf.training.input_plan import InputPlan
+from dare_tf.training.engines.tensorflow.input import TensorFlowInput
+from dare_tf.training.engines.tensorflow.prediction import (predict_batches, predict_split,
+                                                            refresh_batch_norm_statistics)
+from dare_tf.training.evaluation import evaluation_batch
 from dare_tf.training.reranking import Cascade
-
-
-def evaluation_batch(config, max_len: int, counts=None) -> int:
-    """The evaluation batch: `eval_batch_size`, capped so that a batch holds at
-    most `EVAL_BEHAVIOURS` behaviours (at least the training batch); for splits
-    held in memory (`counts`, their sizes) and small, the power of two that holds
-    the largest of them (padding 258 validation examples to a batch of 8192 took
-    1.6 GB of activations at L=200: benchmarks/bench_memory.py); in reference
-    mode never smaller, as the reference's per-batch statistics need."""
-    cap = max(config.schedule.batch_size, EVAL_BEHAVIOURS // max_len)
-    size = min(config.data.eval_batch_size, cap)
-    if config.reference_mode or not counts:
-        return size
-    return min(size, 1 << (max(counts) - 1).bit_length())
 
 
 @public("dare_tf.training")
@@ -31,12 +18,12 @@ class Evaluator:
     """Evaluates `model` on the splits of `plan`'s dataset (this worker's
     partitions; with several workers, every worker's outputs in worker order)."""
 
-    def __init__(self, model, plan: InputPlan, cascade: Cascade | None = None):
+    def __init__(self, model, plan: TensorFlowInput, cascade: Cascade | None = None):
         self.model, self.plan, self.cascade = model, plan, cascade
         self.config = plan.config
 
     def _combine(self):
-        from dare_tf.training.distribution import gather_workers
+        from dare_tf.training.engines.tensorflow.distribution import gather_workers
 
         return (lambda arrays: gather_workers(self.plan.strategy, arrays)) if self.plan.workers > 1 else None
 
@@ -72,7 +59,7 @@ class Evaluator:
 
     def refresh_batch_norm_statistics(self) -> None:
         """BatchNorm's moving statistics from `bn_statistics_batches` training batches
-        (`dare_tf.training.evaluation.refresh_batch_norm_statistics`); nothing in
+        (`dare_tf.training.engines.tensorflow.prediction.refresh_batch_norm_statistics`); nothing in
         reference mode."""
         cfg = self.config
         if cfg.reference_mode or not cfg.schedule.bn_statistics_batches:

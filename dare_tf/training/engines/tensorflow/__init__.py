@@ -1,0 +1,1 @@
+"""The trainer on Keras's TensorFlow backend (`dare_tf.training.engines`)."""
