@@ -1,7 +1,7 @@
 """One seed's run whatever the engine (`SeedRunBase`): the schedule's warnings,
 the validations' report, the history lines, TensorBoard and the progress bar,
 resuming or continuing, the kept best weights, the result and its files. An
-engine's seed run (`loop.SeedRun` on TensorFlow, `jax_loop.JaxSeedRun` on JAX)
+engine's seed run (`engines.tensorflow.loop.SeedRun`, `engines.jax.loop.JaxSeedRun`)
 adds only what differs: its model's compiled step (`train`), its checkpoints
 (`restore`), its predictions (`predict`) and where its processes save (`save`)."""
 

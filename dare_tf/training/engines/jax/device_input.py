@@ -52,7 +52,7 @@ class DeviceSplit:
     features and the float32 labels of the examples `rows` (`[B]` indices).
 
     `put(host_array)` places an array (default: on the first device; the
-    trainer's `jax_distribution.Placement.replicate` copies it to every device
+    trainer's `distribution.Placement.replicate` copies it to every device
     of its mesh). `split` None: the store only (`count` 0), whose
     `with_columns` gives the splits, or a streamed split's chunks, that share
     its arrays on the devices."""

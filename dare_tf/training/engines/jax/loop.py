@@ -19,9 +19,9 @@ curves, seeds and resume after a kill; the same examples in the same order
   stops the run naming its step;
 - checkpoints: `checkpoints/ckpt-<step>.npz` (`JaxCheckpoints`), every model and
   optimizer variable with the best metric and its step; the last two kept;
-- distribution: `keras.distribution` (`jax_distribution.distribution_for`)
+- distribution: `keras.distribution` (`distribution.distribution_for`)
   instead of `tf.distribute`, whose strategies are refused in one line naming
-  the alternative (`jax_distribution.refusal`).
+  the alternative (`distribution.refusal`).
 
 A ranker trained in its cascade reads the candidates its retrieval run wrote
 (`dare_tf.retrieval.candidate_files`), as on TensorFlow.
@@ -67,7 +67,7 @@ from dare_tf.training.seeds import run_seeds, save_seed
 @public("dare_tf.training")
 class JaxSeedRun(SeedRunBase):
     """One seed's run on JAX (`SeedRunBase`'s engine part): its device input, jitted
-    step and evaluation functions (`jax_state.StepFunctions`), its checkpoints and
+    step and evaluation functions (`state.StepFunctions`), its checkpoints and
     the callbacks it calls itself; `run()` trains (resuming from the latest
     checkpoint) and returns the seed's result."""
 
