@@ -140,7 +140,8 @@ class RuntimeConfig:
             compiled train function (Keras `steps_per_execution`): the trainer
             uses the largest divisor of `eval_every` up to it, so validations
             stay exactly `eval_every` steps apart. Fewer Python round trips per
-            step; the same training (tested). Callbacks (the non-finite-loss
+            step; the same training (tested: equal on TensorFlow, within 1e-6
+            on JAX, where the N steps are one compiled program). Callbacks (the non-finite-loss
             check, TensorBoard) see every call's last step. The distributed
             path runs one step per call.
         log_every: steps between TensorBoard loss summaries.

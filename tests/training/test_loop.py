@@ -1,4 +1,8 @@
-"""The training loop end to end: learning, resuming, the program, Keras conventions."""
+"""The training loop end to end: learning, resuming, the program, Keras conventions.
+
+The tests marked `engines` run on both engines: here on TensorFlow's, and on JAX's
+in a process where TensorFlow cannot load (tests/training/test_engines.py), so this
+module imports TensorFlow only inside the tests that are TensorFlow's alone."""
 
 import json
 import os
@@ -9,15 +13,15 @@ import time
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
-from dare_tf.training import SeedRun, TrainConfig, train
+from dare_tf.training import TrainConfig, train
 from tests.conftest import ENV, LOUD_ENV, REPO, noise
 from tests.programs import run_program
 from tests.training.common import FAST, TINY, tensorboard_hparams, tensorboard_scalars, train_command
 
 
 @pytest.mark.slow
+@pytest.mark.engines
 def test_planted_log_dare_and_twin_learn_and_fixed_seed_reproduces(planted, tmp_path):
     data_dir, truth = planted
     # The generator's own next-click probability reaches this AUC on such a log.
@@ -37,6 +41,7 @@ def test_planted_log_dare_and_twin_learn_and_fixed_seed_reproduces(planted, tmp_
 
 
 @pytest.mark.slow
+@pytest.mark.engines
 @pytest.mark.parametrize("preset", ["eta", "sdim", "twin_v2"])
 def test_remaining_baselines_learn_the_planted_log(planted, tmp_path, preset):
     data_dir, _ = planted
@@ -76,6 +81,7 @@ def test_real_taobao_sample_trains_with_finite_metrics(taobao, tmp_path):
     assert hparams["train.batch_size"].number_value == 256 and hparams["seed"].number_value == 0
 
 
+@pytest.mark.engines
 def test_the_paper_schedule_on_a_small_log_warns_before_it_trains(taobao, tmp_path):
     """The Taobao sample's 4,902 training examples at the defaults (batch 2048, 2 epochs):
     4 steps. The trainer says so before training (and the run's warnings keep it)."""
@@ -93,6 +99,8 @@ def test_killed_run_resumes_without_lost_or_repeated_steps(taobao, tmp_path, cap
     """Killed with -9 after its third validation, then its newest checkpoint's data cut
     short (issue 66, 3): the run names the damaged checkpoint, resumes from the older
     one kept beside it, and ends where an uninterrupted run ends."""
+    import tensorflow as tf
+
     out = str(tmp_path / "killed")
     proc = subprocess.Popen(train_command(taobao, out), cwd=REPO, env=ENV,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -139,7 +147,7 @@ def test_training_stream_resumes_at_any_step(taobao, in_memory_mb, tmp_path):
 
     from dare_tf.data.feeding.memory import InMemorySplit
     from dare_tf.data.storage.spec import DatasetSpec
-    from dare_tf.training import effective_model_config
+    from dare_tf.training import SeedRun, effective_model_config
 
     spec = DatasetSpec.load(taobao)
     config = TrainConfig.create(batch_size=500, epochs=2, in_memory_mb=in_memory_mb, verbose=0, jit_compile=False)
@@ -219,6 +227,7 @@ def test_keras_compile_fit_evaluate_give_the_trainers_loss_on_the_same_batch(tao
 
     import dare_tf
     from dare_tf import training
+    from dare_tf.training import SeedRun
     from dare_tf.data.feeding.pipeline import make_dataset
     from dare_tf.data.storage.spec import DatasetSpec
     from dare_tf.data.storage.schema import MODEL_INPUTS
@@ -247,6 +256,7 @@ def test_keras_compile_fit_evaluate_give_the_trainers_loss_on_the_same_batch(tao
     assert np.isfinite(trainer_loss) and trainer_loss > 0.5  # two cross entropies near log 2 each
 
 
+@pytest.mark.engines
 def test_steps_per_execution_trains_the_same_run(taobao, tmp_path):
     assert TrainConfig.create(steps_per_execution=10).execution_steps(150) == 10
     assert TrainConfig.create(steps_per_execution=10).execution_steps(33) == 3  # validations 33 steps apart
@@ -255,7 +265,11 @@ def test_steps_per_execution_trains_the_same_run(taobao, tmp_path):
     one = train(taobao, str(tmp_path / "one"), TrainConfig.create(preset="dare", steps_per_execution=1, **config))
     six = train(taobao, str(tmp_path / "six"), TrainConfig.create(preset="dare", steps_per_execution=6, **config))
     assert one["per_seed"][0]["steps"] == six["per_seed"][0]["steps"] == 12
-    assert one["test"] == six["test"] and one["val"] == six["val"]
+    # The same steps on the same batches: equal on TensorFlow; on JAX the six steps are one
+    # compiled program (a lax.scan) whose float sums XLA may order otherwise (measured: the
+    # test log loss 5.6e-9 relative apart), far below what a lost or repeated step moves.
+    for split in ("val", "test"):
+        assert one[split] == pytest.approx(six[split], rel=1e-6, abs=0), split
 
 
 def test_drawn_negatives_train_in_whole_groups_fresh_each_epoch(taobao, tmp_path):
@@ -266,7 +280,7 @@ def test_drawn_negatives_train_in_whole_groups_fresh_each_epoch(taobao, tmp_path
 
     from dare_tf.data.feeding.memory import InMemorySplit
     from dare_tf.data.storage.spec import DatasetSpec
-    from dare_tf.training import effective_model_config
+    from dare_tf.training import SeedRun, effective_model_config
     from dare_tf.training.reranking import Cascade
 
     spec = DatasetSpec.load(taobao)
@@ -307,7 +321,7 @@ def test_the_training_stream_builds_only_the_epochs_its_steps_reach(taobao, tmp_
 
     from dare_tf.data.feeding.memory import InMemorySplit
     from dare_tf.data.storage.spec import DatasetSpec
-    from dare_tf.training import effective_model_config
+    from dare_tf.training import SeedRun, effective_model_config
     from dare_tf.training.engines.tensorflow.input import TensorFlowInput
 
     spec = DatasetSpec.load(taobao)
