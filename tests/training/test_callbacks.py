@@ -5,6 +5,7 @@ import pytest
 from dare_tf.training import NonFiniteLossError, TrainConfig, train
 
 
+@pytest.mark.engines
 def test_nan_loss_stops_with_the_step(taobao, tmp_path):
     config = TrainConfig.create(preset="twin", batch_size=256, eval_batch_size=256, epochs=1, learning_rate=1e30,
                          max_steps=15, eval_every=100, model_overrides=dict(initializer="keras"), jit_compile=False,

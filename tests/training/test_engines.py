@@ -30,8 +30,10 @@ def test_the_flags_each_engine_leaves_unread_are_the_other_engines():
 def test_the_trainer_tests_marked_engines_pass_on_jax_too():
     """Issue 66 (2): the trainer's tests marked `engines` (tests/training/test_loop.py: the
     models learn the planted log, a fixed seed reproduces its run, the paper's schedule warns
-    before it trains, steps_per_execution trains the same run), which pass here on
-    TensorFlow's engine, pass on JAX's, in a process where TensorFlow cannot load."""
+    before it trains, steps_per_execution trains the same run; test_callbacks.py: a
+    non-finite loss stops the run naming its step; test_evaluation.py: the results by
+    history length and the undertraining warnings), which pass here on TensorFlow's engine,
+    pass on JAX's, in a process where TensorFlow cannot load."""
     import os
     import subprocess
     import sys
@@ -40,7 +42,8 @@ def test_the_trainer_tests_marked_engines_pass_on_jax_too():
 
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=REPO)
     done = subprocess.run([sys.executable, "tests/no_tensorflow.py", "pytest", "-q", "-p", "no:cacheprovider", "-p",
-                           "no:xdist", "-m", "engines", "tests/training/test_loop.py"],
+                           "no:xdist", "-m", "engines", "tests/training/test_loop.py",
+                           "tests/training/test_callbacks.py", "tests/training/test_evaluation.py"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert done.stdout.splitlines()[-1].startswith("6 passed, 9 deselected in "), done.stdout[-2000:]
+    assert done.stdout.splitlines()[-1].startswith("8 passed, 19 deselected in "), done.stdout[-2000:]

@@ -1,4 +1,5 @@
-"""Evaluation: BatchNorm statistics refreshed for the current weights, metrics by history length."""
+"""Evaluation: BatchNorm statistics refreshed for the current weights, metrics by history length.
+The test marked `engines` runs on JAX too (tests/training/test_engines.py)."""
 
 import json
 import os
@@ -6,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from dare_tf.training import SeedRun, TrainConfig, train
+from dare_tf.training import TrainConfig, train
 from tests.training.common import FAST, TINY
 
 
@@ -18,6 +19,7 @@ def test_batch_norm_statistics_refresh_fits_the_current_weights(planted, tmp_pat
     from dare_tf.data.feeding.pipeline import make_dataset
     from dare_tf.data.storage.spec import DatasetSpec
     from dare_tf.data.storage.schema import MODEL_INPUTS
+    from dare_tf.training import SeedRun
 
     data_dir, _ = planted
     spec = DatasetSpec.load(data_dir)
@@ -66,6 +68,7 @@ def test_batch_norm_statistics_refresh_fits_the_current_weights(planted, tmp_pat
         assert stale_gap > 0.05 and fresh_gap < stale_gap / 5, (stale_gap, fresh_gap)
 
 
+@pytest.mark.engines
 def test_results_report_metrics_by_history_length_and_undertraining_warnings(planted, tmp_path):
     from dare_tf.data.storage.spec import DatasetSpec
     from dare_tf.run_directory import read_history
@@ -113,6 +116,7 @@ def test_small_splits_are_evaluated_in_the_batch_that_holds_them(planted, tmp_pa
     from dare_tf import training
     from dare_tf.data.feeding.memory import InMemorySplit
     from dare_tf.data.storage.spec import DatasetSpec
+    from dare_tf.training import SeedRun
 
     data_dir, _ = planted
     spec = DatasetSpec.load(data_dir)
