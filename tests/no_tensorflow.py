@@ -1,9 +1,22 @@
 """`python tests/no_tensorflow.py MODULE ARGS...`: runs `python -m MODULE ARGS...` in a
 process where importing TensorFlow fails (ImportError naming the module that
-asked), so a test proves a program never loads it (the trainer on JAX)."""
+asked), so a test proves a program never loads it (the trainer on JAX);
+`pytest_on_jax` runs tests that way on JAX."""
 
+import os
 import runpy
 import sys
+
+
+def pytest_on_jax(*args: str):
+    """`pytest ARGS...` (one process, no xdist) on Keras's JAX backend where importing
+    TensorFlow fails, from the repository's root: the `subprocess.CompletedProcess`."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=root)
+    return subprocess.run([sys.executable, os.path.abspath(__file__), "pytest", "-q", "-p", "no:cacheprovider", "-p",
+                           "no:xdist", *args], cwd=root, env=env, capture_output=True, text=True, timeout=900)
 
 
 class _NoTensorFlow:

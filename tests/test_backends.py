@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO
+from tests.no_tensorflow import pytest_on_jax
 
 pytest.importorskip("jax")
 
@@ -21,13 +22,10 @@ pytest.importorskip("jax")
 def test_layers_and_models_on_jax():
     """The tests above on JAX, in a process where TensorFlow cannot load (tests/no_tensorflow.py:
     the tests that use it are TensorFlow's alone; Keras's serialization looks for it, finding it absent)."""
-    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=REPO)
-    done = subprocess.run([sys.executable, "tests/no_tensorflow.py", "pytest", "-q", "-p", "no:cacheprovider", "-p",
-                           "no:xdist", "tests/layers", "tests/search/test_contract.py", "tests/search/test_top_k.py",
-                           "tests/test_keras_models.py", "-k", "not docstring_examples and not prediction_head and "
-                           "not sample_weights and not every_layer_serializes and not numpy[din] and not "
-                           "larger_than_the_memory"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    done = pytest_on_jax("tests/layers", "tests/search/test_contract.py", "tests/search/test_top_k.py",
+                         "tests/test_keras_models.py", "-k", "not docstring_examples and not prediction_head and "
+                         "not sample_weights and not every_layer_serializes and not numpy[din] and not "
+                         "larger_than_the_memory")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert " passed" in done.stdout and " failed" not in done.stdout
 

@@ -173,8 +173,8 @@ def test_only_the_engines_ask_which_backend():
     the trainer's engines (`dare_tf.training.engines`) alone, and where a kernel or an
     execution only one backend has is chosen (`BACKEND_CHOICES`, each with its reason):
     no other module and no program asks; the rest of the trainer (dare_tf/training/
-    outside the engines) imports neither backend's library nor names one; the programs
-    build no strategy and `train` takes none."""
+    outside the engines) and the programs on it import neither backend's library nor name
+    one, and build no strategy; `train` takes none."""
     import inspect
 
     from dare_tf.training import train
@@ -183,6 +183,10 @@ def test_only_the_engines_ask_which_backend():
                       r"|backend\w*\s*[=!]=\s*[\"'](jax|tensorflow|torch)[\"']")
     names = re.compile(r"[\"'](jax|tensorflow)[\"']|^\s*(import|from) (jax|tensorflow)\b|make_strategy")
     engines = os.path.join("dare_tf", "training", "engines")
+    # (where nothing names a backend: the trainer outside its engines, and the programs on it)
+    plain = (os.path.join("dare_tf", "training"), "trainers", os.path.join("dare_tf", "experiments.py"),
+             os.path.join("dare_tf", "demo.py"), os.path.join("dare_tf", "export", "__init__.py"),
+             os.path.join("dare_tf", "analysis", "suite.py"))
     asking, naming = [], []
     for top in ("dare_tf", "trainers", "serving", "data"):
         for root, _, files in os.walk(os.path.join(REPO, top)):
@@ -193,7 +197,7 @@ def test_only_the_engines_ask_which_backend():
                 for i, line in enumerate(open(os.path.join(REPO, path)), 1):
                     if asks.search(line) and path not in BACKEND_CHOICES:
                         asking.append(f"{path}:{i}")
-                    if path.startswith(os.path.join("dare_tf", "training")) and names.search(line):
+                    if path.startswith(plain) and names.search(line):
                         naming.append(f"{path}:{i}")
     assert asking == [] and naming == []
     assert all(any(asks.search(line) for line in open(os.path.join(REPO, path))) for path in BACKEND_CHOICES)

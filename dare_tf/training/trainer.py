@@ -27,9 +27,10 @@ def train(data_dir: str, output_dir: str, config: TrainConfig, overwrite: bool =
     `--jit_compile` on JAX, `--compilation_cache` on TensorFlow)."""
     from dare_tf.training.engines.choice import backend, engine_train
 
-    engine = engine_train()
+    name = backend()
+    engine = engine_train(name)
     if flags_text is not None:
         from dare_tf.training.program_flags import read_by
 
-        flags_text = read_by(backend(), flags_text)
+        flags_text = read_by(name, flags_text)
     return engine(data_dir, output_dir, config, overwrite, report, flags_text)

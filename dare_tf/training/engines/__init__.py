@@ -19,8 +19,8 @@ its test (docs/gpu.md says what a torch one would take).
 
 from __future__ import annotations
 
-ENGINES = ("tensorflow", "jax")
-# How `RuntimeConfig`'s docs mark a field only one engine reads (`name (JAX): ...`).
+# Each engine (`choice.engine_train`) and how `RuntimeConfig`'s docs mark a field only it reads
+# (`name (JAX): ...`).
 DOC_TAGS = {"tensorflow": "(TensorFlow)", "jax": "(JAX)"}
 # The engine of a run recorded before its identity named one (they were all TensorFlow's).
 UNRECORDED = "tensorflow"
