@@ -199,6 +199,12 @@ def run(main: Callable[..., Any], configure: Callable[[list[str]], Any] | None =
                     return main(configuration) if configure else main(argv)
         except KeyboardInterrupt:
             raise
+        except ModuleNotFoundError as e:  # (a requirement missing; not one of the package's own modules)
+            if FLAGS.debug or (e.name or "").partition(".")[0] in ("dare_tf", "data", "serving", "trainers"):
+                raise
+            print(f"error: {e}: a package dare-tf needs is not installed: pip install \"dare-tf[jax]\" (the trainer "
+                  "on JAX) or \"dare-tf[all]\" (everything), docs/gpu.md", file=sys.stderr, flush=True)
+            sys.exit(1)
         except (app.UsageError, ValueError, OSError, KeyError, FloatingPointError) as e:
             if FLAGS.debug:
                 raise
