@@ -1,6 +1,10 @@
 """Continuing from an earlier run (`--init_from`) on a dataset whose vocabularies grew:
 old ids score as before, the start is recorded, a short continuation reaches a full
-retrain's test AUC, and what cannot be continued is refused in one line."""
+retrain's test AUC, and what cannot be continued is refused in one line.
+
+The tests marked `engines` run on both engines: here on TensorFlow's, and on JAX's in
+a process where TensorFlow cannot load (tests/training/test_engines.py), so this module
+imports neither library."""
 
 import dataclasses
 import json
@@ -14,11 +18,11 @@ from dare_tf.data.feeding.memory import InMemorySplit
 from dare_tf.data.preparation.protocol import Protocol
 from dare_tf.data.preparation.in_memory import prepare
 from dare_tf.data.storage.spec import DatasetSpec
-from dare_tf.training import SeedRun, TrainConfig, train
+from dare_tf.training import TrainConfig, train
 from dare_tf.training.config import effective_model_config
-from tests.programs import run_program
 from dare_tf.training.continuation import Continuation, ContinuationError
-from tests.data.preparation.test_prepare import TAOBAO
+from tests.conftest import TAOBAO_LOG as TAOBAO
+from tests.programs import run_program
 
 DAY = 86_400
 BY_DAY = Protocol(split="time", min_clicks=50, partitions=2, max_len=50)
@@ -50,45 +54,49 @@ def days(tmp_path_factory):
     return types.SimpleNamespace(root=root, early=early, full=full, run=run)
 
 
-def test_a_grown_model_scores_old_ids_as_the_earlier_run_before_any_step(days, tmp_path):
+@pytest.mark.engines
+def test_a_grown_model_scores_old_ids_as_the_earlier_run_before_any_step(days):
+    """The model a continued run builds (its tables at the grown vocabularies, its optimizer
+    built, as each engine's seed run builds it), grown from the earlier run: the old rows
+    and their Adam moments copied, the new rows the fresh draw's."""
+    import keras
+
+    from dare_tf import DareModel
     from dare_tf.run_directory import RunDirectory
 
     spec = DatasetSpec.load(days.full)
     config = TrainConfig.create(**RUN, init_from=days.run)
-    model_config = effective_model_config(config, spec, tf_default_strategy())
+    model_config = effective_model_config(config, spec, None)  # (one device, on either engine)
     earlier_spec = DatasetSpec.load(days.early)
     assert model_config.num_items > earlier_spec.num_items  # the last day brought new items
     continuation = Continuation.load(days.run, "dare", model_config, days.full)
-    run = SeedRun(days.full, str(tmp_path / "seed_0"), config, 0, spec, tf_default_strategy(), True, model_config,
-                  print, None, None, continuation)
-    fresh = {w.path: np.asarray(w).copy() for w in run.model.weights}
-    continuation.grow_into(run.model)
+    model = DareModel(model_config, seed=0, name="dare")
+    model.build()
+    model.compile(optimizer=keras.optimizers.Adam(config.optimizer.learning_rate))
+    model.optimizer.build(model.trainable_variables)
+    fresh = {w.path: np.asarray(w).copy() for w in model.weights}
+    continuation.grow_into(model)
     earlier = RunDirectory(days.run).load_model()
     test = InMemorySplit.load(days.early, "test", earlier_spec, max_len=model_config.max_len)
     x = {k: v[:512] for k, v in test.features.items()}
-    np.testing.assert_allclose(run.model.predict_on_batch(x), earlier.predict_on_batch(x), atol=1e-6)
+    np.testing.assert_allclose(model.predict_on_batch(x), earlier.predict_on_batch(x), atol=1e-6)
     old, new = earlier_spec.num_items, spec.num_items
-    for source, target in zip(earlier.weights, run.model.weights):
+    for source, target in zip(earlier.weights, model.weights):
         if "item_embedding" in target.path:
             grown = np.asarray(target)
             np.testing.assert_array_equal(grown[: old - 1], np.asarray(source)[: old - 1])
             np.testing.assert_array_equal(grown[-1], np.asarray(source)[old - 1])  # out-of-vocabulary row
             np.testing.assert_array_equal(grown[old - 1: new - 1], fresh[target.path][old - 1: new - 1])
-    slots = [v for v in run.model.optimizer.variables if v.path.endswith("item_embedding_momentum")]
-    assert slots and int(run.model.optimizer.iterations.numpy()) == 0
+    slots = [v for v in model.optimizer.variables if v.path.endswith("item_embedding_momentum")]
+    assert slots and int(np.asarray(model.optimizer.iterations)) == 0
     source_slots = {v.path.split("/", 1)[1]: v for v in earlier.optimizer.variables}
     for slot in slots:
         kept = np.asarray(source_slots[slot.path.split("/", 1)[1]])
         np.testing.assert_array_equal(np.asarray(slot)[: old - 1], kept[: old - 1])
 
 
-def tf_default_strategy():
-    import tensorflow as tf
-
-    return tf.distribute.get_strategy()
-
-
 @pytest.mark.slow
+@pytest.mark.engines
 def test_a_short_continuation_reaches_a_full_retrains_auc_and_records_its_start(days, tmp_path):
     retrain = train(days.full, str(tmp_path / "retrain"), TrainConfig.create(**RUN))
     steps = retrain["per_seed"][0]["steps"] // 8
@@ -104,9 +112,10 @@ def test_a_short_continuation_reaches_a_full_retrains_auc_and_records_its_start(
     assert recorded["train_config"]["init_from"] == os.path.abspath(days.run)
 
 
+@pytest.mark.engines
 def test_what_cannot_be_continued_is_refused_in_one_line(days, taobao, tmp_path):
     spec = DatasetSpec.load(days.full)
-    config = effective_model_config(TrainConfig.create(**RUN), spec, tf_default_strategy())
+    config = effective_model_config(TrainConfig.create(**RUN), spec, None)  # (one device, on either engine)
     flag = f"--init_from={days.run}"
     cases = [
         (("twin", config, days.full), f"{flag} is a run of preset 'dare'; this run trains 'twin'"),

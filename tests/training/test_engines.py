@@ -32,11 +32,14 @@ def test_the_trainer_tests_marked_engines_pass_on_jax_too():
     models learn the planted log, a fixed seed reproduces its run, the paper's schedule warns
     before it trains, steps_per_execution trains the same run; test_callbacks.py: a
     non-finite loss stops the run naming its step; test_evaluation.py: the results by
-    history length and the undertraining warnings), which pass here on TensorFlow's engine,
-    pass on JAX's, in a process where TensorFlow cannot load."""
+    history length and the undertraining warnings; test_continuation.py: a model
+    grown from an earlier run (`--init_from`) scores old ids as it did, a short continuation
+    reaches a full retrain's AUC and records its start, and what cannot be continued is
+    refused in one line), which pass here on TensorFlow's
+    engine, pass on JAX's, in a process where TensorFlow cannot load."""
     from tests.no_tensorflow import pytest_on_jax
 
     done = pytest_on_jax("-m", "engines", "tests/training/test_loop.py", "tests/training/test_callbacks.py",
-                         "tests/training/test_evaluation.py")
+                         "tests/training/test_evaluation.py", "tests/training/test_continuation.py")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert done.stdout.splitlines()[-1].startswith("8 passed, 19 deselected in "), done.stdout[-2000:]
+    assert done.stdout.splitlines()[-1].startswith("11 passed, 19 deselected in "), done.stdout[-2000:]
