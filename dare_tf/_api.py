@@ -118,7 +118,7 @@ FACES = {
         "RuntimeConfig": "dare_tf.training.sections",
         "STRATEGIES": "dare_tf.training.sections",
         "SaveCheckpoint": "dare_tf.training.callbacks",
-        "ScalarWriters": "dare_tf.run_directory",
+        "ScalarWriters": "dare_tf.tensorboard_events",
         "ScheduleConfig": "dare_tf.training.sections",
         "SeedRun": "dare_tf.training.engines.tensorflow.loop",
         "StepFunctions": "dare_tf.training.engines.jax.state",

@@ -10,7 +10,7 @@ through it:
       results.json        the finished run's metrics (mean, std, per seed)
       curves.png          training curves (ranking runs)
       .lock               held by the run's writer while it runs
-      tensorboard/        TensorBoard event files (`ScalarWriters`): train,
+      tensorboard/        TensorBoard event files (`tensorboard_events.ScalarWriters`): train,
                           validation, test
       seed_N/             one seed: history.jsonl, result.json, model.keras,
                           best.weights.h5, checkpoints/ (or the towers of a
@@ -28,7 +28,6 @@ import math
 import os
 import re
 import shutil
-import time
 
 from absl import logging
 
@@ -267,34 +266,3 @@ class RunDirectory:
         of `fingerprint`; one-line errors for another dataset or an unfinished run."""
         self.require("ranking", fingerprint, label)
         return self.load_model(self.results()["seeds"][0])
-
-
-@public("dare_tf.training")
-class ScalarWriters:
-    """TensorBoard event files under `log_dir`, a run (`train`, `validation`, `test`) a
-    directory, each `write` flushed; `tf.summary.scalar`'s protos by the tensorboard
-    package's writer: any backend writes them without TensorFlow."""
-
-    def __init__(self, log_dir: str):
-        self.log_dir, self.writers = log_dir, {}
-
-    def _event(self, name: str, summary, step: int) -> None:
-        from tensorboard.compat.proto.event_pb2 import Event
-        from tensorboard.summary.writer.event_file_writer import EventFileWriter
-
-        if name not in self.writers:
-            self.writers[name] = EventFileWriter(os.path.join(self.log_dir, name) if name else self.log_dir)
-        self.writers[name].add_event(Event(wall_time=time.time(), step=step, summary=summary))
-        self.writers[name].flush()
-
-    def write(self, name: str, values: dict, step: int) -> None:
-        from tensorboard.compat.proto.summary_pb2 import Summary
-        from tensorboard.plugins.scalar.summary_v2 import scalar_pb
-
-        self._event(name, Summary(value=[scalar_pb(tag, float(v)).value[0] for tag, v in values.items()]), step)
-
-    def hparams(self, hp: dict) -> None:
-        """The run's hyperparameters (HParams plugin) in `log_dir`'s own file; lists, None as text."""
-        from tensorboard.plugins.hparams.summary_v2 import hparams_pb
-
-        self._event("", hparams_pb({k: v if isinstance(v, (int, float, str)) else f"{v}" for k, v in hp.items()}), 0)

@@ -354,6 +354,7 @@ TESTED_WITH = {
     "dare_tf.training.reranking": "tests/retrieval/test_cascade.py",
     "dare_tf.reranking": "tests/retrieval/test_cascade.py",
     "dare_tf.training.sections": "tests/training/test_config.py",
+    "dare_tf.tensorboard_events": "tests/training/test_loop.py",  # (read back with TensorBoard's EventAccumulator)
 }
 
 

@@ -22,7 +22,8 @@ from dare_tf.retrieval.model import KS, TwoTowerModel, compiled_two_tower, fit_e
 
 import tensorflow as tf  # noqa: E402  (after dare_tf.retrieval.model: tf.keras is Keras 2 then)
 from dare_tf.retrieval.verdict import cascade_warnings  # noqa: E402
-from dare_tf.run_directory import SEED_RESULT, RunDirectory, ScalarWriters
+from dare_tf.run_directory import SEED_RESULT, RunDirectory
+from dare_tf.tensorboard_events import ScalarWriters
 
 
 @public("dare_tf.retrieval")
@@ -220,9 +221,8 @@ def _train_seed(run_dir, spec, config, seed, batches, evaluation, catalogue_, me
                    config.epochs, int(epoch.numpy()), save, os.path.join(run_dir, "tensorboard"), config.verbose)
     result = {"seed": seed, **evaluate_candidates(model, merger, catalogue_, *evaluation, config.include_seen,
                                                   config.recent_floor)}
-    # TensorBoard: the test recall@K at the run's last step, as the ranker's test metrics.
-    ScalarWriters(os.path.join(run_dir, "tensorboard")).write("test", result["test"],
-                                                              int(model.optimizer.iterations.numpy()))
+    with ScalarWriters(os.path.join(run_dir, "tensorboard")) as writers:  # (the test recall@K, at the last step)
+        writers.write("test", result["test"], int(model.optimizer.iterations.numpy()))
     require_space(run_dir, variables_bytes(model.variables), "the towers' weights")
     model.query.save_weights(os.path.join(run_dir, "query_tower"))
     model.candidate.save_weights(os.path.join(run_dir, "candidate_tower"))

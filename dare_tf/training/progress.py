@@ -1,5 +1,5 @@
 """What a run shows while it trains: TensorBoard event files (`TensorBoardScalars`,
-through `dare_tf.run_directory.ScalarWriters`) and the `--verbose=1` progress bar (`RunProgress`), each
+through `dare_tf.tensorboard_events.ScalarWriters`) and the `--verbose=1` progress bar (`RunProgress`), each
 a Keras callback that reads the epoch's logs (`dare_tf.training.callbacks`), and a long
 program's parts with their times (`Parts`, `make demo`'s)."""
 
@@ -12,7 +12,7 @@ import keras
 import numpy as np
 
 from dare_tf._faces import public
-from dare_tf.run_directory import ScalarWriters
+from dare_tf.tensorboard_events import ScalarWriters
 from dare_tf.training.callbacks import optimizer_step, validation_metrics
 
 
@@ -38,6 +38,13 @@ class TensorBoardScalars(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self.scalars.write("validation", validation_metrics(logs), optimizer_step(self.model))
+
+    def on_train_end(self, logs=None):
+        self.close()
+
+    def close(self) -> None:
+        """Closes the event files (fit's end; the seed run's, however it ends)."""
+        self.scalars.close()
 
     def write_losses(self, last_step: int, losses) -> None:
         """A loop that is not `fit` (the JAX engine's): the losses of the steps up to

@@ -32,6 +32,7 @@ class SeedRunBase:
     defines `restore`, `train`, `predict` and `save`."""
 
     _print: Callable[[str], None]
+    scalars: TensorBoardScalars | None = None  # (the chief's TensorBoard files, closed however the run ends)
 
     # -- what an engine defines ----------------------------------------------------------
     def restore(self) -> bool:
@@ -74,9 +75,9 @@ class SeedRunBase:
         if not self.chief:
             return []
         cfg, plan = self.config, self.plan
+        self.scalars = TensorBoardScalars(os.path.join(self.run_dir, "tensorboard"), cfg.runtime.log_every)
         callbacks = [AppendHistory(self.run_dir, plan.steps_per_epoch, self.started,
-                                   self.report if cfg.runtime.verbose == 2 else None),
-                     TensorBoardScalars(os.path.join(self.run_dir, "tensorboard"), cfg.runtime.log_every)]
+                                   self.report if cfg.runtime.verbose == 2 else None), self.scalars]
         title = (f"{cfg.preset} on {os.path.basename(os.path.normpath(self.data_dir))}{self.engine_title()}, seed "
                  f"{cfg.seeds.index(self.seed) + 1} of {len(cfg.seeds)} (seed {self.seed})")
         if cfg.runtime.verbose == 1:
@@ -98,7 +99,11 @@ class SeedRunBase:
             if self.chief and self._print is not None and self.seed == self.config.seeds[0]:
                 for warning in self.plan.warnings:  # before the run, which may be long for nothing
                     self._print(f"warning: {warning}")
-            self.train(step)
+            try:
+                self.train(step)
+            finally:  # (fit closes them at its end; a run that fails, or JAX's loop, here)
+                if self.scalars is not None:
+                    self.scalars.close()
         return self._finish()
 
     def _finish(self) -> dict:

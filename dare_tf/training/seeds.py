@@ -13,7 +13,8 @@ from absl import logging
 
 from dare_tf.data.storage.spec import DatasetSpec
 from dare_tf._files import atomic_json, require_space, variables_bytes
-from dare_tf.run_directory import MODEL, SEED_RESULT, RunDirectory, ScalarWriters
+from dare_tf.run_directory import MODEL, SEED_RESULT, RunDirectory
+from dare_tf.tensorboard_events import ScalarWriters
 from dare_tf.training.config import TrainConfig, identity_check, run_identity
 from dare_tf.training.diagnostics import run_warnings, seed_warnings
 from dare_tf.training.engines import UNRECORDED
@@ -58,10 +59,10 @@ def save_seed(run_dir: str, model, result: dict, kept_step: int, config: TrainCo
     `tensorboard/test/` at `kept_step` (the kept weights' step), the run's
     hyperparameters for TensorBoard's HParams dashboard, `model.keras`, then
     `result.json` (its presence marks the seed finished)."""
-    writers = ScalarWriters(os.path.join(run_dir, "tensorboard"))
-    writers.write("test", result["test"], kept_step)
-    writers.hparams({**{f"train.{k}": v for k, v in config.flat().items() if k != "model_overrides"},
-                     **{f"model.{k}": v for k, v in model_config.to_dict().items()}, "seed": seed})
+    with ScalarWriters(os.path.join(run_dir, "tensorboard")) as writers:
+        writers.write("test", result["test"], kept_step)
+        writers.hparams({**{f"train.{k}": v for k, v in config.flat().items() if k != "model_overrides"},
+                         **{f"model.{k}": v for k, v in model_config.to_dict().items()}, "seed": seed})
     require_space(run_dir, variables_bytes(model.weights), f"the trained model ({MODEL})")
     model.save(os.path.join(run_dir, MODEL))
     atomic_json(os.path.join(run_dir, SEED_RESULT), result)

@@ -1,7 +1,7 @@
 """Constants and helpers the training tests share."""
 
+import os
 import sys
-
 
 
 # XLA is tested in tests/model/test_dare_model.py; graph mode keeps these runs short.
@@ -45,3 +45,19 @@ def tensorboard_hparams(log_dir) -> dict:
     content = events.PluginTagToContent("hparams")
     data = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"])
     return data.session_start_info.hparams
+
+
+def files_held_open(run_dir) -> list[str]:
+    """The files under `run_dir` this process still holds open (Linux's /proc/self/fd):
+    after `train` returns, or fails, none (its TensorBoard event files closed, their
+    writer threads ended)."""
+    root = os.path.realpath(run_dir) + os.sep
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # (the listing's own descriptor, closed since)
+            continue
+        if target.startswith(root):
+            held.append(target[len(root):])
+    return sorted(held)

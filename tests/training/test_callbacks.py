@@ -3,16 +3,20 @@
 import pytest
 
 from dare_tf.training import NonFiniteLossError, TrainConfig, train
+from tests.training.common import files_held_open
 
 
 @pytest.mark.engines
 def test_nan_loss_stops_with_the_step(taobao, tmp_path):
     config = TrainConfig.create(preset="twin", batch_size=256, eval_batch_size=256, epochs=1, learning_rate=1e30,
                          max_steps=15, eval_every=100, model_overrides=dict(initializer="keras"), jit_compile=False,
-                         verbose=0)
+                         verbose=0, log_every=1)
     with pytest.raises(NonFiniteLossError,
                        match=r"training loss became (nan|inf) at step \d+ \(epoch 0, seed 0 of twin\)"):
         train(taobao, str(tmp_path / "nan"), config)
+    # A failed run closes its TensorBoard files too (on TensorFlow the first step's loss is written,
+    # --log_every=1, before the loss turns; JAX's engine writes the losses at validations).
+    assert files_held_open(tmp_path / "nan") == []
 
 
 def _progress_lines(terminal: bool):

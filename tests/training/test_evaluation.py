@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dare_tf.training import TrainConfig, train
-from tests.training.common import FAST, TINY
+from tests.training.common import FAST, TINY, files_held_open
 
 
 @pytest.mark.slow
@@ -83,6 +83,7 @@ def test_results_report_metrics_by_history_length_and_undertraining_warnings(pla
                     TrainConfig.create(preset="dare", **dict(TINY, eval_every=None, max_steps=10)))
     history = read_history(str(tmp_path / "run" / "seed_0"))
     assert [h["step"] for h in history] == [2, 4, 6, 8, 10]
+    assert files_held_open(tmp_path / "run") == []  # (its TensorBoard event files closed)
     spec = DatasetSpec.load(data_dir)
     # Its warnings are the history's, recorded per seed and for the run, and printed
     # beneath the results table (the warnings themselves: tests/training/test_diagnostics.py).

@@ -17,7 +17,8 @@ import pytest
 from dare_tf.training import TrainConfig, train
 from tests.conftest import ENV, LOUD_ENV, REPO, noise
 from tests.programs import run_program
-from tests.training.common import FAST, TINY, tensorboard_hparams, tensorboard_scalars, train_command
+from tests.training.common import (FAST, TINY, files_held_open, tensorboard_hparams, tensorboard_scalars,
+                                   train_command)
 
 
 @pytest.mark.slow
@@ -79,6 +80,7 @@ def test_real_taobao_sample_trains_with_finite_metrics(taobao, tmp_path):
     hparams = tensorboard_hparams(board)
     assert hparams["model.coupling"].string_value == "decoupled"
     assert hparams["train.batch_size"].number_value == 256 and hparams["seed"].number_value == 0
+    assert files_held_open(tmp_path / "run") == []  # (each seed's event files closed)
 
 
 @pytest.mark.engines
