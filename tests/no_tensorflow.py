@@ -1,7 +1,8 @@
-"""`python tests/no_tensorflow.py MODULE ARGS...`: runs `python -m MODULE ARGS...` in a
-process where importing TensorFlow fails (ImportError naming the module that
-asked), so a test proves a program never loads it (the trainer on JAX);
-`pytest_on_jax` runs tests that way on JAX."""
+"""`python tests/no_tensorflow.py [--missing=PACKAGE ...] MODULE ARGS...`: runs
+`python -m MODULE ARGS...` in a process where importing TensorFlow fails
+(ImportError naming the module that asked), so a test proves a program never loads
+it (the trainer on JAX), and each `--missing` package is absent as one not installed
+(ModuleNotFoundError); `pytest_on_jax` runs tests that way on JAX."""
 
 import os
 import runpy
@@ -25,7 +26,19 @@ class _NoTensorFlow:
             raise ImportError(f"{name} imported where TensorFlow must not be")
 
 
+class _Missing:
+    def __init__(self, package: str):
+        self.package = package
+
+    def find_spec(self, name, path=None, target=None):
+        if name == self.package or name.startswith(self.package + "."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
 if __name__ == "__main__":
     sys.meta_path.insert(0, _NoTensorFlow())
-    sys.argv = sys.argv[1:]
+    args = sys.argv[1:]
+    while args[0].startswith("--missing="):
+        sys.meta_path.insert(0, _Missing(args.pop(0).split("=", 1)[1]))
+    sys.argv = args
     runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)

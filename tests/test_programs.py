@@ -449,24 +449,13 @@ def test_the_help_names_server_lists_and_every_history_store(program):
     assert "lmdb:DIR, redis://HOST:PORT[/DB] or redis-cluster://HOST:PORT[,HOST:PORT...]" in text, text
 
 
-MISSING_CRC = r"""
-import runpy, sys
-class Missing:  # google-crc32c not installed (issue 67's repro: a JAX host's hand-made virtualenv)
-    def find_spec(self, name, path=None, target=None):
-        if name == "google_crc32c":
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-sys.meta_path.insert(0, Missing())
-sys.argv = sys.argv[1:]
-runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
-"""
-
-
 def test_a_missing_requirement_is_one_line_naming_the_install_line(taobao, tmp_path):
     """Issue 67 (3), its repro: where a package dare-tf needs is not installed (google-crc32c
     in a virtualenv made by hand on a JAX host), the trainer says so in one line naming
     the documented install lines, not a traceback."""
-    done = subprocess.run([sys.executable, "-c", MISSING_CRC, "trainers.train", "--model=dare",
-                           f"--data_dir={taobao}", f"--output_dir={tmp_path / 'run'}", "--epochs=1", "--verbose=0"],
+    done = subprocess.run([sys.executable, "tests/no_tensorflow.py", "--missing=google_crc32c", "trainers.train",
+                           "--model=dare", f"--data_dir={taobao}", f"--output_dir={tmp_path / 'run'}", "--epochs=1",
+                           "--verbose=0"],
                           cwd=REPO, env=dict(ENV, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu"), capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
