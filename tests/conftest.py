@@ -32,7 +32,7 @@ os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(2**30)
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from tests.cpu_times import listed  # noqa: E402
+from tests.cpu_times import listed, longest_first  # noqa: E402
 
 pytest_plugins = ["tests.served"]  # the serving tests' shared export (`setup`)
 
@@ -181,8 +181,13 @@ def pytest_configure(config):
     without Grappler's optimisation passes, as XLA's (above): the tests' graphs are tiny and
     each is traced once, and the passes cost more than they save (measured: the pinned
     runs' CPU time 13% lower, their metrics the same within the pinned 1e-4). The programs
-    a test starts as processes keep TensorFlow's defaults."""
+    a test starts as processes keep TensorFlow's defaults. pytest-xdist takes the tests in
+    the order `pytest_collection_modifyitems` gives them (the longest first), not
+    reordered by its groups' sizes."""
     from dare_tf._startup import configured_backend, import_tensorflow_quietly
+
+    if hasattr(config.option, "loadscopereorder"):  # (pytest-xdist: its units in our order, longest first)
+        config.option.loadscopereorder = False
 
     if configured_backend() == "tensorflow":
         import_tensorflow_quietly()
@@ -217,8 +222,9 @@ def pytest_collection_modifyitems(config, items):
     """Tests marked `slow` (in their code, or listed in tests/slow.txt), and groups that
     share an expensive module fixture
     (`xdist_group`: `make test` runs `--dist loadgroup`, one worker per group),
-    run first: under the xdist workers the long work starts at once and the
-    short tests fill the gaps, instead of a long test starting last.
+    run first, the longest first by the CPU seconds tests/slow.txt gives them
+    (`tests.cpu_times.longest_first`): under the xdist workers the long work starts
+    at once and the short tests fill the gaps, instead of a long test starting last.
 
     The tests marked `tfrs` (tensorflow-recommenders) need `tf.keras` to be
     Keras 2 from the start of their process (`TF_USE_LEGACY_KERAS=1`, which this
@@ -234,7 +240,7 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if item.get_closest_marker("tfrs"):
                 item.add_marker(skip)
-    items.sort(key=lambda item: not (item.get_closest_marker("slow") or item.get_closest_marker("xdist_group")))
+    longest_first(items, slow)
     return (yield)
 
 

@@ -291,9 +291,13 @@ def start_processes(data_dir, out, strategy, processes=2, *flags):
 
 def finish(processes, timeout=600):
     done = [(p.wait(timeout), *p.communicate()) for p in processes]
-    for rc, out, err in done:  # (the error lines, less a crash's stack and module list)
-        assert rc == 0, "\n".join(line for line in err.splitlines()
-                                   if not line.startswith((" ", "Thread", "[Gloo]", "Extension modules")))[-3000:]
+    # (every process's error lines, less a crash's stack and module list: the first to fail may be
+    # the one that saw its peer go)
+    assert all(rc == 0 for rc, _, _ in done), "\n".join(
+        f"process {index} of {len(done)} (rc {rc}):\n" + "\n".join(
+            line for line in err.splitlines()
+            if not line.startswith((" ", "Thread", "[Gloo]", "Extension modules")))[-3000:]
+        for index, (rc, _, err) in enumerate(done))
     return done
 
 
