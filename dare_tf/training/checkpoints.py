@@ -125,10 +125,35 @@ class JaxCheckpoints:
             variable.assign(value)
         return scalars
 
-    def restore_latest(self, variables: list, say: Callable[[str], None]) -> dict | None:
-        """The newest readable checkpoint's scalars, its values assigned (`restore_newest`)."""
-        paths = [os.path.join(self.directory, f"ckpt-{s}.npz") for s in reversed(self._steps())]
-        return restore_newest(paths, lambda path: self.restore(path, variables), say)
+    def restore_latest(self, variables: list, say: Callable[[str], None], processes=None) -> dict | None:
+        """The newest readable checkpoint's scalars, its values assigned (`restore_newest`).
+
+        `processes` (a run over several processes, each with its own checkpoints:
+        `distribution.EveryProcess`, whose `common(steps)` and `all(ok)` every process
+        calls alike): the newest step that every process holds and reads, so that all
+        resume at one step, whichever of them ended before writing its newest."""
+        steps = self._steps()
+        if processes is None:
+            paths = [os.path.join(self.directory, f"ckpt-{s}.npz") for s in reversed(steps)]
+            return restore_newest(paths, lambda path: self.restore(path, variables), say)
+        common = processes.common(steps)
+        paths = [os.path.join(self.directory, f"ckpt-{s}.npz") for s in reversed(common)]
+        if steps and steps[-1] not in common and say is not None:
+            say(f"warning: {self.directory}/ckpt-{steps[-1]}.npz: not every process of the run holds step "
+                f"{steps[-1]} (one ended before writing it); resuming from "
+                f"{os.path.basename(paths[0]) if paths else 'the start'}")
+
+        def restore(path: str) -> dict:
+            try:
+                scalars, damaged = self.restore(path, variables), None
+            except DamagedCheckpointError as e:
+                scalars, damaged = None, e
+            if not processes.all(damaged is None):
+                raise damaged or DamagedCheckpointError(f"{path}: another process of the run cannot read its "
+                                                        "checkpoint of this step")
+            return scalars
+
+        return restore_newest(paths, restore, say)
 
 
 __all__ = ["DamagedCheckpointError", "JaxCheckpoints", "restore_newest"]

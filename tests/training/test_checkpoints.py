@@ -84,3 +84,49 @@ def test_a_killed_writers_temporary_file_is_removed_when_the_run_opens_its_check
         open(path, "wb").write(b"x" * 100)
     JaxCheckpoints(two.directory)
     assert sorted(os.listdir(two.directory)) == ["ckpt-10.npz", "ckpt-20.npz", "notes.txt"]
+
+
+class OtherProcess:
+    """`EveryProcess` as seen by one process of a pair whose other process holds the steps
+    `held` and reads only those in `reads` (the collectives, without them)."""
+
+    def __init__(self, held, reads):
+        self.held, self.reads, self.asked = held, reads, []
+
+    def common(self, steps):
+        return sorted(set(steps) & set(self.held))
+
+    def all(self, ok):
+        self.asked.append(ok)
+        return ok and self.step_asked() in self.reads
+
+    def step_asked(self):
+        return [s for s in sorted(self.held, reverse=True)][len(self.asked) - 1]
+
+
+def test_processes_resume_at_the_newest_step_every_one_holds_saying_so(two):
+    """A pair one of whose processes ended before writing step 20: both resume at 10; where
+    the other holds nothing, both start again (before this, each resumed at its own newest,
+    and the pair's collectives no longer matched: the two-process test's flake)."""
+    restored, said = variables(0.0), []
+    assert two.restore_latest(restored, said.append, OtherProcess([10], reads=[10]))["best_step"] == 10
+    assert said == [f"warning: {two.directory}/ckpt-20.npz: not every process of the run holds step 20 (one ended "
+                    "before writing it); resuming from ckpt-10.npz"]
+    assert all((v.numpy() == 1).all() for v in restored)
+    said.clear()
+    assert two.restore_latest(variables(0.0), said.append, OtherProcess([], reads=[])) is None
+    assert said == [f"warning: {two.directory}/ckpt-20.npz: not every process of the run holds step 20 (one ended "
+                    "before writing it); resuming from the start"]
+    said.clear()
+    assert two.restore_latest(variables(0.0), said.append, OtherProcess([10, 20], reads=[10, 20]))["best_step"] == 20
+    assert said == []
+
+
+def test_a_step_another_process_cannot_read_is_passed_over_by_every_process(two):
+    restored, said = variables(0.0), []
+    other = OtherProcess([10, 20], reads=[10])
+    assert two.restore_latest(restored, said.append, other)["best_step"] == 10
+    assert other.asked == [True, True]
+    assert said == [f"warning: {two.directory}/ckpt-20.npz: another process of the run cannot read its checkpoint "
+                    "of this step; resuming from the older ckpt-10.npz"]
+    assert all((v.numpy() == 1).all() for v in restored)

@@ -52,8 +52,8 @@ from dare_tf.training.config import TrainConfig, effective_model_config
 from dare_tf.training.memory import out_of_memory
 from dare_tf.training.continuation import Continuation
 from dare_tf.training.engines.jax.device_input import DeviceSplit, StreamedInput
-from dare_tf.training.engines.jax.distribution import (Placement, distribution_for, peers_lost_end_the_process,
-                                                       refusal, use_compilation_cache)
+from dare_tf.training.engines.jax.distribution import (EveryProcess, Placement, distribution_for,
+                                                       peers_lost_end_the_process, refusal, use_compilation_cache)
 from dare_tf.training.engines.jax.state import Scalar, StepFunctions
 from dare_tf.training.evaluation import evaluation_batch
 from dare_tf.training.input_plan import InputPlan
@@ -178,7 +178,8 @@ class JaxSeedRun(SeedRunBase):
         return ((None, order[end - steps: end]) for steps, end in zip(calls, ends))
 
     def restore(self) -> bool:
-        extra = self.checkpoints.restore_latest(self.functions.variables(), self._print)
+        extra = self.checkpoints.restore_latest(self.functions.variables(), self._print,
+                                                EveryProcess() if jax.process_count() > 1 else None)
         if extra is not None:
             self.best_auc.assign(extra["best_auc"])
             self.best_step.assign(extra["best_step"])
