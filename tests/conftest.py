@@ -188,7 +188,8 @@ def pytest_configure(config):
 
     if hasattr(config.option, "loadscopereorder"):  # (pytest-xdist: its units in our order, longest first)
         config.option.loadscopereorder = False
-
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        return  # (pytest-xdist's controller runs no test: TensorFlow loads in its workers alone)
     if configured_backend() == "tensorflow":
         import_tensorflow_quietly()
         import tensorflow as tf
