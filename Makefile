@@ -23,10 +23,10 @@ demo: $(STAMP)
 
 # The linter, then the whole suite in one pytest run on three pytest-xdist workers (tests/conftest.py
 # makes tf.keras Keras 2 in the tests' own processes, so the tensorflow-recommenders tests run beside
-# the rest): the slow tests first, one test at a time, except the groups that share a module fixture
-# (xdist_group), which stay on one worker. Three on two cores: a worker waiting (a subprocess
-# starting, a server answering) leaves its core to the others. It prints the 15 slowest tests and
-# why each skipped test skipped.
+# the rest): the slow tests first, the longest first by tests/slow.txt's CPU seconds, one test at a
+# time, except the groups that share a module fixture (xdist_group), which stay on one worker. Three
+# on two cores: a worker waiting (a subprocess starting, a server answering) leaves its core to the
+# others. It prints the 15 slowest tests and why each skipped test skipped.
 PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n 3 --dist loadgroup -rs
 test: $(STAMP) browser
 	$(VENV)/bin/ruff check .
