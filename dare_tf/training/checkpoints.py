@@ -133,11 +133,10 @@ class JaxCheckpoints:
         calls alike): the newest step that every process holds and reads, so that all
         resume at one step, whichever of them ended before writing its newest."""
         steps = self._steps()
-        if processes is None:
-            paths = [os.path.join(self.directory, f"ckpt-{s}.npz") for s in reversed(steps)]
-            return restore_newest(paths, lambda path: self.restore(path, variables), say)
-        common = processes.common(steps)
+        common = steps if processes is None else processes.common(steps)
         paths = [os.path.join(self.directory, f"ckpt-{s}.npz") for s in reversed(common)]
+        if processes is None:
+            return restore_newest(paths, lambda path: self.restore(path, variables), say)
         if steps and steps[-1] not in common and say is not None:
             say(f"warning: {self.directory}/ckpt-{steps[-1]}.npz: not every process of the run holds step "
                 f"{steps[-1]} (one ended before writing it); resuming from "

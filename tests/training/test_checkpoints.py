@@ -101,7 +101,7 @@ class OtherProcess:
         return ok and self.step_asked() in self.reads
 
     def step_asked(self):
-        return [s for s in sorted(self.held, reverse=True)][len(self.asked) - 1]
+        return sorted(self.held, reverse=True)[len(self.asked) - 1]
 
 
 def test_processes_resume_at_the_newest_step_every_one_holds_saying_so(two):
