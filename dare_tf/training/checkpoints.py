@@ -1,6 +1,8 @@
 """Resuming from the newest checkpoint that reads, on either backend: a damaged
 newest one (a disk that filled, a copy cut short) is named and passed over for
-the older one kept beside it; where none reads, one line names each. And the
+the older one kept beside it; where none reads, one line names each. A run over
+several processes, each keeping its own, resumes at the newest step that every
+one holds and reads (`restore_newest_held`, `EveryProcess`). And the
 JAX engine's checkpoints (`JaxCheckpoints`: numpy archives, no JAX needed to
 read them)."""
 
@@ -126,33 +128,61 @@ class JaxCheckpoints:
         return scalars
 
     def restore_latest(self, variables: list, say: Callable[[str], None], processes=None) -> dict | None:
-        """The newest readable checkpoint's scalars, its values assigned (`restore_newest`).
+        """The newest readable checkpoint's scalars, its values assigned
+        (`restore_newest_held`; `processes`: a run over several processes)."""
+        return restore_newest_held(self._steps(), lambda step: os.path.join(self.directory, f"ckpt-{step}.npz"),
+                                   lambda path: self.restore(path, variables), say, processes)
 
-        `processes` (a run over several processes, each with its own checkpoints:
-        `distribution.EveryProcess`, whose `common(steps)` and `all(ok)` every process
-        calls alike): the newest step that every process holds and reads, so that all
-        resume at one step, whichever of them ended before writing its newest."""
-        steps = self._steps()
-        common = steps if processes is None else processes.common(steps)
-        paths = [os.path.join(self.directory, f"ckpt-{s}.npz") for s in reversed(common)]
-        if processes is None:
-            return restore_newest(paths, lambda path: self.restore(path, variables), say)
-        if steps and steps[-1] not in common and say is not None:
-            say(f"warning: {self.directory}/ckpt-{steps[-1]}.npz: not every process of the run holds step "
-                f"{steps[-1]} (one ended before writing it); resuming from "
-                f"{os.path.basename(paths[0]) if paths else 'the start'}")
 
-        def restore(path: str) -> dict:
-            try:
-                scalars, damaged = self.restore(path, variables), None
-            except DamagedCheckpointError as e:
-                scalars, damaged = None, e
-            if not processes.all(damaged is None):
-                raise damaged or DamagedCheckpointError(f"{path}: another process of the run cannot read its "
-                                                        "checkpoint of this step")
-            return scalars
+class EveryProcess:
+    """What every process of a run over several processes holds (each with its own
+    checkpoints): `common(steps)` and `all(ok)`, which every process calls at the
+    same point of the run, over the engine's collectives (`_gathered`)."""
 
+    def _gathered(self, values: np.ndarray) -> np.ndarray:
+        """`[processes, len(values)]`: each process's `values` (int32, one length in all)."""
+        raise NotImplementedError
+
+    def common(self, values: list[int]) -> list[int]:
+        """The sorted `values` that every process's list holds (non-negative integers)."""
+        width = int(self._gathered(np.array([len(values)], np.int32)).max())
+        padded = np.full(max(width, 1), -1, np.int32)
+        padded[: len(values)] = values
+        held = set.intersection(*(set(row.tolist()) for row in self._gathered(padded)))
+        return sorted(held - {-1})
+
+    def all(self, ok: bool) -> bool:
+        """Whether `ok` is true in every process."""
+        return bool(self._gathered(np.array([int(ok)], np.int32)).min())
+
+
+def restore_newest_held(steps: list[int], path_of: Callable[[int], str], restore: Callable[[str], object],
+                        say: Callable[[str], None] | None, processes: EveryProcess | None = None):
+    """`restore_newest` over the checkpoints of `steps` (ascending; `path_of(step)`).
+
+    `processes` (a run over several processes, each with its own checkpoints): the
+    newest step that every process holds and reads, so that all resume at one step,
+    whichever of them ended before writing its newest (their collectives would no
+    longer match); a step another process cannot read is passed over by every one."""
+    common = steps if processes is None else processes.common(steps)
+    paths = [path_of(step) for step in reversed(common)]
+    if processes is None:
         return restore_newest(paths, restore, say)
+    if steps and steps[-1] not in common and say is not None:
+        say(f"warning: {path_of(steps[-1])}: not every process of the run holds step {steps[-1]} (one ended "
+            f"before writing it); resuming from {os.path.basename(paths[0]) if paths else 'the start'}")
+
+    def agreed(path: str):
+        try:
+            restored, damaged = restore(path), None
+        except DamagedCheckpointError as e:
+            restored, damaged = None, e
+        if not processes.all(damaged is None):
+            raise damaged or DamagedCheckpointError(f"{path}: another process of the run cannot read its "
+                                                    "checkpoint of this step")
+        return restored
+
+    return restore_newest(paths, agreed, say)
 
 
-__all__ = ["DamagedCheckpointError", "JaxCheckpoints", "restore_newest"]
+__all__ = ["DamagedCheckpointError", "EveryProcess", "JaxCheckpoints", "restore_newest", "restore_newest_held"]

@@ -95,7 +95,7 @@ def _worker(ports, index, data_dir, output_dir, *flags):
     return subprocess.Popen(
         [sys.executable, "-m", "trainers.train", "--strategy=multi_worker", f"--data_dir={data_dir}",
          f"--output_dir={output_dir}", "--nojit_compile", "--verbose=0", "--seeds=0", *flags],
-        cwd=REPO, env=dict(LOUD_ENV, TF_CONFIG=json.dumps(tf_config)), stdout=subprocess.PIPE,
+        cwd=REPO, env=dict(LOUD_ENV, TF_CONFIG=json.dumps(tf_config), PYTHONUNBUFFERED="1"), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
@@ -190,3 +190,63 @@ def test_a_killed_peer_ends_the_other_task_in_one_line(taobao, tmp_path):
         "error: --strategy=multi_worker: task /job:worker/replica:0/task:1 went away (UnavailableError); restart "
         "every task with the same flags: the run resumes from its last checkpoint"], err[-3000:]
     assert (runs / "run0" / "seed_0" / "checkpoints").exists()  # the finished work stays
+    # The killed task may end before its own checkpoint of the step is written (each task keeps its
+    # own): made certain here, its checkpoints removed. Started again with the same flags, both
+    # tasks resume at the newest step both hold, here the start, task 0 saying so (before, each
+    # resumed at its own newest, and the collectives paired steps of different weights silently).
+    newest = max(int(p.name[len("ckpt-"):-len(".index")]) for p in (runs / "run0" / "seed_0" / "checkpoints").glob(
+        "ckpt-*.index"))
+    shutil.rmtree(runs / "run1" / "seed_0" / ".worker-1" / "checkpoints")
+    warning = (f"warning: {runs}/run0/seed_0/checkpoints/ckpt-{newest}: not every process of the run holds step "
+               f"{newest} (one ended before writing it); resuming from the start")
+    for attempt in range(2):
+        ports = [free_port(), free_port()]
+        procs = [_worker(ports, i, taobao, runs / f"run{i}", "--epochs=500", "--batch_size=258", "--eval_every=10")
+                 for i in (0, 1)]
+        said, errors = _first_line_starting(procs, "warning:", seconds=240)
+        if said is not None or not any(_grpc_aborted(p.returncode, e) for p, e in zip(procs, errors)) or attempt:
+            break
+    assert said == warning, (said, errors[0][-3000:])
+
+
+def _first_line_starting(procs, prefix: str, seconds: float) -> tuple[str | None, list[str]]:
+    """The first line of the first process's stdout that starts with `prefix`, read as
+    it is printed (None: it ended, or `seconds` passed, before one); then every process
+    killed, and their stderr."""
+    import queue
+    import threading
+
+    lines, errors = queue.Queue(), [[] for _ in procs]
+    readers = [threading.Thread(target=lambda: [lines.put(line) for line in procs[0].stdout] + [lines.put(None)])]
+    readers += [threading.Thread(target=lambda p=p, e=e: e.extend(p.stderr)) for p, e in zip(procs, errors)]
+    readers += [threading.Thread(target=lambda p=p: p.stdout.read()) for p in procs[1:]]
+    for reader in readers:
+        reader.start()
+    said = None
+    try:
+        while (line := lines.get(timeout=seconds)) is not None:
+            if line.startswith(prefix):
+                said = line.rstrip("\n")
+                break
+    except queue.Empty:
+        pass
+    for proc in procs:
+        proc.kill()
+    for reader in readers:
+        reader.join()
+    for proc in procs:
+        proc.wait()
+    return said, ["".join(e) for e in errors]
+
+
+def test_every_worker_is_each_workers_values_gathered_over_the_strategy():
+    """`EveryWorker` (the tasks' agreement on the step to resume from: the killed-peer test
+    above) over the strategy's collectives, here one worker's."""
+    import tensorflow as tf
+
+    from dare_tf.training.engines.tensorflow.distribution import EveryWorker
+
+    every = EveryWorker(tf.distribute.get_strategy())
+    np.testing.assert_array_equal(every._gathered(np.array([10, 20], np.int32)), [[10, 20]])
+    assert every.common([10, 20]) == [10, 20] and every.common([]) == []
+    assert every.all(True) and not every.all(False)

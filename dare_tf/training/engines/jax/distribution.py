@@ -19,6 +19,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from dare_tf._faces import public
+from dare_tf.training.checkpoints import EveryProcess
 from dare_tf.training.sections import TF_DISTRIBUTED
 
 # The variables `model_parallel` shards along their first axis (the vocabulary): every
@@ -110,28 +111,15 @@ def peers_lost_end_the_process():
         _end(f"a collective with the run's other processes failed, one of them is gone ({_first_line(e)})")
 
 
-class EveryProcess:
-    """What every process of a run over several processes holds, over JAX's
-    collectives: each process calls each method at the same point of the run
-    (`JaxCheckpoints.restore_latest`'s agreement on the step to resume from)."""
+class EveryJaxProcess(EveryProcess):
+    """What every process of a run over several processes holds (`EveryProcess`),
+    over JAX's collectives (`JaxCheckpoints.restore_latest`'s agreement on the step
+    to resume from)."""
 
-    @staticmethod
-    def _gathered(values: np.ndarray) -> np.ndarray:
+    def _gathered(self, values: np.ndarray) -> np.ndarray:
         from jax.experimental import multihost_utils
 
         return np.asarray(multihost_utils.process_allgather(values)).reshape(jax.process_count(), -1)
-
-    def common(self, values: list[int]) -> list[int]:
-        """The sorted `values` that every process's list holds (non-negative integers)."""
-        width = int(self._gathered(np.array([len(values)], np.int32)).max())
-        padded = np.full(max(width, 1), -1, np.int32)
-        padded[: len(values)] = values
-        held = set.intersection(*(set(row.tolist()) for row in self._gathered(padded)))
-        return sorted(held - {-1})
-
-    def all(self, ok: bool) -> bool:
-        """Whether `ok` is true in every process."""
-        return bool(self._gathered(np.array([int(ok)], np.int32)).min())
 
 
 COMPILATION_CACHE_BYTES = 2**30

@@ -52,7 +52,7 @@ from dare_tf.training.config import TrainConfig, effective_model_config
 from dare_tf.training.memory import out_of_memory
 from dare_tf.training.continuation import Continuation
 from dare_tf.training.engines.jax.device_input import DeviceSplit, StreamedInput
-from dare_tf.training.engines.jax.distribution import (EveryProcess, Placement, distribution_for,
+from dare_tf.training.engines.jax.distribution import (EveryJaxProcess, Placement, distribution_for,
                                                        peers_lost_end_the_process, refusal, use_compilation_cache)
 from dare_tf.training.engines.jax.state import Scalar, StepFunctions
 from dare_tf.training.evaluation import evaluation_batch
@@ -179,7 +179,7 @@ class JaxSeedRun(SeedRunBase):
 
     def restore(self) -> bool:
         extra = self.checkpoints.restore_latest(self.functions.variables(), self._print,
-                                                EveryProcess() if jax.process_count() > 1 else None)
+                                                EveryJaxProcess() if jax.process_count() > 1 else None)
         if extra is not None:
             self.best_auc.assign(extra["best_auc"])
             self.best_step.assign(extra["best_step"])

@@ -11,6 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from dare_tf._faces import public
+from dare_tf.training.checkpoints import EveryProcess
 from dare_tf.training.config import JAX_DISTRIBUTED, STRATEGIES
 from dare_tf.training.workers import is_chief, task_id, worker_index, worker_partitions  # noqa: F401 (re-exported)
 
@@ -140,6 +141,18 @@ def gather_workers(strategy, arrays: dict[str, np.ndarray]) -> dict[str, np.ndar
         v = strategy.experimental_local_results(v)[0].numpy()
         out[k] = np.concatenate([v[i * size: i * size + int(c)] for i, c in enumerate(counts)])
     return out
+
+
+class EveryWorker(EveryProcess):
+    """What every worker of a multi-worker run holds (`EveryProcess`), over the
+    strategy's collective gathers (`gather_workers`): the agreement on the step
+    that every worker resumes from."""
+
+    def __init__(self, strategy: tf.distribute.Strategy):
+        self.strategy = strategy
+
+    def _gathered(self, values: np.ndarray) -> np.ndarray:
+        return gather_workers(self.strategy, {"values": values.reshape(1, -1)})["values"]
 
 
 def fit_distributed(model, dataset, steps_per_epoch, epochs, initial_epoch, callbacks, verbose, shuffle):

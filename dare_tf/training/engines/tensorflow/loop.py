@@ -25,10 +25,11 @@ from dare_tf.training.seed_run import SeedRunBase, click_task
 from dare_tf.training.config import TrainConfig, effective_model_config
 from dare_tf.training.memory import out_of_memory
 from dare_tf.training.seeds import run_seeds, save_seed, trainable_spec
-from dare_tf.training.checkpoints import DamagedCheckpointError, restore_newest
+from dare_tf.training.checkpoints import DamagedCheckpointError, restore_newest_held
 from dare_tf.training.continuation import Continuation
-from dare_tf.training.engines.tensorflow.distribution import (ClusterError, fit_distributed, is_chief, task_id,
-                                                              make_strategy, worker_index, worker_partitions)
+from dare_tf.training.engines.tensorflow.distribution import (ClusterError, EveryWorker, fit_distributed, is_chief,
+                                                              make_strategy, task_id, worker_index,
+                                                              worker_partitions)
 from dare_tf.training.engines.tensorflow.evaluator import Evaluator
 from dare_tf.training.engines.tensorflow.input import TensorFlowInput
 from dare_tf.training.reranking import Cascade
@@ -107,7 +108,10 @@ class SeedRun(SeedRunBase):
         return path
 
     def restore(self) -> bool:
-        resumed = restore_newest(reversed(self.manager.checkpoints), self._restore, self._print)
+        steps = sorted(int(path.rsplit("-", 1)[1]) for path in self.manager.checkpoints)
+        resumed = restore_newest_held(steps, lambda step: os.path.join(self.manager.directory, f"ckpt-{step}"),
+                                      self._restore, self._print,
+                                      EveryWorker(self.strategy) if self.plan.workers > 1 else None)
         if resumed is not None:
             logging.info("seed %d: resumed from %s at step %d", self.seed, resumed,
                          int(self.model.optimizer.iterations.numpy()))
