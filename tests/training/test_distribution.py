@@ -250,3 +250,19 @@ def test_every_worker_is_each_workers_values_gathered_over_the_strategy():
     np.testing.assert_array_equal(every._gathered(np.array([10, 20], np.int32)), [[10, 20]])
     assert every.common([10, 20]) == [10, 20] and every.common([]) == []
     assert every.all(True) and not every.all(False)
+
+
+def test_gather_workers_traces_its_function_once_a_kind_of_arrays():
+    """(Before, a trace at every call: at each validation of a multi-worker run, and
+    TensorFlow's warning about a function traced again and again in its log.)"""
+    import tensorflow as tf
+
+    from dare_tf.training.engines.tensorflow.distribution import gather_function, gather_workers
+
+    strategy = tf.distribute.get_strategy()
+    before = gather_function(strategy).experimental_get_tracing_count()
+    for n in (3, 5, 7, 9, 11, 2):
+        got = gather_workers(strategy, {"p": np.arange(n, dtype=np.float32), "ids": np.ones((n, 2), np.int64)})
+        np.testing.assert_array_equal(got["p"], np.arange(n))
+        assert got["ids"].shape == (n, 2)
+    assert gather_function(strategy).experimental_get_tracing_count() - before <= 2

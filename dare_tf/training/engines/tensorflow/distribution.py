@@ -121,19 +121,11 @@ class ClusterError(ConnectionError):
 @public("dare_tf.training")
 def gather_workers(strategy, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Each array concatenated over all workers (in worker order), on every worker:
-    collective all-gathers of this worker's arrays (padded to the longest)."""
+    collective all-gathers of this worker's arrays (padded to the longest), in one
+    graph function a strategy traces once per kind of arrays (`gather_function`)."""
     count = len(next(iter(arrays.values())))
     values = {k: tf.constant(v) for k, v in arrays.items()}
-
-    @tf.function(autograph=False)
-    def gather(n, local):
-        context = tf.distribute.get_replica_context()
-        counts = context.all_gather(tf.reshape(n, [1]), axis=0)
-        size = tf.reduce_max(counts)
-        padded = {k: tf.pad(v, [[0, size - n]] + [[0, 0]] * (len(v.shape) - 1)) for k, v in local.items()}
-        return counts, {k: context.all_gather(v, axis=0) for k, v in padded.items()}
-
-    counts, gathered = strategy.run(gather, args=(tf.constant(count, tf.int64), values))
+    counts, gathered = strategy.run(gather_function(strategy), args=(tf.constant(count, tf.int64), values))
     counts = strategy.experimental_local_results(counts)[0].numpy()
     size = int(counts.max())
     out = {}
@@ -141,6 +133,26 @@ def gather_workers(strategy, arrays: dict[str, np.ndarray]) -> dict[str, np.ndar
         v = strategy.experimental_local_results(v)[0].numpy()
         out[k] = np.concatenate([v[i * size: i * size + int(c)] for i, c in enumerate(counts)])
     return out
+
+
+_GATHERS: dict = {}  # id(strategy): (strategy, its gather function)
+
+
+def gather_function(strategy) -> tf.types.experimental.PolymorphicFunction:
+    """The replica function of `gather_workers` for `strategy`, made once a strategy
+    (before, one per call: a trace at each validation, and TensorFlow's warning about
+    functions traced again and again in the run's log)."""
+    if id(strategy) not in _GATHERS:
+        @tf.function(autograph=False, reduce_retracing=True)
+        def gather(n, local):
+            context = tf.distribute.get_replica_context()
+            counts = context.all_gather(tf.reshape(n, [1]), axis=0)
+            size = tf.reduce_max(counts)
+            padded = {k: tf.pad(v, [[0, size - n]] + [[0, 0]] * (len(v.shape) - 1)) for k, v in local.items()}
+            return counts, {k: context.all_gather(v, axis=0) for k, v in padded.items()}
+
+        _GATHERS[id(strategy)] = (strategy, gather)  # (the strategy kept: its id is not reused)
+    return _GATHERS[id(strategy)][1]
 
 
 class EveryWorker(EveryProcess):
