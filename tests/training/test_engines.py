@@ -1,6 +1,8 @@
 """dare_tf.training.engines (and its `choice`): the engine of each backend, the one place that asks
 which backend Keras runs on (the grep: tests/test_package.py)."""
 
+import re
+
 import pytest
 
 from dare_tf.training import engines
@@ -42,4 +44,5 @@ def test_the_trainer_tests_marked_engines_pass_on_jax_too():
     done = pytest_on_jax("-m", "engines", "tests/training/test_loop.py", "tests/training/test_callbacks.py",
                          "tests/training/test_evaluation.py", "tests/training/test_continuation.py")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert done.stdout.splitlines()[-1].startswith("11 passed, 19 deselected in "), done.stdout[-2000:]
+    # (the 11 marked `engines`, every one passed; the modules' other tests are TensorFlow's)
+    assert re.match(r"11 passed, \d+ deselected in ", done.stdout.splitlines()[-1]), done.stdout[-2000:]
