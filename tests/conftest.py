@@ -7,8 +7,10 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # elemental emitters compile a fusion faster than its MLIR fusion emitters (measured: the
 # layers and models on JAX, tests/test_backends.py, 59 -> 40 CPU s; a 20-step JAX training
 # process, cold, 12.4 -> 8.9). Subprocesses inherit it.
+# (A process that trains for hundreds of steps is better off optimised: `pytest_on_jax(optimized=True)`.)
 OLDER_CPU_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
-os.environ.setdefault("XLA_FLAGS", f"--xla_backend_optimization_level=0 {OLDER_CPU_EMITTERS}")
+UNOPTIMIZED = "--xla_backend_optimization_level=0"
+os.environ.setdefault("XLA_FLAGS", f"{UNOPTIMIZED} {OLDER_CPU_EMITTERS}")
 # In the tests' own processes `tf.keras` is Keras 2 (tf-keras) from the start, as the retrieval
 # stage (tensorflow-recommenders) needs, so every test, the retrieval stage's among them, runs in
 # one pytest run (dare_tf itself uses Keras 3, `import keras`, which this does not touch). The

@@ -9,13 +9,19 @@ import runpy
 import sys
 
 
-def pytest_on_jax(*args: str):
+def pytest_on_jax(*args: str, optimized: bool = False):
     """`pytest ARGS...` (one process, no xdist) on Keras's JAX backend where importing
-    TensorFlow fails, from the repository's root: the `subprocess.CompletedProcess`."""
+    TensorFlow fails, from the repository's root: the `subprocess.CompletedProcess`.
+    `optimized`: XLA's optimisation passes on, which the tests' own processes leave
+    off (tests/conftest.py), for tests that train for hundreds of steps."""
     import subprocess
+
+    from tests.conftest import UNOPTIMIZED
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=root)
+    if optimized:
+        env["XLA_FLAGS"] = " ".join(flag for flag in env.get("XLA_FLAGS", "").split() if flag != UNOPTIMIZED)
     return subprocess.run([sys.executable, os.path.abspath(__file__), "pytest", "-q", "-p", "no:cacheprovider", "-p",
                            "no:xdist", *args], cwd=root, env=env, capture_output=True, text=True, timeout=900)
 
