@@ -55,7 +55,8 @@ def train_widths(data_dir: str, cfg, runs: dict[int, str], rep_dim: int, max_len
     `cfg.attention_dims` it lacks trained into `directory/attention_<width>`:
     as the first given run was trained (its recorded config, the attention
     widths changed), so that the cut compares widths, not schedules; without
-    one, `cfg`'s schedule at representation width `rep_dim`."""
+    one, `cfg`'s schedule at representation width `rep_dim` and history length
+    `max_len` (the given runs')."""
     from dare_tf.run_directory import RunDirectory
     from dare_tf.training import TrainConfig, train
 
@@ -75,7 +76,7 @@ def train_widths(data_dir: str, cfg, runs: dict[int, str], rep_dim: int, max_len
             config = TrainConfig.create(
                 preset="dare", batch_size=cfg.batch_size * 2, eval_batch_size=4096, epochs=cfg.dimension_epochs,
                 eval_every=10**9, learning_rate=cfg.learning_rate, seeds=(cfg.seed,), verbose=0,
-                model_overrides=dict(embedding_dim=rep_dim, top_k=min(20, max_len), **widths))
+                model_overrides=dict(embedding_dim=rep_dim, max_len=max_len, top_k=min(20, max_len), **widths))
         train(data_dir, run_dir, config, report=say, overwrite=overwrite)
         runs[width] = run_dir
     return runs

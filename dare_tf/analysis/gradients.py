@@ -240,10 +240,10 @@ def summarize_paper(samples: list[dict], field: str = "category") -> dict:
             "conflict_share": float(np.mean(np.array(means) < 0)) if shared and means else None}
 
 
-def gradient_analysis(data_dir: str, figures_dir: str, config, dim: int, report=print, train=None) -> dict:
+def gradient_analysis(data_dir: str, figures_dir: str, config, dim: int, max_len: int, report=print, train=None):
     """The suite's gradients analysis (`run_analyses`): each of `config.gradient_presets`
-    (an `AnalysisConfig` or its dict) built at width `dim` and trained by its own `fit`
-    on the training split (`train`, default loaded) with a `SplitGradientRecorder`;
+    (an `AnalysisConfig` or its dict) built at width `dim` and history length `max_len`, trained by
+    its own `fit` on the training split (`train`, default loaded) with a `SplitGradientRecorder`;
     its figures written into `figures_dir`. Returns `{"result": ..., "figures": {name:
     path}}` (JSON: a process on another Keras backend asks one on TensorFlow's)."""
     from dare_tf.analysis import figures
@@ -257,12 +257,12 @@ def gradient_analysis(data_dir: str, figures_dir: str, config, dim: int, report=
     cfg = config if isinstance(config, AnalysisConfig) else AnalysisConfig(**{  # (lists: JSON's tuples)
         k: tuple(v) if isinstance(v, list) else v for k, v in config.items()})
     spec = DatasetSpec.load(data_dir)
-    train = train if train is not None else InMemorySplit.load(data_dir, "train", spec)
+    train = train if train is not None else InMemorySplit.load(data_dir, "train", spec, max_len=max_len)
     summaries = {}
     for preset in cfg.gradient_presets:
         keras.utils.set_random_seed(cfg.seed)
-        model = DareModel(make_config(preset, spec.num_items, spec.num_categories, max_len=spec.max_len,
-                                      embedding_dim=dim, top_k=min(20, spec.max_len)),
+        model = DareModel(make_config(preset, spec.num_items, spec.num_categories, max_len=max_len,
+                                      embedding_dim=dim, top_k=min(20, max_len)),
                           seed=cfg.seed, jit_compile_dense=False)
         model.build()
         model.compile(optimizer=make_optimizer("adam", cfg.learning_rate))

@@ -23,6 +23,19 @@ FORMAT = "dare_tf.analysis/1"
 _OWN_ENTRIES = {"analysis.json", "report.md", "figures", "dimension_runs"}
 
 
+def history_length(runs: dict, default: int) -> int:
+    """The history length the runs were trained at (`--max_len`; `default`, the dataset's,
+    where no run is given), at which the analyses read the examples; runs trained at
+    different lengths are refused in one line (the analyses compare them on the same
+    examples)."""
+    lengths = {label: run.model.model_config.max_len for label, run in runs.items()}
+    if len(set(lengths.values())) > 1:
+        raise ValueError("--runs: the runs were trained at different history lengths ("
+                         + ", ".join(f"{label}: max_len={n}" for label, n in lengths.items())
+                         + "); the analyses compare them on the same examples: train them at one --max_len")
+    return next(iter(lengths.values()), default)
+
+
 class _Suite:
     def __init__(self, data_dir, runs, output_dir, config: AnalysisConfig, report):
         from dare_tf.data.feeding.memory import InMemorySplit
@@ -30,8 +43,9 @@ class _Suite:
         self.data_dir, self.output_dir, self.config, self.say = data_dir, output_dir, config, report
         self.spec = DatasetSpec.load(data_dir)
         self.runs = {label: load_run(label, path, self.spec, data_dir) for label, path in runs.items()}
-        self.train = InMemorySplit.load(data_dir, "train", self.spec)
-        test = InMemorySplit.load(data_dir, "test", self.spec)
+        self.max_len = history_length(self.runs, self.spec.max_len)
+        self.train = InMemorySplit.load(data_dir, "train", self.spec, max_len=self.max_len)
+        test = InMemorySplit.load(data_dir, "test", self.spec, max_len=self.max_len)
         self.test = {k: v[: config.max_examples] for k, v in test.features.items()}
         self.test["label"] = test.labels[: config.max_examples]
         self.figures_dir = os.path.join(output_dir, "figures")
@@ -54,7 +68,7 @@ class _Suite:
         cfg = self.config
         frequent = np.argsort(-self.counts.target_examples(), kind="stable")[: cfg.top_categories]
         frequent = frequent[self.counts.target_examples()[frequent] > 0]
-        positions = np.arange(1, min(cfg.positions, self.spec.max_len) + 1)
+        positions = np.arange(1, min(cfg.positions, self.max_len) + 1)
         truth = self.counts.mutual_information(frequent[:, None, None], frequent[None, :, None],
                                                positions[None, None, :])
         learned, correlation, by_target = {}, {}, {}
@@ -151,7 +165,7 @@ class _Suite:
 
         dim = next(iter(self.runs.values())).model.model_config.embedding_dim if self.runs else 16
         done = on_tensorflow("dare_tf.analysis.gradients", "gradient_analysis",
-                             [self.data_dir, self.figures_dir, dataclasses.asdict(self.config), dim],
+                             [self.data_dir, self.figures_dir, dataclasses.asdict(self.config), dim, self.max_len],
                              "the gradients analysis", self.say, report=self.say, train=self.train)
         for name, path in done["figures"].items():
             self.figure(name, path)
@@ -197,7 +211,7 @@ class _Suite:
     def dimensions(self, dimension_runs: dict[int, str] | None, overwrite: bool = False) -> dict:
         cfg = self.config
         rep_dim = next(iter(self.runs.values())).model.model_config.embedding_dim if self.runs else 16
-        runs = dimensions.train_widths(self.data_dir, cfg, dict(dimension_runs or {}), rep_dim, self.spec.max_len,
+        runs = dimensions.train_widths(self.data_dir, cfg, dict(dimension_runs or {}), rep_dim, self.max_len,
                                        os.path.join(self.output_dir, "dimension_runs"), self.say, overwrite)
         x = {k: self.test[k][: cfg.timing_batch] for k in MODEL_INPUTS}
         rows = []

@@ -24,11 +24,14 @@ def analysed(tmp_path_factory):
     data = str(root / "prepared")
     prepare("taobao", log, data, Protocol(min_clicks=50, max_len=30, train_targets=6))
     runs = {}
-    for preset, top_k in (("dare", 5), ("twin", 8)):  # (different K: the NDCG is cut at one K, 5)
+    # (different K: the NDCG is cut at one K, 5; histories of 20 where the dataset keeps 30, `--max_len=20`:
+    # the analyses read the examples at the runs' length; before, the retrieval analysis failed with
+    # "DareModel: hist_items has length 30, but the model was built for max_len=20")
+    for preset, top_k in (("dare", 5), ("twin", 8)):
         runs[preset] = str(root / preset)
         train(data, runs[preset], TrainConfig.create(preset=preset, batch_size=256, eval_batch_size=1024, epochs=1,
                                               eval_every=5, max_steps=15, jit_compile=False, verbose=0,
-                                              model_overrides=dict(top_k=top_k)))
+                                              model_overrides=dict(top_k=top_k, max_len=20)))
     out = str(root / "out")
     config = AnalysisConfig(gradient_steps=12, gradient_samples=4, attention_dims=(16, 8), kmeans_examples=600,
                             min_target_examples=10, positions=5, top_categories=6)
@@ -75,9 +78,13 @@ def test_the_suite_writes_every_number_figure_and_the_report_and_refuses_bad_inp
     assert saved["convergence"]["steps_to_reference_best"]["twin"] is not None
     report = open(os.path.join(out, "report.md")).read()
     assert "NDCG@5: dare" in report and report.count("The paper's claim") >= 4
-    population = saved["retrieval"]["paper"]["population"]  # (the paper's population: empty on so small a log)
-    assert population["kept"] == 0 and saved["retrieval"]["paper"]["ndcg"] is None
-    assert "The paper's statistic is not computable on this log" in report
+    # The paper's population at the runs' 20 behaviours (at most 2 thin ones): 3 test examples of this log,
+    # counted from the log alone (its empty case: test_report_reads_representation_over_every_k_seeds_and_the_papers_
+    # population below).
+    papers = saved["retrieval"]["paper"]
+    assert papers["population"]["kept"] == 3 and papers["population"]["max_thin"] == 2
+    assert set(papers["ndcg"]) == {"dare", "twin"} and all(0 <= v <= 1 for v in papers["ndcg"].values())
+    assert "The paper's statistic is not computable on this log" not in report
     for name, path in saved["figures"].items():
         full = os.path.join(out, path)
         with open(full, "rb") as f:
@@ -113,6 +120,21 @@ def _program_errors(data, runs, tmp_path):
         run_analyses(data, {"dare": str(tmp_path)}, str(tmp_path / "b"), analyses=("convergence",))
     with pytest.raises(ValueError, match=r"unknown \['speed'\]"):
         run_analyses(data, runs, str(tmp_path / "c"), analyses=("speed",))
+
+
+def test_runs_of_different_history_lengths_are_refused_in_one_line():
+    from types import SimpleNamespace
+
+    from dare_tf.analysis.suite import history_length
+
+    def run(max_len):
+        return SimpleNamespace(model=SimpleNamespace(model_config=SimpleNamespace(max_len=max_len)))
+
+    assert history_length({"dare": run(20), "twin": run(20)}, 30) == 20 and history_length({}, 30) == 30
+    with pytest.raises(ValueError) as e:
+        history_length({"dare": run(20), "twin": run(30)}, 30)
+    assert str(e.value) == ("--runs: the runs were trained at different history lengths (dare: max_len=20, twin: "
+                            "max_len=30); the analyses compare them on the same examples: train them at one --max_len")
 
 
 def test_report_decides_claims_with_their_noise():
