@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import os
 import threading
+import time
 
 import jax
 import keras
@@ -36,9 +37,15 @@ def refusal(config) -> str | None:
     return None
 
 
-# Seconds after which a process that stopped answering is known gone (jax.distributed's
-# heartbeats; its default, 100 s, would leave the others waiting that long).
-HEARTBEAT_S = 30
+# Seconds after which the coordination service takes a process that stopped sending its
+# heartbeats for gone and ends the others with XLA's own error (its default is 100 s). The
+# watch below knows sooner (`SILENT_S`) and says so in the package's line: this is its backstop.
+HEARTBEAT_S = 60
+# Seconds after which the watch takes a process whose own beats stopped for gone: well under
+# `HEARTBEAT_S`, so that its line, not XLA's, ends the others (where both waited for the
+# service's heartbeats, whichever came first ended the process); well over the few seconds a
+# busy process's thread may wait for the interpreter.
+SILENT_S = 15
 
 
 def join_processes(timeout_s: int) -> None:
@@ -61,12 +68,28 @@ def join_processes(timeout_s: int) -> None:
                                heartbeat_timeout_seconds=HEARTBEAT_S)
     # (at exit the watch ends before JAX's own shutdown, registered before this: the processes leave
     # the coordination service one by one, which is no peer lost)
-    atexit.register(_EXITING.set)
+    atexit.register(_leave, int(index))
     threading.Thread(target=_watch, args=(count, int(index)), daemon=True, name="peers").start()
 
 
 _EXITING = threading.Event()
-WATCH_S = 1  # (how often the watch asks the coordination service)
+WATCH_S = 1  # (how often the watch beats and asks the coordination service)
+BEATS = "dare_tf/beats/"  # (the key-value directory of the processes' beats: a count, or LEFT)
+LEFT = "left"
+
+
+def _leave(index: int) -> None:
+    """(at exit) the watch stops, and the others are told this process leaves, not that it stopped
+    answering: a process that finished waits in JAX's shutdown while process 0 writes the results."""
+    _EXITING.set()
+    with contextlib.suppress(Exception):
+        _client().key_value_set(f"{BEATS}{index}", LEFT, allow_overwrite=True)
+
+
+def _client():
+    from jax._src import distributed
+
+    return distributed.global_state.client
 
 
 def _end(why: str) -> None:
@@ -74,7 +97,10 @@ def _end(why: str) -> None:
     `jax.distributed`'s shutdown would wait for the gone process)."""
     from dare_tf._startup import write_stderr
 
-    write_stderr(f"error: {why}; process {jax.process_index()} of {jax.process_count()} ends too. Start every "
+    # (not `jax.process_index()`: where no array was made yet, it would first join the devices of every
+    # process, the gone one's too, and wait for it)
+    index, count = os.environ["KERAS_DISTRIBUTION_PROCESS_ID"], os.environ["KERAS_DISTRIBUTION_NUM_PROCESSES"]
+    write_stderr(f"error: {why}; process {index} of {count} ends too. Start every "
                  "process again with the same flags: the run resumes from its last checkpoint\n")
     os._exit(1)
 
@@ -84,19 +110,30 @@ def _first_line(error: BaseException) -> str:
 
 
 def _watch(count: int, index: int) -> None:
-    """(`join_processes`'s thread) the processes the coordination service still hears from."""
-    from jax._src import distributed
-
-    client = distributed.global_state.client
+    """(`join_processes`'s thread) each second, beats (a count in the coordination service's
+    key-value store), and ends this process in one line where another one's beats stopped for
+    `SILENT_S`. (Not the service's `get_live_nodes`: it waits for every process it still takes
+    for alive, a killed one until its heartbeats time out.)"""
+    client = _client()
+    heard: dict[int, tuple] = {}  # (each other process: its last beat, and when it changed)
+    beat = 0
     while not _EXITING.wait(WATCH_S):
+        beat += 1
         try:
-            live = client.get_live_nodes(list(range(count)))
+            client.key_value_set(f"{BEATS}{index}", str(beat), allow_overwrite=True)
+            beats = dict(client.key_value_dir_get(BEATS))
         except Exception as e:  # noqa: BLE001 (the coordinator itself gone: its client's errors alike)
             if _EXITING.is_set():  # (this process's own shutdown under way)
                 return
             _end(f"the run's coordinator (process 0) stopped answering ({_first_line(e)})")
-        if len(live) < count and not _EXITING.is_set():
-            _end(f"the run's processes {sorted(set(range(count)) - set(live))} stopped answering")
+        now = time.monotonic()
+        for other in set(range(count)) - {index}:
+            value = beats.get(f"{BEATS}{other}")
+            if other not in heard or heard[other][0] != value:
+                heard[other] = (value, now)
+        silent = sorted(other for other, (value, since) in heard.items() if value != LEFT and now - since > SILENT_S)
+        if silent and not _EXITING.is_set():
+            _end(f"the run's processes {silent} stopped answering")
 
 
 @contextlib.contextmanager
