@@ -110,10 +110,12 @@ def configured_backend() -> str:
 
 
 # Optional imports that Keras and TensorFlow try at their own import, for features no program
-# here uses: Keras's scikit-learn estimator wrappers, and on TensorFlow's backend TensorFlow Lite's
-# converter of JAX functions. Measured here: a program's `import tensorflow` (Keras with it) 4.3
-# CPU seconds, 3.0 without them; Keras on JAX 2.4, 1.6 without scikit-learn.
-UNUSED_AT_IMPORT = {"tensorflow": ("jax", "sklearn"), "jax": ("sklearn",)}
+# here uses: Keras's scikit-learn estimator wrappers and image galleries (matplotlib's pyplot),
+# and on TensorFlow's backend TensorFlow Lite's converter of JAX functions. Measured here: a
+# program's `import tensorflow` (Keras with it) 4.3 CPU seconds, 3.0 without the first and the
+# last, 2.5 without matplotlib too; Keras on JAX 2.4, 1.6 without scikit-learn. (The analysis
+# program imports matplotlib itself, after Keras: hidden only while Keras loads.)
+UNUSED_AT_IMPORT = {"tensorflow": ("jax", "sklearn", "matplotlib"), "jax": ("sklearn", "matplotlib")}
 
 
 @contextlib.contextmanager

@@ -20,7 +20,8 @@ PROBE = ("import runpy, sys\nsys.argv = [sys.argv[1]] + sys.argv[2:]\ncode = 0\n
          "try:\n    runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)\n"
          "except SystemExit as e:\n    code = e.code\n"
          "print('exit', code, 'loaded',"
-         " sorted(m for m in ('tensorflow', 'keras', 'jax', 'sklearn') if m in sys.modules), file=sys.stderr)\n")
+         " sorted(m for m in ('tensorflow', 'keras', 'jax', 'sklearn', 'matplotlib') if m in sys.modules),"
+         " file=sys.stderr)\n")
 
 
 def _probe(program, *args):
@@ -131,8 +132,9 @@ def test_a_bad_flag_or_value_is_one_line_before_tensorflow_loads(program, args, 
 
 def test_a_program_on_tensorflow_loads_neither_jax_nor_scikit_learn(tmp_path):
     """What Keras and TensorFlow import only to offer it (scikit-learn's estimator wrappers,
-    TensorFlow Lite's JAX converter) a program does not load: TensorFlow's import, 4.3 CPU
-    seconds here, 3.0 without them (dare_tf._startup.UNUSED_AT_IMPORT)."""
+    matplotlib for Keras's image galleries, TensorFlow Lite's JAX converter) a program does not
+    load: TensorFlow's import, 4.3 CPU seconds here, 2.5 without them
+    (dare_tf._startup.UNUSED_AT_IMPORT)."""
     done, _ = _probe("serving.export", f"--run_dir={tmp_path}", f"--export_base={tmp_path / 'e'}", "--model_name=dare")
     assert done.stderr.strip().splitlines()[-2:] == [
         f"error: {tmp_path}/results.json not found: is '{tmp_path}' a finished run?",
