@@ -8,6 +8,8 @@ whole step and none of this applies.
 
 from __future__ import annotations
 
+import functools
+
 import keras
 import tensorflow as tf
 
@@ -29,7 +31,9 @@ def compiled_stages(model, stages, training: bool):
         return stages
     cache = model._compiled_stages
     if training not in cache:
-        compiled = tf.function(stages, jit_compile=True, autograph=False, reduce_retracing=True)
+        # (a partial: TensorFlow counts traces by the function's code, which every model's `stages`
+        # shares, and would warn of "retracing" after five models in one process; a partial has none)
+        compiled = tf.function(functools.partial(stages), jit_compile=True, autograph=False, reduce_retracing=True)
         if model.sparse_embedding_gradients:
             # Lookups outside the compiled function: the tables' gradients stay sparse.
             cache[training] = lambda ids: compiled(ids, model.lookup(ids))

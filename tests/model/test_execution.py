@@ -44,19 +44,28 @@ def test_the_compiled_stages_take_batches_of_any_size_without_tensorflows_retrac
     """The analyses run a model's forward pass over batches of many sizes (a split's last
     partial batch, the k-means sample, each analysis' subset): TensorFlow warned of
     retracing after five (`make demo`'s part 5). The compiled stages relax the batch size
-    after a retrace and give the same probabilities as the uncompiled pass."""
+    after a retrace and give the same probabilities as the uncompiled pass. Nor do many
+    models in one process (the analyses of several runs, their gradient runs): TensorFlow
+    counts traces by a function's code, which every model's stages shared (before: this
+    test failed where the same pytest worker had built 5 models before it, "6 out of the
+    last 6 calls to <function DareModel.forward.<locals>.stages> triggered tf.function
+    retracing")."""
     import logging
 
     import tensorflow as tf
 
     from dare_tf.analysis.runs import forward
 
-    model = build_model("dare", num_items=40, num_categories=5, max_len=8, top_k=3, jit_compile_dense=True)
     said = []
     handler = logging.Handler()
     handler.emit = lambda record: said.append(record.getMessage())
     tf.get_logger().addHandler(handler)
     try:
+        for seed in range(6):  # (six models in this process, each traced once)
+            other = build_model("dare", num_items=40, num_categories=5, max_len=8, top_k=3, jit_compile_dense=True,
+                                seed=seed)
+            forward(other, random_batch(np.random.default_rng(seed), 4, 8, 40, 5), ["probability"])
+        model = build_model("dare", num_items=40, num_categories=5, max_len=8, top_k=3, jit_compile_dense=True)
         for size in (7, 5, 3, 11, 2, 9, 4):
             x = random_batch(np.random.default_rng(size), size, 8, 40, 5)
             compiled = forward(model, x, ["probability"])["probability"]
