@@ -273,6 +273,31 @@ def test_the_peers_watch_ends_a_process_where_a_peer_is_lost_and_not_at_its_own_
                     ([], 2), (["the run's processes [1] stopped answering"], silent + 3), ([], silent + 6)]
 
 
+def test_a_run_that_ended_well_tells_the_others_it_leaves_and_one_that_failed_does_not(monkeypatch):
+    """`peers_lost_end_the_process` around a run: where it ends well, the process's beat says
+    it leaves (the others' watches then wait for it no more); where it raises, nothing is
+    said, and its silence ends the others."""
+    from jax._src import distributed
+
+    from dare_tf.training.engines.jax import distribution as jax_distribution
+
+    class Client:
+        store = {}
+
+        def key_value_set(self, key, value, allow_overwrite=False):
+            self.store[key] = value
+
+    monkeypatch.setattr(distributed.global_state, "client", Client())
+    monkeypatch.setenv("KERAS_DISTRIBUTION_PROCESS_ID", "1")
+    with pytest.raises(ValueError):
+        with jax_distribution.peers_lost_end_the_process():
+            raise ValueError("a bad flag")
+    assert Client.store == {}
+    with jax_distribution.peers_lost_end_the_process():
+        pass
+    assert Client.store == {"dare_tf/beats/1": jax_distribution.LEFT}
+
+
 # A process of a run over two: process 0 waits on the coordination service (a key-value read
 # no other process answers), process 1 sleeps until it is killed.
 WAITER = r"""

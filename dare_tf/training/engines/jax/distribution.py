@@ -68,7 +68,7 @@ def join_processes(timeout_s: int) -> None:
                                heartbeat_timeout_seconds=HEARTBEAT_S)
     # (at exit the watch ends before JAX's own shutdown, registered before this: the processes leave
     # the coordination service one by one, which is no peer lost)
-    atexit.register(_leave, int(index))
+    atexit.register(_EXITING.set)
     threading.Thread(target=_watch, args=(count, int(index)), daemon=True, name="peers").start()
 
 
@@ -78,12 +78,14 @@ BEATS = "dare_tf/beats/"  # (the key-value directory of the processes' beats: a 
 LEFT = "left"
 
 
-def _leave(index: int) -> None:
-    """(at exit) the watch stops, and the others are told this process leaves, not that it stopped
-    answering: a process that finished waits in JAX's shutdown while process 0 writes the results."""
-    _EXITING.set()
-    with contextlib.suppress(Exception):
-        _client().key_value_set(f"{BEATS}{index}", LEFT, allow_overwrite=True)
+def _finished() -> None:
+    """(a process's run ended well) the others are told this process leaves, not that it stopped
+    answering: it waits in JAX's shutdown while process 0 writes the results. (Not where it
+    ended in an error: its silence ends the others.)"""
+    client = _client()
+    if client is not None:
+        with contextlib.suppress(Exception):
+            client.key_value_set(f"{BEATS}{os.environ['KERAS_DISTRIBUTION_PROCESS_ID']}", LEFT, allow_overwrite=True)
 
 
 def _client():
@@ -139,13 +141,15 @@ def _watch(count: int, index: int) -> None:
 @contextlib.contextmanager
 def peers_lost_end_the_process():
     """Around a run over several processes: a collective that fails because another
-    process is gone (a closed connection, a timeout) ends this one in one line."""
+    process is gone (a closed connection, a timeout) ends this one in one line; a run that
+    ended well tells the others' watches that this process leaves."""
     try:
         yield
     except jax.errors.JaxRuntimeError as e:
         if jax.process_count() == 1:
             raise
         _end(f"a collective with the run's other processes failed, one of them is gone ({_first_line(e)})")
+    _finished()
 
 
 class EveryJaxProcess(EveryProcess):
