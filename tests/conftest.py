@@ -197,14 +197,13 @@ def pytest_configure(config):
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         return  # (pytest-xdist's controller runs no test: TensorFlow loads in its workers alone)
     if configured_backend() == "tensorflow":
-        import_tensorflow_quietly()
-        import tensorflow as tf
-
-        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
         import functools
 
+        import_tensorflow_quietly()
+        import tensorflow as tf
         from tensorflow.python.framework import ops
 
+        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
         ops._create_c_op = functools.partial(ops._create_c_op, extract_traceback=False)
 
 

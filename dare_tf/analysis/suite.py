@@ -44,6 +44,8 @@ class _Suite:
         self.spec = DatasetSpec.load(data_dir)
         self.runs = {label: load_run(label, path, self.spec, data_dir) for label, path in runs.items()}
         self.max_len = history_length(self.runs, self.spec.max_len)
+        # (the width the gradient analysis and the dimension cut train at: the first run's)
+        self.embedding_dim = next(iter(self.runs.values())).model.model_config.embedding_dim if self.runs else 16
         self.train = InMemorySplit.load(data_dir, "train", self.spec, max_len=self.max_len)
         test = InMemorySplit.load(data_dir, "test", self.spec, max_len=self.max_len)
         self.test = {k: v[: config.max_examples] for k, v in test.features.items()}
@@ -163,9 +165,9 @@ class _Suite:
     def gradients(self) -> dict:
         from dare_tf._on_tensorflow import on_tensorflow  # (the split gradients are TensorFlow's tapes)
 
-        dim = next(iter(self.runs.values())).model.model_config.embedding_dim if self.runs else 16
         done = on_tensorflow("dare_tf.analysis.gradients", "gradient_analysis",
-                             [self.data_dir, self.figures_dir, dataclasses.asdict(self.config), dim, self.max_len],
+                             [self.data_dir, self.figures_dir, dataclasses.asdict(self.config), self.embedding_dim,
+                              self.max_len],
                              "the gradients analysis", self.say, report=self.say, train=self.train)
         for name, path in done["figures"].items():
             self.figure(name, path)
@@ -210,8 +212,7 @@ class _Suite:
     # -- 6. attention-dimension cut ------------------------------------------------------
     def dimensions(self, dimension_runs: dict[int, str] | None, overwrite: bool = False) -> dict:
         cfg = self.config
-        rep_dim = next(iter(self.runs.values())).model.model_config.embedding_dim if self.runs else 16
-        runs = dimensions.train_widths(self.data_dir, cfg, dict(dimension_runs or {}), rep_dim, self.max_len,
+        runs = dimensions.train_widths(self.data_dir, cfg, dict(dimension_runs or {}), self.embedding_dim, self.max_len,
                                        os.path.join(self.output_dir, "dimension_runs"), self.say, overwrite)
         x = {k: self.test[k][: cfg.timing_batch] for k in MODEL_INPUTS}
         rows = []

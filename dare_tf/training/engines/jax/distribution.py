@@ -68,10 +68,13 @@ def join_processes(timeout_s: int) -> None:
                                heartbeat_timeout_seconds=HEARTBEAT_S)
     # (at exit the watch ends before JAX's own shutdown, registered before this: the processes leave
     # the coordination service one by one, which is no peer lost)
+    global _JOINED
+    _JOINED = (int(index), count)
     atexit.register(_EXITING.set)
     threading.Thread(target=_watch, args=(count, int(index)), daemon=True, name="peers").start()
 
 
+_JOINED: tuple[int, int] | None = None  # (this process's index and the run's count, once joined)
 _EXITING = threading.Event()
 WATCH_S = 1  # (how often the watch beats and asks the coordination service)
 BEATS = "dare_tf/beats/"  # (the key-value directory of the processes' beats: a count, or LEFT)
@@ -82,10 +85,9 @@ def _finished() -> None:
     """(a process's run ended well) the others are told this process leaves, not that it stopped
     answering: it waits in JAX's shutdown while process 0 writes the results. (Not where it
     ended in an error: its silence ends the others.)"""
-    client = _client()
-    if client is not None:
+    if _JOINED is not None:
         with contextlib.suppress(Exception):
-            client.key_value_set(f"{BEATS}{os.environ['KERAS_DISTRIBUTION_PROCESS_ID']}", LEFT, allow_overwrite=True)
+            _client().key_value_set(f"{BEATS}{_JOINED[0]}", LEFT, allow_overwrite=True)
 
 
 def _client():
@@ -101,7 +103,7 @@ def _end(why: str) -> None:
 
     # (not `jax.process_index()`: where no array was made yet, it would first join the devices of every
     # process, the gone one's too, and wait for it)
-    index, count = os.environ["KERAS_DISTRIBUTION_PROCESS_ID"], os.environ["KERAS_DISTRIBUTION_NUM_PROCESSES"]
+    index, count = _JOINED
     write_stderr(f"error: {why}; process {index} of {count} ends too. Start every "
                  "process again with the same flags: the run resumes from its last checkpoint\n")
     os._exit(1)
