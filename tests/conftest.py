@@ -11,6 +11,14 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 OLDER_CPU_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
 UNOPTIMIZED = "--xla_backend_optimization_level=0"
 os.environ.setdefault("XLA_FLAGS", f"{UNOPTIMIZED} {OLDER_CPU_EMITTERS}")
+# TensorFlow runs each op on one thread (intra-op; oneDNN's OpenMP too) and two ops at once
+# (inter-op), in the tests' processes and the programs they start: the suite runs more processes
+# than the machine has cores, and their thread pools' spinning only took cores from each other
+# (measured on 2 cores: `make check`'s tests 124 and 131 -> 113 and 121 CPU s; the TensorFlow
+# training and distribution tests 172 -> 163 CPU s, 128 -> 114 s). A reduction's sum order
+# follows the thread count: the tests hold under either (docs/development.md).
+for _name, _threads in (("TF_NUM_INTRAOP_THREADS", "1"), ("TF_NUM_INTEROP_THREADS", "2"), ("OMP_NUM_THREADS", "1")):
+    os.environ.setdefault(_name, _threads)
 # In the tests' own processes `tf.keras` is Keras 2 (tf-keras) from the start, as the retrieval
 # stage (tensorflow-recommenders) needs, so every test, the retrieval stage's among them, runs in
 # one pytest run (dare_tf itself uses Keras 3, `import keras`, which this does not touch). The
