@@ -278,3 +278,15 @@ def two_stage(taobao, tmp_path_factory):
     train(taobao, runs["dare"], TrainConfig.create(preset="dare", batch_size=256, epochs=1, eval_every=20, verbose=0,
                                                    model_overrides=dict(top_k=10)))
     return runs
+
+
+def pytest_collection_finish(session):
+    """The objects alive once the tests are collected (TensorFlow's, Keras's and JAX's
+    modules, classes and functions, by the hundred thousand, kept to the end) are out of
+    the garbage collector's sight (`gc.freeze`, as the programs' `start_up_frozen`): its
+    full collections during the tests scan only what the tests made. Measured: `make
+    check`'s tests 106 and 108 -> 98 and 101 CPU s."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
