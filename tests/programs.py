@@ -19,6 +19,7 @@ environment and Keras's dtype policy are restored afterwards.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -69,6 +70,9 @@ def run_program(program: str, *args: str, cwd: str = REPO, env: dict | None = No
         _BASE_FLAGS.update(n for n in FLAGS if not any(
             _is_program(m) for m, fs in FLAGS.flags_by_module_dict().items() for f in fs if f.name == n))
     _forget_programs()
+    # (the program's start freezes what is alive, `start_up_frozen`, and in this process, frozen since
+    # the collection (tests/conftest.py), keeps it frozen: earlier tests' garbage is collected first)
+    gc.collect()
     saved = {"cwd": os.getcwd(), "env": dict(os.environ), "argv": sys.argv, "stdin": sys.stdin,
              "stdout": sys.stdout, "stderr": sys.stderr, "policy": keras.config.dtype_policy(),
              "verbosity": absl_logging.get_verbosity(), "main_doc": sys.modules["__main__"].__doc__,

@@ -175,7 +175,19 @@ def test_what_a_program_skips_at_its_start_imports_as_usual_afterwards(monkeypat
         assert sys.modules["tabnanny"].__name__ == "tabnanny"
 
 
-def test_start_up_frozen_hides_what_lived_before_and_unfreezes_only_what_it_froze():
+@pytest.fixture
+def unfrozen():
+    """This test's process as a program's process before its start: nothing frozen
+    (tests/conftest.py freezes what the tests' collection left alive); frozen again after."""
+    import gc
+
+    gc.unfreeze()
+    yield
+    gc.collect()
+    gc.freeze()
+
+
+def test_start_up_frozen_hides_what_lived_before_and_unfreezes_only_what_it_froze(unfrozen):
     import gc
 
     from dare_tf._startup import start_up_frozen
@@ -231,7 +243,7 @@ def test_a_freed_block_is_reused_without_the_kernel_faulting_its_pages_again():
     ("serving.client", ["recommend", "--server=localhost:1", "--model_name=dare", "--retries=0",
                         "--request_json={out}/request.json"]),
 ], ids=["without-tensorflow", "on-tensorflow"])
-def test_a_programs_work_runs_with_its_start_up_frozen(program, args, tmp_path, monkeypatch):
+def test_a_programs_work_runs_with_its_start_up_frozen(program, args, tmp_path, monkeypatch, unfrozen):
     """dare_tf.cli.run: once a program's imports are done, its `main` runs with what was
     alive then out of the garbage collector's sight (`_startup.start_up_frozen`);
     in this longer process nothing stays frozen afterwards."""
