@@ -26,9 +26,8 @@ demo: $(STAMP)
 # the rest): the slow tests first, the longest first by tests/slow.txt's CPU seconds, one test at a
 # time, except the groups that share a module fixture (xdist_group), which stay on one worker. More
 # workers than two cores: a worker waiting (a subprocess starting, a server answering) leaves its
-# core to the others. Measured on 2 cores: the whole suite on 3 workers 738 s (1.78 cores busy on
-# average), on 4 707 s (1.89); `make check`'s short tests 75 s on 3, 84 on 4 (each worker's start-up
-# costs more than it overlaps there). It prints the 15 slowest tests and why each skipped test skipped.
+# core to the others; four for the whole suite, three for `make check`'s short tests (measured:
+# docs/development.md). It prints the 15 slowest tests and why each skipped test skipped.
 PYTEST := $(PY) -m pytest -q -p no:cacheprovider --dist loadgroup -rs
 test: $(STAMP) browser
 	$(VENV)/bin/ruff check .
