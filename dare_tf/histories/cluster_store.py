@@ -34,7 +34,7 @@ import redis
 from redis.cluster import ClusterNode
 
 from dare_tf.histories.base import PartialAppend, StoreError, merged
-from dare_tf.histories.redis_store import RedisStore
+from dare_tf.histories.redis_store import RedisStore, intern_codes
 
 SCHEME = "redis-cluster://"
 CONFIRMED_TEXTS = 1_000_000  # strings an appender remembers as confirmed before it clears the memory
@@ -127,20 +127,10 @@ class ClusterStore(RedisStore):
         before (another appender may have written them and not yet had its WAIT answered,
         or died before it) confirmed too: a write on the same connection (a counter) then
         WAIT, which the replication stream's order makes cover the writes read."""
-        ids, names, next_id = self._meta("ids"), self._meta("names"), self._meta("next_id")
-        with self._connection(ids) as command:
-            found = command("HMGET", ids, *texts)
-            read = len({t for t, code in zip(texts, found) if code is not None} - self._confirmed_texts)
-            made: dict[str, int] = {}
-            for i, (text, code) in enumerate(zip(texts, found)):
-                if code is None and text not in made:
-                    fresh = command("INCR", next_id)
-                    command("HSET", names, fresh, text)
-                    if not command("HSETNX", ids, text, fresh):
-                        code = command("HGET", ids, text)
-                    made[text] = fresh if code is None else code
-                found[i] = made.get(text, found[i])
-            created = len(made)
+        with self._connection(self._meta("ids")) as command:
+            codes, new = intern_codes(command.many, self._meta, texts, create=True)
+            read = len(set(texts) - set(new) - self._confirmed_texts)
+            created = len(new)
             if created or read:
                 if not created:
                     command("INCR", self._meta("confirmations"))
@@ -150,20 +140,25 @@ class ClusterStore(RedisStore):
                 if len(self._confirmed_texts) > CONFIRMED_TEXTS:
                     self._confirmed_texts.clear()
                 self._confirmed_texts.update(texts)
-            return np.array([int(c) for c in found], np.int64)
+            return codes
 
     @contextlib.contextmanager
     def _connection(self, key: str):
         """`command(*args)` on one connection to the master of `key`'s slot (WAIT counts
-        that connection's writes)."""
+        that connection's writes), and `command.many(commands)`: their replies, the
+        commands sent in one round trip."""
         node = self.client.get_node_from_key(key, replica=False)
         pool = self.client.get_redis_connection(node).connection_pool
         connection = pool.get_connection()
         try:
             def command(*args):
-                connection.send_command(*args)
-                return connection.read_response()
+                return command.many([args])[0]
 
+            def many(commands):
+                connection.send_packed_command(connection.pack_commands(commands))
+                return [connection.read_response() for _ in commands]
+
+            command.many = many
             yield command
         except BaseException:
             connection.disconnect()  # (its state is unknown: a WATCH or MULTI may be open)

@@ -21,6 +21,7 @@ import redis
 from dare_tf.histories.base import DEFAULT_MAX_CLICKS, HistoryStore, StoreError, merged
 
 _FORMAT = "dare_tf.histories/1"
+INTERN_BATCH = 10_000  # new string ids numbered per round trip (`intern_codes`)
 # What a Redis server that stopped answering raises.
 _DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
@@ -80,19 +81,17 @@ class RedisStore(HistoryStore):
             raise StoreError(f"{self.url}: the Redis server stopped answering ({type(e).__name__}: {e})") from None
 
     def _intern(self, texts: list[str], create: bool) -> np.ndarray:
-        """Codes from the hash `ids` (string -> code) and `names` (code -> string); a
-        new string takes the next `next_id`, its name written before its code, and
-        of two writers numbering one string at once, the first code kept."""
+        """Codes from the hash `ids` (string -> code) and `names` (code -> string)
+        (`intern_codes`: a round trip per batch of strings, not three per string)."""
         with self._answering():
-            found = self.client.hmget(self._meta("ids"), texts)
-            for i, (text, code) in enumerate(zip(texts, found)):
-                if code is None and create:
-                    fresh = self.client.incr(self._meta("next_id"))
-                    self.client.hset(self._meta("names"), fresh, text)
-                    if not self.client.hsetnx(self._meta("ids"), text, fresh):
-                        code = self.client.hget(self._meta("ids"), text)
-                    found[i] = fresh if code is None else code
-            return np.array([-1 if c is None else int(c) for c in found], np.int64)
+            return intern_codes(self._pipelined, self._meta, texts, create)[0]
+
+    def _pipelined(self, commands: list[tuple]) -> list:
+        """The replies of `commands`, sent in one round trip (no transaction)."""
+        with self.client.pipeline(transaction=False) as pipe:
+            for command in commands:
+                pipe.execute_command(*command)
+            return pipe.execute()
 
     def _texts(self, codes) -> list[str]:
         with self._answering():
@@ -158,3 +157,31 @@ class RedisStore(HistoryStore):
 
     def close(self) -> None:
         self.client.close()
+
+
+def intern_codes(run, meta, texts: list[str], create: bool) -> tuple[np.ndarray, list[str]]:
+    """The int64 codes of `texts` in a Redis store's hashes `meta("ids")` (string ->
+    code) and `meta("names")` (code -> string), -1 for a string without one unless
+    `create`. New strings are numbered in order of first appearance from `meta("next_id")`
+    (one INCRBY per `INTERN_BATCH`), each name written before its code, and of two
+    writers numbering one string at once the first code is kept (HSETNX; the other's
+    number is left unused). `run(commands)` sends a list of commands in one round trip
+    on one connection, in order, and returns their replies. Returns the codes and the
+    strings that had none when read (each once)."""
+    ids, names, next_id = meta("ids"), meta("names"), meta("next_id")
+    (found,) = run([("HMGET", ids, *texts)])
+    made: dict[str, int] = {}
+    new = list(dict.fromkeys(text for text, code in zip(texts, found) if code is None))
+    for start in range(0, len(new) if create else 0, INTERN_BATCH):
+        batch = new[start:start + INTERN_BATCH]
+        (top,) = run([("INCRBY", next_id, len(batch))])
+        fresh = range(top - len(batch) + 1, top + 1)
+        written = run([("HSET", names, *(x for pair in zip(fresh, batch) for x in pair)),
+                       *(("HSETNX", ids, text, code) for text, code in zip(batch, fresh))])[1:]
+        made.update(zip(batch, fresh))
+        lost = [text for text, kept in zip(batch, written) if not kept]
+        if lost:  # (another writer numbered them first: its codes)
+            (codes,) = run([("HMGET", ids, *lost)])
+            made.update(zip(lost, (int(code) for code in codes)))
+    return np.array([made.get(text, -1) if code is None else int(code) for text, code in zip(texts, found)],
+                    np.int64), new
