@@ -21,7 +21,7 @@ import redis
 from dare_tf.histories.base import DEFAULT_MAX_CLICKS, HistoryStore, StoreError, merged
 
 _FORMAT = "dare_tf.histories/1"
-INTERN_BATCH = 10_000  # new string ids numbered per round trip (`intern_codes`)
+INTERN_BATCH = 10_000  # new string ids numbered a batch, in two round trips (`intern_codes`)
 # What a Redis server that stopped answering raises.
 _DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
@@ -82,7 +82,7 @@ class RedisStore(HistoryStore):
 
     def _intern(self, texts: list[str], create: bool) -> np.ndarray:
         """Codes from the hash `ids` (string -> code) and `names` (code -> string)
-        (`intern_codes`: a round trip per batch of strings, not three per string)."""
+        (`intern_codes`: two round trips a batch of new strings, not three a string)."""
         with self._answering():
             return intern_codes(self._pipelined, self._meta, texts, create)[0]
 
