@@ -261,7 +261,7 @@ def bench_checks(work: str, train_rows: list[dict] | None) -> list[dict]:
     if streamed:
         epoch_s = spec.counts["train"] / streamed[0]["train_samples_per_s"]
     rows = [{"what": "size and sha256 of every shard", "seconds": files_s},
-            {"what": "parse every shard (tf.data) and check its ids", "seconds": read_s - files_s},
+            {"what": "parse every shard (the package's numpy decoder) and check its ids", "seconds": read_s - files_s},
             {"what": "of which the id-range checks", "seconds": checking[0]}]
     for r in rows:
         r["us_per_record"] = r["seconds"] / examples * 1e6
