@@ -68,6 +68,34 @@ def test_batch_norm_statistics_refresh_fits_the_current_weights(planted, tmp_pat
         assert stale_gap > 0.05 and fresh_gap < stale_gap / 5, (stale_gap, fresh_gap)
 
 
+def test_a_batch_norm_refresh_reads_at_most_the_steps_between_validations(planted, tmp_path, monkeypatch):
+    """--bn_statistics_batches training batches, at most eval_every: a short run's refreshes
+    read no more batches than it trained between two validations."""
+    import tensorflow as tf
+
+    from dare_tf import training
+    from dare_tf.data.storage.spec import DatasetSpec
+    from dare_tf.training import SeedRun
+    from dare_tf.training.engines.tensorflow import evaluator
+
+    data_dir, _ = planted
+    spec = DatasetSpec.load(data_dir)
+    read = []
+    monkeypatch.setattr(evaluator, "refresh_batch_norm_statistics",
+                        lambda model, batches, combine: read.append(sum(1 for _ in batches)))
+    # (the planted log: an epoch of 113 steps at batch 256, validated every 22 by default)
+    for changes, expected in ((dict(eval_every=4), 4), (dict(eval_every=4, bn_statistics_batches=3), 3),
+                              (dict(eval_every=30), 30), (dict(eval_every=39, bn_statistics_batches=35), 35),
+                              (dict(eval_every=None), 22)):
+        config = TrainConfig.create(preset="twin", **dict(FAST, **changes))
+        strategy = tf.distribute.get_strategy()
+        run = SeedRun(data_dir, str(tmp_path / str(len(read))), config, 0, spec, strategy, True,
+                      training.effective_model_config(config, spec, strategy), print)
+        assert run.plan.bn_statistics_batches == expected, changes
+        run.evaluator.refresh_batch_norm_statistics()
+        assert read[-1] == expected, changes
+
+
 @pytest.mark.engines
 def test_results_report_metrics_by_history_length_and_undertraining_warnings(planted, tmp_path):
     from dare_tf.data.storage.spec import DatasetSpec

@@ -119,12 +119,12 @@ class JaxSeedRun(SeedRunBase):
         return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
     def refresh_batch_norm_statistics(self) -> None:
-        """BatchNorm's moving statistics from `bn_statistics_batches` training batches
+        """BatchNorm's moving statistics from the plan's `bn_statistics_batches` training batches
         (as on TensorFlow: the rows of the permutation of epoch 999)."""
         cfg = self.config
-        if cfg.reference_mode or not cfg.schedule.bn_statistics_batches:
+        batch, wanted = cfg.schedule.batch_size, self.plan.bn_statistics_batches
+        if cfg.reference_mode or not wanted:
             return
-        batch, wanted = cfg.schedule.batch_size, cfg.schedule.bn_statistics_batches
         if "train" in self.streamed:  # (the first batches of epoch 999's order, streamed)
             count = min(wanted, len(self.streamed["train"].stream) // batch)
             split, rows = self.streamed["train"].epoch_start(self.seed, 999, count, batch)

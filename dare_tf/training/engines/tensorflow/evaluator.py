@@ -58,16 +58,16 @@ class Evaluator:
         return self._combine()(outputs) if plan.workers > 1 else outputs
 
     def refresh_batch_norm_statistics(self) -> None:
-        """BatchNorm's moving statistics from `bn_statistics_batches` training batches
+        """BatchNorm's moving statistics from the plan's `bn_statistics_batches` training batches
         (`dare_tf.training.engines.tensorflow.prediction.refresh_batch_norm_statistics`); nothing in
         reference mode."""
-        cfg = self.config
-        if cfg.reference_mode or not cfg.schedule.bn_statistics_batches:
+        cfg, count = self.config, self.plan.bn_statistics_batches
+        if cfg.reference_mode or not count:
             return
         # A small shuffle buffer: a mixed sample of the training split, cheap to fill.
         batches = self.plan.epoch_batches(999, min(cfg.data.shuffle_buffer, 8 * cfg.schedule.batch_size))
         refresh_batch_norm_statistics(
-            self.model, (x for x, _ in batches.take(cfg.schedule.bn_statistics_batches)), self._combine())
+            self.model, (x for x, _ in batches.take(count)), self._combine())
 
     def cascade_metrics(self, split: str, retrieval: bool = True) -> dict[str, float]:
         """The cascade's metrics of `split` (`dare_tf.training.reranking`), of every
