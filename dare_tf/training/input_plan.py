@@ -31,7 +31,7 @@ class InputPlan:
     Attributes:
         steps_per_epoch, total_steps, eval_every: the run's schedule.
         bn_statistics_batches: the training batches each BatchNorm refresh
-            reads: `--bn_statistics_batches`, at most `eval_every`.
+            reads: `--bn_statistics_batches`, at most `eval_every` and `total_steps`.
         worker, workers, partitions, local_batch: this worker's share.
         memory: the splits read from memory (`InMemorySplit`), by name.
         warnings: the schedule's warnings (`diagnostics.schedule_warnings`).
@@ -83,9 +83,10 @@ class InputPlan:
         if config.schedule.max_steps is not None:
             self.total_steps = min(self.total_steps, config.schedule.max_steps)
         self.eval_every = config.schedule.eval_every or default_eval_every(self.total_steps)
-        # (at most the steps between two validations: a refresh never reads more batches than were trained
-        # since the last one, where a short run's refreshes outweighed its training)
-        self.bn_statistics_batches = min(config.schedule.bn_statistics_batches, self.eval_every)
+        # (at most the steps between two validations, or the run's where it is shorter: a refresh never
+        # reads more batches than were trained since the last one, where a short run's refreshes
+        # outweighed its training)
+        self.bn_statistics_batches = min(config.schedule.bn_statistics_batches, self.eval_every, self.total_steps)
 
     def _permutation(self, epoch: int) -> np.ndarray:
         return self.memory["train"].epoch_order(self.seed, epoch)

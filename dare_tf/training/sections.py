@@ -95,8 +95,9 @@ class ScheduleConfig:
         max_steps: stop each seed after this many steps (None: all epochs).
         bn_statistics_batches: before each evaluation, BatchNorm's moving
             statistics are set to the average statistics of this many training
-            batches under the current weights, at most `eval_every` (a refresh
-            reads no more batches than the steps trained since the last one).
+            batches under the current weights, at most `eval_every` and the
+            run's steps (a refresh reads no more batches than the steps trained
+            since the last one).
             The moving average of training lags behind weights that move fast:
             TWIN on the demo log evaluated at logloss 2.60 with it, 0.29 after
             the refresh. 0 turns it off.

@@ -69,8 +69,8 @@ def test_batch_norm_statistics_refresh_fits_the_current_weights(planted, tmp_pat
 
 
 def test_a_batch_norm_refresh_reads_at_most_the_steps_between_validations(planted, tmp_path, monkeypatch):
-    """--bn_statistics_batches training batches, at most eval_every: a short run's refreshes
-    read no more batches than it trained between two validations."""
+    """--bn_statistics_batches training batches, at most eval_every and the run's steps: a
+    short run's refreshes read no more batches than it trained between two validations."""
     import tensorflow as tf
 
     from dare_tf import training
@@ -86,7 +86,7 @@ def test_a_batch_norm_refresh_reads_at_most_the_steps_between_validations(plante
     # (the planted log: an epoch of 113 steps at batch 256, validated every 22 by default)
     for changes, expected in ((dict(eval_every=4), 4), (dict(eval_every=4, bn_statistics_batches=3), 3),
                               (dict(eval_every=30), 30), (dict(eval_every=39, bn_statistics_batches=35), 35),
-                              (dict(eval_every=None), 22)):
+                              (dict(eval_every=100, max_steps=3), 3), (dict(eval_every=None), 22)):
         config = TrainConfig.create(preset="twin", **dict(FAST, **changes))
         strategy = tf.distribute.get_strategy()
         run = SeedRun(data_dir, str(tmp_path / str(len(read))), config, 0, spec, strategy, True,
