@@ -15,6 +15,12 @@ from dare_tf.model.config import ModelConfig
 # of DARE at d=16 (96 floats a behaviour), batch 32 and 64, L 20,000 to 140,000 on CPU: 660-750
 # bytes a slot, which 8 bytes a float and 64 for the slot's ids bound from above.
 STEP_BYTES_PER_FLOAT, STEP_BYTES_PER_SLOT = 8, 64
+# Under an address-space limit (RLIMIT_AS), the room a process keeps besides the step's histories
+# and what it holds: new threads' stacks, the allocator's arenas, XLA's compiler threads. Measured
+# (DARE at d 8 and 4, L 20,000, batch 256: 2.4 GiB estimated, 1.5 GiB held at the check): with
+# 1.0 to 1.1 GiB left above both, the step's tensors fitted and a thread's creation then failed
+# (`LLVM ERROR: pthread_create failed`, or an uncaught `std::bad_alloc`): an abort, not a line.
+ADDRESS_SPACE_HEADROOM = 5 * 2**30 // 4
 
 
 def step_bytes(model_config: ModelConfig, batch_size: int) -> int:
@@ -64,15 +70,19 @@ def check_step_memory(model_config: ModelConfig, batch_size: int, available: int
     """Refuses, before anything is built, a history length and batch whose training
     step cannot fit in this process's memory (`memory_limit`, less what the process
     holds already, `process_bytes`: it ended in an internal reshape error, or was
-    killed, or aborted in the allocator)."""
+    killed, or aborted in the allocator; under an address-space limit, less
+    `ADDRESS_SPACE_HEADROOM` too)."""
     need = step_bytes(model_config, batch_size)
     if available is None:
         available, what = memory_limit()
-        held = process_bytes(address_space="RLIMIT_AS" in what)
+        address_space = "RLIMIT_AS" in what
+        held = process_bytes(address_space)
     else:
-        what, held = "this machine's memory", 0
-    if need + held > available:
+        what, held, address_space = "this machine's memory", 0, False
+    room = ADDRESS_SPACE_HEADROOM if address_space else 0
+    if need + held + room > available:
         besides = f", less the {held / 2**30:.1f} GiB this process holds already" if held else ""
+        besides += f" and {room / 2**30:.2f} GiB for its threads" if room else ""
         raise ValueError(f"max_len={model_config.max_len} at batch_size={batch_size}: one training step holds about "
                          f"{need / 2**30:.1f} GiB for its histories ({batch_size} x {model_config.max_len:,} slots of "
                          f"{need // (batch_size * model_config.max_len):,} bytes), more than {what}, "
@@ -97,5 +107,5 @@ def out_of_memory(model_config: ModelConfig, batch_size: int, error: BaseExcepti
                             f"of memory ({type(error).__name__}: {said[:200]}); lower --max_len or --batch_size")
 
 
-__all__ = ["OutOfMemoryError", "check_step_memory", "memory_bytes", "memory_limit", "out_of_memory",
-           "process_bytes", "step_bytes"]
+__all__ = ["ADDRESS_SPACE_HEADROOM", "OutOfMemoryError", "check_step_memory", "memory_bytes", "memory_limit",
+           "out_of_memory", "process_bytes", "step_bytes"]
