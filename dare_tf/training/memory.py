@@ -82,7 +82,8 @@ def check_step_memory(model_config: ModelConfig, batch_size: int, available: int
     room = ADDRESS_SPACE_HEADROOM if address_space else 0
     if need + held + room > available:
         besides = f", less the {held / 2**30:.1f} GiB this process holds already" if held else ""
-        besides += f" and {room / 2**30:.2f} GiB for its threads" if room else ""
+        if room:
+            besides += f"{' and' if held else ', less'} {room / 2**30:.2f} GiB for its threads"
         raise ValueError(f"max_len={model_config.max_len} at batch_size={batch_size}: one training step holds about "
                          f"{need / 2**30:.1f} GiB for its histories ({batch_size} x {model_config.max_len:,} slots of "
                          f"{need // (batch_size * model_config.max_len):,} bytes), more than {what}, "

@@ -86,3 +86,24 @@ def test_what_the_process_holds_counts_and_running_out_of_memory_is_one_line(tao
         assert "GiB this process holds already" in lines[0], lines[0]
     else:  # (the check passes here on the machines measured; where it does not, its line is as good)
         assert "the training step ran out of memory" in lines[0] or "holds already" in lines[0], lines[0]
+
+
+def test_an_address_space_limit_keeps_room_for_the_threads(monkeypatch):
+    """A step that fits a limit of the machine's memory is refused under an address-space
+    limit of the same size that leaves less than `ADDRESS_SPACE_HEADROOM` beside it."""
+    from dare_tf.model.config import ModelConfig
+    from dare_tf.training import memory
+
+    config = ModelConfig(num_items=10, num_categories=3, max_len=20000, num_positions=20001)  # (4.0 GiB a step)
+    monkeypatch.setattr(memory, "process_bytes", lambda address_space: 0)
+    limit = memory.step_bytes(config, 256) + memory.ADDRESS_SPACE_HEADROOM // 2
+    monkeypatch.setattr(memory, "memory_limit", lambda: (limit, "this machine's memory"))
+    memory.check_step_memory(config, 256)  # (fits)
+    monkeypatch.setattr(memory, "memory_limit", lambda: (limit, "this process's address-space limit (RLIMIT_AS, "
+                                                                "ulimit -v)"))
+    with pytest.raises(ValueError) as e:
+        memory.check_step_memory(config, 256)
+    assert str(e.value) == (
+        "max_len=20000 at batch_size=256: one training step holds about 4.0 GiB for its histories (256 x 20,000 slots "
+        "of 832 bytes), more than this process's address-space limit (RLIMIT_AS, ulimit -v), 4.6 GiB, less 1.25 GiB "
+        "for its threads; lower --max_len or --batch_size")
