@@ -8,6 +8,13 @@ import re
 import pytest
 
 
+def under_limit(limit_kb: int, *command: str) -> list[str]:
+    """`command` run under an address-space limit, set by bash's `ulimit -v` before it execs
+    (not in `preexec_fn`: a forked copy of the test's large process, over the limit, aborted there
+    at its next allocation, measured once in a fresh clone's `make test`)."""
+    return ["bash", "-c", 'ulimit -v "$0" && exec "$@"', str(limit_kb), *command]
+
+
 def test_out_of_memory_names_the_allocators_line():
     from dare_tf.model.config import ModelConfig
     from dare_tf.training.memory import OutOfMemoryError, out_of_memory
@@ -25,24 +32,22 @@ def test_the_memory_check_compares_with_the_process_address_space_limit(taobao, 
     """Issue 59 (1): under `ulimit -v 8000000` a step of 12.2 GiB was compared with the machine's
     memory and aborted in the allocator (rc 134, 86 lines); it is refused in one line, naming the
     limit the process has."""
-    import resource
     import subprocess
     import sys
 
     from tests.conftest import ENV, REPO
 
-    def limited():
-        resource.setrlimit(resource.RLIMIT_AS, (8_000_000 * 1024, resource.RLIM_INFINITY))
-
-    check = subprocess.run([sys.executable, "-c", "from dare_tf.training.memory import memory_limit; "
-                            "print(memory_limit())"], capture_output=True, text=True, preexec_fn=limited, cwd=REPO,
+    check = subprocess.run(under_limit(8_000_000, sys.executable, "-c",
+                                       "from dare_tf.training.memory import memory_limit; print(memory_limit())"),
+                           capture_output=True, text=True, cwd=REPO,
                            env=ENV, check=True)
     assert check.stdout.strip() == str((8_192_000_000, "this process's address-space limit (RLIMIT_AS, ulimit -v)"))
-    result = subprocess.run([sys.executable, "-m", "trainers.train", "--model=dare", f"--data_dir={taobao}",
+    result = subprocess.run(under_limit(8_000_000, sys.executable, "-m", "trainers.train", "--model=dare",
+                                        f"--data_dir={taobao}",
                              f"--output_dir={tmp_path / 'rx'}", "--max_len=100000", "--epochs=1", "--batch_size=256",
                              "--max_steps=5", "--embedding_dim=8", "--attention_embedding_dim=4",
-                             "--bn_statistics_batches=2", "--verbose=0"],
-                            capture_output=True, text=True, preexec_fn=limited, cwd=REPO, env=ENV, timeout=300)
+                             "--bn_statistics_batches=2", "--verbose=0"),
+                            capture_output=True, text=True, cwd=REPO, env=ENV, timeout=300)
     assert result.returncode == 1, result.stderr[-2000:]
     assert re.fullmatch(
         r"error: --max_len=100000 at batch_size=256: one training step holds about 12\.2 GiB for its histories \(256 x "
@@ -64,20 +69,17 @@ def test_what_the_process_holds_counts_and_running_out_of_memory_is_one_line(tao
     fitted and a thread's creation then failed, aborting the process (`std::bad_alloc`,
     `LLVM ERROR: pthread_create failed`): the check keeps room for the threads
     (`ADDRESS_SPACE_HEADROOM`)."""
-    import resource
     import subprocess
     import sys
 
     from tests.conftest import ENV, REPO
 
-    def limited():
-        resource.setrlimit(resource.RLIMIT_AS, (limit_kb * 1024, resource.RLIM_INFINITY))
-
-    result = subprocess.run([sys.executable, "-m", "trainers.train", "--model=dare", f"--data_dir={taobao}",
+    result = subprocess.run(under_limit(limit_kb, sys.executable, "-m", "trainers.train", "--model=dare",
+                                        f"--data_dir={taobao}",
                              f"--output_dir={tmp_path / 'rx'}", "--max_len=20000", "--epochs=1", "--batch_size=256",
                              "--eval_every=10", "--max_steps=5", "--embedding_dim=8", "--attention_embedding_dim=4",
-                             "--bn_statistics_batches=2", "--verbose=0"],
-                            capture_output=True, text=True, preexec_fn=limited, cwd=REPO, env=ENV, timeout=300)
+                             "--bn_statistics_batches=2", "--verbose=0"),
+                            capture_output=True, text=True, cwd=REPO, env=ENV, timeout=300)
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 1 and len(lines) == 1, result.stderr[:1500] + "\n...\n" + result.stderr[-1500:]
     assert lines[0].startswith("error: --max_len=20000 at batch_size=256: ") and lines[0].endswith(
