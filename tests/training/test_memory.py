@@ -39,15 +39,13 @@ def test_the_memory_check_compares_with_the_process_address_space_limit(taobao, 
 
     check = subprocess.run(under_limit(8_000_000, sys.executable, "-c",
                                        "from dare_tf.training.memory import memory_limit; print(memory_limit())"),
-                           capture_output=True, text=True, cwd=REPO,
-                           env=ENV, check=True)
+                           capture_output=True, text=True, cwd=REPO, env=ENV, check=True)
     assert check.stdout.strip() == str((8_192_000_000, "this process's address-space limit (RLIMIT_AS, ulimit -v)"))
-    result = subprocess.run(under_limit(8_000_000, sys.executable, "-m", "trainers.train", "--model=dare",
-                                        f"--data_dir={taobao}",
-                             f"--output_dir={tmp_path / 'rx'}", "--max_len=100000", "--epochs=1", "--batch_size=256",
-                             "--max_steps=5", "--embedding_dim=8", "--attention_embedding_dim=4",
-                             "--bn_statistics_batches=2", "--verbose=0"),
-                            capture_output=True, text=True, cwd=REPO, env=ENV, timeout=300)
+    command = under_limit(8_000_000, sys.executable, "-m", "trainers.train", "--model=dare", f"--data_dir={taobao}",
+                          f"--output_dir={tmp_path / 'rx'}", "--max_len=100000", "--epochs=1", "--batch_size=256",
+                          "--max_steps=5", "--embedding_dim=8", "--attention_embedding_dim=4",
+                          "--bn_statistics_batches=2", "--verbose=0")
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=ENV, timeout=300)
     assert result.returncode == 1, result.stderr[-2000:]
     assert re.fullmatch(
         r"error: --max_len=100000 at batch_size=256: one training step holds about 12\.2 GiB for its histories \(256 x "
@@ -74,12 +72,11 @@ def test_what_the_process_holds_counts_and_running_out_of_memory_is_one_line(tao
 
     from tests.conftest import ENV, REPO
 
-    result = subprocess.run(under_limit(limit_kb, sys.executable, "-m", "trainers.train", "--model=dare",
-                                        f"--data_dir={taobao}",
-                             f"--output_dir={tmp_path / 'rx'}", "--max_len=20000", "--epochs=1", "--batch_size=256",
-                             "--eval_every=10", "--max_steps=5", "--embedding_dim=8", "--attention_embedding_dim=4",
-                             "--bn_statistics_batches=2", "--verbose=0"),
-                            capture_output=True, text=True, cwd=REPO, env=ENV, timeout=300)
+    command = under_limit(limit_kb, sys.executable, "-m", "trainers.train", "--model=dare", f"--data_dir={taobao}",
+                          f"--output_dir={tmp_path / 'rx'}", "--max_len=20000", "--epochs=1", "--batch_size=256",
+                          "--eval_every=10", "--max_steps=5", "--embedding_dim=8", "--attention_embedding_dim=4",
+                          "--bn_statistics_batches=2", "--verbose=0")
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=ENV, timeout=300)
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 1 and len(lines) == 1, result.stderr[:1500] + "\n...\n" + result.stderr[-1500:]
     assert lines[0].startswith("error: --max_len=20000 at batch_size=256: ") and lines[0].endswith(
