@@ -106,6 +106,10 @@ def test_compile_with_a_loss_is_refused(rng):
 
 
 def test_fit_learns_the_planted_task(rng):
+    # (fit's shuffle order seeded: unseeded, the same test on JAX ended at validation AUCs of 0.68 to
+    # 0.77 run to run, and under 0.62 once in a fresh clone's `make test`; seeded, 0.73 on JAX, 0.80
+    # on TensorFlow, seeds 0 to 5 on JAX 0.69 to 0.78)
+    keras.utils.set_random_seed(0)
     x, y = planted_presence_task(rng, 3072, 20)
     xt, yt = planted_presence_task(np.random.default_rng(7), 1024, 20)
     model = build_model("dare", 200, 21, max_len=20, top_k=5, embedding_dim=16, attention_embedding_dim=8,
